@@ -1,0 +1,101 @@
+"""Builders: a validated :class:`Scenario` → dataset, partition, device profiles, topology, initial model.
+
+Every random draw comes from its own named stream of the scenario seed, so the world a
+scenario describes is the same on every machine and with any executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hierfl.config.errors import ConfigError, Problem
+from hierfl.config.schema import Scenario
+from hierfl.core import grouping
+from hierfl.core.rng import stream, stream_seed
+from hierfl.core.work import TrainSpec, model_bytes
+from hierfl.core.world import EdgeLink, World
+from hierfl.data import DataError, Dataset
+from hierfl.learn.local import init_params
+
+__all__ = ["Built", "build", "train_spec"]
+
+
+@dataclass
+class Built:
+    """Everything a run needs before the first event."""
+
+    scenario: Scenario
+    dataset: Dataset
+    parts: list[np.ndarray]
+    world: World
+    spec: TrainSpec
+    init_params: np.ndarray
+
+    @property
+    def num_params(self) -> int:
+        """Model parameter count."""
+        return int(self.init_params.size)
+
+
+def train_spec(scenario: Scenario) -> TrainSpec:
+    """The local-training job described by ``training:``."""
+    t = scenario.training
+    return TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
+                     momentum=t.momentum, weight_decay=t.weight_decay)
+
+
+def _world(scenario: Scenario, samples: np.ndarray) -> World:
+    seed, dev, topo = scenario.seed, scenario.devices, scenario.topology
+    n = dev.count
+
+    def draw(field: str) -> np.ndarray:
+        return getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
+
+    e = topo.edge_servers
+    edge_latency = topo.edge_latency_ms.sample(stream(seed, "topology.edge_latency_ms"), n * e).reshape(n, e)
+    if e == 0:
+        edge_of = np.full(n, -1, dtype=np.int64)
+    elif topo.grouping == "round_robin":
+        edge_of = grouping.round_robin(n, e)
+    elif topo.grouping == "random":
+        edge_of = grouping.random_balanced(n, e, stream(seed, "topology.grouping"))
+    else:
+        edge_of = grouping.nearest(edge_latency)
+    link = topo.edge_cloud
+    return World(
+        samples=samples.astype(np.int64),
+        speed_sps=draw("speed_sps"),
+        uplink_mbps=draw("uplink_mbps"),
+        downlink_mbps=draw("downlink_mbps"),
+        latency_ms=draw("latency_ms"),
+        edge_of=edge_of,
+        edge_latency_ms=edge_latency.astype(np.float64),
+        edge_links=[EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)],
+        model_bytes=0,
+    )
+
+
+def build(scenario: Scenario, source: str | None = None) -> Built:
+    """Generate the data, split it, draw the profiles, assign edges and initialise the model.
+
+    Raises :class:`ConfigError` (with the key path) when the scenario is valid on its own
+    but cannot be built, e.g. a partition that cannot give every device a sample.
+    """
+    seed, n = scenario.seed, scenario.devices.count
+    try:
+        dataset = scenario.data.dataset.build(n, stream(seed, "data.dataset"))
+        parts = scenario.data.partition.split(dataset, n, stream(seed, "data.partition"))
+    except DataError as exc:
+        raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
+    reason = scenario.model.check_input(tuple(dataset.input_shape))
+    if reason is not None:
+        raise ConfigError([Problem("model", reason)], source)
+    samples = np.array([len(p) for p in parts], dtype=np.int64)
+    world = _world(scenario, samples)
+    params = init_params(scenario.model, tuple(dataset.input_shape), dataset.num_classes,
+                         stream_seed(seed, "model.init"))
+    world.model_bytes = model_bytes(params.size)
+    return Built(scenario, dataset, [np.asarray(p, dtype=np.int64) for p in parts], world,
+                 train_spec(scenario), params)

@@ -1,0 +1,173 @@
+"""``hierfl`` command line: run, validate, plot, timeline.
+
+User mistakes (bad scenario, missing file, bad ``--set``) print every problem without a
+traceback and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+
+
+def _load(args: argparse.Namespace):  # noqa: ANN202 - returns Scenario
+    from hierfl.config.loader import load_scenario
+
+    overrides = list(args.set or [])
+    if getattr(args, "address", None):
+        overrides.append(f"runtime.address={args.address}")
+    if getattr(args, "executor", None):
+        overrides.append(f"runtime.executor={args.executor}")
+    if getattr(args, "workers", None):
+        overrides.append(f"runtime.workers={args.workers}")
+    return load_scenario(args.scenario, overrides, seed=args.seed)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from hierfl.build import build
+
+    scenario = _load(args)
+    built = build(scenario, args.scenario) if args.build else None
+    print(f"{args.scenario}: OK — {scenario.name}: protocol {scenario.protocol.name}, "
+          f"{scenario.devices.count} devices, {scenario.topology.edge_servers} edge servers, "
+          f"dataset {scenario.data.dataset.name}/{scenario.data.partition.name}, model {scenario.model.name}"
+          + (f", {built.num_params} parameters" if built else ""))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hierfl.build import build
+    from hierfl.emulator import RunError, run_scenario
+
+    scenario = _load(args)
+    built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    console = Console(stderr=True)
+    budget = scenario.stop.virtual_time_s
+    total = budget if budget is not None else float(scenario.stop.rounds or 1)
+    state = {"acc": None}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                  TimeElapsedColumn(), console=console, disable=args.quiet, transient=False) as bar:
+        task = bar.add_task(scenario.name, total=total, info="starting…")
+
+        def progress(t: float, rounds: int, acc: float | None) -> None:
+            if acc is not None:
+                state["acc"] = acc
+            done = min(t, total) if budget is not None else min(rounds, total)
+            acc_txt = "–" if state["acc"] is None else f"{state['acc']:.4f}"
+            bar.update(task, completed=done, info=f"t={t:,.1f}s round {rounds} acc {acc_txt}")
+
+        try:
+            result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built)
+        except RunError as exc:
+            console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
+            return 1
+    s = result.summary
+    ttt = "not reached" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f}s"
+    console.print(f"done: {s['rounds']} rounds, virtual {s['virtual_time_s']:.1f}s, "
+                  f"final accuracy {s['final_accuracy']:.4f}, time to target {ttt}, "
+                  f"wall {s['wall_s']:.1f}s (start-up {s['startup_s']:.1f}s) → {out}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from hierfl.viz import plot_runs
+
+    out = Path(args.output) if args.output else Path(args.runs[0]) / f"{args.metric}.png"
+    try:
+        path = plot_runs([Path(r) for r in args.runs], out, x=args.x, metric=args.metric, title=args.title)
+    except (OSError, ValueError) as exc:  # RunReadError is a ValueError: a user mistake, not a crash
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(path)
+    return 0
+
+
+def _cmd_timeline(args: argparse.Namespace) -> int:
+    from hierfl.viz import plot_timeline
+
+    out = Path(args.output) if args.output else Path(args.run) / "timeline.png"
+    try:
+        path = plot_timeline(Path(args.run), out, max_devices=args.max_devices, t_max=args.t_max)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(path)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hierfl", description="Hierarchical, asynchronous federated-learning emulator "
+                                "on edge networks, in virtual (emulated wall-clock) time.")
+    p.add_argument("--version", action="version", version=f"hierfl {_version()}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def scenario_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("scenario", help="scenario YAML file")
+        sp.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
+                        help="override a scenario key (repeatable), e.g. --set protocol.fraction=0.5")
+        sp.add_argument("--seed", type=int, help="override the scenario seed")
+
+    r = sub.add_parser("run", help="run a scenario")
+    scenario_args(r)
+    r.add_argument("--out", help="output directory (default runs/<name>)")
+    r.add_argument("--address", help="connect to an existing Ray cluster (e.g. auto, ray://host:10001)")
+    r.add_argument("--executor", choices=["ray", "local"], help="override runtime.executor")
+    r.add_argument("--workers", help="override runtime.workers (an integer or auto)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=_cmd_run)
+
+    v = sub.add_parser("validate", help="check a scenario without running it")
+    scenario_args(v)
+    v.add_argument("--build", action="store_true", help="also generate the data and model (catches more errors)")
+    v.set_defaults(func=_cmd_validate)
+
+    pl = sub.add_parser("plot", help="overlay runs: a metric against virtual time or rounds")
+    pl.add_argument("runs", nargs="+", help="run directories")
+    pl.add_argument("-o", "--output", help="output file; format from the extension (png, svg, pdf)")
+    pl.add_argument("--x", choices=["time", "round"], default="time")
+    pl.add_argument("--metric", default="accuracy")
+    pl.add_argument("--title")
+    pl.set_defaults(func=_cmd_plot)
+
+    t = sub.add_parser("timeline", help="Gantt picture of devices, leaders and the cloud over virtual time")
+    t.add_argument("run", help="run directory")
+    t.add_argument("-o", "--output", help="output file; format from the extension (png, svg, pdf)")
+    t.add_argument("--max-devices", type=int, default=40, help="device lanes to draw (default 40)")
+    t.add_argument("--t-max", type=float, help="last virtual second to draw")
+    t.set_defaults(func=_cmd_timeline)
+    return p
+
+
+def _version() -> str:
+    from hierfl import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hierfl`` console script."""
+    from hierfl.config.errors import ConfigError
+
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(exc.report(), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Load a scenario: YAML (with ``extends:``) → ``--set`` overrides → validated :class:`Scenario`.
+
+Errors are gathered, not raised one at a time: schema problems come from pydantic (all at
+once), then cross-section checks (edge servers vs devices, what the protocol needs) run and add
+theirs. Every problem names the file, the key path, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from hierfl.config.errors import ConfigError, Problem
+from hierfl.config.schema import Scenario
+
+__all__ = ["load_scenario", "load_raw", "apply_overrides", "validate_raw", "deep_merge", "dump_scenario"]
+
+_DISCRIMINATORS = ("name", "dist")
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` on top of ``base``: mappings merge recursively, anything else replaces.
+
+    A plug-in section whose ``name`` changes is replaced whole, so keys of the old plug-in
+    do not leak into the new one.
+    """
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        old = out.get(key)
+        if isinstance(old, dict) and isinstance(value, dict) and old.get("name", value.get("name")) == value.get("name", old.get("name")):
+            out[key] = deep_merge(old, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    src = str(path)
+    if not path.exists():
+        raise ConfigError([Problem("", "scenario file not found")], src)
+    if path.is_dir():
+        raise ConfigError([Problem("", "expected a YAML file, got a directory")], src)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem("", f"cannot read file: {exc}")], src) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([Problem("", f"invalid YAML: {where}{problem}")], src) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([Problem("", f"a scenario must be a mapping of sections, got {type(data).__name__}")], src)
+    return data
+
+
+def load_raw(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The merged raw mapping of ``path`` and everything it ``extends`` (relative to its folder)."""
+    path = Path(path)
+    resolved = path.resolve()
+    if resolved in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain, resolved))
+        raise ConfigError([Problem("extends", f"circular extends: {cycle}")], str(path))
+    data = _read_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    parents = parent if isinstance(parent, list) else [parent]
+    merged: dict[str, Any] = {}
+    for item in parents:
+        if not isinstance(item, str):
+            raise ConfigError([Problem("extends", "must be a file path or a list of paths", item)], str(path))
+        merged = deep_merge(merged, load_raw(path.parent / item, (*_chain, resolved)))
+    return deep_merge(merged, data)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values parsed as YAML: numbers, lists, null, …)."""
+    out = copy.deepcopy(raw)
+    problems: list[Problem] = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        parts = key.split(".")
+        if not sep or not key or any(not p for p in parts):
+            problems.append(Problem(f"--set {item}", "expected KEY.PATH=VALUE, e.g. protocol.fraction=0.5"))
+            continue
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        node: Any = out
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node.get(part, {}), dict):
+                prefix = ".".join(parts[: depth + 1])
+                problems.append(Problem(f"--set {key}", f"{prefix} is a value, not a section", node[part]))
+                break
+            node = node.setdefault(part, {})
+        else:
+            if isinstance(node.get(parts[-1]), dict) and isinstance(value, dict):
+                node[parts[-1]] = deep_merge(node[parts[-1]], value)
+            else:
+                node[parts[-1]] = value
+    if problems:
+        raise ConfigError(problems, "command line")
+    return out
+
+
+def _strip_tags(loc: tuple[Any, ...], raw: Any) -> str:
+    """Dotted path of a pydantic error location, without discriminated-union tags."""
+    parts: list[str] = []
+    node = raw
+    for item in loc:
+        if isinstance(node, dict) and item not in node and any(node.get(d) == item for d in _DISCRIMINATORS):
+            continue  # the union tag pydantic inserts, e.g. protocol.<fedavg>.fraction
+        if isinstance(item, str) and item.startswith(("function-", "constrained-")):
+            continue
+        parts.append(str(item))
+        if isinstance(node, dict):
+            node = node.get(item)
+        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
+            node = node[item]
+        else:
+            node = None
+    return ".".join(parts)
+
+
+def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list[Problem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        path = _strip_tags(tuple(err["loc"]), raw)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (misspelled? see the README for the allowed keys)"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        value = err.get("input") if err["type"] not in ("missing",) else None
+        if err["type"] == "missing" or isinstance(value, dict):
+            problems.append(Problem(path, msg))
+        else:
+            problems.append(Problem(path, msg, value))
+    return problems
+
+
+def _cross_checks(scenario: Scenario) -> list[Problem]:
+    problems: list[Problem] = []
+    n = scenario.devices.count
+    edges = scenario.topology.edge_servers
+    if edges > n:
+        problems.append(Problem("topology.edge_servers",
+                                f"more edge servers than devices ({n}); allowed: 0..{n}", edges))
+    ev, stop = scenario.evaluation, scenario.stop
+    if stop.target_accuracy is not None and ev.every_s is None:
+        problems.append(Problem("evaluation.every_s",
+                                "stop.target_accuracy needs periodic evaluation: set evaluation.every_s"))
+    if stop.virtual_time_s is not None and ev.every_s is not None and ev.every_s > stop.virtual_time_s:
+        problems.append(Problem("evaluation.every_s",
+                                f"longer than the run (stop.virtual_time_s = {stop.virtual_time_s:g})", ev.every_s))
+    problems.extend(scenario.protocol.check(scenario))
+    return problems
+
+
+def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
+    """Validate a raw mapping into a :class:`Scenario`, raising :class:`ConfigError` with every problem."""
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_problems_from_validation(exc, raw), source) from None
+    problems = _cross_checks(scenario)
+    if problems:
+        raise ConfigError(problems, source)
+    return scenario
+
+
+def load_scenario(path: str | Path, overrides: Sequence[str] = (), seed: int | None = None) -> Scenario:
+    """Load, merge, override and validate a scenario file."""
+    raw = apply_overrides(load_raw(path), overrides)
+    if seed is not None:
+        raw["seed"] = seed
+    return validate_raw(raw, str(path))
+
+
+def dump_scenario(scenario: Scenario) -> str:
+    """The fully resolved scenario as YAML (loadable again with :func:`load_scenario`)."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,87 @@
+"""The emulated physical world: device profiles, links and the device → edge assignment.
+
+Plain numpy data drawn once from the scenario (see :mod:`hierfl.build`), plus the duration
+formulas of :mod:`hierfl.core.work` applied to it. Pure: no RNG, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hierfl.core.work import TrainSpec, compute_time_s, samples_processed, transfer_time_s
+
+__all__ = ["World", "EdgeLink"]
+
+
+@dataclass(frozen=True)
+class EdgeLink:
+    """The link between one edge server and the cloud."""
+
+    uplink_mbps: float
+    downlink_mbps: float
+    latency_ms: float
+
+
+@dataclass
+class World:
+    """Everything that decides how long things take."""
+
+    samples: np.ndarray          # (N,) int64: training samples per device
+    speed_sps: np.ndarray        # (N,) float64
+    uplink_mbps: np.ndarray      # (N,)
+    downlink_mbps: np.ndarray    # (N,)
+    latency_ms: np.ndarray       # (N,) access-link latency
+    edge_of: np.ndarray          # (N,) int64 edge id, -1 when devices talk to the cloud directly
+    edge_latency_ms: np.ndarray  # (N, E) extra latency per (device, edge) pair; (N, 0) when flat
+    edge_links: list[EdgeLink]   # (E,)
+    model_bytes: int
+
+    @property
+    def num_devices(self) -> int:
+        """N."""
+        return int(self.samples.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        """E (0 when flat)."""
+        return len(self.edge_links)
+
+    def edge_members(self, edge: int) -> np.ndarray:
+        """Sorted device ids assigned to ``edge``."""
+        return np.flatnonzero(self.edge_of == edge).astype(np.int64)
+
+    def edge_samples(self, edge: int) -> int:
+        """``n_ℓ``: training samples of all devices of ``edge``."""
+        return int(self.samples[self.edge_of == edge].sum())
+
+    def link_latency_ms(self, device: int) -> float:
+        """One-way latency between a device and its server (edge, or the cloud when flat)."""
+        extra = 0.0
+        edge = int(self.edge_of[device])
+        if edge >= 0:
+            extra = float(self.edge_latency_ms[device, edge])
+        return float(self.latency_ms[device]) + extra
+
+    def compute_s(self, device: int, spec: TrainSpec) -> float:
+        """Local training time of one job on ``device``."""
+        return compute_time_s(samples_processed(int(self.samples[device]), spec), float(self.speed_sps[device]))
+
+    def download_s(self, device: int) -> float:
+        """Model transfer server → device."""
+        return transfer_time_s(self.model_bytes, float(self.downlink_mbps[device]), self.link_latency_ms(device))
+
+    def upload_s(self, device: int) -> float:
+        """Model transfer device → server."""
+        return transfer_time_s(self.model_bytes, float(self.uplink_mbps[device]), self.link_latency_ms(device))
+
+    def edge_upload_s(self, edge: int) -> float:
+        """Model transfer edge server → cloud."""
+        link = self.edge_links[edge]
+        return transfer_time_s(self.model_bytes, link.uplink_mbps, link.latency_ms)
+
+    def edge_download_s(self, edge: int) -> float:
+        """Model transfer cloud → edge server."""
+        link = self.edge_links[edge]
+        return transfer_time_s(self.model_bytes, link.downlink_mbps, link.latency_ms)

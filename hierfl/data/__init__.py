@@ -1,0 +1,41 @@
+"""Seeded in-memory datasets and the partitioners that split them among devices."""
+
+from hierfl.data.datasets import (
+    DATASETS,
+    BlobsConfig,
+    DataError,
+    Dataset,
+    DatasetConfig,
+    SyntheticConfig,
+    SyntheticUsers,
+    TeacherConfig,
+    generate_synthetic,
+)
+from hierfl.data.partition import (
+    PARTITIONERS,
+    DirichletConfig,
+    IIDConfig,
+    NaturalConfig,
+    PartitionConfig,
+    ShardsConfig,
+    label_distribution,
+)
+
+__all__ = [
+    "DATASETS",
+    "PARTITIONERS",
+    "BlobsConfig",
+    "DataError",
+    "Dataset",
+    "DatasetConfig",
+    "DirichletConfig",
+    "IIDConfig",
+    "NaturalConfig",
+    "PartitionConfig",
+    "ShardsConfig",
+    "SyntheticConfig",
+    "SyntheticUsers",
+    "TeacherConfig",
+    "generate_synthetic",
+    "label_distribution",
+]

@@ -1,0 +1,331 @@
+"""In-memory datasets generated from a seed: Gaussian blobs, Synthetic(α, β) and a teacher task.
+
+Every generator is pure numpy and takes an explicit ``np.random.Generator``; the same
+generator state always yields bit-identical arrays. Features are stored flattened as
+``float32`` (``x.reshape(n, *input_shape)`` recovers the per-sample shape), labels as ``int64``.
+
+References
+----------
+Synthetic(α, β): T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi, A. Talwalkar, V. Smith,
+"Federated Optimization in Heterogeneous Networks" (FedProx), MLSys 2020, arXiv 1812.06127;
+reference generator ``litian96/FedProx`` ``data/synthetic_*/generate_synthetic.py`` and
+``data/synthetic_iid/generate_iid.py``. See ALGORITHMS.md §6.3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from hierfl.config.base import ConfigModel
+from hierfl.registry import Registry
+
+__all__ = [
+    "DATASETS",
+    "BlobsConfig",
+    "DataError",
+    "Dataset",
+    "DatasetConfig",
+    "SyntheticConfig",
+    "SyntheticUsers",
+    "TeacherConfig",
+    "generate_synthetic",
+]
+
+DATASETS: Registry[Any] = Registry("dataset")
+
+
+class DataError(ValueError):
+    """Bad data configuration; ``key`` is the path under the scenario's ``data:`` section.
+
+    Parameters
+    ----------
+    key
+        Dotted key path, e.g. ``"partition.min_require_size"``.
+    message
+        What is wrong and what to change.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A generated dataset: flattened float32 features, int64 labels, optional natural user split.
+
+    Attributes
+    ----------
+    x_train, y_train
+        Training features ``(n, d)`` and labels ``(n,)``.
+    x_test, y_test
+        Test features ``(m, d)`` and labels ``(m,)``.
+    num_classes
+        Labels lie in ``[0, num_classes)``.
+    input_shape
+        Per-sample shape before flattening; ``prod(input_shape) == d``.
+    natural_groups
+        For datasets with a natural per-user split: one int64 index array into ``x_train`` per user.
+    name
+        Registered name of the generator (used in error messages), if known.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    input_shape: tuple[int, ...]
+    natural_groups: tuple[np.ndarray, ...] | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        for split, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
+            if x.ndim != 2 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+                raise ValueError(
+                    f"{split}: need x of shape (n, d) and y of shape (n,), got {x.shape} and {y.shape}"
+                )
+        d = self.x_train.shape[1]
+        if self.x_test.shape[1] != d or math.prod(self.input_shape) != d:
+            raise ValueError(
+                f"feature count mismatch: x_train has {d}, x_test has {self.x_test.shape[1]}, "
+                f"input_shape {self.input_shape} has {math.prod(self.input_shape)}"
+            )
+
+    @property
+    def num_features(self) -> int:
+        """Flattened feature count ``d``."""
+        return int(self.x_train.shape[1])
+
+
+class DatasetConfig(ConfigModel):
+    """Base class of dataset configs: ``build`` generates the arrays."""
+
+    def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
+        """Generate the dataset; ``num_devices`` sizes datasets with a natural per-user split."""
+        raise NotImplementedError
+
+
+@DATASETS.register
+class BlobsConfig(DatasetConfig):
+    """Well-separated isotropic Gaussian classes (quickstart workload).
+
+    Class centres are drawn ``c_k ~ N(0, separation² I)``; a sample of class ``k`` is
+    ``c_k + N(0, I)``; labels are uniform over classes. Train and test share the centres.
+    Draw order: centres ``(C, d)``, train labels, train noise, test labels, test noise.
+    """
+
+    name: Literal["blobs"] = "blobs"
+    num_samples: PositiveInt = Field(10000, description="training samples")
+    test_samples: PositiveInt = Field(2000, description="test samples")
+    num_features: PositiveInt = Field(
+        20, description="flattened feature count (= prod(shape) if shape is given)"
+    )
+    num_classes: int = Field(10, ge=2, description="number of classes")
+    separation: PositiveFloat = Field(3.0, description="std of the class centres around the origin")
+    shape: list[PositiveInt] | None = Field(
+        None, description="optional per-sample shape, e.g. [1, 28, 28] for a CNN; prod(shape) features"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _features_from_shape(cls, data: Any) -> Any:
+        # Fill num_features from shape so a dumped config round-trips through validation.
+        if isinstance(data, dict) and "num_features" not in data:
+            shape = data.get("shape")
+            is_list = isinstance(shape, (list, tuple))
+            positive_ints = is_list and all(isinstance(s, int) and s > 0 for s in shape)
+            if shape and positive_ints:
+                data = {**data, "num_features": math.prod(shape)}
+        return data
+
+    @model_validator(mode="after")
+    def _shape_matches_features(self) -> BlobsConfig:
+        if self.shape is not None and math.prod(self.shape) != self.num_features:
+            raise ValueError(
+                f"num_features ({self.num_features}) must equal prod(shape) = {math.prod(self.shape)} "
+                f"when shape {self.shape} is given; omit num_features"
+            )
+        return self
+
+    def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
+        """Generate train and test blobs (``num_devices`` is unused)."""
+        d, c = self.num_features, self.num_classes
+        centres = rng.standard_normal((c, d), dtype=np.float32) * np.float32(self.separation)
+
+        def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+            y = rng.integers(0, c, size=n, dtype=np.int64)
+            x = rng.standard_normal((n, d), dtype=np.float32)
+            # In blocks: a full (n, d) gather temporary doubles peak memory and time.
+            for start in range(0, n, 1024):
+                x[start : start + 1024] += centres[y[start : start + 1024]]
+            return x, y
+
+        x_train, y_train = draw(self.num_samples)
+        x_test, y_test = draw(self.test_samples)
+        shape = tuple(self.shape) if self.shape is not None else (d,)
+        return Dataset(x_train, y_train, x_test, y_test, c, shape, name=self.name)
+
+
+@dataclass(frozen=True, eq=False)
+class SyntheticUsers:
+    """Raw per-user output of :func:`generate_synthetic`, before the train/test split.
+
+    Attributes
+    ----------
+    x
+        Per user, features ``(n_k, d)`` as float32 (labels are computed from these exact values).
+    y
+        Per user, int64 labels ``argmax(x.astype(float64) @ w[k] + b[k])``.
+    w, b
+        Per-user label models ``(U, d, C)`` and ``(U, C)``; identical rows in the IID variant.
+    """
+
+    x: list[np.ndarray]
+    y: list[np.ndarray]
+    w: np.ndarray
+    b: np.ndarray
+
+
+def generate_synthetic(
+    num_users: int,
+    alpha: float,
+    beta: float,
+    iid: bool,
+    dimension: int,
+    num_classes: int,
+    rng: np.random.Generator,
+) -> SyntheticUsers:
+    """Draw the Synthetic(α, β) users of Li et al. (FedProx), ALGORITHMS.md §6.3.
+
+    Follows ``litian96/FedProx`` ``generate_synthetic.py`` / ``generate_iid.py`` step by step,
+    with ``rng`` in place of the global numpy state. Draw order:
+
+    1. ``n_k = int(rng.lognormal(4, 2, U)) + 50``;
+    2. non-IID: ``u = rng.normal(0, alpha, U)``, ``B = rng.normal(0, beta, U)``,
+       ``v = rng.normal(B[:, None], 1, (U, d))`` (row k equals the reference's per-user draw);
+       IID: one shared ``W = rng.normal(0, 1, (d, C))``, ``b = rng.normal(0, 1, C)``, ``v = 0``;
+    3. per user k in order: non-IID ``W_k = rng.normal(u_k, 1, (d, C))``, ``b_k = rng.normal(u_k, 1, C)``;
+       then ``x = v_k + rng.standard_normal((n_k, d)) * sqrt(diag Σ)`` with ``Σ = diag(j^-1.2)``.
+
+    Step 3 samples ``N(v_k, Σ)`` directly from its diagonal instead of via
+    ``multivariate_normal`` (same distribution, not the same bits). α and β are standard
+    deviations, as in the reference code; the IID variant ignores them.
+    """
+    u_count, d, c = num_users, dimension, num_classes
+    n_per_user = rng.lognormal(4.0, 2.0, u_count).astype(np.int64) + 50
+    if iid:
+        shared_w = rng.normal(0.0, 1.0, (d, c))
+        shared_b = rng.normal(0.0, 1.0, c)
+        mean_w = np.zeros(u_count)
+        mean_x = np.zeros((u_count, d))
+    else:
+        mean_w = rng.normal(0.0, alpha, u_count)
+        big_b = rng.normal(0.0, beta, u_count)
+        mean_x = rng.normal(big_b[:, None], 1.0, (u_count, d))
+    std_x = np.power(np.arange(1, d + 1, dtype=np.float64), -1.2) ** 0.5
+
+    w_all = np.empty((u_count, d, c))
+    b_all = np.empty((u_count, c))
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    for k in range(u_count):
+        if iid:
+            w_k, b_k = shared_w, shared_b
+        else:
+            w_k = rng.normal(mean_w[k], 1.0, (d, c))
+            b_k = rng.normal(mean_w[k], 1.0, c)
+        x = (mean_x[k] + rng.standard_normal((int(n_per_user[k]), d)) * std_x).astype(np.float32)
+        # Labels from the stored float32 features, so they can be recomputed exactly.
+        y = np.argmax(x.astype(np.float64) @ w_k + b_k, axis=1).astype(np.int64)
+        w_all[k], b_all[k] = w_k, b_k
+        xs.append(x)
+        ys.append(y)
+    return SyntheticUsers(xs, ys, w_all, b_all)
+
+
+@DATASETS.register
+class SyntheticConfig(DatasetConfig):
+    """Synthetic(α, β) of Li et al. (FedProx): per-user linear-softmax tasks, power-law sizes.
+
+    Each user k gets ``n_k = int(LogNormal(4, 2)) + 50`` samples ``x ~ N(v_k, diag(j^-1.2))``
+    labelled by its own model ``argmax(x W_k + b_k)``; α controls how much the models differ,
+    β how much the inputs differ (see :func:`generate_synthetic` and ALGORITHMS.md §6.3).
+    Each user's samples are shuffled and split: the first ``int(train_fraction · n_k)`` go to
+    training (one ``natural_groups`` entry per user), the rest to the common test set.
+
+    References
+    ----------
+    T. Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020 (arXiv 1812.06127);
+    generator ``litian96/FedProx`` ``data/synthetic_*/generate_synthetic.py``.
+    """
+
+    name: Literal["synthetic"] = "synthetic"
+    alpha: NonNegativeFloat = Field(1.0, description="std of the per-user model mean u_k (model skew)")
+    beta: NonNegativeFloat = Field(1.0, description="std of the per-user input mean B_k (input skew)")
+    iid: bool = Field(False, description="Synthetic-IID: one shared model, v_k = 0 (alpha, beta ignored)")
+    num_users: PositiveInt | None = Field(None, description="number of users; default: devices.count")
+    dimension: PositiveInt = Field(60, description="feature dimension d")
+    num_classes: int = Field(10, ge=2, description="number of classes")
+    train_fraction: float = Field(0.9, gt=0.0, lt=1.0, description="per-user share of samples for training")
+
+    def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
+        """Generate the users, shuffle each, split train/test; ``num_users`` defaults to ``num_devices``."""
+        num_users = self.num_users if self.num_users is not None else num_devices
+        if num_users < 1:
+            raise DataError("dataset.num_users", f"need at least one user, got {num_users}")
+        users = generate_synthetic(
+            num_users, self.alpha, self.beta, self.iid, self.dimension, self.num_classes, rng
+        )
+        x_tr, y_tr, x_te, y_te, groups = [], [], [], [], []
+        offset = 0
+        for x, y in zip(users.x, users.y):
+            perm = rng.permutation(len(y))
+            n_train = int(self.train_fraction * len(y))
+            x_tr.append(x[perm[:n_train]])
+            y_tr.append(y[perm[:n_train]])
+            x_te.append(x[perm[n_train:]])
+            y_te.append(y[perm[n_train:]])
+            groups.append(np.arange(offset, offset + n_train, dtype=np.int64))
+            offset += n_train
+        return Dataset(
+            np.concatenate(x_tr),
+            np.concatenate(y_tr),
+            np.concatenate(x_te),
+            np.concatenate(y_te),
+            self.num_classes,
+            (self.dimension,),
+            natural_groups=tuple(groups),
+            name=self.name,
+        )
+
+
+@DATASETS.register
+class TeacherConfig(DatasetConfig):
+    """Benchmark workload: ``x ~ N(0, I)``, label ``argmax(x · T)`` for a random teacher ``T ~ N(0, 1)``.
+
+    Draw order (all float32): ``T (d, C)``, ``x_train (n, d)``, ``x_test (m, d)``; labels are
+    ``argmax(x @ T)`` computed in float32, so the task is exactly linearly separable.
+    """
+
+    name: Literal["teacher"] = "teacher"
+    num_samples: PositiveInt = Field(60000, description="training samples")
+    test_samples: PositiveInt = Field(10000, description="test samples")
+    num_features: PositiveInt = Field(784, description="feature count d")
+    num_classes: int = Field(10, ge=2, description="number of classes")
+
+    def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
+        """Generate the teacher and the labelled samples (``num_devices`` is unused)."""
+        d, c = self.num_features, self.num_classes
+        teacher = rng.standard_normal((d, c), dtype=np.float32)
+        x_train = rng.standard_normal((self.num_samples, d), dtype=np.float32)
+        x_test = rng.standard_normal((self.test_samples, d), dtype=np.float32)
+        y_train = np.argmax(x_train @ teacher, axis=1).astype(np.int64)
+        y_test = np.argmax(x_test @ teacher, axis=1).astype(np.int64)
+        return Dataset(x_train, y_train, x_test, y_test, c, (d,), name=self.name)

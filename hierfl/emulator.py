@@ -1,0 +1,317 @@
+"""The driver: virtual clock + event queue + protocol + executor + recorder.
+
+The loop pops the next event, lets the protocol react, and never waits before the event that
+needs a result. Evaluations and the stop condition are events too, so a run is a pure function
+of (scenario, seed): the real clock is read only to report ``wall_s``.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hierfl import __version__
+from hierfl.build import Built, build
+from hierfl.config.loader import dump_scenario
+from hierfl.config.schema import Scenario
+from hierfl.core.engine import Event, EventQueue, Priority
+from hierfl.core.rng import stream, stream_seed
+from hierfl.core.work import TrainSpec
+from hierfl.recorder import Recorder
+from hierfl.runtime.executor import Executor, Job, RunData, make_executor
+
+__all__ = ["Context", "Job", "RunResult", "RunError", "run_scenario", "package_versions"]
+
+COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_jobs", "compute_s",
+            "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud")
+
+ProgressFn = Callable[[float, int, "float | None"], None]
+
+
+class RunError(RuntimeError):
+    """A failure during a run, with the virtual time, entity and stage where it happened."""
+
+
+def package_versions() -> dict[str, str]:
+    """Versions recorded in ``config.yaml``."""
+    import importlib.metadata as md
+
+    out = {"hierfl": __version__, "python": platform.python_version()}
+    for pkg in ("numpy", "torch", "ray", "pydantic", "scipy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+class Context:
+    """What a protocol can do: schedule events, start and collect work, aggregate, record.
+
+    Every action is stamped with the current virtual time; durations come from the world.
+    """
+
+    def __init__(self, scenario: Scenario, built: Built, executor: Executor, recorder: Recorder) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed
+        self.world = built.world
+        self.spec: TrainSpec = built.spec
+        self.executor = executor
+        self.recorder = recorder
+        self.queue = EventQueue()
+        self.counters: dict[str, float] = {k: 0 for k in COUNTERS}
+        self.global_model: Any = executor.initial_model()
+        self.stopping = False
+        self.stop_reason: str | None = None
+        self._jobs_started = np.zeros(self.world.num_devices, dtype=np.int64)
+        self._wall0 = time.perf_counter()
+
+    # -- time and randomness ------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Current virtual time in seconds."""
+        return self.queue.now
+
+    def wall_s(self) -> float:
+        """Real seconds since the run started (reported, never used for decisions)."""
+        return time.perf_counter() - self._wall0
+
+    def rng(self, name: str, *ids: int) -> np.random.Generator:
+        """The named random stream ``(seed, name, ids)``."""
+        return stream(self.seed, name, *ids)
+
+    def schedule(self, delay: float, kind: str, payload: dict[str, Any] | None = None,
+                 priority: int = Priority.CONTROL) -> Event:
+        """Schedule ``kind`` ``delay`` virtual seconds from now."""
+        return self.queue.push_after(delay, kind, payload, priority)
+
+    # -- work -----------------------------------------------------------------------------------
+    def start_training(self, device: int, params: Any, spec: TrainSpec | None = None) -> Job:
+        """Submit ``device``'s next job now; the protocol schedules its end ``job.compute_s`` later."""
+        spec = spec or self.spec
+        job_id = int(self._jobs_started[device])
+        self._jobs_started[device] += 1
+        seed = stream_seed(self.seed, "train", device, job_id)
+        compute_s = self.world.compute_s(device, spec)
+        new, stats, host = self.executor.train(device, seed, spec, params)
+        self.recorder.span(("device", device), "train", self.now, compute_s, job=job_id)
+        return Job(device, job_id, new, stats, compute_s, self.now, host)
+
+    def finish_training(self, job: Job) -> dict[str, float]:
+        """Collect a job whose virtual end has come (blocks only if it is still running for real)."""
+        try:
+            stats = self.executor.wait(job)
+        except Exception as exc:
+            raise RunError(f"t={self.now:.6g}s device {job.device} job {job.job}: training failed: {exc}") from exc
+        self.counters["train_jobs"] += 1
+        self.counters["compute_s"] += job.compute_s
+        return stats
+
+    def transfer(self, kind: str, lane: tuple[str, int], name: str, duration: float) -> None:
+        """Account one model transfer starting now (``device_cloud``, ``device_edge`` or ``edge_cloud``)."""
+        size = self.world.model_bytes
+        if kind in ("device_cloud", "device_edge"):
+            self.counters["bytes_device_tier"] += size
+        if kind == "edge_cloud":
+            self.counters["bytes_edge_tier"] += size
+        if kind in ("device_cloud", "edge_cloud"):
+            self.counters["bytes_cloud"] += size
+            self.counters["messages_cloud"] += 1
+        self.recorder.span(lane, name, self.now, duration, bytes=size)
+
+    def aggregate_edge(self, edge: int, updates: list[Any], weights: list[float], participants: list[int]) -> Any:
+        """Leader aggregation of device updates (order fixed by the caller)."""
+        handle = self.executor.aggregate_edge(edge, weights, updates)
+        self.counters["edge_aggregations"] += 1
+        self.counters["device_updates"] += len(updates)
+        self.recorder.instant(("edge", edge), "aggregate", self.now, participants=list(participants))
+        self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "edge_aggregate", "edge": edge,
+                              "participants": len(participants)})
+        return handle
+
+    def aggregate_cloud(self, updates: list[Any], weights: list[float], participants: list[int],
+                        tier: str = "device") -> Any:
+        """Cloud aggregation; ``tier`` says whether the updates come from devices or edges."""
+        handle = self.executor.aggregate_cloud(weights, updates)
+        self.counters["cloud_aggregations"] += 1
+        if tier == "device":
+            self.counters["device_updates"] += len(updates)
+        rounds = int(self.counters["cloud_aggregations"])
+        self.recorder.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
+        self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "cloud_aggregate", "round": rounds,
+                              "tier": tier, "participants": len(participants)})
+        limit = self.scenario.stop.rounds
+        if limit is not None and rounds >= limit:
+            self.request_stop("rounds")
+        return handle
+
+    def set_global(self, handle: Any) -> None:
+        """The cloud's model changed."""
+        self.global_model = handle
+
+    def request_stop(self, reason: str) -> None:
+        """End the run after the current event."""
+        if not self.stopping:
+            self.stopping, self.stop_reason = True, reason
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_scenario` returns."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+    final_params: np.ndarray
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Run:
+    """One run's loop, evaluations and summary."""
+
+    def __init__(self, ctx: Context, progress: ProgressFn | None) -> None:
+        self.ctx = ctx
+        self.progress = progress
+        sc = ctx.scenario
+        self.target = sc.evaluation.target_accuracy or sc.stop.target_accuracy
+        self.evals: list[dict[str, Any]] = []
+        self.time_to_target: float | None = None
+        self.rounds_to_target: int | None = None
+        self._last_eval: tuple[float, float] | None = None
+
+    def evaluate(self) -> None:
+        ctx = self.ctx
+        rounds = int(ctx.counters["cloud_aggregations"])
+        key = (ctx.now, ctx.counters["cloud_aggregations"] + ctx.counters["edge_aggregations"])
+        if self._last_eval == key:
+            return  # same instant, same model: nothing new to measure
+        self._last_eval = key
+        try:
+            acc, loss = ctx.executor.evaluate(ctx.global_model)
+        except Exception as exc:
+            raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
+        record = {"t": ctx.now, "wall_s": ctx.wall_s(), "event": "eval", "round": rounds,
+                  "accuracy": acc, "loss": loss, **ctx.counters}
+        self.evals.append(record)
+        ctx.recorder.metric(record)
+        ctx.recorder.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)
+        if self.target is not None and self.time_to_target is None and acc >= self.target:
+            self.time_to_target, self.rounds_to_target = ctx.now, rounds
+        stop_acc = ctx.scenario.stop.target_accuracy
+        if stop_acc is not None and acc >= stop_acc:
+            ctx.request_stop("target_accuracy")
+        if self.progress:
+            self.progress(ctx.now, rounds, acc)
+
+    def loop(self, protocol: Any) -> None:
+        ctx, sc = self.ctx, self.ctx.scenario
+        q = ctx.queue
+        q.push(0.0, "evaluate", priority=Priority.EVALUATE)
+        if sc.stop.virtual_time_s is not None:
+            q.push(sc.stop.virtual_time_s, "stop", priority=Priority.STOP)
+        protocol.start()
+        while len(q) and not ctx.stopping:
+            event = q.pop()
+            if event.kind == "evaluate":
+                self.evaluate()
+                if sc.evaluation.every_s is not None:
+                    q.push_after(sc.evaluation.every_s, "evaluate", priority=Priority.EVALUATE)
+                continue
+            if event.kind == "stop":
+                ctx.request_stop("virtual_time")
+                break
+            try:
+                protocol.handle(event)
+            except RunError:
+                raise
+            except Exception as exc:
+                who = ", ".join(f"{k} {v}" for k, v in event.payload.items())
+                raise RunError(f"t={event.time:.6g}s {event.kind} ({who}): {type(exc).__name__}: {exc}") from exc
+            if self.progress:
+                self.progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
+        if not ctx.stopping:
+            ctx.request_stop("idle")
+        self.evaluate()  # the final model, at the stop time
+
+
+def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn | None = None,
+                 source: str | None = None, built: Built | None = None) -> RunResult:
+    """Run ``scenario`` and write its output files to ``out_dir``.
+
+    Raises :class:`~hierfl.config.errors.ConfigError` before anything is written if the
+    scenario cannot be built, and :class:`RunError` (after writing the metrics so far and a
+    ``summary.json`` with ``status: failed``) if the run fails part-way.
+    """
+    wall0 = time.perf_counter()
+    built = built or build(scenario, source)
+    resolved = scenario.model_copy(update={"versions": package_versions()})
+    rec = Recorder(Path(out_dir))
+    rec.write_config(dump_scenario(resolved))
+    rec.write_devices(built.world)
+    world = built.world
+    rec.trace_lanes(world.num_edges, world.num_devices)
+    rt = scenario.runtime
+    executor: Executor | None = None
+    summary: dict[str, Any] = {"name": scenario.name, "protocol": scenario.protocol.name, "seed": scenario.seed,
+                               "status": "running"}
+    run: _Run | None = None
+    ctx: Context | None = None
+    try:
+        data = RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
+                       built.dataset.y_test, built.init_params,
+                       (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads),
+                       world.num_edges)
+        executor = make_executor(rt.executor, data, workers=rt.workers, address=rt.address)
+        startup_s = time.perf_counter() - wall0
+        ctx = Context(scenario, built, executor, rec)
+        if world.num_edges:
+            members = [world.edge_members(e).tolist() for e in range(world.num_edges)]
+            rec.clusters({"t": 0.0, "reason": "initial", "grouping": scenario.topology.grouping,
+                          "members": members, "leaders": [f"edge {e}" for e in range(world.num_edges)]})
+        else:
+            rec.clusters({"t": 0.0, "reason": "initial", "grouping": "flat",
+                          "members": [list(range(world.num_devices))], "leaders": ["cloud"]})
+        rec.metric({"t": 0.0, "wall_s": ctx.wall_s(), "event": "run_start", "startup_s": startup_s,
+                    "executor": executor.name, "workers": executor.workers, "devices": world.num_devices,
+                    "num_params": built.num_params})
+        run = _Run(ctx, progress)
+        protocol = scenario.protocol.create(ctx)
+        run.loop(protocol)
+        final = executor.fetch(ctx.global_model)
+        rec.write_model(final)
+        last = run.evals[-1]
+        summary.update({
+            "status": "completed", "stop_reason": ctx.stop_reason,
+            "final_accuracy": last["accuracy"], "final_loss": last["loss"],
+            "best_accuracy": max(e["accuracy"] for e in run.evals),
+            "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
+            "rounds_to_target": run.rounds_to_target,
+            "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
+            "wall_s": time.perf_counter() - wall0, "startup_s": startup_s,
+            "executor": executor.name, "workers": executor.workers,
+            "devices": world.num_devices, "edge_servers": world.num_edges,
+            "num_params": built.num_params, "model_bytes": world.model_bytes,
+            "totals": dict(ctx.counters),
+        })
+        rec.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "run_end", "stop_reason": ctx.stop_reason})
+        rec.write_summary(summary)
+        return RunResult(Path(out_dir), summary, final, run.evals)
+    except BaseException as exc:
+        summary.update({"status": "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                        "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - wall0})
+        if ctx is not None:
+            summary.update({"virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
+                            "totals": dict(ctx.counters)})
+        if run is not None and run.evals:
+            summary["final_accuracy"] = run.evals[-1]["accuracy"]
+        rec.write_summary(summary)
+        raise
+    finally:
+        rec.close()
+        if executor is not None:
+            executor.close()

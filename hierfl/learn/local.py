@@ -1,0 +1,319 @@
+"""Local training on flat parameter vectors: deterministic init, minibatch SGD, evaluation.
+
+Model parameters travel as one contiguous float32 vector (ARCHITECTURE.md §3) in the order of
+``module.parameters()`` (see :func:`param_layout`). :class:`LocalTrainer` owns one torch module
+whose parameters are views into a single flat buffer, so loading a vector is one ``memcpy`` and
+reading the result is one copy.
+
+Determinism (ARCHITECTURE.md §2): data order comes only from ``np.random.default_rng(seed)``,
+initialisation only from a ``torch.Generator`` seeded explicitly, and the trainer pins an
+explicit torch thread count; no global RNG is read or advanced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from hierfl.models import ModelConfig
+
+__all__ = [
+    "LocalTrainer",
+    "TrainSpec",
+    "count_params",
+    "effective_batch",
+    "forward_flops",
+    "init_params",
+    "num_steps",
+    "param_layout",
+    "samples_processed",
+]
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What one local training job does: SGD hyper-parameters and its length.
+
+    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (FedSGD).
+    """
+
+    epochs: int | None = 1
+    steps: int | None = None
+    batch_size: int | None = 32
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if (self.epochs is None) == (self.steps is None):
+            raise ValueError(f"TrainSpec: set exactly one of epochs / steps, got epochs={self.epochs}, steps={self.steps}")
+        for key in ("epochs", "steps", "batch_size"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
+        for key in ("lr", "momentum", "weight_decay"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"TrainSpec: {key} must be a finite number >= 0, got {value!r}")
+
+
+def effective_batch(n: int, spec: TrainSpec) -> int:
+    """Batch size actually used on ``n`` samples: ``min(batch_size or n, n)``."""
+    if n < 1:
+        raise ValueError(f"local training needs at least one sample, got n={n}")
+    return min(spec.batch_size or n, n)
+
+
+def num_steps(n: int, spec: TrainSpec) -> int:
+    """Number of SGD steps: ``epochs * ceil(n / b)`` in epoch mode, else ``steps``."""
+    b = effective_batch(n, spec)
+    if spec.epochs is not None:
+        return spec.epochs * -(-n // b)
+    assert spec.steps is not None  # guaranteed by TrainSpec
+    return spec.steps
+
+
+def samples_processed(n: int, spec: TrainSpec) -> int:
+    """Samples the trainer computes gradients on: ``epochs * n`` or ``steps * b``."""
+    b = effective_batch(n, spec)
+    if spec.epochs is not None:
+        return spec.epochs * n
+    assert spec.steps is not None
+    return spec.steps * b
+
+
+def param_layout(module: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    """``(name, shape)`` of each parameter, in the order of the flat vector."""
+    return [(name, tuple(p.shape)) for name, p in module.named_parameters()]
+
+
+def count_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:
+    """Length of the flat parameter vector."""
+    module = model_cfg.build(input_shape, num_classes)
+    return sum(p.numel() for p in module.parameters())
+
+
+def forward_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:
+    """FLOPs of one sample's forward pass: ``2 *`` multiply-adds of the Linear/Conv2d layers.
+
+    Biases, activations and pooling are not counted.
+    """
+    import torch
+    from torch import nn
+
+    module = model_cfg.build(input_shape, num_classes)
+    macs = 0
+
+    def hook(layer: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        nonlocal macs
+        if isinstance(layer, nn.Linear):
+            macs += layer.in_features * layer.out_features
+        elif isinstance(layer, nn.Conv2d):
+            kh, kw = layer.kernel_size
+            macs += output[0].numel() * (layer.in_channels // layer.groups) * kh * kw
+
+    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    try:
+        with torch.no_grad():
+            module(torch.zeros(1, math.prod(input_shape)))
+    finally:
+        for h in handles:
+            h.remove()
+    return 2 * macs
+
+
+def init_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, seed: int) -> np.ndarray:
+    """Initial flat float32 parameters, a function of ``seed`` only (identical bits in any process).
+
+    Every Linear/Conv2d is initialised like PyTorch's default from a ``torch.Generator``
+    seeded with ``seed`` (see :func:`hierfl.models.nets.reset_parameters_`).
+    """
+    import torch
+
+    module = model_cfg.build(input_shape, num_classes, seed=seed)
+    return torch.nn.utils.parameters_to_vector(module.parameters()).detach().numpy().copy()
+
+
+def _index_blocks(n: int, b: int, spec: TrainSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Blocks of sample indices; each block is cut into consecutive batches of ``b``.
+
+    Epoch mode: one ``rng.permutation(n)`` per epoch (its last batch may be partial).
+    Step mode: a stream of concatenated permutations, ``steps`` chunks of exactly ``b``.
+    """
+    if spec.epochs is not None:
+        for _ in range(spec.epochs):
+            yield rng.permutation(n)
+        return
+    assert spec.steps is not None
+    remaining = spec.steps
+    carry = np.empty(0, dtype=np.int64)
+    while remaining > 0:
+        stream = np.concatenate([carry, rng.permutation(n)]) if carry.size else rng.permutation(n)
+        k = min(stream.size // b, remaining)  # >= 1 because b <= n
+        yield stream[: k * b]
+        carry = stream[k * b :]
+        remaining -= k
+
+
+class LocalTrainer:
+    """Owns one torch module; trains it from flat float32 parameter vectors.
+
+    One instance per process/actor. The module's parameters are views into one flat buffer;
+    ``torch.set_num_threads(torch_threads)`` is called here and again before each job if some
+    other code changed it, since results depend on the thread count.
+
+    Attributes
+    ----------
+    num_params
+        Length of the flat parameter vector.
+    layout
+        ``(name, shape)`` per parameter, in vector order.
+    """
+
+    def __init__(self, model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, torch_threads: int = 1) -> None:
+        import torch
+
+        if torch_threads < 1:
+            raise ValueError(f"torch_threads must be >= 1, got {torch_threads}")
+        self.torch_threads = int(torch_threads)
+        torch.set_num_threads(self.torch_threads)
+        self.model_cfg = model_cfg
+        self.input_shape = tuple(int(s) for s in input_shape)
+        self.num_classes = int(num_classes)
+        self.in_features = math.prod(self.input_shape)
+        self.module = model_cfg.build(self.input_shape, self.num_classes)
+        self.layout = param_layout(self.module)
+        self._params = list(self.module.parameters())
+        self.num_params = sum(p.numel() for p in self._params)
+        # One flat buffer; every parameter becomes a view into it (vector order).
+        self._flat = torch.nn.utils.parameters_to_vector(self._params).detach().clone()
+        torch.nn.utils.vector_to_parameters(self._flat, self._params)
+        self._flat_np = self._flat.numpy()  # shares memory with self._flat
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _load(self, params: np.ndarray) -> None:
+        import torch
+
+        if torch.get_num_threads() != self.torch_threads:
+            torch.set_num_threads(self.torch_threads)
+        params = np.asarray(params)
+        if params.shape != (self.num_params,):
+            raise ValueError(f"expected a flat parameter vector of shape ({self.num_params},), got {params.shape}")
+        self._flat_np[...] = params  # numpy copy: works for read-only input, casts to float32
+
+    def _check_data(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = np.asarray(x)
+        y = np.asarray(y)
+        n = x.shape[0] if x.ndim else 0
+        if n < 1:
+            raise ValueError("need at least one sample")
+        if y.shape != (n,):
+            raise ValueError(f"labels must have shape ({n},), got {y.shape}")
+        x2d = x.reshape(n, -1)  # a view for contiguous input; never written
+        if x2d.shape[1] != self.in_features:
+            raise ValueError(f"samples have {x2d.shape[1]} features, model expects {self.in_features} ({self.input_shape})")
+        return x2d, y
+
+    # -- public API ------------------------------------------------------------------------
+
+    def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int) -> tuple[np.ndarray, dict[str, float]]:
+        """Local minibatch SGD starting from ``params``.
+
+        Semantics (the emulator's timing model relies on them):
+
+        - ``b = effective_batch(n, spec)``; data order comes from ``np.random.default_rng(seed)``
+          only. Epoch mode: per epoch ``perm = rng.permutation(n)``, consecutive batches of ``b``
+          (the last one partial). Step mode: a stream of concatenated permutations cut into
+          ``steps`` consecutive chunks of exactly ``b`` (chunks may cross epoch boundaries).
+        - Loss: cross-entropy, mean over the batch. Optimiser: a fresh
+          ``torch.optim.SGD(lr, momentum, weight_decay, foreach=False)`` per call (no state is
+          carried between jobs).
+        - Exactly ``num_steps(n, spec)`` steps over ``samples_processed(n, spec)`` samples.
+        - Inputs may be read-only (zero-copy from Ray's object store); they are never written.
+          Batches are gathered once per epoch (step mode: once per permutation) with numpy
+          fancy indexing, then sliced.
+        - Bit-identical for the same (params, x, y, spec, seed, torch_threads).
+
+        Parameters
+        ----------
+        params
+            Flat float32 parameter vector to start from.
+        x
+            Samples, ``(n, prod(input_shape))`` or ``(n, *input_shape)``.
+        y
+            Integer class labels, ``(n,)``.
+        spec
+            Hyper-parameters and length of the job.
+        seed
+            Seed of the data order.
+
+        Returns
+        -------
+        (np.ndarray, dict)
+            New contiguous writable float32 vector, and ``{'loss': mean of the per-step batch
+            losses, 'steps': k, 'samples': s}``.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        x2d, y = self._check_data(x, y)
+        self._load(params)
+        n = x2d.shape[0]
+        b = effective_batch(n, spec)
+        rng = np.random.default_rng(seed)
+        module = self.module
+        module.train()
+        opt = torch.optim.SGD(
+            self._params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay, foreach=False
+        )
+        loss_sum = 0.0
+        steps = 0
+        samples = 0
+        for block in _index_blocks(n, b, spec, rng):
+            # Fancy indexing copies, so the tensors are writable even when x / y are not.
+            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[block], dtype=np.float32))
+            yb_all = torch.from_numpy(y[block].astype(np.int64, copy=False))
+            m = block.size
+            for start in range(0, m, b):
+                xb = xb_all[start : start + b]
+                yb = yb_all[start : start + b]
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(module(xb), yb)
+                loss.backward()
+                opt.step()
+                loss_sum += loss.item()
+                steps += 1
+                samples += xb.shape[0]
+        out = self._flat.detach().numpy().copy()
+        return out, {"loss": loss_sum / steps, "steps": steps, "samples": samples}
+
+    def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch_size: int = 4096) -> tuple[float, float]:
+        """``(accuracy, mean cross-entropy loss)`` of the model with ``params`` on ``(x, y)``."""
+        import torch
+        import torch.nn.functional as F
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        x2d, y = self._check_data(x, y)
+        self._load(params)
+        n = x2d.shape[0]
+        module = self.module
+        module.eval()
+        loss_sum = 0.0
+        correct = 0
+        with torch.inference_mode():
+            for start in range(0, n, batch_size):
+                xb = torch.from_numpy(np.array(x2d[start : start + batch_size], dtype=np.float32))
+                yb = torch.from_numpy(np.array(y[start : start + batch_size], dtype=np.int64))
+                logits = module(xb)
+                loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
+                correct += int((logits.argmax(dim=1) == yb).sum().item())
+        return correct / n, loss_sum / n

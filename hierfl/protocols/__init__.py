@@ -1,0 +1,7 @@
+"""Protocols, registered by the name used in YAML (``protocol.name``)."""
+
+from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.protocols.fedavg import FedAvg, FedAvgConfig
+from hierfl.protocols.hierfavg import HierFAVG, HierFAVGConfig
+
+__all__ = ["PROTOCOLS", "Protocol", "ProtocolConfig", "FedAvg", "FedAvgConfig", "HierFAVG", "HierFAVGConfig"]

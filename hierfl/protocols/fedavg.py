@@ -1,0 +1,106 @@
+"""FedAvg: synchronous federated averaging.
+
+McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep
+Networks from Decentralized Data", AISTATS 2017. ALGORITHMS.md §5.1: each round samples
+``m = max(⌈C·K⌉, 1)`` devices uniformly without replacement; each runs ``E`` local epochs of
+minibatch SGD (batch ``B``; ``B = null`` with ``E = 1`` is FedSGD) from the global model; the
+server waits for all of them and sets ``w ← Σ n_k w_k / Σ n_k``.
+
+Virtual time of one round (server-side aggregation is instantaneous)::
+
+    round_time = max over selected i of (download_i + compute_i + upload_i)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from hierfl.core.engine import Event, Priority
+from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+
+if TYPE_CHECKING:
+    from hierfl.emulator import Context, Job
+
+__all__ = ["FedAvgConfig", "FedAvg"]
+
+
+@PROTOCOLS.register
+class FedAvgConfig(ProtocolConfig):
+    """``protocol: {name: fedavg, fraction: C}``; E and B come from ``training:``."""
+
+    name: Literal["fedavg"] = "fedavg"
+    fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
+
+    def create(self, ctx: Context) -> FedAvg:
+        """A FedAvg run."""
+        return FedAvg(self, ctx)
+
+
+class FedAvg(Protocol):
+    """Synchronous rounds over the whole population, aggregated at the cloud."""
+
+    def __init__(self, cfg: FedAvgConfig, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.cfg = cfg
+        self.round = 0
+        self.selected: list[int] = []
+        self.jobs: dict[int, Job] = {}
+        self.arrived: set[int] = set()
+        self.round_model: Any = None
+
+    def clients_per_round(self) -> int:
+        """``m = max(⌈C·N⌉, 1)``."""
+        n = self.ctx.world.num_devices
+        return min(n, max(math.ceil(self.cfg.fraction * n - 1e-9), 1))
+
+    def start(self) -> None:
+        """Begin round 0 at t = 0."""
+        self._begin_round()
+
+    def _begin_round(self) -> None:
+        ctx = self.ctx
+        rng = ctx.rng("fedavg.select", self.round)
+        chosen = rng.choice(ctx.world.num_devices, size=self.clients_per_round(), replace=False)
+        self.selected = sorted(int(i) for i in chosen)
+        self.jobs, self.arrived = {}, set()
+        self.round_model = ctx.global_model
+        for device in self.selected:
+            d = ctx.world.download_s(device)
+            ctx.transfer("device_cloud", ("device", device), "download", d)
+            ctx.schedule(d, "train_start", {"device": device, "round": self.round}, Priority.START)
+
+    def on_train_start(self, event: Event) -> None:
+        """The device has the model: start its job (submitted to the executor now)."""
+        device = event.payload["device"]
+        job = self.ctx.start_training(device, self.round_model)
+        self.jobs[device] = job
+        self.ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL)
+
+    def on_train_done(self, event: Event) -> None:
+        """The job's virtual time is over: collect it and upload."""
+        device = event.payload["device"]
+        self.ctx.finish_training(self.jobs[device])
+        u = self.ctx.world.upload_s(device)
+        self.ctx.transfer("device_cloud", ("device", device), "upload", u)
+        self.ctx.schedule(u, "upload_done", event.payload, Priority.ARRIVAL)
+
+    def on_upload_done(self, event: Event) -> None:
+        """An update reached the cloud; aggregate when all selected devices have reported."""
+        self.arrived.add(event.payload["device"])
+        if len(self.arrived) < len(self.selected):
+            return
+        ctx = self.ctx
+        ids = self.selected  # sorted: the aggregation order is fixed
+        new = ctx.aggregate_cloud([self.jobs[i].params for i in ids],
+                                  [float(ctx.world.samples[i]) for i in ids], participants=ids)
+        ctx.set_global(new)
+        self.round += 1
+        if not ctx.stopping:
+            self._begin_round()
+
+    def state(self) -> dict[str, Any]:
+        """Round counter and in-flight participants."""
+        return {"round": self.round, "selected": self.selected, "arrived": sorted(self.arrived)}

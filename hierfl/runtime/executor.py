@@ -1,0 +1,135 @@
+"""The executor interface and the in-process (sequential) executor.
+
+A *handle* is whatever the executor uses to refer to a parameter vector: a numpy array here,
+a Ray ``ObjectRef`` in the Ray executor. Protocols pass handles around and never look inside,
+so updates flow host → leader → cloud without passing through the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hierfl.core.work import TrainSpec
+from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
+
+__all__ = ["Job", "Executor", "LocalExecutor", "RunData", "make_executor"]
+
+
+@dataclass
+class Job:
+    """A submitted local training job."""
+
+    device: int
+    job: int
+    params: Any          # handle of the trained parameter vector
+    stats: Any           # handle of the small stats dict
+    compute_s: float     # its virtual duration
+    start: float         # virtual start time
+    host: int = 0
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What the executor needs to start its roles."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    parts: list[np.ndarray]
+    x_test: np.ndarray
+    y_test: np.ndarray
+    init_params: np.ndarray
+    model: ModelSpec
+    num_edges: int
+
+
+class Executor:
+    """Runs role work; results are identical whichever executor is used."""
+
+    name = "abstract"
+    workers = 1
+
+    def initial_model(self) -> Any:
+        """Handle of the initial global model."""
+        raise NotImplementedError
+
+    def train(self, device: int, seed: int, spec: TrainSpec, params: Any) -> tuple[Any, Any, int]:
+        """Submit a job; returns (params handle, stats handle, host index) without waiting."""
+        raise NotImplementedError
+
+    def wait(self, job: Job) -> dict[str, float]:
+        """Block until ``job`` has finished; return its stats."""
+        raise NotImplementedError
+
+    def aggregate_edge(self, edge: int, weights: list[float], updates: list[Any]) -> Any:
+        """Leader aggregation; returns the new leader-model handle."""
+        raise NotImplementedError
+
+    def aggregate_cloud(self, weights: list[float], updates: list[Any]) -> Any:
+        """Cloud aggregation; returns the new global-model handle."""
+        raise NotImplementedError
+
+    def evaluate(self, params: Any) -> tuple[float, float]:
+        """(accuracy, loss) of a model handle on the test set (blocking)."""
+        raise NotImplementedError
+
+    def fetch(self, params: Any) -> np.ndarray:
+        """The parameter vector behind a handle."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class LocalExecutor(Executor):
+    """Everything in this process, in event order: the debugging backend and the unit-test path."""
+
+    name = "local"
+
+    def __init__(self, data: RunData) -> None:
+        self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model)
+        self.leaders = LeaderHost()
+        self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model)
+        self._init = np.asarray(data.init_params, dtype=np.float32)
+
+    def initial_model(self) -> Any:
+        """The initial vector itself."""
+        return self._init
+
+    def train(self, device: int, seed: int, spec: TrainSpec, params: Any) -> tuple[Any, Any, int]:
+        """Runs the job immediately (its virtual time is accounted by the emulator)."""
+        new, stats = self.host.train(device, seed, spec, params)
+        return new, stats, 0
+
+    def wait(self, job: Job) -> dict[str, float]:
+        """Already done."""
+        return dict(job.stats)
+
+    def aggregate_edge(self, edge: int, weights: list[float], updates: list[Any]) -> Any:
+        """In-process leader aggregation."""
+        return self.leaders.aggregate(edge, weights, *updates)
+
+    def aggregate_cloud(self, weights: list[float], updates: list[Any]) -> Any:
+        """In-process cloud aggregation."""
+        return self.cloud.aggregate(weights, *updates)
+
+    def evaluate(self, params: Any) -> tuple[float, float]:
+        """In-process evaluation."""
+        return self.cloud.evaluate(params)
+
+    def fetch(self, params: Any) -> np.ndarray:
+        """The handle is the vector."""
+        return np.asarray(params)
+
+
+def make_executor(kind: str, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:
+    """The executor named by ``runtime.executor``."""
+    if kind == "local":
+        return LocalExecutor(data)
+    if kind == "ray":
+        from hierfl.runtime.ray_executor import RayExecutor  # Ray is imported only when used
+
+        return RayExecutor(data, workers=workers, address=address)
+    raise ValueError(f"unknown executor {kind!r}; allowed: local, ray")
