@@ -151,13 +151,22 @@ def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list
     return problems
 
 
+def _edge_count_problem(edges: Any, n: Any) -> list[Problem]:
+    if isinstance(edges, int) and isinstance(n, int) and n >= 1 and edges > n:
+        return [Problem("topology.edge_servers", f"more edge servers than devices ({n}); allowed: 0..{n}", edges)]
+    return []
+
+
+def _raw_cross_checks(raw: dict[str, Any]) -> list[Problem]:
+    """Cross-section checks that can run even when the schema rejected something else."""
+    devices, topology = raw.get("devices"), raw.get("topology")
+    if isinstance(devices, dict) and isinstance(topology, dict):
+        return _edge_count_problem(topology.get("edge_servers"), devices.get("count"))
+    return []
+
+
 def _cross_checks(scenario: Scenario) -> list[Problem]:
-    problems: list[Problem] = []
-    n = scenario.devices.count
-    edges = scenario.topology.edge_servers
-    if edges > n:
-        problems.append(Problem("topology.edge_servers",
-                                f"more edge servers than devices ({n}); allowed: 0..{n}", edges))
+    problems = _edge_count_problem(scenario.topology.edge_servers, scenario.devices.count)
     ev, stop = scenario.evaluation, scenario.stop
     if stop.target_accuracy is not None and ev.every_s is None:
         problems.append(Problem("evaluation.every_s",
@@ -174,7 +183,7 @@ def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_problems_from_validation(exc, raw), source) from None
+        raise ConfigError(_problems_from_validation(exc, raw) + _raw_cross_checks(raw), source) from None
     problems = _cross_checks(scenario)
     if problems:
         raise ConfigError(problems, source)

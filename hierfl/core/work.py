@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "TrainSpec", "effective_batch", "num_steps", "samples_processed",
     "compute_time_s", "transfer_time_s", "model_bytes",
@@ -23,46 +25,54 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """One local training job: minibatch SGD for ``epochs`` epochs or ``steps`` steps."""
+    """What one local training job does: SGD hyper-parameters and its length.
+
+    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (FedSGD).
+    """
 
     epochs: int | None = 1
     steps: int | None = None
-    batch_size: int | None = 32     # None = full batch (FedSGD)
+    batch_size: int | None = 32
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
-            raise ValueError("exactly one of epochs / steps must be set")
-        if (self.epochs or self.steps or 0) < 1:
-            raise ValueError("epochs / steps must be >= 1")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1 or None")
+            raise ValueError(f"TrainSpec: set exactly one of epochs / steps, got epochs={self.epochs}, steps={self.steps}")
+        for key in ("epochs", "steps", "batch_size"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
+        for key in ("lr", "momentum", "weight_decay"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"TrainSpec: {key} must be a finite number >= 0, got {value!r}")
 
 
 def effective_batch(n: int, spec: TrainSpec) -> int:
-    """The batch size actually used on ``n`` samples: ``min(batch_size or n, n)``."""
+    """Batch size actually used on ``n`` samples: ``min(batch_size or n, n)``."""
     if n < 1:
-        raise ValueError(f"a device needs at least one sample, got {n}")
+        raise ValueError(f"local training needs at least one sample, got n={n}")
     return min(spec.batch_size or n, n)
 
 
 def num_steps(n: int, spec: TrainSpec) -> int:
-    """SGD steps of one job: ``epochs · ⌈n / b⌉`` or ``steps``."""
-    if spec.steps is not None:
-        return spec.steps
-    assert spec.epochs is not None
-    return spec.epochs * math.ceil(n / effective_batch(n, spec))
+    """Number of SGD steps: ``epochs * ceil(n / b)`` in epoch mode, else ``steps``."""
+    b = effective_batch(n, spec)
+    if spec.epochs is not None:
+        return spec.epochs * -(-n // b)
+    assert spec.steps is not None  # guaranteed by TrainSpec
+    return spec.steps
 
 
 def samples_processed(n: int, spec: TrainSpec) -> int:
-    """Per-sample gradient evaluations of one job: ``epochs · n`` or ``steps · b``."""
-    if spec.steps is not None:
-        return spec.steps * effective_batch(n, spec)
-    assert spec.epochs is not None
-    effective_batch(n, spec)  # validates n
-    return spec.epochs * n
+    """Samples the trainer computes gradients on: ``epochs * n`` or ``steps * b``."""
+    b = effective_batch(n, spec)
+    if spec.epochs is not None:
+        return spec.epochs * n
+    assert spec.steps is not None
+    return spec.steps * b
 
 
 def compute_time_s(samples: int, speed_sps: float) -> float:

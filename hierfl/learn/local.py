@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from hierfl.core.work import TrainSpec, effective_batch, num_steps, samples_processed
 
 if TYPE_CHECKING:
     import torch
@@ -35,58 +36,6 @@ __all__ = [
     "param_layout",
     "samples_processed",
 ]
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """What one local training job does: SGD hyper-parameters and its length.
-
-    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (FedSGD).
-    """
-
-    epochs: int | None = 1
-    steps: int | None = None
-    batch_size: int | None = 32
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        if (self.epochs is None) == (self.steps is None):
-            raise ValueError(f"TrainSpec: set exactly one of epochs / steps, got epochs={self.epochs}, steps={self.steps}")
-        for key in ("epochs", "steps", "batch_size"):
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-                raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
-        for key in ("lr", "momentum", "weight_decay"):
-            value = getattr(self, key)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"TrainSpec: {key} must be a finite number >= 0, got {value!r}")
-
-
-def effective_batch(n: int, spec: TrainSpec) -> int:
-    """Batch size actually used on ``n`` samples: ``min(batch_size or n, n)``."""
-    if n < 1:
-        raise ValueError(f"local training needs at least one sample, got n={n}")
-    return min(spec.batch_size or n, n)
-
-
-def num_steps(n: int, spec: TrainSpec) -> int:
-    """Number of SGD steps: ``epochs * ceil(n / b)`` in epoch mode, else ``steps``."""
-    b = effective_batch(n, spec)
-    if spec.epochs is not None:
-        return spec.epochs * -(-n // b)
-    assert spec.steps is not None  # guaranteed by TrainSpec
-    return spec.steps
-
-
-def samples_processed(n: int, spec: TrainSpec) -> int:
-    """Samples the trainer computes gradients on: ``epochs * n`` or ``steps * b``."""
-    b = effective_batch(n, spec)
-    if spec.epochs is not None:
-        return spec.epochs * n
-    assert spec.steps is not None
-    return spec.steps * b
 
 
 def param_layout(module: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:

@@ -1,0 +1,44 @@
+"""The event engine: exact pop order, clock, ties, snapshots."""
+
+import pytest
+
+from hierfl.core.engine import EventQueue, Priority
+
+
+def test_exact_trace_time_then_priority_then_insertion():
+    q = EventQueue()
+    q.push(2.0, "c", {"i": 1})
+    q.push(1.0, "b", priority=Priority.EVALUATE)
+    q.push(1.0, "a", priority=Priority.ARRIVAL)
+    q.push(1.0, "a2", priority=Priority.ARRIVAL)
+    q.push(0.5, "z", priority=Priority.STOP)
+    trace = []
+    while len(q):
+        e = q.pop()
+        trace.append((e.time, e.kind, q.now))
+    assert trace == [(0.5, "z", 0.5), (1.0, "a", 1.0), (1.0, "a2", 1.0), (1.0, "b", 1.0), (2.0, "c", 2.0)]
+
+
+def test_push_after_is_relative_to_now_and_past_is_rejected():
+    q = EventQueue()
+    q.push(3.0, "x")
+    q.pop()
+    e = q.push_after(1.5, "y")
+    assert e.time == 4.5
+    with pytest.raises(ValueError, match="before now"):
+        q.push(2.0, "late")
+    with pytest.raises(ValueError, match="negative delay"):
+        q.push_after(-1.0, "neg")
+    with pytest.raises(ValueError):
+        q.push(float("nan"), "nan")
+
+
+def test_state_roundtrip_preserves_order_and_counter():
+    q = EventQueue()
+    for t, k in [(5.0, "e"), (1.0, "a"), (1.0, "b"), (3.0, "c")]:
+        q.push(t, k, {"k": k})
+    q.pop()
+    r = EventQueue.from_state(q.state())
+    assert r.now == 1.0
+    assert [r.pop().kind for _ in range(3)] == ["b", "c", "e"]
+    assert r.push(9.0, "new").seq == 4  # the sequence counter continues
