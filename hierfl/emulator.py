@@ -125,23 +125,30 @@ class Context:
             self.counters["messages_cloud"] += 1
         self.recorder.span(lane, name, self.now, duration, bytes=size)
 
-    def aggregate_edge(self, edge: int, updates: list[Any], weights: list[float], participants: list[int]) -> Any:
-        """Leader aggregation of device updates (order fixed by the caller)."""
-        handle = self.executor.aggregate_edge(edge, weights, updates)
+    def add_to_edge(self, edge: int, update: Any, weight: float) -> None:
+        """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
+        self.executor.add_edge(edge, weight, update)
+
+    def commit_edge(self, edge: int, participants: list[int]) -> Any:
+        """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle."""
+        handle = self.executor.commit_edge(edge)
         self.counters["edge_aggregations"] += 1
-        self.counters["device_updates"] += len(updates)
+        self.counters["device_updates"] += len(participants)
         self.recorder.instant(("edge", edge), "aggregate", self.now, participants=list(participants))
         self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "edge_aggregate", "edge": edge,
                               "participants": len(participants)})
         return handle
 
-    def aggregate_cloud(self, updates: list[Any], weights: list[float], participants: list[int],
-                        tier: str = "device") -> Any:
-        """Cloud aggregation; ``tier`` says whether the updates come from devices or edges."""
-        handle = self.executor.aggregate_cloud(weights, updates)
+    def add_to_cloud(self, update: Any, weight: float) -> None:
+        """A model arrived at the cloud: fold it into the running aggregation now."""
+        self.executor.add_cloud(weight, update)
+
+    def commit_cloud(self, participants: list[int], tier: str = "device") -> Any:
+        """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
+        handle = self.executor.commit_cloud()
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
-            self.counters["device_updates"] += len(updates)
+            self.counters["device_updates"] += len(participants)
         rounds = int(self.counters["cloud_aggregations"])
         self.recorder.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
         self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "cloud_aggregate", "round": rounds,
@@ -265,7 +272,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         data = RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
                        built.dataset.y_test, built.init_params,
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads),
-                       world.num_edges)
+                       world.num_edges, built.spec)
         executor = make_executor(rt.executor, data, workers=rt.workers, address=rt.address)
         startup_s = time.perf_counter() - wall0
         ctx = Context(scenario, built, executor, rec)

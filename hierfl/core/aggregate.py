@@ -1,8 +1,11 @@
 """Aggregation math on flat float32 parameter vectors (pure numpy).
 
-As in Flower's ``strategy/aggregate.py``, aggregation is vector arithmetic. Sums run in a fixed
-order (the order of the arguments, which callers sort by participant id) and accumulate in
-float64, so the result is identical wherever it is computed.
+As in Flower's ``strategy/aggregate.py``, aggregation is vector arithmetic. A weighted average
+is computed as a *streaming* float64 sum ``Σ w_k v_k`` divided by ``Σ w_k`` at the end, so a
+server can fold each update in when its arrival event is processed (overlapping the remaining
+training) instead of doing all the work at the round barrier. Sums run in the order updates are
+added — the virtual-time arrival order, which is the same every run and with every executor —
+so results are bit-identical wherever they are computed.
 """
 
 from __future__ import annotations
@@ -11,39 +14,72 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["normalised_weights", "weighted_average"]
+__all__ = ["WeightedSum", "normalised_weights", "weighted_average"]
+
+
+def _check_weight(weight: float) -> float:
+    w = float(weight)
+    if not np.isfinite(w) or w < 0:
+        raise ValueError(f"aggregation weights must be finite and >= 0, got {weight!r}")
+    return w
+
+
+class WeightedSum:
+    """Streaming weighted average: ``add(v, w)`` repeatedly, then ``result()``."""
+
+    def __init__(self) -> None:
+        self._acc: np.ndarray | None = None
+        self._tmp: np.ndarray | None = None
+        self.total_weight = 0.0
+        self.count = 0
+
+    def add(self, vector: np.ndarray, weight: float) -> None:
+        """Fold in one update (float64 accumulation, no per-call allocation after the first)."""
+        w = _check_weight(weight)
+        vec = np.asarray(vector)
+        if self._acc is None:
+            self._acc = np.multiply(vec, w, dtype=np.float64)
+            self._tmp = np.empty_like(self._acc)
+        else:
+            if vec.shape != self._acc.shape:
+                raise ValueError(f"vector shapes differ: {vec.shape} vs {self._acc.shape}")
+            np.multiply(vec, w, out=self._tmp, dtype=np.float64)
+            self._acc += self._tmp
+        self.total_weight += w
+        self.count += 1
+
+    def result(self) -> np.ndarray:
+        """``Σ w_k v_k / Σ w_k`` as float32; raises if nothing (or only zero weight) was added."""
+        if self._acc is None:
+            raise ValueError("aggregation needs at least one update")
+        if self.total_weight <= 0:
+            raise ValueError("aggregation weights sum to zero: nothing to average")
+        return (self._acc / self.total_weight).astype(np.float32)
 
 
 def normalised_weights(weights: Sequence[float]) -> np.ndarray:
     """``weights / sum(weights)`` as float64; raises on empty, negative, non-finite or zero-sum input."""
-    w = np.asarray(weights, dtype=np.float64)
-    if w.ndim != 1 or w.size == 0:
+    w = np.asarray([_check_weight(x) for x in weights], dtype=np.float64)
+    if w.size == 0:
         raise ValueError("aggregation needs at least one weight")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise ValueError(f"aggregation weights must be finite and >= 0, got {w.tolist()}")
-    total = w.sum()
-    if total <= 0:
+    if w.sum() <= 0:
         raise ValueError("aggregation weights sum to zero: nothing to average")
-    return w / total
+    return w / w.sum()
 
 
 def weighted_average(vectors: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
-    """``wavg(models, weights) = Σ_k (w_k / Σ w) · models_k`` (ALGORITHMS.md §1.3), as float32.
+    """``wavg(models, weights) = Σ_k w_k · models_k / Σ_k w_k`` (ALGORITHMS.md §1.3), as float32.
 
     Parameters
     ----------
     vectors:
-        Flat parameter vectors of equal length, in a fixed (caller-sorted) order.
+        Flat parameter vectors of equal length, summed in the given order.
     weights:
         Non-negative weights, typically sample counts ``n_k`` (FedAvg, McMahan et al. 2017).
     """
     if len(vectors) != len(weights):
         raise ValueError(f"{len(vectors)} vectors but {len(weights)} weights")
-    p = normalised_weights(weights)
-    size = vectors[0].shape
-    acc = np.zeros(size, dtype=np.float64)
-    for vec, pk in zip(vectors, p):
-        if vec.shape != size:
-            raise ValueError(f"vector shapes differ: {vec.shape} vs {size}")
-        acc += pk * vec.astype(np.float64, copy=False)
-    return acc.astype(np.float32)
+    acc = WeightedSum()
+    for vec, w in zip(vectors, weights):
+        acc.add(vec, w)
+    return acc.result()

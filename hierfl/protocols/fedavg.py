@@ -88,15 +88,14 @@ class FedAvg(Protocol):
         self.ctx.schedule(u, "upload_done", event.payload, Priority.ARRIVAL)
 
     def on_upload_done(self, event: Event) -> None:
-        """An update reached the cloud; aggregate when all selected devices have reported."""
-        self.arrived.add(event.payload["device"])
+        """An update reached the cloud: fold it in; commit when all selected devices have reported."""
+        ctx = self.ctx
+        device = event.payload["device"]
+        self.arrived.add(device)
+        ctx.add_to_cloud(self.jobs.pop(device).params, float(ctx.world.samples[device]))
         if len(self.arrived) < len(self.selected):
             return
-        ctx = self.ctx
-        ids = self.selected  # sorted: the aggregation order is fixed
-        new = ctx.aggregate_cloud([self.jobs[i].params for i in ids],
-                                  [float(ctx.world.samples[i]) for i in ids], participants=ids)
-        ctx.set_global(new)
+        ctx.set_global(ctx.commit_cloud(participants=self.selected))
         self.round += 1
         if not ctx.stopping:
             self._begin_round()

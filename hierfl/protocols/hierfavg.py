@@ -116,11 +116,11 @@ class HierFAVG(Protocol):
         ctx = self.ctx
         device, edge = event.payload["device"], event.payload["edge"]
         self.arrived[edge].add(device)
+        ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]))
         ids = self.selected[edge]
         if len(self.arrived[edge]) < len(ids):
             return
-        self.edge_model[edge] = ctx.aggregate_edge(
-            edge, [self.jobs.pop(i).params for i in ids], [float(ctx.world.samples[i]) for i in ids], participants=ids)
+        self.edge_model[edge] = ctx.commit_edge(edge, participants=ids)
         self.edge_round[edge] += 1
         if self.edge_round[edge] % self.cfg.kappa2 == 0:
             u = ctx.world.edge_upload_s(edge)
@@ -132,14 +132,13 @@ class HierFAVG(Protocol):
     def on_edge_upload_done(self, event: Event) -> None:
         """An edge model reached the cloud; aggregate when every edge has reported."""
         ctx = self.ctx
-        self.cloud_arrived.add(event.payload["edge"])
+        edge = event.payload["edge"]
+        self.cloud_arrived.add(edge)
+        ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge])
         if len(self.cloud_arrived) < len(self.edges):
             return
         self.cloud_arrived = set()
-        new = ctx.aggregate_cloud([self.edge_model[e] for e in self.edges],
-                                  [self.edge_weight[e] for e in self.edges],
-                                  participants=[int(e) for e in self.edges], tier="edge")
-        ctx.set_global(new)
+        ctx.set_global(ctx.commit_cloud(participants=[int(e) for e in self.edges], tier="edge"))
         if ctx.stopping:
             return
         for e in self.edges:

@@ -43,6 +43,7 @@ class RunData:
     init_params: np.ndarray
     model: ModelSpec
     num_edges: int
+    spec: TrainSpec
 
 
 class Executor:
@@ -63,12 +64,20 @@ class Executor:
         """Block until ``job`` has finished; return its stats."""
         raise NotImplementedError
 
-    def aggregate_edge(self, edge: int, weights: list[float], updates: list[Any]) -> Any:
-        """Leader aggregation; returns the new leader-model handle."""
+    def add_edge(self, edge: int, weight: float, update: Any) -> None:
+        """Fold an arriving update into ``edge``'s running aggregation (does not wait)."""
         raise NotImplementedError
 
-    def aggregate_cloud(self, weights: list[float], updates: list[Any]) -> Any:
-        """Cloud aggregation; returns the new global-model handle."""
+    def commit_edge(self, edge: int) -> Any:
+        """Finish ``edge``'s aggregation; returns the new leader-model handle."""
+        raise NotImplementedError
+
+    def add_cloud(self, weight: float, update: Any) -> None:
+        """Fold an arriving model into the cloud's running aggregation (does not wait)."""
+        raise NotImplementedError
+
+    def commit_cloud(self) -> Any:
+        """Finish the cloud aggregation; returns the new global-model handle."""
         raise NotImplementedError
 
     def evaluate(self, params: Any) -> tuple[float, float]:
@@ -93,6 +102,7 @@ class LocalExecutor(Executor):
         self.leaders = LeaderHost()
         self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model)
         self._init = np.asarray(data.init_params, dtype=np.float32)
+        self.host.warmup(data.spec, self._init)
 
     def initial_model(self) -> Any:
         """The initial vector itself."""
@@ -107,13 +117,21 @@ class LocalExecutor(Executor):
         """Already done."""
         return dict(job.stats)
 
-    def aggregate_edge(self, edge: int, weights: list[float], updates: list[Any]) -> Any:
-        """In-process leader aggregation."""
-        return self.leaders.aggregate(edge, weights, *updates)
+    def add_edge(self, edge: int, weight: float, update: Any) -> None:
+        """In-process."""
+        self.leaders.add(edge, weight, update)
 
-    def aggregate_cloud(self, weights: list[float], updates: list[Any]) -> Any:
-        """In-process cloud aggregation."""
-        return self.cloud.aggregate(weights, *updates)
+    def commit_edge(self, edge: int) -> Any:
+        """In-process."""
+        return self.leaders.commit(edge)
+
+    def add_cloud(self, weight: float, update: Any) -> None:
+        """In-process."""
+        self.cloud.add(weight, update)
+
+    def commit_cloud(self) -> Any:
+        """In-process."""
+        return self.cloud.commit()
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """In-process evaluation."""

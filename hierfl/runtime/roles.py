@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.aggregate import weighted_average
+from hierfl.core.aggregate import WeightedSum
 from hierfl.core.work import TrainSpec
 from hierfl.learn.local import LocalTrainer
 
@@ -36,8 +36,37 @@ class DeviceHost:
         idx = self.parts[device]
         return self.trainer.train(params, self.x[idx], self.y[idx], spec, seed)
 
+    def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
+                   param_rows: list[int | None], *param_arrays: np.ndarray) -> tuple[np.ndarray, list[dict[str, float]]]:
+        """Several jobs in one call (the Ray executor's batching): results are the rows of one array.
+
+        Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``).
+        Each job is exactly :meth:`train`, so batching never changes a result.
+        """
+        out: np.ndarray | None = None
+        stats = []
+        for k, (device, seed) in enumerate(zip(devices, seeds)):
+            src = param_arrays[param_index[k]]
+            if param_rows[k] is not None:
+                src = src[param_rows[k]]
+            vec, st = self.train(device, seed, spec, src)
+            if out is None:
+                out = np.empty((len(devices), vec.size), dtype=np.float32)
+            out[k] = vec
+            stats.append(st)
+        assert out is not None
+        return out, stats
+
     def ready(self) -> bool:
         """Start-up barrier for actors."""
+        return True
+
+    def warmup(self, spec: TrainSpec, params: np.ndarray) -> bool:
+        """Run one short throw-away job: the first job of a process pays torch's lazy start-up
+        (about a second), which belongs to start-up time, not to the first emulated round."""
+        short = TrainSpec(epochs=None, steps=2, batch_size=spec.batch_size, lr=spec.lr,
+                          momentum=spec.momentum, weight_decay=spec.weight_decay)
+        self.train(0, 0, short, params)
         return True
 
 
@@ -47,10 +76,20 @@ class LeaderHost:
     def __init__(self) -> None:
         self.models: dict[int, np.ndarray] = {}
         self.versions: dict[int, int] = {}
+        self._pending: dict[int, WeightedSum] = {}
 
-    def aggregate(self, leader: int, weights: list[float], *vectors: np.ndarray) -> np.ndarray:
-        """Sample-weighted average of the group's updates; becomes the leader's model."""
-        model = weighted_average(vectors, weights)
+    def add(self, leader: int, weight: float, vector: np.ndarray) -> None:
+        """Fold one arriving update into the leader's running weighted sum."""
+        self._pending.setdefault(leader, WeightedSum()).add(vector, weight)
+
+    def add_many(self, leaders: list[int], weights: list[float], rows: list[int | None], *arrays: np.ndarray) -> None:
+        """Several :meth:`add` calls in one, in order; ``rows[k]`` picks a row of ``arrays[k]``."""
+        for leader, w, row, arr in zip(leaders, weights, rows, arrays):
+            self.add(leader, w, arr if row is None else arr[row])
+
+    def commit(self, leader: int) -> np.ndarray:
+        """Finish the aggregation: the weighted average becomes the leader's model."""
+        model = self._pending.pop(leader).result()
         self.models[leader] = model
         self.versions[leader] = self.versions.get(leader, 0) + 1
         return model
@@ -67,19 +106,38 @@ class Cloud:
         model_cfg, input_shape, num_classes, threads = model
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
+        self._pending: WeightedSum | None = None
         self.x_test = x_test
         self.y_test = y_test
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
 
-    def aggregate(self, weights: list[float], *vectors: np.ndarray) -> np.ndarray:
-        """Weighted average of the arriving models; becomes the global model."""
-        self.model = weighted_average(vectors, weights)
+    def add(self, weight: float, vector: np.ndarray) -> None:
+        """Fold one arriving model into the running weighted sum."""
+        if self._pending is None:
+            self._pending = WeightedSum()
+        self._pending.add(vector, weight)
+
+    def add_many(self, weights: list[float], rows: list[int | None], *arrays: np.ndarray) -> None:
+        """Several :meth:`add` calls in one, in order; ``rows[k]`` picks a row of ``arrays[k]``."""
+        for w, row, arr in zip(weights, rows, arrays):
+            self.add(w, arr if row is None else arr[row])
+
+    def commit(self) -> np.ndarray:
+        """Finish the aggregation: the weighted average becomes the global model."""
+        if self._pending is None:
+            raise ValueError("cloud aggregation with no update")
+        self.model, self._pending = self._pending.result(), None
         self.version += 1
         return self.model
 
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set."""
         return self.trainer.evaluate(params, self.x_test, self.y_test)
+
+    def warmup(self) -> bool:
+        """Evaluate once so torch's lazy start-up is paid at start-up."""
+        self.trainer.evaluate(self.model, self.x_test[:2], self.y_test[:2])
+        return True
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""
