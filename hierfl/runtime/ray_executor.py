@@ -103,9 +103,6 @@ class RayExecutor(Executor):
         if not self._jobs:
             return
         jobs, self._jobs = self._jobs, []
-        for slot in jobs:  # params that are results of still-buffered jobs cannot occur: flushed in order
-            if isinstance(slot.params, Slot) and slot.params.ref is None:
-                raise RuntimeError("a job's start model is an undispatched result")
         groups: dict[tuple[int, TrainSpec], list[Slot]] = {}
         for slot in jobs:
             host = min(range(self.workers), key=lambda h: (self._outstanding[h], h))
@@ -113,32 +110,38 @@ class RayExecutor(Executor):
             slot.host = host
             groups.setdefault((host, slot.spec), []).append(slot)
         for (host, spec), batch in groups.items():
-            arrays: list[Any] = []
-            index, rows = [], []
-            for slot in batch:
-                ref, row = self._ref_row(slot.params)
-                pos = next((i for i, a in enumerate(arrays) if a is ref), None)
-                if pos is None:
-                    arrays.append(ref)
-                    pos = len(arrays) - 1
-                index.append(pos)
-                rows.append(row)
+            index, rows, arrays = self._unique_refs([slot.params for slot in batch])
             out_ref, stats_ref = self.hosts[host].train_many.options(num_returns=2).remote(
                 [s.device for s in batch], [s.seed for s in batch], spec, index, rows, *arrays)
             for k, slot in enumerate(batch):
                 slot.ref, slot.row, slot.stats = out_ref, k, stats_ref
 
+    def _unique_refs(self, handles: list[Any]) -> tuple[list[int], list[int | None], list[Any]]:
+        """(index into unique refs, row, unique refs): a batch array is sent once per call."""
+        refs: list[Any] = []
+        index, rows = [], []
+        for h in handles:
+            ref, row = self._ref_row(h)
+            if ref is None:
+                raise RuntimeError("an update was aggregated before its training job was dispatched")
+            pos = next((i for i, r in enumerate(refs) if r is ref), None)
+            if pos is None:
+                refs.append(ref)
+                pos = len(refs) - 1
+            index.append(pos)
+            rows.append(row)
+        return index, rows, refs
+
     def _flush_adds(self) -> None:
         self._flush_jobs()
         if self._cloud_adds:
             adds, self._cloud_adds = self._cloud_adds, []
-            refs_rows = [self._ref_row(h) for _, h in adds]
-            self.cloud.add_many.remote([w for w, _ in adds], [r for _, r in refs_rows], *[ref for ref, _ in refs_rows])
+            index, rows, refs = self._unique_refs([h for _, h in adds])
+            self.cloud.add_many.remote([w for w, _ in adds], index, rows, *refs)
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
-            refs_rows = [self._ref_row(h) for _, _, h in eadds]
-            self.leaders.add_many.remote([e for e, _, _ in eadds], [w for _, w, _ in eadds],
-                                         [r for _, r in refs_rows], *[ref for ref, _ in refs_rows])
+            index, rows, refs = self._unique_refs([h for _, _, h in eadds])
+            self.leaders.add_many.remote([e for e, _, _ in eadds], [w for _, w, _ in eadds], index, rows, *refs)
 
     def flush(self) -> None:
         """Dispatch everything buffered (called before the driver blocks)."""

@@ -21,6 +21,11 @@ ModelSpec = tuple[Any, tuple[int, ...], int, int]
 """(model config, input shape, number of classes, torch threads)."""
 
 
+def _pick(array: np.ndarray, row: int | None) -> np.ndarray:
+    """A whole vector, or one row (zero-copy view) of a batch of results."""
+    return array if row is None else array[row]
+
+
 class DeviceHost:
     """Hosts many virtual devices: their sample indices and the local training loop."""
 
@@ -46,10 +51,7 @@ class DeviceHost:
         out: np.ndarray | None = None
         stats = []
         for k, (device, seed) in enumerate(zip(devices, seeds)):
-            src = param_arrays[param_index[k]]
-            if param_rows[k] is not None:
-                src = src[param_rows[k]]
-            vec, st = self.train(device, seed, spec, src)
+            vec, st = self.train(device, seed, spec, _pick(param_arrays[param_index[k]], param_rows[k]))
             if out is None:
                 out = np.empty((len(devices), vec.size), dtype=np.float32)
             out[k] = vec
@@ -82,10 +84,11 @@ class LeaderHost:
         """Fold one arriving update into the leader's running weighted sum."""
         self._pending.setdefault(leader, WeightedSum()).add(vector, weight)
 
-    def add_many(self, leaders: list[int], weights: list[float], rows: list[int | None], *arrays: np.ndarray) -> None:
-        """Several :meth:`add` calls in one, in order; ``rows[k]`` picks a row of ``arrays[k]``."""
-        for leader, w, row, arr in zip(leaders, weights, rows, arrays):
-            self.add(leader, w, arr if row is None else arr[row])
+    def add_many(self, leaders: list[int], weights: list[float], index: list[int], rows: list[int | None],
+                 *arrays: np.ndarray) -> None:
+        """Several :meth:`add` calls in one, in order: update ``k`` is ``arrays[index[k]]`` (row ``rows[k]``)."""
+        for k, (leader, w) in enumerate(zip(leaders, weights)):
+            self.add(leader, w, _pick(arrays[index[k]], rows[k]))
 
     def commit(self, leader: int) -> np.ndarray:
         """Finish the aggregation: the weighted average becomes the leader's model."""
@@ -117,10 +120,10 @@ class Cloud:
             self._pending = WeightedSum()
         self._pending.add(vector, weight)
 
-    def add_many(self, weights: list[float], rows: list[int | None], *arrays: np.ndarray) -> None:
-        """Several :meth:`add` calls in one, in order; ``rows[k]`` picks a row of ``arrays[k]``."""
-        for w, row, arr in zip(weights, rows, arrays):
-            self.add(w, arr if row is None else arr[row])
+    def add_many(self, weights: list[float], index: list[int], rows: list[int | None], *arrays: np.ndarray) -> None:
+        """Several :meth:`add` calls in one, in order: update ``k`` is ``arrays[index[k]]`` (row ``rows[k]``)."""
+        for k, w in enumerate(weights):
+            self.add(w, _pick(arrays[index[k]], rows[k]))
 
     def commit(self) -> np.ndarray:
         """Finish the aggregation: the weighted average becomes the global model."""
