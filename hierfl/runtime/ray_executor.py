@@ -187,9 +187,13 @@ class RayExecutor(Executor):
         self._cloud_adds.append((weight, update))
 
     def commit_cloud(self) -> Any:
-        """Ref of the new global model."""
+        """Ref of the new global model (pending fold-ins travel with the commit)."""
+        adds, self._cloud_adds = self._cloud_adds, []
         self._flush_adds()
-        return self.cloud.commit.remote()
+        if not adds:
+            return self.cloud.commit.remote()
+        index, rows, refs = self._unique_refs([h for _, h in adds])
+        return self.cloud.add_many_commit.remote([w for w, _ in adds], index, rows, *refs)
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """Evaluation runs in the cloud actor; only two floats come back."""

@@ -125,6 +125,12 @@ class Cloud:
         for k, w in enumerate(weights):
             self.add(w, _pick(arrays[index[k]], rows[k]))
 
+    def add_many_commit(self, weights: list[float], index: list[int], rows: list[int | None],
+                        *arrays: np.ndarray) -> np.ndarray:
+        """The last fold-ins and the commit in one call (one actor round trip less per round)."""
+        self.add_many(weights, index, rows, *arrays)
+        return self.commit()
+
     def commit(self) -> np.ndarray:
         """Finish the aggregation: the weighted average becomes the global model."""
         if self._pending is None:

@@ -1,0 +1,20 @@
+"""Every shipped scenario builds and runs (one cloud round, local executor)."""
+
+from pathlib import Path
+
+import pytest
+
+from hierfl.config.loader import load_scenario
+from hierfl.emulator import run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_shipped_scenario_runs(path, tmp_path):
+    sc = load_scenario(path, ["runtime.executor=local", "stop.rounds=1", "evaluation.every_s=null"])
+    summary = run_scenario(sc, tmp_path).summary
+    assert summary["status"] == "completed"
+    assert summary["rounds"] == 1 and summary["stop_reason"] == "rounds"
+    assert 0.0 <= summary["final_accuracy"] <= 1.0
