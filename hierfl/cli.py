@@ -54,7 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     budget = scenario.stop.virtual_time_s
     total = budget if budget is not None else float(scenario.stop.rounds or 1)
-    state = {"acc": None}
+    state: dict[str, float | None] = {"acc": None}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=console, disable=args.quiet, transient=False) as bar:
         task = bar.add_task(scenario.name, total=total, info="starting…")

@@ -8,23 +8,23 @@ validated with ``extra="forbid"``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, TypeVar, Union
+from typing import Annotated, Any, TypeVar, Union
 
 from pydantic import BaseModel, Field
 
 __all__ = ["Registry"]
 
-C = TypeVar("C", bound=type[BaseModel])
+M = TypeVar("M", bound=BaseModel)
 
 
-class Registry(Generic[C]):
+class Registry:
     """Name → config-model class for one plug-in kind."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, Any] = {}
 
-    def register(self, cls: C) -> C:
+    def register(self, cls: type[M]) -> type[M]:
         """Class decorator: register ``cls`` under the default of its ``name`` field."""
         field = cls.model_fields.get("name")
         if field is None or not isinstance(field.default, str):

@@ -47,5 +47,5 @@ def generator_state(gen: np.random.Generator) -> dict[str, Any]:
 def generator_from_state(state: dict[str, Any]) -> np.random.Generator:
     """Rebuild a generator at the position saved by :func:`generator_state`."""
     bg = np.random.PCG64()
-    bg.state = state
+    bg.state = state  # type: ignore[assignment]
     return np.random.Generator(bg)

@@ -36,7 +36,7 @@ __all__ = [
     "generate_synthetic",
 ]
 
-DATASETS: Registry[Any] = Registry("dataset")
+DATASETS: Registry = Registry("dataset")
 
 
 class DataError(ValueError):
@@ -139,8 +139,7 @@ class BlobsConfig(DatasetConfig):
         # Fill num_features from shape so a dumped config round-trips through validation.
         if isinstance(data, dict) and "num_features" not in data:
             shape = data.get("shape")
-            is_list = isinstance(shape, (list, tuple))
-            positive_ints = is_list and all(isinstance(s, int) and s > 0 for s in shape)
+            positive_ints = isinstance(shape, (list, tuple)) and all(isinstance(s, int) and s > 0 for s in shape)
             if shape and positive_ints:
                 data = {**data, "num_features": math.prod(shape)}
         return data

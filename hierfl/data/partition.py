@@ -14,7 +14,7 @@ Networks from Decentralized Data", AISTATS 2017; ``shaoxiongji/federated-learnin
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
@@ -33,7 +33,7 @@ __all__ = [
     "label_distribution",
 ]
 
-PARTITIONERS: Registry[Any] = Registry("partition")
+PARTITIONERS: Registry = Registry("partition")
 
 
 def _check_sizes(num_samples: int, num_devices: int) -> None:

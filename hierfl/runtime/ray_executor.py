@@ -33,9 +33,10 @@ from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost
 
 __all__ = ["RayExecutor", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
 
-RayDeviceHost = ray.remote(DeviceHost)
-RayLeaderHost = ray.remote(LeaderHost)
-RayCloud = ray.remote(Cloud)
+# Actor classes (typed Any: Ray's remote wrappers are dynamic).
+RayDeviceHost: Any = ray.remote(DeviceHost)
+RayLeaderHost: Any = ray.remote(LeaderHost)
+RayCloud: Any = ray.remote(Cloud)
 
 _MAX_BUFFERED_JOBS_PER_HOST = 16
 
@@ -72,14 +73,14 @@ class RayExecutor(Executor):
         host_cpus = min(1.0, total_cpus / self.workers)
         x_ref, y_ref = ray.put(data.x_train), ray.put(data.y_train)
         parts_ref = ray.put(data.parts)
-        self.hosts = [
+        self.hosts: list[Any] = [
             RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
                 x_ref, y_ref, parts_ref, data.model)
             for _ in range(self.workers)
         ]
-        self.leaders = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
+        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
         self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
-        self.cloud = RayCloud.options(num_cpus=0).remote(self._init, ray.put(data.x_test), ray.put(data.y_test),
+        self.cloud: Any = RayCloud.options(num_cpus=0).remote(self._init, ray.put(data.x_test), ray.put(data.y_test),
                                                          data.model)
         self._outstanding = [0] * self.workers
         self._jobs: list[Slot] = []

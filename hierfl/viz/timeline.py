@@ -89,7 +89,8 @@ def _build_lanes(events: list[dict[str, Any]]) -> tuple[list[_Lane], list[tuple[
     for event in events:
         if event.get("ph") != "M":
             continue
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        raw_args = event.get("args")
+        args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
         if event.get("name") == "process_name":
             process_names[event.get("pid")] = str(args.get("name", ""))
         elif event.get("name") == "thread_name":
