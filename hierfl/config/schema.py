@@ -33,6 +33,12 @@ __all__ = [
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+def _require_non_negative(value: Any) -> Any:
+    if value.lower_bound() < 0:
+        raise ValueError(f"latency must be >= 0; this distribution can give {value.lower_bound():g}")
+    return value
+
+
 def _require_positive(value: Any, what: str) -> Any:
     low = value.lower_bound()
     if low <= 0:
@@ -66,9 +72,7 @@ class DevicesConfig(ConfigModel):
     @field_validator("latency_ms")
     @classmethod
     def _non_negative(cls, value: Any) -> Any:
-        if value.lower_bound() < 0:
-            raise ValueError(f"latency must be >= 0; this distribution can give {value.lower_bound():g}")
-        return value
+        return _require_non_negative(value)
 
 
 class LinkConfig(ConfigModel):
@@ -93,9 +97,7 @@ class TopologyConfig(ConfigModel):
     @field_validator("edge_latency_ms")
     @classmethod
     def _non_negative(cls, value: Any) -> Any:
-        if value.lower_bound() < 0:
-            raise ValueError(f"latency must be >= 0; this distribution can give {value.lower_bound():g}")
-        return value
+        return _require_non_negative(value)
 
 
 class TrainingConfig(ConfigModel):

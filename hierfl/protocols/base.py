@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.core.engine import Event
+from hierfl.core.engine import Event, Priority
 from hierfl.registry import Registry
 
 if TYPE_CHECKING:  # the runtime depends on protocols, never the reverse
     from hierfl.config.schema import Scenario
-    from hierfl.emulator import Context
+    from hierfl.core.work import TrainSpec
+    from hierfl.emulator import Context, Job
 
 __all__ = ["PROTOCOLS", "ProtocolConfig", "Protocol"]
 
@@ -40,6 +41,28 @@ class Protocol:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.jobs: dict[int, Job] = {}
+
+    # -- the device job lifecycle shared by protocols: download → train → upload ------------------
+    def send_model(self, device: int, link: str, payload: dict[str, Any]) -> None:
+        """Download the current model to ``device`` over ``link``; ``train_start`` fires on arrival."""
+        d = self.ctx.world.download_s(device)
+        self.ctx.transfer(link, ("device", device), "download", d)
+        self.ctx.schedule(d, "train_start", {"device": device, **payload}, Priority.START)
+
+    def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None) -> None:
+        """Submit the device's job now; ``train_done`` fires when its virtual compute time is over."""
+        job = self.ctx.start_training(event.payload["device"], model, spec)
+        self.jobs[job.device] = job
+        self.ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL)
+
+    def collect_and_upload(self, event: Event, link: str) -> None:
+        """Collect the finished job and upload its result; ``upload_done`` fires on arrival."""
+        device = event.payload["device"]
+        self.ctx.finish_training(self.jobs[device])
+        u = self.ctx.world.upload_s(device)
+        self.ctx.transfer(link, ("device", device), "upload", u)
+        self.ctx.schedule(u, "upload_done", event.payload, Priority.ARRIVAL)
 
     def start(self) -> None:
         """Schedule the first events at virtual time 0."""

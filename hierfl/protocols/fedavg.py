@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from hierfl.core.engine import Event, Priority
+from hierfl.core.engine import Event
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.emulator import Context, Job
+    from hierfl.emulator import Context
 
 __all__ = ["FedAvgConfig", "FedAvg"]
 
@@ -47,7 +47,6 @@ class FedAvg(Protocol):
         self.cfg = cfg
         self.round = 0
         self.selected: list[int] = []
-        self.jobs: dict[int, Job] = {}
         self.arrived: set[int] = set()
         self.round_model: Any = None
 
@@ -68,24 +67,15 @@ class FedAvg(Protocol):
         self.jobs, self.arrived = {}, set()
         self.round_model = ctx.global_model
         for device in self.selected:
-            d = ctx.world.download_s(device)
-            ctx.transfer("device_cloud", ("device", device), "download", d)
-            ctx.schedule(d, "train_start", {"device": device, "round": self.round}, Priority.START)
+            self.send_model(device, "device_cloud", {"round": self.round})
 
     def on_train_start(self, event: Event) -> None:
         """The device has the model: start its job (submitted to the executor now)."""
-        device = event.payload["device"]
-        job = self.ctx.start_training(device, self.round_model)
-        self.jobs[device] = job
-        self.ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL)
+        self.start_job(event, self.round_model)
 
     def on_train_done(self, event: Event) -> None:
         """The job's virtual time is over: collect it and upload."""
-        device = event.payload["device"]
-        self.ctx.finish_training(self.jobs[device])
-        u = self.ctx.world.upload_s(device)
-        self.ctx.transfer("device_cloud", ("device", device), "upload", u)
-        self.ctx.schedule(u, "upload_done", event.payload, Priority.ARRIVAL)
+        self.collect_and_upload(event, "device_cloud")
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached the cloud: fold it in; commit when all selected devices have reported."""

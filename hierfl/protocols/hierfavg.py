@@ -27,7 +27,7 @@ from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.emulator import Context, Job
+    from hierfl.emulator import Context
 
 __all__ = ["HierFAVGConfig", "HierFAVG"]
 
@@ -69,7 +69,6 @@ class HierFAVG(Protocol):
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
         self.arrived: dict[int, set[int]] = {}
-        self.jobs: dict[int, Job] = {}
         self.cloud_arrived: set[int] = set()
 
     def start(self) -> None:
@@ -88,28 +87,18 @@ class HierFAVG(Protocol):
         return sorted(int(i) for i in chosen)
 
     def _begin_edge_round(self, edge: int) -> None:
-        ctx = self.ctx
         self.selected[edge] = self._sample(edge)
         self.arrived[edge] = set()
         for device in self.selected[edge]:
-            d = ctx.world.download_s(device)
-            ctx.transfer("device_edge", ("device", device), "download", d)
-            ctx.schedule(d, "train_start", {"device": device, "edge": edge}, Priority.START)
+            self.send_model(device, "device_edge", {"edge": edge})
 
     def on_train_start(self, event: Event) -> None:
         """The device has its edge's model: start κ1 local steps."""
-        device, edge = event.payload["device"], event.payload["edge"]
-        job = self.ctx.start_training(device, self.edge_model[edge], self.spec)
-        self.jobs[device] = job
-        self.ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL)
+        self.start_job(event, self.edge_model[event.payload["edge"]], self.spec)
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the edge."""
-        device = event.payload["device"]
-        self.ctx.finish_training(self.jobs[device])
-        u = self.ctx.world.upload_s(device)
-        self.ctx.transfer("device_edge", ("device", device), "upload", u)
-        self.ctx.schedule(u, "upload_done", event.payload, Priority.ARRIVAL)
+        self.collect_and_upload(event, "device_edge")
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached its edge; aggregate when the edge round is complete."""
