@@ -273,7 +273,12 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                        built.dataset.y_test, built.init_params,
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads),
                        world.num_edges, built.spec)
-        executor = make_executor(rt.executor, data, workers=rt.workers, address=rt.address)
+        try:
+            executor = make_executor(rt.executor, data, workers=rt.workers, address=rt.address)
+        except Exception as exc:
+            where = f" at {rt.address}" if rt.address else ""
+            raise RunError(f"runtime: cannot start the {rt.executor} executor{where}: "
+                           f"{type(exc).__name__}: {exc}") from exc
         startup_s = time.perf_counter() - wall0
         ctx = Context(scenario, built, executor, rec)
         if world.num_edges:

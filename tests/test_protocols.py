@@ -153,3 +153,16 @@ def test_failure_midway_keeps_metrics_and_writes_failed_summary(tmp_path, monkey
     assert any('"cloud_aggregate"' in line for line in lines)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "boom" in summary["error"]
+
+
+def test_executor_start_failure_is_a_run_error(tmp_path, monkeypatch):
+    from hierfl import emulator
+    from hierfl.emulator import RunError
+
+    def broken(*args, **kwargs):
+        raise ConnectionError("no cluster here")
+
+    monkeypatch.setattr(emulator, "make_executor", broken)
+    with pytest.raises(RunError, match="cannot start the local executor: ConnectionError: no cluster here"):
+        run_scenario(tiny(), tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
