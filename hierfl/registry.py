@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 __all__ = ["Registry"]
 
@@ -47,10 +47,16 @@ class Registry:
             raise KeyError(f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}") from None
 
     def union(self) -> Any:
-        """A type usable as a pydantic field: the discriminated union of all registered configs."""
+        """A type usable as a pydantic field: the discriminated union of all registered configs.
+
+        A bare string is shorthand for ``{name: <string>}`` (``protocol: fedavg``).
+        """
         classes = [self._entries[n] for n in self.names()]
         if not classes:
             raise RuntimeError(f"no {self.kind} registered")
-        if len(classes) == 1:
-            return classes[0]
-        return Annotated[Union[tuple(classes)], Field(discriminator="name")]  # noqa: UP007
+        inner = classes[0] if len(classes) == 1 else Annotated[Union[tuple(classes)], Field(discriminator="name")]  # noqa: UP007
+        return Annotated[inner, BeforeValidator(_name_shorthand)]
+
+
+def _name_shorthand(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value

@@ -125,3 +125,12 @@ def test_console_script_exit_status(tmp_path):
     bad = write(tmp_path / "bad.yaml", "name: [unclosed\n")
     proc = subprocess.run([sys.executable, "-m", "hierfl.cli", "run", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2 and "invalid YAML" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_name_defaults_to_file_stem_and_plugin_name_shorthand(tmp_path):
+    raw = {k: v for k, v in TINY.items() if k != "name"}
+    raw["protocol"] = "fedavg"
+    raw["model"] = "logreg"
+    sc = load_scenario(write(tmp_path / "my run.yaml", raw))
+    assert sc.name == "my-run" and sc.protocol.name == "fedavg" and sc.protocol.fraction == 0.1
+    assert sc.model.name == "logreg"

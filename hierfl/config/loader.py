@@ -8,6 +8,7 @@ theirs. Every problem names the file, the key path, the bad value and what is al
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -193,6 +194,8 @@ def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
 def load_scenario(path: str | Path, overrides: Sequence[str] = (), seed: int | None = None) -> Scenario:
     """Load, merge, override and validate a scenario file."""
     raw = apply_overrides(load_raw(path), overrides)
+    if "name" not in raw:  # a run is named after its file unless it says otherwise
+        raw["name"] = re.sub(r"[^A-Za-z0-9._-]", "-", Path(path).stem) or "run"
     if seed is not None:
         raw["seed"] = seed
     return validate_raw(raw, str(path))
