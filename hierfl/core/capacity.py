@@ -52,13 +52,13 @@ def kmeans_1d(values: Sequence[float] | np.ndarray, k: int) -> np.ndarray:
     start = np.zeros((k + 1, n + 1), dtype=np.int64)
     for c in range(1, k + 1):
         for j in range(c, n - (k - c) + 1):  # first j sorted values in c segments
-            i = np.arange(c - 1, j)           # the last segment is s[i:j]
-            m = j - i
-            total = p1[j] - p1[i]
-            sse = np.maximum((p2[j] - p2[i]) - total * total / m, 0.0)  # cancellation can go below 0
-            cand = best[c - 1, i] + sse
+            first = np.arange(c - 1, j)       # the last segment is s[first:j]
+            m = j - first
+            total = p1[j] - p1[first]
+            sse = np.maximum((p2[j] - p2[first]) - total * total / m, 0.0)  # cancellation can go below 0
+            cand = best[c - 1, first] + sse
             a = int(np.argmin(cand))  # first minimum: deterministic tie-break
-            best[c, j], start[c, j] = cand[a], i[a]
+            best[c, j], start[c, j] = cand[a], first[a]
     labels_sorted = np.empty(n, dtype=np.int64)
     j = n
     for c in range(k, 0, -1):

@@ -115,6 +115,7 @@ class FedHiSyn(Protocol):
         self.model: dict[int, Any] = {}            # what the device's next unit starts from
         self.last: dict[int, Any] = {}             # its last trained model (what it uploads)
         self.mailbox: dict[int, list[Any]] = {}    # models arrived since its last unit ended
+        self.window_start: dict[int, float] = {}
         self.window_end: dict[int, float] = {}
         self.units = np.zeros(n, dtype=np.int64)
         self.busy_s = np.zeros(n, dtype=np.float64)
@@ -142,6 +143,7 @@ class FedHiSyn(Protocol):
         """The global model arrived: the device's window of ``T`` seconds starts now."""
         device = event.payload["device"]
         self.model[device] = self.round_model
+        self.window_start[device] = self.ctx.now
         self.window_end[device] = self.ctx.now + self.round_s
         self.ctx.schedule(self.round_s, "deadline", {"device": device, "round": self.round}, Priority.CONTROL)
         self._next_unit(device)
@@ -149,10 +151,14 @@ class FedHiSyn(Protocol):
     def _next_unit(self, device: int) -> None:
         ctx = self.ctx
         end = self.window_end[device]
-        if ctx.now + float(self.unit_s[device]) <= end:
+        # Decide on summed durations, not on accumulated clock readings: two 0.5 s units fit a
+        # 1.0 s window exactly, and a unit that fits never ends after the deadline event.
+        elapsed = float(self.busy_s[device])
+        if elapsed + float(self.unit_s[device]) <= self.round_s:
             job = ctx.start_training(device, self.model[device], self.unit_spec)
             self.jobs[device] = job
-            ctx.schedule(job.compute_s, "unit_done", {"device": device, "round": self.round}, Priority.ARRIVAL)
+            ctx.queue.push(self.window_start[device] + (elapsed + job.compute_s), "unit_done",
+                           {"device": device, "round": self.round}, Priority.ARRIVAL)
         elif end > ctx.now:
             # the unit it would start now is cut by the deadline: discarded, so never computed
             ctx.recorder.span(("device", device), "train_discarded", ctx.now, end - ctx.now)
