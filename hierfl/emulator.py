@@ -29,7 +29,7 @@ from hierfl.runtime.executor import Executor, Job, RunData, make_executor
 __all__ = ["Context", "Job", "RunResult", "RunError", "run_scenario", "package_versions"]
 
 COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_jobs", "compute_s",
-            "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud")
+            "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d")
 
 ProgressFn = Callable[[float, int, "float | None"], None]
 
@@ -113,9 +113,12 @@ class Context:
         self.counters["compute_s"] += job.compute_s
         return stats
 
-    def transfer(self, kind: str, lane: tuple[str, int], name: str, duration: float) -> None:
-        """Account one model transfer starting now (``device_cloud``, ``device_edge`` or ``edge_cloud``)."""
+    def transfer(self, kind: str, lane: tuple[str, int], name: str, duration: float, **args: Any) -> None:
+        """Account one model transfer starting now (``device_cloud``, ``device_edge``, ``edge_cloud``
+        or ``device_device``); ``args`` go to the trace span (e.g. the peer of a ring hop)."""
         size = self.world.model_bytes
+        if kind == "device_device":
+            self.counters["bytes_d2d"] += size
         if kind in ("device_cloud", "device_edge"):
             self.counters["bytes_device_tier"] += size
         if kind == "edge_cloud":
@@ -123,7 +126,11 @@ class Context:
         if kind in ("device_cloud", "edge_cloud"):
             self.counters["bytes_cloud"] += size
             self.counters["messages_cloud"] += 1
-        self.recorder.span(lane, name, self.now, duration, bytes=size)
+        self.recorder.span(lane, name, self.now, duration, bytes=size, **args)
+
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
+        return self.executor.average(models, weights)
 
     def add_to_edge(self, edge: int, update: Any, weight: float) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
@@ -281,7 +288,11 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                            f"{type(exc).__name__}: {exc}") from exc
         startup_s = time.perf_counter() - wall0
         ctx = Context(scenario, built, executor, rec)
-        if world.num_edges:
+        protocol = scenario.protocol.create(ctx)
+        grouping = protocol.clusters_record()
+        if grouping is not None:
+            rec.clusters(grouping)
+        elif world.num_edges:
             members = [world.edge_members(e).tolist() for e in range(world.num_edges)]
             rec.clusters({"t": 0.0, "reason": "initial", "grouping": scenario.topology.grouping,
                           "members": members, "leaders": [f"edge {e}" for e in range(world.num_edges)]})
@@ -292,7 +303,6 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                     "executor": executor.name, "workers": executor.workers, "devices": world.num_devices,
                     "num_params": built.num_params})
         run = _Run(ctx, progress)
-        protocol = scenario.protocol.create(ctx)
         run.loop(protocol)
         final = executor.fetch(ctx.global_model)
         rec.write_model(final)

@@ -121,6 +121,16 @@ class Recorder:
         self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": _clean(args)})
 
+    def flow(self, src: tuple[str, int], dst: tuple[str, int], start: float, end: float, name: str,
+             flow_id: int) -> None:
+        """An arrow from lane ``src`` at ``start`` to lane ``dst`` at ``end`` (trace flow events, e.g. a ring hop)."""
+        for ph, lane, t in (("s", src, start), ("f", dst, end)):
+            event = {"ph": ph, "id": int(flow_id), "name": name, "cat": "flow", "ts": t * 1e6,
+                     "pid": LANES[lane[0]][0], "tid": int(lane[1])}
+            if ph == "f":
+                event["bp"] = "e"  # bind to the slice enclosing the arrival
+            self._event(event)
+
     def close(self) -> None:
         """Close the streams; the trace array gets its closing bracket."""
         if not self._trace.closed:

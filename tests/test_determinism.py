@@ -33,6 +33,14 @@ def hier_tiny(**kw):
                 topology={"edge_servers": 2, "grouping": "random"}, stop={"rounds": 3}, **kw)
 
 
+def hisyn_tiny(policy="average", **kw):
+    return tiny(devices={"count": 6, "speed_sps": {"dist": "lognormal", "median": 150, "sigma": 0.8}},
+                data={"dataset": {"num_samples": 360}, "partition": {"name": "dirichlet", "alpha": 0.5,
+                                                                     "min_require_size": 5}},
+                protocol={"name": "fedhisyn", "k": 2, "arrival_policy": policy},
+                training={"momentum": 0.5}, stop={"rounds": 2}, **kw)
+
+
 def test_same_seed_twice_identical_and_other_seed_differs(tmp_path):
     a = run_scenario(hier_tiny(), tmp_path / "a")
     b = run_scenario(hier_tiny(), tmp_path / "b")
@@ -43,8 +51,9 @@ def test_same_seed_twice_identical_and_other_seed_differs(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("make", [lambda **kw: tiny(protocol={"fraction": 0.5}, stop={"rounds": 4}, **kw), hier_tiny],
-                         ids=["fedavg", "hierfavg"])
+@pytest.mark.parametrize("make", [lambda **kw: tiny(protocol={"fraction": 0.5}, stop={"rounds": 4}, **kw), hier_tiny,
+                                  hisyn_tiny, lambda **kw: hisyn_tiny("latest", **kw)],
+                         ids=["fedavg", "hierfavg", "fedhisyn-average", "fedhisyn-latest"])
 def test_local_vs_ray_one_and_two_hosts(tmp_path, ray_session, make):
     local = run_scenario(make(), tmp_path / "local")
     ref = metrics_without_wall(tmp_path / "local")

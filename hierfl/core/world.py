@@ -76,6 +76,17 @@ class World:
         """Model transfer device → server."""
         return transfer_time_s(self.model_bytes, float(self.uplink_mbps[device]), self.link_latency_ms(device))
 
+    def d2d_s(self, src: int, dst: int) -> float:
+        """Model transfer device ``src`` → device ``dst`` (a ring hop).
+
+        Until device-to-device links are modelled (heterogeneity issue), the ALGORITHMS.md §1.2
+        fallback: bandwidth ``min(uplink_src, downlink_dst)``, latency ``latency_src + latency_dst``
+        (both access links are crossed). Replace this one function to change every d2d duration.
+        """
+        bandwidth = min(float(self.uplink_mbps[src]), float(self.downlink_mbps[dst]))
+        latency = float(self.latency_ms[src]) + float(self.latency_ms[dst])
+        return transfer_time_s(self.model_bytes, bandwidth, latency)
+
     def edge_upload_s(self, edge: int) -> float:
         """Model transfer edge server → cloud."""
         link = self.edge_links[edge]

@@ -64,6 +64,10 @@ class Protocol:
         self.ctx.transfer(link, ("device", device), "upload", u)
         self.ctx.schedule(u, "upload_done", event.payload, Priority.ARRIVAL)
 
+    def clusters_record(self) -> dict[str, Any] | None:
+        """The initial ``clusters.jsonl`` record, when the protocol groups devices itself (None: the topology's)."""
+        return None
+
     def start(self) -> None:
         """Schedule the first events at virtual time 0."""
         raise NotImplementedError

@@ -64,6 +64,10 @@ class Executor:
         """Block until ``job`` has finished; return its stats."""
         raise NotImplementedError
 
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role (does not wait)."""
+        raise NotImplementedError
+
     def add_edge(self, edge: int, weight: float, update: Any) -> None:
         """Fold an arriving update into ``edge``'s running aggregation (does not wait)."""
         raise NotImplementedError
@@ -116,6 +120,10 @@ class LocalExecutor(Executor):
     def wait(self, job: Job) -> dict[str, float]:
         """Already done."""
         return dict(job.stats)
+
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """In-process, by the cloud role (as the Ray executor does it)."""
+        return self.cloud.average(list(weights), list(range(len(models))), [None] * len(models), *models)
 
     def add_edge(self, edge: int, weight: float, update: Any) -> None:
         """In-process."""

@@ -173,6 +173,12 @@ class RayExecutor(Executor):
         finally:
             self._outstanding[slot.host] -= 1
 
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Ref of the weighted average, computed in the cloud actor (models may be job Slots)."""
+        self._flush_jobs()
+        index, rows, refs = self._unique_refs(list(models))
+        return self.cloud.average.remote(list(weights), index, rows, *refs)
+
     def add_edge(self, edge: int, weight: float, update: Any) -> None:
         """Buffer the fold-in at the leader actor (sent in order with the others)."""
         self._edge_adds.append((edge, weight, update))

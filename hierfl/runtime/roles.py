@@ -15,7 +15,7 @@ from hierfl.core.aggregate import WeightedSum
 from hierfl.core.work import TrainSpec
 from hierfl.learn.local import LocalTrainer
 
-__all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec"]
+__all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "average_rows"]
 
 ModelSpec = tuple[Any, tuple[int, ...], int, int]
 """(model config, input shape, number of classes, torch threads)."""
@@ -24,6 +24,15 @@ ModelSpec = tuple[Any, tuple[int, ...], int, int]
 def _pick(array: np.ndarray, row: int | None) -> np.ndarray:
     """A whole vector, or one row (zero-copy view) of a batch of results."""
     return array if row is None else array[row]
+
+
+def average_rows(weights: list[float], index: list[int], rows: list[int | None],
+                 *arrays: np.ndarray) -> np.ndarray:
+    """Weighted average of model ``k`` = ``arrays[index[k]]`` (row ``rows[k]``), summed in the given order."""
+    acc = WeightedSum()
+    for k, w in enumerate(weights):
+        acc.add(_pick(arrays[index[k]], rows[k]), w)
+    return acc.result()
 
 
 class DeviceHost:
@@ -138,6 +147,11 @@ class Cloud:
         self.model, self._pending = self._pending.result(), None
         self.version += 1
         return self.model
+
+    def average(self, weights: list[float], index: list[int], rows: list[int | None],
+                *arrays: np.ndarray) -> np.ndarray:
+        """A weighted average of models for a protocol (e.g. a FedHiSyn device mixing ring arrivals)."""
+        return average_rows(weights, index, rows, *arrays)
 
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set."""

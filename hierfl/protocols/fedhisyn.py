@@ -1,0 +1,248 @@
+"""FedHiSyn: capacity classes, ring exchange inside each class, synchronous time-weighted aggregation.
+
+G. Li, Y. Hu, M. Zhang, J. Liu, Q. Yin, Y. Peng, D. Dou, "FedHiSyn: A Hierarchical Synchronous
+Federated Learning Framework for Resource and Data Heterogeneity", ICPP 2022 (arXiv 2206.10546).
+ALGORITHMS.md §3: devices are put into ``k`` classes by the time ``t_i`` of one local training
+unit; each class is a ring ordered fastest → slowest (the slowest sends back to the fastest).
+
+One round (ALGORITHMS.md §3.3; [D] unless noted)::
+
+    the cloud broadcasts w_r; device i trains from its arrival for T virtual seconds:
+      it runs units back to back and never waits; after each unit it forwards its model to
+      succ(i) over a device-to-device link and continues with the newest model that arrived
+      meanwhile (arrival_policy: latest) or the plain average of its own and all arrived ones
+      (average), or its own when nothing arrived; a unit that would end after the window is
+      discarded (it is never run)
+    at the end of its window every device with >= 1 finished unit uploads its last trained model
+    when every device has reported, w_{r+1} = Σ p_i · last_i with p_i ∝ l_i, the device's
+      mean unit time ([B], weighting: time), or n_i (data), or 1 (uniform)
+
+``T = auto`` is ``max_i (t_i + C_com(i, succ(i)))`` so every device finishes at least one unit.
+Uploads go device → cloud directly (the [D] default); a class leader is not implemented.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import Field, PositiveInt, field_validator
+
+from hierfl.config.errors import ConfigError, Problem
+from hierfl.core.capacity import capacity_classes, ring_orders, ring_successors
+from hierfl.core.engine import Event, Priority
+from hierfl.core.work import TrainSpec
+from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+
+if TYPE_CHECKING:
+    from hierfl.config.schema import Scenario
+    from hierfl.emulator import Context, Job
+
+__all__ = ["FedHiSynConfig", "FedHiSyn"]
+
+
+@PROTOCOLS.register
+class FedHiSynConfig(ProtocolConfig):
+    """``protocol: {name: fedhisyn, k: 3, T: auto, weighting: time, arrival_policy: latest}``."""
+
+    name: Literal["fedhisyn"] = "fedhisyn"
+    grouping: Literal["capacity_classes"] = Field(default="capacity_classes",
+                                                  description="classes by compute capacity, one ring each")
+    k: int = Field(default=3, ge=1, description="number of capacity classes, 1..devices.count")
+    classing: Literal["kmeans", "quantile"] = Field(
+        default="kmeans", description="1-D k-means on log unit time, or equal-size quantile bins")
+    T: float | str = Field(default="auto", description="round length (virtual s of local training) or 'auto'")
+    unit_epochs: PositiveInt = Field(default=1, description="local epochs in one training unit")
+    weighting: Literal["time", "data", "uniform"] = Field(
+        default="time", description="cloud weights: mean unit time, sample count, or equal")
+    arrival_policy: Literal["latest", "average"] = Field(
+        default="latest", description="after a unit: adopt the newest arrived model, or average own + arrived")
+    upload: Literal["direct"] = Field(default="direct", description="device → cloud (a class leader is not implemented)")
+
+    @field_validator("T", mode="before")
+    @classmethod
+    def _round_length(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value > 0:
+            return float(value)
+        raise ValueError("must be 'auto' or a number of seconds > 0")
+
+    def check(self, scenario: Scenario) -> list[Problem]:
+        """k within 1..N; devices upload to the cloud directly, so no edge servers."""
+        problems = []
+        n = scenario.devices.count
+        if self.k > n:
+            problems.append(Problem("protocol.k", f"more classes than devices; allowed: 1..{n}", self.k))
+        if scenario.topology.edge_servers:
+            problems.append(Problem("topology.edge_servers",
+                                    "fedhisyn uploads device → cloud directly (protocol.upload: direct); allowed: 0",
+                                    scenario.topology.edge_servers))
+        return problems
+
+    def create(self, ctx: Context) -> FedHiSyn:
+        """A FedHiSyn run."""
+        return FedHiSyn(self, ctx)
+
+
+class FedHiSyn(Protocol):
+    """Synchronous rounds of fixed length; ring hand-offs inside capacity classes during a round."""
+
+    def __init__(self, cfg: FedHiSynConfig, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.cfg = cfg
+        base, world = ctx.spec, ctx.world
+        self.unit_spec = TrainSpec(epochs=cfg.unit_epochs, batch_size=base.batch_size, lr=base.lr,
+                                   momentum=base.momentum, weight_decay=base.weight_decay)
+        n = world.num_devices
+        self.unit_s = np.array([world.compute_s(i, self.unit_spec) for i in range(n)], dtype=np.float64)
+        self.labels = capacity_classes(self.unit_s, cfg.k, cfg.classing)
+        self.rings = ring_orders(self.labels, self.unit_s)
+        self.succ = ring_successors(self.rings, n)
+        self.hop_s = np.array([world.d2d_s(i, int(self.succ[i])) if self.succ[i] != i else 0.0 for i in range(n)])
+        self.round_s = float(np.max(self.unit_s + self.hop_s)) if cfg.T == "auto" else float(cfg.T)
+        if self.round_s < float(self.unit_s.min()):
+            raise ConfigError([Problem("protocol.T", f"no device can finish a unit: the fastest needs "
+                                       f"{self.unit_s.min():.6g} s; allowed: >= that, or 'auto'", cfg.T)])
+        self.round = 0
+        self.round_model: Any = None
+        self._hop_seq = 0
+        self._hops: dict[int, Any] = {}  # model handles travelling on ring links, by hop id
+        self._reset_round()
+
+    def _reset_round(self) -> None:
+        n = self.ctx.world.num_devices
+        self.model: dict[int, Any] = {}            # what the device's next unit starts from
+        self.last: dict[int, Any] = {}             # its last trained model (what it uploads)
+        self.mailbox: dict[int, list[Any]] = {}    # models arrived since its last unit ended
+        self.window_start: dict[int, float] = {}
+        self.window_end: dict[int, float] = {}
+        self.units = np.zeros(n, dtype=np.int64)
+        self.busy_s = np.zeros(n, dtype=np.float64)
+        self.reported: set[int] = set()
+        self.submitters: list[int] = []
+
+    def clusters_record(self) -> dict[str, Any]:
+        """Classes (fastest first), each ring's order and the devices' unit times."""
+        return {"t": 0.0, "reason": "initial", "grouping": "capacity_classes", "classing": self.cfg.classing,
+                "members": [sorted(r) for r in self.rings], "rings": self.rings,
+                "leaders": ["cloud"] * len(self.rings),
+                "unit_time_s": [[float(self.unit_s[d]) for d in r] for r in self.rings], "round_s": self.round_s}
+
+    def start(self) -> None:
+        """Round 0 begins at t = 0."""
+        self._begin_round()
+
+    def _begin_round(self) -> None:
+        self._reset_round()
+        self.round_model = self.ctx.global_model
+        for device in range(self.ctx.world.num_devices):
+            self.send_model(device, "device_cloud", {"round": self.round})
+
+    def on_train_start(self, event: Event) -> None:
+        """The global model arrived: the device's window of ``T`` seconds starts now."""
+        device = event.payload["device"]
+        self.model[device] = self.round_model
+        self.window_start[device] = self.ctx.now
+        self.window_end[device] = self.ctx.now + self.round_s
+        self.ctx.schedule(self.round_s, "deadline", {"device": device, "round": self.round}, Priority.CONTROL)
+        self._next_unit(device)
+
+    def _next_unit(self, device: int) -> None:
+        ctx = self.ctx
+        end = self.window_end[device]
+        # Decide on summed durations, not on accumulated clock readings: two 0.5 s units fit a
+        # 1.0 s window exactly, and a unit that fits never ends after the deadline event.
+        elapsed = float(self.busy_s[device])
+        if elapsed + float(self.unit_s[device]) <= self.round_s:
+            job = ctx.start_training(device, self.model[device], self.unit_spec)
+            self.jobs[device] = job
+            ctx.queue.push(self.window_start[device] + (elapsed + job.compute_s), "unit_done",
+                           {"device": device, "round": self.round}, Priority.ARRIVAL)
+        elif end > ctx.now:
+            # the unit it would start now is cut by the deadline: discarded, so never computed
+            ctx.recorder.span(("device", device), "train_discarded", ctx.now, end - ctx.now)
+
+    def on_unit_done(self, event: Event) -> None:
+        """A unit finished: forward the model along the ring, pick the next start model, go on."""
+        ctx = self.ctx
+        device = event.payload["device"]
+        job: Job = self.jobs.pop(device)
+        ctx.finish_training(job)
+        self.last[device] = job.params
+        self.units[device] += 1
+        self.busy_s[device] += job.compute_s
+        peer = int(self.succ[device])
+        if peer != device:  # a class of one has no ring to pass along
+            hop = self._hop_seq
+            self._hop_seq += 1
+            self._hops[hop] = job.params
+            d = float(self.hop_s[device])
+            ctx.transfer("device_device", ("device", device), "ring_send", d, peer=peer)
+            ctx.recorder.flow(("device", device), ("device", peer), ctx.now, ctx.now + d, "ring_hop", hop)
+            ctx.schedule(d, "ring_arrival", {"device": peer, "sender": device, "round": self.round, "hop": hop},
+                         Priority.ARRIVAL)
+        arrived = self.mailbox.pop(device, [])
+        if not arrived:
+            self.model[device] = job.params           # nothing arrived: keep training its own model
+        elif self.cfg.arrival_policy == "latest":
+            self.model[device] = arrived[-1]
+        else:
+            self.model[device] = ctx.average([job.params, *arrived], [1.0] * (1 + len(arrived)))
+        self._next_unit(device)
+
+    def on_ring_arrival(self, event: Event) -> None:
+        """A predecessor's model arrived; it is used when the device's current unit ends."""
+        p = event.payload
+        handle = self._hops.pop(p["hop"])
+        device = p["device"]
+        if p["round"] != self.round or device in self.reported:
+            return  # the receiver's window is over: the model is not used
+        self.ctx.recorder.instant(("device", device), "ring_arrival", self.ctx.now, peer=p["sender"])
+        if self.cfg.arrival_policy == "latest":
+            self.mailbox[device] = [handle]
+        else:
+            self.mailbox.setdefault(device, []).append(handle)
+
+    def on_deadline(self, event: Event) -> None:
+        """The device's window is over: upload its last trained model, if it finished a unit."""
+        device = event.payload["device"]
+        if self.units[device] == 0:
+            self._report(device)
+            return
+        u = self.ctx.world.upload_s(device)
+        self.ctx.transfer("device_cloud", ("device", device), "upload", u)
+        self.ctx.schedule(u, "upload_done", {"device": device, "round": self.round}, Priority.ARRIVAL)
+        self.reported.add(device)  # no more ring arrivals are used
+
+    def weight(self, device: int) -> float:
+        """Its cloud aggregation weight: mean unit time (``time``), samples (``data``) or 1 (``uniform``)."""
+        if self.cfg.weighting == "time":
+            return float(self.busy_s[device] / self.units[device])
+        if self.cfg.weighting == "data":
+            return float(self.ctx.world.samples[device])
+        return 1.0
+
+    def on_upload_done(self, event: Event) -> None:
+        """A last trained model reached the cloud: fold it in."""
+        device = event.payload["device"]
+        self.ctx.add_to_cloud(self.last[device], self.weight(device))
+        self.submitters.append(device)
+        self._report(device)
+
+    def _report(self, device: int) -> None:
+        self.reported.add(device)
+        self.mailbox.pop(device, None)
+        if len(self.reported) < self.ctx.world.num_devices or len(self.submitters) < int(np.sum(self.units > 0)):
+            return
+        ctx = self.ctx
+        # T >= the fastest unit (checked at start), so there is always a submitter
+        ctx.set_global(ctx.commit_cloud(participants=sorted(self.submitters)))
+        self.round += 1
+        if not ctx.stopping:
+            self._begin_round()
+
+    def state(self) -> dict[str, Any]:
+        """Round counter, classes, rings and per-device progress in the round."""
+        return {"round": self.round, "rings": self.rings, "round_s": self.round_s,
+                "units": self.units.tolist(), "reported": sorted(self.reported)}
