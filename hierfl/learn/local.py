@@ -226,10 +226,10 @@ class LocalTrainer:
         anchors: list[torch.Tensor] = []
         if spec.prox > 0:
             # proximal term (ρ/2)‖w − w_start‖²: its gradient ρ(w − w_start) is added before each step
-            start = self._flat.detach().clone()
+            w_start = self._flat.detach().clone()
             offset = 0
             for p in self._params:
-                anchors.append(start[offset: offset + p.numel()].view_as(p))
+                anchors.append(w_start[offset: offset + p.numel()].view_as(p))
                 offset += p.numel()
         loss_sum = 0.0
         steps = 0

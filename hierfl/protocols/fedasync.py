@@ -48,7 +48,7 @@ class FedAsyncConfig(ProtocolConfig):
 class FlatAsync(Protocol):
     """Devices train continuously against the cloud; subclasses decide how an update is applied."""
 
-    select_stream = "async.select"
+    select_stream = "async.select"  # shared: FedAsync and FedBuff pick the same devices
 
     def __init__(self, ctx: Context, concurrency: int | None, staleness: StalenessConfig,
                  max_staleness: int | None, spec: TrainSpec) -> None:
@@ -123,8 +123,6 @@ class FlatAsync(Protocol):
 
 class FedAsync(FlatAsync):
     """Every arrival is mixed into the global model at once: ``x ← (1 − α·s(τ))·x + α·s(τ)·x_new``."""
-
-    select_stream = "fedasync.select"
 
     def __init__(self, cfg: FedAsyncConfig, ctx: Context) -> None:
         super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, replace(ctx.spec, prox=cfg.rho))

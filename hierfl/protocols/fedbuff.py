@@ -53,8 +53,6 @@ class FedBuffConfig(ProtocolConfig):
 class FedBuff(FlatAsync):
     """Arrivals fill a buffer of ``K`` staleness-weighted deltas; a full buffer is one server step."""
 
-    select_stream = "fedbuff.select"
-
     def __init__(self, cfg: FedBuffConfig, ctx: Context) -> None:
         super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, ctx.spec)
         self.cfg = cfg
