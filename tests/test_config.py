@@ -125,3 +125,29 @@ def test_console_script_exit_status(tmp_path):
     bad = write(tmp_path / "bad.yaml", "name: [unclosed\n")
     proc = subprocess.run([sys.executable, "-m", "hierfl.cli", "run", str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2 and "invalid YAML" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("protocol,path,text", [
+    ({"name": "fedasync", "staleness": {"name": "cubic"}}, "protocol.staleness", "polynomial"),
+    ({"name": "fedasync", "alpha": 0}, "protocol.alpha", "greater than 0"),
+    ({"name": "fedasync", "alpha": 1.5}, "protocol.alpha", "less than or equal to 1"),
+    ({"name": "fedasync", "concurrency": 0}, "protocol.concurrency", "greater than 0"),
+    ({"name": "fedbuff", "K": 5}, "protocol.K", "allowed: 1..4"),
+    ({"name": "fedbuff", "concurrency": 0}, "protocol.concurrency", "greater than 0"),
+    ({"name": "ahfl", "leader_period": 0}, "protocol.leader_period", "'auto' or a finite number"),
+    ({"name": "ahfl", "cloud_period": -2.5}, "protocol.cloud_period", "'auto' or a finite number"),
+    ({"name": "ahfl", "alpha": 2}, "protocol.alpha", "less than or equal to 1"),
+])
+def test_async_protocol_bad_input(tmp_path, capsys, protocol, path, text):
+    topology = {"edge_servers": 2} if protocol["name"] == "ahfl" else {}
+    bad = write(tmp_path / "s.yaml", {**TINY, "protocol": protocol, "topology": topology})
+    got = problems(bad)
+    assert any(p.startswith(path + " |") and text in p for p in got), got
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert path in err and "Traceback" not in err
+
+
+def test_ahfl_needs_edge_servers(tmp_path):
+    got = problems(write(tmp_path / "s.yaml", {**TINY, "protocol": {"name": "ahfl"}}))
+    assert any(p.startswith("topology.edge_servers |") and "ahfl" in p for p in got)
