@@ -21,24 +21,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "analysis" / "results"
 
-PROTOCOLS: dict[str, list[str]] = {
-    "ahfl": ["protocol={name: ahfl}"],
-    "fedasync": ["topology.edge_servers=0", "protocol={name: fedasync}"],
-    "fedbuff": ["topology.edge_servers=0", "protocol={name: fedbuff, K: 10, concurrency: 60}"],
-    "hierfavg": [],
-    "fedavg": ["topology.edge_servers=0", "protocol={name: fedavg, fraction: 1.0}"],
+# (scenario file, protocol section replacing the file's one or None, flat = no edge servers)
+PROTOCOLS: dict[str, tuple[str, dict | None, bool]] = {
+    "ahfl": ("ahfl.yaml", None, False),
+    "fedasync": ("fedasync.yaml", None, True),
+    "fedbuff": ("fedbuff.yaml", None, True),
+    "hierfavg": ("hierfavg.yaml", None, False),
+    "fedavg": ("fedasync.yaml", {"name": "fedavg", "fraction": 1.0}, True),  # steps: 20 from there
 }
 
 
 def run_one(args: tuple[str, float]) -> dict:
     """Run one protocol; returns its summary and accuracy curve."""
-    from hierfl.config.loader import load_scenario
+    from hierfl.config.loader import apply_overrides, load_raw, validate_raw
     from hierfl.emulator import run_scenario
 
     name, budget = args
-    overrides = ["runtime.executor=local", f"stop.virtual_time_s={budget}", f"name=cmp-{name}",
-                 *PROTOCOLS[name]]
-    sc = load_scenario(ROOT / "scenarios" / "hierfavg.yaml", overrides)
+    file, protocol, flat = PROTOCOLS[name]
+    raw = load_raw(ROOT / "scenarios" / file)
+    if protocol is not None:  # replaced whole, so the file's protocol keys do not leak in
+        raw["protocol"] = protocol
+    overrides = ["runtime.executor=local", f"stop.virtual_time_s={budget}", f"name=cmp-{name}"]
+    if flat:
+        overrides.append("topology.edge_servers=0")
+    sc = validate_raw(apply_overrides(raw, overrides), file)
     res = run_scenario(sc, OUT / "runs" / name)
     return {"name": name, "summary": res.summary,
             "curve": [(e["t"], e["accuracy"]) for e in res.evals]}
