@@ -173,3 +173,15 @@ def test_ahfl_alpha_one_single_device_is_local_sgd(tmp_path):
     first, _ = trainer.train(b.init_params, b.dataset.x_train[b.parts[0]], b.dataset.y_train[b.parts[0]], spec,
                              stream_seed(sc.seed, "train", 0, 0))
     np.testing.assert_allclose(res.final_params, first, atol=1e-7)
+
+
+def test_prox_term_pulls_towards_the_start_model():
+    sc = tiny()
+    b = build(sc)
+    trainer = LocalTrainer(sc.model, tuple(b.dataset.input_shape), b.dataset.num_classes)
+    x, y = b.dataset.x_train[b.parts[0]], b.dataset.y_train[b.parts[0]]
+    free, _ = trainer.train(b.init_params, x, y, TrainSpec(epochs=2, batch_size=10, lr=0.1), 5)
+    again, _ = trainer.train(b.init_params, x, y, TrainSpec(epochs=2, batch_size=10, lr=0.1, prox=0.0), 5)
+    held, _ = trainer.train(b.init_params, x, y, TrainSpec(epochs=2, batch_size=10, lr=0.1, prox=5.0), 5)
+    np.testing.assert_array_equal(free, again)  # prox = 0 changes nothing
+    assert np.linalg.norm(held - b.init_params) < 0.5 * np.linalg.norm(free - b.init_params)
