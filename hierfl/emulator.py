@@ -24,12 +24,13 @@ from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec
 from hierfl.recorder import Recorder
-from hierfl.runtime.executor import Executor, Job, RunData, make_executor
+from hierfl.runtime.executor import Executor, Job, RunData, Term, make_executor
 
 __all__ = ["Context", "Job", "RunResult", "RunError", "run_scenario", "package_versions"]
 
 COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_jobs", "compute_s",
-            "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d")
+            "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d",
+            "updates_dropped")
 
 ProgressFn = Callable[[float, int, "float | None"], None]
 
@@ -70,6 +71,9 @@ class Context:
         self.stopping = False
         self.stop_reason: str | None = None
         self._jobs_started = np.zeros(self.world.num_devices, dtype=np.int64)
+        # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
+        # asynchronous protocols record any (synchronous ones apply fresh updates only)
+        self.staleness: dict[str, list[int]] = {}
         self._wall0 = time.perf_counter()
 
     # -- time and randomness ------------------------------------------------------------------
@@ -165,6 +169,59 @@ class Context:
             self.request_stop("rounds")
         return handle
 
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """``Σ c·(a − b)`` over model handles, computed at ``tier`` (``edge`` or ``cloud``) by the executor."""
+        return self.executor.combine(tier, terms)
+
+    def record_async_aggregation(self, tier: str, entity: int, participants: list[int], weights: list[float],
+                                 staleness: list[int], version: int, queue_len: int, source: str = "device") -> None:
+        """Account one asynchronous aggregation at a leader (``tier="edge"``) or the cloud.
+
+        ``participants`` are device ids (or leader ids when ``source="edge"``), ``weights`` the
+        coefficient each update got, ``staleness`` each update's τ, ``version`` the aggregator's
+        version after it, ``queue_len`` the updates waiting when it fired (dropped ones included).
+        """
+        self.staleness.setdefault(tier, []).extend(int(t) for t in staleness)
+        args = {"participants": list(participants), "weights": list(weights), "staleness": list(staleness),
+                "version": version, "queue_len": queue_len}
+        if tier == "edge":
+            self.counters["edge_aggregations"] += 1
+            self.counters["device_updates"] += len(participants)
+            self.recorder.instant(("edge", entity), "queue_aggregate", self.now, **args)
+            self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "edge_aggregate", "edge": entity,
+                                  **args, "participants": len(participants), "ids": list(participants)})
+            return
+        self.counters["cloud_aggregations"] += 1
+        if source == "device":
+            self.counters["device_updates"] += len(participants)
+        rounds = int(self.counters["cloud_aggregations"])
+        self.recorder.instant(("cloud", 0), "queue_aggregate", self.now, round=rounds, **args)
+        self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "cloud_aggregate", "round": rounds,
+                              "tier": source, **args, "participants": len(participants),
+                              "ids": list(participants)})
+        limit = self.scenario.stop.rounds
+        if limit is not None and rounds >= limit:
+            self.request_stop("rounds")
+
+    def drop_update(self, tier: str, entity: int, source: int, staleness: int) -> None:
+        """An update older than ``max_staleness`` reached ``tier`` and is discarded (counted)."""
+        self.counters["updates_dropped"] += 1
+        lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
+        self.recorder.instant(lane, "drop", self.now, source=source, staleness=staleness)
+        self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "update_dropped", "tier": tier,
+                              "at": entity, "source": source, "staleness": staleness})
+
+    def staleness_summary(self) -> dict[str, Any]:
+        """Per tier: histogram ``{τ: count}``, mean, max and count of applied updates' staleness."""
+        out: dict[str, Any] = {}
+        for tier, values in sorted(self.staleness.items()):
+            arr = np.asarray(values, dtype=np.int64)
+            hist = np.bincount(arr) if arr.size else np.zeros(0, dtype=np.int64)
+            out[tier] = {"histogram": {str(t): int(c) for t, c in enumerate(hist) if c},
+                         "mean": float(arr.mean()) if arr.size else None,
+                         "max": int(arr.max()) if arr.size else None, "count": int(arr.size)}
+        return out
+
     def set_global(self, handle: Any) -> None:
         """The cloud's model changed."""
         self.global_model = handle
@@ -197,6 +254,7 @@ class _Run:
         self.time_to_target: float | None = None
         self.rounds_to_target: int | None = None
         self._last_eval: tuple[float, float] | None = None
+        self.protocol: Any = None
 
     def evaluate(self) -> None:
         ctx = self.ctx
@@ -211,6 +269,11 @@ class _Run:
             raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
         record = {"t": ctx.now, "wall_s": ctx.wall_s(), "event": "eval", "round": rounds,
                   "accuracy": acc, "loss": loss, **ctx.counters}
+        for tier, values in sorted(ctx.staleness.items()):
+            record[f"staleness_mean_{tier}"] = float(np.mean(values)) if values else None
+        queues = getattr(self.protocol, "queue_lengths", None)
+        if queues is not None:
+            record.update({f"queue_len_{tier}": n for tier, n in queues().items()})
         self.evals.append(record)
         ctx.recorder.metric(record)
         ctx.recorder.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)
@@ -224,6 +287,7 @@ class _Run:
 
     def loop(self, protocol: Any) -> None:
         ctx, sc = self.ctx, self.ctx.scenario
+        self.protocol = protocol
         q = ctx.queue
         q.push(0.0, "evaluate", priority=Priority.EVALUATE)
         if sc.stop.virtual_time_s is not None:
@@ -320,6 +384,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             "num_params": built.num_params, "model_bytes": world.model_bytes,
             "totals": dict(ctx.counters),
         })
+        if ctx.staleness:
+            summary["staleness"] = ctx.staleness_summary()
         rec.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "run_end", "stop_reason": ctx.stop_reason})
         rec.write_summary(summary)
         return RunResult(Path(out_dir), summary, final, run.evals)

@@ -134,3 +134,37 @@ def test_name_defaults_to_file_stem_and_plugin_name_shorthand(tmp_path):
     sc = load_scenario(write(tmp_path / "my run.yaml", raw))
     assert sc.name == "my-run" and sc.protocol.name == "fedavg" and sc.protocol.fraction == 0.1
     assert sc.model.name == "logreg"
+
+@pytest.mark.parametrize("protocol,path,text", [
+    ({"name": "fedasync", "staleness": {"name": "cubic"}}, "protocol.staleness", "polynomial"),
+    ({"name": "fedasync", "alpha": 0}, "protocol.alpha", "greater than 0"),
+    ({"name": "fedasync", "alpha": 1.5}, "protocol.alpha", "less than or equal to 1"),
+    ({"name": "fedasync", "concurrency": 0}, "protocol.concurrency", "greater than 0"),
+    ({"name": "fedbuff", "K": 5}, "protocol.K", "allowed: 1..4"),
+    ({"name": "fedbuff", "concurrency": 0}, "protocol.concurrency", "greater than 0"),
+    ({"name": "ahfl", "leader_period": 0}, "protocol.leader_period", "'auto' or a finite number"),
+    ({"name": "ahfl", "cloud_period": -2.5}, "protocol.cloud_period", "'auto' or a finite number"),
+    ({"name": "ahfl", "alpha": 2}, "protocol.alpha", "less than or equal to 1"),
+])
+def test_async_protocol_bad_input(tmp_path, capsys, protocol, path, text):
+    topology = {"edge_servers": 2} if protocol["name"] == "ahfl" else {}
+    bad = write(tmp_path / "s.yaml", {**TINY, "protocol": protocol, "topology": topology})
+    got = problems(bad)
+    assert any(p.startswith(path + " |") and text in p for p in got), got
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert path in err and "Traceback" not in err
+
+
+def test_ahfl_needs_edge_servers(tmp_path):
+    got = problems(write(tmp_path / "s.yaml", {**TINY, "protocol": {"name": "ahfl"}}))
+    assert any(p.startswith("topology.edge_servers |") and "ahfl" in p for p in got)
+
+
+def test_set_replaces_a_plugin_section_when_its_name_changes(tmp_path):
+    path = write(tmp_path / "s.yaml", {**TINY, "topology": {"edge_servers": 2},
+                                       "protocol": {"name": "hierfavg", "kappa1": 5}})
+    sc = load_scenario(path, ["protocol={name: fedavg, fraction: 0.5}"])
+    assert sc.protocol.name == "fedavg" and sc.protocol.fraction == 0.5  # no kappa1 leaked in
+    sc = load_scenario(path, ["protocol={kappa2: 3}"])
+    assert sc.protocol.kappa1 == 5 and sc.protocol.kappa2 == 3  # same plug-in: keys merge

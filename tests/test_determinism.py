@@ -50,10 +50,30 @@ def test_same_seed_twice_identical_and_other_seed_differs(tmp_path):
     assert not np.array_equal(a.final_params, c.final_params)
 
 
+def ahfl_tiny(**kw):
+    sc = hier_tiny(**kw)
+    from hierfl.protocols import AHFLConfig
+
+    return sc.model_copy(update={"protocol": AHFLConfig(leader_period=0.4, cloud_period=1.1, max_staleness=3),
+                                 "stop": tiny(stop={"rounds": 4}).stop})
+
+
+def fedasync_tiny(**kw):
+    return tiny(devices={"count": 6, "speed_sps": {"dist": "uniform", "low": 50, "high": 200}},
+                data={"dataset": {"num_samples": 360}}, protocol={"name": "fedasync", "concurrency": 4},
+                training={"epochs": 1}, stop={"rounds": 12}, **kw)
+
+
+def fedbuff_tiny(**kw):
+    sc = fedasync_tiny(**kw)
+    return sc.model_copy(update={"protocol": tiny(protocol={"name": "fedbuff", "K": 3, "concurrency": 4}).protocol})
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("make", [lambda **kw: tiny(protocol={"fraction": 0.5}, stop={"rounds": 4}, **kw), hier_tiny,
-                                  hisyn_tiny, lambda **kw: hisyn_tiny("latest", **kw)],
-                         ids=["fedavg", "hierfavg", "fedhisyn-average", "fedhisyn-latest"])
+                                  hisyn_tiny, lambda **kw: hisyn_tiny("latest", **kw),
+                                  ahfl_tiny, fedasync_tiny, fedbuff_tiny],
+                         ids=["fedavg", "hierfavg", "fedhisyn-average", "fedhisyn-latest", "ahfl", "fedasync", "fedbuff"])
 def test_local_vs_ray_one_and_two_hosts(tmp_path, ray_session, make):
     local = run_scenario(make(), tmp_path / "local")
     ref = metrics_without_wall(tmp_path / "local")

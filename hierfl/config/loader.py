@@ -107,10 +107,8 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
                 break
             node = node.setdefault(part, {})
         else:
-            if isinstance(node.get(parts[-1]), dict) and isinstance(value, dict):
-                node[parts[-1]] = deep_merge(node[parts[-1]], value)
-            else:
-                node[parts[-1]] = value
+            # same rule as `extends`: mappings merge, unless a plug-in's name changes
+            node[parts[-1]] = deep_merge(node, {parts[-1]: value})[parts[-1]]
     if problems:
         raise ConfigError(problems, "command line")
     return out

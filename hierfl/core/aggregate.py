@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["WeightedSum", "normalised_weights", "weighted_average"]
+__all__ = ["WeightedSum", "normalised_weights", "weighted_average", "linear_combination"]
 
 
 def _check_weight(weight: float) -> float:
@@ -83,3 +83,31 @@ def weighted_average(vectors: Sequence[np.ndarray], weights: Sequence[float]) ->
     for vec, w in zip(vectors, weights):
         acc.add(vec, w)
     return acc.result()
+
+
+def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | None]]) -> np.ndarray:
+    """``Σ_j c_j · (a_j − b_j)`` (or ``c_j · a_j`` when ``b_j`` is None) as float32.
+
+    The one primitive of the asynchronous protocols (ALGORITHMS.md §4.3, §5.3, §5.4): a
+    FedAsync mix is ``[(1−α, w), (α, w_k)]``, a FedBuff step ``[(1, x), (η·s_i/K, y_i, y0_i)]``,
+    an AHFL rebase ``[(1, w), (1, w_k, w_last)]``. Accumulation is float64 in the given order
+    (the virtual-time order), so every executor gets the same bits; differences are taken in
+    float64 before scaling, so a small delta keeps its precision. Coefficients may be negative.
+    """
+    if not terms:
+        raise ValueError("linear combination of no vectors")
+    acc: np.ndarray | None = None
+    for coef, plus, minus in terms:
+        c = float(coef)
+        if not np.isfinite(c):
+            raise ValueError(f"coefficients must be finite, got {coef!r}")
+        term = np.asarray(plus, dtype=np.float64)
+        if minus is not None:
+            term = term - np.asarray(minus, dtype=np.float64)
+        if acc is None:
+            acc = np.zeros_like(term)
+        elif term.shape != acc.shape:
+            raise ValueError(f"vector shapes differ: {term.shape} vs {acc.shape}")
+        acc += c * term
+    assert acc is not None
+    return acc.astype(np.float32)

@@ -36,6 +36,7 @@ class TrainSpec:
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
+    prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (FedAsync, AHFL); 0 = none
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -44,7 +45,7 @@ class TrainSpec:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
-        for key in ("lr", "momentum", "weight_decay"):
+        for key in ("lr", "momentum", "weight_decay", "prox"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"TrainSpec: {key} must be a finite number >= 0, got {value!r}")

@@ -184,7 +184,7 @@ class LocalTrainer:
           ``steps`` consecutive chunks of exactly ``b`` (chunks may cross epoch boundaries).
         - Loss: cross-entropy, mean over the batch. Optimiser: a fresh
           ``torch.optim.SGD(lr, momentum, weight_decay, foreach=False)`` per call (no state is
-          carried between jobs).
+          carried between jobs). ``spec.prox = ρ > 0`` adds ``(ρ/2)‖w − params‖²`` to the loss.
         - Exactly ``num_steps(n, spec)`` steps over ``samples_processed(n, spec)`` samples.
         - Inputs may be read-only (zero-copy from Ray's object store); they are never written.
           Batches are gathered once per epoch (step mode: once per permutation) with numpy
@@ -223,6 +223,14 @@ class LocalTrainer:
         opt = torch.optim.SGD(
             self._params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay, foreach=False
         )
+        anchors: list[torch.Tensor] = []
+        if spec.prox > 0:
+            # proximal term (ρ/2)‖w − w_start‖²: its gradient ρ(w − w_start) is added before each step
+            w_start = self._flat.detach().clone()
+            offset = 0
+            for p in self._params:
+                anchors.append(w_start[offset: offset + p.numel()].view_as(p))
+                offset += p.numel()
         loss_sum = 0.0
         steps = 0
         samples = 0
@@ -237,6 +245,11 @@ class LocalTrainer:
                 opt.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(module(xb), yb)
                 loss.backward()
+                if anchors:
+                    with torch.no_grad():
+                        for p, a in zip(self._params, anchors):
+                            assert p.grad is not None
+                            p.grad.add_(p - a, alpha=spec.prox)
                 opt.step()
                 loss_sum += loss.item()
                 steps += 1

@@ -15,7 +15,10 @@ import numpy as np
 from hierfl.core.work import TrainSpec
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 
-__all__ = ["Job", "Executor", "LocalExecutor", "RunData", "make_executor"]
+__all__ = ["Job", "Executor", "LocalExecutor", "RunData", "make_executor", "Term"]
+
+Term = tuple[float, Any, Any]
+"""``(coefficient, handle, handle or None)``: ``c · (a − b)``, or ``c · a`` when the third is None."""
 
 
 @dataclass
@@ -84,6 +87,10 @@ class Executor:
         """Finish the cloud aggregation; returns the new global-model handle."""
         raise NotImplementedError
 
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """``Σ c·(a − b)`` computed at ``tier`` (``edge``: the leader host, ``cloud``): a new model handle."""
+        raise NotImplementedError
+
     def evaluate(self, params: Any) -> tuple[float, float]:
         """(accuracy, loss) of a model handle on the test set (blocking)."""
         raise NotImplementedError
@@ -140,6 +147,22 @@ class LocalExecutor(Executor):
     def commit_cloud(self) -> Any:
         """In-process."""
         return self.cloud.commit()
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """In-process, on the same role classes the Ray executor uses."""
+        role = self.leaders if tier == "edge" else self.cloud
+        arrays = [a for _, p, m in terms for a in (p, m) if a is not None]
+        plus, minus, k = [], [], 0
+        for _, p, m in terms:
+            plus.append(k)
+            k += 1
+            if m is None:
+                minus.append(-1)
+            else:
+                minus.append(k)
+                k += 1
+        none: list[int | None] = [None] * len(terms)
+        return role.combine([c for c, _, _ in terms], plus, none, minus, none, *arrays)
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """In-process evaluation."""

@@ -28,7 +28,7 @@ import numpy as np
 import ray
 
 from hierfl.core.work import TrainSpec
-from hierfl.runtime.executor import Executor, Job, RunData
+from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost
 
 __all__ = ["RayExecutor", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
@@ -201,6 +201,32 @@ class RayExecutor(Executor):
             return self.cloud.commit.remote()
         index, rows, refs = self._unique_refs([h for _, h in adds])
         return self.cloud.add_many_commit.remote([w for w, _ in adds], index, rows, *refs)
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """Ref of ``Σ c·(a − b)`` computed in the leader or cloud actor (inputs resolved there, as refs)."""
+        self._flush_adds()  # binds buffered jobs to their batch rows; keeps per-actor call order
+        role = self.leaders if tier == "edge" else self.cloud
+        if role is None:
+            raise RuntimeError("no leader actor: the scenario has no edge servers")
+        handles = [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)
+        plus: list[int] = []
+        minus: list[int] = []
+        plus_rows: list[int | None] = []
+        minus_rows: list[int | None] = []
+        k = 0
+        for _, p, m in terms:
+            plus.append(index[k])
+            plus_rows.append(rows[k])
+            k += 1
+            if m is None:
+                minus.append(-1)
+                minus_rows.append(None)
+            else:
+                minus.append(index[k])
+                minus_rows.append(rows[k])
+                k += 1
+        return role.combine.remote([c for c, _, _ in terms], plus, plus_rows, minus, minus_rows, *refs)
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """Evaluation runs in the cloud actor; only two floats come back."""

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.aggregate import WeightedSum
+from hierfl.core.aggregate import WeightedSum, linear_combination
 from hierfl.core.work import TrainSpec
 from hierfl.learn.local import LocalTrainer
 
-__all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "average_rows"]
+__all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "average_rows", "combine_packed"]
 
 ModelSpec = tuple[Any, tuple[int, ...], int, int]
 """(model config, input shape, number of classes, torch threads)."""
@@ -33,6 +33,14 @@ def average_rows(weights: list[float], index: list[int], rows: list[int | None],
     for k, w in enumerate(weights):
         acc.add(_pick(arrays[index[k]], rows[k]), w)
     return acc.result()
+
+def combine_packed(coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
+                   minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+    """:func:`~hierfl.core.aggregate.linear_combination` of packed terms: term ``j`` is
+    ``coefs[j] · (arrays[plus[j]] − arrays[minus[j]])`` (rows picked; ``minus[j] < 0``: no subtrahend)."""
+    terms = [(c, _pick(arrays[p], pr), None if m < 0 else _pick(arrays[m], mr))
+             for c, p, pr, m, mr in zip(coefs, plus, plus_rows, minus, minus_rows)]
+    return linear_combination(terms)
 
 
 class DeviceHost:
@@ -106,6 +114,11 @@ class LeaderHost:
         self.versions[leader] = self.versions.get(leader, 0) + 1
         return model
 
+    def combine(self, coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
+                minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+        """A leader's asynchronous step (queue aggregation, rebase): see :func:`combine_packed`."""
+        return combine_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
+
     def ready(self) -> bool:
         """Start-up barrier for actors."""
         return True
@@ -152,6 +165,11 @@ class Cloud:
                 *arrays: np.ndarray) -> np.ndarray:
         """A weighted average of models for a protocol (e.g. a FedHiSyn device mixing ring arrivals)."""
         return average_rows(weights, index, rows, *arrays)
+
+    def combine(self, coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
+                minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+        """The cloud's asynchronous step (FedAsync mix, FedBuff buffer step, AHFL queue): see :func:`combine_packed`."""
+        return combine_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
 
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set."""

@@ -1,0 +1,258 @@
+"""AHFL: asynchronous hierarchical federated learning with leader and cloud queues.
+
+Wang and Wang, "Asynchronous Hierarchical Federated Learning", arXiv 2206.00054 (2022).
+ALGORITHMS.md §4.3 (the paper body was not reachable; the queue mechanics are [B], the rest
+[D], each a knob here):
+
+* devices train continuously on ``f_i(w) + reg(w)`` (``prox``: (ρ/2)‖w − w_pulled‖²; ``l2``:
+  weight decay λ) from their leader's model and push ``(Δ_i = w_i − w_start, v_start, n_i)``
+  into the leader's queue; on arrival they pull the leader's current model and start again;
+* every ``leader_period`` a leader with a non-empty queue applies
+  ``w_k += Σ (n_u/S)·α·σ(v_k − v_u)·Δ_u`` (``S`` = samples in the queue), ``v_k += 1``, and
+  pushes its progress since the last push ``Δ_k = w_k − w_k_last`` (with the cloud version
+  ``g_k`` it started from) to the cloud queue;
+* every ``cloud_period`` the cloud applies ``w += α·σ(g − g_e)·(n_k/N)·Δ_e`` for each queued
+  entry in arrival order, ``g += 1``, and sends ``(w, g)`` to every leader, which rebases its
+  unpushed progress: ``w_k = w + (w_k − w_k_last)``, ``w_k_last = w``, ``g_k = g``.
+
+Leaders are the edge servers of ``topology`` (grouping ``nearest`` / ``random`` /
+``round_robin``); versions only move on applied aggregations, so staleness is bounded by the
+number of aggregations at the aggregator that measures it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import Field, NonNegativeInt, field_validator
+
+from hierfl.config.errors import Problem
+from hierfl.core.engine import Event, Priority
+from hierfl.core.staleness import STALENESS, PolynomialStaleness
+from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+
+if TYPE_CHECKING:
+    from hierfl.config.schema import Scenario
+    from hierfl.emulator import Context
+
+__all__ = ["AHFLConfig", "AHFL"]
+
+
+@PROTOCOLS.register
+class AHFLConfig(ProtocolConfig):
+    """``protocol: {name: ahfl, alpha: 0.6, staleness: {name: polynomial, a: 0.5}, reg: prox, ...}``."""
+
+    name: Literal["ahfl"] = "ahfl"
+    alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base weight α at leaders and cloud [D]")
+    staleness: STALENESS.union() = PolynomialStaleness(a=0.5)  # type: ignore[valid-type]
+    reg: Literal["prox", "l2"] = Field(default="prox", description="local regulariser [D]/[B]")
+    rho: float = Field(default=0.005, ge=0.0, description="ρ of reg=prox [D]")
+    lam: float = Field(default=5e-4, ge=0.0, description="λ (weight decay) of reg=l2 [D]")
+    leader_period: float | Literal["auto"] = Field(
+        default="auto", description="seconds; auto = median over members of compute + upload time [D]")
+    cloud_period: float | Literal["auto"] = Field(
+        default="auto", description="seconds; auto = 2 × median of the leader periods [D]")
+    cloud_weight: Literal["samples", "devices"] = Field(default="samples", description="n_k/N counts [D]")
+    max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
+
+    @field_validator("leader_period", "cloud_period", mode="before")
+    @classmethod
+    def _period(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+            raise ValueError("must be 'auto' or a finite number of seconds > 0")
+        return value
+
+    def check(self, scenario: Scenario) -> list[Problem]:
+        """AHFL needs leaders: edge servers in the topology."""
+        if scenario.topology.edge_servers < 1:
+            return [Problem("topology.edge_servers", "ahfl needs at least 1 edge server (its leaders)", 0)]
+        return []
+
+    def create(self, ctx: Context) -> AHFL:
+        """An AHFL run."""
+        return AHFL(self, ctx)
+
+
+@dataclass
+class _DeviceUpdate:
+    device: int
+    update: Any
+    start: Any
+    version: int
+    samples: float
+
+
+@dataclass
+class _LeaderUpdate:
+    leader: int
+    new: Any
+    last: Any
+    version: int
+
+
+class AHFL(Protocol):
+    """Leader queues aggregated every leader period, a cloud queue every cloud period."""
+
+    def __init__(self, cfg: AHFLConfig, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.cfg = cfg
+        self.sigma = cfg.staleness
+        base = ctx.spec
+        self.spec = (replace(base, prox=cfg.rho) if cfg.reg == "prox" else replace(base, weight_decay=cfg.lam))
+        world = ctx.world
+        members = {e: world.edge_members(e) for e in range(world.num_edges)}
+        self.leaders = [e for e, m in members.items() if m.size > 0]
+        self.members = {e: members[e] for e in self.leaders}
+        if cfg.cloud_weight == "samples":
+            size = {e: float(world.samples[m].sum()) for e, m in self.members.items()}
+        else:
+            size = {e: float(m.size) for e, m in self.members.items()}
+        total = sum(size.values())
+        self.share = {e: size[e] / total for e in self.leaders}
+        self.leader_period = {e: self._leader_period(e) for e in self.leaders}
+        if cfg.cloud_period == "auto":
+            self.cloud_period = 2.0 * float(np.median([self.leader_period[e] for e in self.leaders]))
+        else:
+            self.cloud_period = float(cfg.cloud_period)
+        w0 = ctx.global_model
+        self.model = {e: w0 for e in self.leaders}        # w_k
+        self.last = {e: w0 for e in self.leaders}         # w_k_last: model at the last push / rebase
+        self.version = {e: 0 for e in self.leaders}       # v_k: applied leader aggregations
+        self.cloud_version_of = {e: 0 for e in self.leaders}  # g_k
+        self.queue: dict[int, list[_DeviceUpdate]] = {e: [] for e in self.leaders}
+        self.cloud_queue: list[_LeaderUpdate] = []
+        self.cloud_version = 0                            # g: applied cloud aggregations
+        self.start_of: dict[int, tuple[Any, int]] = {}
+        self.leader_of = {int(d): e for e, m in self.members.items() for d in m}
+        self.pushes: dict[int, _LeaderUpdate] = {}
+        self.sent: dict[tuple[int, int], Any] = {}
+        self._push_seq = 0
+        ctx.staleness.setdefault("edge", [])
+        ctx.staleness.setdefault("cloud", [])
+
+    def _leader_period(self, edge: int) -> float:
+        if self.cfg.leader_period != "auto":
+            return float(self.cfg.leader_period)
+        w = self.ctx.world
+        return float(np.median([w.compute_s(int(d), self.spec) + w.upload_s(int(d)) for d in self.members[edge]]))
+
+    # -- devices ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Every device pulls the initial model; leader and cloud timers start."""
+        for e in self.leaders:
+            for d in self.members[e]:
+                self._send(int(d))
+            self.ctx.schedule(self.leader_period[e], "leader_tick", {"edge": e}, Priority.CONTROL)
+        self.ctx.schedule(self.cloud_period, "cloud_tick", {}, Priority.CONTROL)
+
+    def _send(self, device: int) -> None:
+        e = self.leader_of[device]
+        self.start_of[device] = (self.model[e], self.version[e])
+        self.send_model(device, "device_edge", {"edge": e, "version": self.version[e]})
+
+    def on_train_start(self, event: Event) -> None:
+        """The device has its leader's model: train from it."""
+        self.start_job(event, self.start_of[event.payload["device"]][0], self.spec)
+
+    def on_train_done(self, event: Event) -> None:
+        """Collect the job and upload it to the leader."""
+        self.collect_and_upload(event, "device_edge")
+
+    def on_upload_done(self, event: Event) -> None:
+        """The update joins the leader's queue; the device pulls the current leader model and goes on."""
+        device, e = event.payload["device"], event.payload["edge"]
+        start, version = self.start_of.pop(device)
+        self.queue[e].append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
+                                           float(self.ctx.world.samples[device])))
+        if not self.ctx.stopping:
+            self._send(device)
+
+    # -- leaders ------------------------------------------------------------------------------
+    def on_leader_tick(self, event: Event) -> None:
+        """Aggregate the leader's queue (if any survives ``max_staleness``) and push the progress."""
+        ctx, e = self.ctx, event.payload["edge"]
+        queue, self.queue[e] = self.queue[e], []
+        kept = []
+        for u in queue:
+            tau = self.version[e] - u.version
+            if self.cfg.max_staleness is not None and tau > self.cfg.max_staleness:
+                ctx.drop_update("edge", e, u.device, tau)
+            else:
+                kept.append((u, tau))
+        if kept:
+            total = sum(u.samples for u, _ in kept)
+            coefs = [u.samples / total * self.cfg.alpha * self.sigma(tau) for u, tau in kept]
+            terms = [(1.0, self.model[e], None)] + [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
+            self.model[e] = ctx.combine("edge", terms)
+            self.version[e] += 1
+            ctx.record_async_aggregation("edge", e, [u.device for u, _ in kept], coefs, [t for _, t in kept],
+                                         self.version[e], queue_len=len(queue))
+            self._push(e)
+        if not ctx.stopping:
+            ctx.schedule(self.leader_period[e], "leader_tick", {"edge": e}, Priority.CONTROL)
+
+    def _push(self, e: int) -> None:
+        ctx = self.ctx
+        up = ctx.world.edge_upload_s(e)
+        ctx.transfer("edge_cloud", ("edge", e), "upload", up)
+        self.pushes[self._push_seq] = _LeaderUpdate(e, self.model[e], self.last[e], self.cloud_version_of[e])
+        ctx.schedule(up, "leader_upload_done", {"edge": e, "push": self._push_seq}, Priority.ARRIVAL)
+        self._push_seq += 1
+        self.last[e] = self.model[e]
+
+    def on_leader_upload_done(self, event: Event) -> None:
+        """A leader's progress reached the cloud queue."""
+        self.cloud_queue.append(self.pushes.pop(event.payload["push"]))
+
+    def on_leader_download_done(self, event: Event) -> None:
+        """A new global model reached the leader: rebase the unpushed progress on it."""
+        e, g = event.payload["edge"], event.payload["version"]
+        w = self.sent.pop((e, g))
+        if self.model[e] is not self.last[e]:
+            self.model[e] = self.ctx.combine("edge", [(1.0, w, None), (1.0, self.model[e], self.last[e])])
+        else:
+            self.model[e] = w
+        self.last[e] = w
+        self.cloud_version_of[e] = g
+
+    # -- cloud --------------------------------------------------------------------------------
+    def on_cloud_tick(self, event: Event) -> None:
+        """Apply the cloud queue in arrival order and broadcast the new global model."""
+        ctx = self.ctx
+        queue, self.cloud_queue = self.cloud_queue, []
+        kept = []
+        for u in queue:
+            tau = self.cloud_version - u.version
+            if self.cfg.max_staleness is not None and tau > self.cfg.max_staleness:
+                ctx.drop_update("cloud", 0, u.leader, tau)
+            else:
+                kept.append((u, tau))
+        if kept:
+            coefs = [self.cfg.alpha * self.sigma(tau) * self.share[u.leader] for u, tau in kept]
+            terms = [(1.0, ctx.global_model, None)] + [(c, u.new, u.last) for c, (u, _) in zip(coefs, kept)]
+            ctx.set_global(ctx.combine("cloud", terms))
+            self.cloud_version += 1
+            ctx.record_async_aggregation("cloud", 0, [u.leader for u, _ in kept], coefs, [t for _, t in kept],
+                                         self.cloud_version, queue_len=len(queue), source="edge")
+            if not ctx.stopping:
+                for e in self.leaders:
+                    d = ctx.world.edge_download_s(e)
+                    ctx.transfer("edge_cloud", ("edge", e), "download", d)
+                    self.sent[(e, self.cloud_version)] = ctx.global_model
+                    ctx.schedule(d, "leader_download_done", {"edge": e, "version": self.cloud_version},
+                                 Priority.ARRIVAL)
+        if not ctx.stopping:
+            ctx.schedule(self.cloud_period, "cloud_tick", {}, Priority.CONTROL)
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Updates waiting in the leader queues (summed) and in the cloud queue."""
+        return {"edge": sum(len(q) for q in self.queue.values()), "cloud": len(self.cloud_queue)}
+
+    def state(self) -> dict[str, Any]:
+        """Versions and queue lengths."""
+        return {"leader_version": dict(self.version), "cloud_version": self.cloud_version,
+                "queues": self.queue_lengths()}

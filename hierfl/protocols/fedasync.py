@@ -1,0 +1,138 @@
+"""FedAsync: asynchronous federated optimisation with staleness-weighted mixing.
+
+Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", arXiv 1903.03934 (OPT 2020).
+ALGORITHMS.md §5.3: a device trains on ``f(x) + (ρ/2)‖x − x_t‖²`` from the model ``x_t`` it
+downloaded at version ``t``; the server applies each update the moment it arrives, in
+virtual-time order: ``α_t = α·s(v − t)``, ``x ← (1 − α_t)·x + α_t·x_new``, ``v += 1``.
+Updates staler than ``max_staleness`` are dropped. ``concurrency`` devices train at any time;
+when one reports, an idle device (the same one when all devices train) gets the current model.
+
+:class:`FlatAsync` holds what FedAsync and FedBuff share: continuous dispatch under a
+concurrency limit, start versions, staleness and dropping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt
+
+from hierfl.core.engine import Event
+from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
+from hierfl.core.work import TrainSpec
+from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+
+if TYPE_CHECKING:
+    from hierfl.emulator import Context
+
+__all__ = ["FedAsyncConfig", "FedAsync", "FlatAsync"]
+
+
+@PROTOCOLS.register
+class FedAsyncConfig(ProtocolConfig):
+    """``protocol: {name: fedasync, alpha: 0.6, staleness: {name: polynomial, a: 0.5}, rho: 0.005}``."""
+
+    name: Literal["fedasync"] = "fedasync"
+    alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
+    staleness: STALENESS.union() = PolynomialStaleness(a=0.5)  # type: ignore[valid-type]
+    rho: float = Field(default=0.005, ge=0.0, description="proximal coefficient ρ of local training [V3/D]")
+    concurrency: PositiveInt | None = Field(default=None, description="devices training at once; null = all [D]")
+    max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
+
+    def create(self, ctx: Context) -> FedAsync:
+        """A FedAsync run."""
+        return FedAsync(self, ctx)
+
+
+class FlatAsync(Protocol):
+    """Devices train continuously against the cloud; subclasses decide how an update is applied."""
+
+    select_stream = "async.select"  # shared: FedAsync and FedBuff pick the same devices
+
+    def __init__(self, ctx: Context, concurrency: int | None, staleness: StalenessConfig,
+                 max_staleness: int | None, spec: TrainSpec) -> None:
+        super().__init__(ctx)
+        n = ctx.world.num_devices
+        self.concurrency = n if concurrency is None else min(int(concurrency), n)
+        self.sigma = staleness
+        self.max_staleness = max_staleness
+        self.spec = spec
+        self.version = 0                                  # cloud model version: applied aggregations
+        self.idle: set[int] = set(range(n))
+        self.start_of: dict[int, tuple[Any, int]] = {}    # device → (model handle, version) it trains from
+        self.dispatches = 0
+        ctx.staleness.setdefault("cloud", [])
+
+    def start(self) -> None:
+        """``concurrency`` devices, drawn uniformly without replacement, get the initial model at t = 0."""
+        n = self.ctx.world.num_devices
+        first = self.ctx.rng(self.select_stream, 0).choice(n, size=self.concurrency, replace=False)
+        self.dispatches = 1
+        for device in sorted(int(d) for d in first):
+            self._send(device)
+
+    def _send(self, device: int) -> None:
+        self.idle.discard(device)
+        self.start_of[device] = (self.ctx.global_model, self.version)
+        self.send_model(device, "device_cloud", {"version": self.version})
+
+    def excluded(self) -> set[int]:
+        """Idle devices that must not be dispatched now (FedBuff's ``unique_per_buffer``)."""
+        return set()
+
+    def _dispatch_one(self) -> None:
+        candidates = sorted(self.idle - self.excluded()) or sorted(self.idle)
+        if not candidates:
+            return
+        rng = self.ctx.rng(self.select_stream, self.dispatches)
+        self.dispatches += 1
+        self._send(candidates[int(rng.integers(len(candidates)))])
+
+    def on_train_start(self, event: Event) -> None:
+        """The device has the model it was sent: start its job."""
+        self.start_job(event, self.start_of[event.payload["device"]][0], self.spec)
+
+    def on_train_done(self, event: Event) -> None:
+        """Collect the job and upload it to the cloud."""
+        self.collect_and_upload(event, "device_cloud")
+
+    def on_upload_done(self, event: Event) -> None:
+        """An update reached the cloud: drop it if too stale, else apply; then keep ``concurrency`` busy."""
+        ctx = self.ctx
+        device = event.payload["device"]
+        update = self.jobs.pop(device).params
+        start_model, start_version = self.start_of.pop(device)
+        self.idle.add(device)
+        tau = self.version - start_version
+        if self.max_staleness is not None and tau > self.max_staleness:
+            ctx.drop_update("cloud", 0, device, tau)
+        else:
+            self.apply(device, update, start_model, tau)
+        if not ctx.stopping:
+            self._dispatch_one()
+
+    def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
+        """Apply one arriving update with staleness ``tau``."""
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        """Version, training devices and their start versions."""
+        return {"version": self.version, "training": {d: v for d, (_, v) in sorted(self.start_of.items())}}
+
+
+class FedAsync(FlatAsync):
+    """Every arrival is mixed into the global model at once: ``x ← (1 − α·s(τ))·x + α·s(τ)·x_new``."""
+
+    def __init__(self, cfg: FedAsyncConfig, ctx: Context) -> None:
+        super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, replace(ctx.spec, prox=cfg.rho))
+        self.cfg = cfg
+
+    def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
+        """The FedAsync server step (one update at a time, in arrival order)."""
+        ctx = self.ctx
+        a = self.cfg.alpha * self.sigma(tau)
+        new = ctx.combine("cloud", [(1.0 - a, ctx.global_model, None), (a, update, None)])
+        self.version += 1
+        ctx.set_global(new)
+        ctx.record_async_aggregation("cloud", 0, [device], [a], [tau], self.version, queue_len=1)
