@@ -49,10 +49,8 @@ def train_spec(scenario: Scenario) -> TrainSpec:
 def _world(scenario: Scenario, samples: np.ndarray) -> World:
     seed, dev, topo = scenario.seed, scenario.devices, scenario.topology
     n = dev.count
-
-    def draw(field: str) -> np.ndarray:
-        return getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
-
+    draws = {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
+             for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
     e = topo.edge_servers
     edge_latency = topo.edge_latency_ms.sample(stream(seed, "topology.edge_latency_ms"), n * e).reshape(n, e)
     if e == 0:
@@ -61,19 +59,22 @@ def _world(scenario: Scenario, samples: np.ndarray) -> World:
         edge_of = grouping.round_robin(n, e)
     elif topo.grouping == "random":
         edge_of = grouping.random_balanced(n, e, stream(seed, "topology.grouping"))
+    elif topo.grouping == "kmeans":
+        # groups of similar devices (AHFL §4.3's clustering option): compute and link times
+        compute = samples / draws["speed_sps"]
+        link = draws["latency_ms"] / 1000.0 + 8.0 / draws["uplink_mbps"]
+        features = np.column_stack([np.log(compute), np.log(link)])
+        edge_of = grouping.kmeans(features, e, stream(seed, "topology.grouping"))
     else:
         edge_of = grouping.nearest(edge_latency)
     link = topo.edge_cloud
     return World(
         samples=samples.astype(np.int64),
-        speed_sps=draw("speed_sps"),
-        uplink_mbps=draw("uplink_mbps"),
-        downlink_mbps=draw("downlink_mbps"),
-        latency_ms=draw("latency_ms"),
         edge_of=edge_of,
         edge_latency_ms=edge_latency.astype(np.float64),
         edge_links=[EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)],
         model_bytes=0,
+        **draws,
     )
 
 

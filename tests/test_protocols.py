@@ -166,3 +166,29 @@ def test_executor_start_failure_is_a_run_error(tmp_path, monkeypatch):
     with pytest.raises(RunError, match="cannot start the local executor: ConnectionError: no cluster here"):
         run_scenario(tiny(), tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+
+
+def test_kmeans_grouping_separates_fast_and_slow_devices():
+    from hierfl.core.grouping import kmeans
+    from hierfl.core.rng import stream
+
+    # two obvious groups in (compute, link) space; group 0 = the faster one
+    feats = np.log(np.array([[10.0, 1.0], [11.0, 1.1], [0.5, 1.0], [0.55, 1.2], [9.0, 0.9], [0.6, 1.1]]))
+    labels = kmeans(feats, 2, stream(0, "g"))
+    assert labels.tolist() == [1, 1, 0, 0, 1, 0]
+    for seed in range(5):  # the seeding does not change the answer here
+        assert np.array_equal(kmeans(feats, 2, stream(seed, "g")), labels)
+    # every label used even with duplicates
+    same = np.zeros((4, 2))
+    assert sorted(set(kmeans(same, 3, stream(1, "g")).tolist())) == [0, 1, 2]
+
+
+def test_kmeans_grouping_from_a_scenario(tmp_path):
+    sc = tiny(devices={"count": 8, "speed_sps": {"dist": "choice", "values": [20, 1000]}},
+              data={"dataset": {"num_samples": 480}},
+              protocol={"name": "hierfavg", "kappa1": 2}, training={"epochs": None},
+              topology={"edge_servers": 2, "grouping": "kmeans"}, stop={"rounds": 1})
+    b = build(sc)
+    slow = b.world.speed_sps < 100
+    assert np.all(b.world.edge_of[~slow] == 0) and np.all(b.world.edge_of[slow] == 1)
+    assert run_scenario(sc, tmp_path).summary["status"] == "completed"

@@ -87,7 +87,9 @@ class TopologyConfig(ConfigModel):
     """Edge servers between devices and the cloud, and how devices are assigned to them."""
 
     edge_servers: NonNegativeInt = Field(default=0, description="0 = devices talk to the cloud directly")
-    grouping: Literal["random", "round_robin", "nearest"] = "round_robin"
+    grouping: Literal["random", "round_robin", "nearest", "kmeans"] = Field(
+        default="round_robin",
+        description="kmeans: k-means on (log compute time per epoch, log time to upload 1 MB), one group per edge")
     edge_latency_ms: Dist = Field(
         default=ConstantDist(value=0.0),
         description="extra one-way latency per (device, edge server) pair; `nearest` picks the lowest",
