@@ -42,6 +42,14 @@ def trainer_for(sc, built):
     return train
 
 
+def own_chain(train, device, start, units):
+    """``[start, m_1, …, m_units]``: a device that only ever continues from its own model."""
+    chain = [start]
+    for job in range(units):
+        chain.append(train(device, chain[-1], job))
+    return chain
+
+
 def lines(path, name):
     return [json.loads(x) for x in (path / name).read_text().splitlines()]
 
@@ -60,9 +68,7 @@ def test_three_device_ring_latest_exact_trace(tmp_path, weighting):
     #  dev2 (1.5 s): one unit from w0
     train = trainer_for(sc, built)
     w0 = built.init_params
-    m1 = [w0]
-    for j in range(5):
-        m1.append(train(1, m1[-1], j))
+    m1 = own_chain(train, 1, w0, 5)  # dev1 never holds an arrival when it starts a unit
     m0_1 = train(0, w0, 0)
     m0_2 = train(0, m1[1], 1)
     m0_3 = train(0, m1[3], 2)
@@ -105,9 +111,7 @@ def test_three_device_ring_average_policy(tmp_path):
     result = run_scenario(sc, tmp_path, built=built)
     train = trainer_for(sc, built)
     w0 = built.init_params
-    m1 = [w0]
-    for j in range(5):
-        m1.append(train(1, m1[-1], j))
+    m1 = own_chain(train, 1, w0, 5)  # dev1 never holds an arrival when it starts a unit
     m0_1 = train(0, w0, 0)
     m0_2 = train(0, weighted_average([m0_1, m1[1]], [1, 1]), 1)          # own + the one arrived
     m0_3 = train(0, weighted_average([m0_2, m1[2], m1[3]], [1, 1, 1]), 2)  # own + both arrived
