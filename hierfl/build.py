@@ -46,11 +46,28 @@ def train_spec(scenario: Scenario) -> TrainSpec:
                      momentum=t.momentum, weight_decay=t.weight_decay)
 
 
-def _world(scenario: Scenario, samples: np.ndarray) -> World:
-    seed, dev, topo = scenario.seed, scenario.devices, scenario.topology
+def _draw_devices(scenario: Scenario, samples: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-device profile arrays (``devices:``): speed, links and access latency, seeded."""
+    seed, dev = scenario.seed, scenario.devices
     n = dev.count
-    draws = {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
-             for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
+    return {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
+            for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
+
+
+@dataclass
+class Topology:
+    """What ``topology:`` builds: edge servers, their links and capacities, the device → edge map."""
+
+    edge_of: np.ndarray                 # (N,) int64, -1 when flat
+    edge_latency_ms: np.ndarray         # (N, E)
+    edge_links: list[EdgeLink]          # (E,)
+    extra: dict[str, object]            # further World fields (capacities, positions, names)
+
+
+def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarray]) -> Topology:
+    """Edge servers and the device → edge assignment (``topology:``)."""
+    seed, topo = scenario.seed, scenario.topology
+    n = scenario.devices.count
     e = topo.edge_servers
     edge_latency = topo.edge_latency_ms.sample(stream(seed, "topology.edge_latency_ms"), n * e).reshape(n, e)
     if e == 0:
@@ -68,13 +85,21 @@ def _world(scenario: Scenario, samples: np.ndarray) -> World:
     else:
         edge_of = grouping.nearest(edge_latency)
     link = topo.edge_cloud
+    return Topology(edge_of, edge_latency.astype(np.float64),
+                    [EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)], {})
+
+
+def _world(scenario: Scenario, samples: np.ndarray) -> World:
+    draws = _draw_devices(scenario, samples)
+    topo = _topology(scenario, samples, draws)
     return World(
         samples=samples.astype(np.int64),
-        edge_of=edge_of,
-        edge_latency_ms=edge_latency.astype(np.float64),
-        edge_links=[EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)],
+        edge_of=topo.edge_of,
+        edge_latency_ms=topo.edge_latency_ms,
+        edge_links=topo.edge_links,
         model_bytes=0,
         **draws,
+        **topo.extra,  # type: ignore[arg-type]
     )
 
 

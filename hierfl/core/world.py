@@ -37,6 +37,26 @@ class World:
     edge_latency_ms: np.ndarray  # (N, E) extra latency per (device, edge) pair; (N, 0) when flat
     edge_links: list[EdgeLink]   # (E,)
     model_bytes: int
+    # -- filled by the heterogeneity layer (tiers, topology files); defaults = the plain model --
+    tier: np.ndarray | None = None              # (N,) str: device tier name ("custom" when drawn)
+    edge_names: list[str] | None = None         # (E,) display names of edge servers
+    edge_ingress_mbps: np.ndarray | None = None  # (E,) capacity shared by device → edge uploads (inf)
+    edge_egress_mbps: np.ndarray | None = None   # (E,) capacity shared by edge → device downloads (inf)
+    cloud_ingress_mbps: float = float("inf")     # shared by every upload that reaches the cloud
+    cloud_egress_mbps: float = float("inf")      # shared by every download that leaves the cloud
+    device_xy: np.ndarray | None = None          # (N, 2) km, when the topology places devices
+    edge_xy: np.ndarray | None = None            # (E, 2) km
+
+    def __post_init__(self) -> None:
+        n, e = self.num_devices, self.num_edges
+        if self.tier is None:
+            self.tier = np.array(["custom"] * n, dtype=object)
+        if self.edge_names is None:
+            self.edge_names = [f"edge{k}" for k in range(e)]
+        if self.edge_ingress_mbps is None:
+            self.edge_ingress_mbps = np.full(e, np.inf)
+        if self.edge_egress_mbps is None:
+            self.edge_egress_mbps = np.full(e, np.inf)
 
     @property
     def num_devices(self) -> int:
