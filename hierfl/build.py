@@ -6,6 +6,7 @@ scenario describes is the same on every machine and with any executor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,10 @@ from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import EdgeLink, World
 from hierfl.data import DataError, Dataset
-from hierfl.learn.local import init_params
+from hierfl.config.dynamics import shipped_tiers
+from hierfl.core.dynamics import Dynamics
+from hierfl.dynamics_build import build_dynamics
+from hierfl.learn.local import forward_flops, init_params
 
 __all__ = ["Built", "build", "train_spec"]
 
@@ -32,6 +36,11 @@ class Built:
     world: World
     spec: TrainSpec
     init_params: np.ndarray
+    dynamics: Dynamics | None = None
+
+    def __post_init__(self) -> None:
+        if self.dynamics is None:
+            self.dynamics = Dynamics.static(self.world.num_devices)
 
     @property
     def num_params(self) -> int:
@@ -46,12 +55,47 @@ def train_spec(scenario: Scenario) -> TrainSpec:
                      momentum=t.momentum, weight_decay=t.weight_decay)
 
 
-def _draw_devices(scenario: Scenario, samples: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-device profile arrays (``devices:``): speed, links and access latency, seeded."""
+def tier_counts(proportions: dict[str, float], n: int) -> dict[str, int]:
+    """Devices per tier: ``n`` split by proportion with the largest-remainder rule (ties: YAML order)."""
+    names = list(proportions)
+    total = sum(proportions.values())
+    quotas = [proportions[k] / total * n for k in names]
+    counts = [int(np.floor(q)) for q in quotas]
+    order = sorted(range(len(names)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    return dict(zip(names, counts))
+
+
+def _draw_devices(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) -> dict[str, np.ndarray]:
+    """Per-device profile arrays (``devices:``): speed, links and access latency, seeded.
+
+    With ``devices.tiers`` each device gets a tier (shuffled by the ``devices.tiers`` stream) and its
+    figures: speed = GFLOP/s × 1e9 / (3 × F_fwd) samples/s (training ≈ 3 × forward, as FedScale),
+    times a per-device lognormal factor of σ = ``compute_sigma`` (median 1); latency = RTT / 2.
+    """
     seed, dev = scenario.seed, scenario.devices
     n = dev.count
-    return {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
-            for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
+    if dev.tiers is None:
+        draws = {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
+                 for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
+        draws["tier"] = np.array(["custom"] * n, dtype=object)
+        return draws
+    specs = {**shipped_tiers(), **dev.custom_tiers}
+    counts = tier_counts(dev.tiers, n)
+    labels = np.array([name for name, c in counts.items() for _ in range(c)], dtype=object)
+    labels = labels[stream(seed, "devices.tiers").permutation(n)]
+    per_sample = 3.0 * float(flops())
+    gflops = np.array([specs[t].gflops for t in labels], dtype=np.float64)
+    if dev.compute_sigma > 0:
+        gflops = gflops * np.exp(dev.compute_sigma * stream(seed, "devices.compute_sigma").standard_normal(n))
+    return {
+        "speed_sps": gflops * 1e9 / per_sample,
+        "uplink_mbps": np.array([specs[t].uplink_mbps for t in labels], dtype=np.float64),
+        "downlink_mbps": np.array([specs[t].downlink_mbps for t in labels], dtype=np.float64),
+        "latency_ms": np.array([specs[t].rtt_ms / 2.0 for t in labels], dtype=np.float64),
+        "tier": labels,
+    }
 
 
 @dataclass
@@ -89,8 +133,8 @@ def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarr
                     [EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)], {})
 
 
-def _world(scenario: Scenario, samples: np.ndarray) -> World:
-    draws = _draw_devices(scenario, samples)
+def _world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) -> World:
+    draws = _draw_devices(scenario, samples, flops)
     topo = _topology(scenario, samples, draws)
     return World(
         samples=samples.astype(np.int64),
@@ -119,9 +163,10 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
     if reason is not None:
         raise ConfigError([Problem("model", reason)], source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
-    world = _world(scenario, samples)
-    params = init_params(scenario.model, tuple(dataset.input_shape), dataset.num_classes,
-                         stream_seed(seed, "model.init"))
+    shape, classes = tuple(dataset.input_shape), dataset.num_classes
+    world = _world(scenario, samples, lambda: forward_flops(scenario.model, shape, classes))
+    params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
     world.model_bytes = model_bytes(params.size)
+    dynamics = build_dynamics(scenario, world, source)
     return Built(scenario, dataset, [np.asarray(p, dtype=np.int64) for p in parts], world,
-                 train_spec(scenario), params)
+                 train_spec(scenario), params, dynamics)

@@ -7,6 +7,8 @@ of (scenario, seed): the real clock is read only to report ``wall_s``.
 
 from __future__ import annotations
 
+import copy
+import math
 import platform
 import time
 from collections.abc import Callable
@@ -20,7 +22,9 @@ from hierfl import __version__
 from hierfl.build import Built, build
 from hierfl.config.loader import dump_scenario
 from hierfl.config.schema import Scenario
+from hierfl.core.dynamics import Dynamics, factor_at, finish_time, link_value
 from hierfl.core.engine import Event, EventQueue, Priority
+from hierfl.core.network import FlowNetwork
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec
 from hierfl.recorder import Recorder
@@ -30,7 +34,29 @@ __all__ = ["Context", "Job", "RunResult", "RunError", "run_scenario", "package_v
 
 COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_jobs", "compute_s",
             "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d",
-            "updates_dropped")
+            "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
+
+Endpoint = tuple[str, int]  # ("device", i) | ("edge", e) | ("cloud", 0)
+
+
+@dataclass
+class _Transfer:
+    """A model transfer in flight: a network flow, then its latency, then the protocol's event."""
+
+    kind: str
+    lane: Endpoint
+    name: str
+    start: float
+    latency_s: float
+    event: str
+    payload: dict[str, Any]
+    priority: int
+    devices: tuple[int, ...]
+    size: int
+    args: dict[str, Any]
+    guards: list[Event] = field(default_factory=list)
+    delivery: Event | None = None
+    flow: Any = None
 
 ProgressFn = Callable[[float, int, "float | None"], None]
 
@@ -61,7 +87,10 @@ class Context:
     def __init__(self, scenario: Scenario, built: Built, executor: Executor, recorder: Recorder) -> None:
         self.scenario = scenario
         self.seed = scenario.seed
-        self.world = built.world
+        self.dyn: Dynamics = built.dynamics or Dynamics.static(built.world.num_devices)
+        # link events change the world's arrays during the run: work on a copy (Built is reusable)
+        self.world = copy.deepcopy(built.world) if self.dyn.links else built.world
+        self._base_links = {(w.target, w.field): self._link_get(w.target, w.field) for w in self.dyn.links}
         self.spec: TrainSpec = built.spec
         self.executor = executor
         self.recorder = recorder
@@ -75,6 +104,15 @@ class Context:
         # asynchronous protocols record any (synchronous ones apply fresh updates only)
         self.staleness: dict[str, list[int]] = {}
         self._wall0 = time.perf_counter()
+        self.net = FlowNetwork(self._capacities(), contention=scenario.network.contention)
+        self._transfers: dict[int, _Transfer] = {}
+        self._delivery: dict[int, int] = {}           # delivery event seq → transfer id
+        self._device_transfers: dict[int, set[int]] = {}
+        self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
+        self._next_flow = 0
+        self._net_event: Event | None = None
+        for t in self.dyn.link_boundaries():
+            self.queue.push(t, "_link", {}, Priority.WORLD)
 
     # -- time and randomness ------------------------------------------------------------------
     @property
@@ -96,30 +134,48 @@ class Context:
         return self.queue.push_after(delay, kind, payload, priority)
 
     # -- work -----------------------------------------------------------------------------------
+    def _duration(self, device: int, spec: TrainSpec, job_id: int) -> float:
+        """Virtual seconds job ``job_id`` of ``device`` takes if it starts now: nominal time × per-task
+        jitter (lognormal, mean 1), integrated over the device's slowdown windows."""
+        work = self.world.compute_s(device, spec)
+        dyn = self.dyn
+        if dyn.jitter_sigma > 0:
+            z = float(stream(self.seed, "jitter", device, job_id).standard_normal())
+            work *= math.exp(dyn.jitter_sigma * z - dyn.jitter_sigma ** 2 / 2)
+        return finish_time(self.now, work, dyn.windows[device]) - self.now if dyn.windows[device] else work
+
+    def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
+        """How long ``device``'s next job would take if started now (what :meth:`start_training` will use)."""
+        return self._duration(device, spec or self.spec, int(self._jobs_started[device]))
+
     def start_training(self, device: int, params: Any, spec: TrainSpec | None = None) -> Job:
-        """Submit ``device``'s next job now; the protocol schedules its end ``job.compute_s`` later."""
+        """Submit ``device``'s next job now; the protocol schedules its end ``job.compute_s`` later.
+
+        The duration integrates the device's slowdown windows and a per-task lognormal jitter. If
+        the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
+        job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
+        """
         spec = spec or self.spec
         job_id = int(self._jobs_started[device])
         self._jobs_started[device] += 1
         seed = stream_seed(self.seed, "train", device, job_id)
-        compute_s = self.world.compute_s(device, spec)
+        compute_s = self._duration(device, spec, job_id)
+        dyn = self.dyn
+        lost_at, reason = math.inf, None
+        if dyn.dropout > 0:
+            u = stream(self.seed, "dropout", device, job_id).random(2)
+            if u[0] < dyn.dropout:
+                lost_at, reason = self.now + float(u[1]) * compute_s, "dropout"
+        if not dyn.availability.trivial:
+            down = dyn.availability.next_down(device, self.now)
+            if down < self.now + compute_s and down < lost_at:
+                lost_at, reason = down, "offline"
+        if math.isfinite(lost_at):
+            self.recorder.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason)
+            return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
         new, stats, host = self.executor.train(device, seed, spec, params)
         self.recorder.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
-
-    # -- the world as it is now (protocols that adapt — re-clustering, deadlines — read these) ---
-    def current_compute_s(self, spec: TrainSpec | None = None) -> np.ndarray:
-        """(N,) seconds one job of ``spec`` would take on each device if started now."""
-        spec = spec or self.spec
-        return np.array([self.world.compute_s(d, spec) for d in range(self.world.num_devices)])
-
-    def current_upload_s(self) -> np.ndarray:
-        """(N,) seconds one model upload device → its server would take if started now (no contention)."""
-        return np.array([self.world.upload_s(d) for d in range(self.world.num_devices)])
-
-    def current_download_s(self) -> np.ndarray:
-        """(N,) seconds one model download server → device would take if started now (no contention)."""
-        return np.array([self.world.download_s(d) for d in range(self.world.num_devices)])
 
     def finish_training(self, job: Job) -> dict[str, float]:
         """Collect a job whose virtual end has come (blocks only if it is still running for real)."""
@@ -131,10 +187,55 @@ class Context:
         self.counters["compute_s"] += job.compute_s
         return stats
 
-    def transfer(self, kind: str, lane: tuple[str, int], name: str, duration: float, **args: Any) -> None:
-        """Account one model transfer starting now (``device_cloud``, ``device_edge``, ``edge_cloud``
-        or ``device_device``); ``args`` go to the trace span (e.g. the peer of a ring hop)."""
-        size = self.world.model_bytes
+    # -- transfers through the network -----------------------------------------------------------
+    def _capacities(self) -> dict[Any, float]:
+        w = self.world
+        cap: dict[Any, float] = {("cloud_in",): w.cloud_ingress_mbps, ("cloud_out",): w.cloud_egress_mbps}
+        for d in range(w.num_devices):
+            cap[("up", d)] = float(w.uplink_mbps[d])
+            cap[("down", d)] = float(w.downlink_mbps[d])
+        assert w.edge_ingress_mbps is not None and w.edge_egress_mbps is not None
+        for e, link in enumerate(w.edge_links):
+            cap[("edge_up", e)] = link.uplink_mbps
+            cap[("edge_down", e)] = link.downlink_mbps
+            cap[("edge_in", e)] = float(w.edge_ingress_mbps[e])
+            cap[("edge_out", e)] = float(w.edge_egress_mbps[e])
+        return cap
+
+    def route(self, src: Endpoint, dst: Endpoint) -> tuple[str, list[Any], float, tuple[int, ...]]:
+        """(transfer kind, links crossed, one-way latency in s, devices involved) of ``src → dst``."""
+        w = self.world
+        (a, i), (b, j) = src, dst
+        if a == "device" and b == "device":
+            # ALGORITHMS.md §1.2 fallback: both access links are crossed
+            return ("device_device", [("up", i), ("down", j)],
+                    (float(w.latency_ms[i]) + float(w.latency_ms[j])) / 1000.0, (i, j))
+        if {a, b} == {"device", "edge"}:
+            d, e = (i, j) if a == "device" else (j, i)
+            links = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
+            extra = float(w.edge_latency_ms[d, e]) if w.edge_latency_ms.shape[1] > e else 0.0
+            return "device_edge", links, (float(w.latency_ms[d]) + extra) / 1000.0, (d,)
+        if {a, b} == {"device", "cloud"}:
+            d = i if a == "device" else j
+            links = [("up", d), ("cloud_in",)] if a == "device" else [("cloud_out",), ("down", d)]
+            return "device_cloud", links, w.link_latency_ms(d) / 1000.0, (d,)
+        if {a, b} == {"edge", "cloud"}:
+            e = i if a == "edge" else j
+            links = [("edge_up", e), ("cloud_in",)] if a == "edge" else [("cloud_out",), ("edge_down", e)]
+            return "edge_cloud", links, w.edge_links[e].latency_ms / 1000.0, ()
+        raise ValueError(f"no route {src} → {dst}")
+
+    def send(self, src: Endpoint, dst: Endpoint, event: str, payload: dict[str, Any], name: str,
+             priority: int = Priority.ARRIVAL, size: int | None = None, **args: Any) -> int:
+        """Start a model transfer ``src → dst`` now; ``event`` (with ``payload``) fires when it arrives.
+
+        The transfer is a flow in the network model: it shares finite-capacity links with the other
+        transfers crossing them (max-min fair), follows link events, and arrives ``latency`` after
+        its last bit. If a device at either end goes offline before it arrives, it is lost and the
+        protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
+        """
+        kind, links, latency_s, devices = self.route(src, dst)
+        size = self.world.model_bytes if size is None else size
         if kind == "device_device":
             self.counters["bytes_d2d"] += size
         if kind in ("device_cloud", "device_edge"):
@@ -144,7 +245,177 @@ class Context:
         if kind in ("device_cloud", "edge_cloud"):
             self.counters["bytes_cloud"] += size
             self.counters["messages_cloud"] += 1
-        self.recorder.span(lane, name, self.now, duration, bytes=size, **args)
+        lane = src if src[0] == "device" else dst if dst[0] == "device" else src if src[0] == "edge" else dst
+        fid = self._next_flow
+        self._next_flow += 1
+        tr = _Transfer(kind, lane, name, self.now, latency_s, event, dict(payload), priority, devices, size, args)
+        self._transfers[fid] = tr
+        tr.flow = self.net.add(self.now, fid, links, size * 8 / 1e6)
+        avail = self.dyn.availability
+        if not avail.trivial:
+            for d in devices:
+                down = self.now if not avail.is_up(d, self.now) else avail.next_down(d, self.now)
+                if math.isfinite(down):
+                    tr.guards.append(self.queue.push(down, "_lost", {"flow": fid, "device": d}, Priority.ARRIVAL))
+        for d in devices:
+            self._device_transfers.setdefault(d, set()).add(fid)
+        self._reschedule_net()
+        return fid
+
+    def _reschedule_net(self) -> None:
+        nxt = self.net.next_finish()
+        when = None if nxt is None else nxt[0]
+        if self._net_event is not None:
+            if when is not None and self._net_event.time == when:
+                return
+            self.queue.cancel(self._net_event)
+            self._net_event = None
+        if when is not None:
+            self._net_event = self.queue.push(max(when, self.now), "_net", {}, Priority.ARRIVAL)
+
+    def _on_net(self) -> None:
+        self._net_event = None
+        self.net.advance(self.now)
+        nxt = self.net.next_finish()
+        while nxt is not None and nxt[0] <= self.now + 1e-12:
+            for fid in nxt[1]:
+                self.net.remove(self.now, fid)
+                tr = self._transfers[fid]
+                tr.delivery = self.queue.push(self.now + tr.latency_s, tr.event, tr.payload, tr.priority)
+                self._delivery[tr.delivery.seq] = fid
+            nxt = self.net.next_finish()
+        self._reschedule_net()
+
+    def _finish_transfer(self, fid: int, lost: bool = False) -> None:
+        tr = self._transfers.pop(fid)
+        for g in tr.guards:
+            self.queue.cancel(g)
+        for d in tr.devices:
+            self._device_transfers.get(d, set()).discard(fid)
+        args = dict(tr.args)
+        if tr.flow is not None and tr.flow.max_sharing > 1:
+            args["shared_max"] = tr.flow.max_sharing
+        if lost:
+            args["lost"] = True
+        self.recorder.span(tr.lane, tr.name, tr.start, self.now - tr.start, bytes=tr.size, **args)
+
+    def _cancel_transfer(self, fid: int) -> None:
+        tr = self._transfers[fid]
+        if tr.delivery is not None:
+            self.queue.cancel(tr.delivery)
+            self._delivery.pop(tr.delivery.seq, None)
+        elif fid in self.net.flows:
+            self.net.remove(self.now, fid)
+            self._reschedule_net()
+        self._finish_transfer(fid, lost=True)
+
+    def cancel_transfer(self, fid: int) -> None:
+        """Withdraw a transfer still in flight (its event never fires)."""
+        if fid in self._transfers:
+            self._cancel_transfer(fid)
+
+    def before_dispatch(self, event: Event) -> None:
+        """Bookkeeping before a protocol event runs (a transfer's arrival closes its trace span)."""
+        fid = self._delivery.pop(event.seq, None)
+        if fid is not None:
+            self._finish_transfer(fid)
+        pending = self._device_events.get(event.payload.get("device", -1))
+        if pending:
+            pending[:] = [e for e in pending if e.seq != event.seq]
+
+    def handle_internal(self, event: Event) -> None:
+        """Events of the world itself: network progress, devices going offline, link changes."""
+        if event.kind == "_net":
+            self._on_net()
+        elif event.kind == "_lost":
+            fid, d = event.payload["flow"], event.payload["device"]
+            if fid in self._transfers:
+                tr = self._transfers[fid]
+                self._cancel_transfer(fid)
+                self.device_lost(d, tr.name, "offline", tr.payload)
+        elif event.kind == "_link":
+            self._on_link()
+        elif event.kind == "_job_lost":
+            d = event.payload["device"]
+            pending = self._device_events.get(d)
+            if pending:
+                pending[:] = [e for e in pending if e.seq != event.seq]
+            self.device_lost(d, "train", event.payload["reason"], event.payload["payload"])
+        else:
+            raise RuntimeError(f"unknown internal event {event.kind!r}")
+
+    # -- the world changing ------------------------------------------------------------------------
+    def _link_get(self, target: tuple[str, int], fld: str) -> float:
+        kind, i = target
+        if kind == "device":
+            return float(getattr(self.world, fld)[i])
+        link = self.world.edge_links[i]
+        return float(getattr(link, fld))
+
+    def _link_set(self, target: tuple[str, int], fld: str, value: float) -> None:
+        from dataclasses import replace as dc_replace
+        kind, i = target
+        if kind == "device":
+            getattr(self.world, fld)[i] = value
+            if fld != "latency_ms":
+                self.net.set_capacity(self.now, ("up" if fld == "uplink_mbps" else "down", i), value)
+        else:
+            self.world.edge_links[i] = dc_replace(self.world.edge_links[i], **{fld: value})
+            if fld != "latency_ms":
+                self.net.set_capacity(self.now, ("edge_up" if fld == "uplink_mbps" else "edge_down", i), value)
+
+    def _on_link(self) -> None:
+        t = self.now
+        touched = sorted({(w.target, w.field) for w in self.dyn.links if t in (w.start, w.end)})
+        for target, fld in touched:
+            windows = [w for w in self.dyn.links if w.target == target and w.field == fld]
+            value = link_value(self._base_links[(target, fld)], windows, t)
+            self._link_set(target, fld, value)
+            lane = ("device", target[1]) if target[0] == "device" else ("edge", target[1])
+            self.recorder.instant(lane, "link_change", t, **{fld: value})
+        if touched:
+            self.recorder.metric({"t": t, "wall_s": self.wall_s(), "event": "link_change",
+                                  "links": [[f"{a}{i}", f] for (a, i), f in touched]})
+        self._reschedule_net()
+
+    def device_lost(self, device: int, stage: str, reason: str, payload: dict[str, Any]) -> None:
+        """``device`` dropped out now (offline or a failed task): its other work is cancelled and the
+        protocol gets ``device_lost`` (payload: the lost activity's, plus ``stage`` and ``reason``)."""
+        self.cancel_device(device)
+        self.counters["devices_lost"] += 1
+        self.recorder.instant(("device", device), "lost", self.now, stage=stage, reason=reason)
+        self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "device_lost", "device": device,
+                              "stage": stage, "reason": reason})
+        self.queue.push(self.now, "device_lost", {**payload, "device": device, "stage": stage, "reason": reason},
+                        Priority.ARRIVAL)
+
+    def cancel_device(self, device: int) -> None:
+        """Withdraw everything ``device`` has in flight (its transfers and pending job events)."""
+        for fid in sorted(self._device_transfers.get(device, set())):
+            self._cancel_transfer(fid)
+        for e in self._device_events.pop(device, []):
+            self.queue.cancel(e)
+
+    def track(self, device: int, event: Event) -> Event:
+        """Remember a pending event of ``device`` so :meth:`cancel_device` can withdraw it."""
+        self._device_events.setdefault(device, []).append(event)
+        return event
+
+    def is_up(self, device: int) -> bool:
+        """Whether ``device`` is available now."""
+        return self.dyn.availability.is_up(device, self.now)
+
+    def available(self, devices: Any = None) -> list[int]:
+        """The devices (all, or those given) that are available now, sorted."""
+        ids = range(self.world.num_devices) if devices is None else devices
+        if self.dyn.availability.trivial:
+            return sorted(int(d) for d in ids)
+        return sorted(int(d) for d in ids if self.dyn.availability.is_up(int(d), self.now))
+
+    def next_up(self, devices: Any = None) -> float:
+        """The earliest time ≥ now at which one of ``devices`` (all by default) is available."""
+        ids = range(self.world.num_devices) if devices is None else devices
+        return min((self.dyn.availability.next_up(int(d), self.now) for d in ids), default=math.inf)
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
@@ -318,6 +589,10 @@ class _Run:
                 ctx.request_stop("virtual_time")
                 break
             try:
+                if event.kind.startswith("_"):
+                    ctx.handle_internal(event)
+                    continue
+                ctx.before_dispatch(event)
                 protocol.handle(event)
             except RunError:
                 raise

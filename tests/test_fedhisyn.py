@@ -129,8 +129,17 @@ def test_classes_of_one_never_hop_and_explicit_T_excludes_slow_devices(tmp_path)
     sc, built = ring3(T=1.0, weighting="data")
     result = run_scenario(sc, tmp_path / "b", built=built)
     agg = [x for x in lines(tmp_path / "b", "metrics.jsonl") if x["event"] == "cloud_aggregate"]
-    assert agg[0]["participants"] == 2 and abs(agg[0]["t"] - (DOWN + 1.0 + UP)) < 1e-9
+    # dev0's last unit ends at exactly 1.0: its ring send and its upload leave together and share
+    # its uplink (contention), so the upload's data phase takes twice as long
+    data_up = 72 * 8 / 0.5e6
+    assert agg[0]["participants"] == 2 and abs(agg[0]["t"] - (DOWN + 1.0 + UP + data_up)) < 1e-9
     assert result.summary["totals"]["train_jobs"] == 5
+    # with contention off, the plain latency + bytes / bandwidth model
+    sc, built = ring3(T=1.0, weighting="data")
+    sc = sc.model_copy(update={"network": sc.network.model_copy(update={"contention": False})})
+    run_scenario(sc, tmp_path / "c", built=built)
+    agg = [x for x in lines(tmp_path / "c", "metrics.jsonl") if x["event"] == "cloud_aggregate"]
+    assert abs(agg[0]["t"] - (DOWN + 1.0 + UP)) < 1e-9
 
 
 def test_runs_several_rounds_and_stops_by_rounds(tmp_path):

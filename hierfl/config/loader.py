@@ -173,7 +173,76 @@ def _cross_checks(scenario: Scenario) -> list[Problem]:
     if stop.virtual_time_s is not None and ev.every_s is not None and ev.every_s > stop.virtual_time_s:
         problems.append(Problem("evaluation.every_s",
                                 f"longer than the run (stop.virtual_time_s = {stop.virtual_time_s:g})", ev.every_s))
+    problems.extend(_dynamics_checks(scenario))
     problems.extend(scenario.protocol.check(scenario))
+    return problems
+
+
+def _dynamics_checks(scenario: Scenario) -> list[Problem]:
+    """Tiers that exist, events inside the run, selectors naming real tiers and edge servers."""
+    from hierfl.config.dynamics import shipped_tiers
+
+    problems: list[Problem] = []
+    dev = scenario.devices
+    known = sorted(set(shipped_tiers()) | set(dev.custom_tiers))
+    allowed = ", ".join(known)
+    for name in (dev.tiers or {}):
+        if name not in known:
+            problems.append(Problem(f"devices.tiers.{name}", f"unknown tier; allowed: {allowed} "
+                                    "(or define it under devices.custom_tiers)"))
+    used = set(dev.tiers or {}) if dev.tiers else {"custom"}
+    avail = dev.availability
+    for name in getattr(avail, "tiers", None) or []:
+        if name not in known and name != "custom":
+            problems.append(Problem("devices.availability.tiers", f"unknown tier; allowed: {allowed}", name))
+    proto = scenario.protocol
+    if not proto.supports_churn:
+        what = f"protocol {proto.name} does not model devices dropping out"
+        if avail.name != "always":
+            problems.append(Problem("devices.availability", f"{what}; allowed: always", avail.name))
+        if dev.dropout > 0:
+            problems.append(Problem("devices.dropout", f"{what}; allowed: 0", dev.dropout))
+        for i, ev in enumerate(scenario.events):
+            if ev.kind in ("leave", "join"):
+                problems.append(Problem(f"events.{i}.{ev.kind}", f"{what} (leave/join events)"))
+    if not proto.has_barriers and scenario.straggler.name != "wait_all":
+        problems.append(Problem("straggler.name", f"protocol {proto.name} has no synchronous barrier for a "
+                                "straggler policy; allowed here: wait_all (policies apply to fedavg, hierfavg)",
+                                scenario.straggler.name))
+    if proto.name != "hierfavg" and scenario.straggler.cloud.name != "wait_all":
+        problems.append(Problem("straggler.cloud", "a cloud-round policy over edge servers applies to hierfavg only"))
+    end = scenario.stop.virtual_time_s
+    e_count = scenario.topology.edge_servers
+    for i, ev in enumerate(scenario.events):
+        if end is not None and ev.at_s >= end:
+            problems.append(Problem(f"events.{i}.at_s", f"outside the run (stop.virtual_time_s = {end:g}); "
+                                    f"allowed: 0 <= at_s < {end:g}", ev.at_s))
+        spec = getattr(ev, ev.kind)
+        sel = getattr(spec, "select", None)
+        if sel is not None:
+            tiers = [sel.tier] if isinstance(sel.tier, str) else (sel.tier or [])
+            for t in tiers:
+                if t not in known and t != "custom":
+                    problems.append(Problem(f"events.{i}.{ev.kind}.select.tier", f"unknown tier; allowed: {allowed}", t))
+                elif t not in used:
+                    pass  # a known tier no device has: the selector matches nothing (warned at build)
+            edges = [sel.edge] if isinstance(sel.edge, int) else (sel.edge or [])
+            for e in edges:
+                if e >= e_count:
+                    problems.append(Problem(f"events.{i}.{ev.kind}.select.edge",
+                                            f"no such edge server; allowed: 0..{e_count - 1}" if e_count
+                                            else "the scenario has no edge servers", e))
+            for d in sel.ids or []:
+                if d >= dev.count:
+                    problems.append(Problem(f"events.{i}.{ev.kind}.select.ids",
+                                            f"no such device; allowed: 0..{dev.count - 1}", d))
+        if ev.kind == "edge_link":
+            if e_count == 0:
+                problems.append(Problem(f"events.{i}.edge_link", "the scenario has no edge servers"))
+            for e in ev.edge_link.edges or []:  # type: ignore[union-attr]
+                if e >= e_count > 0:
+                    problems.append(Problem(f"events.{i}.edge_link.edges", f"no such edge server; allowed: "
+                                            f"0..{e_count - 1}", e))
     return problems
 
 

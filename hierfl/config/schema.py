@@ -21,6 +21,15 @@ from pydantic import (
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.dists import ConstantDist, Dist
+from hierfl.config.dynamics import (
+    AlwaysAvailability,
+    AvailabilityConfig,
+    EventConfig,
+    NetworkConfig,
+    StragglerConfig,
+    TierSpec,
+    WaitAll,
+)
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
 from hierfl.models import MODELS
 from hierfl.protocols import PROTOCOLS
@@ -63,6 +72,25 @@ class DevicesConfig(ConfigModel):
     downlink_mbps: Dist = ConstantDist(value=50.0)
     latency_ms: Dist = Field(default=ConstantDist(value=20.0),
                              description="one-way latency of the device's access link")
+    tiers: dict[str, PositiveFloat] | None = Field(
+        default=None, description="mix of named tiers by proportion (hierfl/profiles/tiers.yaml); replaces the "
+                                  "speed/link distributions")
+    custom_tiers: dict[str, TierSpec] = Field(default_factory=dict, description="extra or overriding tier figures")
+    compute_sigma: float = Field(default=0.0, ge=0.0,
+                                 description="per-device lognormal σ around its tier's GFLOP/s (median kept)")
+    jitter_sigma: float = Field(default=0.0, ge=0.0,
+                                description="per-task lognormal σ on compute time (mean 1)")
+    availability: AvailabilityConfig = AlwaysAvailability()  # type: ignore[valid-type]
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability a task fails part-way")
+
+    @model_validator(mode="after")
+    def _tiers_or_dists(self) -> DevicesConfig:
+        if self.tiers is not None:
+            both = sorted({"speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms"} & self.model_fields_set)
+            if both:
+                raise ValueError(f"devices.tiers sets compute and links; remove {', '.join(both)} "
+                                 "(or drop tiers and use the distributions)")
+        return self
 
     @field_validator("speed_sps", "uplink_mbps", "downlink_mbps")
     @classmethod
@@ -169,6 +197,9 @@ class Scenario(ConfigModel):
     evaluation: EvaluationConfig = EvaluationConfig()
     stop: StopConfig
     runtime: RuntimeConfig = RuntimeConfig()
+    events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")
+    network: NetworkConfig = NetworkConfig()
+    straggler: StragglerConfig = WaitAll()  # type: ignore[valid-type]
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )

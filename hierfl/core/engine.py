@@ -21,6 +21,7 @@ class Priority:
     aggregation that happened at the same instant.
     """
 
+    WORLD = 5         # the world changes (link capacity or latency events)
     ARRIVAL = 10      # a transfer or a computation finishes
     START = 20        # a device starts a job (its inputs have arrived)
     AGGREGATE = 30    # a server aggregates what has arrived
@@ -50,10 +51,23 @@ class EventQueue:
     def __init__(self, start: float = 0.0) -> None:
         self._heap: list[Event] = []
         self._seq = 0
+        self._cancelled: set[int] = set()
+        self._pending: set[int] = set()
         self.now = float(start)
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) - len(self._cancelled)
+
+    def cancel(self, event: Event) -> None:
+        """Withdraw a pending event (it will never pop); cancelling a popped event does nothing."""
+        if event.seq in self._pending:
+            self._pending.discard(event.seq)
+            self._cancelled.add(event.seq)
+            self._prune()
+
+    def _prune(self) -> None:
+        while self._heap and self._heap[0].seq in self._cancelled:
+            self._cancelled.discard(heapq.heappop(self._heap).seq)
 
     def push(self, time: float, kind: str, payload: dict[str, Any] | None = None,
              priority: int = Priority.CONTROL) -> Event:
@@ -63,6 +77,7 @@ class EventQueue:
         event = Event(float(time), int(priority), self._seq, kind, dict(payload or {}))
         self._seq += 1
         heapq.heappush(self._heap, event)
+        self._pending.add(event.seq)
         return event
 
     def push_after(self, delay: float, kind: str, payload: dict[str, Any] | None = None,
@@ -74,12 +89,16 @@ class EventQueue:
 
     def peek(self) -> Event | None:
         """The next event without removing it."""
+        self._prune()
         return self._heap[0] if self._heap else None
 
     def pop(self) -> Event:
         """Remove the next event and advance the clock to its time."""
+        self._prune()
         event = heapq.heappop(self._heap)
+        self._pending.discard(event.seq)
         self.now = event.time
+        self._prune()
         return event
 
     def state(self) -> dict[str, Any]:
@@ -87,7 +106,8 @@ class EventQueue:
         return {
             "now": self.now,
             "seq": self._seq,
-            "events": [[e.time, e.priority, e.seq, e.kind, e.payload] for e in sorted(self._heap)],
+            "events": [[e.time, e.priority, e.seq, e.kind, e.payload] for e in sorted(self._heap)
+                       if e.seq not in self._cancelled],
         }
 
     @classmethod
@@ -97,4 +117,5 @@ class EventQueue:
         q._seq = int(state["seq"])
         q._heap = [Event(float(t), int(p), int(s), k, dict(pl)) for t, p, s, k, pl in state["events"]]
         heapq.heapify(q._heap)
+        q._pending = {e.seq for e in q._heap}
         return q

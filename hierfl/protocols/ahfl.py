@@ -22,6 +22,8 @@ number of aggregations at the aggregator that measures it.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -171,6 +173,19 @@ class AHFL(Protocol):
         if not self.ctx.stopping:
             self._send(device)
 
+    def on_device_lost(self, event: Event) -> None:
+        """The device dropped out: its update is lost; it pulls the leader's model when back online."""
+        device = event.payload["device"]
+        self.start_of.pop(device, None)
+        when = self.ctx.dyn.availability.next_up(device, self.ctx.now)
+        if math.isfinite(when) and not self.ctx.stopping:
+            self.ctx.queue.push(when, "device_back", {"device": device}, Priority.CONTROL)
+
+    def on_device_back(self, event: Event) -> None:
+        """A device that dropped out is online again: it resumes training."""
+        if not self.ctx.stopping:
+            self._send(event.payload["device"])
+
     # -- leaders ------------------------------------------------------------------------------
     def on_leader_tick(self, event: Event) -> None:
         """Aggregate the leader's queue (if any survives ``max_staleness``) and push the progress."""
@@ -197,10 +212,8 @@ class AHFL(Protocol):
 
     def _push(self, e: int) -> None:
         ctx = self.ctx
-        up = ctx.world.edge_upload_s(e)
-        ctx.transfer("edge_cloud", ("edge", e), "upload", up)
         self.pushes[self._push_seq] = _LeaderUpdate(e, self.model[e], self.last[e], self.cloud_version_of[e])
-        ctx.schedule(up, "leader_upload_done", {"edge": e, "push": self._push_seq}, Priority.ARRIVAL)
+        ctx.send(("edge", e), ("cloud", 0), "leader_upload_done", {"edge": e, "push": self._push_seq}, "upload")
         self._push_seq += 1
         self.last[e] = self.model[e]
 
@@ -240,11 +253,9 @@ class AHFL(Protocol):
                                          self.cloud_version, queue_len=len(queue), source="edge")
             if not ctx.stopping:
                 for e in self.leaders:
-                    d = ctx.world.edge_download_s(e)
-                    ctx.transfer("edge_cloud", ("edge", e), "download", d)
                     self.sent[(e, self.cloud_version)] = ctx.global_model
-                    ctx.schedule(d, "leader_download_done", {"edge": e, "version": self.cloud_version},
-                                 Priority.ARRIVAL)
+                    ctx.send(("cloud", 0), ("edge", e), "leader_download_done",
+                             {"edge": e, "version": self.cloud_version}, "download")
         if not ctx.stopping:
             ctx.schedule(self.cloud_period, "cloud_tick", {}, Priority.CONTROL)
 

@@ -7,7 +7,7 @@ work (which the executor runs in parallel) and schedules the event that consumes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
@@ -27,6 +27,11 @@ PROTOCOLS: Registry = Registry("protocol")
 class ProtocolConfig(ConfigModel):
     """Base of every protocol's config model."""
 
+    # whether the protocol copes with devices dropping out (availability, leave events, dropout)
+    supports_churn: ClassVar[bool] = True
+    # whether it has synchronous barriers a `straggler:` policy applies to
+    has_barriers: ClassVar[bool] = False
+
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""
         return []
@@ -44,25 +49,55 @@ class Protocol:
         self.jobs: dict[int, Job] = {}
 
     # -- the device job lifecycle shared by protocols: download → train → upload ------------------
+    def _server(self, device: int, link: str, payload: dict[str, Any]) -> tuple[str, int]:
+        if link == "device_cloud":
+            return ("cloud", 0)
+        return ("edge", int(payload.get("edge", self.ctx.world.edge_of[device])))
+
     def send_model(self, device: int, link: str, payload: dict[str, Any]) -> None:
         """Download the current model to ``device`` over ``link``; ``train_start`` fires on arrival."""
-        d = self.ctx.world.download_s(device)
-        self.ctx.transfer(link, ("device", device), "download", d)
-        self.ctx.schedule(d, "train_start", {"device": device, **payload}, Priority.START)
+        self.ctx.send(self._server(device, link, payload), ("device", device), "train_start",
+                      {"device": device, **payload}, "download", Priority.START)
 
     def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None) -> None:
-        """Submit the device's job now; ``train_done`` fires when its virtual compute time is over."""
-        job = self.ctx.start_training(event.payload["device"], model, spec)
+        """Submit the device's job now; ``train_done`` fires when its virtual compute time is over
+        (or the internal ``_job_lost`` when the device drops out first)."""
+        ctx = self.ctx
+        device = event.payload["device"]
+        job = ctx.start_training(device, model, spec)
         self.jobs[job.device] = job
-        self.ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL)
+        if job.lost_at is not None:
+            ctx.track(device, ctx.queue.push(job.lost_at, "_job_lost",
+                                             {"device": device, "reason": job.lost_reason, "payload": event.payload},
+                                             Priority.ARRIVAL))
+            return
+        ctx.track(device, ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL))
 
     def collect_and_upload(self, event: Event, link: str) -> None:
         """Collect the finished job and upload its result; ``upload_done`` fires on arrival."""
         device = event.payload["device"]
         self.ctx.finish_training(self.jobs[device])
-        u = self.ctx.world.upload_s(device)
-        self.ctx.transfer(link, ("device", device), "upload", u)
-        self.ctx.schedule(u, "upload_done", event.payload, Priority.ARRIVAL)
+        self.ctx.send(("device", device), self._server(device, link, event.payload), "upload_done",
+                      event.payload, "upload")
+
+    def wasted_work(self, device: int) -> float:
+        """Compute seconds of ``device``'s current job that will never be used, if it is abandoned now."""
+        job = self.jobs.get(device)
+        if job is None:
+            return 0.0
+        return max(min(self.ctx.now - job.start, job.compute_s), 0.0)
+
+    def abandon(self, device: int) -> float:
+        """Withdraw everything ``device`` has in flight (a straggler cut by a policy); returns the
+        wasted compute seconds, which are also counted."""
+        wasted = self.wasted_work(device)
+        self.jobs.pop(device, None)
+        self.ctx.cancel_device(device)
+        self.ctx.counters["wasted_compute_s"] += wasted
+        return wasted
+
+    def on_device_lost(self, event: Event) -> None:
+        """A device dropped out (offline, dropout); override to react. Its work is already accounted."""
 
     def clusters_record(self) -> dict[str, Any] | None:
         """The initial ``clusters.jsonl`` record, when the protocol groups devices itself (None: the topology's)."""
@@ -74,6 +109,10 @@ class Protocol:
 
     def handle(self, event: Event) -> None:
         """Dispatch ``event`` to ``on_<kind>``."""
+        if event.kind == "device_lost":
+            device = event.payload["device"]
+            self.ctx.counters["wasted_compute_s"] += self.wasted_work(device)
+            self.jobs.pop(device, None)
         handler = getattr(self, "on_" + event.kind, None)
         if handler is None:
             raise RuntimeError(f"{type(self).__name__} has no handler for event {event.kind!r}")

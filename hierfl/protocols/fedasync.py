@@ -13,12 +13,15 @@ concurrency limit, start versions, staleness and dropping.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt
 
-from hierfl.core.engine import Event
+from hierfl.core.engine import Event, Priority
 from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
@@ -67,7 +70,16 @@ class FlatAsync(Protocol):
     def start(self) -> None:
         """``concurrency`` devices, drawn uniformly without replacement, get the initial model at t = 0."""
         n = self.ctx.world.num_devices
-        first = self.ctx.rng(self.select_stream, 0).choice(n, size=self.concurrency, replace=False)
+        pool = self.ctx.available()
+        if len(pool) == n:
+            first = self.ctx.rng(self.select_stream, 0).choice(n, size=self.concurrency, replace=False)
+        else:  # some devices are offline at t = 0: start those online; the rest of the slots wait
+            k = min(self.concurrency, len(pool))
+            first = self.ctx.rng(self.select_stream, 0).choice(np.asarray(pool, dtype=np.int64), size=k, replace=False)
+            if k < self.concurrency:
+                when = self.ctx.next_up(sorted(set(range(n)) - set(pool)))
+                if math.isfinite(when):
+                    self.ctx.queue.push(when, "dispatch_retry", {}, Priority.CONTROL)
         self.dispatches = 1
         for device in sorted(int(d) for d in first):
             self._send(device)
@@ -82,8 +94,12 @@ class FlatAsync(Protocol):
         return set()
 
     def _dispatch_one(self) -> None:
-        candidates = sorted(self.idle - self.excluded()) or sorted(self.idle)
-        if not candidates:
+        idle = set(self.ctx.available(self.idle))
+        candidates = sorted(idle - self.excluded()) or sorted(idle)
+        if not candidates:  # every idle device is offline: try again when one comes back
+            when = self.ctx.next_up(sorted(self.idle))
+            if math.isfinite(when):
+                self.ctx.queue.push(when, "dispatch_retry", {}, Priority.CONTROL)
             return
         rng = self.ctx.rng(self.select_stream, self.dispatches)
         self.dispatches += 1
@@ -111,6 +127,22 @@ class FlatAsync(Protocol):
             self.apply(device, update, start_model, tau)
         if not ctx.stopping:
             self._dispatch_one()
+
+    def on_device_lost(self, event: Event) -> None:
+        """The device dropped out: its update is lost; another idle device takes its slot."""
+        device = event.payload["device"]
+        self.start_of.pop(device, None)
+        self.idle.add(device)
+        if not self.ctx.stopping:
+            self._dispatch_one()
+
+    def on_dispatch_retry(self, event: Event) -> None:
+        """A device came back online while a concurrency slot was empty."""
+        while not self.ctx.stopping and len(self.start_of) < self.concurrency:
+            before = len(self.start_of)
+            self._dispatch_one()
+            if len(self.start_of) == before:
+                break
 
     def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
         """Apply one arriving update with staleness ``tau``."""

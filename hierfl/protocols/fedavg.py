@@ -14,12 +14,15 @@ Virtual time of one round (server-side aggregation is instantaneous)::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from hierfl.core.engine import Event
+import numpy as np
+
+from hierfl.core.engine import Event, Priority
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
     from hierfl.emulator import Context
@@ -31,6 +34,7 @@ __all__ = ["FedAvgConfig", "FedAvg"]
 class FedAvgConfig(ProtocolConfig):
     """``protocol: {name: fedavg, fraction: C}``; E and B come from ``training:``."""
 
+    has_barriers: ClassVar[bool] = True
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
 
@@ -49,6 +53,7 @@ class FedAvg(Protocol):
         self.selected: list[int] = []
         self.arrived: set[int] = set()
         self.round_model: Any = None
+        self.barrier: Barrier
 
     def clients_per_round(self) -> int:
         """``m = max(⌈C·N⌉, 1)``."""
@@ -61,31 +66,65 @@ class FedAvg(Protocol):
 
     def _begin_round(self) -> None:
         ctx = self.ctx
+        policy = ctx.scenario.straggler
+        pool = ctx.available()
+        if not pool:  # nobody online: try again when the first device comes back
+            when = ctx.next_up()
+            if math.isfinite(when):
+                ctx.queue.push(when, "round_retry", {"round": self.round}, Priority.CONTROL)
+            return
+        m = min(self.clients_per_round(), len(pool))
+        k = min(policy.select_count(m), len(pool))
         rng = ctx.rng("fedavg.select", self.round)
-        chosen = rng.choice(ctx.world.num_devices, size=self.clients_per_round(), replace=False)
+        if len(pool) == ctx.world.num_devices:
+            chosen = rng.choice(ctx.world.num_devices, size=k, replace=False)
+        else:
+            chosen = rng.choice(np.asarray(pool), size=k, replace=False)
         self.selected = sorted(int(i) for i in chosen)
         self.jobs, self.arrived = {}, set()
         self.round_model = ctx.global_model
+        self.barrier = Barrier(self, policy, ("cloud", 0), self.round, self.selected, m, self._close)
         for device in self.selected:
             self.send_model(device, "device_cloud", {"round": self.round})
 
+    def on_round_retry(self, event: Event) -> None:
+        """A device came back online after a round found nobody: begin it now."""
+        if not self.ctx.stopping:
+            self._begin_round()
+
     def on_train_start(self, event: Event) -> None:
         """The device has the model: start its job (submitted to the executor now)."""
-        self.start_job(event, self.round_model)
+        spec = planned_spec(self, event.payload["device"], self.barrier)
+        if spec is None:  # partial work: not even one step fits before the deadline
+            return
+        self.start_job(event, self.round_model, spec)
 
     def on_train_done(self, event: Event) -> None:
         """The job's virtual time is over: collect it and upload."""
         self.collect_and_upload(event, "device_cloud")
 
     def on_upload_done(self, event: Event) -> None:
-        """An update reached the cloud: fold it in; commit when all selected devices have reported."""
+        """An update reached the cloud: fold it in; the barrier decides when the round closes."""
         ctx = self.ctx
         device = event.payload["device"]
         self.arrived.add(device)
         ctx.add_to_cloud(self.jobs.pop(device).params, float(ctx.world.samples[device]))
-        if len(self.arrived) < len(self.selected):
-            return
-        ctx.set_global(ctx.commit_cloud(participants=self.selected))
+        self.barrier.arrive(device)
+
+    def on_device_lost(self, event: Event) -> None:
+        """A selected device went offline: the round no longer waits for it."""
+        self.barrier.drop(event.payload["device"])
+
+    def on_round_deadline(self, event: Event) -> None:
+        """The straggler deadline of the round."""
+        self.barrier.on_deadline()
+
+    def _close(self, arrived: list[int]) -> None:
+        ctx = self.ctx
+        if arrived:
+            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived)))
+        else:
+            ctx.recorder.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "round_empty", "round": self.round})
         self.round += 1
         if not ctx.stopping:
             self._begin_round()

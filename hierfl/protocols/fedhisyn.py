@@ -23,7 +23,7 @@ Uploads go device → cloud directly (the [D] default); a class leader is not im
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, PositiveInt, field_validator
@@ -45,6 +45,7 @@ __all__ = ["FedHiSynConfig", "FedHiSyn"]
 class FedHiSynConfig(ProtocolConfig):
     """``protocol: {name: fedhisyn, k: 3, T: auto, weighting: time, arrival_policy: latest}``."""
 
+    supports_churn: ClassVar[bool] = False
     name: Literal["fedhisyn"] = "fedhisyn"
     grouping: Literal["capacity_classes"] = Field(default="capacity_classes",
                                                   description="classes by compute capacity, one ring each")
@@ -154,7 +155,7 @@ class FedHiSyn(Protocol):
         # Decide on summed durations, not on accumulated clock readings: two 0.5 s units fit a
         # 1.0 s window exactly, and a unit that fits never ends after the deadline event.
         elapsed = float(self.busy_s[device])
-        if elapsed + float(self.unit_s[device]) <= self.round_s:
+        if elapsed + ctx.planned_compute_s(device, self.unit_spec) <= self.round_s:
             job = ctx.start_training(device, self.model[device], self.unit_spec)
             self.jobs[device] = job
             ctx.queue.push(self.window_start[device] + (elapsed + job.compute_s), "unit_done",
@@ -177,11 +178,9 @@ class FedHiSyn(Protocol):
             hop = self._hop_seq
             self._hop_seq += 1
             self._hops[hop] = job.params
-            d = float(self.hop_s[device])
-            ctx.transfer("device_device", ("device", device), "ring_send", d, peer=peer)
-            ctx.recorder.flow(("device", device), ("device", peer), ctx.now, ctx.now + d, "ring_hop", hop)
-            ctx.schedule(d, "ring_arrival", {"device": peer, "sender": device, "round": self.round, "hop": hop},
-                         Priority.ARRIVAL)
+            ctx.send(("device", device), ("device", peer), "ring_arrival",
+                     {"device": peer, "sender": device, "round": self.round, "hop": hop, "sent": ctx.now},
+                     "ring_send", peer=peer)
         arrived = self.mailbox.pop(device, [])
         if not arrived:
             self.model[device] = job.params           # nothing arrived: keep training its own model
@@ -196,6 +195,7 @@ class FedHiSyn(Protocol):
         p = event.payload
         handle = self._hops.pop(p["hop"])
         device = p["device"]
+        self.ctx.recorder.flow(("device", p["sender"]), ("device", device), p["sent"], self.ctx.now, "ring_hop", p["hop"])
         if p["round"] != self.round or device in self.reported:
             return  # the receiver's window is over: the model is not used
         self.ctx.recorder.instant(("device", device), "ring_arrival", self.ctx.now, peer=p["sender"])
@@ -210,9 +210,8 @@ class FedHiSyn(Protocol):
         if self.units[device] == 0:
             self._report(device)
             return
-        u = self.ctx.world.upload_s(device)
-        self.ctx.transfer("device_cloud", ("device", device), "upload", u)
-        self.ctx.schedule(u, "upload_done", {"device": device, "round": self.round}, Priority.ARRIVAL)
+        self.ctx.send(("device", device), ("cloud", 0), "upload_done", {"device": device, "round": self.round},
+                      "upload")
         self.reported.add(device)  # no more ring arrivals are used
 
     def weight(self, device: int) -> float:

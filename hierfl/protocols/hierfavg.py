@@ -15,7 +15,7 @@ replacement with probability ∝ sample count (as the reference code does). Trai
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, PositiveInt
@@ -24,6 +24,7 @@ from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
 from hierfl.core.work import TrainSpec
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
@@ -36,6 +37,7 @@ __all__ = ["HierFAVGConfig", "HierFAVG"]
 class HierFAVGConfig(ProtocolConfig):
     """``protocol: {name: hierfavg, kappa1: 60, kappa2: 1, fraction: 1.0}``."""
 
+    has_barriers: ClassVar[bool] = True
     name: Literal["hierfavg"] = "hierfavg"
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
     kappa2: PositiveInt = Field(default=1, description="edge aggregations per cloud aggregation")
@@ -68,81 +70,150 @@ class HierFAVG(Protocol):
         self.edge_model: dict[int, Any] = {e: ctx.global_model for e in self.edges}
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
-        self.arrived: dict[int, set[int]] = {}
-        self.cloud_arrived: set[int] = set()
+        self.barrier: dict[int, Barrier] = {}
+        self.cloud_round = 0
+        self.cloud_barrier: Barrier | None = None
+        self.uploading: dict[int, int] = {}       # edge → its in-flight transfer to the cloud
+        self.retry: dict[int, Event] = {}          # edge → pending edge_retry (no member online)
 
     def start(self) -> None:
         """Every edge starts its first round from the initial model at t = 0."""
+        self._begin_cloud_round()
         for e in self.edges:
             self._begin_edge_round(e)
 
-    def _sample(self, edge: int) -> list[int]:
-        members = self.members[edge]
-        m = max(math.floor(self.cfg.fraction * members.size + 1e-9), 1)
-        if m >= members.size:
-            return [int(i) for i in members]
+    def _sample(self, edge: int, pool: list[int], m: int, k: int) -> list[int]:
+        """``k`` of the online members ``pool`` without replacement, ∝ samples (all when k ≥ |pool|)."""
+        if k >= len(pool):
+            return list(pool)
         rng = self.ctx.rng("hierfavg.select", edge, self.edge_round[edge])
-        n = self.ctx.world.samples[members].astype(np.float64)
-        chosen = rng.choice(members, size=m, replace=False, p=n / n.sum())
+        arr = np.asarray(pool, dtype=np.int64)
+        n = self.ctx.world.samples[arr].astype(np.float64)
+        chosen = rng.choice(arr, size=k, replace=False, p=n / n.sum())
         return sorted(int(i) for i in chosen)
 
     def _begin_edge_round(self, edge: int) -> None:
-        self.selected[edge] = self._sample(edge)
-        self.arrived[edge] = set()
+        ctx = self.ctx
+        members = self.members[edge]
+        pool = ctx.available(members)
+        if not pool:  # nobody of this edge is online: try again when one comes back
+            when = ctx.next_up(members)
+            if math.isfinite(when):
+                self.retry[edge] = ctx.queue.push(when, "edge_retry", {"edge": edge}, Priority.CONTROL)
+            return
+        want = max(math.floor(self.cfg.fraction * members.size + 1e-9), 1)
+        m = min(want, len(pool))
+        policy = ctx.scenario.straggler
+        k = min(policy.select_count(m), len(pool))
+        self.selected[edge] = self._sample(edge, pool, m, k)
+        self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
+                                     lambda arrived, e=edge: self._close_edge_round(e, arrived))
         for device in self.selected[edge]:
             self.send_model(device, "device_edge", {"edge": edge})
 
+    def on_edge_retry(self, event: Event) -> None:
+        """A member of an idle edge came back online."""
+        edge = event.payload["edge"]
+        self.retry.pop(edge, None)
+        if not self.ctx.stopping:
+            self._begin_edge_round(edge)
+
     def on_train_start(self, event: Event) -> None:
-        """The device has its edge's model: start κ1 local steps."""
-        self.start_job(event, self.edge_model[event.payload["edge"]], self.spec)
+        """The device has its edge's model: start κ1 local steps (fewer under a partial-work deadline)."""
+        edge = event.payload["edge"]
+        spec = planned_spec(self, event.payload["device"], self.barrier[edge], self.spec)
+        if spec is not None:
+            self.start_job(event, self.edge_model[edge], spec)
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the edge."""
         self.collect_and_upload(event, "device_edge")
 
     def on_upload_done(self, event: Event) -> None:
-        """An update reached its edge; aggregate when the edge round is complete."""
+        """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
         ctx = self.ctx
         device, edge = event.payload["device"], event.payload["edge"]
-        self.arrived[edge].add(device)
         ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]))
-        ids = self.selected[edge]
-        if len(self.arrived[edge]) < len(ids):
+        self.barrier[edge].arrive(device)
+
+    def on_device_lost(self, event: Event) -> None:
+        """A device went offline: its edge round no longer waits for it."""
+        device = event.payload["device"]
+        barrier = self.barrier.get(int(self.ctx.world.edge_of[device]))
+        if barrier is not None and not barrier.closed:
+            barrier.drop(device)
+
+    def on_round_deadline(self, event: Event) -> None:
+        """A straggler deadline: of an edge round, or of the cloud round."""
+        kind, ident = event.payload["server"]
+        if kind == "cloud":
+            if self.cloud_barrier is not None and event.payload["round"] == self.cloud_round:
+                self.cloud_barrier.on_deadline()
             return
-        self.edge_model[edge] = ctx.commit_edge(edge, participants=ids)
+        barrier = self.barrier.get(ident)
+        if barrier is not None and barrier.round == event.payload["round"]:
+            barrier.on_deadline()
+
+    def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
+        ctx = self.ctx
+        if arrived:
+            self.edge_model[edge] = ctx.commit_edge(edge, participants=sorted(arrived))
         self.edge_round[edge] += 1
         if self.edge_round[edge] % self.cfg.kappa2 == 0:
-            u = ctx.world.edge_upload_s(edge)
-            ctx.transfer("edge_cloud", ("edge", edge), "upload", u)
-            ctx.schedule(u, "edge_upload_done", {"edge": edge}, Priority.ARRIVAL)
+            self.uploading[edge] = ctx.send(("edge", edge), ("cloud", 0), "edge_upload_done",
+                                            {"edge": edge, "cloud_round": self.cloud_round}, "upload")
         elif not ctx.stopping:
             self._begin_edge_round(edge)
 
+    # -- the cloud round -----------------------------------------------------------------------------
+    def _begin_cloud_round(self) -> None:
+        policy = self.ctx.scenario.straggler.cloud
+        self.cloud_barrier = Barrier(self, policy, ("cloud", 0), self.cloud_round, list(self.edges),
+                                     len(self.edges), self._close_cloud_round, abandon=self._abandon_edge)
+
+    def _abandon_edge(self, edge: int) -> float:
+        """The cloud round closed without ``edge``: withdraw its upload or its current edge round."""
+        ctx = self.ctx
+        if edge in self.uploading:
+            ctx.cancel_transfer(self.uploading.pop(edge))
+        if edge in self.retry:
+            ctx.queue.cancel(self.retry.pop(edge))
+        wasted = 0.0
+        barrier = self.barrier.get(edge)
+        if barrier is not None and not barrier.closed:
+            wasted = barrier.abort()
+            ctx.executor.commit_edge(edge)  # discard what the aborted round had folded in
+        return wasted
+
     def on_edge_upload_done(self, event: Event) -> None:
-        """An edge model reached the cloud; aggregate when every edge has reported."""
+        """An edge model reached the cloud; the cloud barrier decides when the round closes."""
         ctx = self.ctx
         edge = event.payload["edge"]
-        self.cloud_arrived.add(edge)
+        self.uploading.pop(edge, None)
         ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge])
-        if len(self.cloud_arrived) < len(self.edges):
-            return
-        self.cloud_arrived = set()
-        ctx.set_global(ctx.commit_cloud(participants=[int(e) for e in self.edges], tier="edge"))
+        assert self.cloud_barrier is not None
+        self.cloud_barrier.arrive(edge)
+
+    def _close_cloud_round(self, arrived: list[int]) -> None:
+        ctx = self.ctx
+        if arrived:
+            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), tier="edge"))
+        self.cloud_round += 1
         if ctx.stopping:
             return
+        self._begin_cloud_round()
         for e in self.edges:
-            d = ctx.world.edge_download_s(e)
-            ctx.transfer("edge_cloud", ("edge", e), "download", d)
-            ctx.schedule(d, "edge_download_done", {"edge": e}, Priority.ARRIVAL)
+            ctx.send(("cloud", 0), ("edge", e), "edge_download_done", {"edge": e}, "download")
 
     def on_edge_download_done(self, event: Event) -> None:
-        """The edge has the new global model: start its next round."""
+        """The edge has the new global model: start its next cycle of κ2 edge rounds."""
         edge = event.payload["edge"]
         self.edge_model[edge] = self.ctx.global_model
+        self.edge_round[edge] = self.cloud_round * self.cfg.kappa2
         if not self.ctx.stopping:
             self._begin_edge_round(edge)
 
     def state(self) -> dict[str, Any]:
         """Edge round counters and in-flight participants."""
-        return {"edge_round": dict(self.edge_round), "selected": self.selected,
-                "arrived": {e: sorted(a) for e, a in self.arrived.items()}}
+        return {"edge_round": dict(self.edge_round), "cloud_round": self.cloud_round, "selected": self.selected,
+                "arrived": {e: sorted(b.arrived) for e, b in self.barrier.items()}}

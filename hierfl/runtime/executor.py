@@ -32,6 +32,8 @@ class Job:
     compute_s: float     # its virtual duration
     start: float         # virtual start time
     host: int = 0
+    lost_at: float | None = None   # the device drops out (offline / dropout) at this time: no result
+    lost_reason: str | None = None
 
 
 @dataclass(frozen=True)

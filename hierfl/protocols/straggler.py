@@ -1,0 +1,159 @@
+"""Straggler policies at synchronous barriers (``straggler:``), shared by every synchronous protocol.
+
+A :class:`Barrier` is one round at one server: the participants it waits for, the arrivals so far,
+and the rule that closes it —
+
+* ``wait_all`` — every selected participant that is still online;
+* ``deadline`` — ``seconds`` after the round began (earlier if everyone arrived); with
+  ``partial: true`` each device plans as many local steps as fit before the deadline (FedProx's
+  partial work, Li et al., MLSys 2020, §3 "γ-inexact solutions");
+* ``over_select`` — ``⌈factor·K⌉`` were selected, the first ``K`` to arrive are kept (FedScale's
+  over-commitment, Lai et al., ICML 2022);
+* ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close it.
+
+When a barrier closes, participants still on their way are abandoned: their transfers and jobs
+are withdrawn, and their compute so far is counted as wasted (``wasted_compute_s``) along with
+``stragglers_dropped``. A participant that goes offline is no longer waited for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from hierfl.core.dynamics import factor_at
+from hierfl.core.engine import Event, Priority
+from hierfl.core.work import TrainSpec, num_steps
+
+if TYPE_CHECKING:
+    from hierfl.protocols.base import Protocol
+
+__all__ = ["Barrier", "partial_steps", "planned_spec"]
+
+
+class Barrier:
+    """One synchronous round at one server under a straggler policy."""
+
+    def __init__(self, proto: Protocol, policy: Any, server: tuple[str, int], round_id: int,
+                 selected: list[int], wanted: int, on_close: Callable[[list[int]], None],
+                 abandon: Callable[[int], float] | None = None) -> None:
+        self.proto = proto
+        self.ctx = proto.ctx
+        self.policy = policy
+        self.server = server
+        self.round = round_id
+        self.selected = list(selected)
+        self.waiting = set(selected)
+        self.arrived: list[int] = []
+        self.lost: list[int] = []
+        self.closed = False
+        self.started = self.ctx.now
+        self.on_close = on_close
+        self.abandon_fn = abandon or proto.abandon
+        self.needed = policy.needed(len(selected), wanted) if selected else 0
+        self.deadline: float | None = None
+        self._deadline_event: Event | None = None
+        seconds = getattr(policy, "seconds", None)
+        if policy.name == "deadline" and seconds is not None:
+            self.deadline = self.started + float(seconds)
+            self._deadline_event = self.ctx.queue.push(
+                self.deadline, "round_deadline", {"server": list(server), "round": round_id}, Priority.CONTROL)
+        if not selected:
+            self.close()
+
+    def arrive(self, who: int) -> None:
+        """``who``'s update has arrived (and was folded in)."""
+        self.waiting.discard(who)
+        self.arrived.append(who)
+        if len(self.arrived) >= self.needed or not self.waiting:
+            self.close()
+
+    def drop(self, who: int) -> None:
+        """``who`` went offline: stop waiting for it."""
+        if who in self.waiting:
+            self.waiting.discard(who)
+            self.lost.append(who)
+            if not self.waiting:
+                self.close()
+
+    def on_deadline(self) -> None:
+        """The deadline event fired."""
+        if not self.closed:
+            self.close()
+
+    def abort(self) -> float:
+        """Close without handing anything to the protocol (its server was cut off); returns wasted compute."""
+        if self.closed:
+            return 0.0
+        self.closed = True
+        if self._deadline_event is not None:
+            self.ctx.queue.cancel(self._deadline_event)
+        late = sorted(self.waiting)
+        wasted = sum(self.abandon_fn(who) for who in late)
+        self.ctx.counters["stragglers_dropped"] += len(late)
+        self.waiting = set()
+        return wasted
+
+    def close(self) -> None:
+        """Abandon whoever is still on the way and hand the arrivals to the protocol."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._deadline_event is not None:
+            self.ctx.queue.cancel(self._deadline_event)
+        wasted = 0.0
+        late = sorted(self.waiting)
+        for who in late:
+            wasted += self.abandon_fn(who)
+        self.waiting = set()
+        ctx = self.ctx
+        ctx.counters["stragglers_dropped"] += len(late)
+        kind, ident = self.server
+        ctx.recorder.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "round_close", "server": kind,
+                             "id": ident, "round": self.round, "policy": self.policy.name,
+                             "selected": len(self.selected), "arrived": len(self.arrived),
+                             "dropped": len(late), "lost": len(self.lost), "wasted_compute_s": wasted,
+                             "round_s": ctx.now - self.started, "dropped_ids": late})
+        if late:
+            lane = ("cloud", 0) if kind == "cloud" else ("edge", ident)
+            ctx.recorder.instant(lane, "stragglers_dropped", ctx.now, ids=late, wasted_compute_s=wasted)
+        self.on_close(list(self.arrived))
+
+
+def partial_steps(full_steps: int, step_s: float, time_left: float) -> int:
+    """Local steps a device can run in ``time_left`` seconds at ``step_s`` per step (at most the full job)."""
+    if step_s <= 0:
+        return full_steps
+    return max(min(full_steps, math.floor(time_left / step_s + 1e-9)), 0)
+
+
+def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec | None = None) -> TrainSpec | None:
+    """The job ``device`` runs now: the full ``spec``, or under ``deadline`` with ``partial: true`` as
+    many local steps as fit before the deadline, leaving time for an uncontended upload (None: not
+    even one step fits — the device is dropped now, having computed nothing)."""
+    ctx = proto.ctx
+    spec = spec or ctx.spec
+    policy = barrier.policy
+    if policy.name != "deadline" or not policy.partial or barrier.deadline is None:
+        return spec
+    world = ctx.world
+    n = int(world.samples[device])
+    full = num_steps(n, spec)
+    one = replace(spec, epochs=None, steps=1)
+    step_s = world.compute_s(device, one) * factor_at(ctx.dyn.windows[device], ctx.now)
+    left = barrier.deadline - ctx.now - world.upload_s(device)
+    k = partial_steps(full, step_s, left)
+    if k >= full:
+        return spec
+    if k < 1:
+        ctx.recorder.instant(("device", device), "no_time", ctx.now, left_s=left)
+        barrier.waiting.discard(device)
+        barrier.lost.append(device)
+        ctx.counters["stragglers_dropped"] += 1
+        if not barrier.waiting and not barrier.closed:
+            barrier.close()
+        return None
+    ctx.recorder.instant(("device", device), "partial_work", ctx.now, steps=k, of=full)
+    return replace(spec, epochs=None, steps=k)
