@@ -52,6 +52,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     console = Console(stderr=True)
+    for warning in (built.dynamics.warnings if built.dynamics else []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     budget = scenario.stop.virtual_time_s
     total = budget if budget is not None else float(scenario.stop.rounds or 1)
     state: dict[str, float | None] = {"acc": None}

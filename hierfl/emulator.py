@@ -606,6 +606,40 @@ class _Run:
         self.evaluate()  # the final model, at the stop time
 
 
+def _availability_name(timeline: Any) -> str:
+    if timeline is None:
+        return "always"
+    return "markov" if type(timeline).__name__ == "MarkovTimeline" else "trace"
+
+
+def _trace_slowdowns(ctx: Context) -> None:
+    """One span per slowdown window on its device's lane (cut at the run's time budget)."""
+    end = ctx.scenario.stop.virtual_time_s
+    for d, windows in enumerate(ctx.dyn.windows):
+        for w in windows:
+            stop = w.end if math.isfinite(w.end) else (end if end is not None else w.start)
+            ctx.recorder.span(("device", d), f"slowdown x{w.factor:g}", w.start, max(stop - w.start, 0.0),
+                              factor=w.factor)
+
+
+def _trace_offline(ctx: Context) -> None:
+    """One span per interval a device was unavailable, up to the end of the run."""
+    avail, now = ctx.dyn.availability, ctx.now
+    if avail.trivial:
+        return
+    for d in range(ctx.world.num_devices):
+        if avail.base[d] is None and not avail.away[d]:
+            continue
+        t = 0.0
+        while t < now:
+            if avail.is_up(d, t):
+                t = avail.next_down(d, t)
+                continue
+            back = avail.next_up(d, t)
+            ctx.recorder.span(("device", d), "offline", t, min(back, now) - t)
+            t = back
+
+
 def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn | None = None,
                  source: str | None = None, built: Built | None = None) -> RunResult:
     """Run ``scenario`` and write its output files to ``out_dir``.
@@ -619,7 +653,9 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     resolved = scenario.model_copy(update={"versions": package_versions()})
     rec = Recorder(Path(out_dir))
     rec.write_config(dump_scenario(resolved))
-    rec.write_devices(built.world)
+    dyn = built.dynamics or Dynamics.static(built.world.num_devices)
+    rec.write_devices(built.world, [_availability_name(b) for b in dyn.availability.base],
+                      [len(w) for w in dyn.windows])
     world = built.world
     rec.trace_lanes(world.num_edges, world.num_devices)
     rt = scenario.runtime
@@ -656,7 +692,9 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                     "executor": executor.name, "workers": executor.workers, "devices": world.num_devices,
                     "num_params": built.num_params})
         run = _Run(ctx, progress)
+        _trace_slowdowns(ctx)
         run.loop(protocol)
+        _trace_offline(ctx)
         final = executor.fetch(ctx.global_model)
         rec.write_model(final)
         last = run.evals[-1]
@@ -675,6 +713,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         })
         if ctx.staleness:
             summary["staleness"] = ctx.staleness_summary()
+        if dyn.warnings:
+            summary["warnings"] = list(dyn.warnings)
         rec.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "run_end", "stop_reason": ctx.stop_reason})
         rec.write_summary(summary)
         return RunResult(Path(out_dir), summary, final, run.evals)

@@ -58,19 +58,25 @@ class Recorder:
         """The fully resolved scenario."""
         (self.out_dir / "config.yaml").write_text(text, encoding="utf-8")
 
-    def write_devices(self, world: World) -> None:
-        """Each device's drawn profile and its edge server (-1: talks to the cloud)."""
+    def write_devices(self, world: World, availability: list[str] | None = None,
+                      slowdowns: list[int] | None = None) -> None:
+        """Each device's tier, drawn profile and edge server (-1: talks to the cloud), its availability
+        model and how many slowdown windows the scenario's events give it."""
+        assert world.tier is not None
         with open(self.out_dir / "devices.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["device", "samples", "speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms",
-                        "edge", "edge_latency_ms", "compute_s_per_epoch", "download_s", "upload_s"])
+            w.writerow(["device", "tier", "samples", "speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms",
+                        "edge", "edge_latency_ms", "compute_s_per_epoch", "download_s", "upload_s",
+                        "availability", "slowdowns"])
             for i in range(world.num_devices):
                 edge = int(world.edge_of[i])
                 extra = float(world.edge_latency_ms[i, edge]) if edge >= 0 else 0.0
-                w.writerow([i, int(world.samples[i]), f"{world.speed_sps[i]:.6g}", f"{world.uplink_mbps[i]:.6g}",
+                w.writerow([i, world.tier[i], int(world.samples[i]), f"{world.speed_sps[i]:.6g}",
+                            f"{world.uplink_mbps[i]:.6g}",
                             f"{world.downlink_mbps[i]:.6g}", f"{world.latency_ms[i]:.6g}", edge, f"{extra:.6g}",
                             f"{world.samples[i] / world.speed_sps[i]:.6g}", f"{world.download_s(i):.6g}",
-                            f"{world.upload_s(i):.6g}"])
+                            f"{world.upload_s(i):.6g}", availability[i] if availability else "always",
+                            slowdowns[i] if slowdowns else 0])
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """``summary.json`` (rewritten whole; written at the end or on failure)."""
