@@ -22,6 +22,7 @@ from hierfl.config.loader import dump_scenario
 from hierfl.config.schema import Scenario
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream, stream_seed
+from hierfl.core.timeseries import QueueTracker
 from hierfl.core.work import TrainSpec
 from hierfl.recorder import Recorder
 from hierfl.runtime.executor import Executor, Job, RunData, Term, make_executor
@@ -74,6 +75,8 @@ class Context:
         # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
         # asynchronous protocols record any (synchronous ones apply fresh updates only)
         self.staleness: dict[str, list[int]] = {}
+        # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
+        self.queue_tracker = QueueTracker()
         self._wall0 = time.perf_counter()
 
     # -- time and randomness ------------------------------------------------------------------
@@ -224,6 +227,17 @@ class Context:
         self.recorder.instant(lane, "drop", self.now, source=source, staleness=staleness)
         self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "update_dropped", "tier": tier,
                               "at": entity, "source": source, "staleness": staleness})
+
+    def queue_length(self, tier: str, entity: int, length: int) -> None:
+        """The queue of ``tier`` (``edge`` = a leader, ``cloud``) at ``entity`` holds ``length`` updates from now on.
+
+        Call it on every change (arrival, aggregation, drop) and once with 0 at start; a change
+        becomes one trace counter event, and ``summary.json`` gets the time-weighted mean and max.
+        """
+        if self.queue_tracker.set(self.now, tier, entity, length):
+            lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
+            self.recorder.counter(lane, f"queue_len {tier} {entity}" if tier == "edge" else "queue_len cloud",
+                                  self.now, updates=length)
 
     def staleness_summary(self) -> dict[str, Any]:
         """Per tier: histogram ``{τ: count}``, mean, max and count of applied updates' staleness."""
@@ -400,6 +414,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         })
         if ctx.staleness:
             summary["staleness"] = ctx.staleness_summary()
+        if ctx.queue_tracker.series:
+            summary["queues"] = ctx.queue_tracker.summary(ctx.now)
         rec.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "run_end", "stop_reason": ctx.stop_reason})
         rec.write_summary(summary)
         return RunResult(Path(out_dir), summary, final, run.evals)
