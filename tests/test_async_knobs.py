@@ -200,3 +200,25 @@ def test_fedbuff_buffer_length_time_weighted(tmp_path):
 def test_fedasync_has_no_queue(tmp_path):
     res = run_scenario(flat("fedasync").model_copy(update={"stop": rounds(2)}), tmp_path)
     assert "queues" not in res.summary and not counters(tmp_path, "queue_len cloud")
+
+
+# -- determinism with the new knobs -------------------------------------------------------------
+@pytest.mark.ray
+@pytest.mark.parametrize("name,extra", [
+    ("fedasync", {"local_steps": {"min": 1, "max": 8}}),
+    ("fedbuff", {"K": 3, "normalize_staleness": True, "avg_staleness": 2}),
+], ids=["fedasync-local-steps", "fedbuff-normalized"])
+def test_local_vs_ray_one_and_two_hosts(tmp_path, ray_session, name, extra):
+    from tests.test_determinism import fedasync_tiny, metrics_without_wall
+
+    def make(**kw):
+        sc = fedasync_tiny(**kw)
+        return sc.model_copy(update={"protocol": tiny(protocol={"name": name, "concurrency": 4, **extra}).protocol})
+
+    local = run_scenario(make(), tmp_path / "local")
+    ref = metrics_without_wall(tmp_path / "local")
+    for workers in (1, 2):
+        res = run_scenario(make(runtime={"executor": "ray", "workers": workers}), tmp_path / f"ray{workers}")
+        assert metrics_without_wall(tmp_path / f"ray{workers}") == ref
+        assert np.array_equal(res.final_params, local.final_params)
+        assert res.summary.get("queues") == local.summary.get("queues")

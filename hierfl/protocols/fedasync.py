@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
+from hierfl.config.base import ConfigModel
 from hierfl.core.engine import Event
 from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
-from hierfl.config.base import ConfigModel
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
