@@ -26,6 +26,7 @@ from hierfl.core.dynamics import Dynamics, factor_at, finish_time, link_value
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.network import FlowNetwork
 from hierfl.core.rng import stream, stream_seed
+from hierfl.core.timeseries import QueueTracker
 from hierfl.core.work import TrainSpec
 from hierfl.recorder import Recorder
 from hierfl.runtime.executor import Executor, Job, RunData, Term, make_executor
@@ -103,6 +104,8 @@ class Context:
         # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
         # asynchronous protocols record any (synchronous ones apply fresh updates only)
         self.staleness: dict[str, list[int]] = {}
+        # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
+        self.queue_tracker = QueueTracker()
         self._wall0 = time.perf_counter()
         self.net = FlowNetwork(self._capacities(), contention=scenario.network.contention)
         self._transfers: dict[int, _Transfer] = {}
@@ -496,6 +499,17 @@ class Context:
         self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "update_dropped", "tier": tier,
                               "at": entity, "source": source, "staleness": staleness})
 
+    def queue_length(self, tier: str, entity: int, length: int) -> None:
+        """The queue of ``tier`` (``edge`` = a leader, ``cloud``) at ``entity`` holds ``length`` updates from now on.
+
+        Call it on every change (arrival, aggregation, drop) and once with 0 at start; a change
+        becomes one trace counter event, and ``summary.json`` gets the time-weighted mean and max.
+        """
+        if self.queue_tracker.set(self.now, tier, entity, length):
+            lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
+            self.recorder.counter(lane, f"queue_len {tier} {entity}" if tier == "edge" else "queue_len cloud",
+                                  self.now, updates=length)
+
     def staleness_summary(self) -> dict[str, Any]:
         """Per tier: histogram ``{τ: count}``, mean, max and count of applied updates' staleness."""
         out: dict[str, Any] = {}
@@ -715,6 +729,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             summary["staleness"] = ctx.staleness_summary()
         if dyn.warnings:
             summary["warnings"] = list(dyn.warnings)
+        if ctx.queue_tracker.series:
+            summary["queues"] = ctx.queue_tracker.summary(ctx.now)
         rec.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "run_end", "stop_reason": ctx.stop_reason})
         rec.write_summary(summary)
         return RunResult(Path(out_dir), summary, final, run.evals)

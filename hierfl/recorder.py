@@ -127,6 +127,16 @@ class Recorder:
         self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": _clean(args)})
 
+    def counter(self, lane: tuple[str, int], name: str, t: float, **values: float) -> None:
+        """A counter sample (Chrome trace phase ``C``): each of ``values`` holds from ``t`` until the next sample.
+
+        Counters are drawn per process (lane group) and told apart by ``name``, e.g. one queue
+        length track per leader.
+        """
+        pid = LANES[lane[0]][0]
+        self._event({"ph": "C", "name": name, "cat": lane[0], "ts": t * 1e6, "pid": pid, "tid": int(lane[1]),
+                     "args": _clean(values)})
+
     def flow(self, src: tuple[str, int], dst: tuple[str, int], start: float, end: float, name: str,
              flow_id: int) -> None:
         """An arrow from lane ``src`` at ``start`` to lane ``dst`` at ``end`` (trace flow events, e.g. a ring hop)."""

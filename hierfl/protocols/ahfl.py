@@ -146,9 +146,11 @@ class AHFL(Protocol):
     def start(self) -> None:
         """Every device pulls the initial model; leader and cloud timers start."""
         for e in self.leaders:
+            self.ctx.queue_length("edge", e, 0)
             for d in self.members[e]:
                 self._send(int(d))
             self.ctx.schedule(self.leader_period[e], "leader_tick", {"edge": e}, Priority.CONTROL)
+        self.ctx.queue_length("cloud", 0, 0)
         self.ctx.schedule(self.cloud_period, "cloud_tick", {}, Priority.CONTROL)
 
     def _send(self, device: int) -> None:
@@ -170,6 +172,7 @@ class AHFL(Protocol):
         start, version = self.start_of.pop(device)
         self.queue[e].append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
                                            float(self.ctx.world.samples[device])))
+        self.ctx.queue_length("edge", e, len(self.queue[e]))
         if not self.ctx.stopping:
             self._send(device)
 
@@ -191,6 +194,7 @@ class AHFL(Protocol):
         """Aggregate the leader's queue (if any survives ``max_staleness``) and push the progress."""
         ctx, e = self.ctx, event.payload["edge"]
         queue, self.queue[e] = self.queue[e], []
+        ctx.queue_length("edge", e, 0)  # applied or dropped, every queued update leaves now
         kept = []
         for u in queue:
             tau = self.version[e] - u.version
@@ -220,6 +224,7 @@ class AHFL(Protocol):
     def on_leader_upload_done(self, event: Event) -> None:
         """A leader's progress reached the cloud queue."""
         self.cloud_queue.append(self.pushes.pop(event.payload["push"]))
+        self.ctx.queue_length("cloud", 0, len(self.cloud_queue))
 
     def on_leader_download_done(self, event: Event) -> None:
         """A new global model reached the leader: rebase the unpushed progress on it."""
@@ -237,6 +242,7 @@ class AHFL(Protocol):
         """Apply the cloud queue in arrival order and broadcast the new global model."""
         ctx = self.ctx
         queue, self.cloud_queue = self.cloud_queue, []
+        ctx.queue_length("cloud", 0, 0)
         kept = []
         for u in queue:
             tau = self.cloud_version - u.version

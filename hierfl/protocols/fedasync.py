@@ -6,6 +6,9 @@ downloaded at version ``t``; the server applies each update the moment it arrive
 virtual-time order: ``α_t = α·s(v − t)``, ``x ← (1 − α_t)·x + α_t·x_new``, ``v += 1``.
 Updates staler than ``max_staleness`` are dropped. ``concurrency`` devices train at any time;
 when one reports, an idle device (the same one when all devices train) gets the current model.
+Each job runs ``H`` local SGD steps drawn uniformly from ``[H_min, H_max]`` (§5.3, Alg. 1:
+"H drawn in [H_min, H_max]") when ``local_steps`` is set; by default (``null``) every job does
+the ``training:`` section's work, as the other protocols do.
 
 :class:`FlatAsync` holds what FedAsync and FedBuff share: continuous dispatch under a
 concurrency limit, start versions, staleness and dropping.
@@ -19,8 +22,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
+from hierfl.config.base import ConfigModel
 from hierfl.core.engine import Event, Priority
 from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
@@ -29,7 +33,20 @@ from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 if TYPE_CHECKING:
     from hierfl.emulator import Context
 
-__all__ = ["FedAsyncConfig", "FedAsync", "FlatAsync"]
+__all__ = ["FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync"]
+
+
+class LocalStepsConfig(ConfigModel):
+    """``local_steps: {min: H_min, max: H_max}``: each job's step count H, uniform on the integers in between."""
+
+    min: PositiveInt = Field(description="H_min: fewest local SGD steps of a job")
+    max: PositiveInt = Field(description="H_max: most local SGD steps of a job")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LocalStepsConfig:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max}); allowed: 1 <= min <= max")
+        return self
 
 
 @PROTOCOLS.register
@@ -42,6 +59,8 @@ class FedAsyncConfig(ProtocolConfig):
     rho: float = Field(default=0.005, ge=0.0, description="proximal coefficient ρ of local training [V3/D]")
     concurrency: PositiveInt | None = Field(default=None, description="devices training at once; null = all [D]")
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
+    local_steps: LocalStepsConfig | None = Field(
+        default=None, description="H ~ uniform{min..max} SGD steps per job (§5.3); null = the training section [D]")
 
     def create(self, ctx: Context) -> FedAsync:
         """A FedAsync run."""
@@ -105,9 +124,14 @@ class FlatAsync(Protocol):
         self.dispatches += 1
         self._send(candidates[int(rng.integers(len(candidates)))])
 
+    def job_spec(self, device: int) -> TrainSpec:
+        """The work of ``device``'s next job (the same for every job unless a subclass draws it)."""
+        return self.spec
+
     def on_train_start(self, event: Event) -> None:
         """The device has the model it was sent: start its job."""
-        self.start_job(event, self.start_of[event.payload["device"]][0], self.spec)
+        device = event.payload["device"]
+        self.start_job(event, self.start_of[device][0], self.job_spec(device))
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the cloud."""
@@ -159,6 +183,22 @@ class FedAsync(FlatAsync):
     def __init__(self, cfg: FedAsyncConfig, ctx: Context) -> None:
         super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, replace(ctx.spec, prox=cfg.rho))
         self.cfg = cfg
+        self._jobs_of: dict[int, int] = {}  # jobs started per device = the job id the context gives it
+
+    def job_spec(self, device: int) -> TrainSpec:
+        """With ``local_steps``: ``H`` steps drawn from stream ``("fedasync.steps", device, job)``.
+
+        The steps replace the training section's epochs/steps; batch size, lr, momentum, weight
+        decay and ρ stay. The compute time follows, since it is derived from the spec that runs
+        (``H · min(batch_size, n_i) / speed_sps``).
+        """
+        bounds = self.cfg.local_steps
+        if bounds is None:
+            return self.spec
+        job = self._jobs_of.get(device, 0)
+        self._jobs_of[device] = job + 1
+        steps = int(self.ctx.rng("fedasync.steps", device, job).integers(bounds.min, bounds.max + 1))
+        return replace(self.spec, epochs=None, steps=steps)
 
     def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
         """The FedAsync server step (one update at a time, in arrival order)."""

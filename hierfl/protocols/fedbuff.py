@@ -6,6 +6,9 @@ devices train at any time from the model version they downloaded; each arrival a
 ``s(τ)·Δ_i`` (``Δ_i = y_i − y_start``, ``τ = v − v_start``, ``s(τ) = 1/√(1+τ)`` by default) to
 a buffer; when it holds ``K`` updates the server steps ``x ← x + η_g·Σ s(τ_i)Δ_i / K``,
 ``v += 1``. Deltas are formed where the models live (the cloud role), never on the driver.
+With ``normalize_staleness`` each weight is divided by ``s(avg_staleness)``, as FLSim's
+``StalenessWeight.weight`` does (weight 1 at the expected staleness; FLSim's default
+``avg_staleness`` is 1), so ``s(τ)/s(τ̄)`` may exceed 1 for updates fresher than ``τ̄``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FedBuffConfig", "FedBuff"]
 
+MIN_NORM = 1e-6  # normalize_staleness divides by s(avg_staleness): keep the weights finite and sane
+
 
 @PROTOCOLS.register
 class FedBuffConfig(ProtocolConfig):
@@ -37,13 +42,24 @@ class FedBuffConfig(ProtocolConfig):
     staleness: STALENESS.union() = FedBuffStaleness()  # type: ignore[valid-type]
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
     unique_per_buffer: bool = Field(default=False, description="a device contributes at most once per buffer [D]")
+    normalize_staleness: bool = Field(
+        default=False, description="divide s(τ) by s(avg_staleness), as FLSim does (§5.4) [V: FLSim; default off]")
+    avg_staleness: NonNegativeInt = Field(
+        default=1, description="τ̄ of normalize_staleness: the staleness that gets weight 1 [V: FLSim default 1]")
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """The buffer must be fillable: K ≤ number of devices."""
         n = scenario.devices.count
+        problems = []
         if self.K > n:
-            return [Problem("protocol.K", f"buffer larger than the number of devices; allowed: 1..{n}", self.K)]
-        return []
+            problems.append(Problem("protocol.K", f"buffer larger than the number of devices; allowed: 1..{n}", self.K))
+        if self.normalize_staleness and self.staleness(self.avg_staleness) < MIN_NORM:
+            problems.append(Problem(
+                "protocol.avg_staleness",
+                f"normalize_staleness divides every weight by s(avg_staleness) = "
+                f"{self.staleness(self.avg_staleness):.3g}, too small; allowed: an avg_staleness with "
+                f"s(avg_staleness) >= {MIN_NORM:g} (or a gentler staleness function)", self.avg_staleness))
+        return problems
 
     def create(self, ctx: Context) -> FedBuff:
         """A FedBuff run."""
@@ -57,6 +73,13 @@ class FedBuff(FlatAsync):
         super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, ctx.spec)
         self.cfg = cfg
         self.buffer: list[tuple[int, float, Any, Any, int]] = []  # (device, s(τ), y, y_start, τ)
+        # FLSim's normalisation is one constant divisor, fixed by the config
+        self.norm = cfg.staleness(cfg.avg_staleness) if cfg.normalize_staleness else 1.0
+
+    def start(self) -> None:
+        """The buffer starts empty; then the first ``concurrency`` devices get the model."""
+        self.ctx.queue_length("cloud", 0, 0)
+        super().start()
 
     def excluded(self) -> set[int]:
         """With ``unique_per_buffer``, devices already in the buffer wait for the next one."""
@@ -64,7 +87,8 @@ class FedBuff(FlatAsync):
 
     def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
         """Buffer ``s(τ)·Δ``; on the K-th, step the server model (plain server SGD)."""
-        self.buffer.append((device, self.sigma(tau), update, start_model, tau))
+        self.buffer.append((device, self.sigma(tau) / self.norm, update, start_model, tau))
+        self.ctx.queue_length("cloud", 0, len(self.buffer))
         if len(self.buffer) < self.cfg.K:
             return
         ctx = self.ctx
@@ -77,6 +101,7 @@ class FedBuff(FlatAsync):
         ctx.record_async_aggregation("cloud", 0, [d for d, *_ in self.buffer], coefs,
                                      [t for *_, t in self.buffer], self.version, queue_len=len(self.buffer))
         self.buffer = []
+        ctx.queue_length("cloud", 0, 0)
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the buffer."""
