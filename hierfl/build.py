@@ -18,6 +18,7 @@ from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import EdgeLink, World
 from hierfl.data import DataError, Dataset
 from hierfl.learn.local import init_params
+from hierfl.topology import TopologyError, attach, layout, world_fields
 
 __all__ = ["Built", "build", "train_spec"]
 
@@ -50,8 +51,11 @@ def _draw_devices(scenario: Scenario, samples: np.ndarray) -> dict[str, np.ndarr
     """Per-device profile arrays (``devices:``): speed, links and access latency, seeded."""
     seed, dev = scenario.seed, scenario.devices
     n = dev.count
-    return {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
-            for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
+    draws = {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
+             for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
+    if dev.capacity_trace is not None:  # a FedScale / CSV trace replaces the drawn speed and bandwidths
+        draws.update(dev.capacity_trace.device_profiles(n, seed))
+    return draws
 
 
 @dataclass
@@ -65,13 +69,25 @@ class Topology:
 
 
 def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarray]) -> Topology:
-    """Edge servers and the device → edge assignment (``topology:``)."""
+    """Edge servers and the device → edge assignment (``topology:``, its file or generator)."""
     seed, topo = scenario.seed, scenario.topology
     n = scenario.devices.count
-    e = topo.edge_servers
+    spec = topo.topology_spec(n, seed)
+    e = spec.num_edges if spec is not None else topo.edge_servers
     edge_latency = topo.edge_latency_ms.sample(stream(seed, "topology.edge_latency_ms"), n * e).reshape(n, e)
+    extra: dict[str, object] = {}
+    if spec is not None:
+        key = "topology.file" if topo.file is not None else "topology.generator"
+        try:
+            placed = layout(spec, n, seed, edge_latency)  # positions, + distance latency
+        except TopologyError as exc:
+            raise ConfigError([Problem(key, str(exc))]) from None
+        edge_latency = placed.edge_latency_ms
+        extra = world_fields(spec, placed)
     if e == 0:
         edge_of = np.full(n, -1, dtype=np.int64)
+    elif topo.grouping == "topology" and spec is not None:
+        edge_of = attach(spec, n, edge_latency)
     elif topo.grouping == "round_robin":
         edge_of = grouping.round_robin(n, e)
     elif topo.grouping == "random":
@@ -85,8 +101,9 @@ def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarr
     else:
         edge_of = grouping.nearest(edge_latency)
     link = topo.edge_cloud
-    return Topology(edge_of, edge_latency.astype(np.float64),
-                    [EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)], {})
+    links = list(spec.edge_links) if spec is not None else \
+        [EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)]
+    return Topology(edge_of, edge_latency.astype(np.float64), links, extra)
 
 
 def _world(scenario: Scenario, samples: np.ndarray) -> World:
@@ -119,7 +136,10 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
     if reason is not None:
         raise ConfigError([Problem("model", reason)], source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
-    world = _world(scenario, samples)
+    try:
+        world = _world(scenario, samples)
+    except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
+        raise ConfigError(exc.problems, source) from None
     params = init_params(scenario.model, tuple(dataset.input_shape), dataset.num_classes,
                          stream_seed(seed, "model.init"))
     world.model_bytes = model_bytes(params.size)
