@@ -100,9 +100,9 @@ def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarr
         edge_of = grouping.kmeans(features, e, stream(seed, "topology.grouping"))
     else:
         edge_of = grouping.nearest(edge_latency)
-    link = topo.edge_cloud
+    ec = topo.edge_cloud
     links = list(spec.edge_links) if spec is not None else \
-        [EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)]
+        [EdgeLink(ec.uplink_mbps, ec.downlink_mbps, ec.latency_ms) for _ in range(e)]
     return Topology(edge_of, edge_latency.astype(np.float64), links, extra)
 
 

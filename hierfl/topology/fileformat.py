@@ -162,11 +162,12 @@ def spec_from_mapping(data: TopologyFile, origin: str, *, device_nodes: tuple[tu
     """
     cloud = data.cloud
     names: dict[str, tuple[str | int, ...]] = {cloud.name: ("cloud", "name")}
-    for kind, nodes in (("edge_servers", data.edge_servers), ("routers", data.routers)):
-        for k, node in enumerate(nodes):
-            if node.name in names:
-                raise SpecIssue((kind, k, "name"), f"duplicate node name {node.name!r}")
-            names[node.name] = (kind, k, "name")
+    named = [("edge_servers", k, e.name) for k, e in enumerate(data.edge_servers)] + \
+        [("routers", k, r.name) for k, r in enumerate(data.routers)]
+    for kind, k, name in named:
+        if name in names:
+            raise SpecIssue((kind, k, "name"), f"duplicate node name {name!r}")
+        names[name] = (kind, k, "name")
     edges = [EdgeServer(e.name, e.position_km, e.region, _inf(e.ingress_mbps), _inf(e.egress_mbps))
              for e in data.edge_servers]
     edge_id = {e.name: k for k, e in enumerate(edges)}
@@ -446,7 +447,7 @@ def _read_graphml(path: Path, where: str) -> TopologySpec:
                                                      f"got {kind!r}")
         extra = sorted(set(attrs) - _NODE_KEYS[kind])
         if extra:
-            raise _fail(where, line, ("node", node), f"unknown attribute(s) {extra} for a {kind} node; "
+            raise _fail(where, line, ("node", node), f"unknown attribute(s) {extra} for kind={kind}; "
                                                      f"allowed: {sorted(_NODE_KEYS[kind])}")
         pos = _position(attrs, where, line, node)
         entry: dict[str, Any] = {"name": node}

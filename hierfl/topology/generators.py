@@ -21,7 +21,7 @@ topology came from. ``link`` is the scenario's ``topology.edge_cloud`` link.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, PositiveInt, model_validator
@@ -72,8 +72,9 @@ class GeneratorConfig(ConfigModel):
     def _edge(self, name: str, xy: tuple[float, float] | None = None, region: str | None = None) -> EdgeServer:
         return EdgeServer(name, xy, region, _inf(self.edge_ingress_mbps), _inf(self.edge_egress_mbps))
 
-    def _common(self) -> dict[str, float]:
-        return {"cloud_ingress_mbps": _inf(self.cloud_ingress_mbps), "cloud_egress_mbps": _inf(self.cloud_egress_mbps)}
+    def _spec(self, **fields: Any) -> TopologySpec:
+        return TopologySpec(cloud_ingress_mbps=_inf(self.cloud_ingress_mbps),
+                            cloud_egress_mbps=_inf(self.cloud_egress_mbps), **fields)
 
 
 @GENERATORS.register
@@ -91,8 +92,8 @@ class StarGenerator(GeneratorConfig):
     def generate(self, n: int, seed: int, link: EdgeLink) -> TopologySpec:
         """Round-robin attachment, identical links."""
         edges = tuple(self._edge(f"edge{k}") for k in range(self.edges))
-        return TopologySpec(origin="topology.generator (star)", edges=edges, edge_links=(link,) * self.edges,
-                            paths=tuple((e.name, "cloud") for e in edges), attach="round_robin", **self._common())
+        return self._spec(origin="topology.generator (star)", edges=edges, edge_links=(link,) * self.edges,
+                          paths=tuple((e.name, "cloud") for e in edges), attach="round_robin")
 
 
 @GENERATORS.register
@@ -129,7 +130,9 @@ class TreeGenerator(GeneratorConfig):
             (link.uplink_mbps, link.downlink_mbps, link.latency_ms)
         lower = (self.edge_link.uplink_mbps, self.edge_link.downlink_mbps, self.edge_link.latency_ms)
         up, down, latency = compose_path([lower, upper])
-        edges, paths, rules = [], [], []
+        edges: list[EdgeServer] = []
+        paths: list[tuple[str, ...]] = []
+        rules: list[RegionRule] = []
         shares = self.region_shares or [1.0 / self.regions] * self.regions
         for r in range(self.regions):
             ids = []
@@ -138,9 +141,9 @@ class TreeGenerator(GeneratorConfig):
                 edges.append(self._edge(f"r{r}e{k}", region=f"region{r}"))
                 paths.append((f"r{r}e{k}", f"agg{r}", "cloud"))
             rules.append(RegionRule(f"region{r}", tuple(ids), weight=float(shares[r])))
-        return TopologySpec(origin="topology.generator (tree)", edges=tuple(edges),
-                            edge_links=(EdgeLink(up, down, latency),) * len(edges), paths=tuple(paths),
-                            attach="region", regions=tuple(rules), **self._common())
+        return self._spec(origin="topology.generator (tree)", edges=tuple(edges),
+                          edge_links=(EdgeLink(up, down, latency),) * len(edges), paths=tuple(paths),
+                          attach="region", regions=tuple(rules))
 
 
 @GENERATORS.register
@@ -173,9 +176,9 @@ class RandomGeometricGenerator(GeneratorConfig):
         d2d = None
         if self.d2d_latency_ms is not None or self.d2d_bandwidth_mbps is not None:
             d2d = D2DLink(self.d2d_latency_ms or 0.0, self.ms_per_km, _inf(self.d2d_bandwidth_mbps))
-        return TopologySpec(
+        return self._spec(
             origin="topology.generator (random_geometric)", edges=edges,
             edge_links=tuple(EdgeLink(link.uplink_mbps, link.downlink_mbps, float(t)) for t in to_cloud),
             paths=tuple((e.name, "cloud") for e in edges), cloud_xy=(float(cloud[0]), float(cloud[1])),
             attach="nearest", device_xy=tuple((i, float(x), float(y)) for i, (x, y) in enumerate(device_xy)),
-            latency_base_ms=self.base_ms, latency_ms_per_km=self.ms_per_km, d2d=d2d, **self._common())
+            latency_base_ms=self.base_ms, latency_ms_per_km=self.ms_per_km, d2d=d2d)

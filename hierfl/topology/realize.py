@@ -134,7 +134,7 @@ def attach(spec: TopologySpec, n: int, edge_latency_ms: np.ndarray) -> np.ndarra
             for g, rule in enumerate(spec.regions):
                 group_of[list(rule.devices or ())] = g
         else:
-            group_of = blocks(split_counts(n, [r.weight or 0.0 for r in spec.regions]))
+            group_of = blocks(split_counts(n, [r.weight or 0.0 for r in spec.regions]).tolist())
         return round_robin_within(group_of, [r.edges for r in spec.regions])
     if spec.attach == "nearest":
         return grouping.nearest(edge_latency_ms)

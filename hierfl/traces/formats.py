@@ -231,36 +231,36 @@ def load_capacity(path: str | Path, fmt: str) -> dict[ClientId, Capacity]:
         return out
     raw, lines = _read_mapping(p, where)
     for key, cid in zip(raw, _client_ids(raw)):
-        rec, line = raw[key], _key_line(lines, key)
+        rec, at = raw[key], _key_line(lines, key)
         if not isinstance(rec, Mapping):
-            raise _fail(where, line, f"client {key!r}: expected {{'computation': ms, 'communication': kbps}}, "
+            raise _fail(where, at, f"client {key!r}: expected {{'computation': ms, 'communication': kbps}}, "
                                      f"got {type(rec).__name__}")
         for field in ("computation", "communication"):
             if field not in rec:
-                raise _fail(where, line, f"client {key!r}: missing field {field!r}")
+                raise _fail(where, at, f"client {key!r}: missing field {field!r}")
         if cid in out:
-            raise _fail(where, line, f"client {key!r} appears twice")
-        comm = _positive(rec["communication"], f"client {key!r}: communication", where, line)
-        out[cid] = Capacity(_positive(rec["computation"], f"client {key!r}: computation", where, line), comm, comm)
+            raise _fail(where, at, f"client {key!r} appears twice")
+        comm = _positive(rec["communication"], f"client {key!r}: communication", where, at)
+        out[cid] = Capacity(_positive(rec["computation"], f"client {key!r}: computation", where, at), comm, comm)
     return out
 
 
 def _intervals(pairs: list[tuple[float, float, int | None]], period: float | None, where: str,
                who: str, clip: bool) -> tuple[tuple[float, float], ...]:
     """Check, sort, merge touching, and fit into [0, period)."""
-    for start, end, line in pairs:
+    for start, end, at in pairs:
         if period is not None and not clip and end > period:
-            raise _fail(where, line, f"{who}: interval [{start:g}, {end:g}) ends after period_s {period:g}")
+            raise _fail(where, at, f"{who}: interval [{start:g}, {end:g}) ends after period_s {period:g}")
         if start < 0:
-            raise _fail(where, line, f"{who}: interval starts before 0 ({start:g})")
+            raise _fail(where, at, f"{who}: interval starts before 0 ({start:g})")
         if end <= start:
-            raise _fail(where, line, f"{who}: interval end {end:g} <= start {start:g}")
+            raise _fail(where, at, f"{who}: interval end {end:g} <= start {start:g}")
     ordered = sorted(pairs, key=lambda p: (p[0], p[1]))
     merged: list[list[float]] = []
-    for k, (start, end, line) in enumerate(ordered):
+    for k, (start, end, at) in enumerate(ordered):
         if merged and start < merged[-1][1]:
             prev = ordered[k - 1]
-            raise _fail(where, line, f"{who}: interval [{start:g}, {end:g}) overlaps [{prev[0]:g}, {prev[1]:g})")
+            raise _fail(where, at, f"{who}: interval [{start:g}, {end:g}) overlaps [{prev[0]:g}, {prev[1]:g})")
         if merged and start == merged[-1][1]:
             merged[-1][1] = end
         else:
@@ -280,42 +280,43 @@ def load_availability(path: str | Path, fmt: str) -> dict[ClientId, Availability
         ids = _client_ids(r["client_id"] for _, r in rows)
         pairs: dict[ClientId, list[tuple[float, float, int | None]]] = {}
         periods: dict[ClientId, tuple[float | None, int]] = {}
-        for cid, (line, row) in zip(ids, rows):
-            start = _number(row["start_s"], "start_s", where, line)
-            end = _number(row["end_s"], "end_s", where, line)
-            period = _positive(row["period_s"], "period_s", where, line) if row.get("period_s") else None
+        for cid, (row_line, row) in zip(ids, rows):
+            at: int | None = row_line
+            start = _number(row["start_s"], "start_s", where, at)
+            end = _number(row["end_s"], "end_s", where, at)
+            period = _positive(row["period_s"], "period_s", where, at) if row.get("period_s") else None
             if cid in periods and periods[cid][0] != period:
-                raise _fail(where, line, f"client {cid!r}: period_s differs from line {periods[cid][1]}")
-            periods.setdefault(cid, (period, line))
-            pairs.setdefault(cid, []).append((start, end, line))
+                raise _fail(where, at, f"client {cid!r}: period_s differs from line {periods[cid][1]}")
+            periods.setdefault(cid, (period, row_line))
+            pairs.setdefault(cid, []).append((start, end, at))
         for cid, items in pairs.items():
             period = periods[cid][0]
             out[cid] = Availability(_intervals(items, period, where, f"client {cid!r}", clip=False), period)
         return out
     raw, lines = _read_mapping(p, where)
     for key, cid in zip(raw, _client_ids(raw)):
-        rec, line = raw[key], _key_line(lines, key)
+        rec, at = raw[key], _key_line(lines, key)
         who = f"client {key!r}"
         if not isinstance(rec, Mapping):
-            raise _fail(where, line, f"{who}: expected {{'active': [..], 'inactive': [..], 'finish_time': s}}, "
+            raise _fail(where, at, f"{who}: expected {{'active': [..], 'inactive': [..], 'finish_time': s}}, "
                                      f"got {type(rec).__name__}")
         for field in ("active", "inactive", "finish_time"):
             if field not in rec:
-                raise _fail(where, line, f"{who}: missing field {field!r}")
+                raise _fail(where, at, f"{who}: missing field {field!r}")
         active, inactive = rec["active"], rec["inactive"]
         if not isinstance(active, (list, tuple, np.ndarray)) or not isinstance(inactive, (list, tuple, np.ndarray)):
-            raise _fail(where, line, f"{who}: active and inactive must be lists of seconds")
-        period = _positive(rec["finish_time"], f"{who}: finish_time", where, line)
-        starts = [_number(x, f"{who}: active", where, line) for x in active]
-        ends = [_number(x, f"{who}: inactive", where, line) for x in inactive]
+            raise _fail(where, at, f"{who}: active and inactive must be lists of seconds")
+        period = _positive(rec["finish_time"], f"{who}: finish_time", where, at)
+        starts = [_number(x, f"{who}: active", where, at) for x in active]
+        ends = [_number(x, f"{who}: inactive", where, at) for x in inactive]
         if len(starts) == len(ends) + 1:
             ends.append(period)  # online until the end of the trace
         elif len(starts) != len(ends):
-            raise _fail(where, line, f"{who}: {len(starts)} active times but {len(ends)} inactive times "
+            raise _fail(where, at, f"{who}: {len(starts)} active times but {len(ends)} inactive times "
                                      "(each session needs a start and an end)")
         if cid in out:
-            raise _fail(where, line, f"client {key!r} appears twice")
-        out[cid] = Availability(_intervals([(s, e, line) for s, e in zip(starts, ends)], period, where, who,
+            raise _fail(where, at, f"client {key!r} appears twice")
+        out[cid] = Availability(_intervals([(s, e, at) for s, e in zip(starts, ends)], period, where, who,
                                            clip=True), period)
     return out
 
