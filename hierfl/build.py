@@ -22,6 +22,7 @@ from hierfl.config.dynamics import shipped_tiers
 from hierfl.core.dynamics import Dynamics
 from hierfl.dynamics_build import build_dynamics
 from hierfl.learn.local import forward_flops, init_params
+from hierfl.topology import TopologyError, attach, layout, world_fields
 
 __all__ = ["Built", "build", "train_spec"]
 
@@ -80,6 +81,8 @@ def _draw_devices(scenario: Scenario, samples: np.ndarray, flops: Callable[[], i
         draws = {field: getattr(dev, field).sample(stream(seed, "devices." + field), n).astype(np.float64)
                  for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
         draws["tier"] = np.array(["custom"] * n, dtype=object)
+        if dev.capacity_trace is not None:  # a FedScale / CSV trace replaces the drawn speed and bandwidths
+            draws.update(dev.capacity_trace.device_profiles(n, seed))
         return draws
     specs = {**shipped_tiers(), **dev.custom_tiers}
     counts = tier_counts(dev.tiers, n)
@@ -109,13 +112,25 @@ class Topology:
 
 
 def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarray]) -> Topology:
-    """Edge servers and the device → edge assignment (``topology:``)."""
+    """Edge servers and the device → edge assignment (``topology:``, its file or generator)."""
     seed, topo = scenario.seed, scenario.topology
     n = scenario.devices.count
-    e = topo.edge_servers
+    spec = topo.topology_spec(n, seed)
+    e = spec.num_edges if spec is not None else topo.edge_servers
     edge_latency = topo.edge_latency_ms.sample(stream(seed, "topology.edge_latency_ms"), n * e).reshape(n, e)
+    extra: dict[str, object] = {}
+    if spec is not None:
+        key = "topology.file" if topo.file is not None else "topology.generator"
+        try:
+            placed = layout(spec, n, seed, edge_latency)  # positions, + distance latency
+        except TopologyError as exc:
+            raise ConfigError([Problem(key, str(exc))]) from None
+        edge_latency = placed.edge_latency_ms
+        extra = world_fields(spec, placed)
     if e == 0:
         edge_of = np.full(n, -1, dtype=np.int64)
+    elif topo.grouping == "topology" and spec is not None:
+        edge_of = attach(spec, n, edge_latency)
     elif topo.grouping == "round_robin":
         edge_of = grouping.round_robin(n, e)
     elif topo.grouping == "random":
@@ -128,9 +143,10 @@ def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarr
         edge_of = grouping.kmeans(features, e, stream(seed, "topology.grouping"))
     else:
         edge_of = grouping.nearest(edge_latency)
-    link = topo.edge_cloud
-    return Topology(edge_of, edge_latency.astype(np.float64),
-                    [EdgeLink(link.uplink_mbps, link.downlink_mbps, link.latency_ms) for _ in range(e)], {})
+    ec = topo.edge_cloud
+    links = list(spec.edge_links) if spec is not None else \
+        [EdgeLink(ec.uplink_mbps, ec.downlink_mbps, ec.latency_ms) for _ in range(e)]
+    return Topology(edge_of, edge_latency.astype(np.float64), links, extra)
 
 
 def _world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) -> World:
@@ -164,7 +180,10 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
         raise ConfigError([Problem("model", reason)], source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
     shape, classes = tuple(dataset.input_shape), dataset.num_classes
-    world = _world(scenario, samples, lambda: forward_flops(scenario.model, shape, classes))
+    try:
+        world = _world(scenario, samples, lambda: forward_flops(scenario.model, shape, classes))
+    except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
+        raise ConfigError(exc.problems, source) from None
     params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
     world.model_bytes = model_bytes(params.size)
     dynamics = build_dynamics(scenario, world, source)

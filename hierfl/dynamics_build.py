@@ -26,6 +26,7 @@ from hierfl.core.dynamics import (
 )
 from hierfl.core.rng import stream
 from hierfl.core.world import World
+from hierfl.traces.config import AvailabilityTraceConfig
 
 __all__ = ["build_dynamics", "resolve_selector"]
 
@@ -66,6 +67,8 @@ def build_dynamics(scenario: Scenario, world: World, source: str | None = None,
             if avail.tiers is None or str(world.tier[d]) in avail.tiers:
                 base[d] = MarkovTimeline(avail.mean_up_s, avail.mean_down_s, stream(seed, "availability", d),
                                          start_up=True if avail.start == "up" else None)
+    if isinstance(avail, AvailabilityTraceConfig):
+        availability_trace = {d: (list(a.intervals), a.period_s) for d, a in avail.device_intervals(n, seed).items()}
     if availability_trace is not None:
         for d, (intervals, period) in availability_trace.items():
             base[d] = IntervalTimeline(intervals, period)

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from hierfl.config.base import ConfigModel
+from hierfl.traces.config import AvailabilityTraceConfig
 
 __all__ = [
     "TierSpec", "shipped_tiers", "AlwaysAvailability", "MarkovAvailability", "AvailabilityConfig",
@@ -77,7 +78,7 @@ def _availability_shorthand(value: Any) -> Any:
 
 
 AvailabilityConfig = Annotated[
-    Union[AlwaysAvailability, MarkovAvailability],  # noqa: UP007
+    Union[AlwaysAvailability, MarkovAvailability, AvailabilityTraceConfig],  # noqa: UP007
     Field(discriminator="name"), BeforeValidator(_availability_shorthand)]
 
 

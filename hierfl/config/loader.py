@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from hierfl.config.errors import ConfigError, Problem
+from hierfl.config.files import context_for
 from hierfl.config.schema import Scenario
 
 __all__ = ["load_scenario", "load_raw", "apply_overrides", "validate_raw", "deep_merge", "dump_scenario"]
@@ -159,13 +160,19 @@ def _edge_count_problem(edges: Any, n: Any) -> list[Problem]:
 def _raw_cross_checks(raw: dict[str, Any]) -> list[Problem]:
     """Cross-section checks that can run even when the schema rejected something else."""
     devices, topology = raw.get("devices"), raw.get("topology")
-    if isinstance(devices, dict) and isinstance(topology, dict):
+    if isinstance(devices, dict) and isinstance(topology, dict) and not (topology.get("file") or topology.get("generator")):
         return _edge_count_problem(topology.get("edge_servers"), devices.get("count"))
     return []
 
 
 def _cross_checks(scenario: Scenario) -> list[Problem]:
-    problems = _edge_count_problem(scenario.topology.edge_servers, scenario.devices.count)
+    topo, n = scenario.topology, scenario.devices.count
+    # a topology file or generator says itself what does not fit N devices (file and line)
+    problems = topo.check(n) if topo.file or topo.generator else _edge_count_problem(topo.edge_servers, n)
+    if scenario.devices.capacity_trace is not None:
+        problems.extend(scenario.devices.capacity_trace.check(n, "devices.capacity_trace.mapping"))
+    if getattr(scenario.devices.availability, "name", None) == "trace":
+        problems.extend(scenario.devices.availability.check(n, "devices.availability.mapping"))
     ev, stop = scenario.evaluation, scenario.stop
     if stop.target_accuracy is not None and ev.every_s is None:
         problems.append(Problem("evaluation.every_s",
@@ -248,8 +255,8 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
 
 def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
     """Validate a raw mapping into a :class:`Scenario`, raising :class:`ConfigError` with every problem."""
-    try:
-        scenario = Scenario.model_validate(raw)
+    try:  # the context tells file-valued keys (topology.file, trace files) where the scenario lives
+        scenario = Scenario.model_validate(raw, context=context_for(source))
     except ValidationError as exc:
         raise ConfigError(_problems_from_validation(exc, raw) + _raw_cross_checks(raw), source) from None
     problems = _cross_checks(scenario)

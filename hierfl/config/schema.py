@@ -15,6 +15,11 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -33,6 +38,11 @@ from hierfl.config.dynamics import (
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
 from hierfl.models import MODELS
 from hierfl.protocols import PROTOCOLS
+from hierfl.config.errors import Problem
+from hierfl.config.files import resolve_file
+from hierfl.core.world import EdgeLink
+from hierfl.topology import GENERATORS, TopologySpec, check_devices, load_topology_file
+from hierfl.traces import CapacityTraceConfig
 
 __all__ = [
     "DataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig",
@@ -91,6 +101,8 @@ class DevicesConfig(ConfigModel):
                 raise ValueError(f"devices.tiers sets compute and links; remove {', '.join(both)} "
                                  "(or drop tiers and use the distributions)")
         return self
+    capacity_trace: CapacityTraceConfig | None = Field(
+        default=None, description="FedScale or CSV capacity trace: overrides speed_sps, uplink_mbps, downlink_mbps")
 
     @field_validator("speed_sps", "uplink_mbps", "downlink_mbps")
     @classmethod
@@ -111,23 +123,108 @@ class LinkConfig(ConfigModel):
     latency_ms: float = Field(default=20.0, ge=0)
 
 
+_GENERATOR = TypeAdapter(GENERATORS.union())
+
+
 class TopologyConfig(ConfigModel):
-    """Edge servers between devices and the cloud, and how devices are assigned to them."""
+    """Edge servers between devices and the cloud, and how devices are assigned to them.
+
+    With ``file`` (YAML or GraphML) or ``generator`` (star, tree, random_geometric) the topology
+    defines the edge servers: ``edge_servers`` is filled in from it (a different explicit value is
+    an error) and ``grouping`` defaults to ``topology`` (the file's or generator's attachment rule).
+    """
 
     edge_servers: NonNegativeInt = Field(default=0, description="0 = devices talk to the cloud directly")
-    grouping: Literal["random", "round_robin", "nearest", "kmeans"] = Field(
+    grouping: Literal["random", "round_robin", "nearest", "kmeans", "topology"] = Field(
         default="round_robin",
-        description="kmeans: k-means on (log compute time per epoch, log time to upload 1 MB), one group per edge")
+        description="kmeans: k-means on (log compute time per epoch, log time to upload 1 MB), one group per edge; "
+                    "topology: as the topology file or generator says")
     edge_latency_ms: Dist = Field(
         default=ConstantDist(value=0.0),
         description="extra one-way latency per (device, edge server) pair; `nearest` picks the lowest",
     )
     edge_cloud: LinkConfig = LinkConfig()
+    file: str | None = Field(default=None, description="topology file (YAML or GraphML), e.g. topologies/metro-3edge.yaml")
+    generator: GENERATORS.union() | None = Field(default=None)  # type: ignore[valid-type]
+    _spec: TopologySpec | None = PrivateAttr(default=None)
+    _path: str | None = PrivateAttr(default=None)
 
     @field_validator("edge_latency_ms")
     @classmethod
     def _non_negative(cls, value: Any) -> Any:
         return _require_non_negative(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_topology(cls, data: Any, info: ValidationInfo) -> Any:
+        """``edge_servers`` and ``grouping`` default to what the file or generator says."""
+        if not isinstance(data, dict) or (data.get("file") is None and data.get("generator") is None):
+            return data
+        data = dict(data)
+        count = None
+        try:
+            if isinstance(data.get("file"), str):
+                count = load_topology_file(resolve_file(data["file"], info.context)).num_edges
+            elif data.get("generator") is not None:
+                count = _GENERATOR.validate_python(data["generator"]).num_edges
+        except (ValueError, ValidationError):
+            pass  # reported by the field's own validation
+        if data.get("edge_servers") is None and count is not None:
+            data["edge_servers"] = count
+        if data.get("grouping") is None:
+            data["grouping"] = "topology"
+        return data
+
+    @field_validator("file")
+    @classmethod
+    def _readable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            load_topology_file(resolve_file(value, info.context))  # ValueError names the file and line
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> TopologyConfig:
+        if self.file is not None and self.generator is not None:
+            raise ValueError("give topology.file or topology.generator, not both")
+        if self.grouping == "topology" and self.file is None and self.generator is None:
+            raise ValueError("grouping: topology needs topology.file or topology.generator")
+        count, what = None, ""
+        if self.file is not None:
+            path = resolve_file(self.file, info.context)
+            self._spec, self._path = load_topology_file(path), str(path)
+            count, what = self._spec.num_edges, f"the topology file {self.file}"
+        elif self.generator is not None:
+            count, what = self.generator.num_edges, f"the {self.generator.name} generator"
+        if count is not None and count != self.edge_servers:
+            raise ValueError(f"edge_servers is {self.edge_servers} but {what} defines {count} edge servers; "
+                             "leave edge_servers out (or null) to take the topology's")
+        return self
+
+    @field_serializer("file")
+    def _absolute(self, value: str | None) -> str | None:
+        # the resolved scenario (a run's config.yaml) names the file it read, so it runs again from anywhere
+        return self._path if self._path is not None else value
+
+    def topology_spec(self, num_devices: int, seed: int) -> TopologySpec | None:
+        """The file's or generator's topology (None for the plain ``edge_servers`` model)."""
+        if self.generator is not None:
+            link = EdgeLink(self.edge_cloud.uplink_mbps, self.edge_cloud.downlink_mbps, self.edge_cloud.latency_ms)
+            return self.generator.generate(num_devices, seed, link)
+        if self.file is not None:
+            if self._spec is None:  # built without validation (model_construct): read it now
+                self._spec = load_topology_file(resolve_file(self.file))
+            return self._spec
+        return None
+
+    def check(self, num_devices: int) -> list[Problem]:
+        """Problems that depend on the number of devices (explicit indices, more edges than devices)."""
+        if self.file is not None and self._spec is not None:
+            return [Problem("topology.file", msg) for msg in check_devices(self._spec, num_devices)]
+        if self.generator is not None and self.generator.num_edges > num_devices:
+            return [Problem("topology.generator", f"the {self.generator.name} generator makes "
+                            f"{self.generator.num_edges} edge servers but there are only {num_devices} devices "
+                            "(devices.count); allowed: at most one edge server per device")]
+        return []
 
 
 class TrainingConfig(ConfigModel):

@@ -12,7 +12,7 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, compute_time_s, samples_processed, transfer_time_s
 
-__all__ = ["World", "EdgeLink"]
+__all__ = ["World", "EdgeLink", "D2DLink"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,19 @@ class EdgeLink:
     uplink_mbps: float
     downlink_mbps: float
     latency_ms: float
+
+
+@dataclass(frozen=True)
+class D2DLink:
+    """Device ↔ device link rule from a topology: latency from distance, optional bandwidth cap.
+
+    For devices ``i → j``: latency ``latency_ms + ms_per_km · |xy_i − xy_j|`` (the distance term
+    needs ``World.device_xy``), bandwidth ``min(uplink_i, downlink_j, bandwidth_mbps)``.
+    """
+
+    latency_ms: float = 0.0
+    ms_per_km: float = 0.0
+    bandwidth_mbps: float = float("inf")
 
 
 @dataclass
@@ -46,6 +59,7 @@ class World:
     cloud_egress_mbps: float = float("inf")      # shared by every download that leaves the cloud
     device_xy: np.ndarray | None = None          # (N, 2) km, when the topology places devices
     edge_xy: np.ndarray | None = None            # (E, 2) km
+    d2d_link: D2DLink | None = None              # device ↔ device rule from the topology (None: §1.2 fallback)
 
     def __post_init__(self) -> None:
         n, e = self.num_devices, self.num_edges
