@@ -260,7 +260,8 @@ class FedCH(Protocol):
                   "comm_s": float(np.median(m["cloud"])), "lr": cfg.lr, "mu": ks.mu, "q": ks.q,
                   "f0_gap": f0, "local_steps": cfg.H, "rule": cfg.alpha_init}
         k, values = fc.choose_k(self.n, **params)  # type: ignore[arg-type]
-        return k, {"rule": "auto", "K": k, "objective": {str(key): v for key, v in values.items()}, **params}
+        inputs = {("alpha_init" if key == "rule" else key): v for key, v in params.items()}
+        return k, {"rule": "auto", "K": k, "objective": {str(key): v for key, v in values.items()}, **inputs}
 
     # -- construction ---------------------------------------------------------------------------
     def _construct(self, reason: str, trigger: dict[str, Any]) -> dict[str, Any]:
