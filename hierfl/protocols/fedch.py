@@ -227,9 +227,11 @@ class FedCH(Protocol):
 
         world.compute_s = compute_s  # type: ignore[method-assign]
         for i, (start, end, devices, f) in enumerate(windows):
-            for d in sorted(devices):
-                dur = min(end, self.ctx.scenario.stop.virtual_time_s or end) - start
-                ctx.recorder.span(("device", d), "slowdown", start, dur if np.isfinite(dur) else 0.0, factor=f, event=i)
+            for d in sorted(devices):  # instants, not spans: a span would hide the device's training spans
+                ctx.recorder.instant(("device", d), "slowdown", start, factor=f, event=i,
+                                     until=end if np.isfinite(end) else None)
+                if np.isfinite(end):
+                    ctx.recorder.instant(("device", d), "slowdown_end", end, event=i)
 
     def _measure(self) -> dict[str, np.ndarray]:
         """Compute and communication times of the world now (what devices report at (re-)clustering)."""
@@ -295,7 +297,7 @@ class FedCH(Protocol):
                   "construction": "balanced_assignment" if self.edge_mode else cfg.construction,
                   "distance": cfg.distance, "K": self.k, "alpha": self.alpha,
                   "leader_kind": "edge" if self.edge_mode else "device", "members": members, "leaders": leaders,
-                  "cost": res.cost.tolist(), "total_cost": res.total_cost, "iterations": res.iterations,
+                  "cost": res.cost.tolist(), "slot_of": res.slot_of.tolist(), "total_cost": res.total_cost, "iterations": res.iterations,
                   "iteration_costs": res.costs, "compute_s": m["compute"].tolist(), "upload_s": m["cloud"].tolist()}
         if reason == "initial" or cfg.recompute_k:
             record["k_choice"] = self.k_choice
