@@ -180,6 +180,21 @@ class Context:
         self.recorder.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
 
+    # -- the world as it is now (protocols that adapt — re-clustering, deadlines — read these) ---
+    def current_compute_s(self, spec: TrainSpec | None = None) -> np.ndarray:
+        """(N,) seconds one job of ``spec`` would take on each device if started now (at today's slowdown)."""
+        spec = spec or self.spec
+        return np.array([self.world.compute_s(d, spec) * factor_at(self.dyn.windows[d], self.now)
+                         for d in range(self.world.num_devices)])
+
+    def current_upload_s(self) -> np.ndarray:
+        """(N,) seconds one model upload device → its server would take if started now (no contention)."""
+        return np.array([self.world.upload_s(d) for d in range(self.world.num_devices)])
+
+    def current_download_s(self) -> np.ndarray:
+        """(N,) seconds one model download server → device would take if started now (no contention)."""
+        return np.array([self.world.download_s(d) for d in range(self.world.num_devices)])
+
     def finish_training(self, job: Job) -> dict[str, float]:
         """Collect a job whose virtual end has come (blocks only if it is still running for real)."""
         try:

@@ -69,11 +69,21 @@ def fedbuff_tiny(**kw):
     return sc.model_copy(update={"protocol": tiny(protocol={"name": "fedbuff", "K": 3, "concurrency": 4}).protocol})
 
 
+def fedch_tiny(**kw):
+    return tiny(devices={"count": 6, "speed_sps": {"dist": "lognormal", "median": 150, "sigma": 0.8}},
+                data={"dataset": {"num_samples": 360}, "partition": {"name": "dirichlet", "alpha": 0.5,
+                                                                     "min_require_size": 5}},
+                protocol={"name": "fedch", "K": 2, "H": 4, "lr": 0.1, "recluster": {"name": "periodic", "rho": 2},
+                          "slowdowns": [{"at_s": 1.0, "devices": [0, 1], "factor": 4}]},
+                training={"momentum": 0.5}, stop={"rounds": 9}, **kw)
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("make", [lambda **kw: tiny(protocol={"fraction": 0.5}, stop={"rounds": 4}, **kw), hier_tiny,
                                   hisyn_tiny, lambda **kw: hisyn_tiny("latest", **kw),
-                                  ahfl_tiny, fedasync_tiny, fedbuff_tiny],
-                         ids=["fedavg", "hierfavg", "fedhisyn-average", "fedhisyn-latest", "ahfl", "fedasync", "fedbuff"])
+                                  ahfl_tiny, fedasync_tiny, fedbuff_tiny, fedch_tiny],
+                         ids=["fedavg", "hierfavg", "fedhisyn-average", "fedhisyn-latest", "ahfl", "fedasync", "fedbuff",
+                              "fedch"])
 def test_local_vs_ray_one_and_two_hosts(tmp_path, ray_session, make):
     local = run_scenario(make(), tmp_path / "local")
     ref = metrics_without_wall(tmp_path / "local")

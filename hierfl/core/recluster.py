@@ -1,0 +1,158 @@
+"""Re-clustering policies of FedCH's dynamic extension (DCFL), as pure state machines.
+
+Wang et al., INFOCOM 2021 (DCFL) / IEEE TMC 2023 (FedCH); ALGORITHMS.md §2.5:
+
+* ``never``    — static clusters (CFL);
+* ``periodic`` — the parameter server re-clusters every ``T_b = ϱ·K`` global aggregations
+  (ϱ = 10); for K = 1 or K = N, ``ϱ = ∞`` (re-clustering cannot change anything);
+* ``adaptive`` — a leader flags a straggler (``s_k = 1``) when its round time exceeds
+  ``γ × the running median`` of its cluster's previous round times (γ = 1.5 [D]); the flag rides
+  on that round's upload, and the server re-clusters when the number of flagged clusters reaches
+  ``K̃`` (default 1; the paper writes "= K̃", we use ≥).
+
+A policy is told about two things, in virtual-time order: a leader closing a round
+(:meth:`ReclusterPolicy.round_closed` → the flag it piggy-backs) and the server applying a cluster
+update (:meth:`ReclusterPolicy.aggregation_applied` → whether to re-cluster now). After a
+re-clustering the protocol calls :meth:`ReclusterPolicy.reset` (new clusters, new histories).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from hierfl.config.base import ConfigModel
+from hierfl.registry import Registry
+
+__all__ = ["RECLUSTER", "ReclusterConfig", "ReclusterPolicy", "NeverRecluster", "PeriodicRecluster",
+           "AdaptiveRecluster", "NeverPolicy", "PeriodicPolicy", "AdaptivePolicy"]
+
+RECLUSTER: Registry = Registry("re-clustering policy")
+
+
+class ReclusterPolicy:
+    """Decides when the server re-clusters; state only, no I/O."""
+
+    reason = "never"
+
+    def round_closed(self, cluster: int, round_s: float) -> bool:
+        """Leader side: cluster ``cluster`` closed a round that lasted ``round_s``; returns its flag ``s_k``."""
+        return False
+
+    def aggregation_applied(self, cluster: int, flag: bool) -> bool:
+        """Server side: an update of ``cluster`` carrying ``flag`` was applied; True = re-cluster now."""
+        return False
+
+    def reset(self) -> None:
+        """New clusters were built: forget counters, flags and round histories."""
+
+    def state(self) -> dict[str, object]:
+        """What the trigger saw (recorded with a re-clustering)."""
+        return {}
+
+
+class NeverPolicy(ReclusterPolicy):
+    """Static clusters."""
+
+
+class PeriodicPolicy(ReclusterPolicy):
+    """Every ``period`` global aggregations (None: never)."""
+
+    reason = "periodic"
+
+    def __init__(self, period: int | None) -> None:
+        self.period = period
+        self.count = 0
+
+    def aggregation_applied(self, cluster: int, flag: bool) -> bool:
+        """Count the aggregation; fire on the ``period``-th since the last construction."""
+        self.count += 1
+        return self.period is not None and self.count >= self.period
+
+    def reset(self) -> None:
+        """Restart the count."""
+        self.count = 0
+
+    def state(self) -> dict[str, object]:
+        """Aggregations since the last construction and the period."""
+        return {"aggregations": self.count, "period": self.period}
+
+
+class AdaptivePolicy(ReclusterPolicy):
+    """Straggler flags against each cluster's running median round time; fire at ``k_tilde`` flags."""
+
+    reason = "adaptive"
+
+    def __init__(self, gamma: float, k_tilde: int) -> None:
+        self.gamma = float(gamma)
+        self.k_tilde = int(k_tilde)
+        self.history: dict[int, list[float]] = {}
+        self.flags: set[int] = set()
+
+    def round_closed(self, cluster: int, round_s: float) -> bool:
+        """Flag when ``round_s > γ · median(previous round times)``; the first round only sets the baseline."""
+        past = self.history.setdefault(cluster, [])
+        flag = bool(past) and round_s > self.gamma * statistics.median(past)
+        past.append(float(round_s))
+        return flag
+
+    def aggregation_applied(self, cluster: int, flag: bool) -> bool:
+        """Record the piggy-backed flag; fire when ``Σ s_k ≥ K̃``."""
+        if flag:
+            self.flags.add(cluster)
+        return len(self.flags) >= self.k_tilde
+
+    def reset(self) -> None:
+        """New clusters: no flags, no history."""
+        self.history.clear()
+        self.flags.clear()
+
+    def state(self) -> dict[str, object]:
+        """Flagged clusters and γ, K̃."""
+        return {"flagged": sorted(self.flags), "gamma": self.gamma, "k_tilde": self.k_tilde}
+
+
+class ReclusterConfig(ConfigModel):
+    """Base of the ``recluster:`` configs."""
+
+    def make(self, k: int, n: int) -> ReclusterPolicy:
+        """The policy for ``k`` clusters over ``n`` devices."""
+        raise NotImplementedError
+
+
+@RECLUSTER.register
+class NeverRecluster(ReclusterConfig):
+    """``{name: never}``: the clusters built at start are kept."""
+
+    name: Literal["never"] = "never"
+
+    def make(self, k: int, n: int) -> ReclusterPolicy:
+        """A policy that never fires."""
+        return NeverPolicy()
+
+
+@RECLUSTER.register
+class PeriodicRecluster(ReclusterConfig):
+    """``{name: periodic, rho: 10}``: every ϱ·K global aggregations (never when K = 1 or K = N)."""
+
+    name: Literal["periodic"] = "periodic"
+    rho: PositiveInt = Field(default=10, description="ϱ: period in units of K global aggregations [V]")
+
+    def make(self, k: int, n: int) -> ReclusterPolicy:
+        """``T_b = ϱ·K``, or ∞ for K ∈ {1, N}."""
+        return PeriodicPolicy(None if k in (1, n) else self.rho * k)
+
+
+@RECLUSTER.register
+class AdaptiveRecluster(ReclusterConfig):
+    """``{name: adaptive, gamma: 1.5, k_tilde: 1}``: re-cluster when K̃ clusters flagged a straggler."""
+
+    name: Literal["adaptive"] = "adaptive"
+    gamma: float = Field(default=1.5, gt=1.0, description="straggler threshold × running median round time [D]")
+    k_tilde: PositiveInt = Field(default=1, description="K̃: flagged clusters that trigger re-clustering, 1..K [V]")
+
+    def make(self, k: int, n: int) -> ReclusterPolicy:
+        """Flags against the running median; fires at ``k_tilde`` flagged clusters."""
+        return AdaptivePolicy(self.gamma, self.k_tilde)
