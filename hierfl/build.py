@@ -158,7 +158,7 @@ def _world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) ->
         edge_latency_ms=topo.edge_latency_ms,
         edge_links=topo.edge_links,
         model_bytes=0,
-        **draws,
+        **draws,  # type: ignore[arg-type]
         **topo.extra,  # type: ignore[arg-type]
     )
 

@@ -230,16 +230,16 @@ class Context:
                     (float(w.latency_ms[i]) + float(w.latency_ms[j])) / 1000.0, (i, j))
         if {a, b} == {"device", "edge"}:
             d, e = (i, j) if a == "device" else (j, i)
-            links = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
+            links: list[Any] = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
             extra = float(w.edge_latency_ms[d, e]) if w.edge_latency_ms.shape[1] > e else 0.0
             return "device_edge", links, (float(w.latency_ms[d]) + extra) / 1000.0, (d,)
         if {a, b} == {"device", "cloud"}:
             d = i if a == "device" else j
-            links = [("up", d), ("cloud_in",)] if a == "device" else [("cloud_out",), ("down", d)]
+            links = [("up", d), ("cloud_in",)] if a == "device" else [("cloud_out",), ("down", d)]  # type: ignore[list-item]
             return "device_cloud", links, w.link_latency_ms(d) / 1000.0, (d,)
         if {a, b} == {"edge", "cloud"}:
             e = i if a == "edge" else j
-            links = [("edge_up", e), ("cloud_in",)] if a == "edge" else [("cloud_out",), ("edge_down", e)]
+            links = [("edge_up", e), ("cloud_in",)] if a == "edge" else [("cloud_out",), ("edge_down", e)]  # type: ignore[list-item]
             return "edge_cloud", links, w.edge_links[e].latency_ms / 1000.0, ()
         raise ValueError(f"no route {src} → {dst}")
 

@@ -172,7 +172,7 @@ def _cross_checks(scenario: Scenario) -> list[Problem]:
     if scenario.devices.capacity_trace is not None:
         problems.extend(scenario.devices.capacity_trace.check(n, "devices.capacity_trace.mapping"))
     if getattr(scenario.devices.availability, "name", None) == "trace":
-        problems.extend(scenario.devices.availability.check(n, "devices.availability.mapping"))
+        problems.extend(scenario.devices.availability.check(n, "devices.availability.mapping"))  # type: ignore[union-attr]
     ev, stop = scenario.evaluation, scenario.stop
     if stop.target_accuracy is not None and ev.every_s is None:
         problems.append(Problem("evaluation.every_s",

@@ -344,7 +344,7 @@ class FedCH(Protocol):
 
     # -- inside a cluster: synchronous ----------------------------------------------------------
     def _begin_round(self, c: _Cluster) -> None:
-        ctx, world = self.ctx, self.ctx.world
+        ctx = self.ctx
         c.round += 1
         c.round_start = ctx.now
         c.arrived = []
@@ -384,7 +384,7 @@ class FedCH(Protocol):
         c = self._current(p)
         if c is None:
             return  # abandoned: its round or its clusters are gone
-        ctx, world = self.ctx, self.ctx.world
+        ctx = self.ctx
         device = p["device"]
         job = self.jobs.pop(device)
         ctx.finish_training(job)

@@ -14,6 +14,7 @@ replacement with probability ∝ sample count (as the reference code does). Trai
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -107,7 +108,7 @@ class HierFAVG(Protocol):
         k = min(policy.select_count(m), len(pool))
         self.selected[edge] = self._sample(edge, pool, m, k)
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
-                                     lambda arrived, e=edge: self._close_edge_round(e, arrived))
+                                     functools.partial(self._close_edge_round, edge))
         for device in self.selected[edge]:
             self.send_model(device, "device_edge", {"edge": edge})
 
