@@ -219,10 +219,9 @@ def _cloud_shorthand(value: Any) -> Any:
 _Cloud = Annotated[CloudStraggler, BeforeValidator(_cloud_shorthand)]
 
 
-class WaitAll(ConfigModel):
-    """Wait for every selected participant (that has not gone offline)."""
+class _BarrierPolicy(ConfigModel):
+    """Common part of the device-tier policies: select K, wait for every selected participant."""
 
-    name: Literal["wait_all"] = "wait_all"
     cloud: _Cloud = CloudStraggler()
 
     def select_count(self, m: int) -> int:
@@ -230,34 +229,30 @@ class WaitAll(ConfigModel):
         return m
 
     def needed(self, selected: int, m: int) -> int:
-        """Arrivals that close the round early (before any deadline)."""
+        """Arrivals that close the round early (before any deadline): all of them by default."""
         return selected
 
 
-class Deadline(ConfigModel):
+class WaitAll(_BarrierPolicy):
+    """Wait for every selected participant (that has not gone offline)."""
+
+    name: Literal["wait_all"] = "wait_all"
+
+
+class Deadline(_BarrierPolicy):
     """Close the round ``seconds`` after it began; later updates are dropped, or with ``partial``
     devices plan fewer local steps so they finish in time (FedProx's partial work)."""
 
     name: Literal["deadline"]
     seconds: PositiveFloat
     partial: bool = False
-    cloud: _Cloud = CloudStraggler()
-
-    def select_count(self, m: int) -> int:
-        """How many devices to select for a round that wants ``m``."""
-        return m
-
-    def needed(self, selected: int, m: int) -> int:
-        """Arrivals that close the round early (all of them: the deadline closes it otherwise)."""
-        return selected
 
 
-class OverSelect(ConfigModel):
+class OverSelect(_BarrierPolicy):
     """Select ``⌈factor × K⌉`` participants and keep the first K to arrive (FedScale's over-commitment)."""
 
     name: Literal["over_select"]
     factor: float = Field(default=1.3, gt=1.0)
-    cloud: _Cloud = CloudStraggler()
 
     def select_count(self, m: int) -> int:
         """How many devices to select for a round that wants ``m``."""
@@ -268,23 +263,18 @@ class OverSelect(ConfigModel):
         return min(m, selected)
 
 
-class FirstK(ConfigModel):
+class FirstK(_BarrierPolicy):
     """Select K as usual; close the round when the first ``k`` (or ``fraction`` × K) updates arrived."""
 
     name: Literal["first_k"]
     k: PositiveInt | None = None
     fraction: float | None = Field(default=None, gt=0.0, le=1.0)
-    cloud: _Cloud = CloudStraggler()
 
     @model_validator(mode="after")
     def _one(self) -> FirstK:
         if (self.k is None) == (self.fraction is None):
             raise ValueError("set exactly one of k or fraction")
         return self
-
-    def select_count(self, m: int) -> int:
-        """How many devices to select for a round that wants ``m``."""
-        return m
 
     def needed(self, selected: int, m: int) -> int:
         """How many arrivals close a round of ``selected`` participants."""
