@@ -12,7 +12,7 @@ def _modules_after(imports: str) -> set[str]:
 
 def test_core_imports_without_ray_or_torch():
     mods = _modules_after("import hierfl.core.engine, hierfl.core.rng, hierfl.core.aggregate, "
-                          "hierfl.core.work, hierfl.core.world, hierfl.core.grouping")
+                          "hierfl.core.work, hierfl.core.world, hierfl.core.grouping, hierfl.core.topomath")
     assert "ray" not in mods and "torch" not in mods
 
 

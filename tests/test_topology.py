@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hierfl.build import build
 from hierfl.config.errors import ConfigError
@@ -408,3 +410,33 @@ def test_topology_and_trace_runs_are_deterministic_local_vs_ray(tmp_path, ray_se
     assert np.array_equal(local.final_params, ray.final_params) and np.array_equal(local.final_params,
                                                                                    again.final_params)
     assert (tmp_path / "local" / "devices.csv").read_text() == (tmp_path / "ray" / "devices.csv").read_text()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 60), st.lists(st.integers(1, 3), min_size=1, max_size=4),
+       st.lists(st.floats(0.0, 1.0), min_size=4, max_size=4))
+def test_region_attachment_properties(n, edges_per_region, raw_shares):
+    from hierfl.core.world import EdgeLink
+    from hierfl.topology import TopologySpec, attach
+    from hierfl.topology.spec import EdgeServer, RegionRule
+
+    shares = np.array(raw_shares[:len(edges_per_region)]) + 1e-3
+    shares = shares / shares.sum()
+    edges, rules = [], []
+    for r, k in enumerate(edges_per_region):
+        ids = tuple(range(len(edges), len(edges) + k))
+        edges.extend(EdgeServer(f"r{r}e{j}", region=f"r{r}") for j in range(k))
+        rules.append(RegionRule(f"r{r}", ids, weight=float(shares[r])))
+    spec = TopologySpec("test", tuple(edges), (EdgeLink(1, 1, 0),) * len(edges), (), attach="region",
+                        regions=tuple(rules))
+    if len(edges) > n:  # refused: more edge servers than devices
+        with pytest.raises(ValueError, match="only"):
+            attach(spec, n, np.zeros((n, len(edges))))
+        return
+    edge_of = attach(spec, n, np.zeros((n, len(edges))))
+    for r, rule in enumerate(rules):
+        in_region = np.isin(edge_of, rule.edges)
+        assert abs(in_region.sum() - shares[r] * n) < 1.0 + 1e-9  # largest remainder: within one device
+        counts = np.bincount(edge_of[in_region], minlength=len(edges))[list(rule.edges)]
+        assert counts.max() - counts.min() <= 1  # balanced over the region's edge servers
+    assert np.all(edge_of >= 0)

@@ -5,8 +5,9 @@
 :mod:`hierfl.topology.realize` turns it into the arrays of the emulated world.
 """
 
-from hierfl.topology.fileformat import TopologyFile, TopologyFileError, load_topology_file
+from hierfl.topology.fileformat import TopologyFile, TopologyFileError
 from hierfl.topology.generators import GENERATORS, GeneratorConfig
+from hierfl.topology.loader import load_topology_file
 from hierfl.topology.realize import TopologyError, attach, check_devices, layout, world_fields
 from hierfl.topology.spec import EdgeServer, RegionRule, TopologySpec
 
