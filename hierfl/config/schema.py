@@ -87,9 +87,10 @@ class TopologyConfig(ConfigModel):
     """Edge servers between devices and the cloud, and how devices are assigned to them."""
 
     edge_servers: NonNegativeInt = Field(default=0, description="0 = devices talk to the cloud directly")
-    grouping: Literal["random", "round_robin", "nearest", "kmeans"] = Field(
+    grouping: Literal["random", "round_robin", "nearest", "kmeans", "fedch"] = Field(
         default="round_robin",
-        description="kmeans: k-means on (log compute time per epoch, log time to upload 1 MB), one group per edge")
+        description="kmeans: k-means on (log compute time per epoch, log time to upload 1 MB), one group per edge; "
+                    "fedch: balanced Hungarian device → edge assignment on arrival time (FedCH §2.3)")
     edge_latency_ms: Dist = Field(
         default=ConstantDist(value=0.0),
         description="extra one-way latency per (device, edge server) pair; `nearest` picks the lowest",
