@@ -141,6 +141,14 @@ def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarr
         link = draws["latency_ms"] / 1000.0 + 8.0 / draws["uplink_mbps"]
         features = np.column_stack([np.log(compute), np.log(link)])
         edge_of = grouping.kmeans(features, e, stream(seed, "topology.grouping"))
+    elif topo.grouping == "fedch":
+        # FedCH §2.3 with the edge servers as fixed leaders: balanced sizes, Hungarian assignment on
+        # each device's arrival time at the edge (compute time per epoch + time to upload 1 MB there)
+        from hierfl.core.fedch_clusters import assign_to_edges, edge_distance
+
+        compute = samples / draws["speed_sps"]
+        link = (draws["latency_ms"][:, None] + edge_latency) / 1000.0 + (8.0 / draws["uplink_mbps"])[:, None]
+        edge_of = assign_to_edges(edge_distance(compute, link)).cluster_of.astype(np.int64)
     else:
         edge_of = grouping.nearest(edge_latency)
     ec = topo.edge_cloud

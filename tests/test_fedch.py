@@ -230,3 +230,18 @@ def test_bad_input_exit_2_with_key_path(tmp_path, capsys, protocol, extra, path,
     err = capsys.readouterr().err
     assert path in err and text in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+def test_topology_grouping_fedch_is_a_balanced_optimal_edge_assignment():
+    import itertools
+
+    sc = tiny(devices={"count": 6}, topology={"edge_servers": 3, "grouping": "fedch",
+                                             "edge_latency_ms": {"dist": "uniform", "low": 1, "high": 80}})
+    world = build(sc).world
+    assert np.bincount(world.edge_of, minlength=3).tolist() == [2, 2, 2]
+    # compute and access-link terms are the same for every edge, so only the pair latency decides
+    lat = world.edge_latency_ms
+    chosen = sum(lat[i, world.edge_of[i]] for i in range(6))
+    best = min(sum(lat[i, e] for i, e in enumerate(labels))
+               for labels in itertools.product(range(3), repeat=6) if sorted(labels) == [0, 0, 1, 1, 2, 2])
+    assert chosen == pytest.approx(best) and best < sum(lat[i, i % 3] for i in range(6))

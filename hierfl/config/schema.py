@@ -135,9 +135,10 @@ class TopologyConfig(ConfigModel):
     """
 
     edge_servers: NonNegativeInt = Field(default=0, description="0 = devices talk to the cloud directly")
-    grouping: Literal["random", "round_robin", "nearest", "kmeans", "topology"] = Field(
+    grouping: Literal["random", "round_robin", "nearest", "kmeans", "fedch", "topology"] = Field(
         default="round_robin",
         description="kmeans: k-means on (log compute time per epoch, log time to upload 1 MB), one group per edge; "
+                    "fedch: balanced Hungarian device → edge assignment on arrival time (FedCH §2.3); "
                     "topology: as the topology file or generator says")
     edge_latency_ms: Dist = Field(
         default=ConstantDist(value=0.0),
