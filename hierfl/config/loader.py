@@ -174,6 +174,10 @@ def _cross_checks(scenario: Scenario) -> list[Problem]:
         problems.append(Problem("evaluation.every_s",
                                 f"longer than the run (stop.virtual_time_s = {stop.virtual_time_s:g})", ev.every_s))
     problems.extend(scenario.protocol.check(scenario))
+    # learning plug-ins: a trainer or server optimizer the protocol cannot honour is an error, not ignored
+    problems.extend(scenario.training.trainer.check(scenario))
+    problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
+                                                    scenario.protocol.name))
     return problems
 
 

@@ -21,7 +21,9 @@ from pydantic import (
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.dists import ConstantDist, Dist
+from hierfl.core.serveropt import ServerOptimizerSection
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
+from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
 from hierfl.protocols import PROTOCOLS
 
@@ -112,6 +114,8 @@ class TrainingConfig(ConfigModel):
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
     weight_decay: float = Field(default=0.0, ge=0.0)
     optimizer: Literal["sgd"] = "sgd"
+    trainer: TRAINERS.union() = Field(  # type: ignore[valid-type]
+        default=SGDTrainer(), description="local trainer plug-in: sgd, fedprox (mu), scaffold")
 
     @model_validator(mode="after")
     def _one_budget(self) -> TrainingConfig:
@@ -169,6 +173,8 @@ class Scenario(ConfigModel):
     evaluation: EvaluationConfig = EvaluationConfig()
     stop: StopConfig
     runtime: RuntimeConfig = RuntimeConfig()
+    server_optimizer: ServerOptimizerSection = Field(
+        default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )

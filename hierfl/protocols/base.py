@@ -7,7 +7,7 @@ work (which the executor runs in parallel) and schedules the event that consumes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
@@ -25,7 +25,16 @@ PROTOCOLS: Registry = Registry("protocol")
 
 
 class ProtocolConfig(ConfigModel):
-    """Base of every protocol's config model."""
+    """Base of every protocol's config model.
+
+    Class attributes say which learning plug-ins the protocol honours (checked at load time, so
+    a setting a protocol would ignore is an error): ``server_optimizer_tiers`` — the tiers whose
+    aggregation goes through ``server_optimizer`` (``cloud``, ``edge``); ``control_variates`` —
+    whether it carries SCAFFOLD's control variates.
+    """
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ()
+    control_variates: ClassVar[bool] = False
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""
@@ -50,9 +59,9 @@ class Protocol:
         self.ctx.transfer(link, ("device", device), "download", d)
         self.ctx.schedule(d, "train_start", {"device": device, **payload}, Priority.START)
 
-    def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None) -> None:
+    def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None, control: Any = None) -> None:
         """Submit the device's job now; ``train_done`` fires when its virtual compute time is over."""
-        job = self.ctx.start_training(event.payload["device"], model, spec)
+        job = self.ctx.start_training(event.payload["device"], model, spec, control)
         self.jobs[job.device] = job
         self.ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL)
 

@@ -14,7 +14,7 @@ Virtual time of one round (server-side aggregation is instantaneous)::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -30,6 +30,9 @@ __all__ = ["FedAvgConfig", "FedAvg"]
 @PROTOCOLS.register
 class FedAvgConfig(ProtocolConfig):
     """``protocol: {name: fedavg, fraction: C}``; E and B come from ``training:``."""
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    control_variates: ClassVar[bool] = True
 
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
@@ -49,6 +52,7 @@ class FedAvg(Protocol):
         self.selected: list[int] = []
         self.arrived: set[int] = set()
         self.round_model: Any = None
+        self.round_control: Any = None  # SCAFFOLD's server control c for this round (None otherwise)
 
     def clients_per_round(self) -> int:
         """``m = max(⌈C·N⌉, 1)``."""
@@ -66,12 +70,13 @@ class FedAvg(Protocol):
         self.selected = sorted(int(i) for i in chosen)
         self.jobs, self.arrived = {}, set()
         self.round_model = ctx.global_model
+        self.round_control = ctx.control()
         for device in self.selected:
             self.send_model(device, "device_cloud", {"round": self.round})
 
     def on_train_start(self, event: Event) -> None:
         """The device has the model: start its job (submitted to the executor now)."""
-        self.start_job(event, self.round_model)
+        self.start_job(event, self.round_model, control=self.round_control)
 
     def on_train_done(self, event: Event) -> None:
         """The job's virtual time is over: collect it and upload."""
@@ -82,10 +87,10 @@ class FedAvg(Protocol):
         ctx = self.ctx
         device = event.payload["device"]
         self.arrived.add(device)
-        ctx.add_to_cloud(self.jobs.pop(device).params, float(ctx.world.samples[device]))
+        ctx.add_to_cloud(self.jobs.pop(device).params, float(ctx.world.samples[device]), ctx.control_coef(device))
         if len(self.arrived) < len(self.selected):
             return
-        ctx.set_global(ctx.commit_cloud(participants=self.selected))
+        ctx.set_global(ctx.commit_cloud(participants=self.selected, base=self.round_model))
         self.round += 1
         if not ctx.stopping:
             self._begin_round()

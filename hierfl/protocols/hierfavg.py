@@ -15,14 +15,14 @@ replacement with probability ∝ sample count (as the reference code does). Trai
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, PositiveInt
 
 from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
-from hierfl.core.work import TrainSpec
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ __all__ = ["HierFAVGConfig", "HierFAVG"]
 @PROTOCOLS.register
 class HierFAVGConfig(ProtocolConfig):
     """``protocol: {name: hierfavg, kappa1: 60, kappa2: 1, fraction: 1.0}``."""
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
+    control_variates: ClassVar[bool] = True
 
     name: Literal["hierfavg"] = "hierfavg"
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
@@ -59,13 +62,14 @@ class HierFAVG(Protocol):
         super().__init__(ctx)
         self.cfg = cfg
         base = ctx.spec
-        self.spec = TrainSpec(epochs=None, steps=cfg.kappa1, batch_size=base.batch_size, lr=base.lr,
-                              momentum=base.momentum, weight_decay=base.weight_decay)
+        self.spec = replace(base, epochs=None, steps=cfg.kappa1)  # keeps the trainer's fields
         world = ctx.world
         self.members = {e: world.edge_members(e) for e in range(world.num_edges)}
         self.edges = [e for e, m in self.members.items() if m.size > 0]  # empty edges take no part
         self.edge_weight = {e: float(world.edge_samples(e)) for e in self.edges}
         self.edge_model: dict[int, Any] = {e: ctx.global_model for e in self.edges}
+        self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
+        self.control: Any = ctx.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
         self.arrived: dict[int, set[int]] = {}
@@ -87,6 +91,7 @@ class HierFAVG(Protocol):
         return sorted(int(i) for i in chosen)
 
     def _begin_edge_round(self, edge: int) -> None:
+        self.edge_start[edge] = self.edge_model[edge]
         self.selected[edge] = self._sample(edge)
         self.arrived[edge] = set()
         for device in self.selected[edge]:
@@ -94,7 +99,7 @@ class HierFAVG(Protocol):
 
     def on_train_start(self, event: Event) -> None:
         """The device has its edge's model: start κ1 local steps."""
-        self.start_job(event, self.edge_model[event.payload["edge"]], self.spec)
+        self.start_job(event, self.edge_model[event.payload["edge"]], self.spec, self.control)
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the edge."""
@@ -105,13 +110,16 @@ class HierFAVG(Protocol):
         ctx = self.ctx
         device, edge = event.payload["device"], event.payload["edge"]
         self.arrived[edge].add(device)
-        ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]))
+        ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]), ctx.control_coef(device))
         ids = self.selected[edge]
         if len(self.arrived[edge]) < len(ids):
             return
-        self.edge_model[edge] = ctx.commit_edge(edge, participants=ids)
+        upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0
+        # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
+        self.edge_model[edge] = ctx.commit_edge(edge, participants=ids, base=self.edge_start[edge],
+                                                pack_control=upload and ctx.control_variates)
         self.edge_round[edge] += 1
-        if self.edge_round[edge] % self.cfg.kappa2 == 0:
+        if upload:
             u = ctx.world.edge_upload_s(edge)
             ctx.transfer("edge_cloud", ("edge", edge), "upload", u)
             ctx.schedule(u, "edge_upload_done", {"edge": edge}, Priority.ARRIVAL)
@@ -123,13 +131,14 @@ class HierFAVG(Protocol):
         ctx = self.ctx
         edge = event.payload["edge"]
         self.cloud_arrived.add(edge)
-        ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge])
+        ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge], 1.0 if ctx.control_variates else None)
         if len(self.cloud_arrived) < len(self.edges):
             return
         self.cloud_arrived = set()
-        ctx.set_global(ctx.commit_cloud(participants=[int(e) for e in self.edges], tier="edge"))
+        ctx.set_global(ctx.commit_cloud(participants=[int(e) for e in self.edges], tier="edge", base=ctx.global_model))
         if ctx.stopping:
             return
+        self.control = ctx.control()  # travels down with the global model
         for e in self.edges:
             d = ctx.world.edge_download_s(e)
             ctx.transfer("edge_cloud", ("edge", e), "download", d)
