@@ -77,7 +77,7 @@ class Context:
         if self.spec.control_variates:
             from hierfl.core.scaffold import control_weights
 
-            self._control_coefs = control_weights(self.world.samples, getattr(trainer, "control_weighting", "uniform"))
+            self._control_coefs = control_weights(self.world.samples, getattr(trainer, "control_weighting", "samples"))
         # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
         # asynchronous protocols record any (synchronous ones apply fresh updates only)
         self.staleness: dict[str, list[int]] = {}

@@ -235,3 +235,13 @@ def test_bad_learning_input_exits_2(tmp_path, capsys, override, needles):
     assert code == 2, err
     for n in needles:
         assert n in err, (n, err)
+
+
+def test_scaffold_control_weighting_matters_only_with_unequal_data(tmp_path):
+    """κ_i = n_i/n and 1/N coincide when every device holds the same number of samples (iid: 60 each)."""
+    def run(weighting, name, **kw):
+        return run_scenario(tiny(training={"trainer": {"name": "scaffold", "control_weighting": weighting}},
+                                 protocol={"fraction": 0.5}, stop={"rounds": 3}, **kw), tmp_path / name).final_params
+    assert np.array_equal(run("samples", "a"), run("uniform", "b"))
+    skew = {"data": {"partition": {"name": "dirichlet", "alpha": 0.3, "min_require_size": 5}}}
+    assert not np.array_equal(run("samples", "c", **skew), run("uniform", "d", **skew))

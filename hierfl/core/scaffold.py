@@ -5,8 +5,9 @@ Federated Learning", ICML 2020. ALGORITHMS.md §5.6. A device with control ``c_i
 ``x`` with the server control ``c`` takes ``K`` steps ``y ← y − η_l (g_i(y) − c_i + c)``; then
 
 * option II: ``c_i⁺ = c_i − c + (x − y) / (K · η_l)``, ``Δc_i = c_i⁺ − c_i``;
-* the server: ``c ← c + Σ_{i∈S} κ_i Δc_i`` with ``κ_i = 1/N`` (the paper's ``(|S|/N)·mean``) or,
-  as a knob, ``κ_i = n_i / n`` (keeps ``c = Σ (n_i/n) c_i`` for the sample-weighted objective).
+* the server: ``c ← c + Σ_{i∈S} κ_i Δc_i`` with ``κ_i = 1/N`` (the paper's ``(|S|/N)·mean``, which
+  goes with its uniform average of ``Δy``) or ``κ_i = n_i / n`` (keeps ``c = Σ (n_i/n) c_i`` for the
+  sample-weighted average hierfl's protocols use; the default of ``training.trainer``).
 
 ``K`` is the **total** number of local steps of the job (epochs × batches), not one epoch's.
 With momentum or weight decay in the local optimiser the option-II estimate is approximate.

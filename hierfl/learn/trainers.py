@@ -7,7 +7,12 @@
   protocol; with FedAsync/AHFL's own ρ the two coefficients add up.
 * ``scaffold`` — Karimireddy et al., ICML 2020, option II (ALGORITHMS.md §5.6; math in
   :mod:`hierfl.core.scaffold`). Each device's control ``c_i`` lives in its device host and
-  persists across rounds; the cloud keeps ``c``. Messages carry two vectors: down ``(x, c)``,
+  persists across rounds; the cloud keeps ``c``, stepped ``c ← c + Σ_{i∈S} κ_i Δc_i``. The paper
+  averages ``Δy`` uniformly and uses ``κ_i = 1/N``; hierfl's FedAvg/HierFAVG average models by
+  sample count, so ``κ_i = n_i / n`` by default (``c`` then tracks ``Σ (n_i/n) c_i``, the gradient
+  of the objective those averages optimise) [D]; ``control_weighting: uniform`` is the paper's
+  rule. (With ``uniform``, epoch-based jobs and power-law sample counts — a device's step count
+  ∝ its data — we measured divergence on ``fedavg_synthetic.yaml``.) Messages carry two vectors: down ``(x, c)``,
   up ``[y; Δc]`` (an edge server relays ``[x_ℓ; Σ κ_i Δc_i]``), so every transfer is twice the
   model's bytes. Needs a synchronous protocol that supports it (``fedavg``, ``hierfavg``).
 
@@ -75,9 +80,10 @@ class ScaffoldTrainer(TrainerConfig):
     """``trainer: {name: scaffold, control_weighting: uniform}``: option-II control variates."""
 
     name: Literal["scaffold"] = "scaffold"
-    control_weighting: Literal["uniform", "samples"] = Field(
-        default="uniform",
-        description="server control step c += Σ κ_i Δc_i with κ_i = 1/N (uniform, the paper) or n_i/n [D]")
+    control_weighting: Literal["samples", "uniform"] = Field(
+        default="samples",
+        description="server control step c += Σ κ_i Δc_i with κ_i = n_i/n (samples, matching the sample-weighted "
+                    "model average) or 1/N (uniform, the paper's choice with its uniform average) [D]")
 
     @property
     def payload_factor(self) -> int:
