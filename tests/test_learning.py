@@ -12,7 +12,6 @@ import yaml
 
 from hierfl.build import build, train_spec
 from hierfl.cli import main
-from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec
 from hierfl.emulator import run_scenario
 from hierfl.learn import LocalTrainer
@@ -245,3 +244,21 @@ def test_scaffold_control_weighting_matters_only_with_unequal_data(tmp_path):
     assert np.array_equal(run("samples", "a"), run("uniform", "b"))
     skew = {"data": {"partition": {"name": "dirichlet", "alpha": 0.3, "min_require_size": 5}}}
     assert not np.array_equal(run("samples", "c", **skew), run("uniform", "d", **skew))
+
+
+@pytest.mark.parametrize("proto", [
+    {"protocol": {"name": "fedasync", "concurrency": 3}, "stop": {"rounds": 6}},
+    {"protocol": {"name": "ahfl", "leader_period": 0.4, "cloud_period": 1.1}, "topology": {"edge_servers": 2},
+     "stop": {"rounds": 3}},
+])
+def test_async_steps_through_the_optimizer_hook(tmp_path, proto):
+    """Server SGD without momentum and η = 1 reproduces each protocol's own mix (x + Δ, up to rounding);
+    AHFL takes it at both tiers."""
+    plain = run_scenario(tiny(**proto), tmp_path / "a").final_params
+    tiers = {"cloud": {"name": "fedavgm", "beta": 0.0}}
+    if proto["protocol"]["name"] == "ahfl":
+        tiers["edge"] = {"name": "fedavgm", "beta": 0.0}
+    same = run_scenario(tiny(**proto, server_optimizer=tiers), tmp_path / "b").final_params
+    np.testing.assert_allclose(same, plain, rtol=1e-5, atol=1e-6)
+    yogi = run_scenario(tiny(**proto, server_optimizer={"cloud": {"name": "fedyogi", "lr": 0.05}}), tmp_path / "c")
+    assert not np.allclose(yogi.final_params, plain, atol=1e-4)

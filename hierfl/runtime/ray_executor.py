@@ -221,7 +221,7 @@ class RayExecutor(Executor):
         """Ref of the new global model (pending fold-ins travel with the commit)."""
         adds, self._cloud_adds = self._cloud_adds, []
         self._flush_adds()
-        base_ref = None if base is None else self._model_ref(base)
+        base_ref = None if base is None or opt is None else self._model_ref(base)  # plain averaging needs no base
         if not adds:
             return self.cloud.commit.remote(opt, base_ref)
         handles = [h for _, h, _ in adds]
