@@ -262,3 +262,14 @@ def test_async_steps_through_the_optimizer_hook(tmp_path, proto):
     np.testing.assert_allclose(same, plain, rtol=1e-5, atol=1e-6)
     yogi = run_scenario(tiny(**proto, server_optimizer={"cloud": {"name": "fedyogi", "lr": 0.05}}), tmp_path / "c")
     assert not np.allclose(yogi.final_params, plain, atol=1e-4)
+
+
+def test_fedavg_uniform_weighting_is_the_plain_mean(tmp_path):
+    """Unequal shards: `uniform` averages the devices' models with equal weights; with equal shards it is samples."""
+    skew = {"data": {"partition": {"name": "dirichlet", "alpha": 0.3, "min_require_size": 5}}, "stop": {"rounds": 1}}
+    a = run_scenario(tiny(**skew), tmp_path / "a").final_params
+    b = run_scenario(tiny(**skew, protocol={"weighting": "uniform"}), tmp_path / "b").final_params
+    assert not np.allclose(a, b, atol=1e-6)
+    c = run_scenario(tiny(stop={"rounds": 2}), tmp_path / "c").final_params
+    d = run_scenario(tiny(stop={"rounds": 2}, protocol={"weighting": "uniform"}), tmp_path / "d").final_params
+    np.testing.assert_allclose(c, d, rtol=1e-6, atol=1e-7)  # iid: 60 samples each

@@ -348,6 +348,9 @@ class _LeafDataset(_FileDataset):
 
     def _assemble(self, num_devices: int, num_classes: int, shape: tuple[int, ...],
                   rng: np.random.Generator) -> Dataset:
+        if self.train_samples is not None:
+            raise DataError("dataset.train_samples", "LEAF datasets keep every writer's samples (the natural split); "
+                                                     "use num_users to make the dataset smaller; allowed: null")
         train_dir, test_dir = self._leaf_dirs()
         train, test = read_leaf_dir(train_dir), read_leaf_dir(test_dir)
         want = self.num_users if self.num_users is not None else num_devices
@@ -379,9 +382,6 @@ class _LeafDataset(_FileDataset):
             raise DataError(_KEY, f"{test_dir}: no test samples")
         x_test, y_test = _subsample(np.concatenate(xte), np.concatenate(yte), self.test_samples,
                                     "dataset.test_samples", rng)
-        if self.train_samples is not None:
-            raise DataError("dataset.train_samples", "LEAF datasets keep every writer's samples (the natural split); "
-                                                     "use num_users to make the dataset smaller; allowed: null")
         return Dataset(np.concatenate(xtr), np.concatenate(ytr), x_test, y_test, num_classes, shape,
                        natural_groups=tuple(groups), name=self._label(),
                        vocab_size=len(LEAF_CHARACTERS) if self._label() == "shakespeare" else None)

@@ -29,13 +29,16 @@ __all__ = ["FedAvgConfig", "FedAvg"]
 
 @PROTOCOLS.register
 class FedAvgConfig(ProtocolConfig):
-    """``protocol: {name: fedavg, fraction: C}``; E and B come from ``training:``."""
+    """``protocol: {name: fedavg, fraction: C, weighting: samples}``; E and B come from ``training:``."""
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     control_variates: ClassVar[bool] = True
 
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
+    weighting: Literal["samples", "uniform"] = Field(
+        default="samples", description="cloud average weighted by sample count (McMahan et al.) or uniform "
+                                       "(Reddi et al.'s FedOpt average, ALGORITHMS.md §5.7)")
 
     def create(self, ctx: Context) -> FedAvg:
         """A FedAvg run."""
@@ -87,7 +90,8 @@ class FedAvg(Protocol):
         ctx = self.ctx
         device = event.payload["device"]
         self.arrived.add(device)
-        ctx.add_to_cloud(self.jobs.pop(device).params, float(ctx.world.samples[device]), ctx.control_coef(device))
+        weight = float(ctx.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
+        ctx.add_to_cloud(self.jobs.pop(device).params, weight, ctx.control_coef(device))
         if len(self.arrived) < len(self.selected):
             return
         ctx.set_global(ctx.commit_cloud(participants=self.selected, base=self.round_model))
