@@ -273,3 +273,9 @@ def test_fedavg_uniform_weighting_is_the_plain_mean(tmp_path):
     c = run_scenario(tiny(stop={"rounds": 2}), tmp_path / "c").final_params
     d = run_scenario(tiny(stop={"rounds": 2}, protocol={"weighting": "uniform"}), tmp_path / "d").final_params
     np.testing.assert_allclose(c, d, rtol=1e-6, atol=1e-7)  # iid: 60 samples each
+
+
+def test_plugin_section_without_name_lists_the_allowed_names(tmp_path, capsys):
+    code, err = _cli_validate(tmp_path, capsys, training={"trainer": {"mu": 0.1}})
+    assert code == 2 and "training.trainer: this section needs a `name`" in err
+    assert "allowed: fedprox, scaffold, sgd" in err
