@@ -53,7 +53,7 @@ def train_spec(scenario: Scenario) -> TrainSpec:
     """The local-training job described by ``training:``."""
     t = scenario.training
     return TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
-                     momentum=t.momentum, weight_decay=t.weight_decay)
+                     momentum=t.momentum, weight_decay=t.weight_decay, **t.trainer.spec_fields())
 
 
 def tier_counts(proportions: dict[str, float], n: int) -> dict[str, int]:
@@ -183,7 +183,7 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
         parts = scenario.data.partition.split(dataset, n, stream(seed, "data.partition"))
     except DataError as exc:
         raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
-    reason = scenario.model.check_input(tuple(dataset.input_shape))
+    reason = scenario.model.check_dataset(tuple(dataset.input_shape), dataset.vocab_size)
     if reason is not None:
         raise ConfigError([Problem("model", reason)], source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
@@ -193,7 +193,8 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None
     params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
-    world.model_bytes = model_bytes(params.size)
+    # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
+    world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
     dynamics = build_dynamics(scenario, world, source)
     return Built(scenario, dataset, [np.asarray(p, dtype=np.int64) for p in parts], world,
                  train_spec(scenario), params, dynamics)

@@ -101,6 +101,13 @@ class Context:
         self.stopping = False
         self.stop_reason: str | None = None
         self._jobs_started = np.zeros(self.world.num_devices, dtype=np.int64)
+        # learning plug-ins (issue 7): SCAFFOLD's per-device control step weights κ_i, or None
+        trainer = scenario.training.trainer
+        self._control_coefs: np.ndarray | None = None
+        if self.spec.control_variates:
+            from hierfl.core.scaffold import control_weights
+
+            self._control_coefs = control_weights(self.world.samples, getattr(trainer, "control_weighting", "samples"))
         # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
         # asynchronous protocols record any (synchronous ones apply fresh updates only)
         self.staleness: dict[str, list[int]] = {}
@@ -151,12 +158,13 @@ class Context:
         """How long ``device``'s next job would take if started now (what :meth:`start_training` will use)."""
         return self._duration(device, spec or self.spec, int(self._jobs_started[device]))
 
-    def start_training(self, device: int, params: Any, spec: TrainSpec | None = None) -> Job:
+    def start_training(self, device: int, params: Any, spec: TrainSpec | None = None, control: Any = None) -> Job:
         """Submit ``device``'s next job now; the protocol schedules its end ``job.compute_s`` later.
 
         The duration integrates the device's slowdown windows and a per-task lognormal jitter. If
         the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
+        ``control``: SCAFFOLD's server control handle (see :meth:`control`), for such trainers.
         """
         spec = spec or self.spec
         job_id = int(self._jobs_started[device])
@@ -176,7 +184,7 @@ class Context:
         if math.isfinite(lost_at):
             self.recorder.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
-        new, stats, host = self.executor.train(device, seed, spec, params)
+        new, stats, host = self.executor.train(device, seed, spec, params, control)
         self.recorder.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
 
@@ -439,13 +447,49 @@ class Context:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
         return self.executor.average(models, weights)
 
-    def add_to_edge(self, edge: int, update: Any, weight: float) -> None:
-        """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
-        self.executor.add_edge(edge, weight, update)
+    # -- learning plug-ins: server optimizers (ALGORITHMS.md §5.7) and SCAFFOLD (§5.6) ------------
+    def server_optimizer(self, tier: str) -> Any:
+        """The optimizer configured for ``tier`` (``cloud`` / ``edge``), or None for plain averaging."""
+        return self.scenario.server_optimizer.at(tier)
 
-    def commit_edge(self, edge: int, participants: list[int]) -> Any:
-        """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle."""
-        handle = self.executor.commit_edge(edge)
+    @property
+    def control_variates(self) -> bool:
+        """Whether jobs carry SCAFFOLD control variates (``training.trainer: scaffold``)."""
+        return self._control_coefs is not None
+
+    def control_coef(self, device: int) -> float | None:
+        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
+        return None if self._control_coefs is None else float(self._control_coefs[device])
+
+    def control(self) -> Any:
+        """Handle of the cloud's SCAFFOLD control ``c`` now (None without SCAFFOLD)."""
+        return self.executor.control() if self._control_coefs is not None else None
+
+    def server_step(self, tier: str, entity: int, base: Any, delta_terms: list[Term]) -> Any:
+        """The ``tier`` optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (asynchronous aggregations).
+
+        Protocols call this only when :meth:`server_optimizer` is not None; with plain averaging they
+        keep their own exact combination (``base + Δ`` in one pass).
+        """
+        opt = self.server_optimizer(tier)
+        if opt is None:
+            raise RuntimeError(f"no server optimizer at the {tier} tier: combine the terms instead")
+        return self.executor.server_step(tier, entity, opt, base, delta_terms)
+
+    def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
+        """An update arrived at ``edge``: fold it into the edge's running aggregation now.
+
+        ``control_coef``: the update is SCAFFOLD's packed ``[y; Δc]`` and ``κ·Δc`` joins the edge's relay sum.
+        """
+        self.executor.add_edge(edge, weight, update, control_coef)
+
+    def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
+        """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
+
+        ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
+        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
+        """
+        handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
         self.counters["edge_aggregations"] += 1
         self.counters["device_updates"] += len(participants)
         self.recorder.instant(("edge", edge), "aggregate", self.now, participants=list(participants))
@@ -453,13 +497,16 @@ class Context:
                               "participants": len(participants)})
         return handle
 
-    def add_to_cloud(self, update: Any, weight: float) -> None:
-        """A model arrived at the cloud: fold it into the running aggregation now."""
-        self.executor.add_cloud(weight, update)
+    def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
+        """A model arrived at the cloud: fold it into the running aggregation now (``control_coef``: packed SCAFFOLD)."""
+        self.executor.add_cloud(weight, update, control_coef)
 
-    def commit_cloud(self, participants: list[int], tier: str = "device") -> Any:
-        """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
-        handle = self.executor.commit_cloud()
+    def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
+        """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges.
+
+        ``base``: the global model the round started from (the ``cloud`` server optimizer steps from it).
+        """
+        handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)

@@ -31,7 +31,8 @@ def assert_well_formed(ds: Dataset) -> None:
 
 
 def test_registry_names() -> None:
-    assert DATASETS.names() == ["blobs", "synthetic", "teacher"]
+    assert DATASETS.names() == ["blobs", "cifar10", "emnist", "fashion_mnist", "femnist", "mnist", "shakespeare",
+                                "synthetic", "teacher"]
     assert DATASETS.get("synthetic") is SyntheticConfig
 
 

@@ -15,8 +15,9 @@ from hierfl.learn import count_params, forward_flops, init_params, param_layout
 from hierfl.models import MODELS, CNNConfig, LogRegConfig, MLPConfig, ModelConfig
 
 # One accepted input shape per registered model (conformance suite below runs over MODELS).
-SAMPLE_SHAPES: dict[str, tuple[int, ...]] = {"logreg": (6,), "mlp": (6,), "cnn": (2, 8, 4)}
-SMALL_CONFIGS: dict[str, dict[str, object]] = {"logreg": {}, "mlp": {"hidden": [5, 4]}, "cnn": {"channels": [3, 4], "hidden": 7}}
+SAMPLE_SHAPES: dict[str, tuple[int, ...]] = {"logreg": (6,), "mlp": (6,), "cnn": (2, 8, 4), "char_lstm": (7,)}
+SMALL_CONFIGS: dict[str, dict[str, object]] = {"logreg": {}, "mlp": {"hidden": [5, 4]}, "cnn": {"channels": [3, 4], "hidden": 7},
+                                               "char_lstm": {"vocab_size": 9, "embedding_dim": 3, "hidden": 5}}
 
 
 def test_import_does_not_import_torch() -> None:
@@ -27,7 +28,7 @@ def test_import_does_not_import_torch() -> None:
 
 
 def test_registry_names_and_union() -> None:
-    assert MODELS.names() == ["cnn", "logreg", "mlp"]
+    assert MODELS.names() == ["char_lstm", "cnn", "logreg", "mlp"]
     adapter = TypeAdapter(MODELS.union())
     cfg = adapter.validate_python({"name": "mlp", "hidden": [10, 3]})
     assert isinstance(cfg, MLPConfig) and cfg.hidden == [10, 3]

@@ -11,7 +11,7 @@ import copy
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -134,6 +134,25 @@ def _strip_tags(loc: tuple[Any, ...], raw: Any) -> str:
     return ".".join(parts)
 
 
+def _plugin_names(loc: tuple[Any, ...]) -> list[str]:
+    """The registered ``name``s allowed at ``loc`` (a plug-in section of the schema), or []."""
+    node: Any = Scenario
+    for part in loc:
+        fields = getattr(node, "model_fields", None)
+        if not isinstance(part, str) or fields is None or part not in fields:
+            return []
+        node = fields[part].annotation
+    names: list[str] = []
+    stack = [node]
+    while stack:  # unwrap Annotated / Union / Optional down to the config classes
+        t = stack.pop()
+        field = getattr(t, "model_fields", {}).get("name")
+        if field is not None and isinstance(field.default, str):
+            names.append(field.default)
+        stack.extend(get_args(t))
+    return sorted(set(names))
+
+
 def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list[Problem]:
     problems = []
     for err in exc.errors(include_url=False):
@@ -143,6 +162,10 @@ def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list
             msg = "unknown key (misspelled? see the README for the allowed keys)"
         elif err["type"] == "missing":
             msg = "required key is missing"
+        elif err["type"] == "union_tag_not_found":  # a plug-in section without `name`
+            names = _plugin_names(tuple(err["loc"]))
+            msg = "this section needs a `name` saying which plug-in it configures" + (
+                f"; allowed: {', '.join(names)}" if names else "")
         value = err.get("input") if err["type"] not in ("missing",) else None
         if err["type"] == "missing" or isinstance(value, dict):
             problems.append(Problem(path, msg))
@@ -182,6 +205,10 @@ def _cross_checks(scenario: Scenario) -> list[Problem]:
                                 f"longer than the run (stop.virtual_time_s = {stop.virtual_time_s:g})", ev.every_s))
     problems.extend(_dynamics_checks(scenario))
     problems.extend(scenario.protocol.check(scenario))
+    # learning plug-ins: a trainer or server optimizer the protocol cannot honour is an error, not ignored
+    problems.extend(scenario.training.trainer.check(scenario))
+    problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
+                                                    scenario.protocol.name))
     return problems
 
 

@@ -35,7 +35,9 @@ from hierfl.config.dynamics import (
     TierSpec,
     WaitAll,
 )
+from hierfl.core.serveropt import ServerOptimizerSection
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
+from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
 from hierfl.protocols import PROTOCOLS
 from hierfl.config.errors import Problem
@@ -238,6 +240,8 @@ class TrainingConfig(ConfigModel):
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
     weight_decay: float = Field(default=0.0, ge=0.0)
     optimizer: Literal["sgd"] = "sgd"
+    trainer: TRAINERS.union() = Field(  # type: ignore[valid-type]
+        default=SGDTrainer(), description="local trainer plug-in: sgd, fedprox (mu), scaffold")
 
     @model_validator(mode="after")
     def _one_budget(self) -> TrainingConfig:
@@ -298,6 +302,8 @@ class Scenario(ConfigModel):
     events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")
     network: NetworkConfig = NetworkConfig()
     straggler: StragglerConfig = WaitAll()  # type: ignore[valid-type]
+    server_optimizer: ServerOptimizerSection = Field(
+        default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )

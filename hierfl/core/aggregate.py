@@ -85,8 +85,9 @@ def weighted_average(vectors: Sequence[np.ndarray], weights: Sequence[float]) ->
     return acc.result()
 
 
-def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | None]]) -> np.ndarray:
-    """``Σ_j c_j · (a_j − b_j)`` (or ``c_j · a_j`` when ``b_j`` is None) as float32.
+def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | None]],
+                       dtype: type = np.float32) -> np.ndarray:
+    """``Σ_j c_j · (a_j − b_j)`` (or ``c_j · a_j`` when ``b_j`` is None) as float32 (or ``dtype``).
 
     The one primitive of the asynchronous protocols (ALGORITHMS.md §4.3, §5.3, §5.4): a
     FedAsync mix is ``[(1−α, w), (α, w_k)]``, a FedBuff step ``[(1, x), (η·s_i/K, y_i, y0_i)]``,
@@ -110,4 +111,4 @@ def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | Non
             raise ValueError(f"vector shapes differ: {term.shape} vs {acc.shape}")
         acc += c * term
     assert acc is not None
-    return acc.astype(np.float32)
+    return acc.astype(dtype, copy=False)

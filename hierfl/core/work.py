@@ -28,6 +28,7 @@ class TrainSpec:
     """What one local training job does: SGD hyper-parameters and its length.
 
     Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (FedSGD).
+    The proximal coefficient a job uses is ``prox + mu`` (see :attr:`proximal`).
     """
 
     epochs: int | None = 1
@@ -37,6 +38,10 @@ class TrainSpec:
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (FedAsync, AHFL); 0 = none
+    # local trainer (``training.trainer``): FedProx's μ adds to ρ (same term, kept apart so a
+    # protocol that sets its own ρ does not erase μ); SCAFFOLD corrects every gradient by c − c_i
+    mu: float = 0.0
+    control_variates: bool = False
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -45,10 +50,15 @@ class TrainSpec:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
-        for key in ("lr", "momentum", "weight_decay", "prox"):
+        for key in ("lr", "momentum", "weight_decay", "prox", "mu"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"TrainSpec: {key} must be a finite number >= 0, got {value!r}")
+
+    @property
+    def proximal(self) -> float:
+        """Coefficient of ``(·/2)‖w − w_start‖²``: the protocol's ρ plus FedProx's μ."""
+        return self.prox + self.mu
 
 
 def effective_batch(n: int, spec: TrainSpec) -> int:

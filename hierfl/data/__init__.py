@@ -11,6 +11,14 @@ from hierfl.data.datasets import (
     TeacherConfig,
     generate_synthetic,
 )
+from hierfl.data.files import (
+    CIFAR10Config,
+    EMNISTConfig,
+    FashionMNISTConfig,
+    FEMNISTConfig,
+    MNISTConfig,
+    ShakespeareConfig,
+)
 from hierfl.data.partition import (
     PARTITIONERS,
     DirichletConfig,
@@ -22,6 +30,12 @@ from hierfl.data.partition import (
 )
 
 __all__ = [
+    "CIFAR10Config",
+    "EMNISTConfig",
+    "FashionMNISTConfig",
+    "FEMNISTConfig",
+    "MNISTConfig",
+    "ShakespeareConfig",
     "DATASETS",
     "PARTITIONERS",
     "BlobsConfig",

@@ -74,6 +74,8 @@ class Dataset:
         For datasets with a natural per-user split: one int64 index array into ``x_train`` per user.
     name
         Registered name of the generator (used in error messages), if known.
+    vocab_size
+        For token datasets: features are integer indices in ``[0, vocab_size)`` stored as float32.
     """
 
     x_train: np.ndarray
@@ -84,6 +86,7 @@ class Dataset:
     input_shape: tuple[int, ...]
     natural_groups: tuple[np.ndarray, ...] | None = None
     name: str | None = None
+    vocab_size: int | None = None  # token datasets (features are indices into a vocabulary), e.g. shakespeare
 
     def __post_init__(self) -> None:
         for split, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):

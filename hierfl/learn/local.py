@@ -50,9 +50,9 @@ def count_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_class
 
 
 def forward_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:
-    """FLOPs of one sample's forward pass: ``2 *`` multiply-adds of the Linear/Conv2d layers.
+    """FLOPs of one sample's forward pass: ``2 *`` multiply-adds of the Linear/Conv2d/LSTM layers.
 
-    Biases, activations and pooling are not counted.
+    Biases, activations, pooling, embeddings and the LSTM's element-wise gate products are not counted.
     """
     import torch
     from torch import nn
@@ -64,11 +64,17 @@ def forward_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_clas
         nonlocal macs
         if isinstance(layer, nn.Linear):
             macs += layer.in_features * layer.out_features
+        elif isinstance(layer, nn.LSTM):
+            # per time step and layer: 4 gates, each (input + hidden) x hidden multiply-adds
+            steps = inputs[0].shape[1] if layer.batch_first else inputs[0].shape[0]
+            h = layer.hidden_size
+            macs += steps * sum(4 * h * ((layer.input_size if k == 0 else h) + h) for k in range(layer.num_layers))
         elif isinstance(layer, nn.Conv2d):
             kh, kw = layer.kernel_size
             macs += output[0].numel() * (layer.in_channels // layer.groups) * kh * kw
 
-    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    handles = [m.register_forward_hook(hook) for m in module.modules()
+               if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM))]
     try:
         with torch.no_grad():
             module(torch.zeros(1, math.prod(input_shape)))
@@ -171,9 +177,18 @@ class LocalTrainer:
             raise ValueError(f"samples have {x2d.shape[1]} features, model expects {self.in_features} ({self.input_shape})")
         return x2d, y
 
+    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """``flat`` cut into per-parameter views (vector order)."""
+        out, offset = [], 0
+        for p in self._params:
+            out.append(flat[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
+        return out
+
     # -- public API ------------------------------------------------------------------------
 
-    def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int) -> tuple[np.ndarray, dict[str, float]]:
+    def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int,
+              correction: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """Local minibatch SGD starting from ``params``.
 
         Semantics (the emulator's timing model relies on them):
@@ -184,7 +199,10 @@ class LocalTrainer:
           ``steps`` consecutive chunks of exactly ``b`` (chunks may cross epoch boundaries).
         - Loss: cross-entropy, mean over the batch. Optimiser: a fresh
           ``torch.optim.SGD(lr, momentum, weight_decay, foreach=False)`` per call (no state is
-          carried between jobs). ``spec.prox = ρ > 0`` adds ``(ρ/2)‖w − params‖²`` to the loss.
+          carried between jobs). ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the
+          loss (FedAsync/AHFL's ρ, FedProx's μ: Li et al., MLSys 2020, ALGORITHMS.md §5.5).
+        - ``correction`` (SCAFFOLD's ``c − c_i``, ALGORITHMS.md §5.6), when given, is added to
+          every step's gradient before the optimiser step.
         - Exactly ``num_steps(n, spec)`` steps over ``samples_processed(n, spec)`` samples.
         - Inputs may be read-only (zero-copy from Ray's object store); they are never written.
           Batches are gathered once per epoch (step mode: once per permutation) with numpy
@@ -203,6 +221,8 @@ class LocalTrainer:
             Hyper-parameters and length of the job.
         seed
             Seed of the data order.
+        correction
+            Optional flat float32 vector added to each gradient (SCAFFOLD).
 
         Returns
         -------
@@ -224,13 +244,16 @@ class LocalTrainer:
             self._params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay, foreach=False
         )
         anchors: list[torch.Tensor] = []
-        if spec.prox > 0:
+        prox = spec.proximal
+        if prox > 0:
             # proximal term (ρ/2)‖w − w_start‖²: its gradient ρ(w − w_start) is added before each step
-            w_start = self._flat.detach().clone()
-            offset = 0
-            for p in self._params:
-                anchors.append(w_start[offset: offset + p.numel()].view_as(p))
-                offset += p.numel()
+            anchors = self._views(self._flat.detach().clone())
+        shifts: list[torch.Tensor] = []
+        if correction is not None:
+            corr = np.asarray(correction, dtype=np.float32)
+            if corr.shape != (self.num_params,):
+                raise ValueError(f"correction must have shape ({self.num_params},), got {corr.shape}")
+            shifts = self._views(torch.from_numpy(corr.copy()))
         loss_sum = 0.0
         steps = 0
         samples = 0
@@ -249,7 +272,12 @@ class LocalTrainer:
                     with torch.no_grad():
                         for p, a in zip(self._params, anchors):
                             assert p.grad is not None
-                            p.grad.add_(p - a, alpha=spec.prox)
+                            p.grad.add_(p - a, alpha=prox)
+                if shifts:
+                    with torch.no_grad():
+                        for p, c in zip(self._params, shifts):
+                            assert p.grad is not None
+                            p.grad.add_(c)
                 opt.step()
                 loss_sum += loss.item()
                 steps += 1

@@ -20,7 +20,7 @@ from hierfl.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MODELS", "CNNConfig", "LogRegConfig", "MLPConfig", "ModelConfig"]
+__all__ = ["MODELS", "CNNConfig", "CharLSTMConfig", "LogRegConfig", "MLPConfig", "ModelConfig"]
 
 MODELS: Registry = Registry("model")
 
@@ -44,6 +44,18 @@ class ModelConfig(ConfigModel):
         if len(shape) == 0 or any(int(s) < 1 for s in shape):
             return f"{self._label()} needs a non-empty input shape of positive sizes, got {shape}"
         return None
+
+    def check_dataset(self, input_shape: tuple[int, ...], vocab_size: int | None) -> str | None:
+        """Whether this model accepts a dataset's samples (shape, and for token models the vocabulary).
+
+        Returns ``None`` if accepted, else a user-facing reason. The default checks the shape
+        and refuses token datasets (their features are indices, not measurements).
+        """
+        reason = self.check_input(input_shape)
+        if reason is None and vocab_size is not None:
+            return (f"{self._label()} needs real-valued features, but this dataset holds character indices "
+                    f"(vocabulary {vocab_size}); use model char_lstm")
+        return reason
 
     def build(self, input_shape: tuple[int, ...], num_classes: int, *, seed: int = 0) -> torch.nn.Module:
         """Build the module on CPU, initialised deterministically from ``seed``.
@@ -139,3 +151,42 @@ class CNNConfig(ModelConfig):
 
         c, h, w = input_shape
         return CNN((c, h, w), self.channels, self.hidden, num_classes)
+
+
+@MODELS.register
+class CharLSTMConfig(ModelConfig):
+    """Character LSTM for next-character prediction (LEAF's Shakespeare model, Caldas et al. 2018:
+    ``models/shakespeare/stacked_lstm.py``): an embedding of ``embedding_dim`` per character, a
+    ``layers``-layer LSTM of ``hidden`` units, a linear layer on the last step's output.
+
+    Input: a flat batch of character indices (float32 holding integers) of shape ``(batch, seq_len)``.
+    """
+
+    name: Literal["char_lstm"] = "char_lstm"
+    vocab_size: PositiveInt = Field(default=80, description="characters in the vocabulary (LEAF: 80)")
+    embedding_dim: PositiveInt = Field(default=8, description="embedding size (LEAF: 8)")
+    hidden: PositiveInt = Field(default=256, description="LSTM units per layer (LEAF: 256)")
+    layers: PositiveInt = Field(default=2, description="stacked LSTM layers (LEAF: 2)")
+
+    def check_input(self, input_shape: tuple[int, ...]) -> str | None:
+        """``None`` for a 1-D sequence shape ``(seq_len,)``."""
+        shape = tuple(input_shape)
+        if len(shape) != 1 or int(shape[0]) < 1:
+            return f"char_lstm needs sequences of character indices, shape (seq_len,), got {shape}"
+        return None
+
+    def check_dataset(self, input_shape: tuple[int, ...], vocab_size: int | None) -> str | None:
+        """A token dataset whose vocabulary fits the embedding."""
+        reason = self.check_input(input_shape)
+        if reason is not None:
+            return reason
+        if vocab_size is None:
+            return "char_lstm needs a dataset of character indices (e.g. shakespeare); this one has real-valued features"
+        if vocab_size > self.vocab_size:
+            return f"the dataset's vocabulary has {vocab_size} characters, more than model.vocab_size = {self.vocab_size}"
+        return None
+
+    def _construct(self, input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+        from hierfl.models.nets import CharLSTM
+
+        return CharLSTM(self.vocab_size, self.embedding_dim, self.hidden, self.layers, num_classes)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["CNN", "MLP", "LogReg", "reset_parameters_"]
+__all__ = ["CNN", "CharLSTM", "MLP", "LogReg", "reset_parameters_"]
 
 
 class LogReg(nn.Module):
@@ -73,6 +73,21 @@ class CNN(nn.Module):
         return self.classifier(self.features(x).flatten(1))
 
 
+class CharLSTM(nn.Module):
+    """LEAF's Shakespeare model: embedding, stacked LSTM, linear layer on the last step's output."""
+
+    def __init__(self, vocab_size: int, embedding_dim: int, hidden: int, layers: int, num_classes: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.lstm = nn.LSTM(embedding_dim, hidden, num_layers=layers, batch_first=True)
+        self.decoder = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits for a ``(batch, seq_len)`` batch of character indices (any float/int dtype)."""
+        out, _ = self.lstm(self.embedding(x.reshape(x.shape[0], -1).long()))
+        return self.decoder(out[:, -1, :])
+
+
 @torch.no_grad()
 def reset_parameters_(module: nn.Module, seed: int | torch.Generator) -> nn.Module:
     """Re-initialise every ``Linear``/``Conv2d`` like PyTorch's default, from one generator.
@@ -81,11 +96,19 @@ def reset_parameters_(module: nn.Module, seed: int | torch.Generator) -> nn.Modu
     before bias: weights ``kaiming_uniform_(a=sqrt(5))``, biases ``U(-1/sqrt(fan_in),
     1/sqrt(fan_in))`` — exactly ``nn.Linear.reset_parameters`` / ``nn.Conv2d.reset_parameters``,
     but drawing from a ``torch.Generator`` seeded with ``seed`` instead of the global RNG, so the
-    result depends on ``seed`` only.
+    result depends on ``seed`` only. ``Embedding`` weights are ``N(0, 1)`` and every ``LSTM``
+    parameter ``U(-1/sqrt(hidden), 1/sqrt(hidden))`` (in registration order), as in their
+    ``reset_parameters``.
     """
     gen = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
     for layer in module.modules():
-        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+        if isinstance(layer, nn.Embedding):
+            nn.init.normal_(layer.weight, generator=gen)
+        elif isinstance(layer, nn.LSTM):
+            bound = 1.0 / math.sqrt(layer.hidden_size)
+            for p in layer.parameters():
+                nn.init.uniform_(p, -bound, bound, generator=gen)
+        elif isinstance(layer, (nn.Linear, nn.Conv2d)):
             nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)
             if layer.bias is not None:
                 fan_in, _ = nn.init._calculate_fan_in_and_fan_out(layer.weight)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, field_validator
@@ -45,6 +45,8 @@ __all__ = ["AHFLConfig", "AHFL"]
 @PROTOCOLS.register
 class AHFLConfig(ProtocolConfig):
     """``protocol: {name: ahfl, alpha: 0.6, staleness: {name: polynomial, a: 0.5}, reg: prox, ...}``."""
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
 
     name: Literal["ahfl"] = "ahfl"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base weight α at leaders and cloud [D]")
@@ -205,8 +207,11 @@ class AHFL(Protocol):
         if kept:
             total = sum(u.samples for u, _ in kept)
             coefs = [u.samples / total * self.cfg.alpha * self.sigma(tau) for u, tau in kept]
-            terms = [(1.0, self.model[e], None)] + [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
-            self.model[e] = ctx.combine("edge", terms)
+            deltas = [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
+            if ctx.server_optimizer("edge") is None:
+                self.model[e] = ctx.combine("edge", [(1.0, self.model[e], None)] + deltas)
+            else:  # the queue's weighted delta, stepped by the leader's server optimizer (§5.7)
+                self.model[e] = ctx.server_step("edge", e, self.model[e], deltas)
             self.version[e] += 1
             ctx.record_async_aggregation("edge", e, [u.device for u, _ in kept], coefs, [t for _, t in kept],
                                          self.version[e], queue_len=len(queue))
@@ -252,8 +257,11 @@ class AHFL(Protocol):
                 kept.append((u, tau))
         if kept:
             coefs = [self.cfg.alpha * self.sigma(tau) * self.share[u.leader] for u, tau in kept]
-            terms = [(1.0, ctx.global_model, None)] + [(c, u.new, u.last) for c, (u, _) in zip(coefs, kept)]
-            ctx.set_global(ctx.combine("cloud", terms))
+            deltas = [(c, u.new, u.last) for c, (u, _) in zip(coefs, kept)]
+            if ctx.server_optimizer("cloud") is None:
+                ctx.set_global(ctx.combine("cloud", [(1.0, ctx.global_model, None)] + deltas))
+            else:
+                ctx.set_global(ctx.server_step("cloud", 0, ctx.global_model, deltas))
             self.cloud_version += 1
             ctx.record_async_aggregation("cloud", 0, [u.leader for u, _ in kept], coefs, [t for _, t in kept],
                                          self.cloud_version, queue_len=len(queue), source="edge")

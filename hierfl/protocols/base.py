@@ -25,7 +25,16 @@ PROTOCOLS: Registry = Registry("protocol")
 
 
 class ProtocolConfig(ConfigModel):
-    """Base of every protocol's config model."""
+    """Base of every protocol's config model.
+
+    Class attributes say which learning plug-ins the protocol honours (checked at load time, so
+    a setting a protocol would ignore is an error): ``server_optimizer_tiers`` — the tiers whose
+    aggregation goes through ``server_optimizer`` (``cloud``, ``edge``); ``control_variates`` —
+    whether it carries SCAFFOLD's control variates.
+    """
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ()
+    control_variates: ClassVar[bool] = False
 
     # whether the protocol copes with devices dropping out (availability, leave events, dropout)
     supports_churn: ClassVar[bool] = True
@@ -59,12 +68,12 @@ class Protocol:
         self.ctx.send(self._server(device, link, payload), ("device", device), "train_start",
                       {"device": device, **payload}, "download", Priority.START)
 
-    def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None) -> None:
+    def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None, control: Any = None) -> None:
         """Submit the device's job now; ``train_done`` fires when its virtual compute time is over
         (or the internal ``_job_lost`` when the device drops out first)."""
         ctx = self.ctx
         device = event.payload["device"]
-        job = ctx.start_training(device, model, spec)
+        job = ctx.start_training(device, model, spec, control)
         self.jobs[job.device] = job
         if job.lost_at is not None:
             ctx.track(device, ctx.queue.push(job.lost_at, "_job_lost",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
@@ -52,6 +52,8 @@ class LocalStepsConfig(ConfigModel):
 @PROTOCOLS.register
 class FedAsyncConfig(ProtocolConfig):
     """``protocol: {name: fedasync, alpha: 0.6, staleness: {name: polynomial, a: 0.5}, rho: 0.005}``."""
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
 
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
@@ -204,7 +206,10 @@ class FedAsync(FlatAsync):
         """The FedAsync server step (one update at a time, in arrival order)."""
         ctx = self.ctx
         a = self.cfg.alpha * self.sigma(tau)
-        new = ctx.combine("cloud", [(1.0 - a, ctx.global_model, None), (a, update, None)])
+        if ctx.server_optimizer("cloud") is None:
+            new = ctx.combine("cloud", [(1.0 - a, ctx.global_model, None), (a, update, None)])
+        else:  # the same mix as a delta, Δ = α_t (x_new − x), stepped by the server optimizer (§5.7)
+            new = ctx.server_step("cloud", 0, ctx.global_model, [(a, update, ctx.global_model)])
         self.version += 1
         ctx.set_global(new)
         ctx.record_async_aggregation("cloud", 0, [device], [a], [tau], self.version, queue_len=1)

@@ -32,11 +32,17 @@ __all__ = ["FedAvgConfig", "FedAvg"]
 
 @PROTOCOLS.register
 class FedAvgConfig(ProtocolConfig):
-    """``protocol: {name: fedavg, fraction: C}``; E and B come from ``training:``."""
+    """``protocol: {name: fedavg, fraction: C, weighting: samples}``; E and B come from ``training:``."""
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    control_variates: ClassVar[bool] = True
 
     has_barriers: ClassVar[bool] = True
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
+    weighting: Literal["samples", "uniform"] = Field(
+        default="samples", description="cloud average weighted by sample count (McMahan et al.) or uniform "
+                                       "(Reddi et al.'s FedOpt average, ALGORITHMS.md §5.7)")
 
     def create(self, ctx: Context) -> FedAvg:
         """A FedAvg run."""
@@ -54,6 +60,7 @@ class FedAvg(Protocol):
         self.arrived: set[int] = set()
         self.round_model: Any = None
         self.barrier: Barrier
+        self.round_control: Any = None  # SCAFFOLD's server control c for this round (None otherwise)
 
     def clients_per_round(self) -> int:
         """``m = max(⌈C·N⌉, 1)``."""
@@ -84,6 +91,7 @@ class FedAvg(Protocol):
         self.jobs, self.arrived = {}, set()
         self.round_model = ctx.global_model
         self.barrier = Barrier(self, policy, ("cloud", 0), self.round, self.selected, m, self._close)
+        self.round_control = ctx.control()
         for device in self.selected:
             self.send_model(device, "device_cloud", {"round": self.round})
 
@@ -97,7 +105,7 @@ class FedAvg(Protocol):
         spec = planned_spec(self, event.payload["device"], self.barrier)
         if spec is None:  # partial work: not even one step fits before the deadline
             return
-        self.start_job(event, self.round_model, spec)
+        self.start_job(event, self.round_model, spec, control=self.round_control)
 
     def on_train_done(self, event: Event) -> None:
         """The job's virtual time is over: collect it and upload."""
@@ -108,7 +116,8 @@ class FedAvg(Protocol):
         ctx = self.ctx
         device = event.payload["device"]
         self.arrived.add(device)
-        ctx.add_to_cloud(self.jobs.pop(device).params, float(ctx.world.samples[device]))
+        weight = float(ctx.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
+        ctx.add_to_cloud(self.jobs.pop(device).params, weight, ctx.control_coef(device))
         self.barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -122,7 +131,7 @@ class FedAvg(Protocol):
     def _close(self, arrived: list[int]) -> None:
         ctx = self.ctx
         if arrived:
-            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived)))
+            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), base=self.round_model))
         else:
             ctx.recorder.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "round_empty", "round": self.round})
         self.round += 1

@@ -13,7 +13,7 @@ With ``normalize_staleness`` each weight is divided by ``s(avg_staleness)``, as 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
@@ -34,6 +34,8 @@ MIN_NORM = 1e-6  # normalize_staleness divides by s(avg_staleness): keep the wei
 @PROTOCOLS.register
 class FedBuffConfig(ProtocolConfig):
     """``protocol: {name: fedbuff, K: 10, concurrency: 100, server_lr: 1.0}``."""
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
 
     name: Literal["fedbuff"] = "fedbuff"
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
@@ -86,7 +88,12 @@ class FedBuff(FlatAsync):
         return {d for d, *_ in self.buffer} if self.cfg.unique_per_buffer else set()
 
     def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
-        """Buffer ``s(τ)·Δ``; on the K-th, step the server model (plain server SGD)."""
+        """Buffer ``s(τ)·Δ``; on the K-th, step the server model.
+
+        The server step goes through the ``cloud`` server optimizer (ALGORITHMS.md §5.4: "any FedOpt
+        server optimizer fed with Δ̄/K"), fed ``Δ = server_lr · Σ s(τ_i)Δ_i / K``; with the default
+        (``fedavg``, η = 1) that is plain server SGD ``x + server_lr · Σ s(τ_i)Δ_i / K``.
+        """
         self.buffer.append((device, self.sigma(tau) / self.norm, update, start_model, tau))
         self.ctx.queue_length("cloud", 0, len(self.buffer))
         if len(self.buffer) < self.cfg.K:
@@ -94,8 +101,11 @@ class FedBuff(FlatAsync):
         ctx = self.ctx
         scale = self.cfg.server_lr / self.cfg.K
         coefs = [scale * s for _, s, _, _, _ in self.buffer]
-        terms = [(1.0, ctx.global_model, None)] + [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, self.buffer)]
-        new = ctx.combine("cloud", terms)
+        deltas = [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, self.buffer)]
+        if ctx.server_optimizer("cloud") is None:
+            new = ctx.combine("cloud", [(1.0, ctx.global_model, None)] + deltas)
+        else:
+            new = ctx.server_step("cloud", 0, ctx.global_model, deltas)
         self.version += 1
         ctx.set_global(new)
         ctx.record_async_aggregation("cloud", 0, [d for d, *_ in self.buffer], coefs,

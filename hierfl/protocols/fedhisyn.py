@@ -23,6 +23,7 @@ Uploads go device → cloud directly (the [D] default); a class leader is not im
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -31,7 +32,6 @@ from pydantic import Field, PositiveInt, field_validator
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.capacity import capacity_classes, ring_orders, ring_successors
 from hierfl.core.engine import Event, Priority
-from hierfl.core.work import TrainSpec
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ class FedHiSynConfig(ProtocolConfig):
     """``protocol: {name: fedhisyn, k: 3, T: auto, weighting: time, arrival_policy: latest}``."""
 
     supports_churn: ClassVar[bool] = False
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+
     name: Literal["fedhisyn"] = "fedhisyn"
     grouping: Literal["capacity_classes"] = Field(default="capacity_classes",
                                                   description="classes by compute capacity, one ring each")
@@ -93,8 +96,7 @@ class FedHiSyn(Protocol):
         super().__init__(ctx)
         self.cfg = cfg
         base, world = ctx.spec, ctx.world
-        self.unit_spec = TrainSpec(epochs=cfg.unit_epochs, batch_size=base.batch_size, lr=base.lr,
-                                   momentum=base.momentum, weight_decay=base.weight_decay)
+        self.unit_spec = replace(base, epochs=cfg.unit_epochs, steps=None)  # keeps the trainer's fields
         n = world.num_devices
         self.unit_s = np.array([world.compute_s(i, self.unit_spec) for i in range(n)], dtype=np.float64)
         self.labels = capacity_classes(self.unit_s, cfg.k, cfg.classing)
@@ -236,7 +238,7 @@ class FedHiSyn(Protocol):
             return
         ctx = self.ctx
         # T >= the fastest unit (checked at start), so there is always a submitter
-        ctx.set_global(ctx.commit_cloud(participants=sorted(self.submitters)))
+        ctx.set_global(ctx.commit_cloud(participants=sorted(self.submitters), base=self.round_model))
         self.round += 1
         if not ctx.stopping:
             self._begin_round()

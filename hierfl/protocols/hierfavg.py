@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -23,7 +24,6 @@ from pydantic import Field, PositiveInt
 
 from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
-from hierfl.core.work import TrainSpec
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
@@ -39,6 +39,10 @@ class HierFAVGConfig(ProtocolConfig):
     """``protocol: {name: hierfavg, kappa1: 60, kappa2: 1, fraction: 1.0}``."""
 
     has_barriers: ClassVar[bool] = True
+
+    server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
+    control_variates: ClassVar[bool] = True
+
     name: Literal["hierfavg"] = "hierfavg"
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
     kappa2: PositiveInt = Field(default=1, description="edge aggregations per cloud aggregation")
@@ -62,13 +66,14 @@ class HierFAVG(Protocol):
         super().__init__(ctx)
         self.cfg = cfg
         base = ctx.spec
-        self.spec = TrainSpec(epochs=None, steps=cfg.kappa1, batch_size=base.batch_size, lr=base.lr,
-                              momentum=base.momentum, weight_decay=base.weight_decay)
+        self.spec = replace(base, epochs=None, steps=cfg.kappa1)  # keeps the trainer's fields
         world = ctx.world
         self.members = {e: world.edge_members(e) for e in range(world.num_edges)}
         self.edges = [e for e, m in self.members.items() if m.size > 0]  # empty edges take no part
         self.edge_weight = {e: float(world.edge_samples(e)) for e in self.edges}
         self.edge_model: dict[int, Any] = {e: ctx.global_model for e in self.edges}
+        self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
+        self.control: Any = ctx.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
         self.barrier: dict[int, Barrier] = {}
@@ -109,6 +114,7 @@ class HierFAVG(Protocol):
         self.selected[edge] = self._sample(edge, pool, m, k)
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
                                      functools.partial(self._close_edge_round, edge))
+        self.edge_start[edge] = self.edge_model[edge]
         for device in self.selected[edge]:
             self.send_model(device, "device_edge", {"edge": edge})
 
@@ -124,7 +130,7 @@ class HierFAVG(Protocol):
         edge = event.payload["edge"]
         spec = planned_spec(self, event.payload["device"], self.barrier[edge], self.spec)
         if spec is not None:
-            self.start_job(event, self.edge_model[edge], spec)
+            self.start_job(event, self.edge_model[edge], spec, self.control)
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the edge."""
@@ -134,7 +140,7 @@ class HierFAVG(Protocol):
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
         ctx = self.ctx
         device, edge = event.payload["device"], event.payload["edge"]
-        ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]))
+        ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]), ctx.control_coef(device))
         self.barrier[edge].arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -157,10 +163,13 @@ class HierFAVG(Protocol):
 
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
         ctx = self.ctx
+        upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0
         if arrived:
-            self.edge_model[edge] = ctx.commit_edge(edge, participants=sorted(arrived))
+            # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
+            self.edge_model[edge] = ctx.commit_edge(edge, participants=sorted(arrived), base=self.edge_start[edge],
+                                                    pack_control=upload and ctx.control_variates)
         self.edge_round[edge] += 1
-        if self.edge_round[edge] % self.cfg.kappa2 == 0:
+        if upload:
             self.uploading[edge] = ctx.send(("edge", edge), ("cloud", 0), "edge_upload_done",
                                             {"edge": edge, "cloud_round": self.cloud_round}, "upload")
         elif not ctx.stopping:
@@ -191,17 +200,18 @@ class HierFAVG(Protocol):
         ctx = self.ctx
         edge = event.payload["edge"]
         self.uploading.pop(edge, None)
-        ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge])
+        ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge], 1.0 if ctx.control_variates else None)
         assert self.cloud_barrier is not None
         self.cloud_barrier.arrive(edge)
 
     def _close_cloud_round(self, arrived: list[int]) -> None:
         ctx = self.ctx
         if arrived:
-            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), tier="edge"))
+            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), tier="edge", base=ctx.global_model))
         self.cloud_round += 1
         if ctx.stopping:
             return
+        self.control = ctx.control()  # travels down with the global model
         self._begin_cloud_round()
         for e in self.edges:
             ctx.send(("cloud", 0), ("edge", e), "edge_download_done", {"edge": e}, "download")

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from hierfl.core.serveropt import ServerOptimizerConfig
 from hierfl.core.work import TrainSpec
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 
@@ -61,8 +62,12 @@ class Executor:
         """Handle of the initial global model."""
         raise NotImplementedError
 
-    def train(self, device: int, seed: int, spec: TrainSpec, params: Any) -> tuple[Any, Any, int]:
-        """Submit a job; returns (params handle, stats handle, host index) without waiting."""
+    def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
+        """Submit a job; returns (params handle, stats handle, host index) without waiting.
+
+        ``control``: handle of SCAFFOLD's server control ``c`` (jobs with ``spec.control_variates``);
+        such a job's result is the packed ``[y; Δc]``.
+        """
         raise NotImplementedError
 
     def wait(self, job: Job) -> dict[str, float]:
@@ -73,20 +78,36 @@ class Executor:
         """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role (does not wait)."""
         raise NotImplementedError
 
-    def add_edge(self, edge: int, weight: float, update: Any) -> None:
-        """Fold an arriving update into ``edge``'s running aggregation (does not wait)."""
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+        """Fold an arriving update into ``edge``'s running aggregation (does not wait).
+
+        With ``control_coef`` the update is a packed SCAFFOLD ``[y; Δc]``; ``κ·Δc`` is summed apart.
+        """
         raise NotImplementedError
 
-    def commit_edge(self, edge: int) -> Any:
-        """Finish ``edge``'s aggregation; returns the new leader-model handle."""
+    def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
+                    pack_control: bool = False) -> Any:
+        """Finish ``edge``'s aggregation; returns the new leader-model handle.
+
+        ``opt`` (with ``base``, the model the edge round started from) steps instead of averaging;
+        ``pack_control`` returns ``[model; Σ κ Δc]`` for the upload to the cloud.
+        """
         raise NotImplementedError
 
-    def add_cloud(self, weight: float, update: Any) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
         """Fold an arriving model into the cloud's running aggregation (does not wait)."""
         raise NotImplementedError
 
-    def commit_cloud(self) -> Any:
-        """Finish the cloud aggregation; returns the new global-model handle."""
+    def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
+        """Finish the cloud aggregation; returns the new global-model handle (``opt``: see :meth:`commit_edge`)."""
+        raise NotImplementedError
+
+    def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
+        """``opt`` steps ``base`` with ``Δ = Σ c·(a − b)``, at ``tier`` (leader ``entity`` or the cloud): a new handle."""
+        raise NotImplementedError
+
+    def control(self) -> Any:
+        """Handle of the cloud's SCAFFOLD control ``c`` as of the last commit."""
         raise NotImplementedError
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
@@ -121,9 +142,9 @@ class LocalExecutor(Executor):
         """The initial vector itself."""
         return self._init
 
-    def train(self, device: int, seed: int, spec: TrainSpec, params: Any) -> tuple[Any, Any, int]:
+    def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Runs the job immediately (its virtual time is accounted by the emulator)."""
-        new, stats = self.host.train(device, seed, spec, params)
+        new, stats = self.host.train(device, seed, spec, params, control)
         return new, stats, 0
 
     def wait(self, job: Job) -> dict[str, float]:
@@ -134,25 +155,25 @@ class LocalExecutor(Executor):
         """In-process, by the cloud role (as the Ray executor does it)."""
         return self.cloud.average(list(weights), list(range(len(models))), [None] * len(models), *models)
 
-    def add_edge(self, edge: int, weight: float, update: Any) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
         """In-process."""
-        self.leaders.add(edge, weight, update)
+        self.leaders.add(edge, weight, update, control_coef)
 
-    def commit_edge(self, edge: int) -> Any:
+    def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
+                    pack_control: bool = False) -> Any:
         """In-process."""
-        return self.leaders.commit(edge)
+        return self.leaders.commit(edge, opt, base, pack_control)
 
-    def add_cloud(self, weight: float, update: Any) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
         """In-process."""
-        self.cloud.add(weight, update)
+        self.cloud.add(weight, update, control_coef)
 
-    def commit_cloud(self) -> Any:
+    def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """In-process."""
-        return self.cloud.commit()
+        return self.cloud.commit(opt, base)
 
-    def combine(self, tier: str, terms: list[Term]) -> Any:
-        """In-process, on the same role classes the Ray executor uses."""
-        role = self.leaders if tier == "edge" else self.cloud
+    @staticmethod
+    def _pack(terms: list[Term]) -> tuple[list[int], list[int], list[Any]]:
         arrays = [a for _, p, m in terms for a in (p, m) if a is not None]
         plus, minus, k = [], [], 0
         for _, p, m in terms:
@@ -163,8 +184,29 @@ class LocalExecutor(Executor):
             else:
                 minus.append(k)
                 k += 1
+        return plus, minus, arrays
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """In-process, on the same role classes the Ray executor uses."""
+        role = self.leaders if tier == "edge" else self.cloud
+        plus, minus, arrays = self._pack(terms)
         none: list[int | None] = [None] * len(terms)
         return role.combine([c for c, _, _ in terms], plus, none, minus, none, *arrays)
+
+    def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
+        """In-process; the base model is ``arrays[0]`` for the role."""
+        plus, minus, arrays = self._pack(terms)
+        plus = [p + 1 for p in plus]
+        minus = [m + 1 if m >= 0 else -1 for m in minus]
+        none: list[int | None] = [None] * len(terms)
+        coefs = [c for c, _, _ in terms]
+        if tier == "edge":
+            return self.leaders.server_step(entity, opt, coefs, plus, none, minus, none, base, *arrays)
+        return self.cloud.server_step(opt, coefs, plus, none, minus, none, base, *arrays)
+
+    def control(self) -> Any:
+        """The cloud's current control vector (replaced, never changed in place, by a commit)."""
+        return self.cloud.get_control()
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """In-process evaluation."""

@@ -15,7 +15,10 @@ job. A batch's results are the rows of one array; receivers take zero-copy row v
 
 Placement. A job's result does not depend on where it runs (it is a pure function of its start
 model, the device's data and its seed), so jobs go to the host with the fewest outstanding jobs;
-every host holds the shared, read-only training arrays from the object store.
+every host holds the shared, read-only training arrays from the object store. A trainer that keeps
+per-device state in the host (SCAFFOLD's control variates) is the exception: each device then has
+a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
+one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from hierfl.core.serveropt import ServerOptimizerConfig
 from hierfl.core.work import TrainSpec
 from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost
@@ -49,6 +53,7 @@ class Slot:
     seed: int
     spec: TrainSpec
     params: Any
+    control: Any = None
     ref: Any = None
     row: int | None = None
     stats: Any = None
@@ -84,8 +89,8 @@ class RayExecutor(Executor):
                                                          data.model)
         self._outstanding = [0] * self.workers
         self._jobs: list[Slot] = []
-        self._cloud_adds: list[tuple[float, Any]] = []
-        self._edge_adds: list[tuple[int, float, Any]] = []
+        self._cloud_adds: list[tuple[float, Any, float | None]] = []
+        self._edge_adds: list[tuple[int, float, Any, float | None]] = []
         ray.get([a.ready.remote() for a in self._actors()])
         # start-up cost (process start, torch's lazy init) is paid here, not in the first round
         ray.get([h.warmup.remote(data.spec, self._init) for h in self.hosts] + [self.cloud.warmup.remote()])
@@ -106,14 +111,23 @@ class RayExecutor(Executor):
         jobs, self._jobs = self._jobs, []
         groups: dict[tuple[int, TrainSpec], list[Slot]] = {}
         for slot in jobs:
-            host = min(range(self.workers), key=lambda h: (self._outstanding[h], h))
+            if slot.spec.control_variates:  # per-device state lives in its host: a fixed home
+                host = slot.device % self.workers
+            else:
+                host = min(range(self.workers), key=lambda h: (self._outstanding[h], h))
             self._outstanding[host] += 1
             slot.host = host
             groups.setdefault((host, slot.spec), []).append(slot)
         for (host, spec), batch in groups.items():
-            index, rows, arrays = self._unique_refs([slot.params for slot in batch])
+            controls = [slot.control for slot in batch if slot.control is not None]
+            index, rows, arrays = self._unique_refs([slot.params for slot in batch] + controls)
+            control_index: list[int] | None = None
+            if controls:
+                it = iter(index[len(batch):])
+                control_index = [next(it) if slot.control is not None else -1 for slot in batch]
+                index, rows = index[:len(batch)], rows[:len(batch)]
             out_ref, stats_ref = self.hosts[host].train_many.options(num_returns=2).remote(
-                [s.device for s in batch], [s.seed for s in batch], spec, index, rows, *arrays)
+                [s.device for s in batch], [s.seed for s in batch], spec, index, rows, control_index, *arrays)
             for k, slot in enumerate(batch):
                 slot.ref, slot.row, slot.stats = out_ref, k, stats_ref
 
@@ -137,12 +151,13 @@ class RayExecutor(Executor):
         self._flush_jobs()
         if self._cloud_adds:
             adds, self._cloud_adds = self._cloud_adds, []
-            index, rows, refs = self._unique_refs([h for _, h in adds])
-            self.cloud.add_many.remote([w for w, _ in adds], index, rows, *refs)
+            index, rows, refs = self._unique_refs([h for _, h, _ in adds])
+            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs)
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
-            index, rows, refs = self._unique_refs([h for _, _, h in eadds])
-            self.leaders.add_many.remote([e for e, _, _ in eadds], [w for _, w, _ in eadds], index, rows, *refs)
+            index, rows, refs = self._unique_refs([h for _, _, h, _ in eadds])
+            self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
+                                         [c for *_, c in eadds], *refs)
 
     def flush(self) -> None:
         """Dispatch everything buffered (called before the driver blocks)."""
@@ -153,9 +168,9 @@ class RayExecutor(Executor):
         """ObjectRef of the initial vector."""
         return self._init
 
-    def train(self, device: int, seed: int, spec: TrainSpec, params: Any) -> tuple[Any, Any, int]:
+    def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Buffer the job; it is dispatched before the driver next blocks."""
-        slot = Slot(device, seed, spec, params)
+        slot = Slot(device, seed, spec, params, control)
         self._jobs.append(slot)
         if len(self._jobs) >= _MAX_BUFFERED_JOBS_PER_HOST * self.workers:
             self._flush_jobs()
@@ -179,37 +194,66 @@ class RayExecutor(Executor):
         index, rows, refs = self._unique_refs(list(models))
         return self.cloud.average.remote(list(weights), index, rows, *refs)
 
-    def add_edge(self, edge: int, weight: float, update: Any) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
         """Buffer the fold-in at the leader actor (sent in order with the others)."""
-        self._edge_adds.append((edge, weight, update))
+        self._edge_adds.append((edge, weight, update, control_coef))
 
-    def commit_edge(self, edge: int) -> Any:
+    def _model_ref(self, handle: Any) -> Any:
+        ref, row = self._ref_row(handle)
+        if row is not None:
+            raise ValueError("a server optimizer's base must be a model handle, not a job result")
+        return ref
+
+    def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
+                    pack_control: bool = False) -> Any:
         """Ref of the new leader model."""
         assert self.leaders is not None
         self._flush_adds()
-        return self.leaders.commit.remote(edge)
+        if opt is None and not pack_control:
+            return self.leaders.commit.remote(edge)
+        return self.leaders.commit.remote(edge, opt, None if base is None else self._model_ref(base), pack_control)
 
-    def add_cloud(self, weight: float, update: Any) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
         """Buffer the fold-in at the cloud actor (sent in order with the others)."""
-        self._cloud_adds.append((weight, update))
+        self._cloud_adds.append((weight, update, control_coef))
 
-    def commit_cloud(self) -> Any:
+    def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Ref of the new global model (pending fold-ins travel with the commit)."""
         adds, self._cloud_adds = self._cloud_adds, []
         self._flush_adds()
+        base_ref = None if base is None or opt is None else self._model_ref(base)  # plain averaging needs no base
         if not adds:
-            return self.cloud.commit.remote()
-        index, rows, refs = self._unique_refs([h for _, h in adds])
-        return self.cloud.add_many_commit.remote([w for w, _ in adds], index, rows, *refs)
+            return self.cloud.commit.remote(opt, base_ref)
+        handles = [h for _, h, _ in adds]
+        index, rows, refs = self._unique_refs(handles + ([base_ref] if base_ref is not None else []))
+        base_pos = -1
+        if base_ref is not None:
+            base_pos, index, rows = index[-1], index[:-1], rows[:-1]
+        return self.cloud.add_many_commit.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds],
+                                                 opt, base_pos, *refs)
 
-    def combine(self, tier: str, terms: list[Term]) -> Any:
-        """Ref of ``Σ c·(a − b)`` computed in the leader or cloud actor (inputs resolved there, as refs)."""
-        self._flush_adds()  # binds buffered jobs to their batch rows; keeps per-actor call order
-        role = self.leaders if tier == "edge" else self.cloud
-        if role is None:
-            raise RuntimeError("no leader actor: the scenario has no edge servers")
-        handles = [h for _, p, m in terms for h in (p, m) if h is not None]
-        index, rows, refs = self._unique_refs(handles)
+    def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
+        """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
+        self._flush_adds()
+        base_ref = self._model_ref(base)
+        handles = [base_ref] + [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)  # the base comes first: arrays[0] in the role
+        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
+        coefs = [c for c, _, _ in terms]
+        if tier == "edge":
+            if self.leaders is None:
+                raise RuntimeError("no leader actor: the scenario has no edge servers")
+            return self.leaders.server_step.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
+        return self.cloud.server_step.remote(opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
+
+    def control(self) -> Any:
+        """Ref of the cloud's control ``c`` after every call sent so far (actor calls run in order)."""
+        self._flush_adds()
+        return self.cloud.get_control.remote()
+
+    @staticmethod
+    def _term_positions(terms: list[Term], index: list[int], rows: list[int | None]
+                        ) -> tuple[list[int], list[int], list[int | None], list[int | None]]:
         plus: list[int] = []
         minus: list[int] = []
         plus_rows: list[int | None] = []
@@ -226,6 +270,17 @@ class RayExecutor(Executor):
                 minus.append(index[k])
                 minus_rows.append(rows[k])
                 k += 1
+        return plus, minus, plus_rows, minus_rows
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """Ref of ``Σ c·(a − b)`` computed in the leader or cloud actor (inputs resolved there, as refs)."""
+        self._flush_adds()  # binds buffered jobs to their batch rows; keeps per-actor call order
+        role = self.leaders if tier == "edge" else self.cloud
+        if role is None:
+            raise RuntimeError("no leader actor: the scenario has no edge servers")
+        handles = [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)
+        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index, rows)
         return role.combine.remote([c for c, _, _ in terms], plus, plus_rows, minus, minus_rows, *refs)
 
     def evaluate(self, params: Any) -> tuple[float, float]:

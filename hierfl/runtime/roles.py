@@ -12,10 +12,13 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.aggregate import WeightedSum, linear_combination
+from hierfl.core.scaffold import correction, option2_control
+from hierfl.core.serveropt import OptState, ServerOptimizerConfig
 from hierfl.core.work import TrainSpec
 from hierfl.learn.local import LocalTrainer
 
-__all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "average_rows", "combine_packed"]
+__all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
+           "delta_packed"]
 
 ModelSpec = tuple[Any, tuple[int, ...], int, int]
 """(model config, input shape, number of classes, torch threads)."""
@@ -43,8 +46,67 @@ def combine_packed(coefs: list[float], plus: list[int], plus_rows: list[int | No
     return linear_combination(terms)
 
 
+def delta_packed(coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
+                 minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+    """Like :func:`combine_packed`, in float64: the delta a server optimizer steps with."""
+    terms = [(c, _pick(arrays[p], pr), None if m < 0 else _pick(arrays[m], mr))
+             for c, p, pr, m, mr in zip(coefs, plus, plus_rows, minus, minus_rows)]
+    return linear_combination(terms, dtype=np.float64)
+
+
+class Aggregation:
+    """One aggregator's (a leader's or the cloud's) running state.
+
+    * the weighted sum of the models arriving in this round (float64, in arrival order);
+    * SCAFFOLD: the sum ``Σ κ_i Δc_i`` of the control deltas that came with them (float64) —
+      an update with a ``control_coef`` is a packed ``[model; Δc]`` vector of twice the length;
+    * the server optimizer's state (ALGORITHMS.md §5.7), kept across rounds.
+    """
+
+    def __init__(self) -> None:
+        self.pending: WeightedSum | None = None
+        self.control_sum: np.ndarray | None = None
+        self.opt_state = OptState()
+
+    def add(self, vector: np.ndarray, weight: float, control_coef: float | None = None) -> None:
+        """Fold in one update (a packed ``[model; Δc]`` when ``control_coef`` is given)."""
+        vec = np.asarray(vector)
+        if control_coef is not None:
+            half = vec.shape[0] // 2
+            if vec.shape[0] != 2 * half:
+                raise ValueError(f"a SCAFFOLD update is [model; control delta], got an odd length {vec.shape[0]}")
+            dc = vec[half:].astype(np.float64) * float(control_coef)
+            self.control_sum = dc if self.control_sum is None else self.control_sum + dc
+            vec = vec[:half]
+        if self.pending is None:
+            self.pending = WeightedSum()
+        self.pending.add(vec, weight)
+
+    def finish(self, opt: ServerOptimizerConfig | None, base: np.ndarray | None) -> np.ndarray:
+        """End the round: the weighted average, or ``opt`` stepped from ``base`` with ``Δ = average − base``."""
+        if self.pending is None:
+            raise ValueError("aggregation with no update")
+        avg, self.pending = self.pending.result(), None
+        if opt is None:
+            return avg  # plain averaging: the average itself, bit for bit
+        if base is None:
+            raise ValueError("a server optimizer needs the model the round started from")
+        return opt.step(base, avg.astype(np.float64) - np.asarray(base, dtype=np.float64), self.opt_state)
+
+    def take_control(self, size: int) -> np.ndarray:
+        """``Σ κ_i Δc_i`` since the last call (zeros if none), as float32; resets it."""
+        out = np.zeros(size, dtype=np.float32) if self.control_sum is None else self.control_sum.astype(np.float32)
+        self.control_sum = None
+        return out
+
+
 class DeviceHost:
-    """Hosts many virtual devices: their sample indices and the local training loop."""
+    """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
+
+    Persistent per-device state: SCAFFOLD's control variate ``c_i`` (zeros until the device's
+    first job). It lives here, so a device must always train on the same host (the Ray
+    executor gives each device a fixed home host when the trainer keeps state).
+    """
 
     def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec) -> None:
         model_cfg, input_shape, num_classes, threads = model
@@ -52,23 +114,45 @@ class DeviceHost:
         self.y = y_train
         self.parts = parts
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
+        self.controls: dict[int, np.ndarray] = {}
 
-    def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
-        """One local job of ``device`` starting from ``params``; seeded by ``seed`` only."""
+    def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+              control: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+        """One local job of ``device`` starting from ``params``; seeded by ``seed`` only.
+
+        With ``spec.control_variates`` (SCAFFOLD, option II) ``control`` is the server's ``c``;
+        every gradient is corrected by ``c − c_i``, the device's ``c_i`` is updated and the
+        result is the packed ``[y; Δc_i]`` (twice the model's length).
+        """
         idx = self.parts[device]
-        return self.trainer.train(params, self.x[idx], self.y[idx], spec, seed)
+        if not spec.control_variates:
+            return self.trainer.train(params, self.x[idx], self.y[idx], spec, seed)
+        if control is None:
+            raise ValueError(f"device {device}: a SCAFFOLD job needs the server control c")
+        c = np.asarray(control, dtype=np.float32)
+        c_i = self.controls.get(device)
+        if c_i is None:
+            c_i = np.zeros_like(c)
+        y_new, stats = self.trainer.train(params, self.x[idx], self.y[idx], spec, seed, correction=correction(c, c_i))
+        c_new, dc = option2_control(c_i, c, params, y_new, int(stats["steps"]), spec.lr)
+        self.controls[device] = c_new
+        return np.concatenate([y_new, dc]), stats
 
     def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
-                   param_rows: list[int | None], *param_arrays: np.ndarray) -> tuple[np.ndarray, list[dict[str, float]]]:
+                   param_rows: list[int | None], control_index: list[int] | None,
+                   *param_arrays: np.ndarray) -> tuple[np.ndarray, list[dict[str, float]]]:
         """Several jobs in one call (the Ray executor's batching): results are the rows of one array.
 
-        Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``).
+        Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``), with
+        the server control ``param_arrays[control_index[k]]`` when given (``-1``: none).
         Each job is exactly :meth:`train`, so batching never changes a result.
         """
         out: np.ndarray | None = None
         stats = []
         for k, (device, seed) in enumerate(zip(devices, seeds)):
-            vec, st = self.train(device, seed, spec, _pick(param_arrays[param_index[k]], param_rows[k]))
+            ci = -1 if control_index is None else control_index[k]
+            vec, st = self.train(device, seed, spec, _pick(param_arrays[param_index[k]], param_rows[k]),
+                                 None if ci < 0 else param_arrays[ci])
             if out is None:
                 out = np.empty((len(devices), vec.size), dtype=np.float32)
             out[k] = vec
@@ -95,24 +179,45 @@ class LeaderHost:
     def __init__(self) -> None:
         self.models: dict[int, np.ndarray] = {}
         self.versions: dict[int, int] = {}
-        self._pending: dict[int, WeightedSum] = {}
+        self._agg: dict[int, Aggregation] = {}
 
-    def add(self, leader: int, weight: float, vector: np.ndarray) -> None:
-        """Fold one arriving update into the leader's running weighted sum."""
-        self._pending.setdefault(leader, WeightedSum()).add(vector, weight)
+    def _at(self, leader: int) -> Aggregation:
+        agg = self._agg.get(leader)
+        if agg is None:
+            agg = self._agg[leader] = Aggregation()
+        return agg
+
+    def add(self, leader: int, weight: float, vector: np.ndarray, control_coef: float | None = None) -> None:
+        """Fold one arriving update into the leader's running weighted sum (packed ``[y; Δc]`` with a coef)."""
+        self._at(leader).add(vector, weight, control_coef)
 
     def add_many(self, leaders: list[int], weights: list[float], index: list[int], rows: list[int | None],
-                 *arrays: np.ndarray) -> None:
+                 coefs: list[float | None], *arrays: np.ndarray) -> None:
         """Several :meth:`add` calls in one, in order: update ``k`` is ``arrays[index[k]]`` (row ``rows[k]``)."""
         for k, (leader, w) in enumerate(zip(leaders, weights)):
-            self.add(leader, w, _pick(arrays[index[k]], rows[k]))
+            self.add(leader, w, _pick(arrays[index[k]], rows[k]), coefs[k])
 
-    def commit(self, leader: int) -> np.ndarray:
-        """Finish the aggregation: the weighted average becomes the leader's model."""
-        model = self._pending.pop(leader).result()
+    def commit(self, leader: int, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None,
+               pack_control: bool = False) -> np.ndarray:
+        """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the leader's model.
+
+        ``pack_control``: return ``[model; Σ κ_i Δc_i]`` (the SCAFFOLD control deltas gathered
+        since the last upload, relayed to the cloud) instead of the model alone.
+        """
+        agg = self._at(leader)
+        model = agg.finish(opt, base)
         self.models[leader] = model
         self.versions[leader] = self.versions.get(leader, 0) + 1
+        if pack_control:
+            return np.concatenate([model, agg.take_control(model.size)])
         return model
+
+    def server_step(self, leader: int, opt: ServerOptimizerConfig, coefs: list[float], plus: list[int],
+                    plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None],
+                    *arrays: np.ndarray) -> np.ndarray:
+        """``opt`` steps ``arrays[0]`` (the leader's model) with ``Δ = Σ c·(a − b)`` (an asynchronous leader step)."""
+        delta = delta_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
+        return opt.step(arrays[0], delta, self._at(leader).opt_state)
 
     def combine(self, coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
                 minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
@@ -131,35 +236,53 @@ class Cloud:
         model_cfg, input_shape, num_classes, threads = model
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
-        self._pending: WeightedSum | None = None
+        self._agg = Aggregation()
+        self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
         self.x_test = x_test
         self.y_test = y_test
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
 
-    def add(self, weight: float, vector: np.ndarray) -> None:
-        """Fold one arriving model into the running weighted sum."""
-        if self._pending is None:
-            self._pending = WeightedSum()
-        self._pending.add(vector, weight)
+    def add(self, weight: float, vector: np.ndarray, control_coef: float | None = None) -> None:
+        """Fold one arriving model into the running weighted sum (packed ``[model; Δc]`` with a coef)."""
+        self._agg.add(vector, weight, control_coef)
 
-    def add_many(self, weights: list[float], index: list[int], rows: list[int | None], *arrays: np.ndarray) -> None:
+    def add_many(self, weights: list[float], index: list[int], rows: list[int | None], coefs: list[float | None],
+                 *arrays: np.ndarray) -> None:
         """Several :meth:`add` calls in one, in order: update ``k`` is ``arrays[index[k]]`` (row ``rows[k]``)."""
         for k, w in enumerate(weights):
-            self.add(w, _pick(arrays[index[k]], rows[k]))
+            self.add(w, _pick(arrays[index[k]], rows[k]), coefs[k])
 
     def add_many_commit(self, weights: list[float], index: list[int], rows: list[int | None],
+                        coefs: list[float | None], opt: ServerOptimizerConfig | None, base: int,
                         *arrays: np.ndarray) -> np.ndarray:
-        """The last fold-ins and the commit in one call (one actor round trip less per round)."""
-        self.add_many(weights, index, rows, *arrays)
-        return self.commit()
+        """The last fold-ins and the commit in one call (one actor round trip less per round);
+        ``base`` indexes ``arrays`` (``-1``: none)."""
+        self.add_many(weights, index, rows, coefs, *arrays)
+        return self.commit(opt, None if base < 0 else arrays[base])
 
-    def commit(self) -> np.ndarray:
-        """Finish the aggregation: the weighted average becomes the global model."""
-        if self._pending is None:
-            raise ValueError("cloud aggregation with no update")
-        self.model, self._pending = self._pending.result(), None
+    def commit(self, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None) -> np.ndarray:
+        """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the global model.
+
+        SCAFFOLD control deltas that came with the updates move the server control:
+        ``c ← c + Σ κ_i Δc_i``.
+        """
+        self.model = self._agg.finish(opt, base)
+        if self._agg.control_sum is not None:
+            self.control = (self.control.astype(np.float64) + self._agg.control_sum).astype(np.float32)
+            self._agg.control_sum = None
         self.version += 1
         return self.model
+
+    def get_control(self) -> np.ndarray:
+        """The server control ``c`` (SCAFFOLD) as it is now."""
+        return self.control
+
+    def server_step(self, opt: ServerOptimizerConfig, coefs: list[float], plus: list[int],
+                    plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None],
+                    *arrays: np.ndarray) -> np.ndarray:
+        """``opt`` steps ``arrays[0]`` (the global model) with ``Δ = Σ c·(a − b)`` (an asynchronous cloud step)."""
+        delta = delta_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
+        return opt.step(arrays[0], delta, self._agg.opt_state)
 
     def average(self, weights: list[float], index: list[int], rows: list[int | None],
                 *arrays: np.ndarray) -> np.ndarray:
