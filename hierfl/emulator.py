@@ -233,9 +233,15 @@ class Context:
         w = self.world
         (a, i), (b, j) = src, dst
         if a == "device" and b == "device":
-            # ALGORITHMS.md §1.2 fallback: both access links are crossed
-            return ("device_device", [("up", i), ("down", j)],
-                    (float(w.latency_ms[i]) + float(w.latency_ms[j])) / 1000.0, (i, j))
+            # both access links are crossed (ALGORITHMS.md §1.2); a topology's d2d rule sets the latency
+            # and may cap the hop's bandwidth: a private link per (src, dst) pair, shared only by
+            # concurrent hops between the same two devices
+            links_dd: list[Any] = [("up", i), ("down", j)]
+            rule = w.d2d_link
+            if rule is not None and math.isfinite(rule.bandwidth_mbps):
+                self.net.capacity.setdefault(("d2d", i, j), rule.bandwidth_mbps)
+                links_dd.append(("d2d", i, j))
+            return "device_device", links_dd, w.d2d_latency_ms(i, j) / 1000.0, (i, j)
         if {a, b} == {"device", "edge"}:
             d, e = (i, j) if a == "device" else (j, i)
             links: list[Any] = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]

@@ -185,3 +185,27 @@ def test_prox_term_pulls_towards_the_start_model():
     held, _ = trainer.train(b.init_params, x, y, TrainSpec(epochs=2, batch_size=10, lr=0.1, prox=5.0), 5)
     np.testing.assert_array_equal(free, again)  # prox = 0 changes nothing
     assert np.linalg.norm(held - b.init_params) < 0.5 * np.linalg.norm(free - b.init_params)
+
+
+def test_ahfl_over_fedch_groups_uses_the_balanced_assignment(tmp_path):
+    """AHFL with ``topology.grouping: fedch``: each leader's queue holds exactly the members of its
+    balanced Hungarian group (2 per edge), here the two devices with the lower pair latency to it."""
+    lat = {"dist": "choice", "values": [1.0, 90.0], "weights": [0.5, 0.5]}
+    sc = ahfl().model_copy(update={"topology": tiny(topology={
+        "edge_servers": 2, "grouping": "fedch", "edge_latency_ms": lat,
+        "edge_cloud": {"uplink_mbps": 100, "downlink_mbps": 100, "latency_ms": 10}}).topology})
+    built = build(sc)
+    w = built.world
+    groups = [w.edge_members(e).tolist() for e in range(2)]
+    assert sorted(len(g) for g in groups) == [2, 2]
+    # the chosen assignment is the best balanced one for the pair latencies (all else is equal)
+    import itertools
+    cost = sum(w.edge_latency_ms[d, w.edge_of[d]] for d in range(4))
+    best = min(sum(w.edge_latency_ms[d, e] for d, e in enumerate(lab))
+               for lab in itertools.product(range(2), repeat=4) if sorted(lab) == [0, 0, 1, 1])
+    assert cost == pytest.approx(best)
+    run_scenario(sc, tmp_path, built=built)
+    clusters = [json.loads(x) for x in (tmp_path / "clusters.jsonl").read_text().splitlines()]
+    assert clusters[0]["grouping"] == "fedch" and clusters[0]["members"] == groups
+    edges = lines(tmp_path, "edge_aggregate")
+    assert edges and all(set(e["ids"]) <= set(groups[e["edge"]]) for e in edges)

@@ -266,7 +266,7 @@ def test_selector_matching_nothing_warns_and_cli_exits_2_on_bad_tier(tmp_path):
                 events=[{"at_s": 1.0, "slowdown": {"factor": 2, "select": {"tier": "laptop"}}}])
     assert build(sc).dynamics.warnings == ["events.0.slowdown.select matches no device; the event does nothing"]
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "scenarios" / "stragglers.yaml").read_text().replace("phone_high", "phone_mid"))
+    bad.write_text((ROOT / "scenarios" / "churn.yaml").read_text().replace("phone_high", "phone_mid"))
     proc = subprocess.run([sys.executable, "-m", "hierfl.cli", "run", str(bad), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "devices.tiers.phone_mid" in proc.stderr and "Traceback" not in proc.stderr

@@ -69,7 +69,6 @@ def test_three_device_ring_latest_exact_trace(tmp_path, weighting):
     train = trainer_for(sc, built)
     w0 = built.init_params
     m1 = own_chain(train, 1, w0, 5)  # dev1 never holds an arrival when it starts a unit
-    m0_1 = train(0, w0, 0)
     m0_2 = train(0, m1[1], 1)
     m0_3 = train(0, m1[3], 2)
     m2_1 = train(2, w0, 0)
@@ -106,13 +105,33 @@ def test_three_device_ring_latest_exact_trace(tmp_path, weighting):
     assert clusters[0]["members"] == [[0, 1, 2]] and abs(clusters[0]["round_s"] - T) < 1e-12
 
 
+def test_topology_d2d_rule_sets_hop_latency_and_caps_bandwidth(tmp_path):
+    """A topology's device ↔ device rule: latency 5 ms + 2 ms/km × distance, bandwidth capped at 0.25 Mbps."""
+    from hierfl.core.world import D2DLink
+
+    sc, built = ring3()
+    w = built.world
+    w.d2d_link = D2DLink(latency_ms=5.0, ms_per_km=2.0, bandwidth_mbps=0.25)
+    w.device_xy = np.array([[0.0, 0.0], [3.0, 4.0], [0.0, 10.0]])   # |01| = 5 km, |02| = 10 km, |12| = √45 km
+    km = {(0, 2): 10.0, (1, 0): 5.0, (2, 1): 45 ** 0.5}
+    hop = {p: (5.0 + 2.0 * d) / 1000.0 + 72 * 8 / 0.25e6 for p, d in km.items()}
+    assert w.d2d_s(1, 0) == pytest.approx(hop[(1, 0)], abs=1e-12)
+    run_scenario(sc, tmp_path, built=built)
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    sends = [e for e in trace if e["ph"] == "X" and e["name"] == "ring_send"]
+    assert sends and {(e["tid"], e["args"]["peer"]) for e in sends} == set(hop)
+    for e in sends:  # one hop at a time per pair here (units are longer than hops): the rule alone
+        assert abs(e["dur"] - hop[(e["tid"], e["args"]["peer"])] * 1e6) < 1e-3, e
+    clusters = lines(tmp_path, "clusters.jsonl")
+    assert abs(clusters[0]["round_s"] - (1.5 + hop[(2, 1)])) < 1e-12   # T = slowest unit + its hop
+
+
 def test_three_device_ring_average_policy(tmp_path):
     sc, built = ring3(arrival_policy="average", weighting="uniform")
     result = run_scenario(sc, tmp_path, built=built)
     train = trainer_for(sc, built)
     w0 = built.init_params
     m1 = own_chain(train, 1, w0, 5)  # dev1 never holds an arrival when it starts a unit
-    m0_1 = train(0, w0, 0)
     m0_2 = train(0, weighted_average([m0_1, m1[1]], [1, 1]), 1)          # own + the one arrived
     m0_3 = train(0, weighted_average([m0_2, m1[2], m1[3]], [1, 1, 1]), 2)  # own + both arrived
     m2_1 = train(2, w0, 0)

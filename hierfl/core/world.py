@@ -110,16 +110,31 @@ class World:
         """Model transfer device → server."""
         return transfer_time_s(self.model_bytes, float(self.uplink_mbps[device]), self.link_latency_ms(device))
 
-    def d2d_s(self, src: int, dst: int) -> float:
-        """Model transfer device ``src`` → device ``dst`` (a ring hop).
+    def d2d_latency_ms(self, src: int, dst: int) -> float:
+        """One-way latency of a device ``src`` → device ``dst`` hop.
 
-        Until device-to-device links are modelled (heterogeneity issue), the ALGORITHMS.md §1.2
-        fallback: bandwidth ``min(uplink_src, downlink_dst)``, latency ``latency_src + latency_dst``
-        (both access links are crossed). Replace this one function to change every d2d duration.
+        With a topology's device ↔ device rule (``d2d_link``): ``latency_ms + ms_per_km · distance``
+        (the distance term needs ``device_xy``). Otherwise ALGORITHMS.md §1.2's fallback: both
+        access links are crossed, ``latency_src + latency_dst``.
         """
-        bandwidth = min(float(self.uplink_mbps[src]), float(self.downlink_mbps[dst]))
-        latency = float(self.latency_ms[src]) + float(self.latency_ms[dst])
-        return transfer_time_s(self.model_bytes, bandwidth, latency)
+        rule = self.d2d_link
+        if rule is None:
+            return float(self.latency_ms[src]) + float(self.latency_ms[dst])
+        km = 0.0
+        if self.device_xy is not None and rule.ms_per_km:
+            km = float(np.hypot(*(self.device_xy[src] - self.device_xy[dst])))
+        return rule.latency_ms + rule.ms_per_km * km
+
+    def d2d_bandwidth_mbps(self, src: int, dst: int) -> float:
+        """Bottleneck of a ``src`` → ``dst`` hop alone: ``min(uplink_src, downlink_dst)``, capped by the
+        topology's ``d2d_link.bandwidth_mbps`` when it sets one."""
+        cap = self.d2d_link.bandwidth_mbps if self.d2d_link is not None else float("inf")
+        return min(float(self.uplink_mbps[src]), float(self.downlink_mbps[dst]), cap)
+
+    def d2d_s(self, src: int, dst: int) -> float:
+        """Model transfer device ``src`` → device ``dst`` (a ring hop, a member → device-leader upload),
+        uncontended: :meth:`d2d_bandwidth_mbps` and :meth:`d2d_latency_ms`."""
+        return transfer_time_s(self.model_bytes, self.d2d_bandwidth_mbps(src, dst), self.d2d_latency_ms(src, dst))
 
     def edge_upload_s(self, edge: int) -> float:
         """Model transfer edge server → cloud."""
