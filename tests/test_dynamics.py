@@ -272,3 +272,16 @@ def test_selector_matching_nothing_warns_and_cli_exits_2_on_bad_tier(tmp_path):
     assert proc.returncode == 2 and "devices.tiers.phone_mid" in proc.stderr and "Traceback" not in proc.stderr
     assert "phone_low" in proc.stderr  # the allowed tiers are listed
     assert not (tmp_path / "o").exists()
+
+
+def test_selector_cluster_is_an_alias_of_edge_and_both_at_once_is_an_error():
+    sc = tiny(devices={"count": 6}, topology={"edge_servers": 2},
+              events=[{"at_s": 1.0, "slowdown": {"factor": 3, "select": {"cluster": 1}}}])
+    assert sc.events[0].slowdown.select.edge == 1
+    windows = build(sc).dynamics.windows
+    # round_robin: edge 1 holds the odd devices; only they get the window
+    assert [len(w) for w in windows] == [0, 1, 0, 1, 0, 1]
+    with pytest.raises(ConfigError) as err:
+        tiny(devices={"count": 6}, topology={"edge_servers": 2},
+             events=[{"at_s": 1.0, "slowdown": {"factor": 3, "select": {"cluster": 1, "edge": 0}}}])
+    assert "events.0.slowdown.select" in str(err.value) and "alias" in str(err.value)

@@ -92,6 +92,17 @@ class Selector(ConfigModel):
     fraction: float | None = Field(default=None, gt=0.0, le=1.0)
     count: PositiveInt | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_alias(cls, data: Any) -> Any:
+        # `cluster: k` reads as the devices of edge server (leader group) k, as the issue text words it
+        if isinstance(data, dict) and "cluster" in data:
+            data = dict(data)
+            if "edge" in data:
+                raise ValueError("set either edge or cluster (its alias), not both")
+            data["edge"] = data.pop("cluster")
+        return data
+
     @model_validator(mode="after")
     def _one_size(self) -> Selector:
         if self.fraction is not None and self.count is not None:
