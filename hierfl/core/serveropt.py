@@ -176,23 +176,25 @@ class FedAdagradOpt(_AdaptiveOpt):
         return adagrad_second_moment(delta, v, self.tau)
 
 
+class _DecayingSecondMoment(_AdaptiveOpt):
+    beta2: float = Field(default=0.99, ge=0.0, lt=1.0, description="second-moment decay β2 [V3]")
+
+
 @SERVER_OPTIMIZERS.register
-class FedAdamOpt(_AdaptiveOpt):
+class FedAdamOpt(_DecayingSecondMoment):
     """``{name: fedadam, lr: 0.01, beta1: 0.9, beta2: 0.99, tau: 1e-3}``."""
 
     name: Literal["fedadam"] = "fedadam"
-    beta2: float = Field(default=0.99, ge=0.0, lt=1.0, description="second-moment decay β2 [V3]")
 
     def _second(self, delta: np.ndarray, v: np.ndarray | None) -> np.ndarray:
         return adam_second_moment(delta, v, self.beta2, self.tau)
 
 
 @SERVER_OPTIMIZERS.register
-class FedYogiOpt(_AdaptiveOpt):
+class FedYogiOpt(_DecayingSecondMoment):
     """``{name: fedyogi, lr: 0.01, beta1: 0.9, beta2: 0.99, tau: 1e-3}``."""
 
     name: Literal["fedyogi"] = "fedyogi"
-    beta2: float = Field(default=0.99, ge=0.0, lt=1.0, description="second-moment decay β2 [V3]")
 
     def _second(self, delta: np.ndarray, v: np.ndarray | None) -> np.ndarray:
         return yogi_second_moment(delta, v, self.beta2, self.tau)
