@@ -171,6 +171,19 @@ def _world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) ->
     )
 
 
+def _network_capacities(scenario: Scenario, world: World) -> None:
+    """``network.*_mbps``: shared capacities that override the topology's (unlimited without one)."""
+    net = scenario.network
+    if net.cloud_ingress_mbps is not None:
+        world.cloud_ingress_mbps = float(net.cloud_ingress_mbps)
+    if net.cloud_egress_mbps is not None:
+        world.cloud_egress_mbps = float(net.cloud_egress_mbps)
+    if net.edge_ingress_mbps is not None:
+        world.edge_ingress_mbps = np.full(world.num_edges, float(net.edge_ingress_mbps))
+    if net.edge_egress_mbps is not None:
+        world.edge_egress_mbps = np.full(world.num_edges, float(net.edge_egress_mbps))
+
+
 def build(scenario: Scenario, source: str | None = None) -> Built:
     """Generate the data, split it, draw the profiles, assign edges and initialise the model.
 
@@ -194,6 +207,7 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
         raise ConfigError(exc.problems, source) from None
     params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
     # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
+    _network_capacities(scenario, world)
     world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
     dynamics = build_dynamics(scenario, world, source)
     return Built(scenario, dataset, [np.asarray(p, dtype=np.int64) for p in parts], world,

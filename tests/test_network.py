@@ -1,5 +1,6 @@
 """Flow-level network: max-min fair sharing with exact finish times, link changes, and the emulator using it."""
 
+import json
 import math
 
 import numpy as np
@@ -82,9 +83,9 @@ def test_max_min_rates_are_feasible_and_every_flow_has_a_bottleneck(flows, caps)
 
 def _two_device_uploads(contention: bool, ingress: float):
     sc = tiny(devices={"count": 2}, stop={"rounds": 1}, evaluation={"every_s": None},
-              network={"contention": contention})
+              network={"contention": contention, "cloud_ingress_mbps": ingress})
     built = build(sc)
-    built.world.cloud_ingress_mbps = ingress
+    assert built.world.cloud_ingress_mbps == ingress
     return sc, built
 
 
@@ -118,3 +119,29 @@ def test_link_event_slows_an_upload_in_flight(tmp_path):
     res = run_scenario(sc, tmp_path)
     assert res.summary["virtual_time_s"] == pytest.approx(at + 0.5 * mbit / 0.1 + 0.020, abs=1e-9)
     assert not math.isnan(res.summary["final_accuracy"]) and np.isfinite(res.final_params).all()
+
+
+def test_edge_ingress_from_the_scenario_is_shared_by_that_edge_s_uploads(tmp_path):
+    """HierFAVG, 2 edges × 2 devices (0.5 Mbps up each), ``network.edge_ingress_mbps: 0.4``: the two
+    uploads into one edge get 0.2 Mbps each, so the edge round ends at down + compute + 0.020 + mbit/0.2."""
+    sc = tiny(devices={"count": 4}, topology={"edge_servers": 2}, stop={"rounds": 1}, evaluation={"every_s": None},
+              protocol={"name": "hierfavg", "kappa1": 2, "kappa2": 1},
+              network={"edge_ingress_mbps": 0.4, "edge_egress_mbps": 100.0})
+    built = build(sc)
+    assert built.world.edge_ingress_mbps.tolist() == [0.4, 0.4]
+    res = run_scenario(sc, tmp_path, built=built)
+    mbit = built.world.model_bytes * 8 / 1e6
+    ev = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    edge_t = sorted(x["t"] for x in ev if x["event"] == "edge_aggregate")
+    down = 0.020 + mbit / 1.0
+    compute = 2 * 10 / 100.0   # kappa1 = 2 steps of batch 10 at 100 samples/s
+    assert edge_t == pytest.approx([down + compute + 0.020 + mbit / 0.2] * 2, abs=1e-9)
+    assert res.summary["rounds"] == 1
+
+
+def test_edge_capacity_without_edge_servers_is_a_key_path_error():
+    from hierfl.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        tiny(network={"edge_ingress_mbps": 5})
+    assert "network.edge_ingress_mbps" in str(err.value) and "no edge servers" in str(err.value)

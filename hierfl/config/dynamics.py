@@ -196,6 +196,15 @@ class NetworkConfig(ConfigModel):
     contention: bool = Field(
         default=True, description="transfers sharing a finite-capacity link share it max-min fairly; "
                                   "false = every transfer runs at its path's bottleneck as if alone")
+    # shared capacities (Mbps); null = as the topology file or generator says (unlimited without one)
+    cloud_ingress_mbps: PositiveFloat | None = Field(
+        default=None, description="capacity shared by every transfer into the cloud")
+    cloud_egress_mbps: PositiveFloat | None = Field(
+        default=None, description="capacity shared by every transfer out of the cloud")
+    edge_ingress_mbps: PositiveFloat | None = Field(
+        default=None, description="per edge server: capacity shared by its devices' uploads")
+    edge_egress_mbps: PositiveFloat | None = Field(
+        default=None, description="per edge server: capacity shared by its downloads to devices")
 
 
 # -- stragglers --------------------------------------------------------------------------------

@@ -247,6 +247,10 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
         problems.append(Problem("straggler.cloud", "a cloud-round policy over edge servers applies to hierfavg only"))
     end = scenario.stop.virtual_time_s
     e_count = scenario.topology.edge_servers
+    for key in ("edge_ingress_mbps", "edge_egress_mbps"):
+        if getattr(scenario.network, key) is not None and e_count == 0:
+            problems.append(Problem(f"network.{key}", "the scenario has no edge servers (topology.edge_servers: 0); "
+                                    "use network.cloud_ingress_mbps / cloud_egress_mbps for the cloud's links"))
     for i, ev in enumerate(scenario.events):
         if end is not None and ev.at_s >= end:
             problems.append(Problem(f"events.{i}.at_s", f"outside the run (stop.virtual_time_s = {end:g}); "
