@@ -520,9 +520,8 @@ class FedCH(Protocol):
         re-clustering (``on_leader_lost``); a leader whose own task failed restarts its round."""
         p = event.payload
         device = int(p["device"])
-        gen = p.get("gen")
         if p.get("leg") == "cluster_up":
-            self._cluster_up.pop((int(gen), int(p["cluster"]), int(p["round"])), None)
+            self._cluster_up.pop((int(p["gen"]), int(p["cluster"]), int(p["round"])), None)
         c = self.clusters[int(self.cluster_of[device])]
         c.transfers.pop(device, None)
         c.events.pop(device, None)
