@@ -198,6 +198,8 @@ class FedCH(Protocol):
             features = np.column_stack([m["compute"], m["cloud"], ctx.world.samples.astype(np.float64)])
             res = fc.construct_balanced_kmeans(features, seeds, m["compute"] + m["cloud"], cfg.max_iter, eligible)
         self.cluster_of = res.cluster_of.astype(np.int64)
+        # measured upload times: to the cloud (device leaders' uplink), or to the edge each device got
+        upload = m["edge"][np.arange(self.n), self.cluster_of] if self.edge_mode else m["cloud"]
         if self.edge_mode and reason == "initial":
             self._write_devices()
         members = res.members()
@@ -213,7 +215,7 @@ class FedCH(Protocol):
                   "leader_kind": "edge" if self.edge_mode else "device", "members": members, "leaders": leaders,
                   "cost": res.cost.tolist(), "slot_of": res.slot_of.tolist(), "total_cost": res.total_cost,
                   "iterations": res.iterations, "iteration_costs": res.costs, "compute_s": m["compute"].tolist(),
-                  "upload_s": m["cloud"].tolist()}
+                  "upload_s": upload.tolist()}
         if offline:
             record["offline"] = offline
         if reason == "initial" or cfg.recompute_k:
