@@ -480,7 +480,9 @@ class FedCH(Protocol):
                     ctx.drop_update("cloud", 0, late.cid, self.version - late.version)
                 self._recluster(self.policy.reason, self.policy.state())
                 return
-            self._send_to_leader(self.clusters[up.cid])
+            c = self.clusters[up.cid]
+            if not c.leader_down:  # a lost leader gets (w, t) when it is back (on_leader_back)
+                self._send_to_leader(c)
 
     # -- re-clustering ----------------------------------------------------------------------------
     def _teardown(self) -> float:
