@@ -73,8 +73,8 @@ def fedch_tiny(**kw):
     return tiny(devices={"count": 6, "speed_sps": {"dist": "lognormal", "median": 150, "sigma": 0.8}},
                 data={"dataset": {"num_samples": 360}, "partition": {"name": "dirichlet", "alpha": 0.5,
                                                                      "min_require_size": 5}},
-                protocol={"name": "fedch", "K": 2, "H": 4, "lr": 0.1, "recluster": {"name": "periodic", "rho": 2},
-                          "slowdowns": [{"at_s": 1.0, "devices": [0, 1], "factor": 4}]},
+                protocol={"name": "fedch", "K": 2, "H": 4, "lr": 0.1, "recluster": {"name": "periodic", "rho": 2}},
+                events=[{"at_s": 1.0, "slowdown": {"select": {"ids": [0, 1]}, "factor": 4}}],
                 training={"momentum": 0.5}, stop={"rounds": 9}, **kw)
 
 

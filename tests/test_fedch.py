@@ -126,9 +126,12 @@ def test_periodic_reclustering_fires_every_rho_k_aggregations(tmp_path):
 
 
 def adaptive_world(tmp_path, recluster):
-    """Device 3 (a member, not a leader) computes 10× slower from t = 1.5·ROUND on."""
+    """Device 3 (a member, not a leader) computes 10× slower from t = 2·ROUND on: a scenario-level
+    slowdown event, placed between two of its jobs (the one of round 1 ends at DOWN + ROUND + D2D + C
+    < 2·ROUND, the one of round 2 starts at DOWN + 2·ROUND + D2D), so the first slowed job is
+    slowed from its start to its end."""
     sc = fedch(recluster=recluster, stop={"rounds": 14},
-               slowdowns=[{"at_s": 1.5 * ROUND, "devices": [3], "factor": 10}])
+               extra={"events": [{"at_s": 2 * ROUND, "slowdown": {"select": {"ids": [3]}, "factor": 10}}]})
     return run_scenario(sc, tmp_path)
 
 
@@ -217,7 +220,7 @@ def test_k_auto_records_the_objective(tmp_path):
     ({"recluster": {"name": "sometimes"}}, {}, "protocol.recluster", "adaptive"),
     ({"K": 3}, {"topology": {"edge_servers": 2}}, "protocol.K", "allowed: 2 or auto"),
     ({"K": 1, "alpha_init": "fraction"}, {}, "protocol.alpha_init", "one_minus"),
-    ({"slowdowns": [{"at_s": 1, "devices": [7], "factor": 2}]}, {}, "protocol.slowdowns.0.devices", "0..3"),
+    ({"slowdowns": [{"at_s": 1, "devices": [3], "factor": 2}]}, {}, "protocol.slowdowns", "unknown key"),
 ])
 def test_bad_input_exit_2_with_key_path(tmp_path, capsys, protocol, extra, path, text):
     raw = {**TINY, "protocol": {"name": "fedch", "K": 2, **protocol}, "stop": {"rounds": 3, "virtual_time_s": 50}}

@@ -190,3 +190,37 @@ def test_adaptive_policy_flags_against_running_median():
     policy.reset()
     assert policy.state()["flagged"] == [] and policy.round_closed(0, 100.0) is False
     assert not NeverRecluster().make(3, 9).aggregation_applied(0, True)
+
+
+def test_eligible_leaders_hand_computed():
+    compute, cloud, d = six_devices()
+    # devices 0 and 1 may not lead (offline at construction): the best eligible seeds are 5 and 2
+    mask = np.array([False, False, True, True, True, True])
+    assert fc.initial_leaders(compute, cloud, 2, mask) == [5, 2]
+    with pytest.raises(ValueError, match="only 1 devices are eligible"):
+        fc.initial_leaders(compute, cloud, 2, np.array([True] + [False] * 5))
+    res = fc.construct_hungarian(d, [0, 5], eligible=mask)
+    # the medoid of {0, 1, 2} would be 1 (see above); 1 is not eligible, so 2 (Σ = 3) leads it
+    assert res.leaders == [2, 4] and res.members() == [[0, 1, 2], [3, 4, 5]]
+    # a cluster with no eligible member keeps its leader
+    assert fc.medoid_leaders(d, np.array([0, 0, 0, 1, 1, 1]), [0, 5], np.array([False] * 3 + [True] * 3)) == [0, 4]
+    km = fc.construct_balanced_kmeans(np.column_stack([compute, cloud]), [0, 5], compute + cloud, eligible=mask)
+    assert all(mask[j] for j in km.leaders)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 8).flatmap(lambda n: st.tuples(
+    st.just(n), st.integers(1, n),
+    st.lists(st.floats(0.01, 10.0), min_size=n, max_size=n),
+    st.lists(st.floats(0.0, 2.0), min_size=n * n, max_size=n * n),
+    st.lists(st.booleans(), min_size=n, max_size=n))))
+def test_only_eligible_devices_lead_and_the_assignment_stays_optimal(case):
+    n, k, compute, comm, eligible = case
+    mask = np.array(eligible)
+    if mask.sum() < k:
+        mask[:k] = True
+    d = fc.leader_distance(compute, np.reshape(comm, (n, n)), "abs_diff")
+    res = fc.construct_hungarian(d, fc.initial_leaders(compute, np.zeros(n), k, mask), eligible=mask)
+    assert all(mask[j] for j in res.leaders)
+    assert res.total_cost == pytest.approx(brute_force(d, res.leaders), abs=1e-9)
+    assert [len(m) for m in res.members()] == fc.cluster_sizes(n, k)

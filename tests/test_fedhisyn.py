@@ -132,6 +132,7 @@ def test_three_device_ring_average_policy(tmp_path):
     train = trainer_for(sc, built)
     w0 = built.init_params
     m1 = own_chain(train, 1, w0, 5)  # dev1 never holds an arrival when it starts a unit
+    m0_1 = train(0, w0, 0)
     m0_2 = train(0, weighted_average([m0_1, m1[1]], [1, 1]), 1)          # own + the one arrived
     m0_3 = train(0, weighted_average([m0_2, m1[2], m1[3]], [1, 1, 1]), 2)  # own + both arrived
     m2_1 = train(2, w0, 0)

@@ -240,8 +240,11 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
             if ev.kind in ("leave", "join"):
                 problems.append(Problem(f"events.{i}.{ev.kind}", f"{what} (leave/join events)"))
     if not proto.has_barriers and scenario.straggler.name != "wait_all":
+        from hierfl.protocols import PROTOCOLS
+
+        with_barriers = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).has_barriers)
         problems.append(Problem("straggler.name", f"protocol {proto.name} has no synchronous barrier for a "
-                                "straggler policy; allowed here: wait_all (policies apply to fedavg, hierfavg)",
+                                f"straggler policy; allowed here: wait_all (policies apply to {with_barriers})",
                                 scenario.straggler.name))
     if proto.name != "hierfavg" and scenario.straggler.cloud.name != "wait_all":
         problems.append(Problem("straggler.cloud", "a cloud-round policy over edge servers applies to hierfavg only"))

@@ -17,6 +17,9 @@ INFOCOM 2021. ALGORITHMS.md §2.3 (construction) and §2.4 (K*):
 7. repeat 3–6 until the leader set is stable or ``max_iter`` (20) iterations [D], keeping the
    iteration with the lowest total assignment cost [D].
 
+Every function that picks leaders takes an optional ``eligible`` mask: only those devices may lead
+(FedCH with churn: a device offline at construction time can be a member but not a leader [D]).
+
 With fixed edge servers as leaders, steps 2 and 6 are skipped and the procedure is one balanced
 device → edge assignment (an edge server does not train: ``C_cmp(edge) = 0``, so both distances
 are the device's arrival time ``C_cmp(i) + C_com(i, e)``). ``balanced_kmeans`` is the conference
@@ -126,12 +129,24 @@ def edge_distance(compute_s: np.ndarray, comm_s: np.ndarray) -> np.ndarray:
     return c[:, None] + comm
 
 
-def initial_leaders(compute_s: np.ndarray, cloud_s: np.ndarray, k: int) -> list[int]:
-    """The K devices with the smallest ``C_cmp(j) + C_com(j, cloud)``, best first, ties → lower id."""
+def _eligible(n: int, eligible: np.ndarray | None) -> np.ndarray:
+    if eligible is None:
+        return np.ones(n, dtype=bool)
+    mask = np.asarray(eligible, dtype=bool)
+    if mask.shape != (n,):
+        raise ValueError(f"eligible must be a boolean mask of length {n}, got shape {mask.shape}")
+    return mask
+
+
+def initial_leaders(compute_s: np.ndarray, cloud_s: np.ndarray, k: int, eligible: np.ndarray | None = None) -> list[int]:
+    """The K (eligible) devices with the smallest ``C_cmp(j) + C_com(j, cloud)``, best first, ties → lower id."""
     score = np.asarray(compute_s, dtype=np.float64) + np.asarray(cloud_s, dtype=np.float64)
     _check_k(score.size, k)
-    order = np.lexsort((np.arange(score.size), score))
-    return [int(i) for i in order[:k]]
+    mask = _eligible(score.size, eligible)
+    if mask.sum() < k:
+        raise ValueError(f"{k} leaders needed but only {int(mask.sum())} devices are eligible")
+    order = [int(i) for i in np.lexsort((np.arange(score.size), score)) if mask[i]]
+    return order[:k]
 
 
 def slot_cost_matrix(dist_to_cluster: np.ndarray, slots: np.ndarray, leaders: list[int] | None = None) -> np.ndarray:
@@ -154,28 +169,36 @@ def assign_slots(cost: np.ndarray) -> tuple[np.ndarray, float]:
     return slot_of, float(cost[rows, cols].sum())
 
 
-def medoid_leaders(dist: np.ndarray, cluster_of: np.ndarray, leaders: list[int]) -> list[int]:
-    """§2.3 step 6: in each cluster, the member j minimising ``Σ_{i∈cluster} d(i, j)``.
+def medoid_leaders(dist: np.ndarray, cluster_of: np.ndarray, leaders: list[int],
+                   eligible: np.ndarray | None = None) -> list[int]:
+    """§2.3 step 6: in each cluster, the (eligible) member j minimising ``Σ_{i∈cluster} d(i, j)``.
 
     Ties keep the current leader when it is among the minimisers (so a stable set is recognised),
-    else the lowest device id [D].
+    else the lowest device id [D]. A cluster without an eligible member keeps its leader.
     """
+    mask = _eligible(len(cluster_of), eligible)
     new = []
     for c, current in enumerate(leaders):
         members = np.flatnonzero(cluster_of == c)
         totals = dist[np.ix_(members, members)].sum(axis=0)
-        best = totals.min()
-        winners = members[totals == best]
+        candidates = mask[members]
+        if not candidates.any():
+            new.append(int(current))
+            continue
+        best = totals[candidates].min()
+        winners = members[candidates & (totals == best)]
         new.append(int(current) if current in winners else int(winners[0]))
     return new
 
 
-def construct_hungarian(dist: np.ndarray, leaders: list[int], max_iter: int = 20) -> Construction:
+def construct_hungarian(dist: np.ndarray, leaders: list[int], max_iter: int = 20,
+                        eligible: np.ndarray | None = None) -> Construction:
     """FedCH's construction with device leaders (§2.3 steps 3–7), from the given initial leaders.
 
     ``dist`` is the (N, N) :func:`leader_distance`. Runs assignment + medoid update until the
     leader set repeats the previous one or ``max_iter`` iterations, and returns the iteration
-    with the lowest total cost (the earliest on ties).
+    with the lowest total cost (the earliest on ties). ``eligible``: the devices the medoid update
+    may choose as leaders (all by default).
     """
     d = np.asarray(dist, dtype=np.float64)
     n, k = d.shape[0], len(leaders)
@@ -196,7 +219,7 @@ def construct_hungarian(dist: np.ndarray, leaders: list[int], max_iter: int = 20
         cluster_of = slots[slot_of]
         if best is None or total < best.total_cost:
             best = Construction(cluster_of, slot_of, list(current), cost, total)
-        nxt = medoid_leaders(d, cluster_of, current)
+        nxt = medoid_leaders(d, cluster_of, current, eligible)
         if nxt == current:
             break
         current = nxt
@@ -221,14 +244,14 @@ def _standardise(features: np.ndarray) -> np.ndarray:
 
 
 def construct_balanced_kmeans(features: np.ndarray, seeds: list[int], leader_score: np.ndarray,
-                              max_iter: int = 20) -> Construction:
+                              max_iter: int = 20, eligible: np.ndarray | None = None) -> Construction:
     """The conference version's construction (ALGORITHMS.md §2.1): balanced k-means, then leaders.
 
     Features are standardised (z-score per column); centroids start at the ``seeds`` devices and
     are recomputed as member means; each round solves the same balanced slot assignment on the
     squared Euclidean distances. Stops when the assignment repeats or after ``max_iter``; keeps
-    the lowest-cost iteration. Each cluster's leader is then its member with the smallest
-    ``leader_score`` (compute + communication time; ties → lower id).
+    the lowest-cost iteration. Each cluster's leader is then its (eligible, when it has one)
+    member with the smallest ``leader_score`` (compute + communication time; ties → lower id).
     """
     x = _standardise(features)
     n, k = x.shape[0], len(seeds)
@@ -254,9 +277,12 @@ def construct_balanced_kmeans(features: np.ndarray, seeds: list[int], leader_sco
     assert best is not None
     cluster_of, slot_of, cost, total = best
     score = np.asarray(leader_score, dtype=np.float64)
+    mask = _eligible(n, eligible)
     leaders = []
     for c in range(k):
         members = np.flatnonzero(cluster_of == c)
+        if mask[members].any():
+            members = members[mask[members]]
         leaders.append(int(members[np.lexsort((members, score[members]))[0]]))
     return Construction(cluster_of, slot_of, leaders, cost, total, it, costs)
 

@@ -68,19 +68,18 @@ class Protocol:
         self.ctx.send(self._server(device, link, payload), ("device", device), "train_start",
                       {"device": device, **payload}, "download", Priority.START)
 
-    def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None, control: Any = None) -> None:
+    def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None, control: Any = None) -> Event:
         """Submit the device's job now; ``train_done`` fires when its virtual compute time is over
-        (or the internal ``_job_lost`` when the device drops out first)."""
+        (or the internal ``_job_lost`` when the device drops out first). Returns that pending event."""
         ctx = self.ctx
         device = event.payload["device"]
         job = ctx.start_training(device, model, spec, control)
         self.jobs[job.device] = job
         if job.lost_at is not None:
-            ctx.track(device, ctx.queue.push(job.lost_at, "_job_lost",
-                                             {"device": device, "reason": job.lost_reason, "payload": event.payload},
-                                             Priority.ARRIVAL))
-            return
-        ctx.track(device, ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL))
+            return ctx.track(device, ctx.queue.push(job.lost_at, "_job_lost",
+                                                    {"device": device, "reason": job.lost_reason,
+                                                     "payload": event.payload}, Priority.ARRIVAL))
+        return ctx.track(device, ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL))
 
     def collect_and_upload(self, event: Event, link: str) -> None:
         """Collect the finished job and upload its result; ``upload_done`` fires on arrival."""

@@ -38,7 +38,7 @@ class Barrier:
 
     def __init__(self, proto: Protocol, policy: Any, server: tuple[str, int], round_id: int,
                  selected: list[int], wanted: int, on_close: Callable[[list[int]], None],
-                 abandon: Callable[[int], float] | None = None) -> None:
+                 abandon: Callable[[int], float] | None = None, info: dict[str, Any] | None = None) -> None:
         self.proto = proto
         self.ctx = proto.ctx
         self.policy = policy
@@ -52,6 +52,7 @@ class Barrier:
         self.started = self.ctx.now
         self.on_close = on_close
         self.abandon_fn = abandon or proto.abandon
+        self.info = dict(info or {})  # extra fields of the round_close line (e.g. FedCH's cluster)
         self.needed = policy.needed(len(selected), wanted) if selected else 0
         self.deadline: float | None = None
         self._deadline_event: Event | None = None
@@ -83,8 +84,11 @@ class Barrier:
         if not self.closed:
             self.close()
 
-    def abort(self) -> float:
-        """Close without handing anything to the protocol (its server was cut off); returns wasted compute."""
+    def abort(self, stragglers: bool = True) -> float:
+        """Close without handing anything to the protocol (its server was cut off); returns wasted compute.
+
+        ``stragglers=False``: the participants still on the way are withdrawn for another reason
+        (FedCH re-clustering, a lost leader) and are not counted in ``stragglers_dropped``."""
         if self.closed:
             return 0.0
         self.closed = True
@@ -92,7 +96,8 @@ class Barrier:
             self.ctx.queue.cancel(self._deadline_event)
         late = sorted(self.waiting)
         wasted = sum(self.abandon_fn(who) for who in late)
-        self.ctx.counters["stragglers_dropped"] += len(late)
+        if stragglers:
+            self.ctx.counters["stragglers_dropped"] += len(late)
         self.waiting = set()
         return wasted
 
@@ -115,9 +120,9 @@ class Barrier:
                              "id": ident, "round": self.round, "policy": self.policy.name,
                              "selected": len(self.selected), "arrived": len(self.arrived),
                              "dropped": len(late), "lost": len(self.lost), "wasted_compute_s": wasted,
-                             "round_s": ctx.now - self.started, "dropped_ids": late})
+                             "round_s": ctx.now - self.started, "dropped_ids": late, **self.info})
         if late:
-            lane = ("cloud", 0) if kind == "cloud" else ("edge", ident)
+            lane = ("cloud", 0) if kind == "cloud" else (kind, ident)  # an edge server, or a device leader
             ctx.recorder.instant(lane, "stragglers_dropped", ctx.now, ids=late, wasted_compute_s=wasted)
         self.on_close(list(self.arrived))
 
@@ -129,10 +134,12 @@ def partial_steps(full_steps: int, step_s: float, time_left: float) -> int:
     return max(min(full_steps, math.floor(time_left / step_s + 1e-9)), 0)
 
 
-def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec | None = None) -> TrainSpec | None:
+def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec | None = None,
+                 upload_s: float | None = None) -> TrainSpec | None:
     """The job ``device`` runs now: the full ``spec``, or under ``deadline`` with ``partial: true`` as
     many local steps as fit before the deadline, leaving time for an uncontended upload (None: not
-    even one step fits — the device is dropped now, having computed nothing)."""
+    even one step fits — the device is dropped now, having computed nothing). ``upload_s``: that
+    upload's time when it does not go over the device's own server link (FedCH: to a device leader)."""
     ctx = proto.ctx
     spec = spec or ctx.spec
     policy = barrier.policy
@@ -143,7 +150,7 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     full = num_steps(n, spec)
     one = replace(spec, epochs=None, steps=1)
     step_s = world.compute_s(device, one) * factor_at(ctx.dyn.windows[device], ctx.now)
-    left = barrier.deadline - ctx.now - world.upload_s(device)
+    left = barrier.deadline - ctx.now - (world.upload_s(device) if upload_s is None else upload_s)
     k = partial_steps(full, step_s, left)
     if k >= full:
         return spec

@@ -1,0 +1,116 @@
+"""FedCH's config model (``protocol: {name: fedch, ...}``) and its load-time cross-checks.
+
+Every [B]/[D] detail of ALGORITHMS.md §2 is a key here with the default given there; the protocol
+itself is :class:`hierfl.protocols.fedch.FedCH`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+
+from hierfl.config.base import ConfigModel
+from hierfl.config.errors import Problem
+from hierfl.core.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
+from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
+
+if TYPE_CHECKING:
+    from hierfl.config.schema import Scenario
+    from hierfl.emulator import Context
+    from hierfl.protocols.fedch import FedCH
+
+__all__ = ["FedCHConfig", "KStarConfig"]
+
+
+class KStarConfig(ConfigModel):
+    """Constants of the §2.4 objective ``L(K)`` (emulator defaults [D]; time is the single resource)."""
+
+    mu: PositiveFloat = Field(default=0.01, description="μ, strong-convexity constant [D]")
+    q: PositiveFloat = Field(default=1.0, description="Q1 + Q2, gradient variance + second-moment bounds [D]")
+    f0_gap: PositiveFloat | Literal["auto"] = Field(
+        default="auto", description="F(w0) − F*; auto = the initial model's test loss [D]")
+    budget_s: PositiveFloat | Literal["auto"] = Field(
+        default="auto", description="time budget R in seconds; auto = stop.virtual_time_s [D]")
+
+
+@PROTOCOLS.register
+class FedCHConfig(ProtocolConfig):
+    """``protocol: {name: fedch, K: auto, H: 10, lr: 0.01, a: 5, b: 1, recluster: {name: never}}``."""
+
+    # a cluster round is a synchronous barrier: `straggler:` policies apply to it
+    has_barriers: ClassVar[bool] = True
+    name: Literal["fedch"] = "fedch"
+    grouping: Literal["fedch"] = Field(default="fedch", description="FedCH's own cluster construction")
+    construction: Literal["hungarian", "balanced_kmeans"] = Field(
+        default="hungarian", description="journal Hungarian construction [B] or the conference balanced k-means [V]")
+    K: int | Literal["auto"] = Field(default="auto", description="clusters, 1..N; auto = K* of §2.4")
+    distance: Literal["abs_diff", "sum"] = Field(default="abs_diff", description="d(i, LN_k) of §2.3 [D]/[B]")
+    max_iter: PositiveInt = Field(default=20, description="leader-update iterations at most [D]")
+    H: PositiveInt = Field(default=10, description="local SGD steps per cluster round [V]")
+    lr: PositiveFloat = Field(default=0.01, description="local learning rate η_l [V]")
+    a: float = Field(default=5.0, ge=0.0, description="staleness tolerated at full weight [V]")
+    b: float = Field(default=1.0, ge=0.0, le=100.0, description="staleness decay exponent [V]")
+    alpha_init: Literal["one_minus", "fraction"] = Field(
+        default="one_minus", description="α = 1 − (K−1)/N [V: conference], or the (K−1)/N reading")
+    recluster: RECLUSTER.union() = NeverRecluster()  # type: ignore[valid-type]
+    recompute_k: bool = Field(default=False, description="recompute K* at every re-clustering [D]")
+    leader_trains: bool = Field(default=True, description="a device leader trains as a member too [D]")
+    fraction: float = Field(
+        default=1.0, gt=0.0, le=1.0,
+        description="members a cluster round wants: max(⌊fraction·n_k⌋, 1) of its online members (1 = all [V])")
+    sync_timeout: PositiveFloat | None = Field(
+        default=None, description="close a cluster round this long after it starts with what arrived [D]")
+    on_leader_lost: Literal["wait", "recluster"] = Field(
+        default="wait", description="a device leader found offline: its cluster waits for it [V: §2.5], "
+                                    "or the cloud re-clusters at once (reason leader_lost) [D]")
+    kstar: KStarConfig = KStarConfig()
+
+    @field_validator("K", mode="before")
+    @classmethod
+    def _k(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError("must be 'auto' or an integer number of clusters in 1..devices.count")
+        return value
+
+    def check(self, scenario: Scenario) -> list[Problem]:
+        """K within 1..N (= E with edge leaders), K: auto needs devices and a budget, K̃ ≤ K."""
+        problems: list[Problem] = []
+        n, e = scenario.devices.count, scenario.topology.edge_servers
+        if self.K == "auto":
+            if n < 3:
+                problems.append(Problem("protocol.K", f"K: auto searches K in [1, ⌊(N+1)/2⌋] and needs at least "
+                                        f"3 devices (got {n}); allowed here: an integer K in 1..{n}", self.K))
+            elif not e and self.kstar.budget_s == "auto" and scenario.stop.virtual_time_s is None:
+                problems.append(Problem("protocol.kstar.budget_s", "K: auto needs a time budget: set "
+                                        "stop.virtual_time_s or protocol.kstar.budget_s (seconds > 0)"))
+            if not e and self.lr * self.kstar.mu >= 1:
+                problems.append(Problem("protocol.kstar.mu", f"the §2.4 bound needs lr·mu < 1; allowed: "
+                                        f"0 < mu < {1 / self.lr:g}", self.kstar.mu))
+        elif self.K > n:
+            problems.append(Problem("protocol.K", f"more clusters than devices; allowed: 1..{n} or auto", self.K))
+        k = e if e else (self.K if isinstance(self.K, int) else None)
+        if e:
+            if isinstance(self.K, int) and self.K != e:
+                problems.append(Problem("protocol.K", f"with edge servers the leaders are the {e} edge servers; "
+                                        f"allowed: {e} or auto", self.K))
+            if self.construction != "hungarian":
+                problems.append(Problem("protocol.construction", "with edge servers as fixed leaders the "
+                                        "construction is a balanced assignment; allowed: hungarian",
+                                        self.construction))
+        if k is not None and k <= n:
+            if isinstance(self.recluster, AdaptiveRecluster) and self.recluster.k_tilde > k:
+                problems.append(Problem("protocol.recluster.k_tilde", f"more than the K = {k} clusters; "
+                                        f"allowed: 1..{k}", self.recluster.k_tilde))
+            if self.alpha_init == "fraction" and k == 1:
+                problems.append(Problem("protocol.alpha_init", "fraction gives α = (K−1)/N = 0 with K = 1, so the "
+                                        "cloud would never learn; allowed: one_minus, or K >= 2", self.alpha_init))
+        return problems
+
+    def create(self, ctx: Context) -> FedCH:
+        """A FedCH run."""
+        from hierfl.protocols.fedch import FedCH
+
+        return FedCH(self, ctx)
