@@ -3,6 +3,9 @@
 The loop pops the next event, lets the protocol react, and never waits before the event that
 needs a result. Evaluations and the stop condition are events too, so a run is a pure function
 of (scenario, seed): the real clock is read only to report ``wall_s``.
+
+The network half of :class:`Context` (transfers, link events, device losses) is in
+:mod:`hierfl.transfers`; the event loop and evaluations of :func:`run_scenario` in :mod:`hierfl.runloop`.
 """
 
 from __future__ import annotations
@@ -11,8 +14,6 @@ import copy
 import math
 import platform
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,48 +23,23 @@ from hierfl import __version__
 from hierfl.build import Built, build
 from hierfl.config.loader import dump_scenario
 from hierfl.config.schema import Scenario
-from hierfl.core.dynamics import Dynamics, factor_at, finish_time, link_value
+from hierfl.core.dynamics import Dynamics, factor_at, finish_time
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.network import FlowNetwork
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.timeseries import QueueTracker
 from hierfl.core.work import TrainSpec
 from hierfl.recorder import Recorder
+from hierfl.runloop import (ProgressFn, RunError, RunResult, _availability_name, _Run, _trace_offline,
+                            _trace_slowdowns)
 from hierfl.runtime.executor import Executor, Job, RunData, Term, make_executor
+from hierfl.transfers import TransferMixin, _Transfer
 
 __all__ = ["Context", "Job", "RunResult", "RunError", "run_scenario", "package_versions"]
 
 COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_jobs", "compute_s",
             "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d",
             "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
-
-Endpoint = tuple[str, int]  # ("device", i) | ("edge", e) | ("cloud", 0)
-
-
-@dataclass
-class _Transfer:
-    """A model transfer in flight: a network flow, then its latency, then the protocol's event."""
-
-    kind: str
-    lane: Endpoint
-    name: str
-    start: float
-    latency_s: float
-    event: str
-    payload: dict[str, Any]
-    priority: int
-    devices: tuple[int, ...]
-    size: int
-    args: dict[str, Any]
-    guards: list[Event] = field(default_factory=list)
-    delivery: Event | None = None
-    flow: Any = None
-
-ProgressFn = Callable[[float, int, "float | None"], None]
-
-
-class RunError(RuntimeError):
-    """A failure during a run, with the virtual time, entity and stage where it happened."""
 
 
 def package_versions() -> dict[str, str]:
@@ -79,7 +55,7 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-class Context:
+class Context(TransferMixin):
     """What a protocol can do: schedule events, start and collect work, aggregate, record.
 
     Every action is stamped with the current virtual time; durations come from the world.
@@ -212,242 +188,6 @@ class Context:
         self.counters["train_jobs"] += 1
         self.counters["compute_s"] += job.compute_s
         return stats
-
-    # -- transfers through the network -----------------------------------------------------------
-    def _capacities(self) -> dict[Any, float]:
-        w = self.world
-        cap: dict[Any, float] = {("cloud_in",): w.cloud_ingress_mbps, ("cloud_out",): w.cloud_egress_mbps}
-        for d in range(w.num_devices):
-            cap[("up", d)] = float(w.uplink_mbps[d])
-            cap[("down", d)] = float(w.downlink_mbps[d])
-        assert w.edge_ingress_mbps is not None and w.edge_egress_mbps is not None
-        for e, link in enumerate(w.edge_links):
-            cap[("edge_up", e)] = link.uplink_mbps
-            cap[("edge_down", e)] = link.downlink_mbps
-            cap[("edge_in", e)] = float(w.edge_ingress_mbps[e])
-            cap[("edge_out", e)] = float(w.edge_egress_mbps[e])
-        return cap
-
-    def route(self, src: Endpoint, dst: Endpoint) -> tuple[str, list[Any], float, tuple[int, ...]]:
-        """(transfer kind, links crossed, one-way latency in s, devices involved) of ``src → dst``."""
-        w = self.world
-        (a, i), (b, j) = src, dst
-        if a == "device" and b == "device":
-            # both access links are crossed (ALGORITHMS.md §1.2); a topology's d2d rule sets the latency
-            # and may cap the hop's bandwidth: a private link per (src, dst) pair, shared only by
-            # concurrent hops between the same two devices
-            links_dd: list[Any] = [("up", i), ("down", j)]
-            rule = w.d2d_link
-            if rule is not None and math.isfinite(rule.bandwidth_mbps):
-                self.net.capacity.setdefault(("d2d", i, j), rule.bandwidth_mbps)
-                links_dd.append(("d2d", i, j))
-            return "device_device", links_dd, w.d2d_latency_ms(i, j) / 1000.0, (i, j)
-        if {a, b} == {"device", "edge"}:
-            d, e = (i, j) if a == "device" else (j, i)
-            links: list[Any] = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
-            extra = float(w.edge_latency_ms[d, e]) if w.edge_latency_ms.shape[1] > e else 0.0
-            return "device_edge", links, (float(w.latency_ms[d]) + extra) / 1000.0, (d,)
-        if {a, b} == {"device", "cloud"}:
-            d = i if a == "device" else j
-            links = [("up", d), ("cloud_in",)] if a == "device" else [("cloud_out",), ("down", d)]  # type: ignore[list-item]
-            return "device_cloud", links, w.link_latency_ms(d) / 1000.0, (d,)
-        if {a, b} == {"edge", "cloud"}:
-            e = i if a == "edge" else j
-            links = [("edge_up", e), ("cloud_in",)] if a == "edge" else [("cloud_out",), ("edge_down", e)]  # type: ignore[list-item]
-            return "edge_cloud", links, w.edge_links[e].latency_ms / 1000.0, ()
-        raise ValueError(f"no route {src} → {dst}")
-
-    def send(self, src: Endpoint, dst: Endpoint, event: str, payload: dict[str, Any], name: str,
-             priority: int = Priority.ARRIVAL, size: int | None = None, **args: Any) -> int:
-        """Start a model transfer ``src → dst`` now; ``event`` (with ``payload``) fires when it arrives.
-
-        The transfer is a flow in the network model: it shares finite-capacity links with the other
-        transfers crossing them (max-min fair), follows link events, and arrives ``latency`` after
-        its last bit. If a device at either end goes offline before it arrives, it is lost and the
-        protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
-        """
-        kind, links, latency_s, devices = self.route(src, dst)
-        size = self.world.model_bytes if size is None else size
-        if kind == "device_device":
-            self.counters["bytes_d2d"] += size
-        if kind in ("device_cloud", "device_edge"):
-            self.counters["bytes_device_tier"] += size
-        if kind == "edge_cloud":
-            self.counters["bytes_edge_tier"] += size
-        if kind in ("device_cloud", "edge_cloud"):
-            self.counters["bytes_cloud"] += size
-            self.counters["messages_cloud"] += 1
-        lane = src if src[0] == "device" else dst if dst[0] == "device" else src if src[0] == "edge" else dst
-        fid = self._next_flow
-        self._next_flow += 1
-        tr = _Transfer(kind, lane, name, self.now, latency_s, event, dict(payload), priority, devices, size, args)
-        self._transfers[fid] = tr
-        tr.flow = self.net.add(self.now, fid, links, size * 8 / 1e6)
-        avail = self.dyn.availability
-        if not avail.trivial:
-            for d in devices:
-                down = self.now if not avail.is_up(d, self.now) else avail.next_down(d, self.now)
-                if math.isfinite(down):
-                    tr.guards.append(self.queue.push(down, "_lost", {"flow": fid, "device": d}, Priority.ARRIVAL))
-        for d in devices:
-            self._device_transfers.setdefault(d, set()).add(fid)
-        self._reschedule_net()
-        return fid
-
-    def _reschedule_net(self) -> None:
-        nxt = self.net.next_finish()
-        when = None if nxt is None else nxt[0]
-        if self._net_event is not None:
-            if when is not None and self._net_event.time == when:
-                return
-            self.queue.cancel(self._net_event)
-            self._net_event = None
-        if when is not None:
-            self._net_event = self.queue.push(max(when, self.now), "_net", {}, Priority.ARRIVAL)
-
-    def _on_net(self) -> None:
-        self._net_event = None
-        self.net.advance(self.now)
-        nxt = self.net.next_finish()
-        while nxt is not None and nxt[0] <= self.now + 1e-12:
-            for fid in nxt[1]:
-                self.net.remove(self.now, fid)
-                tr = self._transfers[fid]
-                tr.delivery = self.queue.push(self.now + tr.latency_s, tr.event, tr.payload, tr.priority)
-                self._delivery[tr.delivery.seq] = fid
-            nxt = self.net.next_finish()
-        self._reschedule_net()
-
-    def _finish_transfer(self, fid: int, lost: bool = False) -> None:
-        tr = self._transfers.pop(fid)
-        for g in tr.guards:
-            self.queue.cancel(g)
-        for d in tr.devices:
-            self._device_transfers.get(d, set()).discard(fid)
-        args = dict(tr.args)
-        if tr.flow is not None and tr.flow.max_sharing > 1:
-            args["shared_max"] = tr.flow.max_sharing
-        if lost:
-            args["lost"] = True
-        self.recorder.span(tr.lane, tr.name, tr.start, self.now - tr.start, bytes=tr.size, **args)
-
-    def _cancel_transfer(self, fid: int) -> None:
-        tr = self._transfers[fid]
-        if tr.delivery is not None:
-            self.queue.cancel(tr.delivery)
-            self._delivery.pop(tr.delivery.seq, None)
-        elif fid in self.net.flows:
-            self.net.remove(self.now, fid)
-            self._reschedule_net()
-        self._finish_transfer(fid, lost=True)
-
-    def cancel_transfer(self, fid: int) -> None:
-        """Withdraw a transfer still in flight (its event never fires)."""
-        if fid in self._transfers:
-            self._cancel_transfer(fid)
-
-    def before_dispatch(self, event: Event) -> None:
-        """Bookkeeping before a protocol event runs (a transfer's arrival closes its trace span)."""
-        fid = self._delivery.pop(event.seq, None)
-        if fid is not None:
-            self._finish_transfer(fid)
-        pending = self._device_events.get(event.payload.get("device", -1))
-        if pending:
-            pending[:] = [e for e in pending if e.seq != event.seq]
-
-    def handle_internal(self, event: Event) -> None:
-        """Events of the world itself: network progress, devices going offline, link changes."""
-        if event.kind == "_net":
-            self._on_net()
-        elif event.kind == "_lost":
-            fid, d = event.payload["flow"], event.payload["device"]
-            if fid in self._transfers:
-                tr = self._transfers[fid]
-                self._cancel_transfer(fid)
-                self.device_lost(d, tr.name, "offline", tr.payload)
-        elif event.kind == "_link":
-            self._on_link()
-        elif event.kind == "_job_lost":
-            d = event.payload["device"]
-            pending = self._device_events.get(d)
-            if pending:
-                pending[:] = [e for e in pending if e.seq != event.seq]
-            self.device_lost(d, "train", event.payload["reason"], event.payload["payload"])
-        else:
-            raise RuntimeError(f"unknown internal event {event.kind!r}")
-
-    # -- the world changing ------------------------------------------------------------------------
-    def _link_get(self, target: tuple[str, int], fld: str) -> float:
-        kind, i = target
-        if kind == "device":
-            return float(getattr(self.world, fld)[i])
-        link = self.world.edge_links[i]
-        return float(getattr(link, fld))
-
-    def _link_set(self, target: tuple[str, int], fld: str, value: float) -> None:
-        from dataclasses import replace as dc_replace
-        kind, i = target
-        if kind == "device":
-            getattr(self.world, fld)[i] = value
-            if fld != "latency_ms":
-                self.net.set_capacity(self.now, ("up" if fld == "uplink_mbps" else "down", i), value)
-        else:
-            self.world.edge_links[i] = dc_replace(self.world.edge_links[i], **{fld: value})
-            if fld != "latency_ms":
-                self.net.set_capacity(self.now, ("edge_up" if fld == "uplink_mbps" else "edge_down", i), value)
-
-    def _on_link(self) -> None:
-        t = self.now
-        touched = sorted({(w.target, w.field) for w in self.dyn.links if t in (w.start, w.end)})
-        for target, fld in touched:
-            windows = [w for w in self.dyn.links if w.target == target and w.field == fld]
-            value = link_value(self._base_links[(target, fld)], windows, t)
-            self._link_set(target, fld, value)
-            lane = ("device", target[1]) if target[0] == "device" else ("edge", target[1])
-            self.recorder.instant(lane, "link_change", t, **{fld: value})
-        if touched:
-            self.recorder.metric({"t": t, "wall_s": self.wall_s(), "event": "link_change",
-                                  "links": [[f"{a}{i}", f] for (a, i), f in touched]})
-        self._reschedule_net()
-
-    def device_lost(self, device: int, stage: str, reason: str, payload: dict[str, Any]) -> None:
-        """``device`` dropped out now (offline or a failed task): its other work is cancelled and the
-        protocol gets ``device_lost`` (payload: the lost activity's, plus ``stage`` and ``reason``)."""
-        self.cancel_device(device)
-        self.counters["devices_lost"] += 1
-        self.recorder.instant(("device", device), "lost", self.now, stage=stage, reason=reason)
-        self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "device_lost", "device": device,
-                              "stage": stage, "reason": reason})
-        self.queue.push(self.now, "device_lost", {**payload, "device": device, "stage": stage, "reason": reason},
-                        Priority.ARRIVAL)
-
-    def cancel_device(self, device: int) -> None:
-        """Withdraw everything ``device`` has in flight (its transfers and pending job events)."""
-        for fid in sorted(self._device_transfers.get(device, set())):
-            self._cancel_transfer(fid)
-        for e in self._device_events.pop(device, []):
-            self.queue.cancel(e)
-
-    def track(self, device: int, event: Event) -> Event:
-        """Remember a pending event of ``device`` so :meth:`cancel_device` can withdraw it."""
-        self._device_events.setdefault(device, []).append(event)
-        return event
-
-    def is_up(self, device: int) -> bool:
-        """Whether ``device`` is available now."""
-        return self.dyn.availability.is_up(device, self.now)
-
-    def available(self, devices: Any = None) -> list[int]:
-        """The devices (all, or those given) that are available now, sorted."""
-        ids = range(self.world.num_devices) if devices is None else devices
-        if self.dyn.availability.trivial:
-            return sorted(int(d) for d in ids)
-        return sorted(int(d) for d in ids if self.dyn.availability.is_up(int(d), self.now))
-
-    def next_up(self, devices: Any = None) -> float:
-        """The earliest time ≥ now at which one of ``devices`` (all by default) is available."""
-        ids = range(self.world.num_devices) if devices is None else devices
-        return min((self.dyn.availability.next_up(int(d), self.now) for d in ids), default=math.inf)
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
@@ -599,127 +339,6 @@ class Context:
             self.stopping, self.stop_reason = True, reason
 
 
-@dataclass
-class RunResult:
-    """What :func:`run_scenario` returns."""
-
-    out_dir: Path
-    summary: dict[str, Any]
-    final_params: np.ndarray
-    evals: list[dict[str, Any]] = field(default_factory=list)
-
-
-class _Run:
-    """One run's loop, evaluations and summary."""
-
-    def __init__(self, ctx: Context, progress: ProgressFn | None) -> None:
-        self.ctx = ctx
-        self.progress = progress
-        sc = ctx.scenario
-        self.target = sc.evaluation.target_accuracy or sc.stop.target_accuracy
-        self.evals: list[dict[str, Any]] = []
-        self.time_to_target: float | None = None
-        self.rounds_to_target: int | None = None
-        self._last_eval: tuple[float, float] | None = None
-        self.protocol: Any = None
-
-    def evaluate(self) -> None:
-        ctx = self.ctx
-        rounds = int(ctx.counters["cloud_aggregations"])
-        key = (ctx.now, ctx.counters["cloud_aggregations"] + ctx.counters["edge_aggregations"])
-        if self._last_eval == key:
-            return  # same instant, same model: nothing new to measure
-        self._last_eval = key
-        try:
-            acc, loss = ctx.executor.evaluate(ctx.global_model)
-        except Exception as exc:
-            raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
-        record = {"t": ctx.now, "wall_s": ctx.wall_s(), "event": "eval", "round": rounds,
-                  "accuracy": acc, "loss": loss, **ctx.counters}
-        for tier, values in sorted(ctx.staleness.items()):
-            record[f"staleness_mean_{tier}"] = float(np.mean(values)) if values else None
-        queues = getattr(self.protocol, "queue_lengths", None)
-        if queues is not None:
-            record.update({f"queue_len_{tier}": n for tier, n in queues().items()})
-        self.evals.append(record)
-        ctx.recorder.metric(record)
-        ctx.recorder.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)
-        if self.target is not None and self.time_to_target is None and acc >= self.target:
-            self.time_to_target, self.rounds_to_target = ctx.now, rounds
-        stop_acc = ctx.scenario.stop.target_accuracy
-        if stop_acc is not None and acc >= stop_acc:
-            ctx.request_stop("target_accuracy")
-        if self.progress:
-            self.progress(ctx.now, rounds, acc)
-
-    def loop(self, protocol: Any) -> None:
-        ctx, sc = self.ctx, self.ctx.scenario
-        self.protocol = protocol
-        q = ctx.queue
-        q.push(0.0, "evaluate", priority=Priority.EVALUATE)
-        if sc.stop.virtual_time_s is not None:
-            q.push(sc.stop.virtual_time_s, "stop", priority=Priority.STOP)
-        protocol.start()
-        while len(q) and not ctx.stopping:
-            event = q.pop()
-            if event.kind == "evaluate":
-                self.evaluate()
-                if sc.evaluation.every_s is not None:
-                    q.push_after(sc.evaluation.every_s, "evaluate", priority=Priority.EVALUATE)
-                continue
-            if event.kind == "stop":
-                ctx.request_stop("virtual_time")
-                break
-            try:
-                if event.kind.startswith("_"):
-                    ctx.handle_internal(event)
-                    continue
-                ctx.before_dispatch(event)
-                protocol.handle(event)
-            except RunError:
-                raise
-            except Exception as exc:
-                who = ", ".join(f"{k} {v}" for k, v in event.payload.items())
-                raise RunError(f"t={event.time:.6g}s {event.kind} ({who}): {type(exc).__name__}: {exc}") from exc
-            if self.progress:
-                self.progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
-        if not ctx.stopping:
-            ctx.request_stop("idle")
-        self.evaluate()  # the final model, at the stop time
-
-
-def _availability_name(timeline: Any) -> str:
-    if timeline is None:
-        return "always"
-    return "markov" if type(timeline).__name__ == "MarkovTimeline" else "trace"
-
-
-def _trace_slowdowns(ctx: Context) -> None:
-    """One span per slowdown window on its device's lane (cut at the run's time budget)."""
-    end = ctx.scenario.stop.virtual_time_s
-    for d, windows in enumerate(ctx.dyn.windows):
-        for w in windows:
-            stop = w.end if math.isfinite(w.end) else (end if end is not None else w.start)
-            ctx.recorder.span(("device", d), f"slowdown x{w.factor:g}", w.start, max(stop - w.start, 0.0),
-                              factor=w.factor)
-
-
-def _trace_offline(ctx: Context) -> None:
-    """One span per interval a device was unavailable, up to the end of the run."""
-    avail, now = ctx.dyn.availability, ctx.now
-    if avail.trivial:
-        return
-    for d in range(ctx.world.num_devices):
-        if avail.base[d] is None and not avail.away[d]:
-            continue
-        t = 0.0
-        while t < now:
-            if avail.is_up(d, t):
-                t = avail.next_down(d, t)
-                continue
-            back = avail.next_up(d, t)
-            ctx.recorder.span(("device", d), "offline", t, min(back, now) - t)
-            t = back
 
 
 def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn | None = None,

@@ -1,0 +1,152 @@
+"""The run loop of :func:`hierfl.emulator.run_scenario`: event dispatch, evaluations, trace spans.
+
+:class:`_Run` pops events in virtual-time order, hands the world's own (``_``-prefixed) events to
+the context and the rest to the protocol, and evaluates the global model at the configured
+instants; :class:`RunResult` and :class:`RunError` are what a run returns and raises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierfl.core.engine import Priority
+
+if TYPE_CHECKING:
+    from hierfl.emulator import Context
+
+__all__ = ["ProgressFn", "RunError", "RunResult"]
+
+ProgressFn = Callable[[float, int, "float | None"], None]
+
+
+class RunError(RuntimeError):
+    """A failure during a run, with the virtual time, entity and stage where it happened."""
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_scenario` returns."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+    final_params: np.ndarray
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Run:
+    """One run's loop, evaluations and summary."""
+
+    def __init__(self, ctx: Context, progress: ProgressFn | None) -> None:
+        self.ctx = ctx
+        self.progress = progress
+        sc = ctx.scenario
+        self.target = sc.evaluation.target_accuracy or sc.stop.target_accuracy
+        self.evals: list[dict[str, Any]] = []
+        self.time_to_target: float | None = None
+        self.rounds_to_target: int | None = None
+        self._last_eval: tuple[float, float] | None = None
+        self.protocol: Any = None
+
+    def evaluate(self) -> None:
+        ctx = self.ctx
+        rounds = int(ctx.counters["cloud_aggregations"])
+        key = (ctx.now, ctx.counters["cloud_aggregations"] + ctx.counters["edge_aggregations"])
+        if self._last_eval == key:
+            return  # same instant, same model: nothing new to measure
+        self._last_eval = key
+        try:
+            acc, loss = ctx.executor.evaluate(ctx.global_model)
+        except Exception as exc:
+            raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
+        record = {"t": ctx.now, "wall_s": ctx.wall_s(), "event": "eval", "round": rounds,
+                  "accuracy": acc, "loss": loss, **ctx.counters}
+        for tier, values in sorted(ctx.staleness.items()):
+            record[f"staleness_mean_{tier}"] = float(np.mean(values)) if values else None
+        queues = getattr(self.protocol, "queue_lengths", None)
+        if queues is not None:
+            record.update({f"queue_len_{tier}": n for tier, n in queues().items()})
+        self.evals.append(record)
+        ctx.recorder.metric(record)
+        ctx.recorder.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)
+        if self.target is not None and self.time_to_target is None and acc >= self.target:
+            self.time_to_target, self.rounds_to_target = ctx.now, rounds
+        stop_acc = ctx.scenario.stop.target_accuracy
+        if stop_acc is not None and acc >= stop_acc:
+            ctx.request_stop("target_accuracy")
+        if self.progress:
+            self.progress(ctx.now, rounds, acc)
+
+    def loop(self, protocol: Any) -> None:
+        ctx, sc = self.ctx, self.ctx.scenario
+        self.protocol = protocol
+        q = ctx.queue
+        q.push(0.0, "evaluate", priority=Priority.EVALUATE)
+        if sc.stop.virtual_time_s is not None:
+            q.push(sc.stop.virtual_time_s, "stop", priority=Priority.STOP)
+        protocol.start()
+        while len(q) and not ctx.stopping:
+            event = q.pop()
+            if event.kind == "evaluate":
+                self.evaluate()
+                if sc.evaluation.every_s is not None:
+                    q.push_after(sc.evaluation.every_s, "evaluate", priority=Priority.EVALUATE)
+                continue
+            if event.kind == "stop":
+                ctx.request_stop("virtual_time")
+                break
+            try:
+                if event.kind.startswith("_"):
+                    ctx.handle_internal(event)
+                    continue
+                ctx.before_dispatch(event)
+                protocol.handle(event)
+            except RunError:
+                raise
+            except Exception as exc:
+                who = ", ".join(f"{k} {v}" for k, v in event.payload.items())
+                raise RunError(f"t={event.time:.6g}s {event.kind} ({who}): {type(exc).__name__}: {exc}") from exc
+            if self.progress:
+                self.progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
+        if not ctx.stopping:
+            ctx.request_stop("idle")
+        self.evaluate()  # the final model, at the stop time
+
+
+def _availability_name(timeline: Any) -> str:
+    if timeline is None:
+        return "always"
+    return "markov" if type(timeline).__name__ == "MarkovTimeline" else "trace"
+
+
+def _trace_slowdowns(ctx: Context) -> None:
+    """One span per slowdown window on its device's lane (cut at the run's time budget)."""
+    end = ctx.scenario.stop.virtual_time_s
+    for d, windows in enumerate(ctx.dyn.windows):
+        for w in windows:
+            stop = w.end if math.isfinite(w.end) else (end if end is not None else w.start)
+            ctx.recorder.span(("device", d), f"slowdown x{w.factor:g}", w.start, max(stop - w.start, 0.0),
+                              factor=w.factor)
+
+
+def _trace_offline(ctx: Context) -> None:
+    """One span per interval a device was unavailable, up to the end of the run."""
+    avail, now = ctx.dyn.availability, ctx.now
+    if avail.trivial:
+        return
+    for d in range(ctx.world.num_devices):
+        if avail.base[d] is None and not avail.away[d]:
+            continue
+        t = 0.0
+        while t < now:
+            if avail.is_up(d, t):
+                t = avail.next_down(d, t)
+                continue
+            back = avail.next_up(d, t)
+            ctx.recorder.span(("device", d), "offline", t, min(back, now) - t)
+            t = back
