@@ -27,26 +27,27 @@ Construction and Hierarchical Aggregation", IEEE TMC 22(7):3805–3822, 2023 (DO
 
 Device-leader clusters talk over device-to-device links (``World.d2d_s``) and the leader over its
 own access link to the cloud; edge-leader clusters use the device ↔ edge and edge ↔ cloud links.
+
+Construction lives in :mod:`hierfl.protocols.fedch_construction`, re-clustering and churn in
+:mod:`hierfl.protocols.fedch_churn`; this module has the cluster rounds and the cloud.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core import fedch_clusters as fc
-from hierfl.core.dynamics import MarkovTimeline
 from hierfl.core.engine import Event, Priority
 from hierfl.core.recluster import AdaptiveRecluster
 from hierfl.core.work import TrainSpec, transfer_time_s
-from hierfl.protocols.base import Protocol
+from hierfl.protocols.fedch_churn import FedCHChurn
 from hierfl.protocols.fedch_config import FedCHConfig, KStarConfig
+from hierfl.protocols.fedch_construction import _Cluster, _Upload
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -55,45 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["FedCHConfig", "FedCH", "KStarConfig"]
 
 
-@dataclass
-class _Cluster:
-    """One cluster of the current construction and its round in progress."""
-
-    cid: int
-    leader: int                  # a device id, or an edge id with edge leaders
-    members: list[int]           # the devices that train in its rounds
-    model: Any = None            # the global model the leader last received (round start)
-    version: int = 0             # t_k: the global version of that model
-    round: int = 0
-    round_start: float = 0.0
-    barrier: Barrier | None = None
-    models: dict[int, Any] = field(default_factory=dict)       # arrived member models (arrival order)
-    transfers: dict[int, int] = field(default_factory=dict)    # member → its transfer of this round in flight
-    events: dict[int, Event] = field(default_factory=dict)     # member → its pending start / job-end event
-    timed_out: bool = False
-    flag: bool = False           # a straggler flag of an empty round, riding on the next upload
-    download: int | None = None  # the cloud → leader transfer in flight
-    waiting: Event | None = None  # a pending cluster_retry / leader_back
-    leader_down: bool = False
-
-    @property
-    def open(self) -> bool:
-        """Whether a round is in progress."""
-        return self.barrier is not None and not self.barrier.closed
-
-
-@dataclass
-class _Upload:
-    """A cluster model on its way to (or waiting at) the cloud."""
-
-    cid: int
-    model: Any
-    version: int
-    flag: bool
-    gen: int
-
-
-class FedCH(Protocol):
+class FedCH(FedCHChurn):
     """Synchronous clusters, staleness-weighted asynchronous cloud, re-clustering policies."""
 
     def __init__(self, cfg: FedCHConfig, ctx: Context) -> None:
@@ -125,120 +88,6 @@ class FedCH(Protocol):
         self.policy = cfg.recluster.make(self.k, self.n)
         self.clusters: list[_Cluster] = []
         self._initial = self._construct("initial", {})
-
-    # -- the world as it is now ---------------------------------------------------------------
-    def _measure(self) -> dict[str, np.ndarray]:
-        """Compute and communication times of the world now (what devices report at (re-)clustering):
-        slowdown windows through ``current_compute_s``, link events through the world's links."""
-        ctx, world = self.ctx, self.ctx.world
-        compute = ctx.current_compute_s(self.spec)
-        up = ctx.current_upload_s()
-        out = {"compute": compute, "cloud": up}
-        if self.edge_mode:
-            # device i → edge e: its current upload time, re-based from its topology edge's latency to e's
-            own = world.edge_latency_ms[np.arange(self.n), world.edge_of]
-            out["edge"] = up[:, None] + (world.edge_latency_ms - own[:, None]) / 1000.0
-        else:
-            out["d2d"] = np.array([[0.0 if i == j else world.d2d_s(i, j) for j in range(self.n)]
-                                   for i in range(self.n)])
-        return out
-
-    def _choose_k(self) -> tuple[int, dict[str, Any]]:
-        cfg, world = self.cfg, self.ctx.world
-        if self.edge_mode:
-            return world.num_edges, {"rule": "edge_servers", "K": world.num_edges}
-        if cfg.K != "auto":
-            return int(cfg.K), {"rule": "fixed", "K": int(cfg.K)}
-        m = self._measure()
-        ks = cfg.kstar
-        budget = float(ks.budget_s if ks.budget_s != "auto" else self.ctx.scenario.stop.virtual_time_s or 0.0)
-        f0 = float(ks.f0_gap) if ks.f0_gap != "auto" else float(self.ctx.executor.evaluate(self.ctx.global_model)[1])
-        params = {"budget_s": budget, "compute_s": float(np.median(m["compute"])),
-                  "comm_s": float(np.median(m["cloud"])), "lr": cfg.lr, "mu": ks.mu, "q": ks.q,
-                  "f0_gap": f0, "local_steps": cfg.H, "rule": cfg.alpha_init}
-        k, values = fc.choose_k(self.n, **params)  # type: ignore[arg-type]
-        inputs = {("alpha_init" if key == "rule" else key): v for key, v in params.items()}
-        return k, {"rule": "auto", "K": k, "objective": {str(key): v for key, v in values.items()}, **inputs}
-
-    # -- construction ---------------------------------------------------------------------------
-    def _eligible_leaders(self) -> tuple[np.ndarray | None, list[int]]:
-        """Devices that may lead: those online now, when at least K are (else all); and the offline ones."""
-        ctx = self.ctx
-        if ctx.dyn.availability.trivial:
-            return None, []
-        online = ctx.available()
-        offline = sorted(set(range(self.n)) - set(online))
-        if not offline or len(online) < self.k:
-            return None, offline
-        mask = np.zeros(self.n, dtype=bool)
-        mask[online] = True
-        return mask, offline
-
-    def _construct(self, reason: str, trigger: dict[str, Any]) -> dict[str, Any]:
-        """Build clusters from the world as it is now; returns (and, after the first, writes) the record.
-
-        Every construction covers all N devices; with churn only the devices online now can lead
-        (an offline member sits out rounds until it is back) [D].
-        """
-        cfg, ctx = self.cfg, self.ctx
-        if reason != "initial" and cfg.recompute_k and not self.edge_mode and cfg.K == "auto":
-            self.k, self.k_choice = self._choose_k()
-            self.alpha = fc.alpha_base(self.k, self.n, cfg.alpha_init)
-            self.policy = cfg.recluster.make(self.k, self.n)
-        m = self._measure()
-        eligible, offline = self._eligible_leaders()
-        if self.edge_mode:
-            res = fc.assign_to_edges(fc.edge_distance(m["compute"], m["edge"]))
-        elif cfg.construction == "hungarian":
-            seeds = fc.initial_leaders(m["compute"], m["cloud"], self.k, eligible)
-            res = fc.construct_hungarian(fc.leader_distance(m["compute"], m["d2d"], cfg.distance), seeds,
-                                         cfg.max_iter, eligible)
-        else:
-            seeds = fc.initial_leaders(m["compute"], m["cloud"], self.k, eligible)
-            features = np.column_stack([m["compute"], m["cloud"], ctx.world.samples.astype(np.float64)])
-            res = fc.construct_balanced_kmeans(features, seeds, m["compute"] + m["cloud"], cfg.max_iter, eligible)
-        self.cluster_of = res.cluster_of.astype(np.int64)
-        # measured upload times: to the cloud (device leaders' uplink), or to the edge each device got
-        upload = m["edge"][np.arange(self.n), self.cluster_of] if self.edge_mode else m["cloud"]
-        if self.edge_mode and reason == "initial":
-            self._write_devices()
-        members = res.members()
-        self.clusters = []
-        for cid, (leader, ids) in enumerate(zip(res.leaders, members)):
-            trains = [d for d in ids if self.edge_mode or cfg.leader_trains or d != leader or len(ids) == 1]
-            self.clusters.append(_Cluster(cid, int(leader), trains))
-        self.constructions += 1
-        leaders: list[Any] = [f"edge {e}" for e in res.leaders] if self.edge_mode else list(res.leaders)
-        record = {"t": ctx.now, "reason": reason, "grouping": "fedch", "generation": self.generation,
-                  "construction": "balanced_assignment" if self.edge_mode else cfg.construction,
-                  "distance": cfg.distance, "K": self.k, "alpha": self.alpha,
-                  "leader_kind": "edge" if self.edge_mode else "device", "members": members, "leaders": leaders,
-                  "cost": res.cost.tolist(), "slot_of": res.slot_of.tolist(), "total_cost": res.total_cost,
-                  "iterations": res.iterations, "iteration_costs": res.costs, "compute_s": m["compute"].tolist(),
-                  "upload_s": upload.tolist()}
-        if offline:
-            record["offline"] = offline
-        if reason == "initial" or cfg.recompute_k:
-            record["k_choice"] = self.k_choice
-        if trigger:
-            record["trigger"] = trigger
-        if reason != "initial":
-            ctx.recorder.clusters(record)
-            ctx.recorder.instant(("cloud", 0), "recluster", ctx.now, reason=reason, generation=self.generation,
-                                 total_cost=res.total_cost, leaders=leaders, **trigger)
-            ctx.recorder.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "recluster", "reason": reason,
-                                 "generation": self.generation, "K": self.k, "total_cost": res.total_cost,
-                                 "version": self.version, **{k: v for k, v in trigger.items()
-                                                             if k in ("wasted_compute_s", "cluster", "leader")}})
-        return record
-
-    def _write_devices(self) -> None:
-        """devices.csv shows FedCH's device → edge assignment (on a copy: the Built world is shared)."""
-        ctx = self.ctx
-        avail = ctx.dyn.availability.base
-        names = ["always" if b is None else "markov" if isinstance(b, MarkovTimeline) else "trace" for b in avail]
-        world = dataclasses.replace(ctx.world, edge_of=self.cluster_of.copy())
-        ctx.recorder.write_devices(world, names, [len(w) for w in ctx.dyn.windows])
 
     def clusters_record(self) -> dict[str, Any]:
         """The initial construction (``clusters.jsonl`` line 1)."""
@@ -483,130 +332,6 @@ class FedCH(Protocol):
             c = self.clusters[up.cid]
             if not c.leader_down:  # a lost leader gets (w, t) when it is back (on_leader_back)
                 self._send_to_leader(c)
-
-    # -- re-clustering ----------------------------------------------------------------------------
-    def _teardown(self) -> float:
-        """CLU (§2.5): every open round is withdrawn (devices stop training, leaders stop aggregating),
-        pending downloads and timers are cancelled; returns the compute wasted."""
-        ctx = self.ctx
-        wasted = 0.0
-        for c in self.clusters:
-            if c.open:
-                assert c.barrier is not None
-                wasted += c.barrier.abort(stragglers=False)
-            if c.download is not None:
-                ctx.cancel_transfer(c.download)
-                c.download = None
-            if c.waiting is not None:
-                ctx.queue.cancel(c.waiting)
-                c.waiting = None
-        for up in self._pending:  # arrived this instant, not applied before the CLU
-            ctx.drop_update("cloud", 0, up.cid, self.version - up.version)
-        self._pending = []
-        self._sent.clear()
-        return wasted
-
-    def _recluster(self, reason: str, trigger: dict[str, Any]) -> None:
-        """Stop every cluster, measure the world now, build new clusters, restart them from ``w``."""
-        wasted = self._teardown()
-        trigger = {"after_aggregation": self.version, **trigger, "wasted_compute_s": wasted}
-        self.generation += 1
-        self._construct(reason, trigger)
-        self.policy.reset()
-        for c in self.clusters:
-            self._send_to_leader(c)
-
-    # -- churn ------------------------------------------------------------------------------------
-    def on_device_lost(self, event: Event) -> None:
-        """A device dropped out while busy. The emulator has withdrawn everything it had in flight
-        (whichever activity was lost), so this is applied to its cluster of now: a member is no longer
-        waited for; a device leader found offline stalls its cluster until it is back, or triggers a
-        re-clustering (``on_leader_lost``); a leader whose own task failed restarts its round."""
-        p = event.payload
-        device = int(p["device"])
-        if p.get("leg") == "cluster_up":
-            self._cluster_up.pop((int(p["gen"]), int(p["cluster"]), int(p["round"])), None)
-        c = self.clusters[int(self.cluster_of[device])]
-        c.transfers.pop(device, None)
-        c.events.pop(device, None)
-        self._uploads.pop((self.generation, c.cid, c.round, device), None)
-        if not self.edge_mode and device == c.leader:
-            if not c.leader_down:
-                self._leader_lost(c, p)
-        elif c.open:
-            assert c.barrier is not None
-            c.barrier.drop(device)
-
-    def _leader_lost(self, c: _Cluster, p: dict[str, Any]) -> None:
-        """``c``'s device leader dropped out: its round (if any) is withdrawn; see :meth:`on_device_lost`."""
-        ctx = self.ctx
-        leader = c.leader
-        was_open = c.open
-        wasted = 0.0
-        if was_open:
-            assert c.barrier is not None
-            wasted = c.barrier.abort(stragglers=False)
-        # whatever of the cluster was on the way through the leader is gone with it
-        if c.download is not None:
-            ctx.cancel_transfer(c.download)
-            c.download = None
-        self._sent.pop(c.cid, None)
-        self._cluster_up.pop((self.generation, c.cid, c.round), None)
-        if c.waiting is not None:
-            ctx.queue.cancel(c.waiting)
-            c.waiting = None
-        online = ctx.is_up(leader)
-        ctx.recorder.instant(("device", leader), "leader_lost", ctx.now, cluster=c.cid, stage=p.get("stage"),
-                             reason=p.get("reason"))
-        ctx.recorder.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "leader_lost", "cluster": c.cid,
-                             "leader": leader, "stage": p.get("stage"), "reason": p.get("reason"),
-                             "online": online, "generation": self.generation, "wasted_compute_s": wasted})
-        if ctx.stopping:
-            return
-        if online:
-            # its own task failed (dropout), taking its cluster transfers with it: it starts over at once,
-            # the round from the model it holds, or (between rounds) with a fresh download
-            if was_open:
-                self._begin_round(c)
-            else:
-                self._send_to_leader(c)
-            return
-        c.leader_down = True
-        if self.cfg.on_leader_lost == "recluster" and len(ctx.available()) >= self.k:
-            self._recluster("leader_lost", {"cluster": c.cid, "leader": leader})
-            return
-        self._await_leader(c)
-
-    def _await_leader(self, c: _Cluster) -> None:
-        when = self.ctx.next_up([c.leader])
-        if math.isfinite(when):
-            c.waiting = self.ctx.queue.push(when, "leader_back", {"cluster": c.cid, "gen": self.generation},
-                                            Priority.CONTROL)
-
-    def on_leader_back(self, event: Event) -> None:
-        """A lost device leader is online again: the cloud sends it the current model."""
-        p = event.payload
-        if p["gen"] != self.generation or self.ctx.stopping:
-            return
-        c = self.clusters[p["cluster"]]
-        c.waiting = None
-        if not c.leader_down:
-            return
-        if not self.ctx.is_up(c.leader):
-            self._await_leader(c)
-            return
-        c.leader_down = False
-        self._send_to_leader(c)
-
-    def on_cluster_retry(self, event: Event) -> None:
-        """A member of an idle cluster (all offline) is back."""
-        p = event.payload
-        if p["gen"] != self.generation or self.ctx.stopping:
-            return
-        c = self.clusters[p["cluster"]]
-        c.waiting = None
-        if not c.open and not c.leader_down:
-            self._begin_round(c)
 
     def state(self) -> dict[str, Any]:
         """Global version, construction count and each cluster's round."""
