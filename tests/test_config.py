@@ -168,3 +168,14 @@ def test_set_replaces_a_plugin_section_when_its_name_changes(tmp_path):
     assert sc.protocol.name == "fedavg" and sc.protocol.fraction == 0.5  # no kappa1 leaked in
     sc = load_scenario(path, ["protocol={kappa2: 3}"])
     assert sc.protocol.kappa1 == 5 and sc.protocol.kappa2 == 3  # same plug-in: keys merge
+
+
+def test_local_steps_is_an_alias_of_steps():
+    from hierfl.config.errors import ConfigError as _ConfigError
+    from tests.conftest import tiny as _tiny
+
+    sc = _tiny(training={"local_steps": 7, "epochs": None})
+    assert sc.training.steps == 7 and sc.training.epochs is None
+    with pytest.raises(_ConfigError) as err:
+        _tiny(training={"local_steps": 7, "steps": 3, "epochs": None})
+    assert "training" in str(err.value) and "alias" in str(err.value)

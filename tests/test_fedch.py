@@ -99,6 +99,18 @@ def test_k_equals_n_is_asynchronous_mixing(tmp_path):
     assert res.summary["totals"]["bytes_d2d"] == 0
 
 
+def test_staleness_key_picks_any_library_function(tmp_path):
+    """``staleness: {name: fedch, a, b}`` is the a/b keys; another σ (here polynomial(0.5)) replaces it."""
+    run_scenario(fedch(K=4, a=1, b=1, stop={"rounds": 8}), tmp_path / "ab")
+    run_scenario(fedch(K=4, staleness={"name": "fedch", "a": 1, "b": 1}, stop={"rounds": 8}), tmp_path / "named")
+    ab, named = lines(tmp_path / "ab", "cloud_aggregate"), lines(tmp_path / "named", "cloud_aggregate")
+    assert [a["weights"] for a in ab] == [a["weights"] for a in named]
+    run_scenario(fedch(K=4, staleness={"name": "polynomial", "a": 0.5}, stop={"rounds": 8}), tmp_path / "poly")
+    poly = lines(tmp_path / "poly", "cloud_aggregate")
+    assert [a["staleness"][0] for a in poly] == [0, 1, 2, 3, 3, 3, 3, 3]   # the same arrival order
+    assert [a["weights"][0] for a in poly] == pytest.approx([0.25 * (1 + t) ** -0.5 for t in [0, 1, 2, 3, 3, 3, 3, 3]])
+
+
 def test_first_mix_is_hand_computed(tmp_path):
     sc = fedch(K=4, stop={"rounds": 1})
     res = run_scenario(sc, tmp_path)
@@ -221,6 +233,8 @@ def test_k_auto_records_the_objective(tmp_path):
     ({"K": 3}, {"topology": {"edge_servers": 2}}, "protocol.K", "allowed: 2 or auto"),
     ({"K": 1, "alpha_init": "fraction"}, {}, "protocol.alpha_init", "one_minus"),
     ({"slowdowns": [{"at_s": 1, "devices": [3], "factor": 2}]}, {}, "protocol.slowdowns", "unknown key"),
+    ({"a": 2, "staleness": {"name": "constant"}}, {}, "protocol.staleness", "not both"),
+    ({"staleness": {"name": "sometimes"}}, {}, "protocol.staleness", "polynomial"),
 ])
 def test_bad_input_exit_2_with_key_path(tmp_path, capsys, protocol, extra, path, text):
     raw = {**TINY, "protocol": {"name": "fedch", "K": 2, **protocol}, "stop": {"rounds": 3, "virtual_time_s": 50}}

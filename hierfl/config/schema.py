@@ -243,6 +243,17 @@ class TrainingConfig(ConfigModel):
     trainer: TRAINERS.union() = Field(  # type: ignore[valid-type]
         default=SGDTrainer(), description="local trainer plug-in: sgd, fedprox (mu), scaffold")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _local_steps_alias(cls, data: Any) -> Any:
+        # `local_steps` (the name ARCHITECTURE.md's example uses) is `steps`
+        if isinstance(data, dict) and "local_steps" in data:
+            data = dict(data)
+            if "steps" in data:
+                raise ValueError("set either steps or local_steps (its alias), not both")
+            data["steps"] = data.pop("local_steps")
+        return data
+
     @model_validator(mode="after")
     def _one_budget(self) -> TrainingConfig:
         if self.epochs is not None and self.steps is not None:

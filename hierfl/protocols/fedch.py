@@ -66,8 +66,8 @@ class FedCH(FedCHChurn):
         self.n = world.num_devices
         self.edge_mode = world.num_edges > 0
         base = ctx.spec
-        self.spec = TrainSpec(epochs=None, steps=cfg.H, batch_size=base.batch_size, lr=cfg.lr,
-                              momentum=base.momentum, weight_decay=base.weight_decay)
+        self.spec = TrainSpec(epochs=None, steps=cfg.local_steps(ctx.scenario), batch_size=base.batch_size,
+                              lr=cfg.local_lr(ctx.scenario), momentum=base.momentum, weight_decay=base.weight_decay)
         self.version = 0                  # t: applied global aggregations
         self.generation = 0               # constructions so far − 1; in-flight work carries it
         self.constructions = 0
@@ -316,7 +316,7 @@ class FedCH(FedCHChurn):
         self._pending = []
         for i, up in enumerate(batch):
             tau = self.version - up.version
-            a_tau = fc.staleness_alpha(tau, self.alpha, self.cfg.a, self.cfg.b)
+            a_tau = self.alpha * self.cfg.sigma(tau)  # α·fedch(a, b)(τ) unless `staleness:` names another σ
             ctx.set_global(ctx.combine("cloud", [(1.0 - a_tau, ctx.global_model, None), (a_tau, up.model, None)]))
             self.version += 1
             ctx.record_async_aggregation("cloud", 0, [up.cid], [a_tau], [tau], self.version,

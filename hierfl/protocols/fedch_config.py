@@ -13,6 +13,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.core.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
+from hierfl.core.staleness import STALENESS, FedCHStaleness
 from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class KStarConfig(ConfigModel):
 
 @PROTOCOLS.register
 class FedCHConfig(ProtocolConfig):
-    """``protocol: {name: fedch, K: auto, H: 10, lr: 0.01, a: 5, b: 1, recluster: {name: never}}``."""
+    """``protocol: {name: fedch, K: auto, H: null, lr: null, a: 5, b: 1, recluster: {name: never}}``."""
 
     # a cluster round is a synchronous barrier: `straggler:` policies apply to it
     has_barriers: ClassVar[bool] = True
@@ -47,10 +48,15 @@ class FedCHConfig(ProtocolConfig):
     K: int | Literal["auto"] = Field(default="auto", description="clusters, 1..N; auto = K* of §2.4")
     distance: Literal["abs_diff", "sum"] = Field(default="abs_diff", description="d(i, LN_k) of §2.3 [D]/[B]")
     max_iter: PositiveInt = Field(default=20, description="leader-update iterations at most [D]")
-    H: PositiveInt = Field(default=10, description="local SGD steps per cluster round [V]")
-    lr: PositiveFloat = Field(default=0.01, description="local learning rate η_l [V]")
+    H: PositiveInt | None = Field(
+        default=None, description="local SGD steps per cluster round; null = training.steps if set, else 10 [V]")
+    lr: PositiveFloat | None = Field(
+        default=None, description="local learning rate η_l; null = training.lr (default 0.01 [V])")
     a: float = Field(default=5.0, ge=0.0, description="staleness tolerated at full weight [V]")
     b: float = Field(default=1.0, ge=0.0, le=100.0, description="staleness decay exponent [V]")
+    staleness: STALENESS.union() | None = Field(  # type: ignore[valid-type]
+        default=None, description="σ(τ) of the cloud's α_τ = α·σ(τ); null = fedch(a, b) from the keys a and b "
+                                  "(§2.1); any staleness function of the library is accepted")
     alpha_init: Literal["one_minus", "fraction"] = Field(
         default="one_minus", description="α = 1 − (K−1)/N [V: conference], or the (K−1)/N reading")
     recluster: RECLUSTER.union() = NeverRecluster()  # type: ignore[valid-type]
@@ -75,9 +81,23 @@ class FedCHConfig(ProtocolConfig):
             raise ValueError("must be 'auto' or an integer number of clusters in 1..devices.count")
         return value
 
+    def local_steps(self, scenario: Scenario) -> int:
+        """H: ``protocol.H``, else ``training.steps``, else 10 (§2.2)."""
+        return self.H if self.H is not None else scenario.training.steps or 10
+
+    def local_lr(self, scenario: Scenario) -> float:
+        """η_l: ``protocol.lr``, else ``training.lr``."""
+        return self.lr if self.lr is not None else scenario.training.lr
+
+    def sigma(self, tau: int) -> float:
+        """The staleness factor σ(τ) of the cloud's mixing weight α_τ = α·σ(τ)."""
+        return (self.staleness or FedCHStaleness(a=self.a, b=self.b))(tau)
+
     def check(self, scenario: Scenario) -> list[Problem]:
         """K within 1..N (= E with edge leaders), K: auto needs devices and a budget, K̃ ≤ K."""
         problems: list[Problem] = []
+        if self.staleness is not None and {"a", "b"} & self.model_fields_set:
+            problems.append(Problem("protocol.staleness", "set either a and b (fedch(a, b)) or staleness, not both"))
         n, e = scenario.devices.count, scenario.topology.edge_servers
         if self.K == "auto":
             if n < 3:
@@ -86,9 +106,10 @@ class FedCHConfig(ProtocolConfig):
             elif not e and self.kstar.budget_s == "auto" and scenario.stop.virtual_time_s is None:
                 problems.append(Problem("protocol.kstar.budget_s", "K: auto needs a time budget: set "
                                         "stop.virtual_time_s or protocol.kstar.budget_s (seconds > 0)"))
-            if not e and self.lr * self.kstar.mu >= 1:
+            lr = self.local_lr(scenario)
+            if not e and lr * self.kstar.mu >= 1:
                 problems.append(Problem("protocol.kstar.mu", f"the §2.4 bound needs lr·mu < 1; allowed: "
-                                        f"0 < mu < {1 / self.lr:g}", self.kstar.mu))
+                                        f"0 < mu < {1 / lr:g}", self.kstar.mu))
         elif self.K > n:
             problems.append(Problem("protocol.K", f"more clusters than devices; allowed: 1..{n} or auto", self.K))
         k = e if e else (self.K if isinstance(self.K, int) else None)

@@ -109,8 +109,8 @@ class FedCHConstruction(Protocol):
         budget = float(ks.budget_s if ks.budget_s != "auto" else self.ctx.scenario.stop.virtual_time_s or 0.0)
         f0 = float(ks.f0_gap) if ks.f0_gap != "auto" else float(self.ctx.executor.evaluate(self.ctx.global_model)[1])
         params = {"budget_s": budget, "compute_s": float(np.median(m["compute"])),
-                  "comm_s": float(np.median(m["cloud"])), "lr": cfg.lr, "mu": ks.mu, "q": ks.q,
-                  "f0_gap": f0, "local_steps": cfg.H, "rule": cfg.alpha_init}
+                  "comm_s": float(np.median(m["cloud"])), "lr": self.spec.lr, "mu": ks.mu, "q": ks.q,
+                  "f0_gap": f0, "local_steps": self.spec.steps, "rule": cfg.alpha_init}
         k, values = fc.choose_k(self.n, **params)  # type: ignore[arg-type]
         inputs = {("alpha_init" if key == "rule" else key): v for key, v in params.items()}
         return k, {"rule": "auto", "K": k, "objective": {str(key): v for key, v in values.items()}, **inputs}
