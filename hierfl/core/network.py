@@ -40,6 +40,7 @@ class Flow:
     max_sharing: int = 1     # most flows seen on one of its finite links at once
     min_rate: float = math.inf
     tag: object = field(default=None, repr=False)
+    finite: tuple[Hashable, ...] = ()   # its links of finite capacity (the shared ones), kept current
 
 
 class FlowNetwork:
@@ -75,9 +76,9 @@ class FlowNetwork:
             if cap is None:
                 raise KeyError(f"unknown link {link!r}")
         self.advance(now)
-        flow = Flow(flow_id, links, megabits, megabits, now, tag=tag)
+        flow = Flow(flow_id, links, megabits, megabits, now, tag=tag, finite=self._finite(links))
         self.flows[flow_id] = flow
-        for link in self._finite(links):
+        for link in flow.finite:
             self.on_link.setdefault(link, set()).add(flow_id)
         self._recompute([flow_id])
         return flow
@@ -87,7 +88,7 @@ class FlowNetwork:
         self.advance(now)
         flow = self.flows.pop(flow_id)
         neighbours: set[int] = set()
-        for link in self._finite(flow.links):
+        for link in flow.finite:
             members = self.on_link[link]
             members.discard(flow_id)
             neighbours |= members
@@ -107,6 +108,7 @@ class FlowNetwork:
         if old is not None and math.isinf(old) != math.isinf(mbps):
             # the link joins or leaves the shared set: re-index its flows
             for fid in affected:
+                self.flows[fid].finite = self._finite(self.flows[fid].links)
                 if math.isinf(mbps):
                     self.on_link.get(link, set()).discard(fid)
                 else:
@@ -138,8 +140,8 @@ class FlowNetwork:
         return best, sorted(ids)
 
     # -- rates ------------------------------------------------------------------------------
-    def _finite(self, links: Iterable[Hashable]) -> list[Hashable]:
-        return [link for link in links if math.isfinite(self.capacity[link])]
+    def _finite(self, links: Iterable[Hashable]) -> tuple[Hashable, ...]:
+        return tuple(link for link in links if math.isfinite(self.capacity[link]))
 
     def _component(self, seeds: list[int]) -> list[int]:
         """Flows connected to ``seeds`` through shared finite links (their rates may change)."""
@@ -152,7 +154,7 @@ class FlowNetwork:
             if fid in seen:
                 continue
             seen.add(fid)
-            for link in self._finite(self.flows[fid].links):
+            for link in self.flows[fid].finite:
                 stack.extend(self.on_link[link] - seen)
         return sorted(seen)
 
@@ -170,11 +172,11 @@ class FlowNetwork:
         # progressive filling over the component (deterministic: sorted flows and links)
         rate = {fid: 0.0 for fid in comp}
         frozen: set[int] = set()
-        links = sorted({link for fid in comp for link in self._finite(self.flows[fid].links)}, key=repr)
+        links = sorted({link for fid in comp for link in self.flows[fid].finite}, key=repr)
         left = {link: self.capacity[link] for link in links}
         users = {link: [fid for fid in sorted(self.on_link[link]) if fid in rate] for link in links}
         for fid in comp:  # a flow over infinite links only is limited by nothing
-            if not self._finite(self.flows[fid].links):
+            if not self.flows[fid].finite:
                 rate[fid] = math.inf
                 frozen.add(fid)
         while len(frozen) < len(comp):
@@ -200,7 +202,7 @@ class FlowNetwork:
         for fid in comp:
             f = self.flows[fid]
             f.rate = rate[fid]
-            sharing = max((len(self.on_link[link]) for link in self._finite(f.links)), default=1)
+            sharing = max((len(self.on_link[link]) for link in f.finite), default=1)
             self._note(f, sharing)
 
     @staticmethod
