@@ -25,6 +25,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.emulator import run_scenario
 from hierfl.learn.local import LocalTrainer
 from tests.conftest import TINY, tiny
+from tests.test_dynamics import DYN as _DYN_BASE
 from tests.test_fedch import C, D2D, DOWN, EDGE, ROUND, UP, clusters, fedch, lines
 
 SPEEDS = [400.0, 200.0, 100.0, 50.0]
@@ -278,14 +279,9 @@ def test_leader_lost_reclusters_on_demand(tmp_path):
 
 
 # -- determinism with everything on ---------------------------------------------------------------------
-DYN = dict(devices={"count": 6, "speed_sps": {"dist": "uniform", "low": 50, "high": 200},
-                    "availability": {"name": "markov", "mean_up_s": 4.0, "mean_down_s": 1.0},
-                    "dropout": 0.1, "jitter_sigma": 0.2},
-           data={"dataset": {"num_samples": 360}},
-           events=[{"at_s": 1.0, "slowdown": {"select": {"fraction": 0.5}, "factor": 5, "for_s": 3}},
-                   {"at_s": 2.0, "link": {"select": {"count": 2}, "bandwidth_factor": 0.5, "for_s": 2}}],
-           straggler={"name": "deadline", "seconds": 1.5},
-           stop={"virtual_time_s": 12, "rounds": 1000}, evaluation={"every_s": 2})
+# the world of tests/test_dynamics.py's determinism test, plus a deadline on the cluster rounds
+DYN = {**_DYN_BASE, "straggler": {"name": "deadline", "seconds": 1.5},
+       "stop": {"virtual_time_s": 12, "rounds": 1000}}
 
 
 def fedch_dyn(**kw):

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from hierfl.config.base import ConfigModel
+from hierfl.config.base import ConfigModel, rename_alias
 from hierfl.traces.config import AvailabilityTraceConfig
 
 __all__ = [
@@ -96,12 +96,7 @@ class Selector(ConfigModel):
     @classmethod
     def _cluster_alias(cls, data: Any) -> Any:
         # `cluster: k` reads as the devices of edge server (leader group) k, as the issue text words it
-        if isinstance(data, dict) and "cluster" in data:
-            data = dict(data)
-            if "edge" in data:
-                raise ValueError("set either edge or cluster (its alias), not both")
-            data["edge"] = data.pop("cluster")
-        return data
+        return rename_alias(data, "cluster", "edge")
 
     @model_validator(mode="after")
     def _one_size(self) -> Selector:

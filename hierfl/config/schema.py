@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from hierfl.config.base import ConfigModel
+from hierfl.config.base import ConfigModel, rename_alias
 from hierfl.config.dists import ConstantDist, Dist
 from hierfl.config.dynamics import (
     AlwaysAvailability,
@@ -247,12 +247,7 @@ class TrainingConfig(ConfigModel):
     @classmethod
     def _local_steps_alias(cls, data: Any) -> Any:
         # `local_steps` (the name ARCHITECTURE.md's example uses) is `steps`
-        if isinstance(data, dict) and "local_steps" in data:
-            data = dict(data)
-            if "steps" in data:
-                raise ValueError("set either steps or local_steps (its alias), not both")
-            data["steps"] = data.pop("local_steps")
-        return data
+        return rename_alias(data, "local_steps", "steps")
 
     @model_validator(mode="after")
     def _one_budget(self) -> TrainingConfig:
