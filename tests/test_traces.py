@@ -34,15 +34,19 @@ CAPS = {3: Capacity(2.0, 1000.0, 1000.0), 1: Capacity(0.5, 250.5, 250.5), 12: Ca
 AVAIL = {7: Availability(((0.0, 10.5), (30.0, 45.0)), 60.0), 2: Availability(((5.0, 6.0),), 100.0)}
 
 
-@pytest.mark.parametrize("writer,fmt,suffix", [
-    (write_capacity_csv, "csv", ".csv"),
-    (write_capacity_fedscale, "fedscale", ".pkl"),
-    (lambda p, c: write_capacity_fedscale(p, c, as_json=True), "fedscale", ".json"),
+@pytest.mark.parametrize("writer,loader,data,fmt,suffix", [
+    (write_capacity_csv, load_capacity, CAPS, "csv", ".csv"),
+    (write_capacity_fedscale, load_capacity, CAPS, "fedscale", ".pkl"),
+    (lambda p, c: write_capacity_fedscale(p, c, as_json=True), load_capacity, CAPS, "fedscale", ".json"),
+    (write_availability_csv, load_availability, AVAIL, "csv", ".csv"),
+    (write_availability_fedscale, load_availability, AVAIL, "fedscale", ".pkl"),
+    (lambda p, a: write_availability_fedscale(p, a, as_json=True), load_availability, AVAIL, "fedscale", ".json"),
 ])
-def test_capacity_round_trip(tmp_path, writer, fmt, suffix):
-    path = tmp_path / ("cap" + suffix)
-    writer(path, CAPS)
-    assert load_capacity(path, fmt) == CAPS
+def test_trace_round_trip(tmp_path, writer, loader, data, fmt, suffix):
+    """Capacity and availability traces written in each format load back equal."""
+    path = tmp_path / ("trace" + suffix)
+    writer(path, data)
+    assert loader(path, fmt) == data
 
 
 def test_capacity_csv_keeps_asymmetric_links_and_string_ids(tmp_path):
@@ -51,17 +55,6 @@ def test_capacity_csv_keeps_asymmetric_links_and_string_ids(tmp_path):
     assert load_capacity(tmp_path / "c.csv", "csv") == caps
     with pytest.raises(ValueError, match="one bandwidth"):
         write_capacity_fedscale(tmp_path / "c.pkl", caps)
-
-
-@pytest.mark.parametrize("writer,fmt,suffix", [
-    (write_availability_csv, "csv", ".csv"),
-    (write_availability_fedscale, "fedscale", ".pkl"),
-    (lambda p, a: write_availability_fedscale(p, a, as_json=True), "fedscale", ".json"),
-])
-def test_availability_round_trip(tmp_path, writer, fmt, suffix):
-    path = tmp_path / ("av" + suffix)
-    writer(path, AVAIL)
-    assert load_availability(path, fmt) == AVAIL
 
 
 def test_availability_csv_without_period(tmp_path):
