@@ -28,7 +28,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from hierfl.config.loader import validate_raw
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 
 OUT = Path(__file__).resolve().parent / "results"
 TARGET = 0.80

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from hierfl.config.loader import load_scenario
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.viz.plot import plot_runs
 
 ROOT = Path(__file__).resolve().parents[1]

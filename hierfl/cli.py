@@ -46,7 +46,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hierfl.build import build
-    from hierfl.emulator import RunError, run_scenario
+    from hierfl.driver import RunError, run_scenario
 
     scenario = _load(args)
     built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet

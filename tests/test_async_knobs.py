@@ -16,7 +16,7 @@ from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.learn.local import LocalTrainer
 from tests.conftest import TINY, tiny
 from tests.test_async_protocols import CYCLE, DOWN, LINK, UP, ahfl, flat, lines

@@ -13,7 +13,7 @@ import pytest
 from hierfl.build import build
 from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.learn.local import LocalTrainer
 from tests.conftest import tiny
 

@@ -52,7 +52,7 @@ def test_run_writes_the_output_contract_then_plot_and_timeline(tmp_path, capsys)
 
 
 def test_quickstart_reaches_target_on_local_executor(tmp_path):
-    from hierfl.emulator import run_scenario
+    from hierfl.driver import run_scenario
 
     sc = load_scenario(ROOT / "scenarios" / "quickstart.yaml", ["runtime.executor=local"])
     summary = run_scenario(sc, tmp_path).summary

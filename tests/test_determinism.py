@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hierfl.config.loader import load_scenario
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from hierfl.build import build, tier_counts
 from hierfl.config.errors import ConfigError
 from hierfl.core.dynamics import Availability, IntervalTimeline, MarkovTimeline, Window, finish_time
 from hierfl.core.rng import stream
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from tests.conftest import TINY, tiny
 
 

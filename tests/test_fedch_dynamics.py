@@ -22,7 +22,7 @@ from hierfl.cli import main
 from hierfl.core.aggregate import weighted_average
 from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.learn.local import LocalTrainer
 from tests.conftest import TINY, tiny
 from tests.test_dynamics import DYN as _DYN_BASE

@@ -12,7 +12,7 @@ from hierfl.config.errors import ConfigError
 from hierfl.core.aggregate import weighted_average
 from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.learn.local import LocalTrainer
 from tests.conftest import TINY, tiny
 

@@ -13,7 +13,7 @@ import yaml
 from hierfl.build import build, train_spec
 from hierfl.cli import main
 from hierfl.core.work import TrainSpec
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.learn import LocalTrainer
 from hierfl.learn.trainers import TRAINERS
 from hierfl.models import LogRegConfig

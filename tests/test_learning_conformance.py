@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hierfl.core.serveropt import SERVER_OPTIMIZERS
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.learn.trainers import TRAINERS
 from tests.conftest import tiny
 from tests.test_determinism import metrics_without_wall

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hierfl.build import build
 from hierfl.core.network import FlowNetwork
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from tests.conftest import tiny
 
 

@@ -10,7 +10,7 @@ from hierfl.build import build
 from hierfl.core.aggregate import weighted_average
 from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.learn.local import LocalTrainer
 from tests.conftest import tiny
 
@@ -134,7 +134,7 @@ def test_stop_by_virtual_time_and_target(tmp_path):
 
 
 def test_failure_midway_keeps_metrics_and_writes_failed_summary(tmp_path, monkeypatch):
-    from hierfl.emulator import RunError
+    from hierfl.driver import RunError
     from hierfl.protocols import fedavg
 
     calls = {"n": 0}
@@ -157,7 +157,7 @@ def test_failure_midway_keeps_metrics_and_writes_failed_summary(tmp_path, monkey
 
 def test_executor_start_failure_is_a_run_error(tmp_path, monkeypatch):
     from hierfl import emulator
-    from hierfl.emulator import RunError
+    from hierfl.driver import RunError
 
     def broken(*args, **kwargs):
         raise ConnectionError("no cluster here")

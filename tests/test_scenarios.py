@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from hierfl.config.loader import load_scenario
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))

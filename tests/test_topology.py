@@ -370,7 +370,7 @@ def test_cli_exits_2_without_traceback_and_runs_a_topology(tmp_path):
 
 
 def test_run_writes_a_config_that_runs_again_from_elsewhere(tmp_path, monkeypatch):
-    from hierfl.emulator import run_scenario
+    from hierfl.driver import run_scenario
 
     path = scenario(tmp_path, {"file": "t.yaml"}, text=TWO_PATHS, stop={"rounds": 1})
     run_scenario(load_scenario(path), tmp_path / "run", source=str(path))
@@ -390,7 +390,7 @@ def test_relative_paths_resolve_against_the_scenario_then_the_checkout(tmp_path,
 
 @pytest.mark.ray
 def test_topology_and_trace_runs_are_deterministic_local_vs_ray(tmp_path, ray_session):
-    from hierfl.emulator import run_scenario
+    from hierfl.driver import run_scenario
     from tests.test_determinism import metrics_without_wall
 
     (tmp_path / "cap.csv").write_text("client_id,compute_ms_per_sample,uplink_kbps,downlink_kbps\n"

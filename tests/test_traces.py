@@ -14,7 +14,7 @@ from hierfl.build import build, train_spec
 from hierfl.config.errors import ConfigError
 from hierfl.config.loader import load_scenario
 from hierfl.core.rng import stream
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 from hierfl.traces import (
     Availability,
     AvailabilityTraceConfig,

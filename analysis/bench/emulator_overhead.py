@@ -32,7 +32,7 @@ import numpy as np
 from hierfl.build import build
 from hierfl.config.loader import validate_raw
 from hierfl.core.rng import stream
-from hierfl.emulator import run_scenario
+from hierfl.driver import run_scenario
 
 
 def scenario(fraction: float, rounds: int, workers: int) -> dict:

@@ -226,6 +226,20 @@ class CloudStraggler(ConfigModel):
         """Arrivals that close the cloud round early."""
         return min(self.k, selected) if self.k is not None else selected
 
+    def select_count(self, m: int) -> int:
+        """Every edge server takes part."""
+        return m
+
+    @property
+    def deadline_s(self) -> float | None:
+        """Seconds after the round began at which it closes (None: no deadline)."""
+        return self.seconds
+
+    @property
+    def partial_work(self) -> bool:
+        """Edge servers do not plan partial work."""
+        return False
+
 
 def _cloud_shorthand(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
@@ -247,6 +261,16 @@ class _BarrierPolicy(ConfigModel):
         """Arrivals that close the round early (before any deadline): all of them by default."""
         return selected
 
+    @property
+    def deadline_s(self) -> float | None:
+        """Seconds after the round began at which it closes (None: no deadline)."""
+        return None
+
+    @property
+    def partial_work(self) -> bool:
+        """Whether devices plan only the local steps that fit before the deadline."""
+        return False
+
 
 class WaitAll(_BarrierPolicy):
     """Wait for every selected participant (that has not gone offline)."""
@@ -261,6 +285,16 @@ class Deadline(_BarrierPolicy):
     name: Literal["deadline"]
     seconds: PositiveFloat
     partial: bool = False
+
+    @property
+    def deadline_s(self) -> float | None:
+        """Seconds after the round began at which it closes."""
+        return float(self.seconds)
+
+    @property
+    def partial_work(self) -> bool:
+        """Whether devices plan only the local steps that fit before the deadline."""
+        return self.partial
 
 
 class OverSelect(_BarrierPolicy):

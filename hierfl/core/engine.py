@@ -2,7 +2,8 @@
 
 Modelled on SimPy's core (one heap, a tiny API): ``seq`` is a monotonically increasing
 counter, so events at equal time and priority pop in insertion order, identically every run.
-Events are plain data (kind + JSON-like payload) so the whole queue can be checkpointed.
+Events are plain data: a kind and a small typed payload (a frozen dataclass, see
+:mod:`hierfl.env.events`), so the whole queue can be checkpointed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Event:
     priority: int
     seq: int
     kind: str = field(compare=False)
-    payload: dict[str, Any] = field(compare=False, default_factory=dict)
+    payload: Any = field(compare=False, default=None)
 
 
 class EventQueue:
@@ -69,18 +70,19 @@ class EventQueue:
         while self._heap and self._heap[0].seq in self._cancelled:
             self._cancelled.discard(heapq.heappop(self._heap).seq)
 
-    def push(self, time: float, kind: str, payload: dict[str, Any] | None = None,
+    def push(self, time: float, kind: str, payload: Any = None,
              priority: int = Priority.CONTROL) -> Event:
         """Schedule ``kind`` at absolute virtual ``time`` (seconds); never in the past."""
         if not time >= self.now:  # also rejects NaN
             raise ValueError(f"cannot schedule {kind!r} at t={time!r} before now={self.now!r}")
-        event = Event(float(time), int(priority), self._seq, kind, dict(payload or {}))
+        # a mapping is copied (the caller may reuse it); a frozen payload value is shared
+        event = Event(float(time), int(priority), self._seq, kind, dict(payload) if isinstance(payload, dict) else payload)
         self._seq += 1
         heapq.heappush(self._heap, event)
         self._pending.add(event.seq)
         return event
 
-    def push_after(self, delay: float, kind: str, payload: dict[str, Any] | None = None,
+    def push_after(self, delay: float, kind: str, payload: Any = None,
                    priority: int = Priority.CONTROL) -> Event:
         """Schedule ``kind`` ``delay`` seconds after now."""
         if not delay >= 0:
@@ -115,7 +117,7 @@ class EventQueue:
         """Rebuild a queue from :meth:`state`."""
         q = cls(state["now"])
         q._seq = int(state["seq"])
-        q._heap = [Event(float(t), int(p), int(s), k, dict(pl)) for t, p, s, k, pl in state["events"]]
+        q._heap = [Event(float(t), int(p), int(s), k, pl) for t, p, s, k, pl in state["events"]]
         heapq.heapify(q._heap)
         q._pending = {e.seq for e in q._heap}
         return q

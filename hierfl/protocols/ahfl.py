@@ -37,7 +37,7 @@ from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.emulator import Context
+    from hierfl.driver import Context
 
 __all__ = ["AHFLConfig", "AHFL"]
 

@@ -1,27 +1,39 @@
 """Protocol plug-in base: a protocol reacts to virtual-time events and calls pure math.
 
 Like Ray Tune's schedulers, a protocol is a plain object with ``on_<event>`` callbacks that
-tests drive without Ray. It never blocks on the real clock: it asks the context to start
-work (which the executor runs in parallel) and schedules the event that consumes the result.
+tests drive without Ray. It is written against the narrow :class:`~hierfl.env.api.Env` only: it
+asks the environment to start work (which the executor runs in parallel) and to send models,
+and it hears back through events with typed payloads. Events the driver raises on its own
+(:data:`~hierfl.env.events.DRIVER_EVENTS`) have harmless default handlers here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.core.engine import Event, Priority
 from hierfl.registry import Registry
+from hierfl.core.engine import Event, Priority
+from hierfl.env.api import Env, Job
+from hierfl.env.events import Payload
+from hierfl.env.records import ClustersRecord
 
-if TYPE_CHECKING:  # the runtime depends on protocols, never the reverse
-    from hierfl.config.schema import Scenario
+if TYPE_CHECKING:  # the scenario schema sits above the protocols; only its type is named here
     from hierfl.core.work import TrainSpec
-    from hierfl.emulator import Context, Job
+    from hierfl.config.schema import Scenario
 
-__all__ = ["PROTOCOLS", "ProtocolConfig", "Protocol"]
+__all__ = ["PROTOCOLS", "ProtocolConfig", "Protocol", "DeviceMsg"]
 
 PROTOCOLS: Registry = Registry("protocol")
+
+
+@dataclass(frozen=True)
+class DeviceMsg(Payload):
+    """A message to or from one device (protocols subclass it with their round, edge, … fields)."""
+
+    device: int
 
 
 class ProtocolConfig(ConfigModel):
@@ -40,12 +52,14 @@ class ProtocolConfig(ConfigModel):
     supports_churn: ClassVar[bool] = True
     # whether it has synchronous barriers a `straggler:` policy applies to
     has_barriers: ClassVar[bool] = False
+    # whether it has a synchronous cloud round over edge servers (`straggler.cloud` applies)
+    has_cloud_barrier: ClassVar[bool] = False
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""
         return []
 
-    def create(self, ctx: Context) -> Protocol:
+    def create(self, env: Env) -> Protocol:
         """Build the protocol object for one run."""
         raise NotImplementedError
 
@@ -53,39 +67,35 @@ class ProtocolConfig(ConfigModel):
 class Protocol:
     """A federated-learning protocol driven by events."""
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, env: Env) -> None:
+        self.env = env
         self.jobs: dict[int, Job] = {}
 
     # -- the device job lifecycle shared by protocols: download → train → upload ------------------
-    def _server(self, device: int, link: str, payload: dict[str, Any]) -> tuple[str, int]:
+    def server_of(self, device: int, link: str, payload: Any) -> tuple[str, int]:
+        """The server end of ``device``'s ``link`` (``device_cloud`` or ``device_edge``)."""
         if link == "device_cloud":
             return ("cloud", 0)
-        return ("edge", int(payload.get("edge", self.ctx.world.edge_of[device])))
+        edge = getattr(payload, "edge", None)
+        return ("edge", int(self.env.world.edge_of[device] if edge is None else edge))
 
-    def send_model(self, device: int, link: str, payload: dict[str, Any]) -> None:
+    def send_model(self, device: int, link: str, payload: DeviceMsg) -> None:
         """Download the current model to ``device`` over ``link``; ``train_start`` fires on arrival."""
-        self.ctx.send(self._server(device, link, payload), ("device", device), "train_start",
-                      {"device": device, **payload}, "download", Priority.START)
+        self.env.send(self.server_of(device, link, payload), ("device", device), "train_start", payload,
+                      "download", Priority.START)
 
     def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None, control: Any = None) -> Event:
         """Submit the device's job now; ``train_done`` fires when its virtual compute time is over
-        (or the internal ``_job_lost`` when the device drops out first). Returns that pending event."""
-        ctx = self.ctx
-        device = event.payload["device"]
-        job = ctx.start_training(device, model, spec, control)
+        (or ``device_lost`` when the device drops out first). Returns that pending event."""
+        job, pending = self.env.start_job(event.payload.device, model, event.payload, spec, control)
         self.jobs[job.device] = job
-        if job.lost_at is not None:
-            return ctx.track(device, ctx.queue.push(job.lost_at, "_job_lost",
-                                                    {"device": device, "reason": job.lost_reason,
-                                                     "payload": event.payload}, Priority.ARRIVAL))
-        return ctx.track(device, ctx.schedule(job.compute_s, "train_done", event.payload, Priority.ARRIVAL))
+        return pending
 
     def collect_and_upload(self, event: Event, link: str) -> None:
         """Collect the finished job and upload its result; ``upload_done`` fires on arrival."""
-        device = event.payload["device"]
-        self.ctx.finish_training(self.jobs[device])
-        self.ctx.send(("device", device), self._server(device, link, event.payload), "upload_done",
+        device = event.payload.device
+        self.env.finish_training(self.jobs[device])
+        self.env.send(("device", device), self.server_of(device, link, event.payload), "upload_done",
                       event.payload, "upload")
 
     def wasted_work(self, device: int) -> float:
@@ -93,33 +103,38 @@ class Protocol:
         job = self.jobs.get(device)
         if job is None:
             return 0.0
-        return max(min(self.ctx.now - job.start, job.compute_s), 0.0)
+        return max(min(self.env.now - job.start, job.compute_s), 0.0)
 
     def abandon(self, device: int) -> float:
         """Withdraw everything ``device`` has in flight (a straggler cut by a policy); returns the
         wasted compute seconds, which are also counted."""
         wasted = self.wasted_work(device)
         self.jobs.pop(device, None)
-        self.ctx.cancel_device(device)
-        self.ctx.counters["wasted_compute_s"] += wasted
+        self.env.cancel_device(device)
+        self.env.telemetry.count("wasted_compute_s", wasted)
         return wasted
 
+    # -- events ----------------------------------------------------------------------------------
     def on_device_lost(self, event: Event) -> None:
         """A device dropped out (offline, dropout); override to react. Its work is already accounted."""
 
-    def clusters_record(self) -> dict[str, Any] | None:
+    def clusters_record(self) -> ClustersRecord | None:
         """The initial ``clusters.jsonl`` record, when the protocol groups devices itself (None: the topology's)."""
         return None
+
+    def queue_lengths(self) -> dict[str, int]:
+        """Updates waiting per tier (in every evaluation line); none by default."""
+        return {}
 
     def start(self) -> None:
         """Schedule the first events at virtual time 0."""
         raise NotImplementedError
 
     def handle(self, event: Event) -> None:
-        """Dispatch ``event`` to ``on_<kind>``."""
+        """Dispatch ``event`` to ``on_<kind>``; a kind the protocol scheduled itself must have a handler."""
         if event.kind == "device_lost":
-            device = event.payload["device"]
-            self.ctx.counters["wasted_compute_s"] += self.wasted_work(device)
+            device = event.payload.device
+            self.env.telemetry.count("wasted_compute_s", self.wasted_work(device))
             self.jobs.pop(device, None)
         handler = getattr(self, "on_" + event.kind, None)
         if handler is None:

@@ -31,7 +31,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.emulator import Context
+    from hierfl.driver import Context
 
 __all__ = ["FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync"]
 

@@ -14,20 +14,32 @@ Virtual time of one round (server-side aggregation is instantaneous)::
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
-
-from pydantic import Field
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
 from hierfl.core.engine import Event, Priority
-from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.env import Env, Payload, RoundEmpty
+from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
-if TYPE_CHECKING:
-    from hierfl.emulator import Context
+__all__ = ["FedAvgConfig", "FedAvg", "RoundMsg"]
 
-__all__ = ["FedAvgConfig", "FedAvg"]
+
+@dataclass(frozen=True)
+class RoundMsg(DeviceMsg):
+    """A device's model download / upload in cloud round ``round``."""
+
+    round: int
+
+
+@dataclass(frozen=True)
+class RoundRetry(Payload):
+    """Try to begin round ``round`` again (nobody was online)."""
+
+    round: int
 
 
 @PROTOCOLS.register
@@ -44,16 +56,16 @@ class FedAvgConfig(ProtocolConfig):
         default="samples", description="cloud average weighted by sample count (McMahan et al.) or uniform "
                                        "(Reddi et al.'s FedOpt average, ALGORITHMS.md §5.7)")
 
-    def create(self, ctx: Context) -> FedAvg:
+    def create(self, env: Env) -> FedAvg:
         """A FedAvg run."""
-        return FedAvg(self, ctx)
+        return FedAvg(self, env)
 
 
 class FedAvg(Protocol):
     """Synchronous rounds over the whole population, aggregated at the cloud."""
 
-    def __init__(self, cfg: FedAvgConfig, ctx: Context) -> None:
-        super().__init__(ctx)
+    def __init__(self, cfg: FedAvgConfig, env: Env) -> None:
+        super().__init__(env)
         self.cfg = cfg
         self.round = 0
         self.selected: list[int] = []
@@ -64,7 +76,7 @@ class FedAvg(Protocol):
 
     def clients_per_round(self) -> int:
         """``m = max(⌈C·N⌉, 1)``."""
-        n = self.ctx.world.num_devices
+        n = self.env.world.num_devices
         return min(n, max(math.ceil(self.cfg.fraction * n - 1e-9), 1))
 
     def start(self) -> None:
@@ -72,13 +84,13 @@ class FedAvg(Protocol):
         self._begin_round()
 
     def _begin_round(self) -> None:
-        ctx = self.ctx
-        policy = ctx.scenario.straggler
+        ctx = self.env
+        policy = ctx.straggler
         pool = ctx.available()
         if not pool:  # nobody online: try again when the first device comes back
             when = ctx.next_up()
             if math.isfinite(when):
-                ctx.queue.push(when, "round_retry", {"round": self.round}, Priority.CONTROL)
+                ctx.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
             return
         m = min(self.clients_per_round(), len(pool))
         k = min(policy.select_count(m), len(pool))
@@ -93,16 +105,16 @@ class FedAvg(Protocol):
         self.barrier = Barrier(self, policy, ("cloud", 0), self.round, self.selected, m, self._close)
         self.round_control = ctx.control()
         for device in self.selected:
-            self.send_model(device, "device_cloud", {"round": self.round})
+            self.send_model(device, "device_cloud", RoundMsg(device, self.round))
 
     def on_round_retry(self, event: Event) -> None:
         """A device came back online after a round found nobody: begin it now."""
-        if not self.ctx.stopping:
+        if not self.env.stopping:
             self._begin_round()
 
     def on_train_start(self, event: Event) -> None:
         """The device has the model: start its job (submitted to the executor now)."""
-        spec = planned_spec(self, event.payload["device"], self.barrier)
+        spec = planned_spec(self, event.payload.device, self.barrier)
         if spec is None:  # partial work: not even one step fits before the deadline
             return
         self.start_job(event, self.round_model, spec, control=self.round_control)
@@ -113,8 +125,8 @@ class FedAvg(Protocol):
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached the cloud: fold it in; the barrier decides when the round closes."""
-        ctx = self.ctx
-        device = event.payload["device"]
+        ctx = self.env
+        device = event.payload.device
         self.arrived.add(device)
         weight = float(ctx.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
         ctx.add_to_cloud(self.jobs.pop(device).params, weight, ctx.control_coef(device))
@@ -122,18 +134,18 @@ class FedAvg(Protocol):
 
     def on_device_lost(self, event: Event) -> None:
         """A selected device went offline: the round no longer waits for it."""
-        self.barrier.drop(event.payload["device"])
+        self.barrier.drop(event.payload.device)
 
     def on_round_deadline(self, event: Event) -> None:
         """The straggler deadline of the round."""
         self.barrier.on_deadline()
 
     def _close(self, arrived: list[int]) -> None:
-        ctx = self.ctx
+        ctx = self.env
         if arrived:
             ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), base=self.round_model))
         else:
-            ctx.recorder.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "round_empty", "round": self.round})
+            ctx.telemetry.record(RoundEmpty({"round": self.round}))
         self.round += 1
         if not ctx.stopping:
             self._begin_round()

@@ -24,7 +24,7 @@ from hierfl.protocols.fedasync import FlatAsync
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.emulator import Context
+    from hierfl.driver import Context
 
 __all__ = ["FedBuffConfig", "FedBuff"]
 

@@ -51,7 +51,7 @@ from hierfl.protocols.fedch_construction import _Cluster, _Upload
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
-    from hierfl.emulator import Context
+    from hierfl.driver import Context
 
 __all__ = ["FedCHConfig", "FedCH", "KStarConfig"]
 

@@ -18,7 +18,7 @@ from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.emulator import Context
+    from hierfl.driver import Context
     from hierfl.protocols.fedch import FedCH
 
 __all__ = ["FedCHConfig", "KStarConfig"]

@@ -36,7 +36,7 @@ from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.emulator import Context, Job
+    from hierfl.driver import Context, Job
 
 __all__ = ["FedHiSynConfig", "FedHiSyn"]
 

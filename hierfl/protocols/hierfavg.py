@@ -29,7 +29,7 @@ from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.emulator import Context
+    from hierfl.driver import Context
 
 __all__ = ["HierFAVGConfig", "HierFAVG"]
 

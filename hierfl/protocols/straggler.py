@@ -20,17 +20,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hierfl.core.dynamics import factor_at
 from hierfl.core.engine import Event, Priority
 from hierfl.core.work import TrainSpec, num_steps
+from hierfl.env.events import Payload
+from hierfl.env.records import RoundClose
 
 if TYPE_CHECKING:
     from hierfl.protocols.base import Protocol
 
-__all__ = ["Barrier", "partial_steps", "planned_spec"]
+__all__ = ["Barrier", "RoundDeadline", "partial_steps", "planned_spec"]
+
+
+@dataclass(frozen=True)
+class RoundDeadline(Payload):
+    """Payload of ``round_deadline``: the barrier's server and round."""
+
+    server: tuple[str, int]
+    round: int
 
 
 class Barrier:
@@ -40,7 +49,7 @@ class Barrier:
                  selected: list[int], wanted: int, on_close: Callable[[list[int]], None],
                  abandon: Callable[[int], float] | None = None, info: dict[str, Any] | None = None) -> None:
         self.proto = proto
-        self.ctx = proto.ctx
+        self.env = proto.env
         self.policy = policy
         self.server = server
         self.round = round_id
@@ -49,18 +58,18 @@ class Barrier:
         self.arrived: list[int] = []
         self.lost: list[int] = []
         self.closed = False
-        self.started = self.ctx.now
+        self.started = self.env.now
         self.on_close = on_close
         self.abandon_fn = abandon or proto.abandon
         self.info = dict(info or {})  # extra fields of the round_close line (e.g. FedCH's cluster)
         self.needed = policy.needed(len(selected), wanted) if selected else 0
         self.deadline: float | None = None
         self._deadline_event: Event | None = None
-        seconds = getattr(policy, "seconds", None)
-        if policy.name == "deadline" and seconds is not None:
+        seconds = policy.deadline_s
+        if seconds is not None:
             self.deadline = self.started + float(seconds)
-            self._deadline_event = self.ctx.queue.push(
-                self.deadline, "round_deadline", {"server": list(server), "round": round_id}, Priority.CONTROL)
+            self._deadline_event = self.env.at(self.deadline, "round_deadline", RoundDeadline(tuple(server), round_id),
+                                               Priority.CONTROL)
         if not selected:
             self.close()
 
@@ -93,11 +102,11 @@ class Barrier:
             return 0.0
         self.closed = True
         if self._deadline_event is not None:
-            self.ctx.queue.cancel(self._deadline_event)
+            self.env.cancel(self._deadline_event)
         late = sorted(self.waiting)
         wasted = sum(self.abandon_fn(who) for who in late)
         if stragglers:
-            self.ctx.counters["stragglers_dropped"] += len(late)
+            self.env.telemetry.count("stragglers_dropped", len(late))
         self.waiting = set()
         return wasted
 
@@ -107,23 +116,20 @@ class Barrier:
             return
         self.closed = True
         if self._deadline_event is not None:
-            self.ctx.queue.cancel(self._deadline_event)
+            self.env.cancel(self._deadline_event)
         wasted = 0.0
         late = sorted(self.waiting)
         for who in late:
             wasted += self.abandon_fn(who)
         self.waiting = set()
-        ctx = self.ctx
-        ctx.counters["stragglers_dropped"] += len(late)
+        env, tel = self.env, self.env.telemetry
+        tel.count("stragglers_dropped", len(late))
         kind, ident = self.server
-        ctx.recorder.metric({"t": ctx.now, "wall_s": ctx.wall_s(), "event": "round_close", "server": kind,
-                             "id": ident, "round": self.round, "policy": self.policy.name,
-                             "selected": len(self.selected), "arrived": len(self.arrived),
-                             "dropped": len(late), "lost": len(self.lost), "wasted_compute_s": wasted,
-                             "round_s": ctx.now - self.started, "dropped_ids": late, **self.info})
+        tel.record(RoundClose(kind, ident, self.round, self.policy.name, len(self.selected), len(self.arrived),
+                              len(late), len(self.lost), wasted, env.now - self.started, late, dict(self.info)))
         if late:
             lane = ("cloud", 0) if kind == "cloud" else (kind, ident)  # an edge server, or a device leader
-            ctx.recorder.instant(lane, "stragglers_dropped", ctx.now, ids=late, wasted_compute_s=wasted)
+            tel.instant(lane, "stragglers_dropped", env.now, ids=late, wasted_compute_s=wasted)
         self.on_close(list(self.arrived))
 
 
@@ -140,27 +146,27 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     many local steps as fit before the deadline, leaving time for an uncontended upload (None: not
     even one step fits — the device is dropped now, having computed nothing). ``upload_s``: that
     upload's time when it does not go over the device's own server link (FedCH: to a device leader)."""
-    ctx = proto.ctx
-    spec = spec or ctx.spec
+    env = proto.env
+    spec = spec or env.spec
     policy = barrier.policy
-    if policy.name != "deadline" or not policy.partial or barrier.deadline is None:
+    if not policy.partial_work or barrier.deadline is None:
         return spec
-    world = ctx.world
+    world = env.world
     n = int(world.samples[device])
     full = num_steps(n, spec)
     one = replace(spec, epochs=None, steps=1)
-    step_s = world.compute_s(device, one) * factor_at(ctx.dyn.windows[device], ctx.now)
-    left = barrier.deadline - ctx.now - (world.upload_s(device) if upload_s is None else upload_s)
+    step_s = world.compute_s(device, one) * env.compute_factor(device)
+    left = barrier.deadline - env.now - (world.upload_s(device) if upload_s is None else upload_s)
     k = partial_steps(full, step_s, left)
     if k >= full:
         return spec
     if k < 1:
-        ctx.recorder.instant(("device", device), "no_time", ctx.now, left_s=left)
+        env.telemetry.instant(("device", device), "no_time", env.now, left_s=left)
         barrier.waiting.discard(device)
         barrier.lost.append(device)
-        ctx.counters["stragglers_dropped"] += 1
+        env.telemetry.count("stragglers_dropped", 1)
         if not barrier.waiting and not barrier.closed:
             barrier.close()
         return None
-    ctx.recorder.instant(("device", device), "partial_work", ctx.now, steps=k, of=full)
+    env.telemetry.instant(("device", device), "partial_work", env.now, steps=k, of=full)
     return replace(spec, epochs=None, steps=k)

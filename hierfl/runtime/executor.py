@@ -14,27 +14,10 @@ import numpy as np
 
 from hierfl.core.serveropt import ServerOptimizerConfig
 from hierfl.core.work import TrainSpec
+from hierfl.env.api import Job, Term
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 
 __all__ = ["Job", "Executor", "LocalExecutor", "RunData", "make_executor", "Term"]
-
-Term = tuple[float, Any, Any]
-"""``(coefficient, handle, handle or None)``: ``c · (a − b)``, or ``c · a`` when the third is None."""
-
-
-@dataclass
-class Job:
-    """A submitted local training job."""
-
-    device: int
-    job: int
-    params: Any          # handle of the trained parameter vector
-    stats: Any           # handle of the small stats dict
-    compute_s: float     # its virtual duration
-    start: float         # virtual start time
-    host: int = 0
-    lost_at: float | None = None   # the device drops out (offline / dropout) at this time: no result
-    lost_reason: str | None = None
 
 
 @dataclass(frozen=True)

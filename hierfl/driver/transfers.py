@@ -1,28 +1,51 @@
-"""The network half of the emulator's :class:`~hierfl.emulator.Context`: transfers, link events, device losses.
+"""The network half of the driver: transfers as flows, link events, devices dropping out.
 
 A model transfer is a flow in :class:`~hierfl.core.network.FlowNetwork` (max-min fair sharing of
 finite-capacity links), then its latency, then the protocol's event. Link events change capacities
 during the run; a device going offline withdraws its transfers and pending job events and tells
-the protocol (``device_lost``). :class:`TransferMixin` holds these methods; ``Context`` owns the state.
+the protocol (``device_lost``). :class:`Transfers` is composed into the driver's
+:class:`~hierfl.driver.context.Context`, which hands it the event queue, the world and the telemetry.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace as dc_replace
+from typing import Any
 
 from hierfl.core.dynamics import Dynamics, link_value
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.network import FlowNetwork
+from hierfl.core.world import World
+from hierfl.env.api import Endpoint
+from hierfl.env.events import DeviceLost
+from hierfl.env.records import DeviceLostRecord, LinkChange
+from hierfl.output.telemetry import RunTelemetry
 
-if TYPE_CHECKING:
-    from hierfl.core.world import World
-    from hierfl.recorder import Recorder
+__all__ = ["Transfers", "device_of"]
 
-__all__ = ["Endpoint", "TransferMixin"]
 
-Endpoint = tuple[str, int]  # ("device", i) | ("edge", e) | ("cloud", 0)
+def device_of(payload: Any) -> int:
+    """The device a payload concerns (-1: none)."""
+    return int(getattr(payload, "device", -1))
+
+
+@dataclass(frozen=True)
+class _FlowLost:
+    """Internal: a device at an end of flow ``flow`` goes offline."""
+
+    flow: int
+    device: int
+
+
+@dataclass(frozen=True)
+class _JobLost:
+    """Internal: ``device``'s job is lost (offline or dropout) before it ends."""
+
+    device: int
+    reason: str
+    origin: Any
 
 
 @dataclass
@@ -35,7 +58,7 @@ class _Transfer:
     start: float
     latency_s: float
     event: str
-    payload: dict[str, Any]
+    payload: Any
     priority: int
     devices: tuple[int, ...]
     size: int
@@ -45,29 +68,31 @@ class _Transfer:
     flow: Any = None
 
 
-class TransferMixin:
-    """Transfers through the network, link events and device losses (mixed into ``Context``)."""
+class Transfers:
+    """Transfers through the network, link events and device losses of one run."""
 
-    # the state these methods use, set up by Context.__init__
-    world: World
-    dyn: Dynamics
-    queue: EventQueue
-    net: FlowNetwork
-    recorder: Recorder
-    counters: dict[str, float]
-    _base_links: dict[tuple[tuple[str, int], str], float]
-    _transfers: dict[int, _Transfer]
-    _delivery: dict[int, int]
-    _device_transfers: dict[int, set[int]]
-    _device_events: dict[int, list[Event]]
-    _next_flow: int
-    _net_event: Event | None
+    def __init__(self, world: World, dyn: Dynamics, queue: EventQueue, telemetry: RunTelemetry,
+                 contention: bool) -> None:
+        self.world = world
+        self.dyn = dyn
+        self.queue = queue
+        self.telemetry = telemetry
+        self.counters = telemetry.counters
+        self._base_links = {(w.target, w.field): self._link_get(w.target, w.field) for w in dyn.links}
+        self.net = FlowNetwork(self._capacities(), contention=contention)
+        self._transfers: dict[int, _Transfer] = {}
+        self._delivery: dict[int, int] = {}           # delivery event seq → transfer id
+        self._device_transfers: dict[int, set[int]] = {}
+        self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
+        self._next_flow = 0
+        self._net_event: Event | None = None
+        for t in dyn.link_boundaries():
+            queue.push(t, "_link", None, Priority.WORLD)
 
-    if TYPE_CHECKING:
-        @property
-        def now(self) -> float: ...
-
-        def wall_s(self) -> float: ...
+    @property
+    def now(self) -> float:
+        """Current virtual time."""
+        return self.queue.now
 
     # -- transfers through the network -----------------------------------------------------------
     def _capacities(self) -> dict[Any, float]:
@@ -113,7 +138,7 @@ class TransferMixin:
             return "edge_cloud", links, w.edge_links[e].latency_ms / 1000.0, ()
         raise ValueError(f"no route {src} → {dst}")
 
-    def send(self, src: Endpoint, dst: Endpoint, event: str, payload: dict[str, Any], name: str,
+    def send(self, src: Endpoint, dst: Endpoint, event: str, payload: Any, name: str,
              priority: int = Priority.ARRIVAL, size: int | None = None, **args: Any) -> int:
         """Start a model transfer ``src → dst`` now; ``event`` (with ``payload``) fires when it arrives.
 
@@ -136,7 +161,7 @@ class TransferMixin:
         lane = src if src[0] == "device" else dst if dst[0] == "device" else src if src[0] == "edge" else dst
         fid = self._next_flow
         self._next_flow += 1
-        tr = _Transfer(kind, lane, name, self.now, latency_s, event, dict(payload), priority, devices, size, args)
+        tr = _Transfer(kind, lane, name, self.now, latency_s, event, payload, priority, devices, size, args)
         self._transfers[fid] = tr
         tr.flow = self.net.add(self.now, fid, links, size * 8 / 1e6)
         avail = self.dyn.availability
@@ -144,7 +169,7 @@ class TransferMixin:
             for d in devices:
                 down = self.now if not avail.is_up(d, self.now) else avail.next_down(d, self.now)
                 if math.isfinite(down):
-                    tr.guards.append(self.queue.push(down, "_lost", {"flow": fid, "device": d}, Priority.ARRIVAL))
+                    tr.guards.append(self.queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL))
         for d in devices:
             self._device_transfers.setdefault(d, set()).add(fid)
         self._reschedule_net()
@@ -159,7 +184,7 @@ class TransferMixin:
             self.queue.cancel(self._net_event)
             self._net_event = None
         if when is not None:
-            self._net_event = self.queue.push(max(when, self.now), "_net", {}, Priority.ARRIVAL)
+            self._net_event = self.queue.push(max(when, self.now), "_net", None, Priority.ARRIVAL)
 
     def _on_net(self) -> None:
         self._net_event = None
@@ -185,7 +210,7 @@ class TransferMixin:
             args["shared_max"] = tr.flow.max_sharing
         if lost:
             args["lost"] = True
-        self.recorder.span(tr.lane, tr.name, tr.start, self.now - tr.start, bytes=tr.size, **args)
+        self.telemetry.span(tr.lane, tr.name, tr.start, self.now - tr.start, bytes=tr.size, **args)
 
     def _cancel_transfer(self, fid: int) -> None:
         tr = self._transfers[fid]
@@ -207,7 +232,7 @@ class TransferMixin:
         fid = self._delivery.pop(event.seq, None)
         if fid is not None:
             self._finish_transfer(fid)
-        pending = self._device_events.get(event.payload.get("device", -1))
+        pending = self._device_events.get(device_of(event.payload))
         if pending:
             pending[:] = [e for e in pending if e.seq != event.seq]
 
@@ -216,7 +241,7 @@ class TransferMixin:
         if event.kind == "_net":
             self._on_net()
         elif event.kind == "_lost":
-            fid, d = event.payload["flow"], event.payload["device"]
+            fid, d = event.payload.flow, event.payload.device
             if fid in self._transfers:
                 tr = self._transfers[fid]
                 self._cancel_transfer(fid)
@@ -224,11 +249,11 @@ class TransferMixin:
         elif event.kind == "_link":
             self._on_link()
         elif event.kind == "_job_lost":
-            d = event.payload["device"]
-            pending = self._device_events.get(d)
+            lost: _JobLost = event.payload
+            pending = self._device_events.get(lost.device)
             if pending:
                 pending[:] = [e for e in pending if e.seq != event.seq]
-            self.device_lost(d, "train", event.payload["reason"], event.payload["payload"])
+            self.device_lost(lost.device, "train", lost.reason, lost.origin)
         else:
             raise RuntimeError(f"unknown internal event {event.kind!r}")
 
@@ -241,7 +266,6 @@ class TransferMixin:
         return float(getattr(link, fld))
 
     def _link_set(self, target: tuple[str, int], fld: str, value: float) -> None:
-        from dataclasses import replace as dc_replace
         kind, i = target
         if kind == "device":
             getattr(self.world, fld)[i] = value
@@ -260,22 +284,20 @@ class TransferMixin:
             value = link_value(self._base_links[(target, fld)], windows, t)
             self._link_set(target, fld, value)
             lane = ("device", target[1]) if target[0] == "device" else ("edge", target[1])
-            self.recorder.instant(lane, "link_change", t, **{fld: value})
+            self.telemetry.instant(lane, "link_change", t, **{fld: value})
         if touched:
-            self.recorder.metric({"t": t, "wall_s": self.wall_s(), "event": "link_change",
-                                  "links": [[f"{a}{i}", f] for (a, i), f in touched]})
+            self.telemetry.record(LinkChange([[f"{a}{i}", f] for (a, i), f in touched]))
         self._reschedule_net()
 
-    def device_lost(self, device: int, stage: str, reason: str, payload: dict[str, Any]) -> None:
+    def device_lost(self, device: int, stage: str, reason: str, origin: Any) -> None:
         """``device`` dropped out now (offline or a failed task): its other work is cancelled and the
-        protocol gets ``device_lost`` (payload: the lost activity's, plus ``stage`` and ``reason``)."""
+        protocol gets ``device_lost`` (a :class:`~hierfl.env.events.DeviceLost` with the lost activity's
+        payload as ``origin``)."""
         self.cancel_device(device)
         self.counters["devices_lost"] += 1
-        self.recorder.instant(("device", device), "lost", self.now, stage=stage, reason=reason)
-        self.recorder.metric({"t": self.now, "wall_s": self.wall_s(), "event": "device_lost", "device": device,
-                              "stage": stage, "reason": reason})
-        self.queue.push(self.now, "device_lost", {**payload, "device": device, "stage": stage, "reason": reason},
-                        Priority.ARRIVAL)
+        self.telemetry.instant(("device", device), "lost", self.now, stage=stage, reason=reason)
+        self.telemetry.record(DeviceLostRecord(device, stage, reason))
+        self.queue.push(self.now, "device_lost", DeviceLost(device, stage, reason, origin), Priority.ARRIVAL)
 
     def cancel_device(self, device: int) -> None:
         """Withdraw everything ``device`` has in flight (its transfers and pending job events)."""
@@ -288,19 +310,3 @@ class TransferMixin:
         """Remember a pending event of ``device`` so :meth:`cancel_device` can withdraw it."""
         self._device_events.setdefault(device, []).append(event)
         return event
-
-    def is_up(self, device: int) -> bool:
-        """Whether ``device`` is available now."""
-        return self.dyn.availability.is_up(device, self.now)
-
-    def available(self, devices: Any = None) -> list[int]:
-        """The devices (all, or those given) that are available now, sorted."""
-        ids = range(self.world.num_devices) if devices is None else devices
-        if self.dyn.availability.trivial:
-            return sorted(int(d) for d in ids)
-        return sorted(int(d) for d in ids if self.dyn.availability.is_up(int(d), self.now))
-
-    def next_up(self, devices: Any = None) -> float:
-        """The earliest time ≥ now at which one of ``devices`` (all by default) is available."""
-        ids = range(self.world.num_devices) if devices is None else devices
-        return min((self.dyn.availability.next_up(int(d), self.now) for d in ids), default=math.inf)

@@ -1,46 +1,27 @@
-"""The run loop of :func:`hierfl.emulator.run_scenario`: event dispatch, evaluations, trace spans.
+"""The run loop: event dispatch in virtual-time order, evaluations, stop conditions.
 
-:class:`_Run` pops events in virtual-time order, hands the world's own (``_``-prefixed) events to
-the context and the rest to the protocol, and evaluates the global model at the configured
-instants; :class:`RunResult` and :class:`RunError` are what a run returns and raises.
+:class:`RunLoop` pops events, hands the world's own (``_``-prefixed) events to the network model
+and the rest to the protocol, and evaluates the global model at the configured instants.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import Any
 
 from hierfl.core.engine import Priority
+from hierfl.driver.context import Context, RunError
+from hierfl.env.events import describe
+from hierfl.env.records import Eval
 
-if TYPE_CHECKING:
-    from hierfl.emulator import Context
-
-__all__ = ["ProgressFn", "RunError", "RunResult"]
+__all__ = ["ProgressFn", "RunLoop", "trace_slowdowns", "trace_offline"]
 
 ProgressFn = Callable[[float, int, "float | None"], None]
 
 
-class RunError(RuntimeError):
-    """A failure during a run, with the virtual time, entity and stage where it happened."""
-
-
-@dataclass
-class RunResult:
-    """What :func:`run_scenario` returns."""
-
-    out_dir: Path
-    summary: dict[str, Any]
-    final_params: np.ndarray
-    evals: list[dict[str, Any]] = field(default_factory=list)
-
-
-class _Run:
-    """One run's loop, evaluations and summary."""
+class RunLoop:
+    """One run's loop and evaluations."""
 
     def __init__(self, ctx: Context, progress: ProgressFn | None) -> None:
         self.ctx = ctx
@@ -54,9 +35,11 @@ class _Run:
         self.protocol: Any = None
 
     def evaluate(self) -> None:
+        """Evaluate the global model now (once per instant and model) and check the accuracy targets."""
         ctx = self.ctx
-        rounds = int(ctx.counters["cloud_aggregations"])
-        key = (ctx.now, ctx.counters["cloud_aggregations"] + ctx.counters["edge_aggregations"])
+        counters = ctx.counters
+        rounds = int(counters["cloud_aggregations"])
+        key = (ctx.now, counters["cloud_aggregations"] + counters["edge_aggregations"])
         if self._last_eval == key:
             return  # same instant, same model: nothing new to measure
         self._last_eval = key
@@ -64,16 +47,11 @@ class _Run:
             acc, loss = ctx.executor.evaluate(ctx.global_model)
         except Exception as exc:
             raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
-        record = {"t": ctx.now, "wall_s": ctx.wall_s(), "event": "eval", "round": rounds,
-                  "accuracy": acc, "loss": loss, **ctx.counters}
-        for tier, values in sorted(ctx.staleness.items()):
-            record[f"staleness_mean_{tier}"] = float(np.mean(values)) if values else None
-        queues = getattr(self.protocol, "queue_lengths", None)
-        if queues is not None:
-            record.update({f"queue_len_{tier}": n for tier, n in queues().items()})
+        extra: dict[str, Any] = {**counters, **ctx.telemetry.staleness_means()}
+        extra.update({f"queue_len_{tier}": n for tier, n in self.protocol.queue_lengths().items()})
+        record = ctx.telemetry.record(Eval(rounds, acc, loss, extra))
         self.evals.append(record)
-        ctx.recorder.metric(record)
-        ctx.recorder.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)
+        ctx.telemetry.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)
         if self.target is not None and self.time_to_target is None and acc >= self.target:
             self.time_to_target, self.rounds_to_target = ctx.now, rounds
         stop_acc = ctx.scenario.stop.target_accuracy
@@ -83,9 +61,11 @@ class _Run:
             self.progress(ctx.now, rounds, acc)
 
     def loop(self, protocol: Any) -> None:
+        """Run ``protocol`` until a stop condition holds or nothing is left to happen."""
         ctx, sc = self.ctx, self.ctx.scenario
         self.protocol = protocol
         q = ctx.queue
+        net = ctx.transfers
         q.push(0.0, "evaluate", priority=Priority.EVALUATE)
         if sc.stop.virtual_time_s is not None:
             q.push(sc.stop.virtual_time_s, "stop", priority=Priority.STOP)
@@ -102,15 +82,15 @@ class _Run:
                 break
             try:
                 if event.kind.startswith("_"):
-                    ctx.handle_internal(event)
+                    net.handle_internal(event)
                     continue
-                ctx.before_dispatch(event)
+                net.before_dispatch(event)
                 protocol.handle(event)
             except RunError:
                 raise
             except Exception as exc:
-                who = ", ".join(f"{k} {v}" for k, v in event.payload.items())
-                raise RunError(f"t={event.time:.6g}s {event.kind} ({who}): {type(exc).__name__}: {exc}") from exc
+                raise RunError(f"t={event.time:.6g}s {event.kind} ({describe(event.payload)}): "
+                               f"{type(exc).__name__}: {exc}") from exc
             if self.progress:
                 self.progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
         if not ctx.stopping:
@@ -118,23 +98,17 @@ class _Run:
         self.evaluate()  # the final model, at the stop time
 
 
-def _availability_name(timeline: Any) -> str:
-    if timeline is None:
-        return "always"
-    return "markov" if type(timeline).__name__ == "MarkovTimeline" else "trace"
-
-
-def _trace_slowdowns(ctx: Context) -> None:
+def trace_slowdowns(ctx: Context) -> None:
     """One span per slowdown window on its device's lane (cut at the run's time budget)."""
     end = ctx.scenario.stop.virtual_time_s
     for d, windows in enumerate(ctx.dyn.windows):
         for w in windows:
             stop = w.end if math.isfinite(w.end) else (end if end is not None else w.start)
-            ctx.recorder.span(("device", d), f"slowdown x{w.factor:g}", w.start, max(stop - w.start, 0.0),
-                              factor=w.factor)
+            ctx.telemetry.span(("device", d), f"slowdown x{w.factor:g}", w.start, max(stop - w.start, 0.0),
+                               factor=w.factor)
 
 
-def _trace_offline(ctx: Context) -> None:
+def trace_offline(ctx: Context) -> None:
     """One span per interval a device was unavailable, up to the end of the run."""
     avail, now = ctx.dyn.availability, ctx.now
     if avail.trivial:
@@ -148,5 +122,5 @@ def _trace_offline(ctx: Context) -> None:
                 t = avail.next_down(d, t)
                 continue
             back = avail.next_up(d, t)
-            ctx.recorder.span(("device", d), "offline", t, min(back, now) - t)
+            ctx.telemetry.span(("device", d), "offline", t, min(back, now) - t)
             t = back

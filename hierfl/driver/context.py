@@ -1,0 +1,358 @@
+"""The driver's implementation of the protocol interface (:class:`~hierfl.env.api.Env`).
+
+:class:`Context` owns the event queue, the executor, the run's :class:`~hierfl.output.RunTelemetry`
+and a composed :class:`~hierfl.driver.transfers.Transfers` (the network model). Every action is
+stamped with the current virtual time; durations come from the world.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+
+from hierfl.config.schema import Scenario
+from hierfl.core.dynamics import Dynamics, factor_at, finish_time
+from hierfl.core.engine import Event, EventQueue, Priority
+from hierfl.core.rng import stream, stream_seed
+from hierfl.core.work import TrainSpec
+from hierfl.env.api import Endpoint, Job, Term
+from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
+from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.transfers import Transfers, _JobLost
+
+__all__ = ["Context", "RunError"]
+
+
+class RunError(RuntimeError):
+    """A failure during a run, with the virtual time, entity and stage where it happened."""
+
+
+class Context:
+    """What a protocol can do (the :class:`~hierfl.env.api.Env` interface), backed by the real run."""
+
+    def __init__(self, scenario: Scenario, built: Any, executor: Any, telemetry: RunTelemetry) -> None:
+        self.scenario = scenario
+        self.seed = scenario.seed
+        self.dyn: Dynamics = built.dynamics or Dynamics.static(built.world.num_devices)
+        # link events change the world's arrays during the run: work on a copy (Built is reusable)
+        self._world = copy.deepcopy(built.world) if self.dyn.links else built.world
+        self._spec: TrainSpec = built.spec
+        self.executor = executor
+        self.telemetry = telemetry
+        self.queue = EventQueue()
+        telemetry.clock = lambda: self.queue.now
+        self.counters = telemetry.counters
+        self._global: Any = executor.initial_model()
+        self._stopping = False
+        self.stop_reason: str | None = None
+        self._jobs_started = np.zeros(self._world.num_devices, dtype=np.int64)
+        # learning plug-ins (issue 7): SCAFFOLD's per-device control step weights κ_i, or None
+        trainer = scenario.training.trainer
+        self._control_coefs: np.ndarray | None = None
+        if self._spec.control_variates:
+            from hierfl.core.scaffold import control_weights
+
+            self._control_coefs = control_weights(self._world.samples, getattr(trainer, "control_weighting", "samples"))
+        self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
+
+    # -- clock and scheduling ------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Current virtual time in seconds."""
+        return self.queue.now
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the run ends after the current event."""
+        return self._stopping
+
+    def wall_s(self) -> float:
+        """Real seconds since the run started (reported, never used for decisions)."""
+        return self.telemetry.wall_s()
+
+    def rng(self, name: str, *ids: int) -> np.random.Generator:
+        """The named random stream ``(seed, name, ids)``."""
+        return stream(self.seed, name, *ids)
+
+    def schedule(self, delay: float, kind: str, payload: Any = None, priority: int = Priority.CONTROL) -> Event:
+        """Schedule ``kind`` ``delay`` virtual seconds from now."""
+        return self.queue.push_after(delay, kind, payload, priority)
+
+    def at(self, time: float, kind: str, payload: Any = None, priority: int = Priority.CONTROL) -> Event:
+        """Schedule ``kind`` at absolute virtual ``time``."""
+        return self.queue.push(time, kind, payload, priority)
+
+    def cancel(self, event: Event) -> None:
+        """Withdraw a pending event."""
+        self.queue.cancel(event)
+
+    def request_stop(self, reason: str) -> None:
+        """End the run after the current event."""
+        if not self._stopping:
+            self._stopping, self.stop_reason = True, reason
+
+    # -- the world as it is now ----------------------------------------------------------------------
+    @property
+    def world(self) -> Any:
+        """The world (a private copy when link events change it)."""
+        return self._world
+
+    @property
+    def spec(self) -> TrainSpec:
+        """The scenario's local training job."""
+        return self._spec
+
+    @property
+    def straggler(self) -> Any:
+        """The straggler policy of synchronous rounds."""
+        return self.scenario.straggler
+
+    @property
+    def cloud_straggler(self) -> Any:
+        """The straggler policy of a cloud round over edge servers."""
+        return self.scenario.straggler.cloud
+
+    @property
+    def time_budget_s(self) -> float | None:
+        """``stop.virtual_time_s``."""
+        return self.scenario.stop.virtual_time_s
+
+    @property
+    def churn(self) -> bool:
+        """Whether any device can be offline at some time."""
+        return not self.dyn.availability.trivial
+
+    def is_up(self, device: int) -> bool:
+        """Whether ``device`` is available now."""
+        return self.dyn.availability.is_up(device, self.now)
+
+    def available(self, devices: Any = None) -> list[int]:
+        """The devices (all, or those given) that are available now, sorted."""
+        ids = range(self._world.num_devices) if devices is None else devices
+        if self.dyn.availability.trivial:
+            return sorted(int(d) for d in ids)
+        return sorted(int(d) for d in ids if self.dyn.availability.is_up(int(d), self.now))
+
+    def next_up(self, devices: Any = None) -> float:
+        """The earliest time ≥ now at which one of ``devices`` (all by default) is available."""
+        ids = range(self._world.num_devices) if devices is None else devices
+        return min((self.dyn.availability.next_up(int(d), self.now) for d in ids), default=math.inf)
+
+    def compute_factor(self, device: int) -> float:
+        """``device``'s slowdown factor now."""
+        return factor_at(self.dyn.windows[device], self.now)
+
+    def current_compute_s(self, spec: TrainSpec | None = None) -> np.ndarray:
+        """(N,) seconds one job of ``spec`` would take on each device if started now (at today's slowdown)."""
+        spec = spec or self._spec
+        return np.array([self._world.compute_s(d, spec) * factor_at(self.dyn.windows[d], self.now)
+                         for d in range(self._world.num_devices)])
+
+    def current_upload_s(self) -> np.ndarray:
+        """(N,) seconds one model upload device → its server would take if started now (no contention)."""
+        return np.array([self._world.upload_s(d) for d in range(self._world.num_devices)])
+
+    # -- training jobs -------------------------------------------------------------------------------
+    def _duration(self, device: int, spec: TrainSpec, job_id: int) -> float:
+        """Virtual seconds job ``job_id`` of ``device`` takes if it starts now: nominal time × per-task
+        jitter (lognormal, mean 1), integrated over the device's slowdown windows."""
+        work = self._world.compute_s(device, spec)
+        dyn = self.dyn
+        if dyn.jitter_sigma > 0:
+            z = float(stream(self.seed, "jitter", device, job_id).standard_normal())
+            work *= math.exp(dyn.jitter_sigma * z - dyn.jitter_sigma ** 2 / 2)
+        return finish_time(self.now, work, dyn.windows[device]) - self.now if dyn.windows[device] else work
+
+    def start_training(self, device: int, params: Any, spec: TrainSpec | None = None, control: Any = None) -> Job:
+        """Submit ``device``'s next job now (see :meth:`start_job`, which also schedules its end).
+
+        The duration integrates the device's slowdown windows and a per-task lognormal jitter. If
+        the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
+        job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
+        """
+        spec = spec or self._spec
+        job_id = int(self._jobs_started[device])
+        self._jobs_started[device] += 1
+        seed = stream_seed(self.seed, "train", device, job_id)
+        compute_s = self._duration(device, spec, job_id)
+        dyn = self.dyn
+        lost_at, reason = math.inf, None
+        if dyn.dropout > 0:
+            u = stream(self.seed, "dropout", device, job_id).random(2)
+            if u[0] < dyn.dropout:
+                lost_at, reason = self.now + float(u[1]) * compute_s, "dropout"
+        if not dyn.availability.trivial:
+            down = dyn.availability.next_down(device, self.now)
+            if down < self.now + compute_s and down < lost_at:
+                lost_at, reason = down, "offline"
+        if math.isfinite(lost_at):
+            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason)
+            return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
+        new, stats, host = self.executor.train(device, seed, spec, params, control)
+        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
+        return Job(device, job_id, new, stats, compute_s, self.now, host)
+
+    def start_job(self, device: int, model: Any, payload: Any, spec: TrainSpec | None = None,
+                  control: Any = None) -> tuple[Job, Event]:
+        """Submit the job and schedule ``train_done`` (or, if the device drops out first, the loss)."""
+        job = self.start_training(device, model, spec, control)
+        if job.lost_at is not None:
+            event = self.queue.push(job.lost_at, "_job_lost", _JobLost(device, str(job.lost_reason), payload),
+                                    Priority.ARRIVAL)
+        else:
+            event = self.queue.push_after(job.compute_s, "train_done", payload, Priority.ARRIVAL)
+        self.transfers.track(device, event)
+        return job, event
+
+    def finish_training(self, job: Job) -> dict[str, float]:
+        """Collect a job whose virtual end has come (blocks only if it is still running for real)."""
+        try:
+            stats = self.executor.wait(job)
+        except Exception as exc:
+            raise RunError(f"t={self.now:.6g}s device {job.device} job {job.job}: training failed: {exc}") from exc
+        self.counters["train_jobs"] += 1
+        self.counters["compute_s"] += job.compute_s
+        return stats
+
+    def cancel_device(self, device: int) -> None:
+        """Withdraw everything ``device`` has in flight."""
+        self.transfers.cancel_device(device)
+
+    # -- transfers ----------------------------------------------------------------------------------
+    def send(self, src: Endpoint, dst: Endpoint, event: str, payload: Any, name: str,
+             priority: int = Priority.ARRIVAL, size: int | None = None, **args: Any) -> int:
+        """Start a model transfer ``src → dst`` now (see :meth:`Transfers.send`)."""
+        return self.transfers.send(src, dst, event, payload, name, priority, size, **args)
+
+    def cancel_transfer(self, fid: int) -> None:
+        """Withdraw a transfer still in flight."""
+        self.transfers.cancel_transfer(fid)
+
+    # -- aggregation --------------------------------------------------------------------------------
+    @property
+    def global_model(self) -> Any:
+        """Handle of the cloud's model."""
+        return self._global
+
+    def set_global(self, handle: Any) -> None:
+        """The cloud's model changed."""
+        self._global = handle
+
+    def server_optimizer(self, tier: str) -> Any:
+        """The optimizer configured for ``tier`` (``cloud`` / ``edge``), or None for plain averaging."""
+        return self.scenario.server_optimizer.at(tier)
+
+    @property
+    def control_variates(self) -> bool:
+        """Whether jobs carry SCAFFOLD control variates (``training.trainer: scaffold``)."""
+        return self._control_coefs is not None
+
+    def control_coef(self, device: int) -> float | None:
+        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
+        return None if self._control_coefs is None else float(self._control_coefs[device])
+
+    def control(self) -> Any:
+        """Handle of the cloud's SCAFFOLD control ``c`` now (None without SCAFFOLD)."""
+        return self.executor.control() if self._control_coefs is not None else None
+
+    def evaluate_loss(self, model: Any) -> float:
+        """Test loss of ``model``."""
+        return float(self.executor.evaluate(model)[1])
+
+    def server_step(self, tier: str, entity: int, base: Any, delta_terms: list[Term]) -> Any:
+        """The ``tier`` optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (asynchronous aggregations)."""
+        opt = self.server_optimizer(tier)
+        if opt is None:
+            raise RuntimeError(f"no server optimizer at the {tier} tier: combine the terms instead")
+        return self.executor.server_step(tier, entity, opt, base, delta_terms)
+
+    def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
+        """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
+        self.executor.add_edge(edge, weight, update, control_coef)
+
+    def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
+        """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
+
+        ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
+        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
+        """
+        handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+        self.counters["edge_aggregations"] += 1
+        self.counters["device_updates"] += len(participants)
+        self.telemetry.instant(("edge", edge), "aggregate", self.now, participants=list(participants))
+        self.telemetry.record(EdgeAggregate(edge, len(participants)))
+        return handle
+
+    def discard_edge(self, edge: int) -> None:
+        """Forget what ``edge``'s running aggregation holds."""
+        self.executor.commit_edge(edge)
+
+    def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
+        """A model arrived at the cloud: fold it into the running aggregation now."""
+        self.executor.add_cloud(weight, update, control_coef)
+
+    def _cloud_round_done(self) -> None:
+        limit = self.scenario.stop.rounds
+        if limit is not None and int(self.counters["cloud_aggregations"]) >= limit:
+            self.request_stop("rounds")
+
+    def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
+        """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
+        handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
+        self.counters["cloud_aggregations"] += 1
+        if tier == "device":
+            self.counters["device_updates"] += len(participants)
+        rounds = int(self.counters["cloud_aggregations"])
+        self.telemetry.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
+        self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
+        self._cloud_round_done()
+        return handle
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""
+        return self.executor.combine(tier, terms)
+
+    def track_staleness(self, tier: str) -> None:
+        """Report the staleness of updates applied at ``tier`` in the summary."""
+        self.telemetry.staleness.setdefault(tier, [])
+
+    def record_async_aggregation(self, tier: str, entity: int, participants: list[int], weights: list[float],
+                                 staleness: list[int], version: int, queue_len: int, source: str = "device") -> None:
+        """Account one asynchronous aggregation at a leader (``tier="edge"``) or the cloud.
+
+        ``participants`` are device ids (or leader ids when ``source="edge"``), ``weights`` the
+        coefficient each update got, ``staleness`` each update's τ, ``version`` the aggregator's
+        version after it, ``queue_len`` the updates waiting when it fired (dropped ones included).
+        """
+        self.telemetry.staleness.setdefault(tier, []).extend(int(t) for t in staleness)
+        args = {"participants": list(participants), "weights": list(weights), "staleness": list(staleness),
+                "version": version, "queue_len": queue_len}
+        tail = {"weights": list(weights), "staleness": list(staleness), "version": version, "queue_len": queue_len,
+                "ids": list(participants)}
+        if tier == "edge":
+            self.counters["edge_aggregations"] += 1
+            self.counters["device_updates"] += len(participants)
+            self.telemetry.instant(("edge", entity), "queue_aggregate", self.now, **args)
+            self.telemetry.record(EdgeAggregate(entity, len(participants), tail))
+            return
+        self.counters["cloud_aggregations"] += 1
+        if source == "device":
+            self.counters["device_updates"] += len(participants)
+        rounds = int(self.counters["cloud_aggregations"])
+        self.telemetry.instant(("cloud", 0), "queue_aggregate", self.now, round=rounds, **args)
+        self.telemetry.record(CloudAggregate(rounds, source, len(participants), tail))
+        self._cloud_round_done()
+
+    def drop_update(self, tier: str, entity: int, source: int, staleness: int) -> None:
+        """An update older than ``max_staleness`` reached ``tier`` and is discarded (counted)."""
+        self.counters["updates_dropped"] += 1
+        lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
+        self.telemetry.instant(lane, "drop", self.now, source=source, staleness=staleness)
+        self.telemetry.record(UpdateDropped(tier, entity, source, staleness))
+
+    def queue_length(self, tier: str, entity: int, length: int) -> None:
+        """The queue of ``tier`` at ``entity`` holds ``length`` updates from now on."""
+        self.telemetry.queue_length(tier, entity, length)

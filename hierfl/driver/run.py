@@ -1,0 +1,153 @@
+"""``run_scenario``: build the executor, the telemetry and the protocol, run the loop, write the summary.
+
+A run is a pure function of (scenario, seed): the real clock is read only to report ``wall_s``.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hierfl import __version__
+from hierfl.build import Built, build
+from hierfl.config.loader import dump_scenario
+from hierfl.config.schema import Scenario
+from hierfl.core.dynamics import Dynamics
+from hierfl.driver.context import Context, RunError
+from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdowns
+from hierfl.env.records import ClustersRecord, RunEnd, RunStart
+from hierfl.output.files import write_config, write_model, write_summary
+from hierfl.output.telemetry import RunTelemetry
+from hierfl.runtime.executor import Executor, RunData, make_executor
+
+__all__ = ["run_scenario", "RunResult", "RunError", "package_versions"]
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_scenario` returns."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+    final_params: np.ndarray
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions recorded in ``config.yaml``."""
+    import importlib.metadata as md
+
+    out = {"hierfl": __version__, "python": platform.python_version()}
+    for pkg in ("numpy", "torch", "ray", "pydantic", "scipy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _availability_label(timeline: Any) -> str:
+    if timeline is None:
+        return "always"
+    return "markov" if type(timeline).__name__ == "MarkovTimeline" else "trace"
+
+
+def _initial_clusters(scenario: Scenario, world: Any, protocol: Any) -> ClustersRecord:
+    rec = protocol.clusters_record()
+    if rec is not None:
+        return rec
+    if world.num_edges:
+        members = [world.edge_members(e).tolist() for e in range(world.num_edges)]
+        return ClustersRecord(0.0, "initial", scenario.topology.grouping, members,
+                              [f"edge {e}" for e in range(world.num_edges)])
+    return ClustersRecord(0.0, "initial", "flat", [list(range(world.num_devices))], ["cloud"])
+
+
+def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn | None = None,
+                 source: str | None = None, built: Built | None = None) -> RunResult:
+    """Run ``scenario`` and write its output files to ``out_dir``.
+
+    Raises :class:`~hierfl.config.errors.ConfigError` before anything is written if the
+    scenario cannot be built, and :class:`RunError` (after writing the metrics so far and a
+    ``summary.json`` with ``status: failed``) if the run fails part-way.
+    """
+    wall0 = time.perf_counter()
+    built = built or build(scenario, source)
+    resolved = scenario.model_copy(update={"versions": package_versions()})
+    out = Path(out_dir)
+    tel = RunTelemetry(out)
+    write_config(out, dump_scenario(resolved))
+    dyn = built.dynamics or Dynamics.static(built.world.num_devices)
+    world = built.world
+    tel.write_devices(world, [_availability_label(b) for b in dyn.availability.base], [len(w) for w in dyn.windows])
+    tel.lanes(world.num_edges, world.num_devices)
+    rt = scenario.runtime
+    executor: Executor | None = None
+    summary: dict[str, Any] = {"name": scenario.name, "protocol": scenario.protocol.name, "seed": scenario.seed,
+                               "status": "running"}
+    run: RunLoop | None = None
+    ctx: Context | None = None
+    try:
+        data = RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
+                       built.dataset.y_test, built.init_params,
+                       (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads),
+                       world.num_edges, built.spec)
+        try:
+            executor = make_executor(rt.executor, data, workers=rt.workers, address=rt.address)
+        except Exception as exc:
+            where = f" at {rt.address}" if rt.address else ""
+            raise RunError(f"runtime: cannot start the {rt.executor} executor{where}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+        startup_s = time.perf_counter() - wall0
+        ctx = Context(scenario, built, executor, tel)
+        protocol = scenario.protocol.create(ctx)
+        tel.clusters(_initial_clusters(scenario, world, protocol))
+        tel.record(RunStart(startup_s, executor.name, executor.workers, world.num_devices, built.num_params))
+        run = RunLoop(ctx, progress)
+        trace_slowdowns(ctx)
+        run.loop(protocol)
+        trace_offline(ctx)
+        final = executor.fetch(ctx.global_model)
+        write_model(out, final)
+        last = run.evals[-1]
+        summary.update({
+            "status": "completed", "stop_reason": ctx.stop_reason,
+            "final_accuracy": last["accuracy"], "final_loss": last["loss"],
+            "best_accuracy": max(e["accuracy"] for e in run.evals),
+            "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
+            "rounds_to_target": run.rounds_to_target,
+            "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
+            "wall_s": time.perf_counter() - wall0, "startup_s": startup_s,
+            "executor": executor.name, "workers": executor.workers,
+            "devices": world.num_devices, "edge_servers": world.num_edges,
+            "num_params": built.num_params, "model_bytes": world.model_bytes,
+            "totals": dict(ctx.counters),
+        })
+        if tel.staleness:
+            summary["staleness"] = tel.staleness_summary()
+        if dyn.warnings:
+            summary["warnings"] = list(dyn.warnings)
+        if tel.queues.series:
+            summary["queues"] = tel.queues.summary(ctx.now)
+        tel.record(RunEnd(ctx.stop_reason))
+        write_summary(out, summary)
+        return RunResult(out, summary, final, run.evals)
+    except BaseException as exc:
+        summary.update({"status": "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                        "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - wall0})
+        if ctx is not None:
+            summary.update({"virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
+                            "totals": dict(ctx.counters)})
+        if run is not None and run.evals:
+            summary["final_accuracy"] = run.evals[-1]["accuracy"]
+        write_summary(out, summary)
+        raise
+    finally:
+        tel.close()
+        if executor is not None:
+            executor.close()

@@ -1,0 +1,54 @@
+"""Typed event payloads: what a protocol's ``on_<kind>`` handler receives in ``event.payload``.
+
+A protocol defines its own small frozen payload classes (a round number, an edge, a cluster…)
+for the messages and timers it schedules; a payload that concerns one device has an ``int``
+field ``device`` (the driver uses it to withdraw the device's pending events when it drops
+out). Events raised by the driver itself are declared here, each with a harmless default
+handler in :class:`~hierfl.protocols.base.Protocol`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["Payload", "DeviceLost", "Timer", "DRIVER_EVENTS", "describe"]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """Base of every payload (frozen: a payload is a value, shared by the event and its transfer)."""
+
+
+@dataclass(frozen=True)
+class Timer(Payload):
+    """A protocol timer with no data (e.g. a periodic tick of the cloud)."""
+
+
+@dataclass(frozen=True)
+class DeviceLost(Payload):
+    """``device`` dropped out (``reason``: offline, dropout) during ``stage`` (train, download, upload, …).
+
+    ``origin`` is the payload of the activity that was lost (the protocol's own message), so a
+    protocol can tell which round, edge or cluster it belonged to.
+    """
+
+    device: int
+    stage: str
+    reason: str
+    origin: Any = None
+
+
+# event kinds the driver raises on its own; the protocol base class handles each by default
+DRIVER_EVENTS: dict[str, type[Payload]] = {"device_lost": DeviceLost}
+
+
+def describe(payload: Any) -> str:
+    """``"device 3, round 2"``: a payload's fields, for error messages."""
+    if isinstance(payload, dict):
+        items = list(payload.items())
+    elif hasattr(payload, "__dataclass_fields__"):
+        items = [(f.name, getattr(payload, f.name)) for f in fields(payload)]
+    else:
+        items = []
+    return ", ".join(f"{k} {v}" for k, v in items if not hasattr(v, "__dataclass_fields__"))

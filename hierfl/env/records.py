@@ -1,0 +1,191 @@
+"""Typed metric records: what a protocol or the driver reports, one class per ``metrics.jsonl`` event.
+
+A record is a small frozen value; :mod:`hierfl.output` is the only place that turns it into a
+line (``{"t": …, "wall_s": …, "event": EVENT, <fields in order>}``). Callers never assemble
+those dicts by hand (STYLE.md 15). Optional fields left at ``None`` are omitted from the line
+when the class lists them in ``OPTIONAL``; ``extra`` fields (a mapping) are appended as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+__all__ = ["Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
+           "UpdateDropped", "DeviceLostRecord", "LinkChange", "Recluster", "LeaderLost", "ClustersRecord"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of every metric record: ``EVENT`` names the line's ``event`` field."""
+
+    EVENT: ClassVar[str] = ""
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    def items(self) -> list[tuple[str, Any]]:
+        """The line's fields after ``t``, ``wall_s`` and ``event``, in declaration order."""
+        out: list[tuple[str, Any]] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "extra":
+                out.extend(value.items())
+            elif not (f.name in self.OPTIONAL and value is None):
+                out.append((f.name, value))
+        return out
+
+
+@dataclass(frozen=True)
+class RunStart(Record):
+    """The run begins (after start-up)."""
+
+    EVENT: ClassVar[str] = "run_start"
+    startup_s: float
+    executor: str
+    workers: int
+    devices: int
+    num_params: int
+
+
+@dataclass(frozen=True)
+class RunEnd(Record):
+    """The run ends."""
+
+    EVENT: ClassVar[str] = "run_end"
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class Eval(Record):
+    """An evaluation of the global model, with every counter, staleness means and queue lengths."""
+
+    EVENT: ClassVar[str] = "eval"
+    round: int
+    accuracy: float | None
+    loss: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EdgeAggregate(Record):
+    """A synchronous edge aggregation (``participants``: how many); asynchronous ones carry ``extra``."""
+
+    EVENT: ClassVar[str] = "edge_aggregate"
+    edge: int
+    participants: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CloudAggregate(Record):
+    """A cloud aggregation: ``round`` = cloud aggregations so far, ``tier`` = where the updates came from."""
+
+    EVENT: ClassVar[str] = "cloud_aggregate"
+    round: int
+    tier: str
+    participants: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundClose(Record):
+    """A synchronous barrier closed under its straggler policy."""
+
+    EVENT: ClassVar[str] = "round_close"
+    server: str
+    id: int
+    round: int
+    policy: str
+    selected: int
+    arrived: int
+    dropped: int
+    lost: int
+    wasted_compute_s: float
+    round_s: float
+    dropped_ids: list[int]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundEmpty(Record):
+    """A round closed with no update (``extra``: which round, cluster, …)."""
+
+    EVENT: ClassVar[str] = "round_empty"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpdateDropped(Record):
+    """An update staler than allowed was discarded."""
+
+    EVENT: ClassVar[str] = "update_dropped"
+    tier: str
+    at: int
+    source: int
+    staleness: int
+
+
+@dataclass(frozen=True)
+class DeviceLostRecord(Record):
+    """A device dropped out during ``stage``."""
+
+    EVENT: ClassVar[str] = "device_lost"
+    device: int
+    stage: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LinkChange(Record):
+    """Link events changed these ``[entity, field]`` pairs."""
+
+    EVENT: ClassVar[str] = "link_change"
+    links: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Recluster(Record):
+    """FedCH rebuilt its clusters."""
+
+    EVENT: ClassVar[str] = "recluster"
+    reason: str
+    generation: int
+    K: int
+    total_cost: float
+    version: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LeaderLost(Record):
+    """A FedCH device leader dropped out."""
+
+    EVENT: ClassVar[str] = "leader_lost"
+    cluster: int
+    leader: int
+    stage: str | None
+    reason: str | None
+    online: bool
+    generation: int
+    wasted_compute_s: float
+
+
+@dataclass(frozen=True)
+class ClustersRecord:
+    """One ``clusters.jsonl`` line: membership and leaders at a time.
+
+    ``head`` fields come after ``grouping`` and ``tail`` fields after ``leaders`` (FedCH's
+    construction details: generation, K, costs, …).
+    """
+
+    t: float
+    reason: str
+    grouping: str
+    members: list[list[int]]
+    leaders: list[Any]
+    head: dict[str, Any] = field(default_factory=dict)
+    tail: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> dict[str, Any]:
+        """The JSON object of the line."""
+        return {"t": self.t, "reason": self.reason, "grouping": self.grouping, **self.head, "members": self.members,
+                "leaders": self.leaders, **self.tail}

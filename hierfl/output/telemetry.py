@@ -1,0 +1,129 @@
+"""The run's telemetry: counters, staleness, queue lengths, and the writers of every output stream.
+
+:class:`RunTelemetry` implements :class:`~hierfl.env.api.Telemetry` for protocols and the driver
+alike; it owns the counters (the ``totals`` of ``summary.json``, repeated in every evaluation
+line), the staleness of applied updates per tier, the queue-length series, and the metrics,
+clusters and trace writers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hierfl.core.timeseries import QueueTracker
+from hierfl.core.world import World
+from hierfl.env.api import Endpoint
+from hierfl.env.records import ClustersRecord, Record
+from hierfl.output.files import ClustersWriter, MetricsWriter, prepare_dir, write_devices
+from hierfl.output.trace import TraceWriter
+
+__all__ = ["COUNTERS", "RunTelemetry"]
+
+COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_jobs", "compute_s",
+            "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d",
+            "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
+
+
+class RunTelemetry:
+    """Counters, metric lines, clusters records and trace events of one run, written as it goes."""
+
+    def __init__(self, out_dir: Path, clock: Callable[[], float] = lambda: 0.0) -> None:
+        self.out_dir = Path(out_dir)
+        prepare_dir(self.out_dir)
+        self.clock = clock  # virtual now (the driver sets it once its queue exists)
+        self.counters: dict[str, float] = {k: 0 for k in COUNTERS}
+        # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
+        # asynchronous protocols record any (synchronous ones apply fresh updates only)
+        self.staleness: dict[str, list[int]] = {}
+        # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
+        self.queues = QueueTracker()
+        self._wall0 = time.perf_counter()
+        self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl")
+        self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl")
+        self.trace = TraceWriter(self.out_dir / "trace.json")
+        self._devices: Callable[[np.ndarray | None], None] | None = None
+
+    # -- the Telemetry interface -----------------------------------------------------------------
+    def count(self, name: str, by: float = 1) -> None:
+        """Add ``by`` to counter ``name``."""
+        self.counters[name] += by
+
+    def record(self, rec: Record) -> dict[str, Any]:
+        """Append one metric line now (the trace is flushed with it); returns the line."""
+        line = self._metrics.write(self.clock(), self.wall_s(), rec)
+        self.trace.flush()
+        return line
+
+    def span(self, lane: Endpoint, name: str, start: float, duration: float, **args: Any) -> None:
+        """A trace span."""
+        self.trace.span(lane, name, start, duration, **args)
+
+    def instant(self, lane: Endpoint, name: str, t: float, **args: Any) -> None:
+        """A trace instant."""
+        self.trace.instant(lane, name, t, **args)
+
+    def counter(self, lane: Endpoint, name: str, t: float, **values: float) -> None:
+        """A trace counter sample."""
+        self.trace.counter(lane, name, t, **values)
+
+    def flow(self, src: Endpoint, dst: Endpoint, start: float, end: float, name: str, flow_id: int) -> None:
+        """A trace arrow between two lanes."""
+        self.trace.flow(src, dst, start, end, name, flow_id)
+
+    def clusters(self, rec: ClustersRecord) -> None:
+        """Append a ``clusters.jsonl`` line."""
+        self._clusters.write(rec)
+
+    def devices(self, edge_of: np.ndarray) -> None:
+        """Rewrite ``devices.csv`` with a protocol's own device → edge map."""
+        if self._devices is not None:
+            self._devices(edge_of)
+
+    # -- the driver's side -------------------------------------------------------------------------
+    def wall_s(self) -> float:
+        """Real seconds since the run started (reported, never used for decisions)."""
+        return time.perf_counter() - self._wall0
+
+    def write_devices(self, world: World, availability: list[str], slowdowns: list[int]) -> None:
+        """``devices.csv`` as built; a protocol may rewrite it later with its own map (:meth:`devices`)."""
+        self._devices = lambda edge_of: write_devices(self.out_dir, world, availability, slowdowns, edge_of)
+        self._devices(None)
+
+    def lanes(self, num_edges: int, num_devices: int) -> None:
+        """Name the trace lanes."""
+        self.trace.lanes(num_edges, num_devices)
+
+    def queue_length(self, tier: str, entity: int, length: int) -> None:
+        """Queue ``tier``/``entity`` holds ``length`` updates from now on (a trace counter on change)."""
+        now = self.clock()
+        if self.queues.set(now, tier, entity, length):
+            lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
+            self.trace.counter(lane, f"queue_len {tier} {entity}" if tier == "edge" else "queue_len cloud",
+                               now, updates=length)
+
+    def staleness_means(self) -> dict[str, float | None]:
+        """``staleness_mean_<tier>`` fields of an evaluation line."""
+        return {f"staleness_mean_{tier}": float(np.mean(values)) if values else None
+                for tier, values in sorted(self.staleness.items())}
+
+    def staleness_summary(self) -> dict[str, Any]:
+        """Per tier: histogram ``{τ: count}``, mean, max and count of applied updates' staleness."""
+        out: dict[str, Any] = {}
+        for tier, values in sorted(self.staleness.items()):
+            arr = np.asarray(values, dtype=np.int64)
+            hist = np.bincount(arr) if arr.size else np.zeros(0, dtype=np.int64)
+            out[tier] = {"histogram": {str(t): int(c) for t, c in enumerate(hist) if c},
+                         "mean": float(arr.mean()) if arr.size else None,
+                         "max": int(arr.max()) if arr.size else None, "count": int(arr.size)}
+        return out
+
+    def close(self) -> None:
+        """Close every stream (the trace gets its closing bracket)."""
+        self.trace.close()
+        self._metrics.close()
+        self._clusters.close()

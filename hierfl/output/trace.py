@@ -1,0 +1,83 @@
+"""``trace.json``: Chrome trace-event array format (opens in Perfetto), in virtual time.
+
+The closing bracket is optional in that format, so a crashed run's trace still opens. This
+module is the only place a trace event is formed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hierfl.output.jsonsafe import clean
+
+__all__ = ["TraceWriter", "LANES"]
+
+# Chrome-trace process ids of the three lane groups (pid, label).
+LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices")}
+
+
+class TraceWriter:
+    """Appends trace events to ``trace.json`` as the run goes."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "w", encoding="utf-8")
+        self._fh.write("[\n")
+        self._first = True
+
+    def _event(self, event: dict[str, Any]) -> None:
+        self._fh.write(("" if self._first else ",\n") + json.dumps(event, separators=(",", ":")))
+        self._first = False
+
+    def lanes(self, num_edges: int, num_devices: int) -> None:
+        """Name the lanes: one per device, leader and the cloud."""
+        for group, (pid, label) in LANES.items():
+            self._event({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
+            self._event({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+            count = {"cloud": 1, "edge": num_edges, "device": num_devices}[group]
+            for tid in range(count):
+                name = "cloud" if group == "cloud" else f"{'edge' if group == 'edge' else 'device'} {tid}"
+                self._event({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+
+    def span(self, lane: tuple[str, int], name: str, start: float, duration: float, **args: Any) -> None:
+        """A complete event in virtual time (seconds in, microseconds out)."""
+        pid = LANES[lane[0]][0]
+        self._event({"ph": "X", "name": name, "cat": lane[0], "ts": start * 1e6, "dur": duration * 1e6,
+                     "pid": pid, "tid": int(lane[1]), "args": clean(args)})
+
+    def instant(self, lane: tuple[str, int], name: str, t: float, **args: Any) -> None:
+        """An instant event on a lane."""
+        pid = LANES[lane[0]][0]
+        self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
+                     "pid": pid, "tid": int(lane[1]), "args": clean(args)})
+
+    def counter(self, lane: tuple[str, int], name: str, t: float, **values: float) -> None:
+        """A counter sample (phase ``C``): each of ``values`` holds from ``t`` until the next sample.
+
+        Counters are drawn per process (lane group) and told apart by ``name``, e.g. one queue
+        length track per leader.
+        """
+        pid = LANES[lane[0]][0]
+        self._event({"ph": "C", "name": name, "cat": lane[0], "ts": t * 1e6, "pid": pid, "tid": int(lane[1]),
+                     "args": clean(values)})
+
+    def flow(self, src: tuple[str, int], dst: tuple[str, int], start: float, end: float, name: str,
+             flow_id: int) -> None:
+        """An arrow from lane ``src`` at ``start`` to lane ``dst`` at ``end`` (e.g. a ring hop)."""
+        for ph, lane, t in (("s", src, start), ("f", dst, end)):
+            event = {"ph": ph, "id": int(flow_id), "name": name, "cat": "flow", "ts": t * 1e6,
+                     "pid": LANES[lane[0]][0], "tid": int(lane[1])}
+            if ph == "f":
+                event["bp"] = "e"  # bind to the slice enclosing the arrival
+            self._event(event)
+
+    def flush(self) -> None:
+        """Push what was written to disk."""
+        self._fh.flush()
+
+    def close(self) -> None:
+        """The array gets its closing bracket."""
+        if not self._fh.closed:
+            self._fh.write("\n]\n")
+            self._fh.close()
