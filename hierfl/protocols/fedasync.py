@@ -17,9 +17,8 @@ concurrency limit, start versions, staleness and dropping.
 from __future__ import annotations
 
 import math
-
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
@@ -28,12 +27,17 @@ from hierfl.config.base import ConfigModel
 from hierfl.core.engine import Event, Priority
 from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
-from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.env import Env, Timer
+from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 
-if TYPE_CHECKING:
-    from hierfl.driver import Context
+__all__ = ["FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync", "VersionMsg"]
 
-__all__ = ["FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync"]
+
+@dataclass(frozen=True)
+class VersionMsg(DeviceMsg):
+    """A device's download of (and upload against) cloud model version ``version``."""
+
+    version: int
 
 
 class LocalStepsConfig(ConfigModel):
@@ -64,9 +68,9 @@ class FedAsyncConfig(ProtocolConfig):
     local_steps: LocalStepsConfig | None = Field(
         default=None, description="H ~ uniform{min..max} SGD steps per job (§5.3); null = the training section [D]")
 
-    def create(self, ctx: Context) -> FedAsync:
+    def create(self, env: Env) -> FedAsync:
         """A FedAsync run."""
-        return FedAsync(self, ctx)
+        return FedAsync(self, env)
 
 
 class FlatAsync(Protocol):
@@ -74,7 +78,7 @@ class FlatAsync(Protocol):
 
     select_stream = "async.select"  # shared: FedAsync and FedBuff pick the same devices
 
-    def __init__(self, ctx: Context, concurrency: int | None, staleness: StalenessConfig,
+    def __init__(self, ctx: Env, concurrency: int | None, staleness: StalenessConfig,
                  max_staleness: int | None, spec: TrainSpec) -> None:
         super().__init__(ctx)
         n = ctx.world.num_devices
@@ -86,43 +90,43 @@ class FlatAsync(Protocol):
         self.idle: set[int] = set(range(n))
         self.start_of: dict[int, tuple[Any, int]] = {}    # device → (model handle, version) it trains from
         self.dispatches = 0
-        ctx.staleness.setdefault("cloud", [])
+        ctx.track_staleness("cloud")
 
     def start(self) -> None:
         """``concurrency`` devices, drawn uniformly without replacement, get the initial model at t = 0."""
-        n = self.ctx.world.num_devices
-        pool = self.ctx.available()
+        n = self.env.world.num_devices
+        pool = self.env.available()
         if len(pool) == n:
-            first = self.ctx.rng(self.select_stream, 0).choice(n, size=self.concurrency, replace=False)
+            first = self.env.rng(self.select_stream, 0).choice(n, size=self.concurrency, replace=False)
         else:  # some devices are offline at t = 0: start those online; the rest of the slots wait
             k = min(self.concurrency, len(pool))
-            first = self.ctx.rng(self.select_stream, 0).choice(np.asarray(pool, dtype=np.int64), size=k, replace=False)
+            first = self.env.rng(self.select_stream, 0).choice(np.asarray(pool, dtype=np.int64), size=k, replace=False)
             if k < self.concurrency:
-                when = self.ctx.next_up(sorted(set(range(n)) - set(pool)))
+                when = self.env.next_up(sorted(set(range(n)) - set(pool)))
                 if math.isfinite(when):
-                    self.ctx.queue.push(when, "dispatch_retry", {}, Priority.CONTROL)
+                    self.env.at(when, "dispatch_retry", Timer(), Priority.CONTROL)
         self.dispatches = 1
         for device in sorted(int(d) for d in first):
             self._send(device)
 
     def _send(self, device: int) -> None:
         self.idle.discard(device)
-        self.start_of[device] = (self.ctx.global_model, self.version)
-        self.send_model(device, "device_cloud", {"version": self.version})
+        self.start_of[device] = (self.env.global_model, self.version)
+        self.send_model(device, "device_cloud", VersionMsg(device, self.version))
 
     def excluded(self) -> set[int]:
         """Idle devices that must not be dispatched now (FedBuff's ``unique_per_buffer``)."""
         return set()
 
     def _dispatch_one(self) -> None:
-        idle = set(self.ctx.available(self.idle))
+        idle = set(self.env.available(self.idle))
         candidates = sorted(idle - self.excluded()) or sorted(idle)
         if not candidates:  # every idle device is offline: try again when one comes back
-            when = self.ctx.next_up(sorted(self.idle))
+            when = self.env.next_up(sorted(self.idle))
             if math.isfinite(when):
-                self.ctx.queue.push(when, "dispatch_retry", {}, Priority.CONTROL)
+                self.env.at(when, "dispatch_retry", Timer(), Priority.CONTROL)
             return
-        rng = self.ctx.rng(self.select_stream, self.dispatches)
+        rng = self.env.rng(self.select_stream, self.dispatches)
         self.dispatches += 1
         self._send(candidates[int(rng.integers(len(candidates)))])
 
@@ -132,7 +136,7 @@ class FlatAsync(Protocol):
 
     def on_train_start(self, event: Event) -> None:
         """The device has the model it was sent: start its job."""
-        device = event.payload["device"]
+        device = event.payload.device
         self.start_job(event, self.start_of[device][0], self.job_spec(device))
 
     def on_train_done(self, event: Event) -> None:
@@ -141,8 +145,8 @@ class FlatAsync(Protocol):
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached the cloud: drop it if too stale, else apply; then keep ``concurrency`` busy."""
-        ctx = self.ctx
-        device = event.payload["device"]
+        ctx = self.env
+        device = event.payload.device
         update = self.jobs.pop(device).params
         start_model, start_version = self.start_of.pop(device)
         self.idle.add(device)
@@ -156,15 +160,15 @@ class FlatAsync(Protocol):
 
     def on_device_lost(self, event: Event) -> None:
         """The device dropped out: its update is lost; another idle device takes its slot."""
-        device = event.payload["device"]
+        device = event.payload.device
         self.start_of.pop(device, None)
         self.idle.add(device)
-        if not self.ctx.stopping:
+        if not self.env.stopping:
             self._dispatch_one()
 
     def on_dispatch_retry(self, event: Event) -> None:
         """A device came back online while a concurrency slot was empty."""
-        while not self.ctx.stopping and len(self.start_of) < self.concurrency:
+        while not self.env.stopping and len(self.start_of) < self.concurrency:
             before = len(self.start_of)
             self._dispatch_one()
             if len(self.start_of) == before:
@@ -182,7 +186,7 @@ class FlatAsync(Protocol):
 class FedAsync(FlatAsync):
     """Every arrival is mixed into the global model at once: ``x ← (1 − α·s(τ))·x + α·s(τ)·x_new``."""
 
-    def __init__(self, cfg: FedAsyncConfig, ctx: Context) -> None:
+    def __init__(self, cfg: FedAsyncConfig, ctx: Env) -> None:
         super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, replace(ctx.spec, prox=cfg.rho))
         self.cfg = cfg
         self._jobs_of: dict[int, int] = {}  # jobs started per device = the job id the context gives it
@@ -199,12 +203,12 @@ class FedAsync(FlatAsync):
             return self.spec
         job = self._jobs_of.get(device, 0)
         self._jobs_of[device] = job + 1
-        steps = int(self.ctx.rng("fedasync.steps", device, job).integers(bounds.min, bounds.max + 1))
+        steps = int(self.env.rng("fedasync.steps", device, job).integers(bounds.min, bounds.max + 1))
         return replace(self.spec, epochs=None, steps=steps)
 
     def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
         """The FedAsync server step (one update at a time, in arrival order)."""
-        ctx = self.ctx
+        ctx = self.env
         a = self.cfg.alpha * self.sigma(tau)
         if ctx.server_optimizer("cloud") is None:
             new = ctx.combine("cloud", [(1.0 - a, ctx.global_model, None), (a, update, None)])

@@ -19,12 +19,12 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 
 from hierfl.config.errors import Problem
 from hierfl.core.staleness import STALENESS, FedBuffStaleness
+from hierfl.env import Env
 from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 from hierfl.protocols.fedasync import FlatAsync
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.driver import Context
 
 __all__ = ["FedBuffConfig", "FedBuff"]
 
@@ -63,7 +63,7 @@ class FedBuffConfig(ProtocolConfig):
                 f"s(avg_staleness) >= {MIN_NORM:g} (or a gentler staleness function)", self.avg_staleness))
         return problems
 
-    def create(self, ctx: Context) -> FedBuff:
+    def create(self, ctx: Env) -> FedBuff:
         """A FedBuff run."""
         return FedBuff(self, ctx)
 
@@ -71,7 +71,7 @@ class FedBuffConfig(ProtocolConfig):
 class FedBuff(FlatAsync):
     """Arrivals fill a buffer of ``K`` staleness-weighted deltas; a full buffer is one server step."""
 
-    def __init__(self, cfg: FedBuffConfig, ctx: Context) -> None:
+    def __init__(self, cfg: FedBuffConfig, ctx: Env) -> None:
         super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, ctx.spec)
         self.cfg = cfg
         self.buffer: list[tuple[int, float, Any, Any, int]] = []  # (device, s(τ), y, y_start, τ)
@@ -80,7 +80,7 @@ class FedBuff(FlatAsync):
 
     def start(self) -> None:
         """The buffer starts empty; then the first ``concurrency`` devices get the model."""
-        self.ctx.queue_length("cloud", 0, 0)
+        self.env.queue_length("cloud", 0, 0)
         super().start()
 
     def excluded(self) -> set[int]:
@@ -95,10 +95,10 @@ class FedBuff(FlatAsync):
         (``fedavg``, η = 1) that is plain server SGD ``x + server_lr · Σ s(τ_i)Δ_i / K``.
         """
         self.buffer.append((device, self.sigma(tau) / self.norm, update, start_model, tau))
-        self.ctx.queue_length("cloud", 0, len(self.buffer))
+        self.env.queue_length("cloud", 0, len(self.buffer))
         if len(self.buffer) < self.cfg.K:
             return
-        ctx = self.ctx
+        ctx = self.env
         scale = self.cfg.server_lr / self.cfg.K
         coefs = [scale * s for _, s, _, _, _ in self.buffer]
         deltas = [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, self.buffer)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -24,14 +24,36 @@ from pydantic import Field, PositiveInt
 
 from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
-from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.env import Env, Payload
+from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.driver import Context
 
-__all__ = ["HierFAVGConfig", "HierFAVG"]
+__all__ = ["HierFAVGConfig", "HierFAVG", "EdgeMsg"]
+
+
+@dataclass(frozen=True)
+class EdgeMsg(DeviceMsg):
+    """A device's model download from / upload to its edge server."""
+
+    edge: int
+
+
+@dataclass(frozen=True)
+class EdgeEvent(Payload):
+    """An edge server's own event: retry a round, its model to / from the cloud."""
+
+    edge: int
+
+
+@dataclass(frozen=True)
+class EdgeUpload(Payload):
+    """An edge model on its way to the cloud for cloud round ``cloud_round``."""
+
+    edge: int
+    cloud_round: int
 
 
 @PROTOCOLS.register
@@ -39,6 +61,8 @@ class HierFAVGConfig(ProtocolConfig):
     """``protocol: {name: hierfavg, kappa1: 60, kappa2: 1, fraction: 1.0}``."""
 
     has_barriers: ClassVar[bool] = True
+    has_cloud_barrier: ClassVar[bool] = True
+    has_cloud_barrier: ClassVar[bool] = True
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
     control_variates: ClassVar[bool] = True
@@ -54,15 +78,15 @@ class HierFAVGConfig(ProtocolConfig):
             return [Problem("topology.edge_servers", "hierfavg needs at least 1 edge server", 0)]
         return []
 
-    def create(self, ctx: Context) -> HierFAVG:
+    def create(self, env: Env) -> HierFAVG:
         """A HierFAVG run."""
-        return HierFAVG(self, ctx)
+        return HierFAVG(self, env)
 
 
 class HierFAVG(Protocol):
     """Synchronous edge rounds, synchronous cloud rounds every ``kappa2`` edge rounds."""
 
-    def __init__(self, cfg: HierFAVGConfig, ctx: Context) -> None:
+    def __init__(self, cfg: HierFAVGConfig, ctx: Env) -> None:
         super().__init__(ctx)
         self.cfg = cfg
         base = ctx.spec
@@ -92,43 +116,43 @@ class HierFAVG(Protocol):
         """``k`` of the online members ``pool`` without replacement, ∝ samples (all when k ≥ |pool|)."""
         if k >= len(pool):
             return list(pool)
-        rng = self.ctx.rng("hierfavg.select", edge, self.edge_round[edge])
+        rng = self.env.rng("hierfavg.select", edge, self.edge_round[edge])
         arr = np.asarray(pool, dtype=np.int64)
-        n = self.ctx.world.samples[arr].astype(np.float64)
+        n = self.env.world.samples[arr].astype(np.float64)
         chosen = rng.choice(arr, size=k, replace=False, p=n / n.sum())
         return sorted(int(i) for i in chosen)
 
     def _begin_edge_round(self, edge: int) -> None:
-        ctx = self.ctx
+        ctx = self.env
         members = self.members[edge]
         pool = ctx.available(members)
         if not pool:  # nobody of this edge is online: try again when one comes back
             when = ctx.next_up(members)
             if math.isfinite(when):
-                self.retry[edge] = ctx.queue.push(when, "edge_retry", {"edge": edge}, Priority.CONTROL)
+                self.retry[edge] = ctx.at(when, "edge_retry", EdgeEvent(edge), Priority.CONTROL)
             return
         want = max(math.floor(self.cfg.fraction * members.size + 1e-9), 1)
         m = min(want, len(pool))
-        policy = ctx.scenario.straggler
+        policy = ctx.straggler
         k = min(policy.select_count(m), len(pool))
         self.selected[edge] = self._sample(edge, pool, m, k)
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
                                      functools.partial(self._close_edge_round, edge))
         self.edge_start[edge] = self.edge_model[edge]
         for device in self.selected[edge]:
-            self.send_model(device, "device_edge", {"edge": edge})
+            self.send_model(device, "device_edge", EdgeMsg(device, edge))
 
     def on_edge_retry(self, event: Event) -> None:
         """A member of an idle edge came back online."""
-        edge = event.payload["edge"]
+        edge = event.payload.edge
         self.retry.pop(edge, None)
-        if not self.ctx.stopping:
+        if not self.env.stopping:
             self._begin_edge_round(edge)
 
     def on_train_start(self, event: Event) -> None:
         """The device has its edge's model: start κ1 local steps (fewer under a partial-work deadline)."""
-        edge = event.payload["edge"]
-        spec = planned_spec(self, event.payload["device"], self.barrier[edge], self.spec)
+        edge = event.payload.edge
+        spec = planned_spec(self, event.payload.device, self.barrier[edge], self.spec)
         if spec is not None:
             self.start_job(event, self.edge_model[edge], spec, self.control)
 
@@ -138,31 +162,31 @@ class HierFAVG(Protocol):
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
-        ctx = self.ctx
-        device, edge = event.payload["device"], event.payload["edge"]
+        ctx = self.env
+        device, edge = event.payload.device, event.payload.edge
         ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]), ctx.control_coef(device))
         self.barrier[edge].arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
         """A device went offline: its edge round no longer waits for it."""
-        device = event.payload["device"]
-        barrier = self.barrier.get(int(self.ctx.world.edge_of[device]))
+        device = event.payload.device
+        barrier = self.barrier.get(int(self.env.world.edge_of[device]))
         if barrier is not None and not barrier.closed:
             barrier.drop(device)
 
     def on_round_deadline(self, event: Event) -> None:
         """A straggler deadline: of an edge round, or of the cloud round."""
-        kind, ident = event.payload["server"]
+        kind, ident = event.payload.server
         if kind == "cloud":
-            if self.cloud_barrier is not None and event.payload["round"] == self.cloud_round:
+            if self.cloud_barrier is not None and event.payload.round == self.cloud_round:
                 self.cloud_barrier.on_deadline()
             return
         barrier = self.barrier.get(ident)
-        if barrier is not None and barrier.round == event.payload["round"]:
+        if barrier is not None and barrier.round == event.payload.round:
             barrier.on_deadline()
 
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
-        ctx = self.ctx
+        ctx = self.env
         upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
@@ -171,41 +195,41 @@ class HierFAVG(Protocol):
         self.edge_round[edge] += 1
         if upload:
             self.uploading[edge] = ctx.send(("edge", edge), ("cloud", 0), "edge_upload_done",
-                                            {"edge": edge, "cloud_round": self.cloud_round}, "upload")
+                                            EdgeUpload(edge, self.cloud_round), "upload")
         elif not ctx.stopping:
             self._begin_edge_round(edge)
 
     # -- the cloud round -----------------------------------------------------------------------------
     def _begin_cloud_round(self) -> None:
-        policy = self.ctx.scenario.straggler.cloud
+        policy = self.env.cloud_straggler
         self.cloud_barrier = Barrier(self, policy, ("cloud", 0), self.cloud_round, list(self.edges),
                                      len(self.edges), self._close_cloud_round, abandon=self._abandon_edge)
 
     def _abandon_edge(self, edge: int) -> float:
         """The cloud round closed without ``edge``: withdraw its upload or its current edge round."""
-        ctx = self.ctx
+        ctx = self.env
         if edge in self.uploading:
             ctx.cancel_transfer(self.uploading.pop(edge))
         if edge in self.retry:
-            ctx.queue.cancel(self.retry.pop(edge))
+            ctx.cancel(self.retry.pop(edge))
         wasted = 0.0
         barrier = self.barrier.get(edge)
         if barrier is not None and not barrier.closed:
             wasted = barrier.abort()
-            ctx.executor.commit_edge(edge)  # discard what the aborted round had folded in
+            ctx.discard_edge(edge)  # discard what the aborted round had folded in
         return wasted
 
     def on_edge_upload_done(self, event: Event) -> None:
         """An edge model reached the cloud; the cloud barrier decides when the round closes."""
-        ctx = self.ctx
-        edge = event.payload["edge"]
+        ctx = self.env
+        edge = event.payload.edge
         self.uploading.pop(edge, None)
         ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge], 1.0 if ctx.control_variates else None)
         assert self.cloud_barrier is not None
         self.cloud_barrier.arrive(edge)
 
     def _close_cloud_round(self, arrived: list[int]) -> None:
-        ctx = self.ctx
+        ctx = self.env
         if arrived:
             ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), tier="edge", base=ctx.global_model))
         self.cloud_round += 1
@@ -214,14 +238,14 @@ class HierFAVG(Protocol):
         self.control = ctx.control()  # travels down with the global model
         self._begin_cloud_round()
         for e in self.edges:
-            ctx.send(("cloud", 0), ("edge", e), "edge_download_done", {"edge": e}, "download")
+            ctx.send(("cloud", 0), ("edge", e), "edge_download_done", EdgeEvent(e), "download")
 
     def on_edge_download_done(self, event: Event) -> None:
         """The edge has the new global model: start its next cycle of κ2 edge rounds."""
-        edge = event.payload["edge"]
-        self.edge_model[edge] = self.ctx.global_model
+        edge = event.payload.edge
+        self.edge_model[edge] = self.env.global_model
         self.edge_round[edge] = self.cloud_round * self.cfg.kappa2
-        if not self.ctx.stopping:
+        if not self.env.stopping:
             self._begin_edge_round(edge)
 
     def state(self) -> dict[str, Any]:
