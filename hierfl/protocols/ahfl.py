@@ -33,13 +33,49 @@ from pydantic import Field, NonNegativeInt, field_validator
 from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
 from hierfl.core.staleness import STALENESS, PolynomialStaleness
-from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.env import Env, Payload, Timer
+from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.driver import Context
 
-__all__ = ["AHFLConfig", "AHFL"]
+__all__ = ["AHFLConfig", "AHFL", "LeaderMsg"]
+
+
+@dataclass(frozen=True)
+class LeaderMsg(DeviceMsg):
+    """A device's download of leader ``edge``'s model version ``version`` (and its upload back)."""
+
+    edge: int
+    version: int
+
+
+@dataclass(frozen=True)
+class DeviceBack(DeviceMsg):
+    """A device that dropped out is online again."""
+
+
+@dataclass(frozen=True)
+class LeaderTick(Payload):
+    """Leader ``edge``'s aggregation period is over."""
+
+    edge: int
+
+
+@dataclass(frozen=True)
+class LeaderPush(Payload):
+    """Leader ``edge``'s progress on its way to the cloud (``push``: its sequence number)."""
+
+    edge: int
+    push: int
+
+
+@dataclass(frozen=True)
+class GlobalDown(Payload):
+    """Global model version ``version`` on its way to leader ``edge``."""
+
+    edge: int
+    version: int
 
 
 @PROTOCOLS.register
@@ -76,7 +112,7 @@ class AHFLConfig(ProtocolConfig):
             return [Problem("topology.edge_servers", "ahfl needs at least 1 edge server (its leaders)", 0)]
         return []
 
-    def create(self, ctx: Context) -> AHFL:
+    def create(self, ctx: Env) -> AHFL:
         """An AHFL run."""
         return AHFL(self, ctx)
 
@@ -101,7 +137,7 @@ class _LeaderUpdate:
 class AHFL(Protocol):
     """Leader queues aggregated every leader period, a cloud queue every cloud period."""
 
-    def __init__(self, cfg: AHFLConfig, ctx: Context) -> None:
+    def __init__(self, cfg: AHFLConfig, ctx: Env) -> None:
         super().__init__(ctx)
         self.cfg = cfg
         self.sigma = cfg.staleness
@@ -135,34 +171,34 @@ class AHFL(Protocol):
         self.pushes: dict[int, _LeaderUpdate] = {}
         self.sent: dict[tuple[int, int], Any] = {}
         self._push_seq = 0
-        ctx.staleness.setdefault("edge", [])
-        ctx.staleness.setdefault("cloud", [])
+        ctx.track_staleness("edge")
+        ctx.track_staleness("cloud")
 
     def _leader_period(self, edge: int) -> float:
         if self.cfg.leader_period != "auto":
             return float(self.cfg.leader_period)
-        w = self.ctx.world
+        w = self.env.world
         return float(np.median([w.compute_s(int(d), self.spec) + w.upload_s(int(d)) for d in self.members[edge]]))
 
     # -- devices ------------------------------------------------------------------------------
     def start(self) -> None:
         """Every device pulls the initial model; leader and cloud timers start."""
         for e in self.leaders:
-            self.ctx.queue_length("edge", e, 0)
+            self.env.queue_length("edge", e, 0)
             for d in self.members[e]:
                 self._send(int(d))
-            self.ctx.schedule(self.leader_period[e], "leader_tick", {"edge": e}, Priority.CONTROL)
-        self.ctx.queue_length("cloud", 0, 0)
-        self.ctx.schedule(self.cloud_period, "cloud_tick", {}, Priority.CONTROL)
+            self.env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
+        self.env.queue_length("cloud", 0, 0)
+        self.env.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
 
     def _send(self, device: int) -> None:
         e = self.leader_of[device]
         self.start_of[device] = (self.model[e], self.version[e])
-        self.send_model(device, "device_edge", {"edge": e, "version": self.version[e]})
+        self.send_model(device, "device_edge", LeaderMsg(device, e, self.version[e]))
 
     def on_train_start(self, event: Event) -> None:
         """The device has its leader's model: train from it."""
-        self.start_job(event, self.start_of[event.payload["device"]][0], self.spec)
+        self.start_job(event, self.start_of[event.payload.device][0], self.spec)
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the leader."""
@@ -170,31 +206,31 @@ class AHFL(Protocol):
 
     def on_upload_done(self, event: Event) -> None:
         """The update joins the leader's queue; the device pulls the current leader model and goes on."""
-        device, e = event.payload["device"], event.payload["edge"]
+        device, e = event.payload.device, event.payload.edge
         start, version = self.start_of.pop(device)
         self.queue[e].append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
-                                           float(self.ctx.world.samples[device])))
-        self.ctx.queue_length("edge", e, len(self.queue[e]))
-        if not self.ctx.stopping:
+                                           float(self.env.world.samples[device])))
+        self.env.queue_length("edge", e, len(self.queue[e]))
+        if not self.env.stopping:
             self._send(device)
 
     def on_device_lost(self, event: Event) -> None:
         """The device dropped out: its update is lost; it pulls the leader's model when back online."""
-        device = event.payload["device"]
+        device = event.payload.device
         self.start_of.pop(device, None)
-        when = self.ctx.dyn.availability.next_up(device, self.ctx.now)
-        if math.isfinite(when) and not self.ctx.stopping:
-            self.ctx.queue.push(when, "device_back", {"device": device}, Priority.CONTROL)
+        when = self.env.next_up([device])
+        if math.isfinite(when) and not self.env.stopping:
+            self.env.at(when, "device_back", DeviceBack(device), Priority.CONTROL)
 
     def on_device_back(self, event: Event) -> None:
         """A device that dropped out is online again: it resumes training."""
-        if not self.ctx.stopping:
-            self._send(event.payload["device"])
+        if not self.env.stopping:
+            self._send(event.payload.device)
 
     # -- leaders ------------------------------------------------------------------------------
     def on_leader_tick(self, event: Event) -> None:
         """Aggregate the leader's queue (if any survives ``max_staleness``) and push the progress."""
-        ctx, e = self.ctx, event.payload["edge"]
+        ctx, e = self.env, event.payload.edge
         queue, self.queue[e] = self.queue[e], []
         ctx.queue_length("edge", e, 0)  # applied or dropped, every queued update leaves now
         kept = []
@@ -217,26 +253,26 @@ class AHFL(Protocol):
                                          self.version[e], queue_len=len(queue))
             self._push(e)
         if not ctx.stopping:
-            ctx.schedule(self.leader_period[e], "leader_tick", {"edge": e}, Priority.CONTROL)
+            ctx.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
 
     def _push(self, e: int) -> None:
-        ctx = self.ctx
+        ctx = self.env
         self.pushes[self._push_seq] = _LeaderUpdate(e, self.model[e], self.last[e], self.cloud_version_of[e])
-        ctx.send(("edge", e), ("cloud", 0), "leader_upload_done", {"edge": e, "push": self._push_seq}, "upload")
+        ctx.send(("edge", e), ("cloud", 0), "leader_upload_done", LeaderPush(e, self._push_seq), "upload")
         self._push_seq += 1
         self.last[e] = self.model[e]
 
     def on_leader_upload_done(self, event: Event) -> None:
         """A leader's progress reached the cloud queue."""
-        self.cloud_queue.append(self.pushes.pop(event.payload["push"]))
-        self.ctx.queue_length("cloud", 0, len(self.cloud_queue))
+        self.cloud_queue.append(self.pushes.pop(event.payload.push))
+        self.env.queue_length("cloud", 0, len(self.cloud_queue))
 
     def on_leader_download_done(self, event: Event) -> None:
         """A new global model reached the leader: rebase the unpushed progress on it."""
-        e, g = event.payload["edge"], event.payload["version"]
+        e, g = event.payload.edge, event.payload.version
         w = self.sent.pop((e, g))
         if self.model[e] is not self.last[e]:
-            self.model[e] = self.ctx.combine("edge", [(1.0, w, None), (1.0, self.model[e], self.last[e])])
+            self.model[e] = self.env.combine("edge", [(1.0, w, None), (1.0, self.model[e], self.last[e])])
         else:
             self.model[e] = w
         self.last[e] = w
@@ -245,7 +281,7 @@ class AHFL(Protocol):
     # -- cloud --------------------------------------------------------------------------------
     def on_cloud_tick(self, event: Event) -> None:
         """Apply the cloud queue in arrival order and broadcast the new global model."""
-        ctx = self.ctx
+        ctx = self.env
         queue, self.cloud_queue = self.cloud_queue, []
         ctx.queue_length("cloud", 0, 0)
         kept = []
@@ -269,9 +305,9 @@ class AHFL(Protocol):
                 for e in self.leaders:
                     self.sent[(e, self.cloud_version)] = ctx.global_model
                     ctx.send(("cloud", 0), ("edge", e), "leader_download_done",
-                             {"edge": e, "version": self.cloud_version}, "download")
+                             GlobalDown(e, self.cloud_version), "download")
         if not ctx.stopping:
-            ctx.schedule(self.cloud_period, "cloud_tick", {}, Priority.CONTROL)
+            ctx.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the leader queues (summed) and in the cloud queue."""
