@@ -195,15 +195,21 @@ class Context:
         self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
 
+    def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
+        """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""
+        return self._duration(device, spec or self._spec, int(self._jobs_started[device]))
+
     def start_job(self, device: int, model: Any, payload: Any, spec: TrainSpec | None = None,
-                  control: Any = None) -> tuple[Job, Event]:
-        """Submit the job and schedule ``train_done`` (or, if the device drops out first, the loss)."""
+                  control: Any = None, done: str = "train_done", end: float | None = None) -> tuple[Job, Event]:
+        """Submit the job and schedule ``done`` (or, if the device drops out first, the loss)."""
         job = self.start_training(device, model, spec, control)
         if job.lost_at is not None:
             event = self.queue.push(job.lost_at, "_job_lost", _JobLost(device, str(job.lost_reason), payload),
                                     Priority.ARRIVAL)
+        elif end is not None:
+            event = self.queue.push(end, done, payload, Priority.ARRIVAL)
         else:
-            event = self.queue.push_after(job.compute_s, "train_done", payload, Priority.ARRIVAL)
+            event = self.queue.push_after(job.compute_s, done, payload, Priority.ARRIVAL)
         self.transfers.track(device, event)
         return job, event
 
@@ -310,6 +316,10 @@ class Context:
         self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
         self._cloud_round_done()
         return handle
+
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
+        return self.executor.average(models, weights)
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""

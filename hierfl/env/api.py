@@ -67,6 +67,9 @@ class Telemetry(Protocol):
     def instant(self, lane: Endpoint, name: str, t: float, **args: Any) -> None:
         """A trace instant on ``lane``."""
 
+    def flow(self, src: Endpoint, dst: Endpoint, start: float, end: float, name: str, flow_id: int) -> None:
+        """A trace arrow from lane ``src`` at ``start`` to lane ``dst`` at ``end`` (e.g. a ring hop)."""
+
     def clusters(self, rec: ClustersRecord) -> None:
         """Append one membership record to ``clusters.jsonl``."""
 
@@ -143,11 +146,15 @@ class Env(Protocol):
     def current_upload_s(self) -> np.ndarray:
         """(N,) seconds of one model upload device → its server now (no contention)."""
 
+    def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
+        """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""
+
     # -- training jobs -------------------------------------------------------------------------------
     def start_job(self, device: int, model: Any, payload: Any, spec: TrainSpec | None = None,
-                  control: Any = None) -> tuple[Job, Event]:
-        """Submit ``device``'s next job now; ``on_train_done`` fires (with ``payload``) when its
-        virtual compute time is over, or ``on_device_lost`` if the device drops out first.
+                  control: Any = None, done: str = "train_done", end: float | None = None) -> tuple[Job, Event]:
+        """Submit ``device``'s next job now; ``on_<done>`` fires (with ``payload``) when its virtual
+        compute time is over — at ``end`` if given, a protocol's own sum of durations that equals
+        now + the job's time up to rounding — or ``on_device_lost`` if the device drops out first.
         Returns the job and that pending event."""
 
     def finish_training(self, job: Job) -> dict[str, float]:
@@ -189,6 +196,9 @@ class Env(Protocol):
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier``."""
+
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role."""
 
     def server_optimizer(self, tier: str) -> Any:
         """The optimizer configured for ``tier``, or None for plain averaging."""

@@ -173,8 +173,9 @@ class LeaderLost(Record):
 class ClustersRecord:
     """One ``clusters.jsonl`` line: membership and leaders at a time.
 
-    ``head`` fields come after ``grouping`` and ``tail`` fields after ``leaders`` (FedCH's
-    construction details: generation, K, costs, …).
+    ``head`` fields come after ``grouping``, ``mid`` fields between ``members`` and ``leaders``
+    and ``tail`` fields after ``leaders`` (a protocol's own details: FedCH's generation, K and
+    costs, FedHiSyn's rings and unit times, …).
     """
 
     t: float
@@ -184,8 +185,9 @@ class ClustersRecord:
     leaders: list[Any]
     head: dict[str, Any] = field(default_factory=dict)
     tail: dict[str, Any] = field(default_factory=dict)
+    mid: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> dict[str, Any]:
         """The JSON object of the line."""
         return {"t": self.t, "reason": self.reason, "grouping": self.grouping, **self.head, "members": self.members,
-                "leaders": self.leaders, **self.tail}
+                **self.mid, "leaders": self.leaders, **self.tail}

@@ -112,9 +112,9 @@ class AHFLConfig(ProtocolConfig):
             return [Problem("topology.edge_servers", "ahfl needs at least 1 edge server (its leaders)", 0)]
         return []
 
-    def create(self, ctx: Env) -> AHFL:
+    def create(self, env: Env) -> AHFL:
         """An AHFL run."""
-        return AHFL(self, ctx)
+        return AHFL(self, env)
 
 
 @dataclass
@@ -137,13 +137,13 @@ class _LeaderUpdate:
 class AHFL(Protocol):
     """Leader queues aggregated every leader period, a cloud queue every cloud period."""
 
-    def __init__(self, cfg: AHFLConfig, ctx: Env) -> None:
-        super().__init__(ctx)
+    def __init__(self, cfg: AHFLConfig, env: Env) -> None:
+        super().__init__(env)
         self.cfg = cfg
         self.sigma = cfg.staleness
-        base = ctx.spec
+        base = env.spec
         self.spec = (replace(base, prox=cfg.rho) if cfg.reg == "prox" else replace(base, weight_decay=cfg.lam))
-        world = ctx.world
+        world = env.world
         members = {e: world.edge_members(e) for e in range(world.num_edges)}
         self.leaders = [e for e, m in members.items() if m.size > 0]
         self.members = {e: members[e] for e in self.leaders}
@@ -158,7 +158,7 @@ class AHFL(Protocol):
             self.cloud_period = 2.0 * float(np.median([self.leader_period[e] for e in self.leaders]))
         else:
             self.cloud_period = float(cfg.cloud_period)
-        w0 = ctx.global_model
+        w0 = env.global_model
         self.model = {e: w0 for e in self.leaders}        # w_k
         self.last = {e: w0 for e in self.leaders}         # w_k_last: model at the last push / rebase
         self.version = {e: 0 for e in self.leaders}       # v_k: applied leader aggregations
@@ -171,8 +171,8 @@ class AHFL(Protocol):
         self.pushes: dict[int, _LeaderUpdate] = {}
         self.sent: dict[tuple[int, int], Any] = {}
         self._push_seq = 0
-        ctx.track_staleness("edge")
-        ctx.track_staleness("cloud")
+        env.track_staleness("edge")
+        env.track_staleness("cloud")
 
     def _leader_period(self, edge: int) -> float:
         if self.cfg.leader_period != "auto":
@@ -230,35 +230,35 @@ class AHFL(Protocol):
     # -- leaders ------------------------------------------------------------------------------
     def on_leader_tick(self, event: Event) -> None:
         """Aggregate the leader's queue (if any survives ``max_staleness``) and push the progress."""
-        ctx, e = self.env, event.payload.edge
+        env, e = self.env, event.payload.edge
         queue, self.queue[e] = self.queue[e], []
-        ctx.queue_length("edge", e, 0)  # applied or dropped, every queued update leaves now
+        env.queue_length("edge", e, 0)  # applied or dropped, every queued update leaves now
         kept = []
         for u in queue:
             tau = self.version[e] - u.version
             if self.cfg.max_staleness is not None and tau > self.cfg.max_staleness:
-                ctx.drop_update("edge", e, u.device, tau)
+                env.drop_update("edge", e, u.device, tau)
             else:
                 kept.append((u, tau))
         if kept:
             total = sum(u.samples for u, _ in kept)
             coefs = [u.samples / total * self.cfg.alpha * self.sigma(tau) for u, tau in kept]
             deltas = [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
-            if ctx.server_optimizer("edge") is None:
-                self.model[e] = ctx.combine("edge", [(1.0, self.model[e], None)] + deltas)
+            if env.server_optimizer("edge") is None:
+                self.model[e] = env.combine("edge", [(1.0, self.model[e], None)] + deltas)
             else:  # the queue's weighted delta, stepped by the leader's server optimizer (§5.7)
-                self.model[e] = ctx.server_step("edge", e, self.model[e], deltas)
+                self.model[e] = env.server_step("edge", e, self.model[e], deltas)
             self.version[e] += 1
-            ctx.record_async_aggregation("edge", e, [u.device for u, _ in kept], coefs, [t for _, t in kept],
+            env.record_async_aggregation("edge", e, [u.device for u, _ in kept], coefs, [t for _, t in kept],
                                          self.version[e], queue_len=len(queue))
             self._push(e)
-        if not ctx.stopping:
-            ctx.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
+        if not env.stopping:
+            env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
 
     def _push(self, e: int) -> None:
-        ctx = self.env
+        env = self.env
         self.pushes[self._push_seq] = _LeaderUpdate(e, self.model[e], self.last[e], self.cloud_version_of[e])
-        ctx.send(("edge", e), ("cloud", 0), "leader_upload_done", LeaderPush(e, self._push_seq), "upload")
+        env.send(("edge", e), ("cloud", 0), "leader_upload_done", LeaderPush(e, self._push_seq), "upload")
         self._push_seq += 1
         self.last[e] = self.model[e]
 
@@ -281,33 +281,33 @@ class AHFL(Protocol):
     # -- cloud --------------------------------------------------------------------------------
     def on_cloud_tick(self, event: Event) -> None:
         """Apply the cloud queue in arrival order and broadcast the new global model."""
-        ctx = self.env
+        env = self.env
         queue, self.cloud_queue = self.cloud_queue, []
-        ctx.queue_length("cloud", 0, 0)
+        env.queue_length("cloud", 0, 0)
         kept = []
         for u in queue:
             tau = self.cloud_version - u.version
             if self.cfg.max_staleness is not None and tau > self.cfg.max_staleness:
-                ctx.drop_update("cloud", 0, u.leader, tau)
+                env.drop_update("cloud", 0, u.leader, tau)
             else:
                 kept.append((u, tau))
         if kept:
             coefs = [self.cfg.alpha * self.sigma(tau) * self.share[u.leader] for u, tau in kept]
             deltas = [(c, u.new, u.last) for c, (u, _) in zip(coefs, kept)]
-            if ctx.server_optimizer("cloud") is None:
-                ctx.set_global(ctx.combine("cloud", [(1.0, ctx.global_model, None)] + deltas))
+            if env.server_optimizer("cloud") is None:
+                env.set_global(env.combine("cloud", [(1.0, env.global_model, None)] + deltas))
             else:
-                ctx.set_global(ctx.server_step("cloud", 0, ctx.global_model, deltas))
+                env.set_global(env.server_step("cloud", 0, env.global_model, deltas))
             self.cloud_version += 1
-            ctx.record_async_aggregation("cloud", 0, [u.leader for u, _ in kept], coefs, [t for _, t in kept],
+            env.record_async_aggregation("cloud", 0, [u.leader for u, _ in kept], coefs, [t for _, t in kept],
                                          self.cloud_version, queue_len=len(queue), source="edge")
-            if not ctx.stopping:
+            if not env.stopping:
                 for e in self.leaders:
-                    self.sent[(e, self.cloud_version)] = ctx.global_model
-                    ctx.send(("cloud", 0), ("edge", e), "leader_download_done",
+                    self.sent[(e, self.cloud_version)] = env.global_model
+                    env.send(("cloud", 0), ("edge", e), "leader_download_done",
                              GlobalDown(e, self.cloud_version), "download")
-        if not ctx.stopping:
-            ctx.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
+        if not env.stopping:
+            env.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the leader queues (summed) and in the cloud queue."""

@@ -78,10 +78,10 @@ class FlatAsync(Protocol):
 
     select_stream = "async.select"  # shared: FedAsync and FedBuff pick the same devices
 
-    def __init__(self, ctx: Env, concurrency: int | None, staleness: StalenessConfig,
+    def __init__(self, env: Env, concurrency: int | None, staleness: StalenessConfig,
                  max_staleness: int | None, spec: TrainSpec) -> None:
-        super().__init__(ctx)
-        n = ctx.world.num_devices
+        super().__init__(env)
+        n = env.world.num_devices
         self.concurrency = n if concurrency is None else min(int(concurrency), n)
         self.sigma = staleness
         self.max_staleness = max_staleness
@@ -90,7 +90,7 @@ class FlatAsync(Protocol):
         self.idle: set[int] = set(range(n))
         self.start_of: dict[int, tuple[Any, int]] = {}    # device → (model handle, version) it trains from
         self.dispatches = 0
-        ctx.track_staleness("cloud")
+        env.track_staleness("cloud")
 
     def start(self) -> None:
         """``concurrency`` devices, drawn uniformly without replacement, get the initial model at t = 0."""
@@ -145,17 +145,17 @@ class FlatAsync(Protocol):
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached the cloud: drop it if too stale, else apply; then keep ``concurrency`` busy."""
-        ctx = self.env
+        env = self.env
         device = event.payload.device
         update = self.jobs.pop(device).params
         start_model, start_version = self.start_of.pop(device)
         self.idle.add(device)
         tau = self.version - start_version
         if self.max_staleness is not None and tau > self.max_staleness:
-            ctx.drop_update("cloud", 0, device, tau)
+            env.drop_update("cloud", 0, device, tau)
         else:
             self.apply(device, update, start_model, tau)
-        if not ctx.stopping:
+        if not env.stopping:
             self._dispatch_one()
 
     def on_device_lost(self, event: Event) -> None:
@@ -186,8 +186,8 @@ class FlatAsync(Protocol):
 class FedAsync(FlatAsync):
     """Every arrival is mixed into the global model at once: ``x ← (1 − α·s(τ))·x + α·s(τ)·x_new``."""
 
-    def __init__(self, cfg: FedAsyncConfig, ctx: Env) -> None:
-        super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, replace(ctx.spec, prox=cfg.rho))
+    def __init__(self, cfg: FedAsyncConfig, env: Env) -> None:
+        super().__init__(env, cfg.concurrency, cfg.staleness, cfg.max_staleness, replace(env.spec, prox=cfg.rho))
         self.cfg = cfg
         self._jobs_of: dict[int, int] = {}  # jobs started per device = the job id the context gives it
 
@@ -208,12 +208,12 @@ class FedAsync(FlatAsync):
 
     def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
         """The FedAsync server step (one update at a time, in arrival order)."""
-        ctx = self.env
+        env = self.env
         a = self.cfg.alpha * self.sigma(tau)
-        if ctx.server_optimizer("cloud") is None:
-            new = ctx.combine("cloud", [(1.0 - a, ctx.global_model, None), (a, update, None)])
+        if env.server_optimizer("cloud") is None:
+            new = env.combine("cloud", [(1.0 - a, env.global_model, None), (a, update, None)])
         else:  # the same mix as a delta, Δ = α_t (x_new − x), stepped by the server optimizer (§5.7)
-            new = ctx.server_step("cloud", 0, ctx.global_model, [(a, update, ctx.global_model)])
+            new = env.server_step("cloud", 0, env.global_model, [(a, update, env.global_model)])
         self.version += 1
-        ctx.set_global(new)
-        ctx.record_async_aggregation("cloud", 0, [device], [a], [tau], self.version, queue_len=1)
+        env.set_global(new)
+        env.record_async_aggregation("cloud", 0, [device], [a], [tau], self.version, queue_len=1)

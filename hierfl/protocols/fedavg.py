@@ -84,26 +84,26 @@ class FedAvg(Protocol):
         self._begin_round()
 
     def _begin_round(self) -> None:
-        ctx = self.env
-        policy = ctx.straggler
-        pool = ctx.available()
+        env = self.env
+        policy = env.straggler
+        pool = env.available()
         if not pool:  # nobody online: try again when the first device comes back
-            when = ctx.next_up()
+            when = env.next_up()
             if math.isfinite(when):
-                ctx.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
+                env.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
             return
         m = min(self.clients_per_round(), len(pool))
         k = min(policy.select_count(m), len(pool))
-        rng = ctx.rng("fedavg.select", self.round)
-        if len(pool) == ctx.world.num_devices:
-            chosen = rng.choice(ctx.world.num_devices, size=k, replace=False)
+        rng = env.rng("fedavg.select", self.round)
+        if len(pool) == env.world.num_devices:
+            chosen = rng.choice(env.world.num_devices, size=k, replace=False)
         else:
             chosen = rng.choice(np.asarray(pool), size=k, replace=False)
         self.selected = sorted(int(i) for i in chosen)
         self.jobs, self.arrived = {}, set()
-        self.round_model = ctx.global_model
+        self.round_model = env.global_model
         self.barrier = Barrier(self, policy, ("cloud", 0), self.round, self.selected, m, self._close)
-        self.round_control = ctx.control()
+        self.round_control = env.control()
         for device in self.selected:
             self.send_model(device, "device_cloud", RoundMsg(device, self.round))
 
@@ -125,11 +125,11 @@ class FedAvg(Protocol):
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached the cloud: fold it in; the barrier decides when the round closes."""
-        ctx = self.env
+        env = self.env
         device = event.payload.device
         self.arrived.add(device)
-        weight = float(ctx.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
-        ctx.add_to_cloud(self.jobs.pop(device).params, weight, ctx.control_coef(device))
+        weight = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
+        env.add_to_cloud(self.jobs.pop(device).params, weight, env.control_coef(device))
         self.barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -141,13 +141,13 @@ class FedAvg(Protocol):
         self.barrier.on_deadline()
 
     def _close(self, arrived: list[int]) -> None:
-        ctx = self.env
+        env = self.env
         if arrived:
-            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), base=self.round_model))
+            env.set_global(env.commit_cloud(participants=sorted(arrived), base=self.round_model))
         else:
-            ctx.telemetry.record(RoundEmpty({"round": self.round}))
+            env.telemetry.record(RoundEmpty({"round": self.round}))
         self.round += 1
-        if not ctx.stopping:
+        if not env.stopping:
             self._begin_round()
 
     def state(self) -> dict[str, Any]:

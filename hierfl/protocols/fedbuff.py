@@ -63,16 +63,16 @@ class FedBuffConfig(ProtocolConfig):
                 f"s(avg_staleness) >= {MIN_NORM:g} (or a gentler staleness function)", self.avg_staleness))
         return problems
 
-    def create(self, ctx: Env) -> FedBuff:
+    def create(self, env: Env) -> FedBuff:
         """A FedBuff run."""
-        return FedBuff(self, ctx)
+        return FedBuff(self, env)
 
 
 class FedBuff(FlatAsync):
     """Arrivals fill a buffer of ``K`` staleness-weighted deltas; a full buffer is one server step."""
 
-    def __init__(self, cfg: FedBuffConfig, ctx: Env) -> None:
-        super().__init__(ctx, cfg.concurrency, cfg.staleness, cfg.max_staleness, ctx.spec)
+    def __init__(self, cfg: FedBuffConfig, env: Env) -> None:
+        super().__init__(env, cfg.concurrency, cfg.staleness, cfg.max_staleness, env.spec)
         self.cfg = cfg
         self.buffer: list[tuple[int, float, Any, Any, int]] = []  # (device, s(τ), y, y_start, τ)
         # FLSim's normalisation is one constant divisor, fixed by the config
@@ -98,20 +98,20 @@ class FedBuff(FlatAsync):
         self.env.queue_length("cloud", 0, len(self.buffer))
         if len(self.buffer) < self.cfg.K:
             return
-        ctx = self.env
+        env = self.env
         scale = self.cfg.server_lr / self.cfg.K
         coefs = [scale * s for _, s, _, _, _ in self.buffer]
         deltas = [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, self.buffer)]
-        if ctx.server_optimizer("cloud") is None:
-            new = ctx.combine("cloud", [(1.0, ctx.global_model, None)] + deltas)
+        if env.server_optimizer("cloud") is None:
+            new = env.combine("cloud", [(1.0, env.global_model, None)] + deltas)
         else:
-            new = ctx.server_step("cloud", 0, ctx.global_model, deltas)
+            new = env.server_step("cloud", 0, env.global_model, deltas)
         self.version += 1
-        ctx.set_global(new)
-        ctx.record_async_aggregation("cloud", 0, [d for d, *_ in self.buffer], coefs,
+        env.set_global(new)
+        env.record_async_aggregation("cloud", 0, [d for d, *_ in self.buffer], coefs,
                                      [t for *_, t in self.buffer], self.version, queue_len=len(self.buffer))
         self.buffer = []
-        ctx.queue_length("cloud", 0, 0)
+        env.queue_length("cloud", 0, 0)
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the buffer."""

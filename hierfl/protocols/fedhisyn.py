@@ -23,7 +23,7 @@ Uploads go device → cloud directly (the [D] default); a class leader is not im
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -32,13 +32,30 @@ from pydantic import Field, PositiveInt, field_validator
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.capacity import capacity_classes, ring_orders, ring_successors
 from hierfl.core.engine import Event, Priority
-from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.env import ClustersRecord, Env, Job
+from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.driver import Context, Job
 
 __all__ = ["FedHiSynConfig", "FedHiSyn"]
+
+
+@dataclass(frozen=True)
+class RoundMsg(DeviceMsg):
+    """A device's download, unit, window end or upload in round ``round``."""
+
+    round: int
+
+
+@dataclass(frozen=True)
+class RingHop(DeviceMsg):
+    """A model sent along the ring to ``device`` by ``sender`` at ``sent`` (hop sequence number ``hop``)."""
+
+    sender: int
+    round: int
+    hop: int
+    sent: float
 
 
 @PROTOCOLS.register
@@ -84,18 +101,18 @@ class FedHiSynConfig(ProtocolConfig):
                                     scenario.topology.edge_servers))
         return problems
 
-    def create(self, ctx: Context) -> FedHiSyn:
+    def create(self, env: Env) -> FedHiSyn:
         """A FedHiSyn run."""
-        return FedHiSyn(self, ctx)
+        return FedHiSyn(self, env)
 
 
 class FedHiSyn(Protocol):
     """Synchronous rounds of fixed length; ring hand-offs inside capacity classes during a round."""
 
-    def __init__(self, cfg: FedHiSynConfig, ctx: Context) -> None:
-        super().__init__(ctx)
+    def __init__(self, cfg: FedHiSynConfig, env: Env) -> None:
+        super().__init__(env)
         self.cfg = cfg
-        base, world = ctx.spec, ctx.world
+        base, world = env.spec, env.world
         self.unit_spec = replace(base, epochs=cfg.unit_epochs, steps=None)  # keeps the trainer's fields
         n = world.num_devices
         self.unit_s = np.array([world.compute_s(i, self.unit_spec) for i in range(n)], dtype=np.float64)
@@ -114,7 +131,7 @@ class FedHiSyn(Protocol):
         self._reset_round()
 
     def _reset_round(self) -> None:
-        n = self.ctx.world.num_devices
+        n = self.env.world.num_devices
         self.model: dict[int, Any] = {}            # what the device's next unit starts from
         self.last: dict[int, Any] = {}             # its last trained model (what it uploads)
         self.mailbox: dict[int, list[Any]] = {}    # models arrived since its last unit ended
@@ -125,12 +142,13 @@ class FedHiSyn(Protocol):
         self.reported: set[int] = set()
         self.submitters: list[int] = []
 
-    def clusters_record(self) -> dict[str, Any]:
+    def clusters_record(self) -> ClustersRecord:
         """Classes (fastest first), each ring's order and the devices' unit times."""
-        return {"t": 0.0, "reason": "initial", "grouping": "capacity_classes", "classing": self.cfg.classing,
-                "members": [sorted(r) for r in self.rings], "rings": self.rings,
-                "leaders": ["cloud"] * len(self.rings),
-                "unit_time_s": [[float(self.unit_s[d]) for d in r] for r in self.rings], "round_s": self.round_s}
+        return ClustersRecord(0.0, "initial", "capacity_classes", [sorted(r) for r in self.rings],
+                              ["cloud"] * len(self.rings), head={"classing": self.cfg.classing},
+                              mid={"rings": self.rings},
+                              tail={"unit_time_s": [[float(self.unit_s[d]) for d in r] for r in self.rings],
+                                    "round_s": self.round_s})
 
     def start(self) -> None:
         """Round 0 begins at t = 0."""
@@ -138,40 +156,41 @@ class FedHiSyn(Protocol):
 
     def _begin_round(self) -> None:
         self._reset_round()
-        self.round_model = self.ctx.global_model
-        for device in range(self.ctx.world.num_devices):
-            self.send_model(device, "device_cloud", {"round": self.round})
+        self.round_model = self.env.global_model
+        for device in range(self.env.world.num_devices):
+            self.send_model(device, "device_cloud", RoundMsg(device, self.round))
 
     def on_train_start(self, event: Event) -> None:
         """The global model arrived: the device's window of ``T`` seconds starts now."""
-        device = event.payload["device"]
+        device = event.payload.device
         self.model[device] = self.round_model
-        self.window_start[device] = self.ctx.now
-        self.window_end[device] = self.ctx.now + self.round_s
-        self.ctx.schedule(self.round_s, "deadline", {"device": device, "round": self.round}, Priority.CONTROL)
+        self.window_start[device] = self.env.now
+        self.window_end[device] = self.env.now + self.round_s
+        self.env.schedule(self.round_s, "deadline", RoundMsg(device, self.round), Priority.CONTROL)
         self._next_unit(device)
 
     def _next_unit(self, device: int) -> None:
-        ctx = self.ctx
+        env = self.env
         end = self.window_end[device]
         # Decide on summed durations, not on accumulated clock readings: two 0.5 s units fit a
         # 1.0 s window exactly, and a unit that fits never ends after the deadline event.
         elapsed = float(self.busy_s[device])
-        if elapsed + ctx.planned_compute_s(device, self.unit_spec) <= self.round_s:
-            job = ctx.start_training(device, self.model[device], self.unit_spec)
+        if elapsed + env.planned_compute_s(device, self.unit_spec) <= self.round_s:
+            # the end is the window start + summed durations (not now + duration: see above)
+            planned_end = self.window_start[device] + (elapsed + env.planned_compute_s(device, self.unit_spec))
+            job, _ = env.start_job(device, self.model[device], RoundMsg(device, self.round), self.unit_spec,
+                                   done="unit_done", end=planned_end)
             self.jobs[device] = job
-            ctx.queue.push(self.window_start[device] + (elapsed + job.compute_s), "unit_done",
-                           {"device": device, "round": self.round}, Priority.ARRIVAL)
-        elif end > ctx.now:
+        elif end > env.now:
             # the unit it would start now is cut by the deadline: discarded, so never computed
-            ctx.recorder.span(("device", device), "train_discarded", ctx.now, end - ctx.now)
+            env.telemetry.span(("device", device), "train_discarded", env.now, end - env.now)
 
     def on_unit_done(self, event: Event) -> None:
         """A unit finished: forward the model along the ring, pick the next start model, go on."""
-        ctx = self.ctx
-        device = event.payload["device"]
+        env = self.env
+        device = event.payload.device
         job: Job = self.jobs.pop(device)
-        ctx.finish_training(job)
+        env.finish_training(job)
         self.last[device] = job.params
         self.units[device] += 1
         self.busy_s[device] += job.compute_s
@@ -180,8 +199,8 @@ class FedHiSyn(Protocol):
             hop = self._hop_seq
             self._hop_seq += 1
             self._hops[hop] = job.params
-            ctx.send(("device", device), ("device", peer), "ring_arrival",
-                     {"device": peer, "sender": device, "round": self.round, "hop": hop, "sent": ctx.now},
+            env.send(("device", device), ("device", peer), "ring_arrival",
+                     RingHop(peer, device, self.round, hop, env.now),
                      "ring_send", peer=peer)
         arrived = self.mailbox.pop(device, [])
         if not arrived:
@@ -189,18 +208,18 @@ class FedHiSyn(Protocol):
         elif self.cfg.arrival_policy == "latest":
             self.model[device] = arrived[-1]
         else:
-            self.model[device] = ctx.average([job.params, *arrived], [1.0] * (1 + len(arrived)))
+            self.model[device] = env.average([job.params, *arrived], [1.0] * (1 + len(arrived)))
         self._next_unit(device)
 
     def on_ring_arrival(self, event: Event) -> None:
         """A predecessor's model arrived; it is used when the device's current unit ends."""
         p = event.payload
-        handle = self._hops.pop(p["hop"])
-        device = p["device"]
-        self.ctx.recorder.flow(("device", p["sender"]), ("device", device), p["sent"], self.ctx.now, "ring_hop", p["hop"])
-        if p["round"] != self.round or device in self.reported:
+        handle = self._hops.pop(p.hop)
+        device = p.device
+        self.env.telemetry.flow(("device", p.sender), ("device", device), p.sent, self.env.now, "ring_hop", p.hop)
+        if p.round != self.round or device in self.reported:
             return  # the receiver's window is over: the model is not used
-        self.ctx.recorder.instant(("device", device), "ring_arrival", self.ctx.now, peer=p["sender"])
+        self.env.telemetry.instant(("device", device), "ring_arrival", self.env.now, peer=p.sender)
         if self.cfg.arrival_policy == "latest":
             self.mailbox[device] = [handle]
         else:
@@ -208,11 +227,11 @@ class FedHiSyn(Protocol):
 
     def on_deadline(self, event: Event) -> None:
         """The device's window is over: upload its last trained model, if it finished a unit."""
-        device = event.payload["device"]
+        device = event.payload.device
         if self.units[device] == 0:
             self._report(device)
             return
-        self.ctx.send(("device", device), ("cloud", 0), "upload_done", {"device": device, "round": self.round},
+        self.env.send(("device", device), ("cloud", 0), "upload_done", RoundMsg(device, self.round),
                       "upload")
         self.reported.add(device)  # no more ring arrivals are used
 
@@ -221,26 +240,26 @@ class FedHiSyn(Protocol):
         if self.cfg.weighting == "time":
             return float(self.busy_s[device] / self.units[device])
         if self.cfg.weighting == "data":
-            return float(self.ctx.world.samples[device])
+            return float(self.env.world.samples[device])
         return 1.0
 
     def on_upload_done(self, event: Event) -> None:
         """A last trained model reached the cloud: fold it in."""
-        device = event.payload["device"]
-        self.ctx.add_to_cloud(self.last[device], self.weight(device))
+        device = event.payload.device
+        self.env.add_to_cloud(self.last[device], self.weight(device))
         self.submitters.append(device)
         self._report(device)
 
     def _report(self, device: int) -> None:
         self.reported.add(device)
         self.mailbox.pop(device, None)
-        if len(self.reported) < self.ctx.world.num_devices or len(self.submitters) < int(np.sum(self.units > 0)):
+        if len(self.reported) < self.env.world.num_devices or len(self.submitters) < int(np.sum(self.units > 0)):
             return
-        ctx = self.ctx
+        env = self.env
         # T >= the fastest unit (checked at start), so there is always a submitter
-        ctx.set_global(ctx.commit_cloud(participants=sorted(self.submitters), base=self.round_model))
+        env.set_global(env.commit_cloud(participants=sorted(self.submitters), base=self.round_model))
         self.round += 1
-        if not ctx.stopping:
+        if not env.stopping:
             self._begin_round()
 
     def state(self) -> dict[str, Any]:

@@ -86,18 +86,18 @@ class HierFAVGConfig(ProtocolConfig):
 class HierFAVG(Protocol):
     """Synchronous edge rounds, synchronous cloud rounds every ``kappa2`` edge rounds."""
 
-    def __init__(self, cfg: HierFAVGConfig, ctx: Env) -> None:
-        super().__init__(ctx)
+    def __init__(self, cfg: HierFAVGConfig, env: Env) -> None:
+        super().__init__(env)
         self.cfg = cfg
-        base = ctx.spec
+        base = env.spec
         self.spec = replace(base, epochs=None, steps=cfg.kappa1)  # keeps the trainer's fields
-        world = ctx.world
+        world = env.world
         self.members = {e: world.edge_members(e) for e in range(world.num_edges)}
         self.edges = [e for e, m in self.members.items() if m.size > 0]  # empty edges take no part
         self.edge_weight = {e: float(world.edge_samples(e)) for e in self.edges}
-        self.edge_model: dict[int, Any] = {e: ctx.global_model for e in self.edges}
+        self.edge_model: dict[int, Any] = {e: env.global_model for e in self.edges}
         self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
-        self.control: Any = ctx.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
+        self.control: Any = env.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
         self.barrier: dict[int, Barrier] = {}
@@ -123,17 +123,17 @@ class HierFAVG(Protocol):
         return sorted(int(i) for i in chosen)
 
     def _begin_edge_round(self, edge: int) -> None:
-        ctx = self.env
+        env = self.env
         members = self.members[edge]
-        pool = ctx.available(members)
+        pool = env.available(members)
         if not pool:  # nobody of this edge is online: try again when one comes back
-            when = ctx.next_up(members)
+            when = env.next_up(members)
             if math.isfinite(when):
-                self.retry[edge] = ctx.at(when, "edge_retry", EdgeEvent(edge), Priority.CONTROL)
+                self.retry[edge] = env.at(when, "edge_retry", EdgeEvent(edge), Priority.CONTROL)
             return
         want = max(math.floor(self.cfg.fraction * members.size + 1e-9), 1)
         m = min(want, len(pool))
-        policy = ctx.straggler
+        policy = env.straggler
         k = min(policy.select_count(m), len(pool))
         self.selected[edge] = self._sample(edge, pool, m, k)
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
@@ -162,9 +162,9 @@ class HierFAVG(Protocol):
 
     def on_upload_done(self, event: Event) -> None:
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
-        ctx = self.env
+        env = self.env
         device, edge = event.payload.device, event.payload.edge
-        ctx.add_to_edge(edge, self.jobs.pop(device).params, float(ctx.world.samples[device]), ctx.control_coef(device))
+        env.add_to_edge(edge, self.jobs.pop(device).params, float(env.world.samples[device]), env.control_coef(device))
         self.barrier[edge].arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -186,17 +186,17 @@ class HierFAVG(Protocol):
             barrier.on_deadline()
 
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
-        ctx = self.env
+        env = self.env
         upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
-            self.edge_model[edge] = ctx.commit_edge(edge, participants=sorted(arrived), base=self.edge_start[edge],
-                                                    pack_control=upload and ctx.control_variates)
+            self.edge_model[edge] = env.commit_edge(edge, participants=sorted(arrived), base=self.edge_start[edge],
+                                                    pack_control=upload and env.control_variates)
         self.edge_round[edge] += 1
         if upload:
-            self.uploading[edge] = ctx.send(("edge", edge), ("cloud", 0), "edge_upload_done",
+            self.uploading[edge] = env.send(("edge", edge), ("cloud", 0), "edge_upload_done",
                                             EdgeUpload(edge, self.cloud_round), "upload")
-        elif not ctx.stopping:
+        elif not env.stopping:
             self._begin_edge_round(edge)
 
     # -- the cloud round -----------------------------------------------------------------------------
@@ -207,38 +207,38 @@ class HierFAVG(Protocol):
 
     def _abandon_edge(self, edge: int) -> float:
         """The cloud round closed without ``edge``: withdraw its upload or its current edge round."""
-        ctx = self.env
+        env = self.env
         if edge in self.uploading:
-            ctx.cancel_transfer(self.uploading.pop(edge))
+            env.cancel_transfer(self.uploading.pop(edge))
         if edge in self.retry:
-            ctx.cancel(self.retry.pop(edge))
+            env.cancel(self.retry.pop(edge))
         wasted = 0.0
         barrier = self.barrier.get(edge)
         if barrier is not None and not barrier.closed:
             wasted = barrier.abort()
-            ctx.discard_edge(edge)  # discard what the aborted round had folded in
+            env.discard_edge(edge)  # discard what the aborted round had folded in
         return wasted
 
     def on_edge_upload_done(self, event: Event) -> None:
         """An edge model reached the cloud; the cloud barrier decides when the round closes."""
-        ctx = self.env
+        env = self.env
         edge = event.payload.edge
         self.uploading.pop(edge, None)
-        ctx.add_to_cloud(self.edge_model[edge], self.edge_weight[edge], 1.0 if ctx.control_variates else None)
+        env.add_to_cloud(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.control_variates else None)
         assert self.cloud_barrier is not None
         self.cloud_barrier.arrive(edge)
 
     def _close_cloud_round(self, arrived: list[int]) -> None:
-        ctx = self.env
+        env = self.env
         if arrived:
-            ctx.set_global(ctx.commit_cloud(participants=sorted(arrived), tier="edge", base=ctx.global_model))
+            env.set_global(env.commit_cloud(participants=sorted(arrived), tier="edge", base=env.global_model))
         self.cloud_round += 1
-        if ctx.stopping:
+        if env.stopping:
             return
-        self.control = ctx.control()  # travels down with the global model
+        self.control = env.control()  # travels down with the global model
         self._begin_cloud_round()
         for e in self.edges:
-            ctx.send(("cloud", 0), ("edge", e), "edge_download_done", EdgeEvent(e), "download")
+            env.send(("cloud", 0), ("edge", e), "edge_download_done", EdgeEvent(e), "download")
 
     def on_edge_download_done(self, event: Event) -> None:
         """The edge has the new global model: start its next cycle of κ2 edge rounds."""
