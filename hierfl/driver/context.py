@@ -286,11 +286,16 @@ class Context:
         ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
         """
         handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+        self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
+        return handle
+
+    def edge_aggregated(self, lane: Endpoint, edge: int, participants: list[int], trace: dict[str, Any],
+                        extra: dict[str, Any] | None = None) -> None:
+        """Account one edge-tier aggregation: counters, trace instant, metric line."""
         self.counters["edge_aggregations"] += 1
         self.counters["device_updates"] += len(participants)
-        self.telemetry.instant(("edge", edge), "aggregate", self.now, participants=list(participants))
-        self.telemetry.record(EdgeAggregate(edge, len(participants)))
-        return handle
+        self.telemetry.instant(lane, "aggregate", self.now, **trace)
+        self.telemetry.record(EdgeAggregate(edge, len(participants), dict(extra or {})))
 
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds."""

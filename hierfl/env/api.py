@@ -185,6 +185,12 @@ class Env(Protocol):
     def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
         """Finish ``edge``'s aggregation (counted and recorded); returns the edge model handle."""
 
+    def edge_aggregated(self, lane: Endpoint, edge: int, participants: list[int], trace: dict[str, Any],
+                        extra: dict[str, Any] | None = None) -> None:
+        """Account an edge-tier aggregation the protocol computed itself (e.g. with :meth:`average`):
+        counters, the ``aggregate`` trace instant on ``lane`` (``trace``: its args) and the
+        ``edge_aggregate`` line (``extra``: its fields after ``participants``)."""
+
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds (its round was aborted)."""
 
