@@ -315,6 +315,10 @@ class Context:
         """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""
         return self.executor.combine(tier, terms)
 
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role (never in the driver)."""
+        return self.executor.average(models, weights)
+
     def track_staleness(self, tier: str) -> None:
         """Report the staleness of updates applied at ``tier`` in the summary."""
         self.telemetry.staleness.setdefault(tier, [])

@@ -190,6 +190,9 @@ class Env(Protocol):
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier``."""
 
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """``Σ w_k m_k / Σ w_k`` over model handles (FedCH's cluster model), computed by the cloud role."""
+
     def server_optimizer(self, tier: str) -> Any:
         """The optimizer configured for ``tier``, or None for plain averaging."""
 
