@@ -12,7 +12,8 @@ protocol's :class:`Rounds`.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Protocol
+import typing
+from typing import TYPE_CHECKING, Any
 
 from hierfl.core.engine import Priority
 from hierfl.env import DeviceLost, Env, LeaderLost, Recluster
@@ -29,7 +30,7 @@ __all__ = ["Rounds", "Reclustering"]
 _METRIC_TRIGGER = ("wasted_compute_s", "cluster", "leader")
 
 
-class Rounds(Protocol):
+class Rounds(typing.Protocol):
     """What re-clustering needs from the cluster rounds: (re)start a cluster."""
 
     def send_to_leader(self, c: Cluster) -> None:
