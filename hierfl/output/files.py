@@ -9,6 +9,7 @@ plus ``final_model.npy``. A metric line is formed only in :class:`MetricsWriter`
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,9 @@ def write_devices(out_dir: Path, world: World, availability: list[str] | None = 
     model and how many slowdown windows the scenario's events give it. ``edge_of``: a protocol's own
     device → edge map instead of the topology's (FedCH)."""
     assert world.tier is not None
-    edges = world.edge_of if edge_of is None else edge_of
+    if edge_of is not None:  # each device's server and its link times as that map has them (on a copy)
+        world = dataclasses.replace(world, edge_of=np.asarray(edge_of))
+    edges = world.edge_of
     with open(out_dir / "devices.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["device", "tier", "samples", "speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms",

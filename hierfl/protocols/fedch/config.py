@@ -1,7 +1,7 @@
 """FedCH's config model (``protocol: {name: fedch, ...}``) and its load-time cross-checks.
 
 Every [B]/[D] detail of ALGORITHMS.md §2 is a key here with the default given there; the protocol
-itself is :class:`hierfl.protocols.fedch.FedCH`.
+itself is :class:`hierfl.protocols.fedch.protocol.FedCH`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.core.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
 from hierfl.core.staleness import STALENESS, FedCHStaleness
+from hierfl.env import Env
 from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
+from hierfl.protocols.fedch.protocol import FedCH
 
 if TYPE_CHECKING:
     from hierfl.config.schema import Scenario
-    from hierfl.driver import Context
-    from hierfl.protocols.fedch import FedCH
 
 __all__ = ["FedCHConfig", "KStarConfig"]
 
@@ -81,13 +81,13 @@ class FedCHConfig(ProtocolConfig):
             raise ValueError("must be 'auto' or an integer number of clusters in 1..devices.count")
         return value
 
-    def local_steps(self, scenario: Scenario) -> int:
-        """H: ``protocol.H``, else ``training.steps``, else 10 (§2.2)."""
-        return self.H if self.H is not None else scenario.training.steps or 10
+    def local_steps(self, training_steps: int | None) -> int:
+        """H: ``protocol.H``, else ``training.steps`` (None when epochs are set), else 10 (§2.2)."""
+        return self.H if self.H is not None else training_steps or 10
 
-    def local_lr(self, scenario: Scenario) -> float:
+    def local_lr(self, training_lr: float) -> float:
         """η_l: ``protocol.lr``, else ``training.lr``."""
-        return self.lr if self.lr is not None else scenario.training.lr
+        return self.lr if self.lr is not None else training_lr
 
     def sigma(self, tau: int) -> float:
         """The staleness factor σ(τ) of the cloud's mixing weight α_τ = α·σ(τ)."""
@@ -106,7 +106,7 @@ class FedCHConfig(ProtocolConfig):
             elif not e and self.kstar.budget_s == "auto" and scenario.stop.virtual_time_s is None:
                 problems.append(Problem("protocol.kstar.budget_s", "K: auto needs a time budget: set "
                                         "stop.virtual_time_s or protocol.kstar.budget_s (seconds > 0)"))
-            lr = self.local_lr(scenario)
+            lr = self.local_lr(scenario.training.lr)
             if not e and lr * self.kstar.mu >= 1:
                 problems.append(Problem("protocol.kstar.mu", f"the §2.4 bound needs lr·mu < 1; allowed: "
                                         f"0 < mu < {1 / lr:g}", self.kstar.mu))
@@ -130,8 +130,6 @@ class FedCHConfig(ProtocolConfig):
                                         "cloud would never learn; allowed: one_minus, or K >= 2", self.alpha_init))
         return problems
 
-    def create(self, ctx: Context) -> FedCH:
+    def create(self, env: Env) -> FedCH:
         """A FedCH run."""
-        from hierfl.protocols.fedch import FedCH
-
-        return FedCH(self, ctx)
+        return FedCH(self, env)
