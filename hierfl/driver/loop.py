@@ -101,7 +101,10 @@ class RunLoop:
 def trace_slowdowns(ctx: Context) -> None:
     """One span per slowdown window on its device's lane (cut at the run's time budget)."""
     end = ctx.scenario.stop.virtual_time_s
+    keeps = ctx.telemetry.trace.keeps
     for d, windows in enumerate(ctx.dyn.windows):
+        if not windows or not keeps(("device", d)):
+            continue
         for w in windows:
             stop = w.end if math.isfinite(w.end) else (end if end is not None else w.start)
             ctx.telemetry.span(("device", d), f"slowdown x{w.factor:g}", w.start, max(stop - w.start, 0.0),
@@ -113,8 +116,9 @@ def trace_offline(ctx: Context) -> None:
     avail, now = ctx.dyn.availability, ctx.now
     if avail.trivial:
         return
+    keeps = ctx.telemetry.trace.keeps
     for d in range(ctx.world.num_devices):
-        if avail.base[d] is None and not avail.away[d]:
+        if (avail.base[d] is None and not avail.away[d]) or not keeps(("device", d)):
             continue
         t = 0.0
         while t < now:

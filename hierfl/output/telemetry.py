@@ -32,7 +32,8 @@ COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_
 class RunTelemetry:
     """Counters, metric lines, clusters records and trace events of one run, written as it goes."""
 
-    def __init__(self, out_dir: Path, clock: Callable[[], float] = lambda: 0.0) -> None:
+    def __init__(self, out_dir: Path, clock: Callable[[], float] = lambda: 0.0,
+                 trace_devices: set[int] | None = None) -> None:
         self.out_dir = Path(out_dir)
         prepare_dir(self.out_dir)
         self.clock = clock  # virtual now (the driver sets it once its queue exists)
@@ -45,7 +46,7 @@ class RunTelemetry:
         self._wall0 = time.perf_counter()
         self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl")
         self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl")
-        self.trace = TraceWriter(self.out_dir / "trace.json")
+        self.trace = TraceWriter(self.out_dir / "trace.json", trace_devices)
         self._devices: Callable[[np.ndarray | None], None] | None = None
 
     # -- the Telemetry interface -----------------------------------------------------------------

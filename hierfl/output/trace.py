@@ -19,12 +19,22 @@ LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices")
 
 
 class TraceWriter:
-    """Appends trace events to ``trace.json`` as the run goes."""
+    """Appends trace events to ``trace.json`` as the run goes.
 
-    def __init__(self, path: Path) -> None:
+    ``devices``: the device lanes to keep (None: all). Edge servers and the cloud are always kept;
+    an event on a device lane that is not kept is not written, and a flow arrow only when both
+    of its ends are kept (``output.trace``, for runs with many devices).
+    """
+
+    def __init__(self, path: Path, devices: set[int] | None = None) -> None:
         self._fh = open(path, "w", encoding="utf-8")
         self._fh.write("[\n")
         self._first = True
+        self.devices = devices
+
+    def keeps(self, lane: tuple[str, int]) -> bool:
+        """Whether events on ``lane`` are written."""
+        return self.devices is None or lane[0] != "device" or int(lane[1]) in self.devices
 
     def _event(self, event: dict[str, Any]) -> None:
         self._fh.write(("" if self._first else ",\n") + json.dumps(event, separators=(",", ":")))
@@ -36,18 +46,23 @@ class TraceWriter:
             self._event({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
             self._event({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
             count = {"cloud": 1, "edge": num_edges, "device": num_devices}[group]
-            for tid in range(count):
+            tids = sorted(self.devices) if group == "device" and self.devices is not None else range(count)
+            for tid in tids:
                 name = "cloud" if group == "cloud" else f"{'edge' if group == 'edge' else 'device'} {tid}"
                 self._event({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
 
     def span(self, lane: tuple[str, int], name: str, start: float, duration: float, **args: Any) -> None:
         """A complete event in virtual time (seconds in, microseconds out)."""
+        if not self.keeps(lane):
+            return
         pid = LANES[lane[0]][0]
         self._event({"ph": "X", "name": name, "cat": lane[0], "ts": start * 1e6, "dur": duration * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": clean(args)})
 
     def instant(self, lane: tuple[str, int], name: str, t: float, **args: Any) -> None:
         """An instant event on a lane."""
+        if not self.keeps(lane):
+            return
         pid = LANES[lane[0]][0]
         self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": clean(args)})
@@ -58,6 +73,8 @@ class TraceWriter:
         Counters are drawn per process (lane group) and told apart by ``name``, e.g. one queue
         length track per leader.
         """
+        if not self.keeps(lane):
+            return
         pid = LANES[lane[0]][0]
         self._event({"ph": "C", "name": name, "cat": lane[0], "ts": t * 1e6, "pid": pid, "tid": int(lane[1]),
                      "args": clean(values)})
@@ -65,6 +82,8 @@ class TraceWriter:
     def flow(self, src: tuple[str, int], dst: tuple[str, int], start: float, end: float, name: str,
              flow_id: int) -> None:
         """An arrow from lane ``src`` at ``start`` to lane ``dst`` at ``end`` (e.g. a ring hop)."""
+        if not (self.keeps(src) and self.keeps(dst)):
+            return
         for ph, lane, t in (("s", src, start), ("f", dst, end)):
             event = {"ph": ph, "id": int(flow_id), "name": name, "cat": "flow", "ts": t * 1e6,
                      "pid": LANES[lane[0]][0], "tid": int(lane[1])}
