@@ -109,7 +109,7 @@ class Flow:
         if self._net is not None:
             self._net._sync(self)
             self._remaining = value
-            self._ver += 1
+            self._ver = self._net._new_ver()
             self._net._push(self, self._net._finish(self))
         else:
             self._remaining = value
@@ -139,6 +139,7 @@ class FlowNetwork:
         self._sync_steps: deque[int] = deque()          # those steps, increasing (oldest first)
         self._heap: list[tuple[float, int, int]] = []   # (lower bound of finish time, flow id, version)
         self._order = 0
+        self._versions = 0                              # heap entry versions, unique network-wide
         self._repr: dict[Hashable, str] = {}
 
     # -- state changes ----------------------------------------------------------------------
@@ -302,7 +303,7 @@ class FlowNetwork:
         """Bring ``f`` up to date and re-file it: a flow's heap entry is always as old as its fold,
         so the oldest fold bounds how stale any entry is."""
         if self._sync(f):
-            f._ver += 1
+            f._ver = self._new_ver()
             self._push(f, self._finish(f))
 
     def _finish(self, f: Flow) -> float:
@@ -311,6 +312,10 @@ class FlowNetwork:
             return self.now
         return self.now + f._remaining / f.rate
 
+    def _new_ver(self) -> int:
+        self._versions += 1
+        return self._versions
+
     def _hold(self, step: int) -> None:
         n = self._synced.get(step, 0)
         if n == 0 and (not self._sync_steps or self._sync_steps[-1] != step):
@@ -318,9 +323,13 @@ class FlowNetwork:
         self._synced[step] = n + 1
 
     def _release(self, step: int) -> None:
-        self._synced[step] -= 1
+        n = self._synced[step] - 1
+        if n:
+            self._synced[step] = n
+        else:
+            del self._synced[step]
         while self._sync_steps and self._synced.get(self._sync_steps[0], 0) == 0:
-            self._synced.pop(self._sync_steps.popleft(), None)
+            self._sync_steps.popleft()
 
     def _oldest_sync(self) -> int:
         return self._sync_steps[0] if self._sync_steps else self._steps
@@ -352,7 +361,7 @@ class FlowNetwork:
             return
         self._sync(f)
         f.rate = rate
-        f._ver += 1
+        f._ver = self._new_ver()
         self._push(f, self.now if f._remaining <= EPS_MBIT or rate <= 0 else self.now + f._remaining / rate)
 
     # -- rates ------------------------------------------------------------------------------
@@ -407,6 +416,17 @@ class FlowNetwork:
         unfrozen flows, whose headroom would shrink by 0, are skipped.
         """
         flows, cap, ops = self.flows, self.capacity, self.ops
+        if len(comp) == 1:
+            # alone: one round; the share is its first link (repr order) clearly below the others,
+            # that link saturates exactly, and the rate is 0.0 + share
+            f = flows[comp[0]]
+            share = math.inf
+            for link in sorted(f.finite, key=self._link_repr) if len(f.finite) > 1 else f.finite:
+                s = cap[link] / 1
+                if s < share - 1e-15:
+                    share = s
+            ops.links += len(f.finite)
+            return {f.id: 0.0 + share}
         in_comp = set(comp)
         links = sorted({link for fid in comp for link in flows[fid].finite}, key=self._link_repr)
         left = {link: cap[link] for link in links}
