@@ -54,6 +54,22 @@ _ROUND = 4.5e-16  # per-step bound (4× the unit roundoff) on how far a replayed
 _NUMPY_FROM = 24  # replays at least this long run in numpy
 
 
+def _fold(r: float, rate: float, dts: list[float], i: int, k: int) -> float:
+    """``r`` after the ``k`` steps ``dts[i:i + k]`` at ``rate``: ``r = max(r - rate * dt, 0)`` for
+    each step in order (numpy for long stretches; the same operations, so the same bits)."""
+    if k < _NUMPY_FROM:
+        for dt in dts[i:i + k]:
+            r = max(r - rate * dt, 0.0)
+        return r
+    # max(·, 0) only matters at the end: the unclamped sequence never increases, so it is negative
+    # at the end exactly when the clamped one hit 0 on the way (and stays 0 from there)
+    seq = np.empty(k + 1)
+    seq[0] = r
+    np.multiply(np.asarray(dts[i:i + k], dtype=np.float64), rate, out=seq[1:])
+    last = float(np.subtract.accumulate(seq)[-1])
+    return last if last >= 0.0 else 0.0
+
+
 @dataclass
 class NetworkOps:
     """Inner-loop steps done so far (cheap counters for operation-count tests, not timings)."""
@@ -77,7 +93,7 @@ class Flow:
     """
 
     __slots__ = ("id", "links", "megabits", "_remaining", "started", "rate", "max_sharing", "min_rate", "tag",
-                 "finite", "_net", "_sync", "_order", "_ver")
+                 "finite", "_net", "_sync", "_order", "_ver", "_tail")
 
     def __init__(self, id: int, links: tuple[Hashable, ...], megabits: float, remaining: float, started: float,
                  rate: float = 0.0, max_sharing: int = 1, min_rate: float = math.inf, tag: object = None,
@@ -96,12 +112,16 @@ class Flow:
         self._sync = 0                    # network step its ``_remaining`` is folded up to
         self._order = 0                   # insertion rank (ties are decided in this order)
         self._ver = 0                     # heap entries of older versions are stale
+        self._tail: tuple[list[float], int, int] | None = None  # steps missed before it ended, unfolded
 
     @property
     def remaining(self) -> float:
         """Megabits still to send at the network's current time."""
         if self._net is not None:
             self._net._refresh(self)
+        elif self._tail is not None:
+            dts, i, k = self._tail
+            self._remaining, self._tail = _fold(self._remaining, self.rate, dts, i, k), None
         return self._remaining
 
     @remaining.setter
@@ -112,7 +132,7 @@ class Flow:
             self._ver = self._net._new_ver()
             self._net._push(self, self._net._finish(self))
         else:
-            self._remaining = value
+            self._remaining, self._tail = value, None
 
     def __repr__(self) -> str:
         return (f"Flow(id={self.id!r}, links={self.links!r}, megabits={self.megabits!r}, "
@@ -182,9 +202,10 @@ class FlowNetwork:
     def remove(self, now: float, flow_id: int) -> Flow:
         """End (or cancel) a flow at ``now``; the flows it shared links with speed up."""
         self.advance(now)
-        flow = self.flows[flow_id]
-        self._sync(flow)
-        del self.flows[flow_id]
+        flow = self.flows.pop(flow_id)
+        k = self._steps - flow._sync
+        if k:  # folded only if someone reads it: a cancelled flow costs nothing here
+            flow._tail = (self._dts, flow._sync - self._log0, k)
         self._release(flow._sync)
         flow._net = None
         for link in flow.links:
@@ -279,21 +300,8 @@ class FlowNetwork:
         k = self._steps - f._sync
         if k == 0:
             return False
-        i = f._sync - self._log0
-        r, rate = f._remaining, f.rate
-        if k < _NUMPY_FROM:
-            for dt in self._dts[i:i + k]:
-                r = max(r - rate * dt, 0.0)
-        else:
-            # max(·, 0) only matters at the end: the unclamped sequence never increases, so it is
-            # negative at the end exactly when the clamped one hit 0 on the way
-            seq = np.empty(k + 1)
-            seq[0] = r
-            np.multiply(np.asarray(self._dts[i:i + k], dtype=np.float64), rate, out=seq[1:])
-            last = float(np.subtract.accumulate(seq)[-1])
-            r = last if last >= 0.0 else 0.0
+        f._remaining = _fold(f._remaining, f.rate, self._dts, f._sync - self._log0, k)
         self.ops.replay += k
-        f._remaining = r
         self._release(f._sync)
         f._sync = self._steps
         self._hold(self._steps)
@@ -338,7 +346,7 @@ class FlowNetwork:
         """Drop log entries no flow still needs (amortised O(1))."""
         drop = self._oldest_sync() - self._log0
         if drop >= 4096 and 2 * drop >= len(self._dts):
-            del self._dts[:drop]
+            self._dts = self._dts[drop:]   # a new list: ended flows keep the old one for their tail
             self._log0 += drop
 
     def _push(self, f: Flow, t: float) -> None:
