@@ -19,8 +19,10 @@ Cost per event, independent of how many flows are in flight (issue 12):
   ``remaining = max(remaining - rate * (t_k - t_{k-1}), 0)``; finish times depend on those exact
   bits. :meth:`~FlowNetwork.advance` only appends ``t_k - t_{k-1}`` to a shared log, and a flow
   replays the steps it missed (the same operations in the same order, so the same bits) only
-  when it is looked at: its rate changes, it ends, or it may be the next to finish. Replays of
-  long stretches run in numpy; a flow that is cancelled unread is never replayed.
+  when it is looked at: its rate changes or it may be the next to finish (an ended flow folds
+  them when its ``remaining`` is read). So a flow pays once for the steps of its life it is
+  looked at, in numpy for long stretches — the price of keeping the old bits — and a flow that
+  is cancelled unread pays nothing.
 * Finish times live in a heap with lazy invalidation. A key is exact when computed; later steps
   move the exact value by a few ulps at most, so :meth:`~FlowNetwork.next_finish` pops the flows
   whose key is within that bound (plus the 1e-12 s tie window) of the best, brings them up to
