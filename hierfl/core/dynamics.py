@@ -8,20 +8,23 @@
   the models of ``devices.availability`` (always on, a two-state Markov on/off process, a trace
   of up intervals) intersected with ``leave`` / ``join`` events. Markov timelines are drawn
   lazily, chunk by chunk, from one stream per device, so the answer never depends on the order
-  of the questions.
+  of the questions. Each question costs O(log k) in the device's own timeline, nothing in N.
+* :class:`OnlineIndex` keeps the online members of a set of devices current as time moves,
+  from a heap of their next state changes, so a driver never scans the population.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Window", "finish_time", "factor_at", "Availability", "MarkovTimeline", "IntervalTimeline",
-           "merge_intervals"]
+__all__ = ["Window", "finish_time", "factor_at", "Availability", "OnlineIndex", "MarkovTimeline",
+           "IntervalTimeline", "merge_intervals"]
 
 
 @dataclass(frozen=True)
@@ -161,9 +164,36 @@ class MarkovTimeline:
 Timeline = "IntervalTimeline | MarkovTimeline | None"
 
 
+class _AwayWindows:
+    """One device's ``away`` windows, indexed: O(log k) per question instead of a scan."""
+
+    __slots__ = ("starts", "ends", "all_starts")
+
+    def __init__(self, windows: list[tuple[float, float]]) -> None:
+        merged = merge_intervals(list(windows))
+        self.starts = [s for s, _ in merged]
+        self.ends = [e for _, e in merged]
+        self.all_starts = sorted(s for s, _ in windows)  # every start, empty windows included (next_down)
+
+    def covering(self, t: float) -> float | None:
+        """End of the (merged) window containing ``t``, or None."""
+        i = bisect.bisect_right(self.starts, t) - 1
+        return self.ends[i] if i >= 0 and t < self.ends[i] else None
+
+    def next_start(self, t: float) -> float:
+        """The first window start strictly after ``t`` (``inf`` if none)."""
+        i = bisect.bisect_right(self.all_starts, t)
+        return self.all_starts[i] if i < len(self.all_starts) else math.inf
+
+
 @dataclass
 class Availability:
-    """Per-device availability: a base timeline (None = always up) minus ``away`` windows (leave/join)."""
+    """Per-device availability: a base timeline (None = always up) minus ``away`` windows (leave/join).
+
+    Fixed once built: ``trivial`` and the per-device window indexes are computed at construction,
+    so every question costs O(1) in the population and O(log k) in a device's own timeline.
+    Build a new object rather than editing ``base`` or ``away`` in place.
+    """
 
     base: list[IntervalTimeline | MarkovTimeline | None]
     away: list[list[tuple[float, float]]] = field(default_factory=list)  # per device, merged [start, end)
@@ -171,21 +201,18 @@ class Availability:
     def __post_init__(self) -> None:
         if not self.away:
             self.away = [[] for _ in self.base]
+        self._away = {d: _AwayWindows(a) for d, a in enumerate(self.away) if a}
+        self._trivial = all(b is None for b in self.base) and not self._away
 
     @property
     def trivial(self) -> bool:
-        """True when every device is always available."""
-        return all(b is None for b in self.base) and not any(self.away)
-
-    def _away_at(self, d: int, t: float) -> tuple[float, float] | None:
-        for s, e in self.away[d]:
-            if s <= t < e:
-                return s, e
-        return None
+        """True when every device is always available (computed once, O(1))."""
+        return self._trivial
 
     def is_up(self, d: int, t: float) -> bool:
         """Whether device ``d`` is available at ``t``."""
-        if self._away_at(d, t) is not None:
+        away = self._away.get(d)
+        if away is not None and away.covering(t) is not None:
             return False
         b = self.base[d]
         return True if b is None else b.is_up(t)
@@ -194,22 +221,22 @@ class Availability:
         """For a device up at ``t``: when it next becomes unavailable (``inf`` if never)."""
         b = self.base[d]
         base_down = math.inf if b is None else b.next_change(t)
-        away = min((s for s, _ in self.away[d] if s > t), default=math.inf)
-        return min(base_down, away)
+        away = self._away.get(d)
+        return base_down if away is None else min(base_down, away.next_start(t))
 
     def next_up(self, d: int, t: float, horizon: float = math.inf) -> float:
         """The first time ``≥ t`` at which device ``d`` is available (``inf`` if none before ``horizon``)."""
+        away, b = self._away.get(d), self.base[d]
         cand = t
         for _ in range(100000):
             if cand > horizon:
                 return math.inf
-            w = self._away_at(d, cand)
-            if w is not None:
-                cand = w[1]
+            end = None if away is None else away.covering(cand)
+            if end is not None:
+                cand = end
                 if math.isinf(cand):
                     return math.inf
                 continue
-            b = self.base[d]
             if b is not None and not b.is_up(cand):
                 cand = b.next_change(cand)
                 if math.isinf(cand):
@@ -217,6 +244,132 @@ class Availability:
                 continue
             return cand
         return math.inf
+
+    def next_change(self, d: int, t: float) -> float:
+        """The first time after ``t`` at which device ``d`` changes state (goes down if up at ``t``,
+        comes back if down); ``inf`` if never."""
+        return self.next_down(d, t) if self.is_up(d, t) else self.next_up(d, t)
+
+
+class OnlineIndex:
+    """Which devices of a set are online now, kept current by a heap of their next state changes.
+
+    A driver keeps one instead of asking :class:`Availability` about every device on every
+    event. Members join and leave the set (an idle pool, a cluster, everyone) in O(log N);
+    :meth:`advance` moves the clock and applies the state changes due by then, O(log N) each;
+    "is it online", "how many are online" and "when is one of them next online" are O(1). The
+    state it reports for a member at ``now`` is exactly ``availability.is_up(d, now)``.
+
+    Parameters
+    ----------
+    availability:
+        The run's availability (fixed after build).
+    devices:
+        The initial members.
+    now:
+        Virtual time the index starts at (seconds).
+    """
+
+    def __init__(self, availability: Availability, devices: Iterable[int] = (), now: float = 0.0) -> None:
+        self.availability = availability
+        self.now = now
+        self.steps = 0                                  # inner-loop steps (heap operations), for tests
+        self._online: set[int] = set()
+        self._ver: dict[int, int] = {}                  # member → version of its live heap entry
+        self._heap: list[tuple[float, int, int]] = []   # (next change time, device, version)
+        self._next_ver = 0
+        for d in devices:
+            self.add(d)
+
+    def __len__(self) -> int:
+        return len(self._ver)
+
+    def __contains__(self, d: object) -> bool:
+        return d in self._ver
+
+    @property
+    def count_online(self) -> int:
+        """How many members are online now."""
+        return len(self._online)
+
+    def is_online(self, d: int) -> bool:
+        """Whether member ``d`` is online now (False for a non-member)."""
+        return d in self._online
+
+    def online(self) -> list[int]:
+        """The members online now, sorted (O(k log k) for k online)."""
+        return sorted(self._online)
+
+    def online_among(self, devices: Iterable[int]) -> list[int]:
+        """Those of ``devices`` (members) that are online now, in the order given."""
+        return [d for d in devices if d in self._online]
+
+    def add(self, d: int) -> None:
+        """Make ``d`` a member (no-op if it is one)."""
+        if d in self._ver:
+            return
+        self._next_ver += 1
+        self._ver[d] = self._next_ver
+        self._schedule(d, self.availability.is_up(d, self.now), self.now)
+
+    def discard(self, d: int) -> None:
+        """Remove ``d`` from the set (no-op if absent); its heap entry goes stale."""
+        if self._ver.pop(d, None) is not None:
+            self._online.discard(d)
+            if len(self._heap) > 64 and len(self._heap) > 2 * len(self._ver):
+                self._heap = [e for e in self._heap if self._ver.get(e[1]) == e[2]]
+                heapq.heapify(self._heap)
+                self.steps += len(self._heap)
+
+    def advance(self, now: float) -> list[tuple[int, bool]]:
+        """Move to virtual time ``now`` and apply every state change due by then.
+
+        Returns the changes as ``(device, online)`` in time order (ties by device id); a device
+        that flips twice appears twice.
+        """
+        if now < self.now:
+            raise ValueError(f"time cannot go back: {self.now} → {now}")
+        self.now = now
+        changes: list[tuple[int, bool]] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            t, d, ver = heapq.heappop(heap)
+            self.steps += 1
+            if self._ver.get(d) != ver:
+                continue
+            up = self.availability.is_up(d, t)
+            self._schedule(d, up, t)
+            changes.append((d, up))
+        return changes
+
+    def next_change(self) -> float:
+        """The earliest time after ``now`` at which some member changes state (``inf`` if none)."""
+        self._clean()
+        return self._heap[0][0] if self._heap else math.inf
+
+    def next_online(self) -> float:
+        """The earliest time ``≥ now`` at which some member is online (``now`` if one is; ``inf`` if
+        none ever comes back) — the minimum of ``availability.next_up`` over the members."""
+        if self._online:
+            return self.now
+        return self.next_change()
+
+    def _clean(self) -> None:
+        heap = self._heap
+        while heap and self._ver.get(heap[0][1]) != heap[0][2]:
+            heapq.heappop(heap)
+            self.steps += 1
+
+    def _schedule(self, d: int, up: bool, t: float) -> None:
+        if up:
+            self._online.add(d)
+            nxt = self.availability.next_down(d, t)
+        else:
+            self._online.discard(d)
+            nxt = self.availability.next_up(d, t)
+        if math.isfinite(nxt):
+            heapq.heappush(self._heap, (nxt, d, self._ver[d]))
+            self.steps += 1
 
 
 def select(n: int, ids: list[int] | None, groups: list[np.ndarray] | None, fraction: float | None,
