@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.config.schema import Scenario
-from hierfl.core.dynamics import Dynamics, factor_at, finish_time
+from hierfl.core.dynamics import Dynamics, OnlineIndex, factor_at, finish_time
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec
@@ -56,6 +56,9 @@ class Context:
             from hierfl.core.scaffold import control_weights
 
             self._control_coefs = control_weights(self._world.samples, getattr(trainer, "control_weighting", "samples"))
+        # everyone's online state, kept by a heap of state changes (None: nobody is ever offline)
+        n = self._world.num_devices
+        self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
 
     # -- clock and scheduling ------------------------------------------------------------------------
@@ -129,17 +132,34 @@ class Context:
         """Whether ``device`` is available now."""
         return self.dyn.availability.is_up(device, self.now)
 
+    def _everyone(self) -> OnlineIndex:
+        assert self._online is not None
+        self._online.advance(self.now)
+        return self._online
+
     def available(self, devices: Any = None) -> list[int]:
         """The devices (all, or those given) that are available now, sorted."""
-        ids = range(self._world.num_devices) if devices is None else devices
-        if self.dyn.availability.trivial:
-            return sorted(int(d) for d in ids)
-        return sorted(int(d) for d in ids if self.dyn.availability.is_up(int(d), self.now))
+        if devices is None:
+            if self._online is None:
+                return list(range(self._world.num_devices))
+            return self._everyone().online()
+        if self._online is None:
+            return sorted(int(d) for d in devices)
+        return sorted(int(d) for d in devices if self.dyn.availability.is_up(int(d), self.now))
+
+    def online_count(self) -> int:
+        """How many devices are online now."""
+        return self._world.num_devices if self._online is None else self._everyone().count_online
+
+    def online_index(self, devices: Any = ()) -> OnlineIndex:
+        """An index of the online state of ``devices``, starting now."""
+        return OnlineIndex(self.dyn.availability, devices, now=self.now)
 
     def next_up(self, devices: Any = None) -> float:
         """The earliest time ≥ now at which one of ``devices`` (all by default) is available."""
-        ids = range(self._world.num_devices) if devices is None else devices
-        return min((self.dyn.availability.next_up(int(d), self.now) for d in ids), default=math.inf)
+        if devices is None:
+            return self.now if self._online is None else self._everyone().next_online()
+        return min((self.dyn.availability.next_up(int(d), self.now) for d in devices), default=math.inf)
 
     def compute_factor(self, device: int) -> float:
         """``device``'s slowdown factor now."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from hierfl.core.dynamics import OnlineIndex
     from hierfl.core.engine import Event
     from hierfl.core.work import TrainSpec
     from hierfl.core.world import World
@@ -130,6 +131,13 @@ class Env(Protocol):
 
     def available(self, devices: Any = None) -> list[int]:
         """The devices (all, or those given) online now, sorted."""
+
+    def online_count(self) -> int:
+        """How many devices are online now (O(1))."""
+
+    def online_index(self, devices: Any = ()) -> OnlineIndex:
+        """A :class:`~hierfl.core.dynamics.OnlineIndex` over ``devices`` at now: keep it (``advance``
+        it to ``now``) instead of asking about every device of a pool on every event."""
 
     def next_up(self, devices: Any = None) -> float:
         """The earliest time ≥ now at which one of ``devices`` (all by default) is online."""

@@ -25,6 +25,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.core.engine import Event, Priority
+from hierfl.core.rankedset import RankedSet
 from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
 from hierfl.env import Env, Timer
@@ -87,7 +88,11 @@ class FlatAsync(Protocol):
         self.max_staleness = max_staleness
         self.spec = spec
         self.version = 0                                  # cloud model version: applied aggregations
-        self.idle: set[int] = set(range(n))
+        # idle devices, and those of them online now: "the k-th idle online device in id order" is
+        # O(log N) (a seeded uniform pick over the sorted pool, without sorting it on every dispatch)
+        self.idle = RankedSet(n, range(n))
+        self.ready = RankedSet(n, range(n))
+        self.watch = env.online_index(range(n))           # online state of the idle devices
         self.start_of: dict[int, tuple[Any, int]] = {}    # device → (model handle, version) it trains from
         self.dispatches = 0
         env.track_staleness("cloud")
@@ -109,8 +114,26 @@ class FlatAsync(Protocol):
         for device in sorted(int(d) for d in first):
             self._send(device)
 
+    def _idle(self, device: int) -> None:
+        """``device`` is idle again (its job ended or was lost)."""
+        self._sync()
+        self.idle.add(device)
+        self.watch.add(device)
+        if self.watch.is_online(device):
+            self.ready.add(device)
+
+    def _sync(self) -> None:
+        """Bring the ready set up to now: idle devices that came online or went offline meanwhile."""
+        for device, online in self.watch.advance(self.env.now):
+            if online:
+                self.ready.add(device)
+            else:
+                self.ready.discard(device)
+
     def _send(self, device: int) -> None:
         self.idle.discard(device)
+        self.ready.discard(device)
+        self.watch.discard(device)
         self.start_of[device] = (self.env.global_model, self.version)
         self.send_model(device, "device_cloud", VersionMsg(device, self.version))
 
@@ -119,16 +142,22 @@ class FlatAsync(Protocol):
         return set()
 
     def _dispatch_one(self) -> None:
-        idle = set(self.env.available(self.idle))
-        candidates = sorted(idle - self.excluded()) or sorted(idle)
-        if not candidates:  # every idle device is offline: try again when one comes back
-            when = self.env.next_up(sorted(self.idle))
+        self._sync()
+        ready = self.ready
+        if not len(ready):  # every idle device is offline: try again when one comes back
+            when = self.watch.next_online()
             if math.isfinite(when):
                 self.env.at(when, "dispatch_retry", Timer(), Priority.CONTROL)
             return
+        # the candidates are the ready devices not excluded, in id order (all ready ones if that is empty)
+        excluded = [d for d in self.excluded() if d in ready]
+        count = len(ready) - len(excluded)
         rng = self.env.rng(self.select_stream, self.dispatches)
         self.dispatches += 1
-        self._send(candidates[int(rng.integers(len(candidates)))])
+        if count > 0:
+            self._send(ready.kth_excluding(int(rng.integers(count)), excluded))
+        else:
+            self._send(ready.kth(int(rng.integers(len(ready)))))
 
     def job_spec(self, device: int) -> TrainSpec:
         """The work of ``device``'s next job (the same for every job unless a subclass draws it)."""
@@ -149,7 +178,7 @@ class FlatAsync(Protocol):
         device = event.payload.device
         update = self.jobs.pop(device).params
         start_model, start_version = self.start_of.pop(device)
-        self.idle.add(device)
+        self._idle(device)
         tau = self.version - start_version
         if self.max_staleness is not None and tau > self.max_staleness:
             env.drop_update("cloud", 0, device, tau)
@@ -162,7 +191,7 @@ class FlatAsync(Protocol):
         """The device dropped out: its update is lost; another idle device takes its slot."""
         device = event.payload.device
         self.start_of.pop(device, None)
-        self.idle.add(device)
+        self._idle(device)
         if not self.env.stopping:
             self._dispatch_one()
 

@@ -86,19 +86,20 @@ class FedAvg(Protocol):
     def _begin_round(self) -> None:
         env = self.env
         policy = env.straggler
-        pool = env.available()
-        if not pool:  # nobody online: try again when the first device comes back
+        online = env.online_count()
+        if not online:  # nobody online: try again when the first device comes back
             when = env.next_up()
             if math.isfinite(when):
                 env.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
             return
-        m = min(self.clients_per_round(), len(pool))
-        k = min(policy.select_count(m), len(pool))
+        m = min(self.clients_per_round(), online)
+        k = min(policy.select_count(m), online)
         rng = env.rng("fedavg.select", self.round)
-        if len(pool) == env.world.num_devices:
-            chosen = rng.choice(env.world.num_devices, size=k, replace=False)
+        n = env.world.num_devices
+        if online == n:  # O(selected) draw: the population is never listed
+            chosen = rng.choice(n, size=k, replace=False)
         else:
-            chosen = rng.choice(np.asarray(pool), size=k, replace=False)
+            chosen = rng.choice(np.asarray(env.available()), size=k, replace=False)
         self.selected = sorted(int(i) for i in chosen)
         self.jobs, self.arrived = {}, set()
         self.round_model = env.global_model
