@@ -17,7 +17,7 @@ EXIT_USAGE = 2
 
 
 def _load(args: argparse.Namespace):  # noqa: ANN202 - returns Scenario
-    from hierfl.config.loader import load_scenario
+    from hierfl.scenario.loader import load_scenario
 
     overrides = list(args.set or [])
     if getattr(args, "address", None):

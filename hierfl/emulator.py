@@ -21,8 +21,8 @@ import numpy as np
 
 from hierfl import __version__
 from hierfl.build import Built, build
-from hierfl.config.loader import dump_scenario
-from hierfl.config.schema import Scenario
+from hierfl.scenario.loader import dump_scenario
+from hierfl.scenario.schema import Scenario
 from hierfl.core.dynamics import Dynamics, factor_at, finish_time
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.network import FlowNetwork

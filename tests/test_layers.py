@@ -17,5 +17,5 @@ def test_core_imports_without_ray_or_torch():
 
 
 def test_config_protocols_and_local_executor_import_without_ray():
-    mods = _modules_after("import hierfl.config.loader, hierfl.protocols, hierfl.emulator, hierfl.runtime")
+    mods = _modules_after("import hierfl.scenario.loader, hierfl.protocols, hierfl.emulator, hierfl.runtime")
     assert "ray" not in mods

@@ -208,7 +208,7 @@ def test_fedbuff_server_step_goes_through_the_optimizer(tmp_path):
 
 
 def _cli_validate(tmp_path: Path, capsys, **override) -> tuple[int, str]:
-    from hierfl.config.loader import deep_merge
+    from hierfl.scenario.loader import deep_merge
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(deep_merge(TINY, override)))

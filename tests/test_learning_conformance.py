@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierfl.core.serveropt import SERVER_OPTIMIZERS
+from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.emulator import run_scenario
 from hierfl.learn.trainers import TRAINERS
 from tests.conftest import tiny

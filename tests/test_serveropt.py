@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hierfl.core.scaffold import control_weights, correction, option2_control
-from hierfl.core.serveropt import (
+from hierfl.core.serveropt import OptState
+from hierfl.learn.serveropt import (
     SERVER_OPTIMIZERS,
     FedAdagradOpt,
     FedAdamOpt,
     FedAvgMOpt,
     FedAvgOpt,
     FedYogiOpt,
-    OptState,
     ServerOptimizerSection,
 )
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hierfl.build import build
 from hierfl.config.errors import ConfigError
-from hierfl.config.loader import load_scenario
+from hierfl.scenario.loader import load_scenario
 from hierfl.core.rng import stream
 from hierfl.core.topomath import pairwise_km, uniform_square
 from hierfl.topology import load_topology_file

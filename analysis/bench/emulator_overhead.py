@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from hierfl.build import build
-from hierfl.config.loader import validate_raw
+from hierfl.scenario.loader import validate_raw
 from hierfl.core.rng import stream
 from hierfl.emulator import run_scenario
 

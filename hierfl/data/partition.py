@@ -21,7 +21,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from hierfl.config.base import ConfigModel
 from hierfl.data.datasets import DataError, Dataset
-from hierfl.registry import Registry
+from hierfl.config.registry import Registry
 
 __all__ = [
     "PARTITIONERS",

@@ -28,10 +28,12 @@ from pydantic import Field
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.registry import Registry
+from hierfl.config.registry import Registry
+from hierfl.dynamics.availability import steady_names
+from hierfl.policies.straggler import neutral_names
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["TRAINERS", "TrainerConfig", "SGDTrainer", "FedProxTrainer", "ScaffoldTrainer"]
 
@@ -109,16 +111,15 @@ class ScaffoldTrainer(TrainerConfig):
         # went offline while uploading) would leave c ≠ mean(c_i) for good, so such runs are refused.
         problems: list[Problem] = []
         why = "scaffold needs every update that was trained to arrive (c = mean of the c_i)"
-        if scenario.straggler.name != "wait_all":
-            problems.append(Problem("straggler.name", f"{why}; allowed with scaffold: wait_all",
-                                    scenario.straggler.name))
-        if scenario.straggler.cloud.name != "wait_all":
-            problems.append(Problem("straggler.cloud.name", f"{why}; allowed with scaffold: wait_all",
-                                    scenario.straggler.cloud.name))
-        if scenario.devices.availability.name != "always":
-            problems.append(Problem("devices.availability", f"{why}; allowed with scaffold: always",
-                                    scenario.devices.availability.name))
+        policies, avail = scenario.straggler, scenario.devices.availability
+        for key, policy in (("straggler.name", policies), ("straggler.cloud.name", policies.cloud)):
+            if not policy.waits_for_all:
+                allowed = ", ".join(neutral_names())
+                problems.append(Problem(key, f"{why}; allowed with scaffold: {allowed}", policy.name))
+        if avail.churn:
+            allowed = ", ".join(steady_names())
+            problems.append(Problem("devices.availability", f"{why}; allowed with scaffold: {allowed}", avail.name))
         for i, ev in enumerate(scenario.events):
-            if ev.kind == "leave":
-                problems.append(Problem(f"events.{i}.leave", f"{why}: devices cannot leave mid-run with scaffold"))
+            if ev.spec.takes_devices_offline:
+                problems.append(Problem(f"events.{i}.{ev.kind}", f"{why}: devices cannot leave mid-run with scaffold"))
         return problems

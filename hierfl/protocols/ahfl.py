@@ -32,11 +32,11 @@ from pydantic import Field, NonNegativeInt, field_validator
 
 from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
-from hierfl.core.staleness import STALENESS, PolynomialStaleness
+from hierfl.policies.staleness import STALENESS, PolynomialStaleness
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context
 
 __all__ = ["AHFLConfig", "AHFL"]

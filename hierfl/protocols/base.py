@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
-from hierfl.registry import Registry
+from hierfl.config.registry import Registry
 
 if TYPE_CHECKING:  # the runtime depends on protocols, never the reverse
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
     from hierfl.core.work import TrainSpec
     from hierfl.emulator import Context, Job
 
@@ -40,6 +40,7 @@ class ProtocolConfig(ConfigModel):
     supports_churn: ClassVar[bool] = True
     # whether it has synchronous barriers a `straggler:` policy applies to
     has_barriers: ClassVar[bool] = False
+    has_cloud_barrier: ClassVar[bool] = False  # a cloud round over edge servers that `straggler.cloud` applies to
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""

@@ -26,7 +26,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.core.engine import Event, Priority
-from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
+from hierfl.policies.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 

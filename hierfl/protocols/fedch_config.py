@@ -12,12 +12,12 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.core.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
-from hierfl.core.staleness import STALENESS, FedCHStaleness
+from hierfl.policies.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
+from hierfl.policies.staleness import STALENESS, FedCHStaleness
 from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context
     from hierfl.protocols.fedch import FedCH
 

@@ -35,7 +35,7 @@ from hierfl.core.engine import Event, Priority
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context, Job
 
 __all__ = ["FedHiSynConfig", "FedHiSyn"]
