@@ -11,13 +11,10 @@ and Ray. :func:`hierfl.runtime.executor.make_executor` looks the name up here.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
-
-if TYPE_CHECKING:
-    from hierfl.runtime.executor import Executor, RunData
 
 __all__ = ["EXECUTORS", "ExecutorConfig", "LocalExecutorConfig", "RayExecutorConfig"]
 
@@ -36,8 +33,8 @@ class ExecutorConfig(ConfigModel):
         module, _, cls = self.implementation.partition(":")
         return getattr(importlib.import_module(module), cls)
 
-    def create(self, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:
-        """Start the executor for one run."""
+    def create(self, data: Any, workers: int | str = "auto", address: str | None = None) -> Any:
+        """Start the executor for one run (``data``: its :class:`~hierfl.runtime.executor.RunData`)."""
         raise NotImplementedError
 
 
@@ -50,7 +47,7 @@ class LocalExecutorConfig(ExecutorConfig):
 
     name: Literal["local"] = "local"
 
-    def create(self, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:
+    def create(self, data: Any, workers: int | str = "auto", address: str | None = None) -> Any:
         """A :class:`~hierfl.runtime.executor.LocalExecutor`."""
         return self._implementation()(data)  # type: ignore[no-any-return]
 
@@ -63,6 +60,6 @@ class RayExecutorConfig(ExecutorConfig):
 
     name: Literal["ray"] = "ray"
 
-    def create(self, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:
+    def create(self, data: Any, workers: int | str = "auto", address: str | None = None) -> Any:
         """A :class:`~hierfl.runtime.ray_executor.RayExecutor` (imports Ray)."""
         return self._implementation()(data, workers=workers, address=address)  # type: ignore[no-any-return]

@@ -22,6 +22,8 @@ __all__ = ["Registry"]
 
 M = TypeVar("M", bound=BaseModel)
 
+_INSTANCES: list[Registry] = []
+
 
 class Registry:
     """Name → config-model class for one plug-in kind.
@@ -42,6 +44,12 @@ class Registry:
         self.key = key
         self._shorthand = shorthand
         self._entries: dict[str, Any] = {}
+        _INSTANCES.append(self)
+
+    @staticmethod
+    def instances() -> list[Registry]:
+        """Every registry created so far (one per plug-in kind; conformance tests cover each)."""
+        return list(_INSTANCES)
 
     def register(self, cls: type[M]) -> type[M]:
         """Class decorator: register ``cls`` under the default of its name field (or its name ``ClassVar``)."""

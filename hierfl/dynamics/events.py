@@ -169,6 +169,15 @@ class EventEntry(ConfigModel):
 
     at_s: NonNegativeFloat
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_kinds(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if key != "at_s" and key not in EVENTS:
+                    raise ValueError(EVENTS.unknown(key))
+        return data
+
     @model_validator(mode="after")
     def _exactly_one(self) -> EventEntry:
         names = [cls.name for cls in EVENTS.classes()]

@@ -91,7 +91,7 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_dynamics_checks(scenario))
     problems.extend(scenario.protocol.check(scenario))
     # learning plug-ins: a trainer or server optimizer the protocol cannot honour is an error, not ignored
-    problems.extend(scenario.training.trainer.check(scenario))
+    problems.extend(_trainer_checks(scenario))
     problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
                                                     scenario.protocol.name))
     return problems
@@ -152,4 +152,29 @@ def _straggler_checks(scenario: Scenario) -> list[Problem]:
     if policy.cloud.partial_work:
         problems.append(Problem("straggler.cloud", "partial work is for device rounds; the participants of a cloud "
                                 "round are edge servers (allowed here: partial: false)"))
+    return problems
+
+
+def _trainer_checks(scenario: Scenario) -> list[Problem]:
+    """What the local trainer needs: a protocol carrying control variates; every trained update delivered."""
+    trainer, proto = scenario.training.trainer, scenario.protocol
+    name = trainer.name
+    if trainer.needs_control_variates and not proto.control_variates:
+        able = [n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates]
+        return [Problem("training.trainer", f"{name} needs a protocol with synchronous rounds that carries "
+                        f"control variates; protocol {proto.name!r} does not; allowed: {', '.join(able)}", name)]
+    if trainer.needs_every_update is None:
+        return []
+    problems: list[Problem] = []
+    why = f"{name} needs {trainer.needs_every_update}"
+    policy, avail = scenario.straggler, scenario.devices.availability
+    for key, p in (("straggler.name", policy), ("straggler.cloud.name", policy.cloud)):
+        if not p.waits_for_all:
+            problems.append(Problem(key, f"{why}; allowed with {name}: {', '.join(neutral_names())}", p.name))
+    if avail.churn:
+        problems.append(Problem("devices.availability", f"{why}; allowed with {name}: {', '.join(steady_names())}",
+                                avail.name))
+    for i, event in enumerate(scenario.events):
+        if event.spec.takes_devices_offline:
+            problems.append(Problem(f"events.{i}.{event.kind}", f"{why}: devices cannot leave mid-run with {name}"))
     return problems
