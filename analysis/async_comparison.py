@@ -33,8 +33,8 @@ PROTOCOLS: dict[str, tuple[str, dict | None, bool]] = {
 
 def run_one(args: tuple[str, float]) -> dict:
     """Run one protocol; returns its summary and accuracy curve."""
-    from hierfl.scenario.loader import apply_overrides, load_raw, validate_raw
     from hierfl.emulator import run_scenario
+    from hierfl.scenario.loader import apply_overrides, load_raw, validate_raw
 
     name, budget = args
     file, protocol, flat = PROTOCOLS[name]

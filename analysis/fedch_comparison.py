@@ -40,8 +40,8 @@ RECLUSTER = {"adaptive": [], "never": ["protocol.recluster={name: never}"]}
 
 def run_one(job: tuple[str, str, str, list[str], float]) -> dict[str, Any]:
     """Run one configuration; returns its summary, accuracy curve and cloud bytes at each evaluation."""
-    from hierfl.scenario.loader import load_scenario
     from hierfl.emulator import run_scenario
+    from hierfl.scenario.loader import load_scenario
 
     group, name, file, overrides, budget = job
     slug = f"{group}-{name}".replace(" ", "").replace("=", "")

@@ -27,8 +27,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from hierfl.scenario.loader import validate_raw
 from hierfl.emulator import run_scenario
+from hierfl.scenario.loader import validate_raw
 
 OUT = Path(__file__).resolve().parent / "results"
 TARGET = 0.80

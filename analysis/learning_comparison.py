@@ -51,8 +51,8 @@ GRID: dict[str, tuple[str, list[str]]] = {
 
 def run_one(args: tuple[str, str, list[str], int, float]) -> dict:
     """One run; returns its summary and accuracy curve."""
-    from hierfl.scenario.loader import load_scenario
     from hierfl.emulator import run_scenario
+    from hierfl.scenario.loader import load_scenario
 
     label, file, overrides, seed, budget = args
     tag = _tag(label)

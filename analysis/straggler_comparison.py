@@ -15,8 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from hierfl.scenario.loader import load_scenario
 from hierfl.emulator import run_scenario
+from hierfl.scenario.loader import load_scenario
 from hierfl.viz.plot import plot_runs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,6 @@ import numpy as np
 
 from hierfl import __version__
 from hierfl.build import Built, build
-from hierfl.scenario.loader import dump_scenario
-from hierfl.scenario.schema import Scenario
 from hierfl.core.dynamics import Dynamics, factor_at, finish_time
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.network import FlowNetwork
@@ -30,6 +28,8 @@ from hierfl.core.rng import stream, stream_seed
 from hierfl.core.timeseries import QueueTracker
 from hierfl.core.work import TrainSpec
 from hierfl.recorder import Recorder
+from hierfl.scenario.loader import dump_scenario
+from hierfl.scenario.schema import Scenario
 from hierfl.runloop import (ProgressFn, RunError, RunResult, _availability_name, _Run, _trace_offline,
                             _trace_slowdowns)
 from hierfl.runtime.executor import Executor, Job, RunData, Term, make_executor

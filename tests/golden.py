@@ -64,8 +64,8 @@ def digest_run(run_dir: Path) -> dict[str, str]:
 
 def run_one(path: Path, executor: str, out_dir: Path) -> dict[str, str]:
     """Run ``path`` with the golden limits on ``executor`` and digest its outputs."""
-    from hierfl.scenario.loader import load_scenario
     from hierfl.emulator import run_scenario
+    from hierfl.scenario.loader import load_scenario
 
     sc = load_scenario(path, overrides(path, executor))
     summary = run_scenario(sc, out_dir, source=str(path)).summary

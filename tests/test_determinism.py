@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hierfl.scenario.loader import load_scenario
 from hierfl.emulator import run_scenario
+from hierfl.scenario.loader import load_scenario
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]

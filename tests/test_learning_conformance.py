@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.emulator import run_scenario
+from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.learn.trainers import TRAINERS
 from tests.conftest import tiny
 from tests.test_determinism import metrics_without_wall

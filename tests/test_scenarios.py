@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from hierfl.scenario.loader import load_scenario
 from hierfl.emulator import run_scenario
+from hierfl.scenario.loader import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))

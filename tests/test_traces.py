@@ -12,10 +12,10 @@ import yaml
 
 from hierfl.build import build, train_spec
 from hierfl.config.errors import ConfigError
-from hierfl.scenario.loader import load_scenario
 from hierfl.core.rng import stream
 from hierfl.dynamics.availability import AvailabilityTraceConfig
 from hierfl.emulator import run_scenario
+from hierfl.scenario.loader import load_scenario
 from hierfl.traces import (
     Availability,
     Capacity,

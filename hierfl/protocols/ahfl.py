@@ -36,8 +36,8 @@ from hierfl.policies.staleness import STALENESS, PolynomialStaleness
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["AHFLConfig", "AHFL"]
 

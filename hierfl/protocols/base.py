@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.core.engine import Event, Priority
 from hierfl.config.registry import Registry
+from hierfl.core.engine import Event, Priority
 
 if TYPE_CHECKING:  # the runtime depends on protocols, never the reverse
-    from hierfl.scenario.schema import Scenario
     from hierfl.core.work import TrainSpec
     from hierfl.emulator import Context, Job
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["PROTOCOLS", "ProtocolConfig", "Protocol"]
 

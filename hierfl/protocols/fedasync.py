@@ -26,8 +26,8 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.core.engine import Event, Priority
-from hierfl.policies.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
+from hierfl.policies.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:

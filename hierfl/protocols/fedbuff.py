@@ -23,8 +23,8 @@ from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 from hierfl.protocols.fedasync import FlatAsync
 
 if TYPE_CHECKING:
-    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedBuffConfig", "FedBuff"]
 

@@ -43,8 +43,8 @@ import numpy as np
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core import fedch_clusters as fc
 from hierfl.core.engine import Event, Priority
-from hierfl.policies.recluster import AdaptiveRecluster
 from hierfl.core.work import TrainSpec, transfer_time_s
+from hierfl.policies.recluster import AdaptiveRecluster
 from hierfl.protocols.fedch_churn import FedCHChurn
 from hierfl.protocols.fedch_config import FedCHConfig, KStarConfig
 from hierfl.protocols.fedch_construction import _Cluster, _Upload

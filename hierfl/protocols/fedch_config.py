@@ -17,9 +17,9 @@ from hierfl.policies.staleness import STALENESS, FedCHStaleness
 from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context
     from hierfl.protocols.fedch import FedCH
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedCHConfig", "KStarConfig"]
 

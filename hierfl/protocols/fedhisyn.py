@@ -35,8 +35,8 @@ from hierfl.core.engine import Event, Priority
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context, Job
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedHiSynConfig", "FedHiSyn"]
 

@@ -28,8 +28,8 @@ from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
-    from hierfl.scenario.schema import Scenario
     from hierfl.emulator import Context
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["HierFAVGConfig", "HierFAVG"]
 

@@ -27,10 +27,10 @@ import numpy as np
 from pydantic import Field, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
+from hierfl.config.registry import Registry
 from hierfl.core.rng import stream
 from hierfl.core.topomath import compose_path, distance_latency_ms, pairwise_km, uniform_square
 from hierfl.core.world import D2DLink, EdgeLink
-from hierfl.config.registry import Registry
 from hierfl.topology.spec import EdgeServer, RegionRule, TopologySpec
 
 __all__ = ["GENERATORS", "GeneratorConfig", "StarGenerator", "TreeGenerator", "RandomGeometricGenerator",
