@@ -79,7 +79,7 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
         params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
         # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
-        dynamics = build_dynamics(scenario, world, source)
+        dynamics = build_dynamics(scenario, world)
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None
     return Built(scenario, dataset, [np.asarray(p, dtype=np.int64) for p in parts], world,

@@ -17,7 +17,7 @@ from hierfl.scenario.schema import Scenario
 __all__ = ["build_dynamics", "availability_labels"]
 
 
-def build_dynamics(scenario: Scenario, world: World, source: str | None = None) -> Dynamics:
+def build_dynamics(scenario: Scenario, world: World) -> Dynamics:
     """Everything that changes in time, from the scenario."""
     n, seed = world.num_devices, scenario.seed
     dyn = Dynamics.static(n)
