@@ -33,7 +33,7 @@ PROTOCOLS: dict[str, tuple[str, dict | None, bool]] = {
 
 def run_one(args: tuple[str, float]) -> dict:
     """Run one protocol; returns its summary and accuracy curve."""
-    from hierfl.config.loader import apply_overrides, load_raw, validate_raw
+    from hierfl.scenario.loader import apply_overrides, load_raw, validate_raw
     from hierfl.driver import run_scenario
 
     name, budget = args

@@ -40,7 +40,7 @@ RECLUSTER = {"adaptive": [], "never": ["protocol.recluster={name: never}"]}
 
 def run_one(job: tuple[str, str, str, list[str], float]) -> dict[str, Any]:
     """Run one configuration; returns its summary, accuracy curve and cloud bytes at each evaluation."""
-    from hierfl.config.loader import load_scenario
+    from hierfl.scenario.loader import load_scenario
     from hierfl.driver import run_scenario
 
     group, name, file, overrides, budget = job

@@ -27,7 +27,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from hierfl.config.loader import validate_raw
+from hierfl.scenario.loader import validate_raw
 from hierfl.driver import run_scenario
 
 OUT = Path(__file__).resolve().parent / "results"

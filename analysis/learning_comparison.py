@@ -51,7 +51,7 @@ GRID: dict[str, tuple[str, list[str]]] = {
 
 def run_one(args: tuple[str, str, list[str], int, float]) -> dict:
     """One run; returns its summary and accuracy curve."""
-    from hierfl.config.loader import load_scenario
+    from hierfl.scenario.loader import load_scenario
     from hierfl.driver import run_scenario
 
     label, file, overrides, seed, budget = args

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hierfl.config.loader import load_scenario
+from hierfl.scenario.loader import load_scenario
 from hierfl.driver import run_scenario
 from hierfl.viz.plot import plot_runs
 

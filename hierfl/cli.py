@@ -17,7 +17,7 @@ EXIT_USAGE = 2
 
 
 def _load(args: argparse.Namespace):  # noqa: ANN202 - returns Scenario
-    from hierfl.config.loader import load_scenario
+    from hierfl.scenario.loader import load_scenario
 
     overrides = list(args.set or [])
     if getattr(args, "address", None):
@@ -123,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     scenario_args(r)
     r.add_argument("--out", help="output directory (default runs/<name>)")
     r.add_argument("--address", help="connect to an existing Ray cluster (e.g. auto, ray://host:10001)")
-    r.add_argument("--executor", choices=["ray", "local"], help="override runtime.executor")
+    r.add_argument("--executor", help="override runtime.executor (a registered executor: local, ray, …; "
+                                      "an unknown one is reported with the allowed names)")
     r.add_argument("--workers", help="override runtime.workers (an integer or auto)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hierfl.config.loader import deep_merge, validate_raw
-from hierfl.config.schema import Scenario
+from hierfl.scenario.loader import deep_merge, validate_raw
+from hierfl.scenario.schema import Scenario
 
 TINY: dict[str, Any] = {
     "name": "tiny",

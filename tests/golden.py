@@ -37,7 +37,7 @@ def overrides(path: Path, executor: str) -> list[str]:
 
 def skip_reason(path: Path) -> str | None:
     """Why ``path`` cannot run here (dataset files absent), or None."""
-    from hierfl.config.loader import load_scenario
+    from hierfl.scenario.loader import load_scenario
 
     sc = load_scenario(path, ["runtime.executor=local"])
     root = getattr(sc.data.dataset, "root", None)
@@ -64,7 +64,7 @@ def digest_run(run_dir: Path) -> dict[str, str]:
 
 def run_one(path: Path, executor: str, out_dir: Path) -> dict[str, str]:
     """Run ``path`` with the golden limits on ``executor`` and digest its outputs."""
-    from hierfl.config.loader import load_scenario
+    from hierfl.scenario.loader import load_scenario
     from hierfl.driver import run_scenario
 
     sc = load_scenario(path, overrides(path, executor))

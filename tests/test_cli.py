@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from hierfl.cli import main
-from hierfl.config.loader import load_scenario
+from hierfl.scenario.loader import load_scenario
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]

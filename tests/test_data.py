@@ -31,8 +31,7 @@ def assert_well_formed(ds: Dataset) -> None:
 
 
 def test_registry_names() -> None:
-    assert DATASETS.names() == ["blobs", "cifar10", "emnist", "fashion_mnist", "femnist", "mnist", "shakespeare",
-                                "synthetic", "teacher"]
+    assert all(DATASETS.get(n).model_fields["name"].default == n for n in DATASETS.names())
     assert DATASETS.get("synthetic") is SyntheticConfig
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hierfl.config.loader import load_scenario
+from hierfl.scenario.loader import load_scenario
 from hierfl.driver import run_scenario
 from tests.conftest import tiny
 

@@ -21,7 +21,7 @@ def tiered(devices, **override):
     """The tiny scenario with its ``devices`` section replaced (tiers exclude the distributions)."""
     import copy
 
-    from hierfl.config.loader import deep_merge, validate_raw
+    from hierfl.scenario.loader import deep_merge, validate_raw
 
     raw = deep_merge(copy.deepcopy(TINY), override)
     raw["devices"] = devices

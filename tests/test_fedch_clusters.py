@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hierfl.core import fedch_clusters as fc
-from hierfl.core.recluster import AdaptiveRecluster, NeverRecluster, PeriodicRecluster
+from hierfl.policies.recluster import AdaptiveRecluster, NeverRecluster, PeriodicRecluster
 
 
 def test_balanced_sizes_and_slots():

@@ -171,7 +171,7 @@ def test_runs_several_rounds_and_stops_by_rounds(tmp_path):
 
 
 def _problems(raw):
-    from hierfl.config.loader import validate_raw
+    from hierfl.scenario.loader import validate_raw
     with pytest.raises(ConfigError) as info:
         validate_raw(raw)
     return [p.path + " | " + p.format() for p in info.value.problems]

@@ -15,11 +15,11 @@ import yaml
 from hierfl.build import build
 from hierfl.cli import main
 from hierfl.config.errors import ConfigError
-from hierfl.config.loader import load_scenario
 from hierfl.data import DATASETS, CIFAR10Config, EMNISTConfig, FEMNISTConfig, MNISTConfig, ShakespeareConfig
 from hierfl.data.datasets import DataError
 from hierfl.data.files import LEAF_CHARACTERS, read_idx
 from hierfl.driver import run_scenario
+from hierfl.scenario.loader import load_scenario
 from tests.conftest import tiny
 from tests.datafiles import write_cifar_dir, write_idx, write_leaf_dir, write_mnist_dir
 

@@ -14,16 +14,20 @@ from hierfl.build import build, train_spec
 from hierfl.cli import main
 from hierfl.core.work import TrainSpec
 from hierfl.driver import run_scenario
+from hierfl.dynamics.availability import steady_names
 from hierfl.learn import LocalTrainer
+from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.learn.trainers import TRAINERS
 from hierfl.models import LogRegConfig
+from hierfl.policies.straggler import neutral_names
+from hierfl.protocols import PROTOCOLS
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost
 from tests.conftest import TINY, tiny
 from tests.test_local_training import C, D, _loss_grad, _tiny_data
 
 
 def test_registry_and_spec_fields():
-    assert TRAINERS.names() == ["fedprox", "scaffold", "sgd"]
+    assert all(TRAINERS.get(n).model_fields["name"].default == n for n in TRAINERS.names())
     assert train_spec(tiny()).mu == 0.0 and not train_spec(tiny()).control_variates
     spec = train_spec(tiny(training={"trainer": {"name": "fedprox", "mu": 0.25}}))
     assert spec.mu == 0.25 and spec.proximal == 0.25
@@ -208,7 +212,7 @@ def test_fedbuff_server_step_goes_through_the_optimizer(tmp_path):
 
 
 def _cli_validate(tmp_path: Path, capsys, **override) -> tuple[int, str]:
-    from hierfl.config.loader import deep_merge
+    from hierfl.scenario.loader import deep_merge
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(deep_merge(TINY, override)))
@@ -219,21 +223,22 @@ def _cli_validate(tmp_path: Path, capsys, **override) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(("override", "needles"), [
-    ({"training": {"trainer": "fedmagic"}}, ["training.trainer", "fedprox", "scaffold", "sgd"]),
+    ({"training": {"trainer": "fedmagic"}}, ["training.trainer", *TRAINERS.names()]),
     ({"training": {"trainer": {"name": "fedprox", "mu": -0.1}}}, ["training.trainer.mu", "greater than or equal to 0"]),
-    ({"server_optimizer": {"cloud": "adamw"}}, ["server_optimizer.cloud", "fedadam", "fedyogi"]),
+    ({"server_optimizer": {"cloud": "adamw"}}, ["server_optimizer.cloud", *SERVER_OPTIMIZERS.names()]),
     ({"server_optimizer": {"name": "fedavgm", "beta": 1.0}}, ["server_optimizer", "beta", "less than 1"]),
     ({"server_optimizer": {"edge": {"name": "fedadam", "beta2": -0.5}}}, ["server_optimizer.edge.beta2"]),
     ({"server_optimizer": {"name": "fedyogi", "tau": 0}}, ["tau", "greater than 0"]),
     ({"server_optimizer": {"edge": "fedadam"}}, ["server_optimizer.edge", "fedavg", "tiers it supports: cloud"]),
     ({"training": {"trainer": "scaffold"}, "protocol": {"name": "fedasync"}},
-     ["training.trainer", "scaffold", "allowed: fedavg, hierfavg"]),
+     ["training.trainer", "scaffold",
+      "allowed: " + ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates)]),
     # an update trained but never delivered would break c = mean(c_i): refused with the key path
     ({"training": {"trainer": "scaffold"}, "straggler": {"name": "deadline", "seconds": 1.0}},
-     ["straggler.name", "allowed with scaffold: wait_all"]),
+     ["straggler.name", "allowed with scaffold: " + ", ".join(neutral_names())]),
     ({"training": {"trainer": "scaffold"}, "devices": {"availability": {"name": "markov", "mean_up_s": 10,
                                                                         "mean_down_s": 5}}},
-     ["devices.availability", "allowed with scaffold: always"]),
+     ["devices.availability", "allowed with scaffold: " + ", ".join(steady_names())]),
 ])
 def test_bad_learning_input_exits_2(tmp_path, capsys, override, needles):
     code, err = _cli_validate(tmp_path, capsys, **override)
@@ -284,4 +289,4 @@ def test_fedavg_uniform_weighting_is_the_plain_mean(tmp_path):
 def test_plugin_section_without_name_lists_the_allowed_names(tmp_path, capsys):
     code, err = _cli_validate(tmp_path, capsys, training={"trainer": {"mu": 0.1}})
     assert code == 2 and "training.trainer: this section needs a `name`" in err
-    assert "allowed: fedprox, scaffold, sgd" in err
+    assert "allowed: " + ", ".join(TRAINERS.names()) in err

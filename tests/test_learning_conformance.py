@@ -8,6 +8,7 @@ import pytest
 
 from hierfl.core.serveropt import SERVER_OPTIMIZERS
 from hierfl.driver import run_scenario
+from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.learn.trainers import TRAINERS
 from tests.conftest import tiny
 from tests.test_determinism import metrics_without_wall

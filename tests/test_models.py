@@ -28,7 +28,7 @@ def test_import_does_not_import_torch() -> None:
 
 
 def test_registry_names_and_union() -> None:
-    assert MODELS.names() == ["char_lstm", "cnn", "logreg", "mlp"]
+    assert all(MODELS.get(n).model_fields["name"].default == n for n in MODELS.names())
     adapter = TypeAdapter(MODELS.union())
     cfg = adapter.validate_python({"name": "mlp", "hidden": [10, 3]})
     assert isinstance(cfg, MLPConfig) and cfg.hidden == [10, 3]

@@ -59,6 +59,9 @@ class FakeEnv:
     def rng(self, name: str, *ids: int) -> np.random.Generator:
         return stream(7, name, *ids)
 
+    def online_count(self) -> int:
+        return self.world.num_devices
+
     def available(self, devices: Any = None) -> list[int]:
         return list(range(self.world.num_devices)) if devices is None else sorted(devices)
 

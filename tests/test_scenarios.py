@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hierfl.config.loader import load_scenario
+from hierfl.scenario.loader import load_scenario
 from hierfl.driver import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

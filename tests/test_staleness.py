@@ -7,14 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hierfl.core import staleness as S
+from hierfl.policies import staleness as P
 
 CONFIGS = st.one_of(
-    st.builds(S.ConstantStaleness),
-    st.builds(S.PolynomialStaleness, a=st.floats(0, 100)),
-    st.builds(S.HingeStaleness, a=st.floats(0, 1e6), b=st.floats(0, 1e3)),
-    st.builds(S.FedBuffStaleness),
-    st.builds(S.FedCHStaleness, a=st.floats(0, 1e3), b=st.floats(0, 100)),
-    st.builds(S.ExponentialStaleness, lam=st.floats(0, 1e3)),
+    st.builds(P.ConstantStaleness),
+    st.builds(P.PolynomialStaleness, a=st.floats(0, 100)),
+    st.builds(P.HingeStaleness, a=st.floats(0, 1e6), b=st.floats(0, 1e3)),
+    st.builds(P.FedBuffStaleness),
+    st.builds(P.FedCHStaleness, a=st.floats(0, 1e3), b=st.floats(0, 100)),
+    st.builds(P.ExponentialStaleness, lam=st.floats(0, 1e3)),
 )
 
 
@@ -40,7 +41,7 @@ def test_sigma_zero_is_one_values_in_unit_interval_non_increasing(cfg, t1, t2):
 def test_selectable_by_name_with_allowed_names_in_errors():
     from pydantic import TypeAdapter, ValidationError
 
-    ta = TypeAdapter(S.STALENESS.union())
+    ta = TypeAdapter(P.STALENESS.union())
     assert ta.validate_python({"name": "hinge", "a": 4, "b": 2})(3) == pytest.approx(1 / 5)
     with pytest.raises(ValidationError, match="polynomial"):
         ta.validate_python({"name": "cubic"})

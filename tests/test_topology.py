@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from hierfl.build import build
 from hierfl.config.errors import ConfigError
-from hierfl.config.loader import load_scenario
 from hierfl.core.rng import stream
 from hierfl.core.topomath import pairwise_km, uniform_square
-from hierfl.topology import load_topology_file
+from hierfl.scenario.loader import load_scenario
+from hierfl.topology import GENERATORS, load_topology_file
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -349,7 +349,8 @@ def test_missing_file_unknown_type_and_inconsistent_keys(tmp_path):
              ({"generator": {"name": "star", "edges": 5}}, "topology.generator", "5 edge servers but there are only 4"),
              ({"generator": {"name": "tree", "regions": 2, "edges_per_region": 1, "region_shares": [0.5]}},
               "topology.generator", "region_shares needs 2 entries"),
-             ({"generator": {"name": "ring", "edges": 2}}, "topology.generator", "'random_geometric', 'star', 'tree'")]
+             ({"generator": {"name": "ring", "edges": 2}}, "topology.generator",
+              ", ".join(repr(n) for n in GENERATORS.names()))]
     (tmp_path / "t.txt").write_text("x")
     for topology, key, what in cases:
         with pytest.raises(ConfigError) as info:

@@ -12,12 +12,12 @@ import yaml
 
 from hierfl.build import build, train_spec
 from hierfl.config.errors import ConfigError
-from hierfl.config.loader import load_scenario
 from hierfl.core.rng import stream
 from hierfl.driver import run_scenario
+from hierfl.dynamics.availability import AvailabilityTraceConfig
+from hierfl.scenario.loader import load_scenario
 from hierfl.traces import (
     Availability,
-    AvailabilityTraceConfig,
     Capacity,
     TraceError,
     load_availability,

@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from hierfl.build import build
-from hierfl.config.loader import validate_raw
 from hierfl.core.rng import stream
 from hierfl.driver import run_scenario
+from hierfl.scenario.loader import validate_raw
 
 
 def scenario(fraction: float, rounds: int, workers: int) -> dict:

@@ -1,4 +1,4 @@
-"""Base class for every configuration model: frozen, unknown keys rejected."""
+"""Base class for every configuration model (frozen, unknown keys rejected) and two input helpers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ConfigModel", "rename_alias"]
+__all__ = ["ConfigModel", "rename_alias", "name_shorthand"]
 
 
 class ConfigModel(BaseModel):
@@ -26,3 +26,11 @@ def rename_alias(data: Any, alias: str, key: str) -> Any:
             raise ValueError(f"set either {key} or {alias} (its alias), not both")
         data[key] = data.pop(alias)
     return data
+
+
+def name_shorthand(value: Any, key: str = "name") -> Any:
+    """A bare string names a plug-in: ``protocol: fedavg`` means ``protocol: {name: fedavg}``.
+
+    ``key`` is the field that names the plug-in (``name``; ``dist`` for distributions).
+    """
+    return {key: value} if isinstance(value, str) else value

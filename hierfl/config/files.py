@@ -3,22 +3,29 @@
 A relative path is looked up, in order, in
 
 1. the folder of the scenario file being loaded (passed to pydantic as validation context by
-   :func:`hierfl.config.loader.validate_raw`; absent when a scenario is built from a dict),
+   :func:`hierfl.scenario.loader.validate_raw`; absent when a scenario is built from a dict),
 2. the current working directory,
 3. hierfl's own checkout (the folder holding the ``hierfl`` package), so the shipped
    ``topologies/`` and ``traces/`` are found from anywhere and a run's ``config.yaml`` runs again.
 
 The first existing file wins; when none exists the error lists every place that was tried.
+
+Validation only *resolves* a file (cheap: does it exist, is it a file). Parsing happens when a
+builder or a load-time check needs the content, through :func:`read_cached`, so a file named
+in a scenario is parsed once per process however many steps look at it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["resolve_file", "context_for", "display_path"]
+__all__ = ["resolve_file", "context_for", "display_path", "read_cached"]
+
+T = TypeVar("T")
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,3 +78,19 @@ def display_path(path: str | os.PathLike[str]) -> str:
         return str(p.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(p.resolve())
+
+
+@lru_cache(maxsize=128)
+def _parsed(parse: Callable[..., Any], path: str, mtime_ns: int, size: int, args: tuple[Any, ...]) -> Any:
+    return parse(Path(path), *args)
+
+
+def read_cached(path: str | os.PathLike[str], parse: Callable[..., T], *args: Any) -> T:
+    """``parse(path, *args)``, parsed once per (file, modification time, size, args).
+
+    The result is shared: callers must not mutate it. ``OSError`` from ``stat`` (the file
+    vanished) propagates; the parser's own errors are raised again on every call, never cached.
+    """
+    p = Path(path).resolve()
+    st = p.stat()
+    return _parsed(parse, str(p), st.st_mtime_ns, st.st_size, args)  # type: ignore[no-any-return]

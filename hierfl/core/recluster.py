@@ -14,22 +14,15 @@ A policy is told about two things, in virtual-time order: a leader closing a rou
 (:meth:`ReclusterPolicy.round_closed` → the flag it piggy-backs) and the server applying a cluster
 update (:meth:`ReclusterPolicy.aggregation_applied` → whether to re-cluster now). After a
 re-clustering the protocol calls :meth:`ReclusterPolicy.reset` (new clusters, new histories).
+The configs that select a policy by name (``recluster: {name: adaptive}``) are plug-ins in
+:mod:`hierfl.policies.recluster`.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Literal
 
-from pydantic import Field, PositiveInt
-
-from hierfl.config.base import ConfigModel
-from hierfl.registry import Registry
-
-__all__ = ["RECLUSTER", "ReclusterConfig", "ReclusterPolicy", "NeverRecluster", "PeriodicRecluster",
-           "AdaptiveRecluster", "NeverPolicy", "PeriodicPolicy", "AdaptivePolicy"]
-
-RECLUSTER: Registry = Registry("re-clustering policy")
+__all__ = ["ReclusterPolicy", "NeverPolicy", "PeriodicPolicy", "AdaptivePolicy"]
 
 
 class ReclusterPolicy:
@@ -112,47 +105,3 @@ class AdaptivePolicy(ReclusterPolicy):
     def state(self) -> dict[str, object]:
         """Flagged clusters and γ, K̃."""
         return {"flagged": sorted(self.flags), "gamma": self.gamma, "k_tilde": self.k_tilde}
-
-
-class ReclusterConfig(ConfigModel):
-    """Base of the ``recluster:`` configs."""
-
-    def make(self, k: int, n: int) -> ReclusterPolicy:
-        """The policy for ``k`` clusters over ``n`` devices."""
-        raise NotImplementedError
-
-
-@RECLUSTER.register
-class NeverRecluster(ReclusterConfig):
-    """``{name: never}``: the clusters built at start are kept."""
-
-    name: Literal["never"] = "never"
-
-    def make(self, k: int, n: int) -> ReclusterPolicy:
-        """A policy that never fires."""
-        return NeverPolicy()
-
-
-@RECLUSTER.register
-class PeriodicRecluster(ReclusterConfig):
-    """``{name: periodic, rho: 10}``: every ϱ·K global aggregations (never when K = 1 or K = N)."""
-
-    name: Literal["periodic"] = "periodic"
-    rho: PositiveInt = Field(default=10, description="ϱ: period in units of K global aggregations [V]")
-
-    def make(self, k: int, n: int) -> ReclusterPolicy:
-        """``T_b = ϱ·K``, or ∞ for K ∈ {1, N}."""
-        return PeriodicPolicy(None if k in (1, n) else self.rho * k)
-
-
-@RECLUSTER.register
-class AdaptiveRecluster(ReclusterConfig):
-    """``{name: adaptive, gamma: 1.5, k_tilde: 1}``: re-cluster when K̃ clusters flagged a straggler."""
-
-    name: Literal["adaptive"] = "adaptive"
-    gamma: float = Field(default=1.5, gt=1.0, description="straggler threshold × running median round time [D]")
-    k_tilde: PositiveInt = Field(default=1, description="K̃: flagged clusters that trigger re-clustering, 1..K [V]")
-
-    def make(self, k: int, n: int) -> ReclusterPolicy:
-        """Flags against the running median; fires at ``k_tilde`` flagged clusters."""
-        return AdaptivePolicy(self.gamma, self.k_tilde)

@@ -14,25 +14,16 @@ applies the update. Every function returns a value in (0, 1], non-increasing in 
 σ(0) = 1; values that would underflow to 0 are clamped to the smallest positive float so a
 very stale update keeps a (negligible) positive weight instead of a zero that breaks
 normalisation.
+
+The configs that select one of them by name (``staleness: {name: hinge, a: 10, b: 4}``) are
+plug-ins in :mod:`hierfl.policies.staleness`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
 
-from pydantic import Field
-
-from hierfl.config.base import ConfigModel
-from hierfl.registry import Registry
-
-__all__ = [
-    "STALENESS", "StalenessConfig", "constant", "polynomial", "hinge", "fedbuff", "fedch", "exponential",
-    "ConstantStaleness", "PolynomialStaleness", "HingeStaleness", "FedBuffStaleness", "FedCHStaleness",
-    "ExponentialStaleness",
-]
-
-STALENESS: Registry = Registry("staleness function")
+__all__ = ["constant", "polynomial", "hinge", "fedbuff", "fedch", "exponential"]
 
 _TINY = math.ulp(0.0) * 2**52  # smallest positive normal float (2.2e-308)
 
@@ -80,83 +71,3 @@ def fedch(tau: int, a: float, b: float) -> float:
 def exponential(tau: int, lam: float) -> float:
     """σ(τ) = e^(−lam·τ)."""
     return _clamp(math.exp(-lam * _check(tau)))
-
-
-class StalenessConfig(ConfigModel):
-    """Base of the staleness-function configs: ``σ = cfg(τ)``."""
-
-    def __call__(self, tau: int) -> float:
-        """σ(τ)."""
-        raise NotImplementedError
-
-
-@STALENESS.register
-class ConstantStaleness(StalenessConfig):
-    """``{name: constant}``: σ ≡ 1 (no staleness discount)."""
-
-    name: Literal["constant"] = "constant"
-
-    def __call__(self, tau: int) -> float:
-        """σ(τ) = 1."""
-        return constant(tau)
-
-
-@STALENESS.register
-class PolynomialStaleness(StalenessConfig):
-    """``{name: polynomial, a: 0.5}``: σ(τ) = (τ + 1)^(−a)."""
-
-    name: Literal["polynomial"] = "polynomial"
-    a: float = Field(default=0.5, ge=0.0, le=100.0, description="decay exponent")
-
-    def __call__(self, tau: int) -> float:
-        """(τ + 1)^(−a)."""
-        return polynomial(tau, self.a)
-
-
-@STALENESS.register
-class HingeStaleness(StalenessConfig):
-    """``{name: hinge, a: 10, b: 4}``: full weight up to ``b``, then 1/(a(τ−b)+1)."""
-
-    name: Literal["hinge"] = "hinge"
-    a: float = Field(default=10.0, ge=0.0, description="slope after the hinge")
-    b: float = Field(default=4.0, ge=0.0, description="staleness tolerated at full weight")
-
-    def __call__(self, tau: int) -> float:
-        """1 if τ ≤ b else 1/(a(τ−b)+1)."""
-        return hinge(tau, self.a, self.b)
-
-
-@STALENESS.register
-class FedBuffStaleness(StalenessConfig):
-    """``{name: fedbuff}``: σ(τ) = 1/√(1+τ)."""
-
-    name: Literal["fedbuff"] = "fedbuff"
-
-    def __call__(self, tau: int) -> float:
-        """1/√(1+τ)."""
-        return fedbuff(tau)
-
-
-@STALENESS.register
-class FedCHStaleness(StalenessConfig):
-    """``{name: fedch, a: 5, b: 1}``: full weight up to ``a``, then τ^(−b)."""
-
-    name: Literal["fedch"] = "fedch"
-    a: float = Field(default=5.0, ge=0.0, description="staleness tolerated at full weight")
-    b: float = Field(default=1.0, ge=0.0, le=100.0, description="decay exponent")
-
-    def __call__(self, tau: int) -> float:
-        """1 if τ ≤ a else τ^(−b)."""
-        return fedch(tau, self.a, self.b)
-
-
-@STALENESS.register
-class ExponentialStaleness(StalenessConfig):
-    """``{name: exponential, lam: 0.5}``: σ(τ) = e^(−lam·τ)."""
-
-    name: Literal["exponential"] = "exponential"
-    lam: float = Field(default=0.5, ge=0.0, description="decay rate per version")
-
-    def __call__(self, tau: int) -> float:
-        """e^(−lam·τ)."""
-        return exponential(tau, self.lam)

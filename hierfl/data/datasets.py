@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
-from hierfl.registry import Registry
+from hierfl.config.registry import Registry
 
 __all__ = [
     "DATASETS",

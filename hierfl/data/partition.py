@@ -14,14 +14,14 @@ Networks from Decentralized Data", AISTATS 2017; ``shaoxiongji/federated-learnin
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from hierfl.config.base import ConfigModel
+from hierfl.config.registry import Registry
 from hierfl.data.datasets import DataError, Dataset
-from hierfl.registry import Registry
 
 __all__ = [
     "PARTITIONERS",
@@ -45,6 +45,9 @@ def _check_sizes(num_samples: int, num_devices: int) -> None:
 
 class PartitionConfig(ConfigModel):
     """Base class of partition configs: ``split`` assigns training indices to devices."""
+
+    covers_all: ClassVar[bool] = True
+    """Every training sample goes to some device (``shards`` drops a remainder smaller than one shard per part)."""
 
     def split(self, dataset: Dataset, num_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
         """Return ``num_devices`` non-empty int64 index arrays into ``dataset.x_train``.
@@ -154,6 +157,8 @@ class ShardsConfig(PartitionConfig):
     remainder at the end of the sorted order is dropped); each device gets
     ``shards_per_client`` shards drawn without replacement.
     """
+
+    covers_all: ClassVar[bool] = False
 
     name: Literal["shards"] = "shards"
     shards_per_client: PositiveInt = Field(2, description="shards per device (2: most see two labels)")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.config.schema import Scenario
+from hierfl.scenario.schema import Scenario
 from hierfl.core.dynamics import Dynamics, OnlineIndex, factor_at, finish_time
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream, stream_seed

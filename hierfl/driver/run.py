@@ -15,8 +15,8 @@ import numpy as np
 
 from hierfl import __version__
 from hierfl.build import Built, build
-from hierfl.config.loader import dump_scenario
-from hierfl.config.schema import Scenario
+from hierfl.scenario.loader import dump_scenario
+from hierfl.scenario.schema import Scenario
 from hierfl.core.dynamics import Dynamics
 from hierfl.driver.context import Context, RunError
 from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdowns

@@ -22,16 +22,12 @@ through :class:`~hierfl.core.work.TrainSpec`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from hierfl.config.base import ConfigModel
-from hierfl.config.errors import Problem
-from hierfl.registry import Registry
-
-if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+from hierfl.config.registry import Registry
 
 __all__ = ["TRAINERS", "TrainerConfig", "SGDTrainer", "FedProxTrainer", "ScaffoldTrainer"]
 
@@ -39,7 +35,16 @@ TRAINERS: Registry = Registry("trainer")
 
 
 class TrainerConfig(ConfigModel):
-    """Base of the local-trainer configs."""
+    """Base of the local-trainer configs.
+
+    Class attributes state what the trainer needs from the rest of the scenario (checked at load
+    time by :mod:`hierfl.scenario.checks`): ``needs_control_variates`` — a protocol that carries
+    SCAFFOLD's control variates; ``needs_every_update`` — why every trained update must arrive
+    (no straggler policy that drops updates, no devices going offline), or None.
+    """
+
+    needs_control_variates: ClassVar[bool] = False
+    needs_every_update: ClassVar[str | None] = None
 
     @property
     def payload_factor(self) -> int:
@@ -50,9 +55,6 @@ class TrainerConfig(ConfigModel):
         """The :class:`~hierfl.core.work.TrainSpec` fields this trainer sets."""
         return {}
 
-    def check(self, scenario: Scenario) -> list[Problem]:
-        """Cross-section problems (e.g. a protocol that cannot carry control variates)."""
-        return []
 
 
 @TRAINERS.register
@@ -80,6 +82,12 @@ class ScaffoldTrainer(TrainerConfig):
     """``trainer: {name: scaffold, control_weighting: uniform}``: option-II control variates."""
 
     name: Literal["scaffold"] = "scaffold"
+    needs_control_variates: ClassVar[bool] = True
+    # Option II updates c_i on the device when its job runs; the server's c moves only by the Δc_i
+    # that arrive. An update that ran but never arrives (cut by a straggler policy, or its device
+    # went offline while uploading) would leave c ≠ mean(c_i) for good, so such runs are refused.
+    needs_every_update: ClassVar[str | None] = "every update that was trained to arrive (c = mean of the c_i)"
+
     control_weighting: Literal["samples", "uniform"] = Field(
         default="samples",
         description="server control step c += Σ κ_i Δc_i with κ_i = n_i/n (samples, matching the sample-weighted "
@@ -93,32 +101,3 @@ class ScaffoldTrainer(TrainerConfig):
     def spec_fields(self) -> dict[str, Any]:
         """``control_variates``."""
         return {"control_variates": True}
-
-    def check(self, scenario: Scenario) -> list[Problem]:
-        """The protocol must carry control variates (synchronous rounds: fedavg, hierfavg)."""
-        proto = scenario.protocol
-        if not getattr(type(proto), "control_variates", False):
-            from hierfl.protocols import PROTOCOLS
-
-            able = [n for n in PROTOCOLS.names() if getattr(PROTOCOLS.get(n), "control_variates", False)]
-            return [Problem("training.trainer", f"scaffold needs a protocol with synchronous rounds that carries "
-                            f"control variates; protocol {proto.name!r} does not; allowed: {', '.join(able)}",
-                            "scaffold")]
-        # Option II updates c_i on the device when its job runs; the server's c moves only by the Δc_i
-        # that arrive. An update that ran but never arrives (cut by a straggler policy, or its device
-        # went offline while uploading) would leave c ≠ mean(c_i) for good, so such runs are refused.
-        problems: list[Problem] = []
-        why = "scaffold needs every update that was trained to arrive (c = mean of the c_i)"
-        if scenario.straggler.name != "wait_all":
-            problems.append(Problem("straggler.name", f"{why}; allowed with scaffold: wait_all",
-                                    scenario.straggler.name))
-        if scenario.straggler.cloud.name != "wait_all":
-            problems.append(Problem("straggler.cloud.name", f"{why}; allowed with scaffold: wait_all",
-                                    scenario.straggler.cloud.name))
-        if scenario.devices.availability.name != "always":
-            problems.append(Problem("devices.availability", f"{why}; allowed with scaffold: always",
-                                    scenario.devices.availability.name))
-        for i, ev in enumerate(scenario.events):
-            if ev.kind == "leave":
-                problems.append(Problem(f"events.{i}.leave", f"{why}: devices cannot leave mid-run with scaffold"))
-        return problems

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, PositiveInt
 
 from hierfl.config.base import ConfigModel
-from hierfl.registry import Registry
+from hierfl.config.registry import Registry
 
 if TYPE_CHECKING:
     import torch

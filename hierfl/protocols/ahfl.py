@@ -32,12 +32,12 @@ from pydantic import Field, NonNegativeInt, field_validator
 
 from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
-from hierfl.core.staleness import STALENESS, PolynomialStaleness
 from hierfl.env import Env, Payload, Timer
+from hierfl.policies.staleness import STALENESS, PolynomialStaleness
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["AHFLConfig", "AHFL", "LeaderMsg"]
 

@@ -14,16 +14,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.registry import Registry
+from hierfl.config.registry import Registry
 from hierfl.core.engine import Event, Priority
 from hierfl.env.api import Env, Job
 from hierfl.env.events import Payload
 from hierfl.env.records import ClustersRecord
-
 if TYPE_CHECKING:  # the scenario schema sits above the protocols; only its type is named here
     from hierfl.core.work import TrainSpec
-    from hierfl.config.schema import Scenario
-
+    from hierfl.scenario.schema import Scenario
 __all__ = ["PROTOCOLS", "ProtocolConfig", "Protocol", "DeviceMsg"]
 
 PROTOCOLS: Registry = Registry("protocol")
@@ -53,7 +51,7 @@ class ProtocolConfig(ConfigModel):
     # whether it has synchronous barriers a `straggler:` policy applies to
     has_barriers: ClassVar[bool] = False
     # whether it has a synchronous cloud round over edge servers (`straggler.cloud` applies)
-    has_cloud_barrier: ClassVar[bool] = False
+    has_cloud_barrier: ClassVar[bool] = False  # a cloud round over edge servers that `straggler.cloud` applies to
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""

@@ -26,9 +26,9 @@ from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 from hierfl.config.base import ConfigModel
 from hierfl.core.engine import Event, Priority
 from hierfl.core.rankedset import RankedSet
-from hierfl.core.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.core.work import TrainSpec
 from hierfl.env import Env, Timer
+from hierfl.policies.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 
 __all__ = ["FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync", "VersionMsg"]

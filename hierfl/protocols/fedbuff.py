@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt
 
 from hierfl.config.errors import Problem
-from hierfl.core.staleness import STALENESS, FedBuffStaleness
 from hierfl.env import Env
+from hierfl.policies.staleness import STALENESS, FedBuffStaleness
 from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 from hierfl.protocols.fedasync import FlatAsync
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedBuffConfig", "FedBuff"]
 

@@ -36,7 +36,7 @@ from hierfl.env import ClustersRecord, Env, Job
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedHiSynConfig", "FedHiSyn"]
 

@@ -29,7 +29,7 @@ from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["HierFAVGConfig", "HierFAVG", "EdgeMsg"]
 
@@ -61,7 +61,6 @@ class HierFAVGConfig(ProtocolConfig):
     """``protocol: {name: hierfavg, kappa1: 60, kappa2: 1, fraction: 1.0}``."""
 
     has_barriers: ClassVar[bool] = True
-    has_cloud_barrier: ClassVar[bool] = True
     has_cloud_barrier: ClassVar[bool] = True
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.serveropt import ServerOptimizerConfig
 from hierfl.core.work import TrainSpec
 from hierfl.env.api import Job, Term
+from hierfl.executors import EXECUTORS
+from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 
 __all__ = ["Job", "Executor", "LocalExecutor", "RunData", "make_executor", "Term"]
@@ -201,11 +202,13 @@ class LocalExecutor(Executor):
 
 
 def make_executor(kind: str, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:
-    """The executor named by ``runtime.executor``."""
-    if kind == "local":
-        return LocalExecutor(data)
-    if kind == "ray":
-        from hierfl.runtime.ray_executor import RayExecutor  # Ray is imported only when used
+    """The executor named by ``runtime.executor``: a plug-in of :data:`hierfl.executors.EXECUTORS`.
 
-        return RayExecutor(data, workers=workers, address=address)
-    raise ValueError(f"unknown executor {kind!r}; allowed: local, ray")
+    Ray is imported only when the ``ray`` executor is made. An unknown name raises ``ValueError``
+    listing the allowed ones.
+    """
+    try:
+        config = EXECUTORS.get(kind)(name=kind)
+    except KeyError as exc:
+        raise ValueError(exc.args[0]) from None
+    return config.create(data, workers=workers, address=address)  # type: ignore[no-any-return]

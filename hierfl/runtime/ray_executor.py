@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from hierfl.core.serveropt import ServerOptimizerConfig
 from hierfl.core.work import TrainSpec
+from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost
 

@@ -13,9 +13,10 @@ import numpy as np
 
 from hierfl.core.aggregate import WeightedSum, linear_combination
 from hierfl.core.scaffold import correction, option2_control
-from hierfl.core.serveropt import OptState, ServerOptimizerConfig
+from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
 from hierfl.learn.local import LocalTrainer
+from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
            "delta_packed"]

@@ -27,10 +27,10 @@ import numpy as np
 from pydantic import Field, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
+from hierfl.config.registry import Registry
 from hierfl.core.rng import stream
 from hierfl.core.topomath import compose_path, distance_latency_ms, pairwise_km, uniform_square
 from hierfl.core.world import D2DLink, EdgeLink
-from hierfl.registry import Registry
 from hierfl.topology.spec import EdgeServer, RegionRule, TopologySpec
 
 __all__ = ["GENERATORS", "GeneratorConfig", "StarGenerator", "TreeGenerator", "RandomGeometricGenerator",
@@ -84,6 +84,11 @@ class StarGenerator(GeneratorConfig):
     name: Literal["star"] = "star"
     edges: PositiveInt
 
+    @classmethod
+    def example(cls) -> StarGenerator:
+        """A minimal valid config (conformance tests)."""
+        return cls(edges=2)
+
     @property
     def num_edges(self) -> int:
         """E = ``edges``."""
@@ -106,6 +111,11 @@ class TreeGenerator(GeneratorConfig):
     edge_link: HopLink = HopLink()
     region_link: HopLink | None = Field(default=None, description="aggregation → cloud; null = topology.edge_cloud")
     region_shares: list[float] | None = Field(default=None, description="share of devices per region; null = equal")
+
+    @classmethod
+    def example(cls) -> TreeGenerator:
+        """A minimal valid config (conformance tests)."""
+        return cls(regions=2, edges_per_region=1)
 
     @model_validator(mode="after")
     def _shares(self) -> TreeGenerator:
@@ -159,6 +169,11 @@ class RandomGeometricGenerator(GeneratorConfig):
     d2d_latency_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False,
                                          description="device ↔ device latency at 0 km; null = no d2d rule")
     d2d_bandwidth_mbps: float | None = Field(default=None, gt=0)
+
+    @classmethod
+    def example(cls) -> RandomGeometricGenerator:
+        """A minimal valid config (conformance tests)."""
+        return cls(edges=2)
 
     @property
     def num_edges(self) -> int:

@@ -1,11 +1,10 @@
-"""Load a topology file by extension (YAML or GraphML), cached by path, modification time and size."""
+"""Load a topology file by extension (YAML or GraphML), parsed once per path, modification time and size."""
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
-from hierfl.config.files import display_path
+from hierfl.config.files import display_path, read_cached
 from hierfl.topology.fileformat import TopologyFileError, read_yaml
 from hierfl.topology.graphml import read_graphml
 from hierfl.topology.spec import TopologySpec
@@ -13,9 +12,7 @@ from hierfl.topology.spec import TopologySpec
 __all__ = ["load_topology_file"]
 
 
-@lru_cache(maxsize=64)
-def _load_cached(path: str, mtime_ns: int, size: int) -> TopologySpec:
-    p = Path(path)
+def _parse(p: Path) -> TopologySpec:
     where = display_path(p)
     if p.suffix.lower() in (".graphml", ".xml"):
         return read_graphml(p, where)
@@ -31,7 +28,6 @@ def load_topology_file(path: str | Path) -> TopologySpec:
     """
     p = Path(path)
     try:
-        st = p.stat()
+        return read_cached(p, _parse)
     except OSError as exc:
         raise TopologyFileError(f"{display_path(p)}: cannot read the file: {exc}") from None
-    return _load_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)

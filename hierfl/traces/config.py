@@ -13,21 +13,21 @@ A trace with fewer clients than devices and a mapping other than ``cycle`` is re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, PrivateAttr, ValidationInfo, field_serializer, model_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import ConfigError, Problem
-from hierfl.config.files import display_path, resolve_file
+from hierfl.config.files import display_path, read_cached, resolve_file
 from hierfl.core.rng import stream
-from hierfl.traces.formats import Availability, Capacity, ClientId, TraceError, load_availability, load_capacity
+from hierfl.traces.formats import Availability, Capacity, ClientId, TraceError, load_capacity
 
-__all__ = ["TraceFileConfig", "CapacityTraceConfig", "AvailabilityTraceConfig", "map_clients",
-           "device_capacities", "availability_for_devices"]
+__all__ = ["TraceFileConfig", "CapacityTraceConfig", "map_clients", "device_capacities",
+           "availability_for_devices"]
 
 Mapping = Literal["first", "random", "cycle"]
 
@@ -76,16 +76,18 @@ def _format_of(file: str) -> str:
 class TraceFileConfig(ConfigModel):
     """A trace file: ``file`` (found like topology files), ``format`` and ``mapping``.
 
-    The file is read and checked when the scenario is validated; the parsed content is kept
-    (not serialised) for the build. ``format`` defaults to ``csv`` for ``*.csv`` files and to
-    ``fedscale`` (pickle or JSON) otherwise.
+    Validation only resolves the file (it must exist); its content is parsed when a load-time
+    check or a builder asks for it (:meth:`trace`), once per file through
+    :func:`~hierfl.config.files.read_cached`. ``format`` defaults to ``csv`` for ``*.csv`` files
+    and to ``fedscale`` (pickle or JSON) otherwise.
     """
+
+    reader: ClassVar[Callable[[Path, str], dict[ClientId, Any]]] = staticmethod(load_capacity)
 
     file: str = Field(min_length=1)
     format: Literal["fedscale", "csv"] | None = None
     mapping: Mapping = "first"
     _path: Path | None = PrivateAttr(default=None)
-    _trace: dict[ClientId, Any] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -95,17 +97,9 @@ class TraceFileConfig(ConfigModel):
         return data
 
     @model_validator(mode="after")
-    def _load(self, info: ValidationInfo) -> TraceFileConfig:
-        try:
-            path = resolve_file(self.file, info.context)
-            self._trace = self._read(path, self.format or _format_of(self.file))
-        except (TraceError, ValueError) as exc:
-            raise ValueError(str(exc)) from None
-        self._path = path
+    def _resolve(self, info: ValidationInfo) -> TraceFileConfig:
+        self._path = resolve_file(self.file, info.context)  # ValueError lists the places tried
         return self
-
-    def _read(self, path: Path, fmt: str) -> dict[ClientId, Any]:
-        return load_capacity(path, fmt)
 
     @field_serializer("file")
     def _absolute(self, value: str) -> str:
@@ -118,20 +112,33 @@ class TraceFileConfig(ConfigModel):
         return display_path(self._path) if self._path is not None else self.file
 
     def trace(self) -> dict[ClientId, Any]:
-        """The parsed trace (client id → record)."""
-        if self._trace is None:  # built without validation (model_construct): read it now
-            path = resolve_file(self.file)
-            self._trace, self._path = self._read(path, self.format or _format_of(self.file)), path
-        return self._trace
+        """The parsed trace (client id → record), read once per file; raises :class:`TraceError`."""
+        if self._path is None:  # built without validation (model_construct): find it now
+            self._path = resolve_file(self.file)
+        try:
+            return read_cached(self._path, type(self).reader, self.format or _format_of(self.file))
+        except OSError as exc:
+            raise TraceError(f"{self.where}: cannot read the file: {exc}") from None
 
     def check(self, n: int, key: str) -> list[Problem]:
-        """Problems of mapping this trace onto ``n`` devices (too few clients)."""
-        c = len(self.trace())
+        """Problems of reading this trace (at ``key``) and of mapping it onto ``n`` devices (at ``key.mapping``)."""
+        try:
+            c = len(self.trace())
+        except TraceError as exc:
+            return [Problem(key, str(exc))]
         if c < n and self.mapping != "cycle":
-            return [Problem(key, f"{self.where}: the trace has {c} clients but devices.count is {n}; mapping "
-                                 f"{self.mapping!r} needs at least {n}. Use mapping: cycle (device i gets client "
-                                 f"i mod {c} in sorted order) or fewer devices", self.mapping)]
+            return [Problem(f"{key}.mapping", f"{self.where}: the trace has {c} clients but devices.count is {n}; "
+                            f"mapping {self.mapping!r} needs at least {n}. Use mapping: cycle (device i gets client "
+                            f"i mod {c} in sorted order) or fewer devices", self.mapping)]
         return []
+
+    def _mapped(self, n: int, seed: int, stream_name: str, key: str,
+                per_device: Callable[..., Any]) -> Any:
+        rng = stream(seed, stream_name) if self.mapping == "random" else None
+        try:
+            return per_device(self.trace(), n, self.mapping, rng, self.where)
+        except TraceError as exc:
+            raise ConfigError([Problem(key, str(exc))]) from None
 
 
 class CapacityTraceConfig(TraceFileConfig):
@@ -143,25 +150,5 @@ class CapacityTraceConfig(TraceFileConfig):
 
     def device_profiles(self, n: int, seed: int) -> dict[str, np.ndarray]:
         """Per-device ``speed_sps``, ``uplink_mbps``, ``downlink_mbps``; raises :class:`ConfigError`."""
-        rng = stream(seed, "devices.capacity_trace") if self.mapping == "random" else None
-        try:
-            return device_capacities(self.trace(), n, self.mapping, rng, self.where)
-        except TraceError as exc:
-            raise ConfigError([Problem("devices.capacity_trace", str(exc))]) from None
-
-
-class AvailabilityTraceConfig(TraceFileConfig):
-    """An availability trace (for the availability model's ``trace`` option): online intervals per device."""
-
-    name: Literal["trace"] = "trace"
-
-    def _read(self, path: Path, fmt: str) -> dict[ClientId, Any]:
-        return load_availability(path, fmt)
-
-    def device_intervals(self, n: int, seed: int, key: str = "devices.availability") -> dict[int, Availability]:
-        """Device index → :class:`Availability`; raises :class:`ConfigError` naming ``key``."""
-        rng = stream(seed, "devices.availability_trace") if self.mapping == "random" else None
-        try:
-            return availability_for_devices(self.trace(), n, self.mapping, rng, self.where)
-        except TraceError as exc:
-            raise ConfigError([Problem(key, str(exc))]) from None
+        return self._mapped(n, seed, "devices.capacity_trace", "devices.capacity_trace",  # type: ignore[no-any-return]
+                            device_capacities)

@@ -12,14 +12,14 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.core.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
-from hierfl.core.staleness import STALENESS, FedCHStaleness
 from hierfl.env import Env
+from hierfl.policies.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
+from hierfl.policies.staleness import STALENESS, FedCHStaleness
 from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
 from hierfl.protocols.fedch.protocol import FedCH
 
 if TYPE_CHECKING:
-    from hierfl.config.schema import Scenario
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedCHConfig", "KStarConfig"]
 

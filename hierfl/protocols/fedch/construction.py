@@ -14,7 +14,7 @@ import numpy as np
 
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core import fedch_clusters as fc
-from hierfl.core.recluster import AdaptiveRecluster
+from hierfl.policies.recluster import AdaptiveRecluster
 from hierfl.core.work import TrainSpec
 from hierfl.env import ClustersRecord, Env
 from hierfl.protocols.fedch.state import Cluster, FedCHState

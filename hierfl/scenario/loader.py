@@ -1,8 +1,9 @@
 """Load a scenario: YAML (with ``extends:``) → ``--set`` overrides → validated :class:`Scenario`.
 
 Errors are gathered, not raised one at a time: schema problems come from pydantic (all at
-once), then cross-section checks (edge servers vs devices, what the protocol needs) run and add
-theirs. Every problem names the file, the key path, the bad value and what is allowed.
+once), then the topology file is read and the cross-section checks (:mod:`hierfl.scenario.checks`:
+edge servers vs devices, what the protocol needs) run and add theirs. Every problem names the
+file, the key path, the bad value and what is allowed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pydantic import ValidationError
 
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.config.files import context_for
-from hierfl.config.schema import Scenario
+from hierfl.scenario.checks import cross_checks, raw_cross_checks, resolve_files
+from hierfl.scenario.schema import Scenario
 
 __all__ = ["load_scenario", "load_raw", "apply_overrides", "validate_raw", "deep_merge", "dump_scenario"]
 
@@ -174,126 +176,16 @@ def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list
     return problems
 
 
-def _edge_count_problem(edges: Any, n: Any) -> list[Problem]:
-    if isinstance(edges, int) and isinstance(n, int) and n >= 1 and edges > n:
-        return [Problem("topology.edge_servers", f"more edge servers than devices ({n}); allowed: 0..{n}", edges)]
-    return []
-
-
-def _raw_cross_checks(raw: dict[str, Any]) -> list[Problem]:
-    """Cross-section checks that can run even when the schema rejected something else."""
-    devices, topology = raw.get("devices"), raw.get("topology")
-    if isinstance(devices, dict) and isinstance(topology, dict) and not (topology.get("file") or topology.get("generator")):
-        return _edge_count_problem(topology.get("edge_servers"), devices.get("count"))
-    return []
-
-
-def _cross_checks(scenario: Scenario) -> list[Problem]:
-    topo, n = scenario.topology, scenario.devices.count
-    # a topology file or generator says itself what does not fit N devices (file and line)
-    problems = topo.check(n) if topo.file or topo.generator else _edge_count_problem(topo.edge_servers, n)
-    if scenario.devices.capacity_trace is not None:
-        problems.extend(scenario.devices.capacity_trace.check(n, "devices.capacity_trace.mapping"))
-    if getattr(scenario.devices.availability, "name", None) == "trace":
-        problems.extend(scenario.devices.availability.check(n, "devices.availability.mapping"))  # type: ignore[union-attr]
-    ev, stop = scenario.evaluation, scenario.stop
-    if stop.target_accuracy is not None and ev.every_s is None:
-        problems.append(Problem("evaluation.every_s",
-                                "stop.target_accuracy needs periodic evaluation: set evaluation.every_s"))
-    if stop.virtual_time_s is not None and ev.every_s is not None and ev.every_s > stop.virtual_time_s:
-        problems.append(Problem("evaluation.every_s",
-                                f"longer than the run (stop.virtual_time_s = {stop.virtual_time_s:g})", ev.every_s))
-    problems.extend(_dynamics_checks(scenario))
-    problems.extend(scenario.protocol.check(scenario))
-    # learning plug-ins: a trainer or server optimizer the protocol cannot honour is an error, not ignored
-    problems.extend(scenario.training.trainer.check(scenario))
-    problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
-                                                    scenario.protocol.name))
-    return problems
-
-
-def _dynamics_checks(scenario: Scenario) -> list[Problem]:
-    """Tiers that exist, events inside the run, selectors naming real tiers and edge servers."""
-    from hierfl.config.dynamics import shipped_tiers
-
-    problems: list[Problem] = []
-    dev = scenario.devices
-    known = sorted(set(shipped_tiers()) | set(dev.custom_tiers))
-    allowed = ", ".join(known)
-    for name in (dev.tiers or {}):
-        if name not in known:
-            problems.append(Problem(f"devices.tiers.{name}", f"unknown tier; allowed: {allowed} "
-                                    "(or define it under devices.custom_tiers)"))
-    used = set(dev.tiers or {}) if dev.tiers else {"custom"}
-    avail = dev.availability
-    for name in getattr(avail, "tiers", None) or []:
-        if name not in known and name != "custom":
-            problems.append(Problem("devices.availability.tiers", f"unknown tier; allowed: {allowed}", name))
-    proto = scenario.protocol
-    if not proto.supports_churn:
-        what = f"protocol {proto.name} does not model devices dropping out"
-        if avail.name != "always":
-            problems.append(Problem("devices.availability", f"{what}; allowed: always", avail.name))
-        if dev.dropout > 0:
-            problems.append(Problem("devices.dropout", f"{what}; allowed: 0", dev.dropout))
-        for i, ev in enumerate(scenario.events):
-            if ev.kind in ("leave", "join"):
-                problems.append(Problem(f"events.{i}.{ev.kind}", f"{what} (leave/join events)"))
-    if not proto.has_barriers and scenario.straggler.name != "wait_all":
-        from hierfl.protocols import PROTOCOLS
-
-        with_barriers = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).has_barriers)
-        problems.append(Problem("straggler.name", f"protocol {proto.name} has no synchronous barrier for a "
-                                f"straggler policy; allowed here: wait_all (policies apply to {with_barriers})",
-                                scenario.straggler.name))
-    if proto.name != "hierfavg" and scenario.straggler.cloud.name != "wait_all":
-        problems.append(Problem("straggler.cloud", "a cloud-round policy over edge servers applies to hierfavg only"))
-    end = scenario.stop.virtual_time_s
-    e_count = scenario.topology.edge_servers
-    for key in ("edge_ingress_mbps", "edge_egress_mbps"):
-        if getattr(scenario.network, key) is not None and e_count == 0:
-            problems.append(Problem(f"network.{key}", "the scenario has no edge servers (topology.edge_servers: 0); "
-                                    "use network.cloud_ingress_mbps / cloud_egress_mbps for the cloud's links"))
-    for i, ev in enumerate(scenario.events):
-        if end is not None and ev.at_s >= end:
-            problems.append(Problem(f"events.{i}.at_s", f"outside the run (stop.virtual_time_s = {end:g}); "
-                                    f"allowed: 0 <= at_s < {end:g}", ev.at_s))
-        spec = getattr(ev, ev.kind)
-        sel = getattr(spec, "select", None)
-        if sel is not None:
-            tiers = [sel.tier] if isinstance(sel.tier, str) else (sel.tier or [])
-            for t in tiers:
-                if t not in known and t != "custom":
-                    problems.append(Problem(f"events.{i}.{ev.kind}.select.tier", f"unknown tier; allowed: {allowed}", t))
-                elif t not in used:
-                    pass  # a known tier no device has: the selector matches nothing (warned at build)
-            edges = [sel.edge] if isinstance(sel.edge, int) else (sel.edge or [])
-            for e in edges:
-                if e >= e_count:
-                    problems.append(Problem(f"events.{i}.{ev.kind}.select.edge",
-                                            f"no such edge server; allowed: 0..{e_count - 1}" if e_count
-                                            else "the scenario has no edge servers", e))
-            for d in sel.ids or []:
-                if d >= dev.count:
-                    problems.append(Problem(f"events.{i}.{ev.kind}.select.ids",
-                                            f"no such device; allowed: 0..{dev.count - 1}", d))
-        if ev.kind == "edge_link":
-            if e_count == 0:
-                problems.append(Problem(f"events.{i}.edge_link", "the scenario has no edge servers"))
-            for e in ev.edge_link.edges or []:  # type: ignore[union-attr]
-                if e >= e_count > 0:
-                    problems.append(Problem(f"events.{i}.edge_link.edges", f"no such edge server; allowed: "
-                                            f"0..{e_count - 1}", e))
-    return problems
-
-
 def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
     """Validate a raw mapping into a :class:`Scenario`, raising :class:`ConfigError` with every problem."""
     try:  # the context tells file-valued keys (topology.file, trace files) where the scenario lives
         scenario = Scenario.model_validate(raw, context=context_for(source))
     except ValidationError as exc:
-        raise ConfigError(_problems_from_validation(exc, raw) + _raw_cross_checks(raw), source) from None
-    problems = _cross_checks(scenario)
+        raise ConfigError(_problems_from_validation(exc, raw) + raw_cross_checks(raw), source) from None
+    scenario, problems = resolve_files(scenario)
+    if problems:  # a topology file that cannot be read: nothing else can be checked against it
+        raise ConfigError(problems, source)
+    problems = cross_checks(scenario)
     if problems:
         raise ConfigError(problems, source)
     return scenario

@@ -1,6 +1,9 @@
-"""Seeded value distributions for per-device profile fields (``constant | uniform | lognormal | choice``).
+"""Seeded value distributions for per-device profile fields, registered by their ``dist:`` name.
 
-In YAML a bare number means ``constant``::
+Each distribution is a plug-in of :data:`DISTRIBUTIONS` (``constant``, ``uniform``,
+``lognormal``, ``choice``) with two hooks: :meth:`~DistConfig.sample` (``size`` float64 draws
+from a given generator) and :meth:`~DistConfig.lower_bound` (the smallest value it can give, so
+a field that must be positive is checked at load time). In YAML a bare number means ``constant``::
 
     speed_sps: 200
     speed_sps: {dist: uniform, low: 50, high: 400}
@@ -10,21 +13,51 @@ In YAML a bare number means ``constant``::
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BeforeValidator, Field, NonNegativeFloat, PositiveFloat, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 
 from hierfl.config.base import ConfigModel
+from hierfl.config.registry import Registry
 
-__all__ = ["Dist", "ConstantDist", "UniformDist", "LogNormalDist", "ChoiceDist"]
+__all__ = ["DISTRIBUTIONS", "Dist", "DistConfig", "ConstantDist", "UniformDist", "LogNormalDist", "ChoiceDist"]
 
 
-class ConstantDist(ConfigModel):
+def _scalar_to_constant(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"dist": "constant", "value": value}
+    if isinstance(value, dict) and "dist" not in value and "value" in value:
+        return {"dist": "constant", **value}
+    return value
+
+
+DISTRIBUTIONS: Registry = Registry("distribution", key="dist", shorthand=_scalar_to_constant)
+
+
+class DistConfig(ConfigModel):
+    """Base of the distribution configs."""
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` draws as float64."""
+        raise NotImplementedError
+
+    def lower_bound(self) -> float:
+        """The smallest value this distribution can produce."""
+        raise NotImplementedError
+
+
+@DISTRIBUTIONS.register
+class ConstantDist(DistConfig):
     """Every device gets ``value``."""
 
     dist: Literal["constant"] = "constant"
     value: float
+
+    @classmethod
+    def example(cls) -> ConstantDist:
+        """A minimal valid config (conformance tests)."""
+        return cls(value=2.0)
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """``size`` draws as float64."""
@@ -35,12 +68,18 @@ class ConstantDist(ConfigModel):
         return float(self.value)
 
 
-class UniformDist(ConfigModel):
+@DISTRIBUTIONS.register
+class UniformDist(DistConfig):
     """Uniform on ``[low, high]``."""
 
-    dist: Literal["uniform"]
+    dist: Literal["uniform"] = "uniform"
     low: float
     high: float
+
+    @classmethod
+    def example(cls) -> UniformDist:
+        """A minimal valid config (conformance tests)."""
+        return cls(low=1.0, high=3.0)
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformDist:
@@ -57,12 +96,18 @@ class UniformDist(ConfigModel):
         return float(self.low)
 
 
-class LogNormalDist(ConfigModel):
+@DISTRIBUTIONS.register
+class LogNormalDist(DistConfig):
     """``median · exp(sigma · N(0, 1))`` — heavy-tailed speeds as in FedScale's lognormal option."""
 
-    dist: Literal["lognormal"]
+    dist: Literal["lognormal"] = "lognormal"
     median: PositiveFloat
     sigma: NonNegativeFloat
+
+    @classmethod
+    def example(cls) -> LogNormalDist:
+        """A minimal valid config (conformance tests)."""
+        return cls(median=2.0, sigma=0.5)
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """``size`` draws as float64."""
@@ -73,12 +118,18 @@ class LogNormalDist(ConfigModel):
         return float(np.nextafter(0.0, 1.0))
 
 
-class ChoiceDist(ConfigModel):
+@DISTRIBUTIONS.register
+class ChoiceDist(DistConfig):
     """One of ``values``, with probabilities ``weights`` (uniform if omitted)."""
 
-    dist: Literal["choice"]
+    dist: Literal["choice"] = "choice"
     values: list[float] = Field(min_length=1)
     weights: list[NonNegativeFloat] | None = None
+
+    @classmethod
+    def example(cls) -> ChoiceDist:
+        """A minimal valid config (conformance tests)."""
+        return cls(values=[1.0, 5.0, 9.0], weights=[0.0, 1.0, 1.0])
 
     @model_validator(mode="after")
     def _weights(self) -> ChoiceDist:
@@ -101,17 +152,5 @@ class ChoiceDist(ConfigModel):
         return float(min(v for v, w in zip(self.values, self.weights) if w > 0))
 
 
-def _scalar_to_constant(value: Any) -> Any:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return {"dist": "constant", "value": value}
-    if isinstance(value, dict) and "dist" not in value and "value" in value:
-        return {"dist": "constant", **value}
-    return value
-
-
-Dist = Annotated[
-    Union[ConstantDist, UniformDist, LogNormalDist, ChoiceDist],  # noqa: UP007
-    Field(discriminator="dist"),
-    BeforeValidator(_scalar_to_constant),
-]
-"""A distribution field: a number, or a mapping with ``dist: constant|uniform|lognormal|choice``."""
+Dist = DISTRIBUTIONS.union()
+"""A distribution field: a number, or a mapping with ``dist:`` naming a registered distribution."""

@@ -1,8 +1,13 @@
 """The scenario schema: YAML → frozen, typed pydantic models (unknown keys are errors).
 
-Plug-in sections (``data.dataset``, ``data.partition``, ``model``, ``protocol``) are
-discriminated unions built from the plug-in registries, so the allowed names appear in the
-error message of a misspelled one.
+The top of the config layers: it assembles the sections from the plug-in registries. Every
+open set — datasets, partitions, models, protocols, trainers, server optimizers, straggler
+policies, groupings, topology generators, availability models, event kinds, distributions,
+executors — is a discriminated union (or, for groupings and executors, a registered name) built
+from its :class:`~hierfl.config.registry.Registry`, so the allowed names appear in the error
+message of a misspelled one and a new plug-in needs no edit here. Validation reads no file: a
+file-valued key is only resolved (it must exist); files are parsed by the load-time checks
+(:mod:`hierfl.scenario.checks`) and the builders, once each.
 """
 
 from __future__ import annotations
@@ -25,31 +30,27 @@ from pydantic import (
 )
 
 from hierfl.config.base import ConfigModel, rename_alias
-from hierfl.config.dists import ConstantDist, Dist
-from hierfl.config.dynamics import (
-    AlwaysAvailability,
-    AvailabilityConfig,
-    EventConfig,
-    NetworkConfig,
-    StragglerConfig,
-    TierSpec,
-    WaitAll,
-)
-from hierfl.core.serveropt import ServerOptimizerSection
+from hierfl.config.files import resolve_file
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
+from hierfl.devices import ConstantDist, Dist, TierSpec
+from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_model
+from hierfl.executors import EXECUTORS
+from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
+from hierfl.policies.straggler import default_policy, device_policy_field
 from hierfl.protocols import PROTOCOLS
-from hierfl.config.errors import Problem
-from hierfl.config.files import resolve_file
-from hierfl.core.world import EdgeLink
-from hierfl.topology import GENERATORS, TopologySpec, check_devices, load_topology_file
+from hierfl.topology import GENERATORS
+from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
 from hierfl.traces import CapacityTraceConfig
 
 __all__ = [
-    "DataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig",
-    "EvaluationConfig", "StopConfig", "RuntimeConfig", "Scenario",
+    "DataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig", "EvaluationConfig",
+    "StopConfig", "RuntimeConfig", "NetworkConfig", "EventConfig", "Scenario",
 ]
+
+EventConfig = event_entry_model()
+"""One entry of ``events:`` (``at_s`` plus exactly one registered event kind)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -92,7 +93,7 @@ class DevicesConfig(ConfigModel):
                                  description="per-device lognormal σ around its tier's GFLOP/s (median kept)")
     jitter_sigma: float = Field(default=0.0, ge=0.0,
                                 description="per-task lognormal σ on compute time (mean 1)")
-    availability: AvailabilityConfig = AlwaysAvailability()  # type: ignore[valid-type]
+    availability: AVAILABILITY.union() = AlwaysAvailability()  # type: ignore[valid-type]
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability a task fails part-way")
 
     @model_validator(mode="after")
@@ -133,15 +134,17 @@ class TopologyConfig(ConfigModel):
 
     With ``file`` (YAML or GraphML) or ``generator`` (star, tree, random_geometric) the topology
     defines the edge servers: ``edge_servers`` is filled in from it (a different explicit value is
-    an error) and ``grouping`` defaults to ``topology`` (the file's or generator's attachment rule).
+    an error; a file's count is filled in by the loader, which reads the file) and ``grouping``
+    defaults to ``topology`` (the file's or generator's attachment rule).
     """
 
-    edge_servers: NonNegativeInt = Field(default=0, description="0 = devices talk to the cloud directly")
-    grouping: Literal["random", "round_robin", "nearest", "kmeans", "fedch", "topology"] = Field(
+    edge_servers: NonNegativeInt | None = Field(
+        default=0, description="0 = devices talk to the cloud directly; null = as topology.file says")
+    grouping: GROUPINGS.name_field() = Field(  # type: ignore[valid-type]
         default="round_robin",
-        description="kmeans: k-means on (log compute time per epoch, log time to upload 1 MB), one group per edge; "
-                    "fedch: balanced Hungarian device → edge assignment on arrival time (FedCH §2.3); "
-                    "topology: as the topology file or generator says")
+        description="a registered grouping (hierfl.topology.grouping): round_robin, random, nearest, kmeans "
+                    "(similar devices together), fedch (FedCH §2.3's balanced Hungarian assignment), "
+                    "topology (as the topology file or generator says)")
     edge_latency_ms: Dist = Field(
         default=ConstantDist(value=0.0),
         description="extra one-way latency per (device, edge server) pair; `nearest` picks the lowest",
@@ -149,7 +152,6 @@ class TopologyConfig(ConfigModel):
     edge_cloud: LinkConfig = LinkConfig()
     file: str | None = Field(default=None, description="topology file (YAML or GraphML), e.g. topologies/metro-3edge.yaml")
     generator: GENERATORS.union() | None = Field(default=None)  # type: ignore[valid-type]
-    _spec: TopologySpec | None = PrivateAttr(default=None)
     _path: str | None = PrivateAttr(default=None)
 
     @field_validator("edge_latency_ms")
@@ -159,48 +161,43 @@ class TopologyConfig(ConfigModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _fill_from_topology(cls, data: Any, info: ValidationInfo) -> Any:
-        """``edge_servers`` and ``grouping`` default to what the file or generator says."""
+    def _fill_from_topology(cls, data: Any) -> Any:
+        """``grouping`` defaults to the topology's rule; ``edge_servers`` to the generator's count."""
         if not isinstance(data, dict) or (data.get("file") is None and data.get("generator") is None):
             return data
         data = dict(data)
-        count = None
-        try:
-            if isinstance(data.get("file"), str):
-                count = load_topology_file(resolve_file(data["file"], info.context)).num_edges
-            elif data.get("generator") is not None:
-                count = _GENERATOR.validate_python(data["generator"]).num_edges
-        except (ValueError, ValidationError):
-            pass  # reported by the field's own validation
-        if data.get("edge_servers") is None and count is not None:
-            data["edge_servers"] = count
+        if data.get("edge_servers") is None and data.get("file") is None:
+            try:
+                data["edge_servers"] = _GENERATOR.validate_python(data["generator"]).num_edges
+            except ValidationError:
+                pass  # reported by the field's own validation
+        if data.get("edge_servers") is None:
+            data["edge_servers"] = None  # the file's count: filled in by the loader (it reads the file)
         if data.get("grouping") is None:
-            data["grouping"] = "topology"
+            data["grouping"] = FROM_TOPOLOGY
         return data
 
     @field_validator("file")
     @classmethod
-    def _readable(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _exists(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
-            load_topology_file(resolve_file(value, info.context))  # ValueError names the file and line
+            resolve_file(value, info.context)  # ValueError lists the places tried; parsed later, once
         return value
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> TopologyConfig:
         if self.file is not None and self.generator is not None:
             raise ValueError("give topology.file or topology.generator, not both")
-        if self.grouping == "topology" and self.file is None and self.generator is None:
-            raise ValueError("grouping: topology needs topology.file or topology.generator")
-        count, what = None, ""
+        if self.grouper.needs_topology and self.file is None and self.generator is None:
+            raise ValueError(f"grouping: {self.grouping} needs topology.file or topology.generator")
+        if self.edge_servers is None and self.file is None:
+            raise ValueError("edge_servers: null takes the count of topology.file; without one give a number")
         if self.file is not None:
-            path = resolve_file(self.file, info.context)
-            self._spec, self._path = load_topology_file(path), str(path)
-            count, what = self._spec.num_edges, f"the topology file {self.file}"
-        elif self.generator is not None:
-            count, what = self.generator.num_edges, f"the {self.generator.name} generator"
-        if count is not None and count != self.edge_servers:
-            raise ValueError(f"edge_servers is {self.edge_servers} but {what} defines {count} edge servers; "
-                             "leave edge_servers out (or null) to take the topology's")
+            self._path = str(resolve_file(self.file, info.context))
+        elif self.generator is not None and self.generator.num_edges != self.edge_servers:
+            raise ValueError(f"edge_servers is {self.edge_servers} but the {self.generator.name} generator defines "
+                             f"{self.generator.num_edges} edge servers; leave edge_servers out (or null) to take "
+                             "the topology's")
         return self
 
     @field_serializer("file")
@@ -208,26 +205,17 @@ class TopologyConfig(ConfigModel):
         # the resolved scenario (a run's config.yaml) names the file it read, so it runs again from anywhere
         return self._path if self._path is not None else value
 
-    def topology_spec(self, num_devices: int, seed: int) -> TopologySpec | None:
-        """The file's or generator's topology (None for the plain ``edge_servers`` model)."""
-        if self.generator is not None:
-            link = EdgeLink(self.edge_cloud.uplink_mbps, self.edge_cloud.downlink_mbps, self.edge_cloud.latency_ms)
-            return self.generator.generate(num_devices, seed, link)
-        if self.file is not None:
-            if self._spec is None:  # built without validation (model_construct): read it now
-                self._spec = load_topology_file(resolve_file(self.file))
-            return self._spec
-        return None
+    @property
+    def path(self) -> str | None:
+        """The resolved topology file (None without one)."""
+        if self.file is not None and self._path is None:  # built without validation (model_construct)
+            self._path = str(resolve_file(self.file))
+        return self._path
 
-    def check(self, num_devices: int) -> list[Problem]:
-        """Problems that depend on the number of devices (explicit indices, more edges than devices)."""
-        if self.file is not None and self._spec is not None:
-            return [Problem("topology.file", msg) for msg in check_devices(self._spec, num_devices)]
-        if self.generator is not None and self.generator.num_edges > num_devices:
-            return [Problem("topology.generator", f"the {self.generator.name} generator makes "
-                            f"{self.generator.num_edges} edge servers but there are only {num_devices} devices "
-                            "(devices.count); allowed: at most one edge server per device")]
-        return []
+    @property
+    def grouper(self) -> GroupingConfig:
+        """The grouping plug-in named by ``grouping``."""
+        return GROUPINGS.get(self.grouping).model_validate({"name": self.grouping})  # type: ignore[no-any-return]
 
 
 class TrainingConfig(ConfigModel):
@@ -285,10 +273,28 @@ class StopConfig(ConfigModel):
 class RuntimeConfig(ConfigModel):
     """Where the emulation runs. Results do not depend on any of these settings."""
 
-    executor: Literal["ray", "local"] = "ray"
+    executor: EXECUTORS.name_field() = Field(  # type: ignore[valid-type]
+        default="ray", description="a registered executor (hierfl.executors): ray, local")
     workers: PositiveInt | Literal["auto"] = "auto"
     address: str | None = Field(default=None, description="an existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
     torch_threads: PositiveInt = 1
+
+
+class NetworkConfig(ConfigModel):
+    """How transfers share links."""
+
+    contention: bool = Field(
+        default=True, description="transfers sharing a finite-capacity link share it max-min fairly; "
+                                  "false = every transfer runs at its path's bottleneck as if alone")
+    # shared capacities (Mbps); null = as the topology file or generator says (unlimited without one)
+    cloud_ingress_mbps: PositiveFloat | None = Field(
+        default=None, description="capacity shared by every transfer into the cloud")
+    cloud_egress_mbps: PositiveFloat | None = Field(
+        default=None, description="capacity shared by every transfer out of the cloud")
+    edge_ingress_mbps: PositiveFloat | None = Field(
+        default=None, description="per edge server: capacity shared by its devices' uploads")
+    edge_egress_mbps: PositiveFloat | None = Field(
+        default=None, description="per edge server: capacity shared by its downloads to devices")
 
 
 class Scenario(ConfigModel):
@@ -307,7 +313,7 @@ class Scenario(ConfigModel):
     runtime: RuntimeConfig = RuntimeConfig()
     events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")
     network: NetworkConfig = NetworkConfig()
-    straggler: StragglerConfig = WaitAll()  # type: ignore[valid-type]
+    straggler: device_policy_field() = default_policy()  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
     versions: dict[str, str] | None = Field(

@@ -1,7 +1,8 @@
-"""Builders: a validated :class:`Scenario` → dataset, partition, device profiles, topology, initial model.
+"""The world a scenario describes: devices (profiles, tiers, traces), edge servers (topology) and their links.
 
-Every random draw comes from its own named stream of the scenario seed, so the world a
-scenario describes is the same on every machine and with any executor.
+Every random draw comes from its own named stream of the scenario seed, so the world is the
+same on every machine and with any executor. The topology file and the capacity trace are
+parsed here (once per file: the load-time checks share the parse).
 """
 
 from __future__ import annotations
@@ -11,49 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hierfl.build.grouping import assign_edges
 from hierfl.config.errors import ConfigError, Problem
-from hierfl.config.schema import Scenario
-from hierfl.core import grouping
-from hierfl.core.rng import stream, stream_seed
-from hierfl.core.work import TrainSpec, model_bytes
+from hierfl.core.rng import stream
 from hierfl.core.world import EdgeLink, World
-from hierfl.data import DataError, Dataset
-from hierfl.config.dynamics import shipped_tiers
-from hierfl.core.dynamics import Dynamics
-from hierfl.dynamics_build import build_dynamics
-from hierfl.learn.local import forward_flops, init_params
-from hierfl.topology import TopologyError, attach, layout, world_fields
+from hierfl.devices import shipped_tiers
+from hierfl.scenario.schema import Scenario, TopologyConfig
+from hierfl.topology import TopologyError, TopologyFileError, TopologySpec, layout, load_topology_file, world_fields
+from hierfl.topology.grouping import GroupingInputs
 
-__all__ = ["Built", "build", "train_spec"]
-
-
-@dataclass
-class Built:
-    """Everything a run needs before the first event."""
-
-    scenario: Scenario
-    dataset: Dataset
-    parts: list[np.ndarray]
-    world: World
-    spec: TrainSpec
-    init_params: np.ndarray
-    dynamics: Dynamics | None = None
-
-    def __post_init__(self) -> None:
-        if self.dynamics is None:
-            self.dynamics = Dynamics.static(self.world.num_devices)
-
-    @property
-    def num_params(self) -> int:
-        """Model parameter count."""
-        return int(self.init_params.size)
-
-
-def train_spec(scenario: Scenario) -> TrainSpec:
-    """The local-training job described by ``training:``."""
-    t = scenario.training
-    return TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
-                     momentum=t.momentum, weight_decay=t.weight_decay, **t.trainer.spec_fields())
+__all__ = ["build_world", "tier_counts", "topology_spec"]
 
 
 def tier_counts(proportions: dict[str, float], n: int) -> dict[str, int]:
@@ -82,7 +50,7 @@ def _draw_devices(scenario: Scenario, samples: np.ndarray, flops: Callable[[], i
                  for field in ("speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms")}
         draws["tier"] = np.array(["custom"] * n, dtype=object)
         if dev.capacity_trace is not None:  # a FedScale / CSV trace replaces the drawn speed and bandwidths
-            draws.update(dev.capacity_trace.device_profiles(n, seed))
+            draws.update(dev.capacity_trace.device_profiles(n, seed))  # the trace file, parsed once
         return draws
     specs = {**shipped_tiers(), **dev.custom_tiers}
     counts = tier_counts(dev.tiers, n)
@@ -111,12 +79,25 @@ class Topology:
     extra: dict[str, object]            # further World fields (capacities, positions, names)
 
 
+def topology_spec(topo: TopologyConfig, n: int, seed: int) -> TopologySpec | None:
+    """The topology file's (read once) or the generator's spec; None for plain ``edge_servers``."""
+    if topo.generator is not None:
+        ec = topo.edge_cloud
+        return topo.generator.generate(n, seed, EdgeLink(ec.uplink_mbps, ec.downlink_mbps, ec.latency_ms))
+    if topo.file is not None:
+        try:
+            return load_topology_file(topo.path or topo.file)
+        except TopologyFileError as exc:
+            raise ConfigError([Problem("topology.file", str(exc), topo.file)]) from None
+    return None
+
+
 def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarray]) -> Topology:
     """Edge servers and the device → edge assignment (``topology:``, its file or generator)."""
     seed, topo = scenario.seed, scenario.topology
     n = scenario.devices.count
-    spec = topo.topology_spec(n, seed)
-    e = spec.num_edges if spec is not None else topo.edge_servers
+    spec = topology_spec(topo, n, seed)
+    e = spec.num_edges if spec is not None else int(topo.edge_servers or 0)
     edge_latency = topo.edge_latency_ms.sample(stream(seed, "topology.edge_latency_ms"), n * e).reshape(n, e)
     extra: dict[str, object] = {}
     if spec is not None:
@@ -127,40 +108,23 @@ def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarr
             raise ConfigError([Problem(key, str(exc))]) from None
         edge_latency = placed.edge_latency_ms
         extra = world_fields(spec, placed)
-    if e == 0:
-        edge_of = np.full(n, -1, dtype=np.int64)
-    elif topo.grouping == "topology" and spec is not None:
-        edge_of = attach(spec, n, edge_latency)
-    elif topo.grouping == "round_robin":
-        edge_of = grouping.round_robin(n, e)
-    elif topo.grouping == "random":
-        edge_of = grouping.random_balanced(n, e, stream(seed, "topology.grouping"))
-    elif topo.grouping == "kmeans":
-        # groups of similar devices (AHFL §4.3's clustering option): compute and link times
-        compute = samples / draws["speed_sps"]
-        link = draws["latency_ms"] / 1000.0 + 8.0 / draws["uplink_mbps"]
-        features = np.column_stack([np.log(compute), np.log(link)])
-        edge_of = grouping.kmeans(features, e, stream(seed, "topology.grouping"))
-    elif topo.grouping == "fedch":
-        # FedCH §2.3 with the edge servers as fixed leaders: balanced sizes, Hungarian assignment on
-        # each device's arrival time at the edge (compute time per epoch + time to upload 1 MB there)
-        from hierfl.core.fedch_clusters import assign_to_edges, edge_distance
-
-        compute = samples / draws["speed_sps"]
-        link = (draws["latency_ms"][:, None] + edge_latency) / 1000.0 + (8.0 / draws["uplink_mbps"])[:, None]
-        edge_of = assign_to_edges(edge_distance(compute, link)).cluster_of.astype(np.int64)
-    else:
-        edge_of = grouping.nearest(edge_latency)
+    inputs = GroupingInputs(samples=samples, speed_sps=draws["speed_sps"], uplink_mbps=draws["uplink_mbps"],
+                            latency_ms=draws["latency_ms"], edge_latency_ms=edge_latency, spec=spec, seed=seed)
+    edge_of = assign_edges(topo, inputs)
     ec = topo.edge_cloud
     links = list(spec.edge_links) if spec is not None else \
         [EdgeLink(ec.uplink_mbps, ec.downlink_mbps, ec.latency_ms) for _ in range(e)]
     return Topology(edge_of, edge_latency.astype(np.float64), links, extra)
 
 
-def _world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) -> World:
+def build_world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) -> World:
+    """Devices (drawn profiles or tiers, or a capacity trace), edge servers and their assignment, capacities.
+
+    ``flops`` gives the model's forward FLOPs per sample (needed only with ``devices.tiers``).
+    """
     draws = _draw_devices(scenario, samples, flops)
     topo = _topology(scenario, samples, draws)
-    return World(
+    world = World(
         samples=samples.astype(np.int64),
         edge_of=topo.edge_of,
         edge_latency_ms=topo.edge_latency_ms,
@@ -169,6 +133,8 @@ def _world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) ->
         **draws,  # type: ignore[arg-type]
         **topo.extra,  # type: ignore[arg-type]
     )
+    _network_capacities(scenario, world)
+    return world
 
 
 def _network_capacities(scenario: Scenario, world: World) -> None:
@@ -182,33 +148,3 @@ def _network_capacities(scenario: Scenario, world: World) -> None:
         world.edge_ingress_mbps = np.full(world.num_edges, float(net.edge_ingress_mbps))
     if net.edge_egress_mbps is not None:
         world.edge_egress_mbps = np.full(world.num_edges, float(net.edge_egress_mbps))
-
-
-def build(scenario: Scenario, source: str | None = None) -> Built:
-    """Generate the data, split it, draw the profiles, assign edges and initialise the model.
-
-    Raises :class:`ConfigError` (with the key path) when the scenario is valid on its own
-    but cannot be built, e.g. a partition that cannot give every device a sample.
-    """
-    seed, n = scenario.seed, scenario.devices.count
-    try:
-        dataset = scenario.data.dataset.build(n, stream(seed, "data.dataset"))
-        parts = scenario.data.partition.split(dataset, n, stream(seed, "data.partition"))
-    except DataError as exc:
-        raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
-    reason = scenario.model.check_dataset(tuple(dataset.input_shape), dataset.vocab_size)
-    if reason is not None:
-        raise ConfigError([Problem("model", reason)], source)
-    samples = np.array([len(p) for p in parts], dtype=np.int64)
-    shape, classes = tuple(dataset.input_shape), dataset.num_classes
-    try:
-        world = _world(scenario, samples, lambda: forward_flops(scenario.model, shape, classes))
-    except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
-        raise ConfigError(exc.problems, source) from None
-    params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
-    # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
-    _network_capacities(scenario, world)
-    world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
-    dynamics = build_dynamics(scenario, world, source)
-    return Built(scenario, dataset, [np.asarray(p, dtype=np.int64) for p in parts], world,
-                 train_spec(scenario), params, dynamics)

@@ -1,0 +1,127 @@
+"""Plug-ins by name: each open set (protocols, datasets, straggler policies, …) has one registry.
+
+A plug-in is a pydantic config model named by a ``name: Literal["..."]`` field (``dist`` for
+distributions; a ``ClassVar`` for event kinds, whose name is their YAML key), registered once
+under that name. The scenario schema builds a discriminated union from each registry, so an
+unknown name is reported with the list of allowed names, every plug-in's own keys are validated
+with ``extra="forbid"``, and a bare string is shorthand for ``{name: <string>}``. Behaviour is a
+hook on the plug-in class, never a check of its name.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar, Union
+
+from pydantic import BaseModel, BeforeValidator, Field
+
+from hierfl.config.base import name_shorthand
+
+__all__ = ["Registry"]
+
+M = TypeVar("M", bound=BaseModel)
+
+_INSTANCES: list[Registry] = []
+
+
+class Registry:
+    """Name → config-model class for one plug-in kind.
+
+    Parameters
+    ----------
+    kind:
+        What the plug-ins are, for messages (``"straggler policy"``).
+    key:
+        The field (or class attribute) holding a plug-in's name.
+    shorthand:
+        Extra input shorthand applied before the name shorthand (distributions: a number is
+        ``constant``).
+    """
+
+    def __init__(self, kind: str, key: str = "name", shorthand: Callable[[Any], Any] | None = None) -> None:
+        self.kind = kind
+        self.key = key
+        self._shorthand = shorthand
+        self._entries: dict[str, Any] = {}
+        _INSTANCES.append(self)
+
+    @staticmethod
+    def instances() -> list[Registry]:
+        """Every registry created so far (one per plug-in kind; conformance tests cover each)."""
+        return list(_INSTANCES)
+
+    def register(self, cls: type[M]) -> type[M]:
+        """Class decorator: register ``cls`` under the default of its name field (or its name ``ClassVar``)."""
+        field = cls.model_fields.get(self.key)
+        name = field.default if field is not None else getattr(cls, self.key, None)
+        if not isinstance(name, str):
+            raise TypeError(f"{cls.__name__}: a {self.kind} config needs `{self.key}: Literal[...] = '...'`")
+        if name in self._entries and self._entries[name] is not cls:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = cls
+        return cls
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._entries)
+
+    def classes(self) -> list[Any]:
+        """Registered classes in registration order."""
+        return list(self._entries.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def get(self, name: str) -> Any:
+        """The config class registered under ``name``; KeyError lists the allowed names."""
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise KeyError(self.unknown(name)) from None
+
+    def unknown(self, name: object) -> str:
+        """The message for a name that is not registered."""
+        return f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}"
+
+    def example(self, name: str) -> Any:
+        """A minimal valid config of ``name``: its class's ``example()``, else ``{key: name}`` with defaults."""
+        cls = self.get(name)
+        make = getattr(cls, "example", None)
+        return make() if make is not None else cls.model_validate({self.key: name})
+
+    def _before(self, value: Any) -> Any:
+        if self._shorthand is not None:
+            value = self._shorthand(value)
+        return name_shorthand(value, self.key)
+
+    def union(self, where: Callable[[Any], bool] | None = None, variant: Callable[[Any], Any] | None = None) -> Any:
+        """A type usable as a pydantic field: the discriminated union of the registered configs.
+
+        ``where`` keeps only the classes it accepts (e.g. the straggler policies allowed at the
+        cloud); ``variant`` maps each class to the subclass used in this field (e.g. a policy plus
+        its ``cloud`` key). A bare string is shorthand for ``{name: <string>}`` (``protocol: fedavg``).
+        """
+        classes = [self._entries[n] for n in self.names() if where is None or where(self._entries[n])]
+        if variant is not None:
+            classes = [variant(cls) for cls in classes]
+        if not classes:
+            raise RuntimeError(f"no {self.kind} registered")
+        inner = classes[0] if len(classes) == 1 else Annotated[Union[tuple(classes)], Field(discriminator=self.key)]  # noqa: UP007
+        return Annotated[inner, BeforeValidator(self._before)]
+
+    def name_field(self) -> Any:
+        """A field type holding just a registered name (a bare string, or ``{name: ...}`` alone).
+
+        For kinds whose plug-ins take no parameters in YAML (groupings, executors): the value
+        stays a string and an unknown one is reported with the allowed names.
+        """
+        return Annotated[str, BeforeValidator(functools.partial(_check_name, self))]
+
+
+def _check_name(registry: Registry, value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {registry.key}:
+        value = value[registry.key]
+    if isinstance(value, str) and value not in registry:
+        raise ValueError(registry.unknown(value))
+    return value

@@ -1,0 +1,37 @@
+"""Device tiers (``devices.tiers``): named hardware classes with training throughput and an access link.
+
+The shipped figures are in ``hierfl/profiles/tiers.yaml``; a scenario adds or overrides tiers
+under ``devices.custom_tiers``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+from pydantic import Field, NonNegativeFloat, PositiveFloat
+
+from hierfl.config.base import ConfigModel
+
+__all__ = ["TierSpec", "shipped_tiers"]
+
+
+class TierSpec(ConfigModel):
+    """One device tier: training throughput and access link (figures in ``hierfl/profiles/tiers.yaml``)."""
+
+    gflops: PositiveFloat = Field(description="effective training GFLOP/s")
+    uplink_mbps: PositiveFloat
+    downlink_mbps: PositiveFloat
+    rtt_ms: NonNegativeFloat = Field(description="round trip to the edge; one-way latency = rtt_ms / 2")
+    gflops_range: tuple[PositiveFloat, PositiveFloat] | None = None
+    link: str | None = None
+    availability: str | None = None
+
+
+@lru_cache(maxsize=1)
+def shipped_tiers() -> dict[str, TierSpec]:
+    """The tiers shipped in ``hierfl/profiles/tiers.yaml``."""
+    text = resources.files("hierfl").joinpath("profiles/tiers.yaml").read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)["tiers"]
+    return {name: TierSpec(**spec) for name, spec in raw.items()}

@@ -1,0 +1,198 @@
+"""Straggler policies (``straggler:``): what a synchronous barrier does about the slow, as plug-ins.
+
+* ``wait_all`` — every selected participant that is still online;
+* ``deadline`` — ``seconds`` after the round began (earlier if everyone arrived); with
+  ``partial: true`` each device plans as many local steps as fit before the deadline (FedProx's
+  partial work, Li et al., MLSys 2020, §3 "γ-inexact solutions");
+* ``over_select`` — ``⌈factor·K⌉`` are selected, the first ``K`` to arrive are kept (FedScale's
+  over-commitment, Lai et al., ICML 2022);
+* ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close the round.
+
+A barrier (:class:`hierfl.protocols.straggler.Barrier`) reads a policy only through its hooks:
+:meth:`StragglerPolicy.select_count`, :meth:`StragglerPolicy.needed`,
+:attr:`StragglerPolicy.deadline_s` and :attr:`StragglerPolicy.partial_work`. Class flags:
+``waits_for_all`` (the neutral policy: selects K and waits for all of them — the only one allowed
+where there is no barrier or every trained update must arrive) and ``at_cloud`` (may also close
+a cloud round whose participants are edge servers, ``straggler.cloud`` of HierFAVG).
+
+The ``straggler:`` section is a device-round policy with a ``cloud`` key holding the cloud-round
+policy: :func:`device_policy_field` builds that field type from the registry.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from functools import lru_cache
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, create_model, model_validator
+
+from hierfl.config.base import ConfigModel
+from hierfl.config.registry import Registry
+
+__all__ = ["STRAGGLERS", "StragglerPolicy", "WaitAll", "Deadline", "OverSelect", "FirstK",
+           "device_policy_field", "default_policy", "neutral_names"]
+
+STRAGGLERS: Registry = Registry("straggler policy")
+
+
+class StragglerPolicy(ConfigModel):
+    """Base of the straggler policies: select K, wait for every selected participant."""
+
+    waits_for_all: ClassVar[bool] = False
+    """Selects exactly the K wanted and closes a round only when all of them arrived or dropped out."""
+    at_cloud: ClassVar[bool] = False
+    """Also applies to a cloud round over edge servers (``straggler.cloud``)."""
+
+    def select_count(self, m: int) -> int:
+        """How many participants to select for a round that wants ``m``."""
+        return m
+
+    def needed(self, selected: int, wanted: int) -> int:
+        """Arrivals that close a round of ``selected`` participants early (before any deadline): all of them."""
+        return selected
+
+    @property
+    def deadline_s(self) -> float | None:
+        """Seconds after its start at which a round closes (None: no deadline)."""
+        return None
+
+    @property
+    def partial_work(self) -> bool:
+        """Devices plan as many local steps as fit before the deadline."""
+        return False
+
+
+@STRAGGLERS.register
+class WaitAll(StragglerPolicy):
+    """Wait for every selected participant (that has not gone offline)."""
+
+    waits_for_all: ClassVar[bool] = True
+    at_cloud: ClassVar[bool] = True
+
+    name: Literal["wait_all"] = "wait_all"
+
+
+@STRAGGLERS.register
+class Deadline(StragglerPolicy):
+    """Close the round ``seconds`` after it began; later updates are dropped, or with ``partial``
+    devices plan fewer local steps so they finish in time (FedProx's partial work)."""
+
+    at_cloud: ClassVar[bool] = True
+
+    name: Literal["deadline"] = "deadline"
+    seconds: PositiveFloat
+    partial: bool = False
+
+    @classmethod
+    def example(cls) -> Deadline:
+        """A minimal valid config (conformance tests)."""
+        return cls(seconds=30.0)
+
+    @property
+    def deadline_s(self) -> float | None:
+        """``seconds``."""
+        return float(self.seconds)
+
+    @property
+    def partial_work(self) -> bool:
+        """``partial``."""
+        return self.partial
+
+
+@STRAGGLERS.register
+class OverSelect(StragglerPolicy):
+    """Select ``⌈factor × K⌉`` participants and keep the first K to arrive (FedScale's over-commitment)."""
+
+    name: Literal["over_select"] = "over_select"
+    factor: float = Field(default=1.3, gt=1.0)
+
+    def select_count(self, m: int) -> int:
+        """``⌈factor · m⌉``."""
+        return math.ceil(self.factor * m - 1e-9)
+
+    def needed(self, selected: int, wanted: int) -> int:
+        """The first ``wanted`` arrivals close the round."""
+        return min(wanted, selected)
+
+
+@STRAGGLERS.register
+class FirstK(StragglerPolicy):
+    """Select K as usual; close the round when the first ``k`` (or ``fraction`` × K) updates arrived."""
+
+    at_cloud: ClassVar[bool] = True
+
+    name: Literal["first_k"] = "first_k"
+    k: PositiveInt | None = None
+    fraction: float | None = Field(default=None, gt=0.0, le=1.0)
+
+    @classmethod
+    def example(cls) -> FirstK:
+        """A minimal valid config (conformance tests)."""
+        return cls(k=2)
+
+    @model_validator(mode="after")
+    def _one(self) -> FirstK:
+        if (self.k is None) == (self.fraction is None):
+            raise ValueError("set exactly one of k or fraction")
+        return self
+
+    def needed(self, selected: int, wanted: int) -> int:
+        """How many arrivals close a round of ``selected`` participants."""
+        if self.k is not None:
+            return min(self.k, selected)
+        assert self.fraction is not None
+        return min(max(math.ceil(self.fraction * selected - 1e-9), 1), selected)
+
+
+def neutral_names() -> list[str]:
+    """Names of the policies with ``waits_for_all`` (what is allowed where a policy cannot apply)."""
+    return [n for n in STRAGGLERS.names() if STRAGGLERS.get(n).waits_for_all]
+
+
+def _with_cloud(cls: type[StragglerPolicy]) -> type[StragglerPolicy]:
+    """``cls`` with a ``cloud`` key: the policy of the cloud round over edge servers (HierFAVG)."""
+    name = f"{cls.__name__}WithCloud"
+    variant = create_model(name, __base__=cls, __module__=__name__, __doc__=cls.__doc__,
+                           cloud=(cloud_policy_field(), Field(default_factory=_default_cloud,
+                                                              description="policy of the cloud round (hierfavg)")))
+    setattr(sys.modules[__name__], name, variant)  # importable (and picklable) by its name
+    return variant  # type: ignore[no-any-return]
+
+
+def _default_cloud() -> StragglerPolicy:
+    return default_cloud_policy()
+
+
+@lru_cache(maxsize=1)
+def cloud_policy_field() -> Any:
+    """Field type of ``straggler.cloud``: the registered policies with ``at_cloud``."""
+    return STRAGGLERS.union(where=lambda cls: cls.at_cloud)
+
+
+@lru_cache(maxsize=1)
+def default_cloud_policy() -> StragglerPolicy:
+    """``wait_all`` at the cloud."""
+    return WaitAll()
+
+
+@lru_cache(maxsize=1)
+def _variants() -> dict[type[StragglerPolicy], type[StragglerPolicy]]:
+    return {cls: _with_cloud(cls) for cls in STRAGGLERS.classes()}
+
+
+@lru_cache(maxsize=1)
+def device_policy_field() -> Any:
+    """Field type of ``straggler:``: every registered policy, each with its ``cloud`` key.
+
+    Built once, when the scenario schema is assembled (after every policy has been registered).
+    """
+    variants = _variants()
+    return STRAGGLERS.union(variant=lambda cls: variants[cls])
+
+
+@lru_cache(maxsize=1)
+def default_policy() -> StragglerPolicy:
+    """``straggler: wait_all`` (and ``wait_all`` at the cloud)."""
+    return _variants()[WaitAll]()

@@ -1,0 +1,180 @@
+"""Cross-section checks of a scenario: what no single section can see on its own.
+
+Run by the loader after the schema accepted every section, in two steps:
+
+1. :func:`resolve_files` reads the topology file (once: the builders get the same parse) and
+   fills ``topology.edge_servers`` from it; a file that cannot be read stops here.
+2. :func:`cross_checks` gathers every remaining problem at once: edge servers against devices,
+   traces against devices, what the protocol supports (churn, barriers, learning plug-ins), and
+   each event's own checks. Plug-ins answer through their hooks (``churn``, ``waits_for_all``,
+   ``has_cloud_barrier``, :meth:`problems`), never through their names.
+
+:func:`raw_cross_checks` runs on the raw mapping when the schema rejected something else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hierfl.config.errors import Problem
+from hierfl.devices import shipped_tiers
+from hierfl.dynamics import EVENTS, Facts
+from hierfl.dynamics.availability import steady_names
+from hierfl.policies.straggler import neutral_names
+from hierfl.protocols import PROTOCOLS
+from hierfl.scenario.schema import Scenario
+from hierfl.topology import TopologyFileError, check_devices, load_topology_file
+
+__all__ = ["resolve_files", "cross_checks", "raw_cross_checks"]
+
+
+def _edge_count_problem(edges: Any, n: Any) -> list[Problem]:
+    if isinstance(edges, int) and isinstance(n, int) and n >= 1 and edges > n:
+        return [Problem("topology.edge_servers", f"more edge servers than devices ({n}); allowed: 0..{n}", edges)]
+    return []
+
+
+def raw_cross_checks(raw: dict[str, Any]) -> list[Problem]:
+    """Cross-section checks that can run even when the schema rejected something else."""
+    devices, topology = raw.get("devices"), raw.get("topology")
+    if isinstance(devices, dict) and isinstance(topology, dict) and not (topology.get("file") or topology.get("generator")):
+        return _edge_count_problem(topology.get("edge_servers"), devices.get("count"))
+    return []
+
+
+def resolve_files(scenario: Scenario) -> tuple[Scenario, list[Problem]]:
+    """Read ``topology.file`` and fill ``topology.edge_servers`` from it (an explicit other count is a problem)."""
+    topo = scenario.topology
+    if topo.file is None:
+        return scenario, []
+    try:
+        spec = load_topology_file(topo.path or topo.file)
+    except TopologyFileError as exc:  # the message names the file and line
+        return scenario, [Problem("topology.file", str(exc), topo.file)]
+    if topo.edge_servers is None:
+        filled = topo.model_copy(update={"edge_servers": spec.num_edges})
+        return scenario.model_copy(update={"topology": filled}), []
+    if topo.edge_servers != spec.num_edges:
+        return scenario, [Problem("topology", f"edge_servers is {topo.edge_servers} but the topology file {topo.file} "
+                                  f"defines {spec.num_edges} edge servers; leave edge_servers out (or null) to take "
+                                  "the topology's")]
+    return scenario, []
+
+
+def _topology_problems(scenario: Scenario) -> list[Problem]:
+    """What does not fit N devices: a topology file says itself (file and line), a generator, or plain edge servers."""
+    topo, n = scenario.topology, scenario.devices.count
+    if topo.file is not None:
+        return [Problem("topology.file", msg) for msg in check_devices(load_topology_file(topo.path or topo.file), n)]
+    if topo.generator is not None:
+        if topo.generator.num_edges > n:
+            return [Problem("topology.generator", f"the {topo.generator.name} generator makes "
+                            f"{topo.generator.num_edges} edge servers but there are only {n} devices "
+                            "(devices.count); allowed: at most one edge server per device")]
+        return []
+    return _edge_count_problem(topo.edge_servers, n)
+
+
+def cross_checks(scenario: Scenario) -> list[Problem]:
+    """Every cross-section problem of a scenario whose sections are each valid."""
+    n = scenario.devices.count
+    problems = _topology_problems(scenario)
+    if scenario.devices.capacity_trace is not None:
+        problems.extend(scenario.devices.capacity_trace.check(n, "devices.capacity_trace"))
+    ev, stop = scenario.evaluation, scenario.stop
+    if stop.target_accuracy is not None and ev.every_s is None:
+        problems.append(Problem("evaluation.every_s",
+                                "stop.target_accuracy needs periodic evaluation: set evaluation.every_s"))
+    if stop.virtual_time_s is not None and ev.every_s is not None and ev.every_s > stop.virtual_time_s:
+        problems.append(Problem("evaluation.every_s",
+                                f"longer than the run (stop.virtual_time_s = {stop.virtual_time_s:g})", ev.every_s))
+    problems.extend(_dynamics_checks(scenario))
+    problems.extend(scenario.protocol.check(scenario))
+    # learning plug-ins: a trainer or server optimizer the protocol cannot honour is an error, not ignored
+    problems.extend(_trainer_checks(scenario))
+    problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
+                                                    scenario.protocol.name))
+    return problems
+
+
+def _dynamics_checks(scenario: Scenario) -> list[Problem]:
+    """Tiers that exist, availability and events the protocol supports, straggler policies it can apply."""
+    problems: list[Problem] = []
+    dev = scenario.devices
+    known = sorted(set(shipped_tiers()) | set(dev.custom_tiers))
+    allowed = ", ".join(known)
+    for name in (dev.tiers or {}):
+        if name not in known:
+            problems.append(Problem(f"devices.tiers.{name}", f"unknown tier; allowed: {allowed} "
+                                    "(or define it under devices.custom_tiers)"))
+    avail = dev.availability
+    problems.extend(avail.problems(dev.count, known, "devices.availability"))
+    proto = scenario.protocol
+    if not proto.supports_churn:
+        what = f"protocol {proto.name} does not model devices dropping out"
+        if avail.churn:
+            problems.append(Problem("devices.availability", f"{what}; allowed: {', '.join(steady_names())}",
+                                    avail.name))
+        if dev.dropout > 0:
+            problems.append(Problem("devices.dropout", f"{what}; allowed: 0", dev.dropout))
+        churn_kinds = "/".join(cls.name for cls in EVENTS.classes() if cls.churn)
+        for i, event in enumerate(scenario.events):
+            if event.spec.churn:
+                problems.append(Problem(f"events.{i}.{event.kind}", f"{what} ({churn_kinds} events)"))
+    problems.extend(_straggler_checks(scenario))
+    end = scenario.stop.virtual_time_s
+    e_count = scenario.topology.edge_servers or 0
+    for key in ("edge_ingress_mbps", "edge_egress_mbps"):
+        if getattr(scenario.network, key) is not None and e_count == 0:
+            problems.append(Problem(f"network.{key}", "the scenario has no edge servers (topology.edge_servers: 0); "
+                                    "use network.cloud_ingress_mbps / cloud_egress_mbps for the cloud's links"))
+    facts = Facts(num_devices=dev.count, num_edges=e_count, tiers=known)
+    for i, event in enumerate(scenario.events):
+        if end is not None and event.at_s >= end:
+            problems.append(Problem(f"events.{i}.at_s", f"outside the run (stop.virtual_time_s = {end:g}); "
+                                    f"allowed: 0 <= at_s < {end:g}", event.at_s))
+        problems.extend(event.spec.problems(f"events.{i}.{event.kind}", facts))
+    return problems
+
+
+def _straggler_checks(scenario: Scenario) -> list[Problem]:
+    """A policy needs a protocol with barriers; a cloud-round policy one with a cloud barrier over edge servers."""
+    problems: list[Problem] = []
+    proto, policy = scenario.protocol, scenario.straggler
+    if not proto.has_barriers and not policy.waits_for_all:
+        with_barriers = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).has_barriers)
+        problems.append(Problem("straggler.name", f"protocol {proto.name} has no synchronous barrier for a "
+                                f"straggler policy; allowed here: {', '.join(neutral_names())} (policies apply to "
+                                f"{with_barriers})", policy.name))
+    if not proto.has_cloud_barrier and not policy.cloud.waits_for_all:
+        with_cloud = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).has_cloud_barrier)
+        problems.append(Problem("straggler.cloud", f"a cloud-round policy over edge servers applies to {with_cloud} only"))
+    if policy.cloud.partial_work:
+        problems.append(Problem("straggler.cloud", "partial work is for device rounds; the participants of a cloud "
+                                "round are edge servers (allowed here: partial: false)"))
+    return problems
+
+
+def _trainer_checks(scenario: Scenario) -> list[Problem]:
+    """What the local trainer needs: a protocol carrying control variates; every trained update delivered."""
+    trainer, proto = scenario.training.trainer, scenario.protocol
+    name = trainer.name
+    if trainer.needs_control_variates and not proto.control_variates:
+        able = [n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates]
+        return [Problem("training.trainer", f"{name} needs a protocol with synchronous rounds that carries "
+                        f"control variates; protocol {proto.name!r} does not; allowed: {', '.join(able)}", name)]
+    if trainer.needs_every_update is None:
+        return []
+    problems: list[Problem] = []
+    why = f"{name} needs {trainer.needs_every_update}"
+    policy, avail = scenario.straggler, scenario.devices.availability
+    for key, p in (("straggler.name", policy), ("straggler.cloud.name", policy.cloud)):
+        if not p.waits_for_all:
+            problems.append(Problem(key, f"{why}; allowed with {name}: {', '.join(neutral_names())}", p.name))
+    if avail.churn:
+        problems.append(Problem("devices.availability", f"{why}; allowed with {name}: {', '.join(steady_names())}",
+                                avail.name))
+    for i, event in enumerate(scenario.events):
+        if event.spec.takes_devices_offline:
+            problems.append(Problem(f"events.{i}.{event.kind}", f"{why}: devices cannot leave mid-run with {name}"))
+    return problems
