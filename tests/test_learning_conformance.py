@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierfl.core.serveropt import SERVER_OPTIMIZERS
 from hierfl.driver import run_scenario
 from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.learn.trainers import TRAINERS

@@ -51,12 +51,6 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def _availability_label(timeline: Any) -> str:
-    if timeline is None:
-        return "always"
-    return "markov" if type(timeline).__name__ == "MarkovTimeline" else "trace"
-
-
 def _initial_clusters(scenario: Scenario, world: Any, protocol: Any) -> ClustersRecord:
     rec = protocol.clusters_record()
     if rec is not None:
@@ -84,7 +78,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     write_config(out, dump_scenario(resolved))
     dyn = built.dynamics or Dynamics.static(built.world.num_devices)
     world = built.world
-    tel.write_devices(world, [_availability_label(b) for b in dyn.availability.base], [len(w) for w in dyn.windows])
+    tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
     tel.lanes(world.num_edges, world.num_devices)
     rt = scenario.runtime
     executor: Executor | None = None
