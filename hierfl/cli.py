@@ -76,9 +76,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     s = result.summary
     ttt = "not reached" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f}s"
     console.print(f"done: {s['rounds']} rounds, virtual {s['virtual_time_s']:.1f}s, "
-                  f"final accuracy {s['final_accuracy']:.4f}, time to target {ttt}, "
+                  f"final accuracy {_acc(s['final_accuracy'])}, time to target {ttt}, "
                   f"wall {s['wall_s']:.1f}s (start-up {s['startup_s']:.1f}s) → {out}")
     return 0
+
+
+def _acc(value: float | None) -> str:
+    """An accuracy for the console (timing-only runs have none)."""
+    return "– (timing only)" if value is None else f"{value:.4f}"
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:

@@ -42,6 +42,9 @@ class TrainSpec:
     # protocol that sets its own ρ does not erase μ); SCAFFOLD corrects every gradient by c − c_i
     mu: float = 0.0
     control_variates: bool = False
+    # timing only (``training.trainer: none``): the job takes its virtual time but is not run; its
+    # update is the model it started from
+    train: bool = True
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):

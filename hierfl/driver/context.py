@@ -211,6 +211,9 @@ class Context:
         if math.isfinite(lost_at):
             self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
+        if not spec.train:  # timing only: the update is the model the job started from
+            self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
+            return Job(device, job_id, params, None, compute_s, self.now, -1)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
@@ -235,12 +238,19 @@ class Context:
 
     def finish_training(self, job: Job) -> dict[str, float]:
         """Collect a job whose virtual end has come (blocks only if it is still running for real)."""
+        if job.host < 0:  # a timing-only job: nothing ran
+            stats: dict[str, float] = {}
+        else:
+            stats = self._wait(job)
+        self.counters["train_jobs"] += 1
+        self.counters["compute_s"] += job.compute_s
+        return stats
+
+    def _wait(self, job: Job) -> dict[str, float]:
         try:
             stats = self.executor.wait(job)
         except Exception as exc:
             raise RunError(f"t={self.now:.6g}s device {job.device} job {job.job}: training failed: {exc}") from exc
-        self.counters["train_jobs"] += 1
-        self.counters["compute_s"] += job.compute_s
         return stats
 
     def cancel_device(self, device: int) -> None:

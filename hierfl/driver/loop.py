@@ -43,19 +43,22 @@ class RunLoop:
         if self._last_eval == key:
             return  # same instant, same model: nothing new to measure
         self._last_eval = key
-        try:
-            acc, loss = ctx.executor.evaluate(ctx.global_model)
-        except Exception as exc:
-            raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
+        acc: float | None = None
+        loss: float | None = None
+        if ctx.spec.train:  # timing only: no model to evaluate
+            try:
+                acc, loss = ctx.executor.evaluate(ctx.global_model)
+            except Exception as exc:
+                raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
         extra: dict[str, Any] = {**counters, **ctx.telemetry.staleness_means()}
         extra.update({f"queue_len_{tier}": n for tier, n in self.protocol.queue_lengths().items()})
         record = ctx.telemetry.record(Eval(rounds, acc, loss, extra))
         self.evals.append(record)
         ctx.telemetry.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)
-        if self.target is not None and self.time_to_target is None and acc >= self.target:
+        if acc is not None and self.target is not None and self.time_to_target is None and acc >= self.target:
             self.time_to_target, self.rounds_to_target = ctx.now, rounds
         stop_acc = ctx.scenario.stop.target_accuracy
-        if stop_acc is not None and acc >= stop_acc:
+        if acc is not None and stop_acc is not None and acc >= stop_acc:
             ctx.request_stop("target_accuracy")
         if self.progress:
             self.progress(ctx.now, rounds, acc)

@@ -74,7 +74,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     built = built or build(scenario, source)
     resolved = scenario.model_copy(update={"versions": package_versions()})
     out = Path(out_dir)
-    tel = RunTelemetry(out)
+    tel = RunTelemetry(out, trace_devices=scenario.output.trace_devices(built.world.num_devices, scenario.seed))
     write_config(out, dump_scenario(resolved))
     dyn = built.dynamics or Dynamics.static(built.world.num_devices)
     world = built.world
@@ -112,7 +112,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         summary.update({
             "status": "completed", "stop_reason": ctx.stop_reason,
             "final_accuracy": last["accuracy"], "final_loss": last["loss"],
-            "best_accuracy": max(e["accuracy"] for e in run.evals),
+            "best_accuracy": max((e["accuracy"] for e in run.evals if e["accuracy"] is not None), default=None),
             "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),

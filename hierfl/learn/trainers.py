@@ -29,7 +29,7 @@ from pydantic import Field
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
 
-__all__ = ["TRAINERS", "TrainerConfig", "SGDTrainer", "FedProxTrainer", "ScaffoldTrainer"]
+__all__ = ["TRAINERS", "TrainerConfig", "SGDTrainer", "FedProxTrainer", "ScaffoldTrainer", "NoTrainer"]
 
 TRAINERS: Registry = Registry("trainer")
 
@@ -45,6 +45,8 @@ class TrainerConfig(ConfigModel):
 
     needs_control_variates: ClassVar[bool] = False
     needs_every_update: ClassVar[str | None] = None
+    # no model is trained or evaluated (timing-only runs): accuracy targets make no sense
+    timing_only: ClassVar[bool] = False
 
     @property
     def payload_factor(self) -> int:
@@ -55,6 +57,21 @@ class TrainerConfig(ConfigModel):
         """The :class:`~hierfl.core.work.TrainSpec` fields this trainer sets."""
         return {}
 
+
+
+@TRAINERS.register
+class NoTrainer(TrainerConfig):
+    """``trainer: none``: timing only. Every time, selection, staleness, queue and counter is what a
+    training run of the same scenario gives, but no job is run (an update is the model the job
+    started from) and no model is evaluated (evaluation lines carry ``accuracy: null``). For system
+    studies at 10^5–10^6 devices: round times, queue lengths, contention, churn."""
+
+    timing_only: ClassVar[bool] = True
+    name: Literal["none"] = "none"
+
+    def spec_fields(self) -> dict[str, Any]:
+        """``train: false``."""
+        return {"train": False}
 
 
 @TRAINERS.register

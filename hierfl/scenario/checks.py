@@ -159,6 +159,12 @@ def _trainer_checks(scenario: Scenario) -> list[Problem]:
     """What the local trainer needs: a protocol carrying control variates; every trained update delivered."""
     trainer, proto = scenario.training.trainer, scenario.protocol
     name = trainer.name
+    if trainer.timing_only:
+        bad = [(key, value) for key, value in (("stop.target_accuracy", scenario.stop.target_accuracy),
+                                               ("evaluation.target_accuracy", scenario.evaluation.target_accuracy))
+               if value is not None]
+        return [Problem(key, f"trainer {name} trains and evaluates no model (timing only): no accuracy to "
+                        "reach; allowed: null", value) for key, value in bad]
     if trainer.needs_control_variates and not proto.control_variates:
         able = [n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates]
         return [Problem("training.trainer", f"{name} needs a protocol with synchronous rounds that carries "

@@ -297,6 +297,36 @@ class NetworkConfig(ConfigModel):
         default=None, description="per edge server: capacity shared by its downloads to devices")
 
 
+class TraceDevices(ConfigModel):
+    """``output.trace: {devices: K}``: every edge server and the cloud, plus K device lanes (a seeded sample)."""
+
+    devices: PositiveInt = Field(description="device lanes kept in trace.json (a seeded sample)")
+
+
+TRACE_AUTO_DEVICES = 200  # device lanes `output.trace: auto` keeps when there are more devices than that
+
+
+class OutputConfig(ConfigModel):
+    """What the run writes besides the always-whole metrics, summary, devices.csv and clusters.jsonl."""
+
+    trace: Literal["auto", "all", "none"] | TraceDevices = Field(
+        default="auto", description=f"device lanes of trace.json: all, none, {{devices: K}} (a seeded sample), or "
+                                    f"auto = all up to {TRACE_AUTO_DEVICES} devices, else a sample of that many")
+
+    def trace_devices(self, num_devices: int, seed: int) -> set[int] | None:
+        """The device lanes to keep (None: all), drawn from stream ``("output.trace",)``."""
+        if self.trace == "all":
+            return None
+        if self.trace == "none":
+            return set()
+        k = TRACE_AUTO_DEVICES if self.trace == "auto" else self.trace.devices
+        if num_devices <= k:
+            return None
+        from hierfl.core.rng import stream
+
+        return {int(d) for d in stream(seed, "output.trace").choice(num_devices, size=k, replace=False)}
+
+
 class Scenario(ConfigModel):
     """A complete, validated scenario."""
 
@@ -316,6 +346,7 @@ class Scenario(ConfigModel):
     straggler: device_policy_field() = default_policy()  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
+    output: OutputConfig = OutputConfig()
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )

@@ -48,7 +48,7 @@ class FedCH(Protocol):
         self.cfg = cfg
         base = env.spec
         # the job of a cluster round: H local steps at η_l (§2.2)
-        self.spec = TrainSpec(epochs=None, steps=cfg.local_steps(base.steps), batch_size=base.batch_size,
+        self.spec = TrainSpec(epochs=None, steps=cfg.local_steps(base.steps), batch_size=base.batch_size, train=base.train,
                               lr=cfg.local_lr(base.lr), momentum=base.momentum, weight_decay=base.weight_decay)
         self.builder = ClusterBuilder(cfg, env, self.spec)
         self.st = self.builder.initial_state()  # FedCH's state (``state()`` is its summary)
