@@ -50,7 +50,8 @@ class EventQueue:
     """
 
     def __init__(self, start: float = 0.0) -> None:
-        self._heap: list[Event] = []
+        # entries are (time, priority, seq, event): tuples compare in C, the event is never compared
+        self._heap: list[tuple[float, int, int, Event]] = []
         self._seq = 0
         self._cancelled: set[int] = set()
         self._pending: set[int] = set()
@@ -67,8 +68,9 @@ class EventQueue:
             self._prune()
 
     def _prune(self) -> None:
-        while self._heap and self._heap[0].seq in self._cancelled:
-            self._cancelled.discard(heapq.heappop(self._heap).seq)
+        heap, cancelled = self._heap, self._cancelled
+        while heap and heap[0][2] in cancelled:
+            cancelled.discard(heapq.heappop(heap)[2])
 
     def push(self, time: float, kind: str, payload: Any = None,
              priority: int = Priority.CONTROL) -> Event:
@@ -76,10 +78,11 @@ class EventQueue:
         if not time >= self.now:  # also rejects NaN
             raise ValueError(f"cannot schedule {kind!r} at t={time!r} before now={self.now!r}")
         # a mapping is copied (the caller may reuse it); a frozen payload value is shared
-        event = Event(float(time), int(priority), self._seq, kind, dict(payload) if isinstance(payload, dict) else payload)
+        time, priority, seq = float(time), int(priority), self._seq
+        event = Event(time, priority, seq, kind, dict(payload) if isinstance(payload, dict) else payload)
         self._seq += 1
-        heapq.heappush(self._heap, event)
-        self._pending.add(event.seq)
+        heapq.heappush(self._heap, (time, priority, seq, event))
+        self._pending.add(seq)
         return event
 
     def push_after(self, delay: float, kind: str, payload: Any = None,
@@ -92,12 +95,12 @@ class EventQueue:
     def peek(self) -> Event | None:
         """The next event without removing it."""
         self._prune()
-        return self._heap[0] if self._heap else None
+        return self._heap[0][3] if self._heap else None
 
     def pop(self) -> Event:
         """Remove the next event and advance the clock to its time."""
         self._prune()
-        event = heapq.heappop(self._heap)
+        event = heapq.heappop(self._heap)[3]
         self._pending.discard(event.seq)
         self.now = event.time
         self._prune()
@@ -108,7 +111,7 @@ class EventQueue:
         return {
             "now": self.now,
             "seq": self._seq,
-            "events": [[e.time, e.priority, e.seq, e.kind, e.payload] for e in sorted(self._heap)
+            "events": [[e.time, e.priority, e.seq, e.kind, e.payload] for *_, e in sorted(self._heap)
                        if e.seq not in self._cancelled],
         }
 
@@ -117,7 +120,8 @@ class EventQueue:
         """Rebuild a queue from :meth:`state`."""
         q = cls(state["now"])
         q._seq = int(state["seq"])
-        q._heap = [Event(float(t), int(p), int(s), k, pl) for t, p, s, k, pl in state["events"]]
+        q._heap = [(float(t), int(p), int(s), Event(float(t), int(p), int(s), k, pl))
+                   for t, p, s, k, pl in state["events"]]
         heapq.heapify(q._heap)
-        q._pending = {e.seq for e in q._heap}
+        q._pending = {entry[2] for entry in q._heap}
         return q
