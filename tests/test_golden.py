@@ -11,8 +11,17 @@ from tests.golden import SCENARIOS, load_digests, run_one, skip_reason
 DIGESTS = load_digests()
 
 
+# scale scenarios run on the local executor only here (their Ray run would dominate the suite)
+RAY_MAX_DEVICES = 2000
+
+
 def _check(path: Path, executor: str, tmp_path: Path) -> None:
     reason = skip_reason(path)
+    if executor == "ray" and reason is None:
+        from hierfl.scenario.loader import load_scenario
+
+        if load_scenario(path).devices.count > RAY_MAX_DEVICES:
+            reason = f"more than {RAY_MAX_DEVICES} devices: golden on the local executor only"
     if reason:
         pytest.skip(reason)
     assert path.stem in DIGESTS, f"no golden digests for {path.stem}: record them with python -m tests.golden --update"
