@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench bench-scale clean
 
 install: $(STAMP)
 
@@ -27,6 +27,9 @@ test: install
 
 bench: install
 	$(BIN)/python analysis/bench/emulator_overhead.py
+
+bench-scale: install
+	$(BIN)/python analysis/bench/scale.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

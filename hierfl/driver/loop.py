@@ -33,6 +33,7 @@ class RunLoop:
         self.rounds_to_target: int | None = None
         self._last_eval: tuple[float, float] | None = None
         self.protocol: Any = None
+        self.events = 0  # events dispatched (protocol and world), for events/s figures
 
     def evaluate(self) -> None:
         """Evaluate the global model now (once per instant and model) and check the accuracy targets."""
@@ -83,6 +84,7 @@ class RunLoop:
             if event.kind == "stop":
                 ctx.request_stop("virtual_time")
                 break
+            self.events += 1
             try:
                 if event.kind.startswith("_"):
                     net.handle_internal(event)

@@ -120,7 +120,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             "executor": executor.name, "workers": executor.workers,
             "devices": world.num_devices, "edge_servers": world.num_edges,
             "num_params": built.num_params, "model_bytes": world.model_bytes,
-            "totals": dict(ctx.counters),
+            "totals": dict(ctx.counters), "events": run.events,
         })
         if tel.staleness:
             summary["staleness"] = tel.staleness_summary()

@@ -1,0 +1,117 @@
+"""Scale benchmark (issue 12): the same work at growing populations, AHFL at 10,000 devices, W1a.
+
+    .venv/bin/python analysis/bench/scale.py            # (a) and (b); `make bench-scale`
+    .venv/bin/python analysis/bench/scale.py --quick    # shorter windows
+
+Every measurement runs in its own process (peak RSS is that process's), side by side in one
+invocation, and the table prints ratios against the goals of the issue:
+
+(a) FedAvg, 100 devices × 10 rounds, logreg (20 samples per device), local executor, at N = 1k,
+    10k, 100k: whole wall, rounds-only wall (whole − start-up), peak RSS, and the traced emulator
+    memory per device (data included) from the tracemalloc slope between 1k and 10k;
+(b) AHFL over 10,000 devices and 20 edge servers (scenarios/scale_ahfl_10k.yaml), with training
+    (logreg) and timing only, over a window of virtual time: jobs/s and events/s (wall after
+    start-up);
+(c) W1a (the README's W1 workload, 10 rounds of 10 devices) is measured by
+    analysis/bench/startup.py: whole-process wall and peak tree memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = r"""
+import json, resource, sys, time, tracemalloc
+from hierfl.scenario.loader import load_scenario, validate_raw
+from hierfl.driver import run_scenario
+kind, arg, out, trace = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+t0 = time.perf_counter()
+if trace:
+    tracemalloc.start()
+if kind == "raw":
+    sc = validate_raw(arg)
+else:
+    sc = load_scenario(arg["path"], arg["set"])
+from hierfl.build import build
+built = build(sc)
+data_bytes = built.dataset.x_train.nbytes + built.dataset.y_train.nbytes + sum(p.nbytes for p in built.parts)
+r = run_scenario(sc, out, built=built)
+wall = time.perf_counter() - t0
+s = r.summary
+print(json.dumps({"wall_s": wall, "startup_s": s["startup_s"], "jobs": s["totals"]["train_jobs"],
+                  "events": s.get("events"), "rounds": s["rounds"],
+                  "traced_peak": tracemalloc.get_traced_memory()[1] if trace else None, "data_bytes": data_bytes,
+                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def child(kind: str, arg: object, trace: bool = False) -> dict:
+    """Run one measurement in a fresh interpreter; returns its JSON line."""
+    with tempfile.TemporaryDirectory() as out:
+        res = subprocess.run([sys.executable, "-c", CHILD, kind, json.dumps(arg), out, "1" if trace else "0"],
+                             capture_output=True, text=True, cwd=ROOT, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"measurement failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def fedavg_population(n: int, trainer: str = "sgd") -> dict:
+    """(a): 100 devices a round out of ``n``, 10 rounds, logreg on 20 samples per device."""
+    return {"name": f"scale-a-{n}", "seed": 3,
+            "data": {"dataset": {"name": "blobs", "num_samples": 20 * n, "test_samples": 500, "num_features": 20,
+                                 "num_classes": 10}, "partition": {"name": "iid"}},
+            "model": {"name": "logreg"},
+            "devices": {"count": n, "speed_sps": {"dist": "lognormal", "median": 50, "sigma": 0.5},
+                        "uplink_mbps": 10, "downlink_mbps": 50, "latency_ms": 20},
+            "protocol": {"name": "fedavg", "fraction": 100 / n},
+            "training": {"epochs": 1, "batch_size": 10, "lr": 0.05, "trainer": trainer},
+            "stop": {"rounds": 10}, "runtime": {"executor": "local"}}
+
+
+def main(argv: list[str]) -> int:
+    """Print the tables."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="shorter windows, (a) up to 10k")
+    args = ap.parse_args(argv)
+
+    print("(a) FedAvg, the same work (100 devices x 10 rounds, logreg) at growing N, local executor")
+    print("| N | whole wall (s) | rounds-only wall (s) | ratio to 1k | peak RSS (MB) |")
+    print("|---|---|---|---|---|")
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    rows = {n: child("raw", fedavg_population(n)) for n in sizes}
+    base = rows[1_000]["wall_s"] - rows[1_000]["startup_s"]
+    for n, r in rows.items():
+        rounds = r["wall_s"] - r["startup_s"]
+        print(f"| {n:,} | {r['wall_s']:.2f} | {rounds:.2f} | {rounds / base:.2f} (goal <= 1.5) | {r['max_rss_mb']:.0f} |")
+    traced = {n: child("raw", fedavg_population(n, "none"), trace=True) for n in (1_000, 10_000)}
+    per_device = (traced[10_000]["traced_peak"] - traced[1_000]["traced_peak"]) / 9_000
+    data = (traced[10_000]["data_bytes"] - traced[1_000]["data_bytes"]) / 9_000
+    print(f"\nmemory per device (traced slope 1k -> 10k, timing only): {per_device:.0f} B in all, of which its data "
+          f"(samples, labels, index) {data:.0f} B; emulator state beyond the data {per_device - data:.0f} B "
+          "(goal <= 2048 B)")
+
+    window = 4 if args.quick else 10
+    print(f"\n(b) AHFL, 10,000 devices, 20 edge servers (scenarios/scale_ahfl_10k.yaml), {window} virtual s after "
+          "start-up")
+    print("| mode | jobs | events | wall after start-up (s) | jobs/s | events/s | goal |")
+    print("|---|---|---|---|---|---|---|")
+    for mode, trainer, goal in (("with training", "sgd", 3000), ("timing only", "none", 20000)):
+        r = child("file", {"path": str(ROOT / "scenarios" / "scale_ahfl_10k.yaml"),
+                           "set": [f"stop.virtual_time_s={window}", "evaluation.every_s=null",
+                                   f"training.trainer={trainer}"]})
+        run_s = r["wall_s"] - r["startup_s"]
+        print(f"| {mode} | {r['jobs']:,} | {r['events']:,} | {run_s:.1f} | {r['jobs'] / run_s:,.0f} | "
+              f"{r['events'] / run_s:,.0f} | >= {goal:,} jobs/s |")
+    print("\n(c) W1a: see analysis/bench/startup.py (whole-process wall, steady round, peak tree memory)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
