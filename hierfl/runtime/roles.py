@@ -117,26 +117,33 @@ class DeviceHost:
         self.controls: dict[int, np.ndarray] = {}
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
-              control: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+              control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """One local job of ``device`` starting from ``params``; seeded by ``seed`` only.
 
         With ``spec.control_variates`` (SCAFFOLD, option II) ``control`` is the server's ``c``;
         every gradient is corrected by ``c − c_i``, the device's ``c_i`` is updated and the
-        result is the packed ``[y; Δc_i]`` (twice the model's length).
+        result is the packed ``[y; Δc_i]`` (twice the model's length). ``out``: optional array
+        of the result's length that receives it. The device's samples are read from the host's
+        arrays through its rows (never gathered into a per-job copy first).
         """
-        idx = self.parts[device]
+        rows = self.parts[device]
         if not spec.control_variates:
-            return self.trainer.train(params, self.x[idx], self.y[idx], spec, seed)
+            return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
         if control is None:
             raise ValueError(f"device {device}: a SCAFFOLD job needs the server control c")
         c = np.asarray(control, dtype=np.float32)
         c_i = self.controls.get(device)
         if c_i is None:
             c_i = np.zeros_like(c)
-        y_new, stats = self.trainer.train(params, self.x[idx], self.y[idx], spec, seed, correction=correction(c, c_i))
+        size = self.trainer.num_params
+        y_new, stats = self.trainer.train(params, self.x, self.y, spec, seed, correction=correction(c, c_i),
+                                          rows=rows, out=None if out is None else out[:size])
         c_new, dc = option2_control(c_i, c, params, y_new, int(stats["steps"]), spec.lr)
         self.controls[device] = c_new
-        return np.concatenate([y_new, dc]), stats
+        if out is None:
+            return np.concatenate([y_new, dc]), stats
+        out[size:] = dc
+        return out, stats
 
     def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
                    param_rows: list[int | None], control_index: list[int] | None,
@@ -147,17 +154,14 @@ class DeviceHost:
         the server control ``param_arrays[control_index[k]]`` when given (``-1``: none).
         Each job is exactly :meth:`train`, so batching never changes a result.
         """
-        out: np.ndarray | None = None
+        width = self.trainer.num_params * (2 if spec.control_variates else 1)
+        out = np.empty((len(devices), width), dtype=np.float32)
         stats = []
         for k, (device, seed) in enumerate(zip(devices, seeds)):
             ci = -1 if control_index is None else control_index[k]
-            vec, st = self.train(device, seed, spec, _pick(param_arrays[param_index[k]], param_rows[k]),
-                                 None if ci < 0 else param_arrays[ci])
-            if out is None:
-                out = np.empty((len(devices), vec.size), dtype=np.float32)
-            out[k] = vec
+            _, st = self.train(device, seed, spec, _pick(param_arrays[param_index[k]], param_rows[k]),
+                               None if ci < 0 else param_arrays[ci], out=out[k])
             stats.append(st)
-        assert out is not None
         return out, stats
 
     def ready(self) -> bool:
