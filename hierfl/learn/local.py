@@ -267,6 +267,7 @@ class LocalTrainer:
         loss_sum = 0.0
         steps = 0
         samples = 0
+        no_grad = torch.no_grad()
         for block in _index_blocks(n, b, spec, rng):
             sel = block if rows is None else rows[block]
             # Fancy indexing copies, so the tensors are writable even when x / y are not.
@@ -277,14 +278,16 @@ class LocalTrainer:
                 xb = xb_all[start : start + b]
                 yb = yb_all[start : start + b]
                 if chain is not None:
-                    loss, grads = chain.loss_and_grads(xb, yb)
-                    sgd.step(grads)
+                    with no_grad:
+                        loss, grads = chain.loss_and_grads(xb, yb)
+                        sgd.step(grads)
                 else:
                     for p in params_list:
                         p.grad = None
                     loss = F.cross_entropy(module(xb), yb)
                     loss.backward()
-                    sgd.step([p.grad for p in params_list])
+                    with no_grad:
+                        sgd.step([p.grad for p in params_list])
                 loss_sum += loss.item()
                 steps += 1
                 samples += xb.shape[0]

@@ -84,27 +84,29 @@ class ExactSGD:
             self._shift_np[...] = correction  # float32 already (checked by the caller)
 
     def step(self, grads: list[torch.Tensor | None]) -> None:
-        """One step; ``grads`` (one per parameter, ``None``: no gradient, skipped) may be overwritten."""
+        """One step; ``grads`` (one per parameter, ``None``: no gradient, skipped) may be overwritten.
+
+        Call it under ``torch.no_grad()`` (the parameters are leaves that require grad).
+        """
         import torch
 
         prox, wd, mom, lr = self.prox, self.weight_decay, self.momentum, self.lr
-        with torch.no_grad():
-            for i, (p, g) in enumerate(zip(self.params, grads)):
-                if g is None:
-                    continue
-                tmp = self._tmp[i]
-                if prox > 0:
-                    g.add_(torch.sub(p, self._anchors[i], out=tmp), alpha=prox)
-                if self.corrected:
-                    g.add_(self._shifts[i])
-                if wd != 0:
-                    g = torch.add(g, p, alpha=wd, out=tmp)
-                if mom != 0:
-                    buf = self._mom[i]
-                    if not self._has_buf[i]:  # torch: buf = grad.clone() on a parameter's first step
-                        buf.copy_(g)
-                        self._has_buf[i] = True
-                    else:
-                        buf.mul_(mom).add_(g, alpha=1)
-                    g = buf
-                p.add_(g, alpha=-lr)
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            if g is None:
+                continue
+            tmp = self._tmp[i]
+            if prox > 0:
+                g.add_(torch.sub(p, self._anchors[i], out=tmp), alpha=prox)
+            if self.corrected:
+                g.add_(self._shifts[i])
+            if wd != 0:
+                g = torch.add(g, p, alpha=wd, out=tmp)
+            if mom != 0:
+                buf = self._mom[i]
+                if not self._has_buf[i]:  # torch: buf = grad.clone() on a parameter's first step
+                    buf.copy_(g)
+                    self._has_buf[i] = True
+                else:
+                    buf.mul_(mom).add_(g, alpha=1)
+                g = buf
+            p.add_(g, alpha=-lr)
