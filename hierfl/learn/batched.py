@@ -18,7 +18,7 @@ models other than Linear/ReLU chains are never grouped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,7 +29,10 @@ from hierfl.learn.local import _index_blocks
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
 
-__all__ = ["BatchedTrainer"]
+__all__ = ["BatchedTrainer", "GROUP_MAX", "JobGroups"]
+
+GROUP_MAX = 64
+"""Most jobs in one fast-path group (a constant: groups must not depend on the number of workers)."""
 
 
 class BatchedTrainer:
@@ -155,3 +158,43 @@ class BatchedTrainer:
         out[...] = flat_np
         loss_sums = (-losses.numpy().astype(np.float64)).sum(axis=0)
         return [{"loss": float(loss_sums[k]) / step, "steps": step, "samples": samples} for k in range(k_jobs)]
+
+
+class JobGroups:
+    """The fast path's grouping rule, one definition for every executor.
+
+    Groups are formed from the sequence of executor calls the driver makes, which is the same
+    whatever the executor, its number of hosts or its timing: consecutive ``train`` calls with
+    the same :class:`~hierfl.core.work.TrainSpec` join the open group, other calls in between
+    included; the group closes when
+
+    * a call needs the result of one of its jobs (``wait`` on it, a ``train`` starting from it,
+      an aggregation, evaluation or fetch of it): the executor calls :meth:`seal`;
+    * it holds :data:`GROUP_MAX` jobs, or a ``train`` call has another spec (:meth:`add`).
+
+    SCAFFOLD jobs (``spec.control_variates``) are never grouped: they run alone. An executor
+    trains each closed group whole, on one host.
+    """
+
+    def __init__(self) -> None:
+        self.open: list[Any] = []
+        self.open_id = -1
+        self._spec: TrainSpec | None = None
+        self._next_id = 0
+
+    def add(self, job: Any, spec: TrainSpec, params: Any) -> tuple[int, list[Any]]:
+        """Put ``job`` (an executor's handle) in a group: ``(group id, jobs of a group closed to make room)``."""
+        closed: list[Any] = []
+        if self.open and (len(self.open) >= GROUP_MAX or spec != self._spec or any(params is j for j in self.open)):
+            closed = self.seal()
+        if not self.open:
+            self.open_id, self._next_id = self._next_id, self._next_id + 1
+            self._spec = spec
+        self.open.append(job)
+        return self.open_id, closed
+
+    def seal(self) -> list[Any]:
+        """Close the open group (a call needs one of its results): its jobs, possibly none."""
+        jobs, self.open = self.open, []
+        self._spec = None
+        return jobs
