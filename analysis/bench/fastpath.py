@@ -10,8 +10,9 @@ Workloads (one device host, one torch thread, jobs over 50 devices in turn):
 a fresh ``torch.optim.SGD`` and autograd per job, the device's samples gathered into a per-job copy
 by the host first); ``new`` is :meth:`DeviceHost.train_many` on today's trainer (``ExactSGD``,
 ``LinearChain`` gradients, rows indexed once, results written into the batch array), checked
-bit-identical to ``old`` job by job. With ``--batched`` the opt-in ``fast_path`` (jobs of a call
-trained together, :mod:`hierfl.learn.batched`) is timed too; its numbers are not bit-identical.
+bit-identical to ``old`` job by job. With ``--batched`` the opt-in fast path (``runtime.fast_path``:
+groups of ``--group`` jobs trained together, :mod:`hierfl.learn.batched`) is timed too; its numbers
+are not bit-identical to the others.
 
 Old and new alternate in paired repetitions; the table gives the medians of µs/job and the median
 of the paired ratios ``old / new``.
@@ -51,9 +52,9 @@ class Workload:
 
 
 WORKLOADS = [
-    Workload("logreg-20", LogRegConfig(), 60, 20, TrainSpec(epochs=1, batch_size=10, lr=0.05), 1000),
-    Workload("mlp-50", MLPConfig(hidden=[32]), 60, 50, TrainSpec(epochs=1, batch_size=10, lr=0.05), 400),
-    Workload("w1-600", MLPConfig(hidden=[200, 200]), 784, 600, TrainSpec(epochs=1, batch_size=32, lr=0.05), 20),
+    Workload("logreg-20", LogRegConfig(), 60, 20, TrainSpec(epochs=1, batch_size=10, lr=0.05), 960),
+    Workload("mlp-50", MLPConfig(hidden=[32]), 60, 50, TrainSpec(epochs=1, batch_size=10, lr=0.05), 384),
+    Workload("w1-600", MLPConfig(hidden=[200, 200]), 784, 600, TrainSpec(epochs=1, batch_size=32, lr=0.05), 32),
 ]
 
 
@@ -67,7 +68,7 @@ def _data(w: Workload) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     return x, y, parts
 
 
-def _runners(w: Workload, batched: bool) -> dict[str, Callable[[int], np.ndarray]]:
+def _runners(w: Workload, batched: bool, batch_group: int) -> dict[str, Callable[[int], np.ndarray]]:
     """name → run(first job number) over ``w.jobs`` jobs, returning the stacked results."""
     x, y, parts = _data(w)
     model = (w.model, (w.features,), 10, 1)
@@ -95,15 +96,14 @@ def _runners(w: Workload, batched: bool) -> dict[str, Callable[[int], np.ndarray
 
     runners = {"old": old, "new": new}
     if batched:
-        spec_b = TrainSpec(**{**w.spec.__dict__, "fast_path": True})
-        bhost = DeviceHost(x, y, parts, model)
+        bhost = DeviceHost(x, y, parts, (*model, True))  # ModelSpec's fifth element: runtime.fast_path
 
         def fast(first: int) -> np.ndarray:
             rows = []
-            for start in range(0, w.jobs, group):
-                ks = range(first + start, first + min(w.jobs, start + group))
-                res, _ = bhost.train_many([k % DEVICES for k in ks], list(ks), spec_b, [0] * len(ks),
-                                          [None] * len(ks), None, params)
+            for start in range(0, w.jobs, batch_group):
+                ks = range(first + start, first + min(w.jobs, start + batch_group))
+                res, _ = bhost.train_many([k % DEVICES for k in ks], list(ks), w.spec, [0] * len(ks),
+                                          [None] * len(ks), None, params, groups=[0] * len(ks))
                 rows.append(res)
             return np.concatenate(rows)
 
@@ -119,16 +119,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7, help="paired repetitions per workload")
     parser.add_argument("--batched", action="store_true", help="also time the opt-in batched fast path")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the jobs per repetition")
+    parser.add_argument("--group", type=int, default=32, help="jobs per fast-path group (--batched)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread, {args.repeat} paired repetitions, µs per job (median)")
-    header = "| workload | old µs/job | new µs/job | old/new |" + (" batched µs/job | old/batched |" if args.batched else "")
+    header = "| workload | old µs/job | new µs/job | old/new |" + (
+        f" batched µs/job (groups of {args.group}) | old/batched |" if args.batched else "")
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     all_identical = True
     for w in WORKLOADS:
         w = Workload(w.name, w.model, w.features, w.samples, w.spec, max(1, int(w.jobs * args.scale)))
-        runners = _runners(w, args.batched)
+        runners = _runners(w, args.batched, args.group)
         for run in runners.values():  # warm-up (torch's lazy start, caches)
             run(0)
         times: dict[str, list[float]] = {k: [] for k in runners}

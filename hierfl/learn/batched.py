@@ -109,6 +109,7 @@ class BatchedTrainer:
         buf = torch.empty_like(flat) if mom != 0 else None
         losses = torch.empty((total_steps, k_jobs), dtype=torch.float32)
         last = len(weights) - 1
+        relu_back = torch.ops.aten.threshold_backward.default
         gens = [_index_blocks(n, b, spec, np.random.default_rng(s)) for s in seeds]
         step = 0
         samples = 0
@@ -138,7 +139,7 @@ class BatchedTrainer:
                         torch.sum(g, 1, keepdim=True, out=grad_b[i])
                         torch.bmm(g.transpose(1, 2), acts[i], out=grad_w[i])
                         if i > 0:
-                            g = torch.bmm(g, weights[i]).mul_(acts[i] > 0)
+                            g = relu_back(torch.bmm(g, weights[i]), acts[i], 0)
                     if prox > 0:
                         assert anchor is not None and tmp is not None
                         grad.add_(torch.sub(flat, anchor, out=tmp), alpha=prox)
