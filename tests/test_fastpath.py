@@ -2,7 +2,7 @@
 
 * Always on, bit-identical: ``LocalTrainer.train`` (``ExactSGD``, ``LinearChain``, rows indexed
   once, results written in place) gives the same bits as the reference trainer (``torch.optim.SGD``
-  and autograd, :mod:`hierfl.learn.reference`) on many random models, specs and seeds.
+  and autograd: :class:`~hierfl.learn.reference.ReferenceTrainer`) on many random models, specs and seeds.
 * Opt-in (``ModelSpec``'s fifth element, ``runtime.fast_path``): groups of jobs trained together;
   close to the exact path, and identical across executors and worker counts.
 """
@@ -22,7 +22,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.learn import LocalTrainer, init_params
 from hierfl.learn.batched import GROUP_MAX, BatchedTrainer, JobGroups
 from hierfl.learn.chain import LinearChain
-from hierfl.learn.reference import reference_train
+from hierfl.learn.reference import ReferenceTrainer
 from hierfl.models import CharLSTMConfig, CNNConfig, LogRegConfig, MLPConfig
 from hierfl.runtime.executor import LocalExecutor, RunData
 from hierfl.runtime.roles import DeviceHost, fast_path_of
@@ -55,7 +55,7 @@ MODELS = [
 @pytest.mark.parametrize(("cfg", "shape", "classes", "cases"), MODELS)
 def test_trainer_is_bit_identical_to_reference(cfg, shape, classes, cases):
     rng = np.random.default_rng(hash(cfg.name) % 1000)
-    new, ref = LocalTrainer(cfg, shape, classes), LocalTrainer(cfg, shape, classes)
+    new, ref = LocalTrainer(cfg, shape, classes), ReferenceTrainer(cfg, shape, classes)
     d = int(np.prod(shape))
     for _ in range(cases):
         n = int(rng.integers(1, 40))
@@ -66,7 +66,7 @@ def test_trainer_is_bit_identical_to_reference(cfg, shape, classes, cases):
         params = init_params(cfg, shape, classes, int(rng.integers(0, 1000)))
         corr = rng.standard_normal(params.size).astype(np.float32) * 0.01 if rng.random() < 0.3 else None
         seed = int(rng.integers(0, 2**31))
-        want, want_stats = reference_train(ref, params, x, y, spec, seed, corr)
+        want, want_stats = ref.train(params, x, y, spec, seed, corr)
         got, got_stats = new.train(params, x, y, spec, seed, corr)
         assert np.array_equal(_bits(got), _bits(want)), (spec, n)
         assert got_stats == want_stats
@@ -235,6 +235,10 @@ SCENARIOS = {
     "ahfl": lambda **kw: _many(protocol={"name": "ahfl"}, topology={"edge_servers": 2, "grouping": "random"},
                                stop={"rounds": 4}, **kw),
     "fedasync": lambda **kw: _many(protocol={"name": "fedasync", "concurrency": 6}, stop={"rounds": 15}, **kw),
+    # SCAFFOLD keeps per-device state: its jobs are never grouped, even with the fast path on
+    "fedavg-scaffold": lambda **kw: tiny(devices={"count": 12}, data={"dataset": {"num_samples": 480}},
+                                         protocol={"name": "fedavg", "fraction": 0.5}, stop={"rounds": 3},
+                                         training={"trainer": {"name": "scaffold"}}, **kw),
 }
 
 

@@ -6,7 +6,7 @@ Workloads (one device host, one torch thread, jobs over 50 devices in turn):
 * ``mlp-50``: MLP 60-32-10 on 50 samples per device, batch 10, 1 epoch (5 steps);
 * ``w1-600``: W1's MLP 784-200-200-10 on 600 samples per device, batch 32, lr 0.05, 1 epoch (19 steps).
 
-``old`` is the one-job-at-a-time trainer as it was (:func:`hierfl.learn.reference.reference_train`:
+``old`` is the one-job-at-a-time trainer as it was (:class:`hierfl.learn.reference.ReferenceTrainer`:
 a fresh ``torch.optim.SGD`` and autograd per job, the device's samples gathered into a per-job copy
 by the host first); ``new`` is :meth:`DeviceHost.train_many` on today's trainer (``ExactSGD``,
 ``LinearChain`` gradients, rows indexed once, results written into the batch array), checked
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hierfl.core.work import TrainSpec
-from hierfl.learn import LocalTrainer, init_params
-from hierfl.learn.reference import reference_train
+from hierfl.learn import init_params
+from hierfl.learn.reference import ReferenceTrainer
 from hierfl.models import LogRegConfig, MLPConfig, ModelConfig
 from hierfl.runtime.roles import DeviceHost
 
@@ -73,7 +73,7 @@ def _runners(w: Workload, batched: bool, batch_group: int) -> dict[str, Callable
     x, y, parts = _data(w)
     model = (w.model, (w.features,), 10, 1)
     params = init_params(w.model, (w.features,), 10, 0)
-    old_trainer = LocalTrainer(w.model, (w.features,), 10)
+    old_trainer = ReferenceTrainer(w.model, (w.features,), 10)
     host = DeviceHost(x, y, parts, model)
     group = 10  # jobs per train_many call (a Ray host's coalesced batch; the local executor sends 1)
 
@@ -82,7 +82,7 @@ def _runners(w: Workload, batched: bool, batch_group: int) -> dict[str, Callable
         for k in range(w.jobs):
             job = first + k
             idx = parts[job % DEVICES]
-            out[k], _ = reference_train(old_trainer, params, x[idx], y[idx], w.spec, job)
+            out[k], _ = old_trainer.train(params, x[idx], y[idx], w.spec, job)  # the host gathered x[idx]
         return out
 
     def new(first: int) -> np.ndarray:
