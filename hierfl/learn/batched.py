@@ -5,7 +5,7 @@ batch sizes, so they can run in lockstep: their parameters are stacked into one 
 tensor and every step is a handful of batched tensor operations (``baddbmm``/``bmm`` over the
 ``K`` jobs) instead of ``K`` times as many small ones. Per job, the semantics are those of
 :meth:`hierfl.learn.local.LocalTrainer.train` — the same data order (each job's own
-``np.random.default_rng(seed)`` and :func:`~hierfl.learn.local._index_blocks`), the same steps,
+``np.random.default_rng(seed)`` and :func:`~hierfl.learn.local.index_blocks`), the same steps,
 loss, SGD with momentum, weight decay and proximal term — but the floating-point operations
 differ (batched kernels, the softmax gradient written directly), so the numbers differ from the
 one-job-at-a-time path in the last bits, and may differ with the group a job is trained in.
@@ -24,7 +24,7 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch, num_steps
 from hierfl.learn.chain import LinearChain
-from hierfl.learn.local import _index_blocks
+from hierfl.learn.local import index_blocks
 
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
@@ -110,7 +110,7 @@ class BatchedTrainer:
         losses = torch.empty((total_steps, k_jobs), dtype=torch.float32)
         last = len(weights) - 1
         relu_back = torch.ops.aten.threshold_backward.default
-        gens = [_index_blocks(n, b, spec, np.random.default_rng(s)) for s in seeds]
+        gens = [index_blocks(n, b, spec, np.random.default_rng(s)) for s in seeds]
         step = 0
         samples = 0
         with torch.no_grad():

@@ -33,6 +33,7 @@ __all__ = [
     "count_params",
     "effective_batch",
     "forward_flops",
+    "index_blocks",
     "init_params",
     "num_steps",
     "param_layout",
@@ -98,10 +99,10 @@ def init_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classe
     return torch.nn.utils.parameters_to_vector(module.parameters()).detach().numpy().copy()
 
 
-def _index_blocks(n: int, b: int, spec: TrainSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
-    """Blocks of sample indices; each block is cut into consecutive batches of ``b``.
+def index_blocks(n: int, b: int, spec: TrainSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """A job's data order: blocks of sample indices, each cut into consecutive batches of ``b``.
 
-    Epoch mode: one ``rng.permutation(n)`` per epoch (its last batch may be partial).
+    Every trainer (one job at a time, batched, reference) reads its data order from here. Epoch mode: one ``rng.permutation(n)`` per epoch (its last batch may be partial).
     Step mode: a stream of concatenated permutations, ``steps`` chunks of exactly ``b``.
     """
     if spec.epochs is not None:
@@ -268,7 +269,7 @@ class LocalTrainer:
         steps = 0
         samples = 0
         no_grad = torch.no_grad()
-        for block in _index_blocks(n, b, spec, rng):
+        for block in index_blocks(n, b, spec, rng):
             sel = block if rows is None else rows[block]
             # Fancy indexing copies, so the tensors are writable even when x / y are not.
             xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
