@@ -19,6 +19,7 @@ So the gradients (values and strides) and the loss are the same bits as autograd
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,11 +37,11 @@ class LinearChain:
         The layers' parameter tensors (usually views into the trainer's flat buffer), input first.
     """
 
-    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor]) -> None:
+    def __init__(self, weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor]) -> None:
         import torch
 
-        self.weights = weights
-        self.biases = biases
+        self.weights = list(weights)
+        self.biases = list(biases)
         self._weights_t = [w.t() for w in weights]  # views: they follow the weights' in-place updates
         self._one = torch.ones((), dtype=torch.float32)  # d loss / d loss, as autograd seeds it
         aten = torch.ops.aten

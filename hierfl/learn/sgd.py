@@ -19,9 +19,11 @@ The order (proximal and correction added to the gradient before the optimiser st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from hierfl.core.work import TrainSpec
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["ExactSGD", "flat_views"]
 
 
-def flat_views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """``flat`` cut into views shaped like ``like`` (consecutive, in order)."""
     out, offset = [], 0
     for p in like:
@@ -49,41 +51,55 @@ class ExactSGD:
         The flat buffer the parameters are views of (the proximal anchor is copied from it).
     """
 
-    def __init__(self, params: list[torch.Tensor], flat: torch.Tensor) -> None:
-        import torch
-
-        self.params = params
+    def __init__(self, params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+        self.params = list(params)
         self.flat = flat
-        n = flat.numel()
-        self._tmp = flat_views(torch.empty(n, dtype=flat.dtype), params)
-        self._mom_flat = torch.empty(n, dtype=flat.dtype)
-        self._mom = flat_views(self._mom_flat, params)
-        self._anchor_flat = torch.empty(n, dtype=flat.dtype)
-        self._anchors = flat_views(self._anchor_flat, params)
-        self._shift_flat = torch.empty(n, dtype=flat.dtype)
-        self._shift_np = self._shift_flat.numpy()
-        self._shifts = flat_views(self._shift_flat, params)
+        # buffers, each allocated on the first job that needs it (a host that never uses momentum
+        # or a proximal term holds none): name -> (flat buffer, per-parameter views)
+        self._buffers: dict[str, tuple[torch.Tensor, list[torch.Tensor]]] = {}
         self.lr = 0.0
         self.momentum = 0.0
         self.weight_decay = 0.0
         self.prox = 0.0
         self.corrected = False
-        self._has_buf = [False] * len(params)
+        self._has_buf = [False] * len(self.params)
+        self._tmp: list[torch.Tensor] = []
+        self._mom: list[torch.Tensor] = []
+        self._anchors: list[torch.Tensor] = []
+        self._shifts: list[torch.Tensor] = []
 
-    def start(self, spec: TrainSpec, correction: object | None = None) -> None:
-        """Begin a job from the parameters now in ``flat``: fresh momentum, anchor = start model."""
+    def _buffer(self, name: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        import torch
+
+        buf = self._buffers.get(name)
+        if buf is None:
+            flat = torch.empty(self.flat.numel(), dtype=self.flat.dtype)
+            buf = self._buffers[name] = (flat, flat_views(flat, self.params))
+        return buf
+
+    def start(self, spec: TrainSpec, correction: np.ndarray | None = None) -> None:
+        """Begin a job from the parameters now in ``flat``: fresh momentum, anchor = start model.
+
+        ``correction``: SCAFFOLD's flat float32 ``c − c_i`` (shape checked by the caller), or ``None``.
+        """
         self.lr = spec.lr
         self.momentum = spec.momentum
         self.weight_decay = spec.weight_decay
         self.prox = spec.proximal
         self._has_buf = [False] * len(self.params)
+        if self.prox > 0 or self.weight_decay != 0:
+            self._tmp = self._buffer("tmp")[1]
+        if self.momentum != 0:
+            self._mom = self._buffer("momentum")[1]
         if self.prox > 0:
-            self._anchor_flat.copy_(self.flat)
+            anchor, self._anchors = self._buffer("anchor")
+            anchor.copy_(self.flat)
         self.corrected = correction is not None
         if correction is not None:
-            self._shift_np[...] = correction  # float32 already (checked by the caller)
+            shift, self._shifts = self._buffer("shift")
+            shift.numpy()[...] = correction
 
-    def step(self, grads: list[torch.Tensor | None]) -> None:
+    def step(self, grads: Sequence[torch.Tensor | None]) -> None:
         """One step; ``grads`` (one per parameter, ``None``: no gradient, skipped) may be overwritten.
 
         Call it under ``torch.no_grad()`` (the parameters are leaves that require grad).
@@ -94,13 +110,12 @@ class ExactSGD:
         for i, (p, g) in enumerate(zip(self.params, grads)):
             if g is None:
                 continue
-            tmp = self._tmp[i]
             if prox > 0:
-                g.add_(torch.sub(p, self._anchors[i], out=tmp), alpha=prox)
+                g.add_(torch.sub(p, self._anchors[i], out=self._tmp[i]), alpha=prox)
             if self.corrected:
                 g.add_(self._shifts[i])
             if wd != 0:
-                g = torch.add(g, p, alpha=wd, out=tmp)
+                g = torch.add(g, p, alpha=wd, out=self._tmp[i])
             if mom != 0:
                 buf = self._mom[i]
                 if not self._has_buf[i]:  # torch: buf = grad.clone() on a parameter's first step
