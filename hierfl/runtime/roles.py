@@ -238,6 +238,8 @@ class DeviceHost:
         short = TrainSpec(epochs=None, steps=2, batch_size=spec.batch_size, lr=spec.lr,
                           momentum=spec.momentum, weight_decay=spec.weight_decay)
         self.train(0, 0, short, params)
+        if self.batched is not None:  # the batched kernels' first call, too
+            self.train_group([0, 0], [0, 1], short, [params, params])
         return True
 
 
