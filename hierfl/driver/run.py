@@ -89,7 +89,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     try:
         data = RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
                        built.dataset.y_test, built.init_params,
-                       (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads),
+                       (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
+                        rt.fast_path),
                        world.num_edges, built.spec)
         try:
             executor = make_executor(rt.executor, data, workers=rt.workers, address=rt.address)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch, num_steps, samples_processed
+from hierfl.learn.chain import LinearChain
+from hierfl.learn.sgd import ExactSGD
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +33,7 @@ __all__ = [
     "count_params",
     "effective_batch",
     "forward_flops",
+    "index_blocks",
     "init_params",
     "num_steps",
     "param_layout",
@@ -96,10 +99,10 @@ def init_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classe
     return torch.nn.utils.parameters_to_vector(module.parameters()).detach().numpy().copy()
 
 
-def _index_blocks(n: int, b: int, spec: TrainSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
-    """Blocks of sample indices; each block is cut into consecutive batches of ``b``.
+def index_blocks(n: int, b: int, spec: TrainSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """A job's data order: blocks of sample indices, each cut into consecutive batches of ``b``.
 
-    Epoch mode: one ``rng.permutation(n)`` per epoch (its last batch may be partial).
+    Every trainer (one job at a time, batched, reference) reads its data order from here. Epoch mode: one ``rng.permutation(n)`` per epoch (its last batch may be partial).
     Step mode: a stream of concatenated permutations, ``steps`` chunks of exactly ``b``.
     """
     if spec.epochs is not None:
@@ -151,6 +154,10 @@ class LocalTrainer:
         self._flat = torch.nn.utils.parameters_to_vector(self._params).detach().clone()
         torch.nn.utils.vector_to_parameters(self._flat, self._params)
         self._flat_np = self._flat.numpy()  # shares memory with self._flat
+        # Per-job machinery built once: the optimiser's buffers, and hand-written gradients for
+        # Linear/ReLU chains (both bit-identical to torch.optim.SGD and autograd).
+        self._sgd = ExactSGD(self._params, self._flat)
+        self._chain = LinearChain.of(self.module)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -177,18 +184,11 @@ class LocalTrainer:
             raise ValueError(f"samples have {x2d.shape[1]} features, model expects {self.in_features} ({self.input_shape})")
         return x2d, y
 
-    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        """``flat`` cut into per-parameter views (vector order)."""
-        out, offset = [], 0
-        for p in self._params:
-            out.append(flat[offset: offset + p.numel()].view_as(p))
-            offset += p.numel()
-        return out
-
     # -- public API ------------------------------------------------------------------------
 
     def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int,
-              correction: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+              correction: np.ndarray | None = None, *, rows: np.ndarray | None = None,
+              out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """Local minibatch SGD starting from ``params``.
 
         Semantics (the emulator's timing model relies on them):
@@ -197,17 +197,21 @@ class LocalTrainer:
           only. Epoch mode: per epoch ``perm = rng.permutation(n)``, consecutive batches of ``b``
           (the last one partial). Step mode: a stream of concatenated permutations cut into
           ``steps`` consecutive chunks of exactly ``b`` (chunks may cross epoch boundaries).
-        - Loss: cross-entropy, mean over the batch. Optimiser: a fresh
-          ``torch.optim.SGD(lr, momentum, weight_decay, foreach=False)`` per call (no state is
-          carried between jobs). ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the
-          loss (FedAsync/AHFL's ρ, FedProx's μ: Li et al., MLSys 2020, ALGORITHMS.md §5.5).
+        - Loss: cross-entropy, mean over the batch. Optimiser: ``torch.optim.SGD(lr, momentum,
+          weight_decay, foreach=False)`` arithmetic, fresh per call (no state is carried between
+          jobs), replayed without ``torch.optim`` by :class:`~hierfl.learn.sgd.ExactSGD`.
+          ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the loss (FedAsync/AHFL's ρ,
+          FedProx's μ: Li et al., MLSys 2020, ALGORITHMS.md §5.5).
         - ``correction`` (SCAFFOLD's ``c − c_i``, ALGORITHMS.md §5.6), when given, is added to
           every step's gradient before the optimiser step.
         - Exactly ``num_steps(n, spec)`` steps over ``samples_processed(n, spec)`` samples.
         - Inputs may be read-only (zero-copy from Ray's object store); they are never written.
           Batches are gathered once per epoch (step mode: once per permutation) with numpy
           fancy indexing, then sliced.
-        - Bit-identical for the same (params, x, y, spec, seed, torch_threads).
+        - ``logreg`` and ``mlp`` take gradients from :class:`~hierfl.learn.chain.LinearChain`
+          (no autograd graph), other models from autograd; both are the same bits.
+        - Bit-identical for the same (params, x, y, rows, spec, seed, torch_threads), and to
+          :func:`hierfl.learn.reference.reference_train` (``torch.optim.SGD`` and autograd).
 
         Parameters
         ----------
@@ -223,67 +227,79 @@ class LocalTrainer:
             Seed of the data order.
         correction
             Optional flat float32 vector added to each gradient (SCAFFOLD).
+        rows
+            Optional sample indices into ``x``/``y``: train on ``x[rows]``, ``y[rows]`` without
+            gathering them first (a device host passes the whole data set and the device's rows).
+        out
+            Optional writable float32 array of ``num_params`` to receive the result (returned).
 
         Returns
         -------
         (np.ndarray, dict)
-            New contiguous writable float32 vector, and ``{'loss': mean of the per-step batch
-            losses, 'steps': k, 'samples': s}``.
+            New contiguous writable float32 vector (``out`` when given), and ``{'loss': mean of
+            the per-step batch losses, 'steps': k, 'samples': s}``.
         """
         import torch
         import torch.nn.functional as F
 
         x2d, y = self._check_data(x, y)
-        self._load(params)
-        n = x2d.shape[0]
-        b = effective_batch(n, spec)
-        rng = np.random.default_rng(seed)
-        module = self.module
-        module.train()
-        opt = torch.optim.SGD(
-            self._params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay, foreach=False
-        )
-        anchors: list[torch.Tensor] = []
-        prox = spec.proximal
-        if prox > 0:
-            # proximal term (ρ/2)‖w − w_start‖²: its gradient ρ(w − w_start) is added before each step
-            anchors = self._views(self._flat.detach().clone())
-        shifts: list[torch.Tensor] = []
+        if rows is None:
+            n = x2d.shape[0]
+        else:
+            rows = np.asarray(rows)
+            if rows.ndim != 1 or rows.size < 1 or rows.dtype.kind not in "iu":
+                raise ValueError(f"rows must be a non-empty 1-d integer array, got shape {rows.shape} ({rows.dtype})")
+            n = rows.size
+        corr: np.ndarray | None = None
         if correction is not None:
             corr = np.asarray(correction, dtype=np.float32)
             if corr.shape != (self.num_params,):
                 raise ValueError(f"correction must have shape ({self.num_params},), got {corr.shape}")
-            shifts = self._views(torch.from_numpy(corr.copy()))
+        self._load(params)
+        b = effective_batch(n, spec)
+        rng = np.random.default_rng(seed)
+        sgd = self._sgd
+        sgd.start(spec, corr)
+        chain = self._chain
+        module = self.module
+        params_list = self._params
+        if chain is None:
+            module.train()
         loss_sum = 0.0
         steps = 0
         samples = 0
-        for block in _index_blocks(n, b, spec, rng):
+        no_grad = torch.no_grad()
+        for block in index_blocks(n, b, spec, rng):
+            sel = block if rows is None else rows[block]
             # Fancy indexing copies, so the tensors are writable even when x / y are not.
-            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[block], dtype=np.float32))
-            yb_all = torch.from_numpy(y[block].astype(np.int64, copy=False))
+            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
+            yb_all = torch.from_numpy(y[sel].astype(np.int64, copy=False))
             m = block.size
             for start in range(0, m, b):
                 xb = xb_all[start : start + b]
                 yb = yb_all[start : start + b]
-                opt.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(module(xb), yb)
-                loss.backward()
-                if anchors:
-                    with torch.no_grad():
-                        for p, a in zip(self._params, anchors):
-                            assert p.grad is not None
-                            p.grad.add_(p - a, alpha=prox)
-                if shifts:
-                    with torch.no_grad():
-                        for p, c in zip(self._params, shifts):
-                            assert p.grad is not None
-                            p.grad.add_(c)
-                opt.step()
+                if chain is not None:
+                    with no_grad:
+                        loss, grads = chain.loss_and_grads(xb, yb)
+                        sgd.step(grads)
+                else:
+                    for p in params_list:
+                        p.grad = None
+                    loss = F.cross_entropy(module(xb), yb)
+                    loss.backward()
+                    with no_grad:
+                        sgd.step([p.grad for p in params_list])
                 loss_sum += loss.item()
                 steps += 1
                 samples += xb.shape[0]
-        out = self._flat.detach().numpy().copy()
-        return out, {"loss": loss_sum / steps, "steps": steps, "samples": samples}
+        if out is None:
+            result = self._flat_np.copy()
+        else:
+            if out.shape != (self.num_params,) or out.dtype != np.float32:
+                raise ValueError(f"out must be a float32 array of shape ({self.num_params},), got {out.shape} {out.dtype}")
+            out[...] = self._flat_np
+            result = out
+        return result, {"loss": loss_sum / steps, "steps": steps, "samples": samples}
 
     def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch_size: int = 4096) -> tuple[float, float]:
         """``(accuracy, mean cross-entropy loss)`` of the model with ``params`` on ``(x, y)``."""

@@ -15,8 +15,9 @@ import numpy as np
 from hierfl.core.work import TrainSpec
 from hierfl.env.api import Job, Term
 from hierfl.executors import EXECUTORS
+from hierfl.learn.batched import JobGroups
 from hierfl.learn.serveropt import ServerOptimizerConfig
-from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
+from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
 
 __all__ = ["Job", "Executor", "LocalExecutor", "RunData", "make_executor", "Term"]
 
@@ -110,8 +111,26 @@ class Executor:
         """Release resources."""
 
 
+@dataclass(eq=False)
+class _Pending:
+    """A fast-path job of the local executor until its group has been trained (handle and stats)."""
+
+    device: int
+    seed: int
+    spec: TrainSpec
+    params: Any
+    value: np.ndarray | None = None
+    stats: dict[str, float] | None = None
+
+
 class LocalExecutor(Executor):
-    """Everything in this process, in event order: the debugging backend and the unit-test path."""
+    """Everything in this process, in event order: the debugging backend and the unit-test path.
+
+    With the opt-in fast path (:func:`~hierfl.runtime.roles.fast_path_of`) jobs are grouped by
+    :class:`~hierfl.learn.batched.JobGroups` exactly as the Ray executor groups them; a group is
+    trained when it closes, i.e. when a call needs one of its results (or it is full), so every
+    handle a method receives is resolved by then.
+    """
 
     name = "local"
 
@@ -120,45 +139,84 @@ class LocalExecutor(Executor):
         self.leaders = LeaderHost()
         self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model)
         self._init = np.asarray(data.init_params, dtype=np.float32)
+        self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None
         self.host.warmup(data.spec, self._init)
 
+    # -- fast path: groups --------------------------------------------------------------------
+    def _need(self, *handles: Any) -> None:
+        """Close and train the open group if one of ``handles`` is one of its jobs."""
+        if self._groups is not None and any(isinstance(h, _Pending) and h.value is None for h in handles):
+            self._run_group(self._groups.seal())
+
+    def _run_group(self, jobs: list[_Pending]) -> None:
+        out, stats = self.host.train_group([j.device for j in jobs], [j.seed for j in jobs], jobs[0].spec,
+                                           [self._val(j.params) for j in jobs])
+        for k, job in enumerate(jobs):
+            job.value, job.stats = out[k], stats[k]
+
+    @staticmethod
+    def _val(handle: Any) -> Any:
+        """The array behind a handle (a trained fast-path job's row, or the array itself)."""
+        if isinstance(handle, _Pending):
+            if handle.value is None:
+                raise RuntimeError("a job's result was used before its group was trained")
+            return handle.value
+        return handle
+
+    def _vals(self, handles: list[Any]) -> list[Any]:
+        self._need(*handles)
+        return [self._val(h) for h in handles]
+
+    # -- executor interface -------------------------------------------------------------------
     def initial_model(self) -> Any:
         """The initial vector itself."""
         return self._init
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
-        """Runs the job immediately (its virtual time is accounted by the emulator)."""
+        """Runs the job immediately (its virtual time is accounted by the emulator); fast path: joins a group."""
+        if self._groups is not None and not spec.control_variates and control is None:
+            job = _Pending(device, seed, spec, params)
+            _, closed = self._groups.add(job, spec, params)
+            if closed:
+                self._run_group(closed)
+            return job, job, 0
+        params, control = self._vals([params, control])
         new, stats = self.host.train(device, seed, spec, params, control)
         return new, stats, 0
 
     def wait(self, job: Job) -> dict[str, float]:
-        """Already done."""
-        return dict(job.stats)
+        """Already done (fast path: its group is trained now if it was still open)."""
+        self._need(job.stats)
+        stats = job.stats
+        if isinstance(stats, _Pending):
+            assert stats.stats is not None
+            stats = stats.stats
+        return dict(stats)
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """In-process, by the cloud role (as the Ray executor does it)."""
+        models = self._vals(models)
         return self.cloud.average(list(weights), list(range(len(models))), [None] * len(models), *models)
 
     def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
         """In-process."""
-        self.leaders.add(edge, weight, update, control_coef)
+        self.leaders.add(edge, weight, self._vals([update])[0], control_coef)
 
     def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
                     pack_control: bool = False) -> Any:
         """In-process."""
-        return self.leaders.commit(edge, opt, base, pack_control)
+        return self.leaders.commit(edge, opt, self._vals([base])[0], pack_control)
 
     def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
         """In-process."""
-        self.cloud.add(weight, update, control_coef)
+        self.cloud.add(weight, self._vals([update])[0], control_coef)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """In-process."""
-        return self.cloud.commit(opt, base)
+        return self.cloud.commit(opt, self._vals([base])[0])
 
-    @staticmethod
-    def _pack(terms: list[Term]) -> tuple[list[int], list[int], list[Any]]:
-        arrays = [a for _, p, m in terms for a in (p, m) if a is not None]
+    def _pack(self, terms: list[Term]) -> tuple[list[int], list[int], list[Any]]:
+        arrays = self._vals([a for _, p, m in terms for a in (p, m) if a is not None])
         plus, minus, k = [], [], 0
         for _, p, m in terms:
             plus.append(k)
@@ -180,6 +238,7 @@ class LocalExecutor(Executor):
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """In-process; the base model is ``arrays[0]`` for the role."""
         plus, minus, arrays = self._pack(terms)
+        base = self._val(base)
         plus = [p + 1 for p in plus]
         minus = [m + 1 if m >= 0 else -1 for m in minus]
         none: list[int | None] = [None] * len(terms)
@@ -194,11 +253,16 @@ class LocalExecutor(Executor):
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """In-process evaluation."""
-        return self.cloud.evaluate(params)
+        return self.cloud.evaluate(self._vals([params])[0])
 
     def fetch(self, params: Any) -> np.ndarray:
         """The handle is the vector."""
-        return np.asarray(params)
+        return np.asarray(self._vals([params])[0])
+
+    def close(self) -> None:
+        """Nothing to release (an open group is dropped)."""
+        if self._groups is not None:
+            self._groups.seal()
 
 
 def make_executor(kind: str, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:

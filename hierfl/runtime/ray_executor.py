@@ -33,7 +33,8 @@ import ray
 from hierfl.core.work import TrainSpec
 from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import Executor, Job, RunData, Term
-from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost
+from hierfl.learn.batched import JobGroups
+from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, fast_path_of
 
 __all__ = ["RayExecutor", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
 
@@ -58,6 +59,7 @@ class Slot:
     row: int | None = None
     stats: Any = None
     host: int = -1
+    group: int = -1  # fast path: the job's group (JobGroups), -1: none
 
 
 class RayExecutor(Executor):
@@ -91,6 +93,7 @@ class RayExecutor(Executor):
         self._jobs: list[Slot] = []
         self._cloud_adds: list[tuple[float, Any, float | None]] = []
         self._edge_adds: list[tuple[int, float, Any, float | None]] = []
+        self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None  # opt-in fast path
         ray.get([a.ready.remote() for a in self._actors()])
         # start-up cost (process start, torch's lazy init) is paid here, not in the first round
         ray.get([h.warmup.remote(data.spec, self._init) for h in self.hosts] + [self.cloud.warmup.remote()])
@@ -105,16 +108,30 @@ class RayExecutor(Executor):
             return handle.ref, handle.row
         return handle, None
 
+    def _need(self, *handles: Any) -> None:
+        """Fast path: close the open group if one of ``handles`` is one of its jobs (rule: JobGroups)."""
+        if self._groups is not None and self._groups.open and any(
+                isinstance(h, Slot) and h.group == self._groups.open_id for h in handles):
+            self._groups.seal()
+
     def _flush_jobs(self) -> None:
         if not self._jobs:
             return
         jobs, self._jobs = self._jobs, []
+        if self._groups is not None and self._groups.open:  # an open group is dispatched whole, once closed
+            self._jobs = [s for s in jobs if s.group == self._groups.open_id]
+            jobs = [s for s in jobs if s.group != self._groups.open_id]
         groups: dict[tuple[int, TrainSpec], list[Slot]] = {}
+        group_host: dict[int, int] = {}
         for slot in jobs:
             if slot.spec.control_variates:  # per-device state lives in its host: a fixed home
                 host = slot.device % self.workers
+            elif slot.group in group_host:  # a fast-path group is trained whole by one host
+                host = group_host[slot.group]
             else:
                 host = min(range(self.workers), key=lambda h: (self._outstanding[h], h))
+                if slot.group >= 0:
+                    group_host[slot.group] = host
             self._outstanding[host] += 1
             slot.host = host
             groups.setdefault((host, slot.spec), []).append(slot)
@@ -127,7 +144,8 @@ class RayExecutor(Executor):
                 control_index = [next(it) if slot.control is not None else -1 for slot in batch]
                 index, rows = index[:len(batch)], rows[:len(batch)]
             out_ref, stats_ref = self.hosts[host].train_many.options(num_returns=2).remote(
-                [s.device for s in batch], [s.seed for s in batch], spec, index, rows, control_index, *arrays)
+                [s.device for s in batch], [s.seed for s in batch], spec, index, rows, control_index, *arrays,
+                groups=[s.group for s in batch] if self._groups is not None and not spec.control_variates else None)
             for k, slot in enumerate(batch):
                 slot.ref, slot.row, slot.stats = out_ref, k, stats_ref
 
@@ -171,6 +189,11 @@ class RayExecutor(Executor):
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Buffer the job; it is dispatched before the driver next blocks."""
         slot = Slot(device, seed, spec, params, control)
+        if self._groups is not None:
+            if spec.control_variates or control is not None:
+                self._need(params, control)
+            else:
+                slot.group, _ = self._groups.add(slot, spec, params)
         self._jobs.append(slot)
         if len(self._jobs) >= _MAX_BUFFERED_JOBS_PER_HOST * self.workers:
             self._flush_jobs()
@@ -179,6 +202,7 @@ class RayExecutor(Executor):
     def wait(self, job: Job) -> dict[str, float]:
         """Block on the job's (small) stats; the parameter vector stays in the object store."""
         slot: Slot = job.params
+        self._need(slot)
         if slot.ref is None:
             self.flush()
         else:
@@ -190,12 +214,14 @@ class RayExecutor(Executor):
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Ref of the weighted average, computed in the cloud actor (models may be job Slots)."""
+        self._need(*models)
         self._flush_jobs()
         index, rows, refs = self._unique_refs(list(models))
         return self.cloud.average.remote(list(weights), index, rows, *refs)
 
     def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
         """Buffer the fold-in at the leader actor (sent in order with the others)."""
+        self._need(update)
         self._edge_adds.append((edge, weight, update, control_coef))
 
     def _model_ref(self, handle: Any) -> Any:
@@ -208,6 +234,7 @@ class RayExecutor(Executor):
                     pack_control: bool = False) -> Any:
         """Ref of the new leader model."""
         assert self.leaders is not None
+        self._need(base)
         self._flush_adds()
         if opt is None and not pack_control:
             return self.leaders.commit.remote(edge)
@@ -215,10 +242,12 @@ class RayExecutor(Executor):
 
     def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
         """Buffer the fold-in at the cloud actor (sent in order with the others)."""
+        self._need(update)
         self._cloud_adds.append((weight, update, control_coef))
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Ref of the new global model (pending fold-ins travel with the commit)."""
+        self._need(base)
         adds, self._cloud_adds = self._cloud_adds, []
         self._flush_adds()
         base_ref = None if base is None or opt is None else self._model_ref(base)  # plain averaging needs no base
@@ -234,6 +263,7 @@ class RayExecutor(Executor):
 
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
+        self._need(base, *[h for _, p, m in terms for h in (p, m)])
         self._flush_adds()
         base_ref = self._model_ref(base)
         handles = [base_ref] + [h for _, p, m in terms for h in (p, m) if h is not None]
@@ -274,6 +304,7 @@ class RayExecutor(Executor):
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """Ref of ``Σ c·(a − b)`` computed in the leader or cloud actor (inputs resolved there, as refs)."""
+        self._need(*[h for _, p, m in terms for h in (p, m)])
         self._flush_adds()  # binds buffered jobs to their batch rows; keeps per-actor call order
         role = self.leaders if tier == "edge" else self.cloud
         if role is None:
@@ -285,6 +316,7 @@ class RayExecutor(Executor):
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """Evaluation runs in the cloud actor; only two floats come back."""
+        self._need(params)
         self.flush()
         ref, row = self._ref_row(params)
         if row is not None:
@@ -294,6 +326,7 @@ class RayExecutor(Executor):
 
     def fetch(self, params: Any) -> np.ndarray:
         """Download a vector to the driver (final model only)."""
+        self._need(params)
         self.flush()
         ref, row = self._ref_row(params)
         arr = ray.get(ref)

@@ -15,14 +15,25 @@ from hierfl.core.aggregate import WeightedSum, linear_combination
 from hierfl.core.scaffold import correction, option2_control
 from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
+from hierfl.learn.batched import BatchedTrainer
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
-           "delta_packed"]
+           "delta_packed", "fast_path_of"]
 
-ModelSpec = tuple[Any, tuple[int, ...], int, int]
-"""(model config, input shape, number of classes, torch threads)."""
+ModelSpec = tuple[Any, ...]
+"""(model config, input shape, number of classes, torch threads[, fast path]).
+
+The optional fifth element (``runtime.fast_path``, default ``False``) turns on the opt-in batched
+fast path (:mod:`hierfl.learn.batched`): executors group jobs and hosts train a group's
+``logreg``/``mlp`` jobs together; the numbers then differ from the one-job-at-a-time path.
+"""
+
+
+def fast_path_of(model: ModelSpec) -> bool:
+    """Whether a :data:`ModelSpec` turns the batched fast path on (its optional fifth element)."""
+    return bool(model[4]) if len(model) > 4 else False
 
 
 def _pick(array: np.ndarray, row: int | None) -> np.ndarray:
@@ -110,55 +121,112 @@ class DeviceHost:
     """
 
     def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec) -> None:
-        model_cfg, input_shape, num_classes, threads = model
+        model_cfg, input_shape, num_classes, threads = model[:4]
         self.x = x_train
         self.y = y_train
         self.parts = parts
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
         self.controls: dict[int, np.ndarray] = {}
+        # opt-in fast path: groups of logreg/mlp jobs trained together (None: every job alone)
+        self.batched = BatchedTrainer.of(self.trainer) if fast_path_of(model) else None
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
-              control: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+              control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """One local job of ``device`` starting from ``params``; seeded by ``seed`` only.
 
         With ``spec.control_variates`` (SCAFFOLD, option II) ``control`` is the server's ``c``;
         every gradient is corrected by ``c − c_i``, the device's ``c_i`` is updated and the
-        result is the packed ``[y; Δc_i]`` (twice the model's length).
+        result is the packed ``[y; Δc_i]`` (twice the model's length). ``out``: optional array
+        of the result's length that receives it. The device's samples are read from the host's
+        arrays through its rows (never gathered into a per-job copy first).
         """
-        idx = self.parts[device]
+        rows = self.parts[device]
         if not spec.control_variates:
-            return self.trainer.train(params, self.x[idx], self.y[idx], spec, seed)
+            return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
         if control is None:
             raise ValueError(f"device {device}: a SCAFFOLD job needs the server control c")
         c = np.asarray(control, dtype=np.float32)
         c_i = self.controls.get(device)
         if c_i is None:
             c_i = np.zeros_like(c)
-        y_new, stats = self.trainer.train(params, self.x[idx], self.y[idx], spec, seed, correction=correction(c, c_i))
+        size = self.trainer.num_params
+        y_new, stats = self.trainer.train(params, self.x, self.y, spec, seed, correction=correction(c, c_i),
+                                          rows=rows, out=None if out is None else out[:size])
         c_new, dc = option2_control(c_i, c, params, y_new, int(stats["steps"]), spec.lr)
         self.controls[device] = c_new
-        return np.concatenate([y_new, dc]), stats
+        if out is None:
+            return np.concatenate([y_new, dc]), stats
+        out[size:] = dc
+        return out, stats
 
     def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
                    param_rows: list[int | None], control_index: list[int] | None,
-                   *param_arrays: np.ndarray) -> tuple[np.ndarray, list[dict[str, float]]]:
+                   *param_arrays: np.ndarray, groups: list[int] | None = None
+                   ) -> tuple[np.ndarray, list[dict[str, float]]]:
         """Several jobs in one call (the Ray executor's batching): results are the rows of one array.
 
         Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``), with
         the server control ``param_arrays[control_index[k]]`` when given (``-1``: none).
-        Each job is exactly :meth:`train`, so batching never changes a result.
+        Without ``groups`` each job is exactly :meth:`train`, so batching never changes a result.
+        ``groups`` (fast path only): job ``k`` belongs to group ``groups[k]``; the jobs of a group
+        are trained together by :meth:`train_group`, as the executor formed the group.
         """
-        out: np.ndarray | None = None
-        stats = []
+        width = self.trainer.num_params * (2 if spec.control_variates else 1)
+        out = np.empty((len(devices), width), dtype=np.float32)
+        stats: list[dict[str, float]] = [{} for _ in devices]
+
+        def start(k: int) -> np.ndarray:
+            return _pick(param_arrays[param_index[k]], param_rows[k])
+
+        if groups is not None:
+            if spec.control_variates:
+                raise ValueError("SCAFFOLD jobs keep per-device state: they are never trained in a group")
+            if len(groups) != len(devices):
+                raise ValueError(f"groups names {len(groups)} jobs, the call has {len(devices)}")
+            members: dict[int, list[int]] = {}
+            for k, g in enumerate(groups):
+                members.setdefault(g if g >= 0 else -1 - k, []).append(k)  # g < 0: a job alone
+            for ks in members.values():
+                rows, st = self.train_group([devices[k] for k in ks], [seeds[k] for k in ks], spec,
+                                            [start(k) for k in ks])
+                out[ks] = rows
+                for k, one in zip(ks, st):
+                    stats[k] = one
+            return out, stats
         for k, (device, seed) in enumerate(zip(devices, seeds)):
             ci = -1 if control_index is None else control_index[k]
-            vec, st = self.train(device, seed, spec, _pick(param_arrays[param_index[k]], param_rows[k]),
-                                 None if ci < 0 else param_arrays[ci])
-            if out is None:
-                out = np.empty((len(devices), vec.size), dtype=np.float32)
-            out[k] = vec
-            stats.append(st)
-        assert out is not None
+            _, stats[k] = self.train(device, seed, spec, start(k), None if ci < 0 else param_arrays[ci], out=out[k])
+        return out, stats
+
+    def train_group(self, devices: list[int], seeds: list[int], spec: TrainSpec,
+                    params: list[np.ndarray]) -> tuple[np.ndarray, list[dict[str, float]]]:
+        """The jobs of one fast-path group (formed by the executor; see :mod:`hierfl.learn.batched`).
+
+        The group is cut into sub-groups of devices with the same sample count (in order of first
+        appearance), which run in lockstep; a job alone in its sub-group, any job without the fast
+        path or of a model that is not a Linear/ReLU chain is exactly :meth:`train`. Returns the
+        results as rows of one array, in job order, and each job's stats.
+        """
+        out = np.empty((len(devices), self.trainer.num_params), dtype=np.float32)
+        stats: list[dict[str, float]] = [{} for _ in devices]
+        if self.batched is None or spec.control_variates:
+            for k, (device, seed) in enumerate(zip(devices, seeds)):
+                _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
+            return out, stats
+        by_size: dict[int, list[int]] = {}
+        for k, device in enumerate(devices):
+            by_size.setdefault(int(self.parts[device].size), []).append(k)
+        for ks in by_size.values():
+            if len(ks) == 1:
+                k = ks[0]
+                _, stats[k] = self.train(devices[k], seeds[k], spec, params[k], out=out[k])
+                continue
+            rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
+            st = self.batched.train_group([params[k] for k in ks], self.x, self.y,
+                                          [self.parts[devices[k]] for k in ks], spec, [seeds[k] for k in ks], rows)
+            out[ks] = rows
+            for k, one in zip(ks, st):
+                stats[k] = one
         return out, stats
 
     def ready(self) -> bool:
@@ -171,6 +239,8 @@ class DeviceHost:
         short = TrainSpec(epochs=None, steps=2, batch_size=spec.batch_size, lr=spec.lr,
                           momentum=spec.momentum, weight_decay=spec.weight_decay)
         self.train(0, 0, short, params)
+        if self.batched is not None:  # the batched kernels' first call, too
+            self.train_group([0, 0], [0, 1], short, [params, params])
         return True
 
 
@@ -234,7 +304,7 @@ class Cloud:
     """The global model, its aggregation and its evaluation on the held-out test set."""
 
     def __init__(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec) -> None:
-        model_cfg, input_shape, num_classes, threads = model
+        model_cfg, input_shape, num_classes, threads = model[:4]
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
         self._agg = Aggregation()

@@ -271,13 +271,17 @@ class StopConfig(ConfigModel):
 
 
 class RuntimeConfig(ConfigModel):
-    """Where the emulation runs. Results do not depend on any of these settings."""
+    """Where the emulation runs. Results do not depend on these settings, except ``fast_path`` (opt-in)."""
 
     executor: EXECUTORS.name_field() = Field(  # type: ignore[valid-type]
         default="ray", description="a registered executor (hierfl.executors): ray, local")
     workers: PositiveInt | Literal["auto"] = "auto"
     address: str | None = Field(default=None, description="an existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
     torch_threads: PositiveInt = 1
+    fast_path: bool = Field(
+        default=False, description="train a host's logreg/MLP jobs in groups on stacked parameters (12-15x faster "
+                                   "for small models); numbers differ from the default path in the last bits "
+                                   "(~6e-8) but stay identical across executors and worker counts")
 
 
 class NetworkConfig(ConfigModel):

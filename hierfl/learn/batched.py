@@ -1,0 +1,201 @@
+"""Opt-in fast path (``runtime.fast_path``): several local jobs of one ``logreg``/``mlp`` trained together.
+
+Jobs of the same specification on the same number of samples take the same steps with the same
+batch sizes, so they can run in lockstep: their parameters are stacked into one ``(K, P)``
+tensor and every step is a handful of batched tensor operations (``baddbmm``/``bmm`` over the
+``K`` jobs) instead of ``K`` times as many small ones. Per job, the semantics are those of
+:meth:`hierfl.learn.local.LocalTrainer.train` — the same data order (each job's own
+``np.random.default_rng(seed)`` and :func:`~hierfl.learn.local.index_blocks`), the same steps,
+loss, SGD with momentum, weight decay and proximal term — but the floating-point operations
+differ (batched kernels, the softmax gradient written directly), so the numbers differ from the
+one-job-at-a-time path in the last bits, and may differ with the group a job is trained in.
+
+Determinism therefore rests on the groups: they are decided by the executors from the driver's
+sequence of calls only (:mod:`hierfl.runtime.executor`), never by hosts, workers or timing, and
+a group is always trained whole by one host, in order. SCAFFOLD jobs (per-device state) and
+models other than Linear/ReLU chains are never grouped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierfl.core.work import TrainSpec, effective_batch, num_steps
+from hierfl.learn.chain import LinearChain
+from hierfl.learn.local import index_blocks
+
+if TYPE_CHECKING:
+    from hierfl.learn.local import LocalTrainer
+
+__all__ = ["BatchedTrainer", "GROUP_MAX", "JobGroups"]
+
+GROUP_MAX = 64
+"""Most jobs in one fast-path group (a constant: groups must not depend on the number of workers)."""
+
+
+class BatchedTrainer:
+    """Trains groups of jobs of one Linear/ReLU chain together (see the module docstring).
+
+    Parameters
+    ----------
+    trainer
+        The host's :class:`~hierfl.learn.local.LocalTrainer` (its model's layer shapes are used).
+    """
+
+    def __init__(self, trainer: LocalTrainer, chain: LinearChain) -> None:
+        self.trainer = trainer
+        self.num_params = trainer.num_params
+        self.in_features = trainer.in_features
+        # (offset, out, in) of each weight and (offset, out) of each bias in the flat vector
+        self._layers: list[tuple[int, int, int, int]] = []
+        offset = 0
+        for w, b in zip(chain.weights, chain.biases):
+            out_f, in_f = int(w.shape[0]), int(w.shape[1])
+            self._layers.append((offset, out_f, in_f, offset + out_f * in_f))
+            offset += out_f * in_f + out_f
+        if offset != self.num_params:
+            raise ValueError("layer shapes do not add up to the parameter vector")
+
+    @classmethod
+    def of(cls, trainer: LocalTrainer) -> BatchedTrainer | None:
+        """A batched trainer for ``trainer``'s model, or ``None`` if the model is not a Linear/ReLU chain."""
+        chain = LinearChain.of(trainer.module)
+        return None if chain is None else cls(trainer, chain)
+
+    def train_group(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray, rows: list[np.ndarray],
+                    spec: TrainSpec, seeds: list[int], out: np.ndarray) -> list[dict[str, float]]:
+        """Train ``K = len(params)`` jobs in lockstep; job ``k`` starts from ``params[k]`` on ``x[rows[k]]``.
+
+        All ``rows[k]`` must have the same length. Results go to ``out[k]`` (``(K, P)`` float32);
+        returns each job's ``{'loss', 'steps', 'samples'}`` like the single-job trainer.
+        """
+        import torch
+
+        k_jobs = len(params)
+        if not (k_jobs == len(rows) == len(seeds) == out.shape[0]) or k_jobs < 1:
+            raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
+        if spec.control_variates:
+            raise ValueError("SCAFFOLD jobs keep per-device state: they are never trained in a group")
+        n = int(rows[0].size)
+        if n < 1 or any(r.size != n for r in rows):
+            raise ValueError("a group's jobs must all have the same (positive) number of samples")
+        x2d = np.asarray(x).reshape(np.asarray(x).shape[0], -1)
+        if x2d.shape[1] != self.in_features:
+            raise ValueError(f"samples have {x2d.shape[1]} features, model expects {self.in_features}")
+        y = np.asarray(y)
+        if torch.get_num_threads() != self.trainer.torch_threads:
+            torch.set_num_threads(self.trainer.torch_threads)
+        b = effective_batch(n, spec)
+        total_steps = num_steps(n, spec)
+        P = self.num_params
+        flat = torch.empty((k_jobs, P), dtype=torch.float32)
+        flat_np = flat.numpy()
+        for k, p in enumerate(params):
+            vec = np.asarray(p)
+            if vec.shape != (P,):
+                raise ValueError(f"expected a flat parameter vector of shape ({P},), got {vec.shape}")
+            flat_np[k] = vec
+        weights = [flat[:, o: o + fo * fi].view(k_jobs, fo, fi) for o, fo, fi, _ in self._layers]
+        biases = [flat[:, bo: bo + fo].view(k_jobs, 1, fo) for _, fo, _, bo in self._layers]
+        weights_t = [w.transpose(1, 2) for w in weights]
+        grad = torch.empty_like(flat)
+        grad_w = [grad[:, o: o + fo * fi].view(k_jobs, fo, fi) for o, fo, fi, _ in self._layers]
+        grad_b = [grad[:, bo: bo + fo].view(k_jobs, 1, fo) for _, fo, _, bo in self._layers]
+        prox, wd, mom, lr = spec.proximal, spec.weight_decay, spec.momentum, spec.lr
+        anchor = flat.clone() if prox > 0 else None
+        tmp = torch.empty_like(flat) if prox > 0 else None
+        buf = torch.empty_like(flat) if mom != 0 else None
+        losses = torch.empty((total_steps, k_jobs), dtype=torch.float32)
+        last = len(weights) - 1
+        relu_back = torch.ops.aten.threshold_backward.default
+        gens = [index_blocks(n, b, spec, np.random.default_rng(s)) for s in seeds]
+        step = 0
+        samples = 0
+        with torch.no_grad():
+            for blocks in zip(*gens):
+                sel = np.stack([r[blk] for r, blk in zip(rows, blocks)])  # (K, m) rows into x
+                xs = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
+                ys = torch.from_numpy(y[sel].astype(np.int64, copy=False)).unsqueeze(2)
+                m = sel.shape[1]
+                for start in range(0, m, b):
+                    xb = xs[:, start: start + b]
+                    yb = ys[:, start: start + b]
+                    bsz = xb.shape[1]
+                    acts = [xb]
+                    h = xb
+                    for i, (wt, bias) in enumerate(zip(weights_t, biases)):
+                        h = torch.baddbmm(bias, h, wt)
+                        if i < last:
+                            h = torch.relu(h)
+                            acts.append(h)
+                    lsm = torch.log_softmax(h, 2)
+                    torch.mean(lsm.gather(2, yb).squeeze(2), 1, out=losses[step])
+                    g = lsm.exp_()  # d(mean CE)/d logits = (softmax − onehot) / B
+                    g.scatter_add_(2, yb, torch.full(yb.shape, -1.0))
+                    g.div_(bsz)
+                    for i in range(last, -1, -1):
+                        torch.sum(g, 1, keepdim=True, out=grad_b[i])
+                        torch.bmm(g.transpose(1, 2), acts[i], out=grad_w[i])
+                        if i > 0:
+                            g = relu_back(torch.bmm(g, weights[i]), acts[i], 0)
+                    if prox > 0:
+                        assert anchor is not None and tmp is not None
+                        grad.add_(torch.sub(flat, anchor, out=tmp), alpha=prox)
+                    if wd != 0:
+                        grad.add_(flat, alpha=wd)
+                    if mom != 0:
+                        assert buf is not None
+                        if step == 0:
+                            buf.copy_(grad)
+                        else:
+                            buf.mul_(mom).add_(grad)
+                        flat.add_(buf, alpha=-lr)
+                    else:
+                        flat.add_(grad, alpha=-lr)
+                    step += 1
+                    samples += bsz
+        out[...] = flat_np
+        loss_sums = (-losses.numpy().astype(np.float64)).sum(axis=0)
+        return [{"loss": float(loss_sums[k]) / step, "steps": step, "samples": samples} for k in range(k_jobs)]
+
+
+class JobGroups:
+    """The fast path's grouping rule, one definition for every executor.
+
+    Groups are formed from the sequence of executor calls the driver makes, which is the same
+    whatever the executor, its number of hosts or its timing: consecutive ``train`` calls with
+    the same :class:`~hierfl.core.work.TrainSpec` join the open group, other calls in between
+    included; the group closes when
+
+    * a call needs the result of one of its jobs (``wait`` on it, a ``train`` starting from it,
+      an aggregation, evaluation or fetch of it): the executor calls :meth:`seal`;
+    * it holds :data:`GROUP_MAX` jobs, or a ``train`` call has another spec (:meth:`add`).
+
+    SCAFFOLD jobs (``spec.control_variates``) are never grouped: they run alone. An executor
+    trains each closed group whole, on one host.
+    """
+
+    def __init__(self) -> None:
+        self.open: list[Any] = []
+        self.open_id = -1
+        self._spec: TrainSpec | None = None
+        self._next_id = 0
+
+    def add(self, job: Any, spec: TrainSpec, params: Any) -> tuple[int, list[Any]]:
+        """Put ``job`` (an executor's handle) in a group: ``(group id, jobs of a group closed to make room)``."""
+        closed: list[Any] = []
+        if self.open and (len(self.open) >= GROUP_MAX or spec != self._spec or any(params is j for j in self.open)):
+            closed = self.seal()
+        if not self.open:
+            self.open_id, self._next_id = self._next_id, self._next_id + 1
+            self._spec = spec
+        self.open.append(job)
+        return self.open_id, closed
+
+    def seal(self) -> list[Any]:
+        """Close the open group (a call needs one of its results): its jobs, possibly none."""
+        jobs, self.open = self.open, []
+        self._spec = None
+        return jobs

@@ -1,0 +1,127 @@
+"""Local SGD step without ``torch.optim``: the arithmetic of ``torch.optim.SGD(foreach=False)``, bit for bit.
+
+A fresh ``torch.optim.SGD`` per job costs more than a small model's whole step (construction,
+param groups, profiler hooks, per-step dispatch in Python). :class:`ExactSGD` keeps preallocated
+buffers (momentum, temporaries, proximal anchor, correction) and replays exactly the tensor
+operations of ``torch/optim/sgd.py::_single_tensor_sgd`` (torch 2.13, ``dampening=0``,
+``nesterov=False``, ``maximize=False``), per parameter tensor, with the same shapes, so every
+element goes through the same kernel path and the results are identical in every bit:
+
+* proximal term (FedProx's μ, FedAsync/AHFL's ρ; ALGORITHMS.md §5.5): ``g += ρ (w − w_start)``;
+* SCAFFOLD's correction (ALGORITHMS.md §5.6): ``g += c − c_i``;
+* weight decay: ``g ← g + wd·w`` (a new tensor in torch; here a preallocated one);
+* momentum: ``buf ← g`` on the first step of a job, then ``buf ← m·buf + g``; ``g ← buf``;
+* ``w ← w − lr·g``.
+
+The order (proximal and correction added to the gradient before the optimiser step) is the one
+:class:`~hierfl.learn.local.LocalTrainer` has always used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from hierfl.core.work import TrainSpec
+
+__all__ = ["ExactSGD", "flat_views"]
+
+
+def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``flat`` cut into views shaped like ``like`` (consecutive, in order)."""
+    out, offset = [], 0
+    for p in like:
+        out.append(flat[offset: offset + p.numel()].view_as(p))
+        offset += p.numel()
+    return out
+
+
+class ExactSGD:
+    """One job's SGD state over a fixed list of parameter tensors, reused across jobs.
+
+    Parameters
+    ----------
+    params
+        The parameter tensors (views into one flat buffer), in vector order.
+    flat
+        The flat buffer the parameters are views of (the proximal anchor is copied from it).
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
+        self.params = list(params)
+        self.flat = flat
+        # buffers, each allocated on the first job that needs it (a host that never uses momentum
+        # or a proximal term holds none): name -> (flat buffer, per-parameter views)
+        self._buffers: dict[str, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        self.lr = 0.0
+        self.momentum = 0.0
+        self.weight_decay = 0.0
+        self.prox = 0.0
+        self.corrected = False
+        self._has_buf = [False] * len(self.params)
+        self._tmp: list[torch.Tensor] = []
+        self._mom: list[torch.Tensor] = []
+        self._anchors: list[torch.Tensor] = []
+        self._shifts: list[torch.Tensor] = []
+
+    def _buffer(self, name: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        import torch
+
+        buf = self._buffers.get(name)
+        if buf is None:
+            flat = torch.empty(self.flat.numel(), dtype=self.flat.dtype)
+            buf = self._buffers[name] = (flat, flat_views(flat, self.params))
+        return buf
+
+    def start(self, spec: TrainSpec, correction: np.ndarray | None = None) -> None:
+        """Begin a job from the parameters now in ``flat``: fresh momentum, anchor = start model.
+
+        ``correction``: SCAFFOLD's flat float32 ``c − c_i`` (shape checked by the caller), or ``None``.
+        """
+        self.lr = spec.lr
+        self.momentum = spec.momentum
+        self.weight_decay = spec.weight_decay
+        self.prox = spec.proximal
+        self._has_buf = [False] * len(self.params)
+        if self.prox > 0 or self.weight_decay != 0:
+            self._tmp = self._buffer("tmp")[1]
+        if self.momentum != 0:
+            self._mom = self._buffer("momentum")[1]
+        if self.prox > 0:
+            anchor, self._anchors = self._buffer("anchor")
+            anchor.copy_(self.flat)
+        self.corrected = correction is not None
+        if correction is not None:
+            shift, self._shifts = self._buffer("shift")
+            shift.numpy()[...] = correction
+
+    def step(self, grads: Sequence[torch.Tensor | None]) -> None:
+        """One step; ``grads`` (one per parameter, ``None``: no gradient, skipped) may be overwritten.
+
+        Call it under ``torch.no_grad()`` (the parameters are leaves that require grad).
+        """
+        import torch
+
+        prox, wd, mom, lr = self.prox, self.weight_decay, self.momentum, self.lr
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            if g is None:
+                continue
+            if prox > 0:
+                g.add_(torch.sub(p, self._anchors[i], out=self._tmp[i]), alpha=prox)
+            if self.corrected:
+                g.add_(self._shifts[i])
+            if wd != 0:
+                g = torch.add(g, p, alpha=wd, out=self._tmp[i])
+            if mom != 0:
+                buf = self._mom[i]
+                if not self._has_buf[i]:  # torch: buf = grad.clone() on a parameter's first step
+                    buf.copy_(g)
+                    self._has_buf[i] = True
+                else:
+                    buf.mul_(mom).add_(g, alpha=1)
+                g = buf
+            p.add_(g, alpha=-lr)
