@@ -98,9 +98,9 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             where = f" at {rt.address}" if rt.address else ""
             raise RunError(f"runtime: cannot start the {rt.executor} executor{where}: "
                            f"{type(exc).__name__}: {exc}") from exc
-        startup_s = time.perf_counter() - wall0
         ctx = Context(scenario, built, executor, tel)
         protocol = scenario.protocol.create(ctx)
+        startup_s = time.perf_counter() - wall0  # everything before the first event
         tel.clusters(_initial_clusters(scenario, world, protocol))
         tel.record(RunStart(startup_s, executor.name, executor.workers, world.num_devices, built.num_params))
         run = RunLoop(ctx, progress)
