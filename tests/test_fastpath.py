@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -27,6 +26,7 @@ from hierfl.models import CharLSTMConfig, CNNConfig, LogRegConfig, MLPConfig
 from hierfl.runtime.executor import LocalExecutor, RunData
 from hierfl.runtime.roles import DeviceHost, fast_path_of
 from tests.conftest import tiny
+from tests.test_determinism import metrics_without_wall
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -214,13 +214,7 @@ def fast_path(monkeypatch):
     monkeypatch.setattr(run_mod, "make_executor", patched)
 
 
-def _metrics(run_dir):
-    out = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        out.append({k: v for k, v in rec.items()
-                    if not k.startswith("wall") and k not in ("startup_s", "executor", "workers")})
-    return out
+_metrics = metrics_without_wall
 
 
 def _many(**kw):
