@@ -80,9 +80,9 @@ def write_devices(out_dir: Path, world: World, availability: list[str] | None = 
     """``devices.csv``: each device's tier, drawn profile and server (-1: the cloud), its availability
     model and how many slowdown windows the scenario's events give it. ``edge_of``: a protocol's own
     device → edge map instead of the topology's (FedCH)."""
-    assert world.tier is not None
     if edge_of is not None:  # each device's server and its link times as that map has them (on a copy)
         world = dataclasses.replace(world, edge_of=np.asarray(edge_of))
+    assert world.tier is not None
     edges = world.edge_of
     with open(out_dir / "devices.csv", "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)

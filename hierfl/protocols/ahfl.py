@@ -108,7 +108,7 @@ class AHFLConfig(ProtocolConfig):
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """AHFL needs leaders: edge servers in the topology."""
-        if scenario.topology.edge_servers < 1:
+        if (scenario.topology.edge_servers or 0) < 1:
             return [Problem("topology.edge_servers", "ahfl needs at least 1 edge server (its leaders)", 0)]
         return []
 

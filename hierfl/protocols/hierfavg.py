@@ -73,7 +73,7 @@ class HierFAVGConfig(ProtocolConfig):
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """HierFAVG needs edge servers."""
-        if scenario.topology.edge_servers < 1:
+        if (scenario.topology.edge_servers or 0) < 1:
             return [Problem("topology.edge_servers", "hierfavg needs at least 1 edge server", 0)]
         return []
 

@@ -68,7 +68,7 @@ class Barrier:
         seconds = policy.deadline_s
         if seconds is not None:
             self.deadline = self.started + float(seconds)
-            self._deadline_event = self.env.at(self.deadline, "round_deadline", RoundDeadline(tuple(server), round_id),
+            self._deadline_event = self.env.at(self.deadline, "round_deadline", RoundDeadline((server[0], int(server[1])), round_id),
                                                Priority.CONTROL)
         if not selected:
             self.close()
