@@ -49,7 +49,7 @@ __all__ = [
     "StopConfig", "RuntimeConfig", "NetworkConfig", "EventConfig", "Scenario",
 ]
 
-EventConfig = event_entry_model()
+EventConfig: Any = event_entry_model()
 """One entry of ``events:`` (``at_s`` plus exactly one registered event kind)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -345,7 +345,7 @@ class Scenario(ConfigModel):
     evaluation: EvaluationConfig = EvaluationConfig()
     stop: StopConfig
     runtime: RuntimeConfig = RuntimeConfig()
-    events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")
+    events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")  # type: ignore[valid-type]
     network: NetworkConfig = NetworkConfig()
     straggler: device_policy_field() = default_policy()  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
