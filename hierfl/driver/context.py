@@ -213,7 +213,7 @@ class Context:
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
         if not spec.train:  # timing only: the update is the model the job started from
             self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
-            return Job(device, job_id, params, None, compute_s, self.now, -1)
+            return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
@@ -238,7 +238,7 @@ class Context:
 
     def finish_training(self, job: Job) -> dict[str, float]:
         """Collect a job whose virtual end has come (blocks only if it is still running for real)."""
-        if job.host < 0:  # a timing-only job: nothing ran
+        if not job.ran:  # a timing-only job: nothing was submitted
             stats: dict[str, float] = {}
         else:
             stats = self._wait(job)

@@ -51,6 +51,7 @@ class Job:
     host: int = 0
     lost_at: float | None = None   # the device drops out (offline / dropout) at this time: no result
     lost_reason: str | None = None
+    ran: bool = True               # False: timing only, nothing was submitted (params = the start model)
 
 
 class Telemetry(Protocol):
