@@ -33,6 +33,10 @@ CASES = [
                                                               "cloud_period": 1.1},
                                          "training": {"epochs": 1},
                                          "server_optimizer": {"edge": "fedavgm", "cloud": "fedyogi"}}, (2,)),
+    # timing only: no job is submitted (its update is the start model) on either executor
+    ("fedasync-none+fedavgm", {"protocol": {"name": "fedasync", "concurrency": 3},
+                               "training": {"trainer": "none"}, "server_optimizer": "fedavgm",
+                               "stop": {"rounds": 5}}, (1, 2)),
 ]
 
 
