@@ -235,7 +235,8 @@ class HierFAVG(Protocol):
         barrier = self.barrier.get(edge)
         if barrier is not None and not barrier.closed:
             wasted = barrier.abort()
-            env.discard_edge(edge)  # discard what the aborted round had folded in
+            if barrier.arrived:  # discard what the aborted round had folded in (nothing to discard: no-op)
+                env.discard_edge(edge)
         return wasted
 
     def on_edge_upload_done(self, event: Event) -> None:
@@ -309,7 +310,8 @@ class HierFAVG(Protocol):
         if barrier is not None and not barrier.closed:
             updates += len(barrier.arrived)  # folded into its partial aggregation
             wasted = barrier.abort(stragglers=False)  # withdraws the jobs still training for it
-            env.discard_edge(edge)
+            if barrier.arrived:
+                env.discard_edge(edge)
         self.edge_model[edge] = None
         record_loss(env, ("edge", edge), updates, wasted, round=self.edge_round[edge], on_edge_fail=down.on_edge_fail)
         if down.on_edge_fail == "reattach":
