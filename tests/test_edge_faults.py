@@ -335,3 +335,18 @@ def test_random_outages_complete_and_downtime_adds_up(tmp_path, case):
     assert len(lines(tmp_path, "server_fail")) == len(merged) == len(lines(tmp_path, "fault_loss"))
     assert tot["fault_updates_lost"] == sum(x["updates_lost"] for x in lines(tmp_path, "fault_loss"))
     assert tot["devices_reattached"] == sum(len(x["devices"]) for x in lines(tmp_path, "reattach"))
+
+
+def test_a_fault_changes_nothing_before_it_happens(tmp_path):
+    # the same world without and with an outage of edge 1 at 0.8 s: every line before 0.8 s is the same
+    # (evaluations aside: runs with faults carry the fault totals in them, at 0 until the first failure)
+    run(tmp_path / "plain", scenario(HIERFAVG, []))
+    run(tmp_path / "fault", scenario(HIERFAVG, [{"at_s": 0.8, "edge_fail": {"edges": [1], "for_s": 1.0}}]))
+
+    def before(out):
+        return [{k: v for k, v in x.items() if not k.startswith("wall")} for x in
+                (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+                if x["t"] < 0.8 and x["event"] not in ("eval", "run_start")]
+
+    plain, fault = before(tmp_path / "plain"), before(tmp_path / "fault")
+    assert plain == fault and [x["event"] for x in plain] == ["round_close", "edge_aggregate"]  # edge 0, round 1
