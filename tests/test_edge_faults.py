@@ -267,6 +267,9 @@ def test_faults_local_and_ray_give_identical_metrics_and_model(tmp_path, ray_ses
      "events.0.edge_fail", "protocol fedavg has no edge servers to fail"),
     ([{"at_s": 1, "cloud_fail": {"for_s": 5}}], {"protocol": {"name": "fedbuff", "K": 2}},
      "events.0.cloud_fail", "allowed with: ahfl, fedch, hierfavg"),
+    ([{"at_s": 1, "cloud_fail": {"for_s": 5}}],
+     {"training": {"epochs": None, "batch_size": 10, "steps": 5, "trainer": "scaffold"}},
+     "events.0.cloud_fail", "a failed server loses updates"),
 ])
 def test_bad_fault_events_exit_2_with_the_key_path(tmp_path, capsys, events, extra, path, text):
     import yaml
