@@ -47,9 +47,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from hierfl.build import build
     from hierfl.driver import RunError, run_scenario
+    from hierfl.runtime.start import start_executor
 
     scenario = _load(args)
-    built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
+    rt = scenario.runtime
+    start = start_executor(rt.executor, rt.workers, rt.address)  # Ray starts while the data is generated
+    try:
+        built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
+    except BaseException:
+        start.close()
+        raise
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     console = Console(stderr=True)
     for warning in (built.dynamics.warnings if built.dynamics else []):
@@ -69,7 +76,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, info=f"t={t:,.1f}s round {rounds} acc {acc_txt}")
 
         try:
-            result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built)
+            result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built,
+                                  start=start)
         except RunError as exc:
             console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
             return 1

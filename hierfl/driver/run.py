@@ -5,6 +5,7 @@ A run is a pure function of (scenario, seed): the real clock is read only to rep
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdow
 from hierfl.env.records import ClustersRecord, RunEnd, RunStart
 from hierfl.output.files import write_config, write_model, write_summary
 from hierfl.output.telemetry import RunTelemetry
-from hierfl.runtime.executor import Executor, RunData, make_executor
+from hierfl.runtime.executor import Executor, RunData
+from hierfl.runtime.start import ExecutorStart, process_launch_time, start_executor
 
 __all__ = ["run_scenario", "RunResult", "RunError", "package_versions"]
 
@@ -68,16 +70,55 @@ def _initial_clusters(scenario: Scenario, world: Any, protocol: Any) -> Clusters
     return ClustersRecord(0.0, "initial", "flat", [list(range(world.num_devices))], ["cloud"])
 
 
+def _share_dataset(built: Built, executor: Executor) -> None:
+    """Point ``built``'s dataset at the executor's copy (Ray: the object store), freeing the driver's own."""
+    views = getattr(executor, "data_views", None)
+    if views is not None:
+        x, y, x_test, y_test = views()
+        built.dataset = dataclasses.replace(built.dataset, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
+
+
+def _startup_marks(executor: Executor, start: ExecutorStart, driver: dict[str, float]) -> dict[str, float]:
+    """Epoch seconds at which the start-up steps ended (the actors' own, for a Ray executor)."""
+    marks = getattr(executor, "startup_marks", None)
+    return {**driver, **(marks() if marks is not None else start.marks)}
+
+
+def _since_launch(marks: dict[str, float], run_start: float) -> dict[str, float | str]:
+    """The marks in seconds since the process was launched (or, where that is unknown, since the run began)."""
+    launch = process_launch_time()
+    origin = launch if launch is not None and launch <= min(marks.values()) else run_start
+    out: dict[str, float | str] = {"since": "launch" if origin != run_start else "run_start"}
+    out.update({k: round(v - origin, 3) for k, v in sorted(marks.items(), key=lambda kv: kv[1])})
+    return out
+
+
 def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn | None = None,
-                 source: str | None = None, built: Built | None = None) -> RunResult:
+                 source: str | None = None, built: Built | None = None,
+                 start: ExecutorStart | None = None) -> RunResult:
     """Run ``scenario`` and write its output files to ``out_dir``.
 
     Raises :class:`~hierfl.config.errors.ConfigError` before anything is written if the
     scenario cannot be built, and :class:`RunError` (after writing the metrics so far and a
     ``summary.json`` with ``status: failed``) if the run fails part-way.
+
+    ``start``: the executor's start-up, begun by the caller before it built the data (see
+    :func:`~hierfl.runtime.start.start_executor`); the run finishes it and closes it. Without
+    one, it is begun here, before the data is built. Once the data is in Ray's object store,
+    the dataset arrays of ``built`` are replaced by read-only views of that copy, so the driver
+    does not hold the data twice.
     """
     wall0 = time.perf_counter()
-    built = built or build(scenario, source)
+    run_start = time.time()
+    rt = scenario.runtime
+    start = start or start_executor(rt.executor, rt.workers, rt.address)  # Ray starts while the data is built
+    executor: Executor | None = None
+    try:
+        built = built or build(scenario, source)
+    except BaseException:
+        start.close()
+        raise
+    data_built = time.time()
     resolved = scenario.model_copy(update={"versions": package_versions()})
     out = Path(out_dir)
     tel = RunTelemetry(out)
@@ -86,8 +127,6 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     world = built.world
     tel.write_devices(world, [_availability_label(b) for b in dyn.availability.base], [len(w) for w in dyn.windows])
     tel.lanes(world.num_edges, world.num_devices)
-    rt = scenario.runtime
-    executor: Executor | None = None
     summary: dict[str, Any] = {"name": scenario.name, "protocol": scenario.protocol.name, "seed": scenario.seed,
                                "status": "running"}
     run: RunLoop | None = None
@@ -98,11 +137,13 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads),
                        world.num_edges, built.spec)
         try:
-            executor = make_executor(rt.executor, data, workers=rt.workers, address=rt.address)
+            executor = start.executor(data)
         except Exception as exc:
             where = f" at {rt.address}" if rt.address else ""
             raise RunError(f"runtime: cannot start the {rt.executor} executor{where}: "
                            f"{type(exc).__name__}: {exc}") from exc
+        del data
+        _share_dataset(built, executor)
         startup_s = time.perf_counter() - wall0
         ctx = Context(scenario, built, executor, tel)
         protocol = scenario.protocol.create(ctx)
@@ -115,6 +156,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         final = executor.fetch(ctx.global_model)
         write_model(out, final)
         last = run.evals[-1]
+        startup = _startup_marks(executor, start, {"run_start": run_start, "data_built": data_built})
         summary.update({
             "status": "completed", "stop_reason": ctx.stop_reason,
             "final_accuracy": last["accuracy"], "final_loss": last["loss"],
@@ -122,7 +164,9 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
-            "wall_s": time.perf_counter() - wall0, "startup_s": startup_s,
+            "wall_s": time.perf_counter() - wall0,
+            "startup_s": max(startup_s, max(startup.get(k, run_start) for k in ("hosts_warm", "cloud_warm")) - run_start),
+            "startup": _since_launch(startup, run_start),
             "executor": executor.name, "workers": executor.workers,
             "devices": world.num_devices, "edge_servers": world.num_edges,
             "num_params": built.num_params, "model_bytes": world.model_bytes,
@@ -149,5 +193,4 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         raise
     finally:
         tel.close()
-        if executor is not None:
-            executor.close()
+        (executor if executor is not None else start).close()
