@@ -129,8 +129,9 @@ class Measured:
 
 def measure(cmd: list[str], interval_s: float = 0.05) -> Measured:
     """Run ``cmd`` to completion, sampling its process tree's PSS and RSS."""
+    err = tempfile.TemporaryFile()  # not a pipe: a chatty child must never block on a full one
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
     best = Measured(0.0)
     seen: dict[int, tuple[str, float]] = {}
     while proc.poll() is None:
@@ -158,7 +159,9 @@ def measure(cmd: list[str], interval_s: float = 0.05) -> Measured:
         best.cpu_by_role[name] = best.cpu_by_role.get(name, 0.0) + cpu
     best.cpu_s = sum(best.cpu_by_role.values())
     if proc.returncode != 0:
-        sys.stderr.write(proc.stderr.read().decode(errors="replace") if proc.stderr else "")
+        err.seek(0)
+        sys.stderr.write(err.read().decode(errors="replace")[-4000:])
+    err.close()
     return best
 
 

@@ -139,7 +139,17 @@ class RayStart(ExecutorStart):
     def __init__(self, workers: int | str = "auto", address: str | None = None) -> None:
         super().__init__()
         self.owns_ray = False
+        self.workers = 0
+        self.hosts: list[Any] = []
+        self.cloud: Any = None
         self._closed = False
+        self._error: Exception | None = None
+        try:
+            self._start(workers, address)
+        except Exception as exc:  # noqa: BLE001 - raised by executor(), where the run reports it
+            self._error = exc
+
+    def _start(self, workers: int | str, address: str | None) -> None:
         if not ray.is_initialized():
             if address:
                 probe_address(address)
@@ -151,9 +161,16 @@ class RayStart(ExecutorStart):
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
         host_cpus = min(1.0, total_cpus / self.workers)
-        self.hosts: list[Any] = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote()
-                                 for _ in range(self.workers)]
-        self.cloud: Any = RayCloud.options(num_cpus=0).remote()
+        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote()
+                      for _ in range(self.workers)]
+        self.cloud = RayCloud.options(num_cpus=0).remote()
+
+    def check(self) -> RayStart:
+        """Raise what went wrong while starting (e.g. :class:`ConnectionError` for an address where
+        nothing listens); kept until the data is handed over, so the run reports it as a start-up failure."""
+        if self._error is not None:
+            raise self._error
+        return self
 
     def executor(self, data: RunData) -> RayExecutor:
         """Hand the data over; returns the executor (which now owns Ray and the actors)."""
@@ -169,7 +186,8 @@ class RayStart(ExecutorStart):
             return
         for actor in [*self.hosts, self.cloud]:
             try:
-                ray.kill(actor)
+                if actor is not None:
+                    ray.kill(actor)
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
 
@@ -196,7 +214,7 @@ class RayExecutor(Executor):
 
     def __init__(self, data: RunData, workers: int | str = "auto", address: str | None = None,
                  start: RayStart | None = None) -> None:
-        self._start = start or RayStart(workers, address)
+        self._start = (start or RayStart(workers, address)).check()
         self.workers = self._start.workers
         self.hosts: list[Any] = self._start.hosts
         self.cloud: Any = self._start.cloud
