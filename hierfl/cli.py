@@ -45,18 +45,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hierfl.build import build
     from hierfl.driver import RunError, run_scenario
-    from hierfl.runtime.start import start_executor
+    from hierfl.driver.run import start_and_build
 
     scenario = _load(args)
-    rt = scenario.runtime
-    start = start_executor(rt.executor, rt.workers, rt.address)  # Ray starts while the data is generated
-    try:
-        built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
-    except BaseException:
-        start.close()
-        raise
+    # Ray starts while the data is generated; build errors are config errors: nothing written yet
+    start, built = start_and_build(scenario, args.scenario)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     console = Console(stderr=True)
     for warning in (built.dynamics.warnings if built.dynamics else []):

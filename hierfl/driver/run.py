@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from hierfl.output.telemetry import RunTelemetry
 from hierfl.runtime.executor import Executor, RunData
 from hierfl.runtime.start import ExecutorStart, process_launch_time, start_executor
 
-__all__ = ["run_scenario", "RunResult", "RunError", "package_versions"]
+__all__ = ["run_scenario", "start_and_build", "RunResult", "RunError", "package_versions"]
 
 
 @dataclass
@@ -70,6 +71,32 @@ def _initial_clusters(scenario: Scenario, world: Any, protocol: Any) -> Clusters
     return ClustersRecord(0.0, "initial", "flat", [list(range(world.num_devices))], ["cloud"])
 
 
+def start_and_build(scenario: Scenario, source: str | None = None) -> tuple[ExecutorStart, Built]:
+    """Begin the executor's start-up and build the scenario at the same time.
+
+    ``ray.init`` mostly waits for Ray's daemons and must run on this thread (Ray ties the
+    processes it starts to the thread that starts them), so the build (data generation, the
+    initial model) runs on a helper thread meanwhile. The actors are requested as soon as Ray is
+    up and start (each imports torch) while the build finishes. Build errors (:class:`~hierfl.config.errors.ConfigError`) are
+    raised here, after the start-up has been released.
+    """
+    rt = scenario.runtime
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hierfl-build") as pool:
+        building = pool.submit(_build_timed, scenario, source)
+        start = start_executor(rt.executor, rt.workers, rt.address)
+        try:
+            built, start.marks["data_built"] = building.result()
+        except BaseException:
+            start.close()
+            raise
+    return start, built
+
+
+def _build_timed(scenario: Scenario, source: str | None) -> tuple[Built, float]:
+    built = build(scenario, source)
+    return built, time.time()
+
+
 def _share_dataset(built: Built, executor: Executor) -> None:
     """Point ``built``'s dataset at the executor's copy (Ray: the object store), freeing the driver's own."""
     views = getattr(executor, "data_views", None)
@@ -103,22 +130,24 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     ``summary.json`` with ``status: failed``) if the run fails part-way.
 
     ``start``: the executor's start-up, begun by the caller before it built the data (see
-    :func:`~hierfl.runtime.start.start_executor`); the run finishes it and closes it. Without
-    one, it is begun here, before the data is built. Once the data is in Ray's object store,
+    :func:`start_and_build`); the run finishes it and closes it. Without one, it is begun here,
+    while the data is built. Once the data is in Ray's object store,
     the dataset arrays of ``built`` are replaced by read-only views of that copy, so the driver
     does not hold the data twice.
     """
     wall0 = time.perf_counter()
     run_start = time.time()
     rt = scenario.runtime
-    start = start or start_executor(rt.executor, rt.workers, rt.address)  # Ray starts while the data is built
+    if start is None and built is None:
+        start, built = start_and_build(scenario, source)
+    start = start or start_executor(rt.executor, rt.workers, rt.address)
     executor: Executor | None = None
-    try:
-        built = built or build(scenario, source)
-    except BaseException:
-        start.close()
-        raise
-    data_built = time.time()
+    if built is None:
+        try:
+            built, start.marks["data_built"] = _build_timed(scenario, source)
+        except BaseException:
+            start.close()
+            raise
     resolved = scenario.model_copy(update={"versions": package_versions()})
     out = Path(out_dir)
     tel = RunTelemetry(out)
@@ -156,7 +185,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         final = executor.fetch(ctx.global_model)
         write_model(out, final)
         last = run.evals[-1]
-        startup = _startup_marks(executor, start, {"run_start": run_start, "data_built": data_built})
+        startup = _startup_marks(executor, start, {"run_start": run_start})
         summary.update({
             "status": "completed", "stop_reason": ctx.stop_reason,
             "final_accuracy": last["accuracy"], "final_loss": last["loss"],
