@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,23 +71,22 @@ def _initial_clusters(scenario: Scenario, world: Any, protocol: Any) -> Clusters
 
 
 def start_and_build(scenario: Scenario, source: str | None = None) -> tuple[ExecutorStart, Built]:
-    """Begin the executor's start-up and build the scenario at the same time.
+    """Begin the executor's start-up, then build the scenario while the executor's processes start.
 
-    ``ray.init`` mostly waits for Ray's daemons and must run on this thread (Ray ties the
-    processes it starts to the thread that starts them), so the build (data generation, the
-    initial model) runs on a helper thread meanwhile. The actors are requested as soon as Ray is
-    up and start (each imports torch) while the build finishes. Build errors (:class:`~hierfl.config.errors.ConfigError`) are
-    raised here, after the start-up has been released.
+    ``ray.init`` runs first, on this thread; the actors it then requests start (each imports
+    torch) while the data is generated here. (The build does not run on a helper thread during
+    ``ray.init``: ``ray.init`` forks Ray's daemons, and a fork while another thread is inside
+    OpenBLAS deadlocks in OpenBLAS's fork handler.) Build errors
+    (:class:`~hierfl.config.errors.ConfigError`) are raised here, after the start-up has been
+    released.
     """
     rt = scenario.runtime
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hierfl-build") as pool:
-        building = pool.submit(_build_timed, scenario, source)
-        start = start_executor(rt.executor, rt.workers, rt.address)
-        try:
-            built, start.marks["data_built"] = building.result()
-        except BaseException:
-            start.close()
-            raise
+    start = start_executor(rt.executor, rt.workers, rt.address)
+    try:
+        built, start.marks["data_built"] = _build_timed(scenario, source)
+    except BaseException:
+        start.close()
+        raise
     return start, built
 
 
@@ -131,23 +129,24 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
 
     ``start``: the executor's start-up, begun by the caller before it built the data (see
     :func:`start_and_build`); the run finishes it and closes it. Without one, it is begun here,
-    while the data is built. Once the data is in Ray's object store,
+    before the data is built. Once the data is in Ray's object store,
     the dataset arrays of ``built`` are replaced by read-only views of that copy, so the driver
     does not hold the data twice.
     """
     wall0 = time.perf_counter()
     run_start = time.time()
     rt = scenario.runtime
-    if start is None and built is None:
-        start, built = start_and_build(scenario, source)
+    if built is None:
+        if start is None:
+            start, built = start_and_build(scenario, source)
+        else:
+            try:
+                built, start.marks["data_built"] = _build_timed(scenario, source)
+            except BaseException:
+                start.close()
+                raise
     start = start or start_executor(rt.executor, rt.workers, rt.address)
     executor: Executor | None = None
-    if built is None:
-        try:
-            built, start.marks["data_built"] = _build_timed(scenario, source)
-        except BaseException:
-            start.close()
-            raise
     resolved = scenario.model_copy(update={"versions": package_versions()})
     out = Path(out_dir)
     tel = RunTelemetry(out)
