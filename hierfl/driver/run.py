@@ -109,6 +109,12 @@ def _startup_marks(executor: Executor, start: ExecutorStart, driver: dict[str, f
     return {**driver, **(marks() if marks is not None else start.marks)}
 
 
+def _ready(marks: dict[str, float]) -> float:
+    """When the executor could run jobs: the actors' warm-up end (Ray), else the executor's creation."""
+    warm = [marks[k] for k in ("hosts_warm", "cloud_warm") if k in marks]
+    return max(warm) if warm else marks["run_start"]
+
+
 def _since_launch(marks: dict[str, float], run_start: float) -> dict[str, float | str]:
     """The marks in seconds since the process was launched (or, where that is unknown, since the run began)."""
     launch = process_launch_time()
@@ -193,7 +199,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
             "wall_s": time.perf_counter() - wall0,
-            "startup_s": max(startup_s, max(startup.get(k, run_start) for k in ("hosts_warm", "cloud_warm")) - run_start),
+            "startup_s": max(startup_s, _ready(startup) - run_start),
             "startup": _since_launch(startup, run_start),
             "executor": executor.name, "workers": executor.workers,
             "devices": world.num_devices, "edge_servers": world.num_edges,
