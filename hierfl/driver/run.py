@@ -97,9 +97,9 @@ def _build_timed(scenario: Scenario, source: str | None) -> tuple[Built, float]:
 
 def _share_dataset(built: Built, executor: Executor) -> None:
     """Point ``built``'s dataset at the executor's copy (Ray: the object store), freeing the driver's own."""
-    views = getattr(executor, "data_views", None)
+    views = getattr(executor, "data_views", lambda: None)()
     if views is not None:
-        x, y, x_test, y_test = views()
+        x, y, x_test, y_test = views
         built.dataset = dataclasses.replace(built.dataset, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
 
 

@@ -139,6 +139,7 @@ class RayStart(ExecutorStart):
     def __init__(self, workers: int | str = "auto", address: str | None = None) -> None:
         super().__init__()
         self.owns_ray = False
+        self.client = bool(address and "://" in address)  # a Ray client: the object store is remote
         self.workers = 0
         self.hosts: list[Any] = []
         self.cloud: Any = None
@@ -247,8 +248,11 @@ class RayExecutor(Executor):
             ray.get(self._started())
             raise
 
-    def data_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(x_train, y_train, x_test, y_test): read-only views of the object store's copy (no copy made)."""
+    def data_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(x_train, y_train, x_test, y_test): read-only views of the object store's copy (no copy
+        made); None through a Ray client (``ray://``), where reading them back would download a copy."""
+        if self._start.client:
+            return None
         x, y, xt, yt = ray.get(list(self._data_refs))
         return x, y, xt, yt
 
@@ -260,9 +264,6 @@ class RayExecutor(Executor):
         marks["hosts_warm"] = max(warms[:-1])
         marks["cloud_warm"] = warms[-1]
         return marks
-
-    def _actors(self) -> list[Any]:
-        return [*self.hosts, self.cloud] + ([self.leaders] if self.leaders is not None else [])
 
     # -- buffering ----------------------------------------------------------------------------
     @staticmethod
