@@ -196,7 +196,6 @@ class Context:
         spec = spec or self._spec
         job_id = int(self._jobs_started[device])
         self._jobs_started[device] += 1
-        seed = stream_seed(self.seed, "train", device, job_id)
         compute_s = self._duration(device, spec, job_id)
         dyn = self.dyn
         lost_at, reason = math.inf, None
@@ -214,6 +213,8 @@ class Context:
         if not spec.train:  # timing only: the update is the model the job started from
             self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
+        # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
+        seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
