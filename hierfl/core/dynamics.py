@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hierfl.core.faults import FaultWindow
+
 __all__ = ["Window", "finish_time", "factor_at", "Availability", "OnlineIndex", "MarkovTimeline",
            "IntervalTimeline", "merge_intervals"]
 
@@ -435,6 +437,7 @@ class Dynamics:
     jitter_sigma: float = 0.0                   # per-task lognormal σ on compute time (mean 1)
     links: list[LinkWindow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    faults: list[FaultWindow] = field(default_factory=list)   # edge server / cloud outages (edge_fail, cloud_fail)
 
     @classmethod
     def static(cls, n: int) -> Dynamics:
@@ -445,7 +448,7 @@ class Dynamics:
     def is_static(self) -> bool:
         """True when nothing in the world changes during the run."""
         return (not any(self.windows) and self.availability.trivial and self.dropout == 0.0
-                and self.jitter_sigma == 0.0 and not self.links)
+                and self.jitter_sigma == 0.0 and not self.links and not self.faults)
 
     def link_boundaries(self) -> list[float]:
         """Sorted distinct finite times at which some link value changes."""

@@ -21,6 +21,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.env.api import Endpoint, Job, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.faults import Faults
 from hierfl.driver.transfers import Transfers, _JobLost
 
 __all__ = ["Context", "RunError"]
@@ -60,6 +61,8 @@ class Context:
         n = self._world.num_devices
         self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
+        # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
+        self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -131,6 +134,10 @@ class Context:
     def is_up(self, device: int) -> bool:
         """Whether ``device`` is available now."""
         return self.dyn.availability.is_up(device, self.now)
+
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now."""
+        return server not in self.transfers.down
 
     def _everyone(self) -> OnlineIndex:
         assert self._online is not None

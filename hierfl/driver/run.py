@@ -181,6 +181,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         run = RunLoop(ctx, progress)
         trace_slowdowns(ctx)
         run.loop(protocol)
+        if ctx.faults is not None:
+            ctx.faults.finish(ctx.now)
         trace_offline(ctx)
         final = executor.fetch(ctx.global_model)
         write_model(out, final)

@@ -146,6 +146,10 @@ class Env(Protocol):
     def is_up(self, device: int) -> bool:
         """Whether ``device`` is online now."""
 
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now (``edge_fail`` / ``cloud_fail`` events);
+        a transfer to or from a server that is down is refused."""
+
     def compute_factor(self, device: int) -> float:
         """``device``'s slowdown factor now (1 outside slowdown windows)."""
 
