@@ -20,6 +20,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -435,6 +436,17 @@ class Dynamics:
     jitter_sigma: float = 0.0                   # per-task lognormal σ on compute time (mean 1)
     links: list[LinkWindow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # device → [(start, end, behaviour config)] from ``attack`` events (what a device sends, never
+    # when: timing ignores it); empty: every device is honest
+    attacks: dict[int, list[tuple[float, float, Any]]] = field(default_factory=dict)
+
+    def behavior_at(self, device: int, t: float) -> Any:
+        """The behaviour ``device`` has at time ``t`` (the latest attack event covering ``t``), or None."""
+        found = None
+        for start, end, cfg in self.attacks.get(device, ()):
+            if start <= t < end:
+                found = cfg
+        return found
 
     @classmethod
     def static(cls, n: int) -> Dynamics:

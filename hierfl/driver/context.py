@@ -21,6 +21,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.env.api import Endpoint, Job, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
 __all__ = ["Context", "RunError"]
@@ -60,6 +61,9 @@ class Context:
         n = self._world.num_devices
         self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
+        # Byzantine robustness (issue 16): None keeps every call exactly as without it
+        setup = robust_setup(scenario, self.dyn)
+        self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -194,6 +198,10 @@ class Context:
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
         spec = spec or self._spec
+        behavior = None
+        if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
+            spec, behavior = self.robust.job_spec(device, self.now, spec)
+        mark = {} if behavior is None else {"byzantine": behavior.name}
         job_id = int(self._jobs_started[device])
         self._jobs_started[device] += 1
         seed = stream_seed(self.seed, "train", device, job_id)
@@ -209,13 +217,16 @@ class Context:
             if down < self.now + compute_s and down < lost_at:
                 lost_at, reason = down, "offline"
         if math.isfinite(lost_at):
-            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason)
+            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason,
+                                **mark)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
         if not spec.train:  # timing only: the update is the model the job started from
             self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
-        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
+        if self.robust is not None:
+            self.robust.remember(new, device, behavior)
+        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
@@ -307,6 +318,9 @@ class Context:
 
     def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
+        if self.robust is not None:
+            self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
+            return
         self.executor.add_edge(edge, weight, update, control_coef)
 
     def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
@@ -316,6 +330,9 @@ class Context:
         ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
         """
         handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+        if self.robust is not None:
+            self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
+            self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
         self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
         return handle
 
@@ -333,6 +350,9 @@ class Context:
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
+        if self.robust is not None:
+            self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
+            return
         self.executor.add_cloud(weight, update, control_coef)
 
     def _cloud_round_done(self) -> None:
@@ -343,6 +363,8 @@ class Context:
     def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
         """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
         handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
+        if self.robust is not None:
+            self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)

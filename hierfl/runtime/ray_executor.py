@@ -85,14 +85,18 @@ class RayExecutor(Executor):
                 x_ref, y_ref, parts_ref, data.model)
             for _ in range(self.workers)
         ]
-        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
+        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote(data.robust) if data.num_edges > 0 else None
+        self._robust = data.robust is not None
         self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
         self.cloud: Any = RayCloud.options(num_cpus=0).remote(self._init, ray.put(data.x_test), ray.put(data.y_test),
-                                                         data.model)
+                                                         data.model, data.robust)
         self._outstanding = [0] * self.workers
         self._jobs: list[Slot] = []
         self._cloud_adds: list[tuple[float, Any, float | None]] = []
         self._edge_adds: list[tuple[int, float, Any, float | None]] = []
+        # Byzantine tags of the buffered adds, parallel to the lists above (robust aggregation only)
+        self._cloud_tags: list[Any] = []
+        self._edge_tags: list[Any] = []
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None  # opt-in fast path
         ray.get([a.ready.remote() for a in self._actors()])
         # start-up cost (process start, torch's lazy init) is paid here, not in the first round
@@ -169,13 +173,21 @@ class RayExecutor(Executor):
         self._flush_jobs()
         if self._cloud_adds:
             adds, self._cloud_adds = self._cloud_adds, []
+            tags, self._cloud_tags = self._cloud_tags, []
             index, rows, refs = self._unique_refs([h for _, h, _ in adds])
-            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs)
+            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
+                                       **self._tags_kw(tags))
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
+            etags, self._edge_tags = self._edge_tags, []
             index, rows, refs = self._unique_refs([h for _, _, h, _ in eadds])
             self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
-                                         [c for *_, c in eadds], *refs)
+                                         [c for *_, c in eadds], *refs, **self._tags_kw(etags))
+
+    @staticmethod
+    def _tags_kw(tags: list[Any]) -> dict[str, Any]:
+        """``tags=…`` for an add call when one of the updates is Byzantine (else nothing: today's call)."""
+        return {"tags": tags} if any(t is not None for t in tags) else {}
 
     def flush(self) -> None:
         """Dispatch everything buffered (called before the driver blocks)."""
@@ -219,10 +231,12 @@ class RayExecutor(Executor):
         index, rows, refs = self._unique_refs(list(models))
         return self.cloud.average.remote(list(weights), index, rows, *refs)
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """Buffer the fold-in at the leader actor (sent in order with the others)."""
         self._need(update)
         self._edge_adds.append((edge, weight, update, control_coef))
+        self._edge_tags.append(tag)
 
     def _model_ref(self, handle: Any) -> Any:
         ref, row = self._ref_row(handle)
@@ -236,21 +250,24 @@ class RayExecutor(Executor):
         assert self.leaders is not None
         self._need(base)
         self._flush_adds()
-        if opt is None and not pack_control:
+        if opt is None and not pack_control and not self._robust:
             return self.leaders.commit.remote(edge)
         return self.leaders.commit.remote(edge, opt, None if base is None else self._model_ref(base), pack_control)
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """Buffer the fold-in at the cloud actor (sent in order with the others)."""
         self._need(update)
         self._cloud_adds.append((weight, update, control_coef))
+        self._cloud_tags.append(tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Ref of the new global model (pending fold-ins travel with the commit)."""
         self._need(base)
         adds, self._cloud_adds = self._cloud_adds, []
+        tags, self._cloud_tags = self._cloud_tags, []
         self._flush_adds()
-        base_ref = None if base is None or opt is None else self._model_ref(base)  # plain averaging needs no base
+        # plain averaging needs no base (a robust rule may: norm clipping, Zeno, the records)
+        base_ref = None if base is None or (opt is None and not self._robust) else self._model_ref(base)
         if not adds:
             return self.cloud.commit.remote(opt, base_ref)
         handles = [h for _, h, _ in adds]
@@ -259,7 +276,14 @@ class RayExecutor(Executor):
         if base_ref is not None:
             base_pos, index, rows = index[-1], index[:-1], rows[:-1]
         return self.cloud.add_many_commit.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds],
-                                                 opt, base_pos, *refs)
+                                                 opt, base_pos, *refs, **self._tags_kw(tags))
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """The reports of ``tier``'s role (waits for its commits: actor calls run in order)."""
+        role = self.leaders if tier == "edge" else self.cloud
+        if role is None:
+            return []
+        return list(ray.get(role.take_reports.remote()))
 
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
