@@ -374,6 +374,18 @@ class Context:
         self._cloud_round_done()
         return handle
 
+    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
+        """Whether an asynchronous step from ``base`` to ``candidate`` (made from ``source``'s ``update``)
+        is applied: True unless the ``tier`` rule is a screen (Zeno++), which may reject it (counted)."""
+        if self.robust is None or not type(self.robust.setup.rule(tier)).asynchronous:
+            return True
+        tag = self.robust.take(update, tier, 0)
+        accepted = self.executor.screen(base, candidate, tag)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        if not accepted:
+            self.counters["updates_rejected"] = self.counters.get("updates_rejected", 0) + 1
+        return accepted
+
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
         return self.executor.average(models, weights)

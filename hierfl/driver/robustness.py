@@ -16,7 +16,7 @@ from typing import Any
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.work import TrainSpec
 from hierfl.env.records import RobustAggregate
-from hierfl.learn.robust import RULE_TIERS, RobustSetup
+from hierfl.learn.robust import ASYNC_PROTOCOLS, RULE_TIERS, RobustSetup
 
 __all__ = ["robust_setup", "RobustLedger"]
 
@@ -36,7 +36,7 @@ class RobustLedger:
         self.setup = setup
         # only protocols that add updates to a synchronous aggregation hand them back (asynchronous
         # ones combine terms): elsewhere no handle is kept, so none is held for the whole run
-        self.tracks = protocol in RULE_TIERS
+        self.tracks = protocol in RULE_TIERS and (protocol not in ASYNC_PROTOCOLS or type(setup.cloud).asynchronous)
         self.dyn = dyn
         self.telemetry = telemetry
         self._handles: dict[int, tuple[Any, int, Any]] = {}  # id(handle) → (handle, source id, tag)

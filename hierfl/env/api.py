@@ -212,6 +212,9 @@ class Env(Protocol):
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier``."""
 
+    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
+        """Whether an asynchronous step ``base → candidate`` made from ``source``'s ``update`` is applied (Zeno++)."""
+
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role."""
 

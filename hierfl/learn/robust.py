@@ -29,7 +29,9 @@ AGGREGATION_RULES: Registry = Registry("aggregation rule")
 BEHAVIORS: Registry = Registry("device behavior")
 
 # Which protocols aggregate a set of updates together at which tier (what a rule can replace).
-RULE_TIERS: dict[str, tuple[str, ...]] = {"fedavg": ("cloud",), "hierfavg": ("edge", "cloud")}
+RULE_TIERS: dict[str, tuple[str, ...]] = {"fedavg": ("cloud",), "hierfavg": ("edge", "cloud"), "fedasync": ("cloud",)}
+# Protocols whose aggregations take one update at a time: only an asynchronous screen (Zeno++) applies.
+ASYNC_PROTOCOLS = ("fedasync",)
 
 
 @dataclass
@@ -49,6 +51,7 @@ class RuleConfig(ConfigModel):
 
     name: str
     needs_loss: ClassVar[bool] = False  # scores candidates on a validation batch (Zeno): cloud only
+    asynchronous: ClassVar[bool] = False  # screens single asynchronous updates (Zeno++: FedAsync)
 
     @property
     def is_mean(self) -> bool:
@@ -229,6 +232,31 @@ class ZenoRule(RuleConfig):
             raise ValueError("zeno needs the round's start model and a validation loss")
         mask = R.zeno_select(R.zeno_scores(V, base, loss, self.rho), self.b)
         return RuleOutcome(R.weighted_mean(V[mask], w[mask]), mask)
+
+
+@AGGREGATION_RULES.register
+class ZenoPPRule(RuleConfig):
+    """``{name: zeno_pp, rho: 0.0005, eps: 0.0, batch: 64}``: Zeno++ (Xie et al. 2020) screens each
+    asynchronous step ``u`` (FedAsync's mix minus the current model) on the cloud's validation batch
+    and applies it only if ``f(x) − f(x + u) − ρ‖u‖² ≥ −ε``; a rejected update is dropped and counted."""
+
+    name: Literal["zeno_pp"] = "zeno_pp"
+    needs_loss: ClassVar[bool] = True
+    asynchronous: ClassVar[bool] = True
+    rho: float = Field(default=0.0005, ge=0.0, description="ρ: weight of the step's squared norm")
+    eps: float = Field(default=0.0, ge=0.0, description="ε: slack of the acceptance test")
+    batch: PositiveInt = Field(default=64, description="validation samples (the first of the test set)")
+
+    def apply(self, V: np.ndarray, w: np.ndarray, base: np.ndarray | None, loss: Loss | None) -> RuleOutcome:
+        """Each row screened on its own against ``base`` (accepted rows averaged; none: ``base``)."""
+        if base is None or loss is None:
+            raise ValueError("zeno_pp needs the current model and a validation loss")
+        b = np.asarray(base, dtype=np.float64)
+        f0 = loss(b)
+        mask = np.array([R.zeno_pp_accept(f0, loss(V[i]), float(np.sum((V[i] - b) ** 2)), self.rho, self.eps)
+                         for i in range(V.shape[0])], dtype=bool)
+        agg = R.weighted_mean(V[mask], w[mask]) if mask.any() and w[mask].sum() > 0 else b
+        return RuleOutcome(agg, mask)
 
 
 @AGGREGATION_RULES.register
@@ -424,6 +452,12 @@ class AggregationSection(ConfigModel):
                 problems.append(Problem(key, f"protocol {protocol!r} has no synchronous {tier} aggregation a rule "
                                              f"can replace; tiers it supports: {allowed}", rule.name))
                 continue
+            is_async = bool(type(rule).asynchronous)
+            if is_async != (protocol in ASYNC_PROTOCOLS):
+                problems.append(Problem(key, "zeno_pp screens single asynchronous updates (fedasync only)" if is_async
+                                        else f"protocol {protocol!r} applies one update at a time; allowed: zeno_pp",
+                                        rule.name))
+                continue
             if tier == "edge" and rule_needs_loss(rule):
                 problems.append(Problem(key, "zeno scores on the cloud's validation batch: cloud tier only",
                                         rule.name))
@@ -462,7 +496,7 @@ class RobustSetup:
         batch = 0
         for rule in (section.cloud, section.edge):
             inner = rule.then if isinstance(rule, NormClipRule) else rule
-            if isinstance(inner, ZenoRule):
+            if isinstance(inner, (ZenoRule, ZenoPPRule)):
                 batch = max(batch, inner.batch)
         return cls(section.cloud, section.edge, edges, batch)
 

@@ -90,6 +90,10 @@ class Executor:
         """The robust-aggregation reports of ``tier``'s commits since the last call (blocking)."""
         raise NotImplementedError
 
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """Zeno++ at the cloud: whether the step ``candidate − base`` is applied (blocking)."""
+        raise NotImplementedError
+
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Finish the cloud aggregation; returns the new global-model handle (``opt``: see :meth:`commit_edge`)."""
         raise NotImplementedError
@@ -222,6 +226,11 @@ class LocalExecutor(Executor):
     def robust_reports(self, tier: str) -> list[dict[str, Any]]:
         """In-process."""
         return (self.leaders if tier == "edge" else self.cloud).take_reports()
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """In-process."""
+        base, candidate = self._vals([base, candidate])
+        return self.cloud.screen(base, candidate, tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """In-process."""

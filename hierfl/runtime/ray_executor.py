@@ -285,6 +285,12 @@ class RayExecutor(Executor):
             return []
         return list(ray.get(role.take_reports.remote()))
 
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """Zeno++ in the cloud actor (waits for its answer)."""
+        self._need(base, candidate)
+        self._flush_adds()
+        return bool(ray.get(self.cloud.screen.remote(self._model_ref(base), self._model_ref(candidate), tag)))
+
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
         self._need(base, *[h for _, p, m in terms for h in (p, m)])

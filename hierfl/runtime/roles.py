@@ -452,6 +452,15 @@ class Cloud:
         """The robust-aggregation reports since the last call."""
         return self._agg.take_reports()
 
+    def screen(self, base: np.ndarray, candidate: np.ndarray, tag: Any = None) -> bool:
+        """Zeno++ on one asynchronous step ``candidate − base`` (the cloud rule); a report either way."""
+        agg = Aggregation(self.robust.cloud)
+        agg.add(candidate, 1.0, None, tag)
+        agg.finish(None, base, self._validation_loss, tier="cloud", entity=0)
+        report = agg.reports[-1]
+        self._agg.reports.append(report)
+        return bool(report["accepted"])
+
     def commit(self, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None) -> np.ndarray:
         """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the global model.
 
