@@ -224,17 +224,16 @@ def _hier(executor: str, workers: int = 1):
                 stop={"rounds": 2}, runtime={"executor": executor, "workers": workers})
 
 
-def test_determinism_local_and_ray_1_and_2_hosts_with_attacks(tmp_path, ray_session):
+def test_determinism_local_and_ray_with_attacks(tmp_path, ray_session):
+    # one Ray host here; two hosts (and local) run scenarios/byzantine*.yaml in tests/test_golden.py
     local = run_scenario(_hier("local"), out_dir=tmp_path / "l", progress=False)
     one = run_scenario(_hier("ray", 1), out_dir=tmp_path / "r1", progress=False)
-    two = run_scenario(_hier("ray", 2), out_dir=tmp_path / "r2", progress=False)
     assert np.array_equal(local.final_params, one.final_params)
-    assert np.array_equal(local.final_params, two.final_params)
 
     def recs(d):
         return [{k: v for k, v in json.loads(x).items() if k != "wall_s"}
                 for x in (d / "metrics.jsonl").read_text().splitlines() if '"robust_aggregate"' in x]
-    assert recs(tmp_path / "l") == recs(tmp_path / "r1") == recs(tmp_path / "r2")
+    assert recs(tmp_path / "l") == recs(tmp_path / "r1") and recs(tmp_path / "l")
     rb = local.summary["robustness"]
     assert rb["compromised_edges"] == [1] and rb["byzantine_jobs"]["label_flip"] > 0
     assert rb["tiers"]["edge"]["rule"] == "trimmed_mean" and rb["tiers"]["cloud"]["malicious"] == 2  # edge 1, twice
