@@ -386,6 +386,20 @@ class Context:
             self.counters["updates_rejected"] = self.counters.get("updates_rejected", 0) + 1
         return accepted
 
+    def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
+        """``base + Σc · rule(Δ)`` over a buffer / queue of deltas ``Δ_i = a_i − b_i`` weighted ``c_i``
+        (FedBuff, AHFL) when the ``tier`` rule is robust; None under the mean (the caller combines)."""
+        if self.robust is None or not self.robust.queues:
+            return None
+        tags = [self.robust.take(a, tier, entity) for _, a, _ in deltas]
+        rule = self.robust.setup.rule(tier)
+        if rule.is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        return handle
+
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
         return self.executor.average(models, weights)

@@ -16,7 +16,7 @@ from typing import Any
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.work import TrainSpec
 from hierfl.env.records import RobustAggregate
-from hierfl.learn.robust import ASYNC_PROTOCOLS, RULE_TIERS, RobustSetup
+from hierfl.learn.robust import ASYNC_PROTOCOLS, QUEUE_PROTOCOLS, RULE_TIERS, RobustSetup
 
 __all__ = ["robust_setup", "RobustLedger"]
 
@@ -37,6 +37,7 @@ class RobustLedger:
         # only protocols that add updates to a synchronous aggregation hand them back (asynchronous
         # ones combine terms): elsewhere no handle is kept, so none is held for the whole run
         self.tracks = protocol in RULE_TIERS and (protocol not in ASYNC_PROTOCOLS or type(setup.cloud).asynchronous)
+        self.queues = protocol in QUEUE_PROTOCOLS
         self.dyn = dyn
         self.telemetry = telemetry
         self._handles: dict[int, tuple[Any, int, Any]] = {}  # id(handle) → (handle, source id, tag)
@@ -76,6 +77,10 @@ class RobustLedger:
         self._sources.setdefault((tier, entity), []).append(known[1])
         return known[2]
 
+    def drop_sources(self, tier: str, entity: int) -> None:
+        """Forget the sources noted for an aggregation that makes no report (a queue under the mean)."""
+        self._sources.pop((tier, entity), None)
+
     def compromised_edge(self, edge: int) -> Any:
         """The behaviour of a compromised edge server, or None."""
         return self.setup.edge_behaviors.get(edge)
@@ -87,6 +92,8 @@ class RobustLedger:
     # -- reports -------------------------------------------------------------------------------------
     def reports(self, tier: str, reports: list[dict[str, Any]], now: float) -> None:
         """Turn the roles' reports into records, trace marks and totals."""
+        if not self.tracks:  # senders unknown (e.g. FedHiSyn's mixed models): no per-aggregation record
+            return
         for rep in reports:
             sources = self._sources.pop((tier, rep["entity"]), [])
             rejected = [sources[i] if i < len(sources) else -1 for i in rep["rejected_ids"]]

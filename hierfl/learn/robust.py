@@ -29,7 +29,10 @@ AGGREGATION_RULES: Registry = Registry("aggregation rule")
 BEHAVIORS: Registry = Registry("device behavior")
 
 # Which protocols aggregate a set of updates together at which tier (what a rule can replace).
-RULE_TIERS: dict[str, tuple[str, ...]] = {"fedavg": ("cloud",), "hierfavg": ("edge", "cloud"), "fedasync": ("cloud",)}
+RULE_TIERS: dict[str, tuple[str, ...]] = {"fedavg": ("cloud",), "hierfavg": ("edge", "cloud"), "fedasync": ("cloud",),
+                                          "fedbuff": ("cloud",), "ahfl": ("edge", "cloud")}
+# Protocols that aggregate a buffer / queue of deltas together (a rule applies to the deltas).
+QUEUE_PROTOCOLS = ("fedbuff", "ahfl")
 # Protocols whose aggregations take one update at a time: only an asynchronous screen (Zeno++) applies.
 ASYNC_PROTOCOLS = ("fedasync",)
 
@@ -457,6 +460,10 @@ class AggregationSection(ConfigModel):
                 problems.append(Problem(key, "zeno_pp screens single asynchronous updates (fedasync only)" if is_async
                                         else f"protocol {protocol!r} applies one update at a time; allowed: zeno_pp",
                                         rule.name))
+                continue
+            if protocol in QUEUE_PROTOCOLS and rule_needs_loss(rule):
+                problems.append(Problem(key, f"{protocol}'s {tier} combines deltas of different ages: a rule that "
+                                             "scores models on the validation batch (zeno) does not apply", rule.name))
                 continue
             if tier == "edge" and rule_needs_loss(rule):
                 problems.append(Problem(key, "zeno scores on the cloud's validation batch: cloud tier only",

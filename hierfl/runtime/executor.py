@@ -94,6 +94,11 @@ class Executor:
         """Zeno++ at the cloud: whether the step ``candidate − base`` is applied (blocking)."""
         raise NotImplementedError
 
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """``base`` stepped by the ``tier`` rule's aggregate of the deltas ``terms`` (a new handle)."""
+        raise NotImplementedError
+
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Finish the cloud aggregation; returns the new global-model handle (``opt``: see :meth:`commit_edge`)."""
         raise NotImplementedError
@@ -226,6 +231,19 @@ class LocalExecutor(Executor):
     def robust_reports(self, tier: str) -> list[dict[str, Any]]:
         """In-process."""
         return (self.leaders if tier == "edge" else self.cloud).take_reports()
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """In-process; the base model is ``arrays[0]`` for the role."""
+        plus, minus, arrays = self._pack(terms)
+        plus = [p + 1 for p in plus]
+        minus = [m + 1 if m >= 0 else -1 for m in minus]
+        coefs = [c for c, _, _ in terms]
+        none: list[int | None] = [None] * len(terms)
+        if tier == "edge":
+            return self.leaders.robust_combine(entity, opt, coefs, plus, none, minus, none, tags, self._val(base),
+                                               *arrays)
+        return self.cloud.robust_combine(opt, coefs, plus, none, minus, none, tags, self._val(base), *arrays)
 
     def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
         """In-process."""

@@ -306,6 +306,22 @@ class RayExecutor(Executor):
             return self.leaders.server_step.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
         return self.cloud.server_step.remote(opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
 
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """Ref of ``base`` stepped by the ``tier`` rule's aggregate of the deltas, computed in the actor."""
+        self._need(base, *[h for _, p, m in terms for h in (p, m)])
+        self._flush_adds()
+        handles = [self._model_ref(base)] + [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)  # the base comes first: arrays[0] in the role
+        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
+        coefs = [c for c, _, _ in terms]
+        if tier == "edge":
+            if self.leaders is None:
+                raise RuntimeError("no leader actor: the scenario has no edge servers")
+            return self.leaders.robust_combine.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, tags,
+                                                      *refs)
+        return self.cloud.robust_combine.remote(opt, coefs, plus, plus_rows, minus, minus_rows, tags, *refs)
+
     def control(self) -> Any:
         """Ref of the cloud's control ``c`` after every call sent so far (actor calls run in order)."""
         self._flush_adds()

@@ -182,6 +182,25 @@ class Aggregation:
         return out
 
 
+def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, coefs: list[float],
+                plus: list[np.ndarray], minus: list[np.ndarray | None], tags: list[Any], base: np.ndarray,
+                tier: str, entity: int, reports: list[dict[str, Any]]) -> np.ndarray:
+    """A buffer / queue step under a robust rule: the rule combines the deltas ``a_i − b_i`` (weights
+    ``c_i``) into ``d``; the step is ``Δ = (Σ c_i)·d``, added to ``base`` (or stepped by ``opt``). Under the
+    mean this is exactly ``Σ c_i (a_i − b_i)``, the protocols' own step."""
+    agg = Aggregation(rule)
+    size = base.shape[0]
+    for c, a, b, tag in zip(coefs, plus, minus, tags):
+        d = np.asarray(a, dtype=np.float64) - (0.0 if b is None else np.asarray(b, dtype=np.float64))
+        agg.add(d, abs(float(c)), None, tag)
+    d_rule = agg.finish(None, np.zeros(size, dtype=np.float32), tier=tier, entity=entity).astype(np.float64)
+    reports.extend(agg.take_reports())
+    delta = float(sum(coefs)) * d_rule
+    if opt is not None:
+        return opt.step(base, delta, state)
+    return (np.asarray(base, dtype=np.float64) + delta).astype(np.float32)
+
+
 class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
@@ -369,6 +388,16 @@ class LeaderHost:
         """The robust-aggregation reports of every leader since the last call (leader order)."""
         return [r for leader in sorted(self._agg) for r in self._agg[leader].take_reports()]
 
+    def robust_combine(self, leader: int, opt: ServerOptimizerConfig | None, coefs: list[float], plus: list[int],
+                       plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None], tags: list[Any],
+                       *arrays: np.ndarray) -> np.ndarray:
+        """A leader's queue step under its robust rule (``arrays[0]``: the leader's model)."""
+        agg = self._at(leader)
+        return robust_step(self.robust.edge, opt, agg.opt_state, coefs,
+                           [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
+                           [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
+                           arrays[0], "edge", leader, agg.reports)
+
     def commit(self, leader: int, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None,
                pack_control: bool = False) -> np.ndarray:
         """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the leader's model.
@@ -451,6 +480,15 @@ class Cloud:
     def take_reports(self) -> list[dict[str, Any]]:
         """The robust-aggregation reports since the last call."""
         return self._agg.take_reports()
+
+    def robust_combine(self, opt: ServerOptimizerConfig | None, coefs: list[float], plus: list[int],
+                       plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None], tags: list[Any],
+                       *arrays: np.ndarray) -> np.ndarray:
+        """The cloud's buffer / queue step under its robust rule (``arrays[0]``: the global model)."""
+        return robust_step(self.robust.cloud, opt, self._agg.opt_state, coefs,
+                           [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
+                           [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
+                           arrays[0], "cloud", 0, self._agg.reports)
 
     def screen(self, base: np.ndarray, candidate: np.ndarray, tag: Any = None) -> bool:
         """Zeno++ on one asynchronous step ``candidate − base`` (the cloud rule); a report either way."""
