@@ -264,3 +264,21 @@ def test_bad_robust_input_exits_2_from_the_cli(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "aggregation.cloud.f" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("protocol,tier,budget", [({"name": "fedbuff", "K": 4, "concurrency": 10}, "cloud", 5.0),
+                                                  ({"name": "ahfl", "leader_period": 2.0, "cloud_period": 4.0}, "edge",
+                                                   40.0)])
+def test_rules_apply_to_fedbuff_buffers_and_ahfl_queues(tmp_path, protocol, tier, budget):
+    def run(rule):
+        sc = tiny(devices={"count": 10}, data={"dataset": {"num_samples": 400}}, protocol=protocol,
+                  topology={"edge_servers": 2 if protocol["name"] == "ahfl" else 0},
+                  events=[{"at_s": 0, "attack": {"select": {"ids": [0, 5]},
+                                                 "behavior": {"name": "sign_flip", "s": 6}}}],
+                  aggregation={tier: {"name": rule}}, stop={"virtual_time_s": budget, "rounds": None})
+        return run_scenario(sc, out_dir=tmp_path / rule, progress=False)
+    mean, geo = run("mean"), run("marmed")
+    assert mean.summary["virtual_time_s"] == geo.summary["virtual_time_s"]
+    tot = geo.summary["robustness"]["tiers"][tier]
+    assert tot["rule"] == "marmed" and tot["malicious"] > 0 and tot["honest"] > tot["malicious"]
+    assert geo.summary["final_accuracy"] > 0.8 > mean.summary["final_accuracy"]
