@@ -22,6 +22,7 @@ from hierfl.core.dynamics import Dynamics
 from hierfl.driver.context import Context, RunError
 from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdowns
 from hierfl.env.records import ClustersRecord, RunEnd, RunStart
+from hierfl.driver.robustness import robust_setup
 from hierfl.output.files import write_config, write_model, write_summary
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.runtime.executor import Executor, RunData
@@ -164,7 +165,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                        built.dataset.y_test, built.init_params,
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                         rt.fast_path),
-                       world.num_edges, built.spec)
+                       world.num_edges, built.spec, robust_setup(scenario, dyn))
         try:
             executor = start.executor(data)
         except Exception as exc:
@@ -209,6 +210,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             summary["warnings"] = list(dyn.warnings)
         if tel.queues.series:
             summary["queues"] = tel.queues.summary(ctx.now)
+        if ctx.robust is not None:
+            summary["robustness"] = ctx.robust.summary()
         tel.record(RunEnd(ctx.stop_reason))
         write_summary(out, summary)
         return RunResult(out, summary, final, run.evals)

@@ -78,9 +78,10 @@ class CloudActor(Cloud):
     def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
         importlib.import_module("torch")
 
-    def setup(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec) -> float:
+    def setup(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec,
+              robust: Any = None) -> float:
         """Become the cloud of this run; returns the actor's ``time.time()``."""
-        Cloud.__init__(self, init_params, x_test, y_test, model)
+        Cloud.__init__(self, init_params, x_test, y_test, model, robust)
         return time.time()
 
     def warm(self) -> float:
@@ -228,16 +229,20 @@ class RayExecutor(Executor):
         xt_ref, yt_ref = ray.put(data.x_test), ray.put(data.y_test)
         self._data_refs = (x_ref, y_ref, xt_ref, yt_ref)
         self._start.marks["data_in_store"] = time.time()
-        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
+        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote(data.robust) if data.num_edges > 0 else None
         # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
         self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model) for h in self.hosts]
-        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model)
+        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust)
+        self._robust = data.robust is not None
         self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
         self._cloud_warm = self.cloud.warm.remote()
         self._outstanding = [0] * self.workers
         self._jobs: list[Slot] = []
         self._cloud_adds: list[tuple[float, Any, float | None]] = []
         self._edge_adds: list[tuple[int, float, Any, float | None]] = []
+        # Byzantine tags of the buffered adds, parallel to the lists above (robust aggregation only)
+        self._cloud_tags: list[Any] = []
+        self._edge_tags: list[Any] = []
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None  # opt-in fast path
 
     def _started(self) -> list[Any]:
@@ -336,13 +341,21 @@ class RayExecutor(Executor):
         self._flush_jobs()
         if self._cloud_adds:
             adds, self._cloud_adds = self._cloud_adds, []
+            tags, self._cloud_tags = self._cloud_tags, []
             index, rows, refs = self._unique_refs([h for _, h, _ in adds])
-            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs)
+            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
+                                       **self._tags_kw(tags))
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
+            etags, self._edge_tags = self._edge_tags, []
             index, rows, refs = self._unique_refs([h for _, _, h, _ in eadds])
             self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
-                                         [c for *_, c in eadds], *refs)
+                                         [c for *_, c in eadds], *refs, **self._tags_kw(etags))
+
+    @staticmethod
+    def _tags_kw(tags: list[Any]) -> dict[str, Any]:
+        """``tags=…`` for an add call when one of the updates is Byzantine (else nothing: today's call)."""
+        return {"tags": tags} if any(t is not None for t in tags) else {}
 
     def flush(self) -> None:
         """Dispatch everything buffered (called before the driver blocks)."""
@@ -386,10 +399,12 @@ class RayExecutor(Executor):
         index, rows, refs = self._unique_refs(list(models))
         return self.cloud.average.remote(list(weights), index, rows, *refs)
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """Buffer the fold-in at the leader actor (sent in order with the others)."""
         self._need(update)
         self._edge_adds.append((edge, weight, update, control_coef))
+        self._edge_tags.append(tag)
 
     def _model_ref(self, handle: Any) -> Any:
         ref, row = self._ref_row(handle)
@@ -403,21 +418,24 @@ class RayExecutor(Executor):
         assert self.leaders is not None
         self._need(base)
         self._flush_adds()
-        if opt is None and not pack_control:
+        if opt is None and not pack_control and not self._robust:
             return self.leaders.commit.remote(edge)
         return self.leaders.commit.remote(edge, opt, None if base is None else self._model_ref(base), pack_control)
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """Buffer the fold-in at the cloud actor (sent in order with the others)."""
         self._need(update)
         self._cloud_adds.append((weight, update, control_coef))
+        self._cloud_tags.append(tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Ref of the new global model (pending fold-ins travel with the commit)."""
         self._need(base)
         adds, self._cloud_adds = self._cloud_adds, []
+        tags, self._cloud_tags = self._cloud_tags, []
         self._flush_adds()
-        base_ref = None if base is None or opt is None else self._model_ref(base)  # plain averaging needs no base
+        # plain averaging needs no base (a robust rule may: norm clipping, Zeno, the records)
+        base_ref = None if base is None or (opt is None and not self._robust) else self._model_ref(base)
         if not adds:
             return self.cloud.commit.remote(opt, base_ref)
         handles = [h for _, h, _ in adds]
@@ -426,7 +444,20 @@ class RayExecutor(Executor):
         if base_ref is not None:
             base_pos, index, rows = index[-1], index[:-1], rows[:-1]
         return self.cloud.add_many_commit.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds],
-                                                 opt, base_pos, *refs)
+                                                 opt, base_pos, *refs, **self._tags_kw(tags))
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """The reports of ``tier``'s role (waits for its commits: actor calls run in order)."""
+        role = self.leaders if tier == "edge" else self.cloud
+        if role is None:
+            return []
+        return list(ray.get(role.take_reports.remote()))
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """Zeno++ in the cloud actor (waits for its answer)."""
+        self._need(base, candidate)
+        self._flush_adds()
+        return bool(ray.get(self.cloud.screen.remote(self._model_ref(base), self._model_ref(candidate), tag)))
 
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
@@ -442,6 +473,22 @@ class RayExecutor(Executor):
                 raise RuntimeError("no leader actor: the scenario has no edge servers")
             return self.leaders.server_step.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
         return self.cloud.server_step.remote(opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """Ref of ``base`` stepped by the ``tier`` rule's aggregate of the deltas, computed in the actor."""
+        self._need(base, *[h for _, p, m in terms for h in (p, m)])
+        self._flush_adds()
+        handles = [self._model_ref(base)] + [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)  # the base comes first: arrays[0] in the role
+        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
+        coefs = [c for c, _, _ in terms]
+        if tier == "edge":
+            if self.leaders is None:
+                raise RuntimeError("no leader actor: the scenario has no edge servers")
+            return self.leaders.robust_combine.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, tags,
+                                                      *refs)
+        return self.cloud.robust_combine.remote(opt, coefs, plus, plus_rows, minus, minus_rows, tags, *refs)
 
     def control(self) -> Any:
         """Ref of the cloud's control ``c`` after every call sent so far (actor calls run in order)."""
