@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hierfl.core.personal import PersonalSpec
+
 __all__ = [
     "TrainSpec", "effective_batch", "num_steps", "samples_processed",
     "compute_time_s", "transfer_time_s", "model_bytes",
@@ -45,6 +47,9 @@ class TrainSpec:
     # timing only (``training.trainer: none``): the job takes its virtual time but is not run; its
     # update is the model it started from
     train: bool = True
+    # personalisation (``training.trainer``: fedper, lg_fedavg, fedmeta, fedavgmeta): what stays on
+    # the device and how it adapts; None = every parameter is global (hierfl.learn.personal)
+    personal: PersonalSpec | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):

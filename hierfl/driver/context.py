@@ -60,6 +60,8 @@ class Context:
         n = self._world.num_devices
         self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
+        # per-device evaluation (issue 17): the run has evaluation sets
+        self.device_eval = bool(getattr(built, "eval_sets", None))
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property

@@ -35,6 +35,8 @@ class RunData:
     model: ModelSpec
     num_edges: int
     spec: TrainSpec
+    # per-device evaluation sets (device, training rows, held-out rows or None): see Built.eval_sets
+    eval_sets: tuple[tuple[int, np.ndarray, np.ndarray | None], ...] = ()
 
 
 class Executor:
@@ -107,6 +109,23 @@ class Executor:
         """The parameter vector behind a handle."""
         raise NotImplementedError
 
+    # -- device-held state (personalised trainers) -----------------------------------------------
+    # The one place a device's state lives: the executor keeps, per device, the handle of the state
+    # its last personalised job returned; the next job of the device takes it, on whichever host it
+    # runs. A device without state starts from the initial global vector's local layers.
+    def device_state(self, device: int) -> np.ndarray | None:
+        """The device's state as it is after its last submitted job (None: it has none yet)."""
+        raise NotImplementedError
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Put a device's state back (e.g. after a host was lost and restarted)."""
+        raise NotImplementedError
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec) -> np.ndarray:
+        """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
+        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release resources."""
 
@@ -135,7 +154,8 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, data: RunData) -> None:
-        self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model)
+        self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model, list(data.eval_sets))
+        self._states: dict[int, np.ndarray] = {}
         self.leaders = LeaderHost()
         self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model)
         self._init = np.asarray(data.init_params, dtype=np.float32)
@@ -174,6 +194,10 @@ class LocalExecutor(Executor):
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Runs the job immediately (its virtual time is accounted by the emulator); fast path: joins a group."""
+        if spec.personal is not None:  # device state in, new device state out (kept here)
+            new, stats, self._states[device] = self.host.train_personal(
+                device, seed, spec, self._vals([params])[0], self._states.get(device, self._init))
+            return new, stats, 0
         if self._groups is not None and not spec.control_variates and control is None:
             job = _Pending(device, seed, spec, params)
             _, closed = self._groups.add(job, spec, params)
@@ -258,6 +282,24 @@ class LocalExecutor(Executor):
     def fetch(self, params: Any) -> np.ndarray:
         """The handle is the vector."""
         return np.asarray(self._vals([params])[0])
+
+    def device_state(self, device: int) -> np.ndarray | None:
+        """The state kept for ``device`` (a copy)."""
+        state = self._states.get(device)
+        return None if state is None else np.array(state)
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Replace ``device``'s state."""
+        self._states[device] = np.array(state, dtype=np.float32)
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec) -> np.ndarray:
+        """In-process, on the host role (every evaluation set in one call)."""
+        slots = list(range(len(self.host.eval_sets)))
+        arrays = [self._init] + list(self._states.values())
+        pos = {d: k + 1 for k, d in enumerate(self._states)}
+        index = [pos.get(self.host.eval_sets[k][0], 0) for k in slots]
+        return self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
+                                          self._vals([params])[0], *arrays)
 
     def close(self) -> None:
         """Nothing to release (an open group is dropped)."""

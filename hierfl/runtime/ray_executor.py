@@ -19,6 +19,9 @@ every host holds the shared, read-only training arrays from the object store. A 
 per-device state in the host (SCAFFOLD's control variates) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
+Personalised trainers' device state (local layers) instead travels with the jobs: a job takes
+the handle of its device's state and returns the new state as a third batch array, whose handle
+the executor keeps (``_states``); such jobs are pooled like any other.
 """
 
 from __future__ import annotations
@@ -60,6 +63,15 @@ class Slot:
     stats: Any = None
     host: int = -1
     group: int = -1  # fast path: the job's group (JobGroups), -1: none
+    state: Any = None       # personalised jobs: handle of the device's state going in
+    state_ref: Any = None   # ... and the batch array of the states coming out (row ``row``)
+
+
+@dataclass(eq=False)
+class StateOf:
+    """Handle of the device state a personalised job returns (row ``slot.row`` of ``slot.state_ref``)."""
+
+    slot: Slot
 
 
 class RayExecutor(Executor):
@@ -80,9 +92,13 @@ class RayExecutor(Executor):
         host_cpus = min(1.0, total_cpus / self.workers)
         x_ref, y_ref = ray.put(data.x_train), ray.put(data.y_train)
         parts_ref = ray.put(data.parts)
+        evals_ref = ray.put(list(data.eval_sets))
+        self._num_evals = len(data.eval_sets)
+        self._eval_devices = [int(d) for d, _, _ in data.eval_sets]
+        self._states: dict[int, Any] = {}
         self.hosts: list[Any] = [
             RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
-                x_ref, y_ref, parts_ref, data.model)
+                x_ref, y_ref, parts_ref, data.model, evals_ref)
             for _ in range(self.workers)
         ]
         self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
@@ -104,6 +120,8 @@ class RayExecutor(Executor):
     # -- buffering ----------------------------------------------------------------------------
     @staticmethod
     def _ref_row(handle: Any) -> tuple[Any, int | None]:
+        if isinstance(handle, StateOf):
+            return handle.slot.state_ref, handle.slot.row
         if isinstance(handle, Slot):
             return handle.ref, handle.row
         return handle, None
@@ -136,6 +154,9 @@ class RayExecutor(Executor):
             slot.host = host
             groups.setdefault((host, slot.spec), []).append(slot)
         for (host, spec), batch in groups.items():
+            if spec.personal is not None:
+                self._dispatch_personal(host, spec, batch)
+                continue
             controls = [slot.control for slot in batch if slot.control is not None]
             index, rows, arrays = self._unique_refs([slot.params for slot in batch] + controls)
             control_index: list[int] | None = None
@@ -148,6 +169,16 @@ class RayExecutor(Executor):
                 groups=[s.group for s in batch] if self._groups is not None and not spec.control_variates else None)
             for k, slot in enumerate(batch):
                 slot.ref, slot.row, slot.stats = out_ref, k, stats_ref
+
+    def _dispatch_personal(self, host: int, spec: TrainSpec, batch: list[Slot]) -> None:
+        """One call for a host's personalised jobs: start models and device states in, three arrays out."""
+        index, rows, arrays = self._unique_refs([slot.params for slot in batch] + [slot.state for slot in batch])
+        k = len(batch)
+        out_ref, stats_ref, state_ref = self.hosts[host].train_many.options(num_returns=3).remote(
+            [s.device for s in batch], [s.seed for s in batch], spec, index[:k], rows[:k], None, *arrays,
+            state_index=index[k:], state_rows=rows[k:])
+        for j, slot in enumerate(batch):
+            slot.ref, slot.row, slot.stats, slot.state_ref = out_ref, j, stats_ref, state_ref
 
     def _unique_refs(self, handles: list[Any]) -> tuple[list[int], list[int | None], list[Any]]:
         """(index into unique refs, row, unique refs): a batch array is sent once per call."""
@@ -189,6 +220,16 @@ class RayExecutor(Executor):
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Buffer the job; it is dispatched before the driver next blocks."""
         slot = Slot(device, seed, spec, params, control)
+        if spec.personal is not None:  # the device's state goes in; the job's new state becomes its state
+            state = self._states.get(device, self._init)
+            if isinstance(state, StateOf) and state.slot.ref is None:
+                self._flush_jobs()  # its previous job is still buffered: bind it to its batch first
+            slot.state = state
+            self._states[device] = StateOf(slot)
+            self._jobs.append(slot)
+            if len(self._jobs) >= _MAX_BUFFERED_JOBS_PER_HOST * self.workers:
+                self._flush_jobs()
+            return slot, slot, -1
         if self._groups is not None:
             if spec.control_variates or control is not None:
                 self._need(params, control)
@@ -331,6 +372,39 @@ class RayExecutor(Executor):
         ref, row = self._ref_row(params)
         arr = ray.get(ref)
         return np.array(arr if row is None else arr[row], dtype=np.float32)
+
+    def device_state(self, device: int) -> np.ndarray | None:
+        """Download ``device``'s state (after its last submitted job)."""
+        handle = self._states.get(device)
+        if handle is None:
+            return None
+        self.flush()
+        ref, row = self._ref_row(handle)
+        arr = ray.get(ref)
+        return np.array(arr if row is None else arr[row], dtype=np.float32)
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Put ``device``'s state (into the object store)."""
+        self._states[device] = ray.put(np.array(state, dtype=np.float32))
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec) -> np.ndarray:
+        """The evaluation sets cut into one contiguous chunk per host; rows come back in order."""
+        self._need(params)
+        self.flush()
+        model_ref = self._model_ref(params)
+        calls = []
+        bounds = np.linspace(0, self._num_evals, self.workers + 1).astype(int)
+        for host in range(self.workers):
+            slots = list(range(int(bounds[host]), int(bounds[host + 1])))
+            if not slots:
+                continue
+            handles = [self._states.get(self._eval_devices[k], self._init) for k in slots]
+            index, rows, refs = self._unique_refs(handles)
+            calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, model_ref,
+                                                                  *refs))
+        if not calls:
+            return np.zeros((0, 3))
+        return np.concatenate(ray.get(calls))
 
     def close(self) -> None:
         """Kill the actors; shut Ray down if this executor started it."""
