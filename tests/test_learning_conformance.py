@@ -46,8 +46,6 @@ CASES = [
                                                                    "head_layers": 1}, "epochs": 1},
                                           "model": {"name": "mlp", "hidden": [6]}, "stop": {"rounds": 5},
                                           "data": {"local_test_fraction": 0.25}}, (2,)),
-    ("fedmeta-fomaml+fedavgmeta-eval", {"training": {"trainer": {"name": "fedmeta", "first_order": True}},
-                                        "data": {"test_devices": 2}}, (2,)),
     ("fedavgmeta", {"training": {"trainer": {"name": "fedavgmeta", "inner_steps": 2}},
                     "data": {"test_devices": 2}}, (2,)),
     # timing only: no job is submitted (its update is the start model) on either executor
