@@ -296,6 +296,10 @@ class Context:
         """Handle of the cloud's SCAFFOLD control ``c`` now (None without SCAFFOLD)."""
         return self.executor.control() if self._control_coefs is not None else None
 
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity of ``models − base`` (WSCC), computed by the cloud role."""
+        return self.executor.similarity(models, base)
+
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model``."""
         return float(self.executor.evaluate(model)[1])

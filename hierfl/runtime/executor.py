@@ -121,10 +121,29 @@ class Executor:
         """Put a device's state back (e.g. after a host was lost and restarted)."""
         raise NotImplementedError
 
-    def evaluate_devices(self, params: Any, spec: TrainSpec) -> np.ndarray:
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
-        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``."""
+        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
+        ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
         raise NotImplementedError
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the cloud role (blocking)."""
+        raise NotImplementedError
+
+    def _eval_groups(self, num_evals: int, eval_devices: list[int], params: Any,
+                     per_device: dict[int, Any] | None) -> list[tuple[Any, list[int]]]:
+        """Evaluation slots grouped by the model they are tested with, in order of first slot."""
+        groups: list[tuple[Any, list[int]]] = []
+        for k in range(num_evals):
+            model = params if per_device is None else per_device.get(eval_devices[k], params)
+            for handle, slots in groups:
+                if handle is model:
+                    slots.append(k)
+                    break
+            else:
+                groups.append((model, [k]))
+        return groups
 
     def close(self) -> None:
         """Release resources."""
@@ -292,14 +311,23 @@ class LocalExecutor(Executor):
         """Replace ``device``'s state."""
         self._states[device] = np.array(state, dtype=np.float32)
 
-    def evaluate_devices(self, params: Any, spec: TrainSpec) -> np.ndarray:
-        """In-process, on the host role (every evaluation set in one call)."""
-        slots = list(range(len(self.host.eval_sets)))
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """In-process, on the host role (one call per model the devices are tested with)."""
+        sets = self.host.eval_sets
+        out = np.zeros((len(sets), 3))
         arrays = [self._init] + list(self._states.values())
         pos = {d: k + 1 for k, d in enumerate(self._states)}
-        index = [pos.get(self.host.eval_sets[k][0], 0) for k in slots]
-        return self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
-                                          self._vals([params])[0], *arrays)
+        for model, slots in self._eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
+            index = [pos.get(sets[k][0], 0) for k in slots]
+            out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
+                                                    self._vals([model])[0], *arrays)
+        return out
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """In-process, by the cloud role."""
+        arrays = self._vals(list(models) + ([] if base is None else [base]))
+        k = len(models)
+        return self.cloud.similarity(-1 if base is None else k, list(range(k)), [None] * k, *arrays)
 
     def close(self) -> None:
         """Nothing to release (an open group is dropped)."""

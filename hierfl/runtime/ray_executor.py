@@ -387,24 +387,39 @@ class RayExecutor(Executor):
         """Put ``device``'s state (into the object store)."""
         self._states[device] = ray.put(np.array(state, dtype=np.float32))
 
-    def evaluate_devices(self, params: Any, spec: TrainSpec) -> np.ndarray:
-        """The evaluation sets cut into one contiguous chunk per host; rows come back in order."""
-        self._need(params)
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """Per model, its evaluation sets cut into one contiguous chunk per host; rows come back in order."""
+        self._need(params, *(per_device or {}).values())
         self.flush()
-        model_ref = self._model_ref(params)
-        calls = []
-        bounds = np.linspace(0, self._num_evals, self.workers + 1).astype(int)
-        for host in range(self.workers):
-            slots = list(range(int(bounds[host]), int(bounds[host + 1])))
-            if not slots:
-                continue
-            handles = [self._states.get(self._eval_devices[k], self._init) for k in slots]
-            index, rows, refs = self._unique_refs(handles)
-            calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, model_ref,
-                                                                  *refs))
-        if not calls:
-            return np.zeros((0, 3))
-        return np.concatenate(ray.get(calls))
+        out = np.zeros((self._num_evals, 3))
+        calls, where = [], []
+        for model, group in self._eval_groups(self._num_evals, self._eval_devices, params, per_device):
+            model_ref = self._model_ref(model)
+            bounds = np.linspace(0, len(group), self.workers + 1).astype(int)
+            for host in range(self.workers):
+                slots = group[int(bounds[host]):int(bounds[host + 1])]
+                if not slots:
+                    continue
+                handles = [self._states.get(self._eval_devices[k], self._init) for k in slots]
+                index, rows, refs = self._unique_refs(handles)
+                calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, model_ref,
+                                                                      *refs))
+                where.append(slots)
+        for slots, rows_out in zip(where, ray.get(calls)):
+            out[slots] = rows_out
+        return out
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Computed in the cloud actor; only the matrix comes back."""
+        self._need(*models, base)
+        self._flush_adds()
+        handles = list(models) + ([] if base is None else [self._model_ref(base)])
+        index, rows, refs = self._unique_refs(handles)
+        k = len(models)
+        base_pos = -1
+        if base is not None:
+            base_pos = index[k]
+        return np.asarray(ray.get(self.cloud.similarity.remote(base_pos, index[:k], rows[:k], *refs)))
 
     def close(self) -> None:
         """Kill the actors; shut Ray down if this executor started it."""

@@ -430,6 +430,15 @@ class Cloud:
         """The cloud's asynchronous step (FedAsync mix, FedBuff buffer step, AHFL queue): see :func:`combine_packed`."""
         return combine_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
 
+    def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+        """Cosine similarity matrix of models ``k`` (``arrays[index[k]]``, row ``rows[k]``) minus
+        ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves)."""
+        from hierfl.core.wscc import cosine_similarity
+
+        ref = None if base < 0 else np.asarray(arrays[base], dtype=np.float64)
+        vecs = np.stack([np.asarray(_pick(arrays[i], r), dtype=np.float64) for i, r in zip(index, rows)])
+        return cosine_similarity(vecs if ref is None else vecs - ref)
+
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ)."""
         return self.trainer.evaluate(np.asarray(params)[: self.trainer.num_params], self.x_test, self.y_test)
