@@ -71,7 +71,8 @@ def _split_devices(scenario: Scenario, parts: list[np.ndarray]
                    ) -> tuple[list[np.ndarray], list[tuple[int, np.ndarray, np.ndarray | None]]]:
     """The world's devices' training rows, and the per-device evaluation sets (see :attr:`Built.eval_sets`)."""
     n, data = scenario.devices.count, scenario.data
-    train, evals = parts[:n], []
+    train = parts[:n]
+    evals: list[tuple[int, np.ndarray, np.ndarray | None]] = []
     if data.local_test_fraction > 0:
         train = []
         for d, rows in enumerate(parts[:n]):

@@ -49,8 +49,8 @@ class Clustering:
 def affinity_clusters(similarity: np.ndarray, damping: float = 0.5, preference: float | str = "median",
                       max_iter: int = 200, convergence_iter: int = 15, seed: int = 0) -> Clustering:
     """Affinity propagation on a precomputed similarity (§5.9 defaults); labels renumbered by first member."""
-    from sklearn.cluster import AffinityPropagation
-    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.cluster import AffinityPropagation  # type: ignore[import-untyped]
+    from sklearn.exceptions import ConvergenceWarning  # type: ignore[import-untyped]
     import warnings
 
     s = np.asarray(similarity, dtype=np.float64)

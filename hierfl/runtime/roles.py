@@ -214,7 +214,7 @@ class DeviceHost:
                    param_rows: list[int | None], control_index: list[int] | None,
                    *param_arrays: np.ndarray, groups: list[int] | None = None,
                    state_index: list[int] | None = None, state_rows: list[int | None] | None = None
-                   ) -> tuple[np.ndarray, ...]:
+                   ) -> tuple[Any, ...]:
         """Several jobs in one call (the Ray executor's batching): results are the rows of one array.
 
         Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``), with
@@ -433,7 +433,7 @@ class Cloud:
     def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
         """Cosine similarity matrix of models ``k`` (``arrays[index[k]]``, row ``rows[k]``) minus
         ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves)."""
-        from hierfl.core.wscc import cosine_similarity
+        from hierfl.core.wscc import cosine_similarity  # noqa: PLC0415 (only WSCC needs it)
 
         ref = None if base < 0 else np.asarray(arrays[base], dtype=np.float64)
         vecs = np.stack([np.asarray(_pick(arrays[i], r), dtype=np.float64) for i, r in zip(index, rows)])
