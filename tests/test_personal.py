@@ -190,3 +190,16 @@ def test_bad_personal_input_exits_2_with_the_key_path(tmp_path, capsys, override
     err = capsys.readouterr().err
     assert key in err and "Traceback" not in err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_lg_fedavg_warmup_is_fedavg_then_devices_start_from_its_model(tmp_path):
+    lg = {"name": "lg_fedavg", "global_layers": 1, "warmup_rounds": 2}
+    over = {"model": MLP, "data": {"local_test_fraction": 0.25}}
+    warm = run_scenario(tiny(training={"trainer": lg}, stop={"rounds": 2}, **over), tmp_path / "w")
+    fedavg = run_scenario(tiny(stop={"rounds": 2}, **over), tmp_path / "f")
+    assert np.array_equal(warm.final_params, fedavg.final_params)  # the warm-up is FedAvg, bit for bit
+    after = run_scenario(tiny(training={"trainer": lg}, stop={"rounds": 3}, **over), tmp_path / "a")
+    assert not after.final_params[:36].any() and after.final_params[36:].any()  # then the base stays local
+    cold = run_scenario(tiny(training={"trainer": {**lg, "warmup_rounds": 0}}, stop={"rounds": 3}, **over),
+                        tmp_path / "c")
+    assert not np.array_equal(cold.final_params, after.final_params)

@@ -49,6 +49,7 @@ class PersonalSpec:
     inner_steps: int = 1               # adaptation steps on the support set (training and evaluation)
     first_order: bool = False          # MAML: drop the second-order term (FOMAML)
     split_seed: int = 0                # seeds each device's support/query split
+    warmup_rounds: int = 0             # LG-FedAvg: the first cloud rounds train the whole model (FedAvg)
 
     @property
     def meta(self) -> bool:

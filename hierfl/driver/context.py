@@ -8,6 +8,7 @@ stamped with the current virtual time; durations come from the world.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -62,6 +63,9 @@ class Context:
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
         # per-device evaluation (issue 17): the run has evaluation sets
         self.device_eval = bool(getattr(built, "eval_sets", None))
+        # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
+        personal = self._spec.personal
+        self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -195,7 +199,7 @@ class Context:
         the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
-        spec = spec or self._spec
+        spec = self.personal_phase(spec or self._spec)
         job_id = int(self._jobs_started[device])
         self._jobs_started[device] += 1
         seed = stream_seed(self.seed, "train", device, job_id)
@@ -219,6 +223,18 @@ class Context:
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
+
+    def personal_phase(self, spec: TrainSpec) -> TrainSpec:
+        """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up
+        (``warmup_rounds`` cloud rounds) without personalisation — plain FedAvg jobs on the whole
+        model; when it ends, devices without state take their local layers from the global model."""
+        if not self._warmup_rounds or spec.personal is None:
+            return spec
+        if self.counters["cloud_aggregations"] < self._warmup_rounds:
+            return dataclasses.replace(spec, personal=None)
+        self._warmup_rounds = 0
+        self.executor.set_personal_base(self._global)
+        return spec
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
         """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""

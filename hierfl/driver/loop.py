@@ -56,8 +56,8 @@ class RunLoop:
         if ctx.spec.train and ctx.device_eval:  # data.local_test_fraction / data.test_devices
             try:
                 own = self.protocol.device_models()  # WSCC: each device's cluster model
-                device_fields = device_accuracy_fields(ctx.executor.evaluate_devices(ctx.global_model, ctx.spec,
-                                                                                     own))
+                spec = ctx.personal_phase(ctx.spec)
+                device_fields = device_accuracy_fields(ctx.executor.evaluate_devices(ctx.global_model, spec, own))
             except Exception as exc:
                 raise RunError(f"t={ctx.now:.6g}s devices: per-device evaluation failed: {exc}") from exc
         extra: dict[str, Any] = {**device_fields, **counters, **ctx.telemetry.staleness_means()}

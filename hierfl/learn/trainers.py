@@ -187,6 +187,8 @@ class LGFedAvgTrainer(_PersonalBase):
     name: Literal["lg_fedavg"] = "lg_fedavg"
     layer_key: ClassVar[str | None] = "training.trainer.global_layers"
     global_layers: int | list[str] = Field(default=2, description="global top: last k layers, or module names")
+    warmup_rounds: int = Field(default=0, ge=0, description="first cloud rounds trained as plain FedAvg (the whole "
+                                                            "model global); devices then start from that model")
 
     @model_validator(mode="before")
     @classmethod
@@ -204,9 +206,10 @@ class LGFedAvgTrainer(_PersonalBase):
     def personal_spec(self) -> PersonalSpec:
         """A split keeping everything but the top."""
         if isinstance(self.global_layers, int):
-            return PersonalSpec("split", self.global_layers, from_end=False)
+            return PersonalSpec("split", self.global_layers, from_end=False, warmup_rounds=self.warmup_rounds)
         # names of global layers: resolved against the model by the host (the complement stays local)
-        return PersonalSpec("split", ("!",) + tuple(self.global_layers), from_end=False)
+        return PersonalSpec("split", ("!",) + tuple(self.global_layers), from_end=False,
+                            warmup_rounds=self.warmup_rounds)
 
 
 class _MetaKnobs(_PersonalBase):

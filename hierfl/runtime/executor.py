@@ -121,6 +121,11 @@ class Executor:
         """Put a device's state back (e.g. after a host was lost and restarted)."""
         raise NotImplementedError
 
+    def set_personal_base(self, params: Any) -> None:
+        """From now on, a device without state takes its local layers from ``params`` (LG-FedAvg's warm-up
+        model) instead of the initial model."""
+        raise NotImplementedError
+
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
         for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
@@ -175,6 +180,7 @@ class LocalExecutor(Executor):
     def __init__(self, data: RunData) -> None:
         self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model, list(data.eval_sets))
         self._states: dict[int, np.ndarray] = {}
+        self._base: Any = None  # where stateless devices take their local layers (None: the initial model)
         self.leaders = LeaderHost()
         self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model)
         self._init = np.asarray(data.init_params, dtype=np.float32)
@@ -215,7 +221,7 @@ class LocalExecutor(Executor):
         """Runs the job immediately (its virtual time is accounted by the emulator); fast path: joins a group."""
         if spec.personal is not None:  # device state in, new device state out (kept here)
             new, stats, self._states[device] = self.host.train_personal(
-                device, seed, spec, self._vals([params])[0], self._states.get(device, self._init))
+                device, seed, spec, self._vals([params])[0], self._states.get(device, self._base_model()))
             return new, stats, 0
         if self._groups is not None and not spec.control_variates and control is None:
             job = _Pending(device, seed, spec, params)
@@ -302,6 +308,13 @@ class LocalExecutor(Executor):
         """The handle is the vector."""
         return np.asarray(self._vals([params])[0])
 
+    def _base_model(self) -> np.ndarray:
+        return self._init if self._base is None else self._base
+
+    def set_personal_base(self, params: Any) -> None:
+        """In-process: the vector itself."""
+        self._base = np.asarray(self._vals([params])[0])
+
     def device_state(self, device: int) -> np.ndarray | None:
         """The state kept for ``device`` (a copy)."""
         state = self._states.get(device)
@@ -315,7 +328,7 @@ class LocalExecutor(Executor):
         """In-process, on the host role (one call per model the devices are tested with)."""
         sets = self.host.eval_sets
         out = np.zeros((len(sets), 3))
-        arrays = [self._init] + list(self._states.values())
+        arrays = [self._base_model()] + list(self._states.values())
         pos = {d: k + 1 for k, d in enumerate(self._states)}
         for model, slots in self._eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
             index = [pos.get(sets[k][0], 0) for k in slots]

@@ -96,6 +96,7 @@ class RayExecutor(Executor):
         self._num_evals = len(data.eval_sets)
         self._eval_devices = [int(d) for d, _, _ in data.eval_sets]
         self._states: dict[int, Any] = {}
+        self._base: Any = None  # where stateless devices take their local layers (None: the initial model)
         self.hosts: list[Any] = [
             RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
                 x_ref, y_ref, parts_ref, data.model, evals_ref)
@@ -221,7 +222,7 @@ class RayExecutor(Executor):
         """Buffer the job; it is dispatched before the driver next blocks."""
         slot = Slot(device, seed, spec, params, control)
         if spec.personal is not None:  # the device's state goes in; the job's new state becomes its state
-            state = self._states.get(device, self._init)
+            state = self._states.get(device, self._base if self._base is not None else self._init)
             if isinstance(state, StateOf) and state.slot.ref is None:
                 self._flush_jobs()  # its previous job is still buffered: bind it to its batch first
             slot.state = state
@@ -383,6 +384,12 @@ class RayExecutor(Executor):
         arr = ray.get(ref)
         return np.array(arr if row is None else arr[row], dtype=np.float32)
 
+    def set_personal_base(self, params: Any) -> None:
+        """A model ref (the warm-up's global model)."""
+        self._need(params)
+        self.flush()
+        self._base = self._model_ref(params)
+
     def set_device_state(self, device: int, state: np.ndarray) -> None:
         """Put ``device``'s state (into the object store)."""
         self._states[device] = ray.put(np.array(state, dtype=np.float32))
@@ -400,7 +407,8 @@ class RayExecutor(Executor):
                 slots = group[int(bounds[host]):int(bounds[host + 1])]
                 if not slots:
                     continue
-                handles = [self._states.get(self._eval_devices[k], self._init) for k in slots]
+                base = self._base if self._base is not None else self._init
+                handles = [self._states.get(self._eval_devices[k], base) for k in slots]
                 index, rows, refs = self._unique_refs(handles)
                 calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, model_ref,
                                                                       *refs))
