@@ -165,7 +165,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                        built.dataset.y_test, built.init_params,
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                         rt.fast_path),
-                       world.num_edges, built.spec, robust_setup(scenario, dyn))
+                       world.num_edges, built.spec, robust_setup(scenario, dyn), tuple(built.eval_sets))
         try:
             executor = start.executor(data)
         except Exception as exc:
@@ -193,6 +193,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             "status": "completed", "stop_reason": ctx.stop_reason,
             "final_accuracy": last["accuracy"], "final_loss": last["loss"],
             "best_accuracy": max((e["accuracy"] for e in run.evals if e["accuracy"] is not None), default=None),
+            **({"final_device_accuracy": last["device_accuracy_mean"]} if "device_accuracy_mean" in last else {}),
             "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),

@@ -241,6 +241,9 @@ class Env(Protocol):
     def control_coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta, or None without SCAFFOLD."""
 
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by a role (WSCC)."""
+
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""
 

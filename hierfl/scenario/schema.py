@@ -74,6 +74,14 @@ class DataConfig(ConfigModel):
 
     dataset: DATASETS.union()  # type: ignore[valid-type]
     partition: PARTITIONERS.union() = IIDConfig()  # type: ignore[valid-type]
+    # per-device evaluation (issue 17; README "Personalisation and clustered FL")
+    local_test_fraction: float = Field(
+        default=0.0, ge=0.0, lt=1.0,
+        description="share of every device's own samples held out as its local test set (0 = none); eval "
+                    "lines then carry the distribution of per-device accuracy")
+    test_devices: NonNegativeInt = Field(
+        default=0, description="extra devices held out whole (never train): unseen clients, evaluated after "
+                               "adapting on their support set")
 
 
 class DevicesConfig(ConfigModel):
