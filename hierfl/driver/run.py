@@ -165,7 +165,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                        built.dataset.y_test, built.init_params,
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                         rt.fast_path),
-                       world.num_edges, built.spec, robust_setup(scenario, dyn), tuple(built.eval_sets))
+                       world.num_edges, built.spec, robust=robust_setup(scenario, dyn), eval_sets=tuple(built.eval_sets))
         try:
             executor = start.executor(data)
         except Exception as exc:
