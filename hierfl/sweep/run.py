@@ -43,6 +43,8 @@ class SweepResult(dict):  # type: ignore[type-arg]
 
 def _tune() -> Any:
     """``ray.tune``, or a clear error naming the extra to install."""
+    # Tune's own console tables would scroll over the progress view (verbose=0 keeps the legacy engine quiet)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     try:
         from ray import tune
     except ImportError as exc:
@@ -106,7 +108,20 @@ def run_trial(trial: dict[str, Any], base: str, sweep_dir: str, cwd: str | None 
     done = finished_summary(out, expected)
     if done is not None:
         return done
-    return run_scenario(scenario, out, source=base).summary
+    try:
+        return run_scenario(scenario, out, source=base).summary
+    except ConfigError as exc:  # raised when the trial builds its data; ConfigError does not survive pickling
+        raise TrialError(exc.report()) from None
+
+
+class TrialError(RuntimeError):
+    """A trial that could not be built (e.g. a dataset directory missing on the node it ran on)."""
+
+
+def _error_text(err: BaseException) -> str:
+    """``Type: message`` of the exception a trial raised (Ray wraps it in a RayTaskError)."""
+    cause = getattr(err, "cause", None) or err
+    return " ".join(f"{type(cause).__name__}: {cause}".split())
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -145,6 +160,7 @@ def _progress_callback(total: int, name: str, quiet: bool) -> Any:
             self._bar: Any = None
             self._task: Any = None
             self._last: tuple[int, ...] = ()
+            self.failures: dict[str, int] = {}  # trial id -> failed attempts (each one retried or recorded)
 
         def __getstate__(self) -> dict[str, Any]:
             return {"total": self.total, "name": self.name, "quiet": self.quiet}
@@ -183,10 +199,16 @@ def _progress_callback(total: int, name: str, quiet: bool) -> Any:
             self._draw(trials)
 
         def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self._failed(trial)
             self._draw(trials)
 
         def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self._failed(trial)
             self._draw(trials)
+
+        def _failed(self, trial: Any) -> None:
+            tid = str(trial.config["trial"]["id"])
+            self.failures[tid] = self.failures.get(tid, 0) + 1
 
         def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
             self._draw(trials)
@@ -343,8 +365,11 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
     errors: dict[str, str] = {}
     for result in grid:
         if result.error is not None and result.config:
-            errors[result.config["trial"]["id"]] = f"{type(result.error).__name__}: {result.error}".splitlines()[0]
+            errors[result.config["trial"]["id"]] = _error_text(result.error)
     rows = sweep_rows(sweep_dir, errors)
+    for row in rows:  # attempts made in this invocation (a resumed sweep counts its own)
+        failures = callbacks[0].failures.get(row["trial"], 0)
+        row["attempts"] = failures + (1 if row["status"] == "completed" else 0)
     write_sweep_csv(sweep_dir, rows)
     statuses = [r["status"] for r in rows]
     counts = {s: statuses.count(s) for s in ("completed", "failed", "not run")}
