@@ -43,6 +43,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hierfl.build import build
@@ -53,7 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     console = Console(stderr=True)
     for warning in (built.dynamics.warnings if built.dynamics else []):
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     budget = scenario.stop.virtual_time_s
     total = budget if budget is not None else float(scenario.stop.rounds or 1)
     state: dict[str, float | None] = {"acc": None}
@@ -71,7 +72,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built)
         except RunError as exc:
-            console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
+            # escaped: messages carry brackets rich would take for markup (Ray's "pip install ray[client]")
+            console.print(f"[red]run failed:[/red] {escape(str(exc))}\nmetrics so far are in {out}/metrics.jsonl")
             return 1
     s = result.summary
     ttt = "not reached" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f}s"
