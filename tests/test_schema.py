@@ -59,3 +59,15 @@ def test_hierfl_schema_prints_it(tmp_path, capsys):
     assert "extends" in printed["$defs"]["Scenario"]["properties"]
     assert main(["schema", "-o", str(tmp_path / "s.json")]) == 0
     assert json.loads((tmp_path / "s.json").read_text()) == printed
+
+
+def test_the_cluster_launcher_example_is_valid_for_ray_and_installs_hierfl():
+    import os
+
+    import ray
+
+    schema = json.loads(Path(os.path.dirname(ray.__file__), "autoscaler", "ray-schema.json").read_text())
+    config = yaml.safe_load((ROOT / "cluster" / "aws.yaml").read_text())
+    jsonschema.validate(config, schema)  # Ray's own schema of cluster launcher files
+    assert any('pip install -q -e "~/hierfl[tune,cluster]"' in c for c in config["setup_commands"])
+    assert config["file_mounts"] == {"~/hierfl": "."}

@@ -82,8 +82,12 @@ def test_sweep_trials_equal_one_by_one_runs_and_a_failure_is_recorded(ray_sessio
 
 
 @pytest.mark.ray
-def test_resume_runs_only_unfinished_trials(ray_session, tmp_path):
-    path = _write(tmp_path, {"protocol.fraction": [0.5, 1.0]}, seeds=[4])
+def test_resume_runs_only_unfinished_trials(ray_session, tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # a file store here; sqlite needs the full mlflow
+    # the sweep also names MLflow: Tune's MLflowLoggerCallback logs each trial it runs
+    path = _write(tmp_path, {"protocol.fraction": [0.5, 1.0]}, seeds=[4],
+                  mlflow={"tracking_uri": (tmp_path / "mlruns").as_uri(), "experiment_name": "tiny"})
     spec = load_sweep(path)
     trials, _ = expand(spec, tmp_path / "base.yaml")
     out = tmp_path / "out"
@@ -100,6 +104,13 @@ def test_resume_runs_only_unfinished_trials(ray_session, tmp_path):
     assert json.loads((out / "runs" / trials[1].id / "summary.json").read_text())["status"] == "completed"
     frame = hierfl.load_sweep(out)
     assert list(frame["status"]) == ["completed", "completed"] and list(frame["protocol.fraction"]) == [0.5, 1.0]
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    logged = {r.data.params["trial/id"]: r.data.metrics for r in runs}
+    assert trials[1].id in logged  # the trial this invocation ran
+    assert logged[trials[1].id]["final_accuracy"] == pytest.approx(float(frame["final_accuracy"][1]))
 
 
 def test_bad_sweep_files_are_config_errors_naming_the_key(tmp_path, capsys):
