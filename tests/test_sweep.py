@@ -177,3 +177,15 @@ def test_table_and_plot_of_a_sweep_directory(tmp_path, capsys):
     assert (tmp_path / "p.png").stat().st_size > 10_000
     assert main(["plot", str(out), "--group-by", "nope.key", "-o", str(tmp_path / "q.png")]) == 2
     assert "no key 'nope.key'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", sorted([*Path(__file__).resolve().parents[1].glob("scenarios/sweeps/*.yaml"),
+                                         *Path(__file__).resolve().parents[1].glob("analysis/sweeps/*.yaml")]),
+                         ids=lambda p: p.name)
+def test_shipped_sweep_files_expand(path):
+    spec = load_sweep(path)
+    trials, scenarios = expand(spec, path.parent / spec.scenario, str(path))  # every trial validated
+    assert len(trials) == math.prod(len(v) for v in spec.grid.values()) * len(spec.seed_list)
+    if path.name == "stragglers_seeds.yaml":
+        assert [s.straggler.name for s in scenarios] == ["wait_all"] * 3 + ["deadline"] * 3 + ["over_select"] * 3
+        assert {s.devices.count for s in scenarios} == {20} and [t.seed for t in trials[:3]] == [1, 2, 3]
