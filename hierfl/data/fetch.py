@@ -17,7 +17,6 @@ Shakespeare JSON (which have no canonical download: LEAF builds them with its sc
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tarfile
 import urllib.error

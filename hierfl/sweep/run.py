@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -305,7 +306,7 @@ def _init_ray(address: str | None) -> None:
     if ray.is_initialized():
         return
     # no address: RAY_ADDRESS when set (a `ray job submit` entrypoint has it), else a new local instance
-    ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
 
 
 def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = None, *, resume: str | Path | None = None,
