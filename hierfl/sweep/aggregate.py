@@ -147,7 +147,12 @@ def plot_sweep(sweep_dir: str | Path, out: str | Path, group_by: str | None = No
     for label, runs in groups.items():
         series = []
         for r in runs:
-            xs, ys = eval_series(r.dir, metric=metric, x=x)
+            try:
+                xs, ys = eval_series(r.dir, metric=metric, x=x)
+            except RunReadError:
+                if r.summary.get("status") == "completed":
+                    raise  # a finished run without the metric: the metric name is wrong
+                continue  # a failed trial that never evaluated
             ok = ~np.isnan(ys)
             if ok.any():
                 series.append((xs[ok], ys[ok]))
