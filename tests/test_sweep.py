@@ -123,7 +123,8 @@ def test_bad_sweep_files_are_config_errors_naming_the_key(tmp_path, capsys):
     with pytest.raises(ConfigError, match="retrys: unknown key; allowed: name, scenario"):
         load_sweep(path)
     assert main(["sweep", str(path), "--address", "ray://h:10001"]) == 2
-    assert "not supported for sweeps" in capsys.readouterr().err or True
+    err = capsys.readouterr().err
+    assert "--address: ray:// (Ray Client) is not supported for sweeps" in err and "ray job submit" in err
 
 
 def test_seed_count_and_trial_ids(tmp_path):
@@ -189,3 +190,22 @@ def test_shipped_sweep_files_expand(path):
     if path.name == "stragglers_seeds.yaml":
         assert [s.straggler.name for s in scenarios] == ["wait_all"] * 3 + ["deadline"] * 3 + ["over_select"] * 3
         assert {s.devices.count for s in scenarios} == {20} and [t.seed for t in trials[:3]] == [1, 2, 3]
+
+
+def test_progress_view_counts_trials_and_survives_pickling(capsys):
+    from types import SimpleNamespace
+
+    from ray import cloudpickle as pickle  # what Tune saves its experiment (callbacks included) with
+
+    from hierfl.sweep.run import _progress_callback
+
+    cb = _progress_callback(4, "demo", quiet=False)
+    trials = [SimpleNamespace(status=s, config={"trial": {"id": f"t{i}"}})
+              for i, s in enumerate(["TERMINATED", "RUNNING", "ERROR", "PENDING"])]
+    cb.on_trial_recover(0, trials, trials[2])
+    cb.on_trial_error(0, trials, trials[2])
+    assert cb._last == (1, 1, 1, 1) and cb.failures == {"t2": 2}  # done, running, failed, pending
+    cb.on_experiment_end(trials)
+    assert "done 1 · running 1 · failed 1 · pending 1" in capsys.readouterr().err
+    again = pickle.loads(pickle.dumps(cb))  # Tune pickles callbacks with the experiment state
+    assert again.total == 4 and again.failures == {}
