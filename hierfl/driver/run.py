@@ -150,7 +150,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     executor: Executor | None = None
     resolved = scenario.model_copy(update={"versions": package_versions()})
     out = Path(out_dir)
-    tel = RunTelemetry(out, trace_devices=scenario.output.trace_devices(built.world.num_devices, scenario.seed))
+    tel = RunTelemetry(out, trace_devices=scenario.output.trace_devices(built.world.num_devices, scenario.seed),
+                       tensorboard=scenario.output.tensorboard)
     write_config(out, dump_scenario(resolved))
     dyn = built.dynamics or Dynamics.static(built.world.num_devices)
     world = built.world
