@@ -268,8 +268,10 @@ def test_bad_robust_input_exits_2_from_the_cli(tmp_path):
 
 @pytest.mark.parametrize("protocol,tier,budget", [({"name": "fedbuff", "K": 4, "concurrency": 10}, "cloud", 5.0),
                                                   ({"name": "ahfl", "leader_period": 2.0, "cloud_period": 4.0}, "edge",
-                                                   40.0)])
-def test_rules_apply_to_fedbuff_buffers_and_ahfl_queues(tmp_path, protocol, tier, budget):
+                                                   40.0),
+                                                  ({"name": "fedch", "K": 2, "H": 5, "recluster": "never"}, "edge",
+                                                   30.0)])
+def test_rules_apply_to_fedbuff_buffers_ahfl_queues_and_fedch_leaders(tmp_path, protocol, tier, budget):
     def run(rule):
         sc = tiny(devices={"count": 10}, data={"dataset": {"num_samples": 400}}, protocol=protocol,
                   topology={"edge_servers": 2 if protocol["name"] == "ahfl" else 0},

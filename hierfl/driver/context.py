@@ -400,6 +400,19 @@ class Context:
         self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
         return handle
 
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
+        """The ``tier`` rule's aggregate of ``models`` weighted ``weights`` (``base``: the model the round
+        started from), computed by the cloud role; None when the rule is the mean (the caller averages)."""
+        if self.robust is None or not self.robust.tracks:
+            return None
+        tags = [self.robust.take(h, tier, entity) for h in models]
+        if self.robust.setup.rule(tier).is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_average(tier, entity, models, weights, base, tags)
+        self.robust.reports(tier, self.executor.robust_reports("cloud"), self.now)
+        return handle
+
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
         return self.executor.average(models, weights)
