@@ -284,3 +284,13 @@ def test_rules_apply_to_fedbuff_buffers_ahfl_queues_and_fedch_leaders(tmp_path, 
     tot = geo.summary["robustness"]["tiers"][tier]
     assert tot["rule"] == "marmed" and tot["malicious"] > 0 and tot["honest"] > tot["malicious"]
     assert geo.summary["final_accuracy"] > 0.8 > mean.summary["final_accuracy"]
+
+
+def test_a_rule_feeds_the_server_optimizer(tmp_path):
+    """The rule forms the aggregate; FedAvgM then steps on ``aggregate − start`` (it still holds)."""
+    res = run_scenario(_attack_scenario("geomed", server_optimizer={"cloud": {"name": "fedavgm", "lr": 1.0,
+                                                                                "beta": 0.5}}),
+                       out_dir=tmp_path / "opt", progress=False)
+    plain = run_scenario(_attack_scenario("geomed"), out_dir=tmp_path / "plain", progress=False)
+    assert res.summary["final_accuracy"] > 0.9
+    assert not np.array_equal(res.final_params, plain.final_params)
