@@ -347,6 +347,9 @@ class Context:
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds."""
         self.executor.commit_edge(edge)
+        if self.robust is not None:  # an aborted round: its rule's report is no aggregation
+            self.executor.robust_reports("edge")
+            self.robust.drop_sources("edge", edge)
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
