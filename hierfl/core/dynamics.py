@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from hierfl.core.faults import FaultWindow
+
 __all__ = ["Window", "finish_time", "factor_at", "Availability", "OnlineIndex", "MarkovTimeline",
            "IntervalTimeline", "merge_intervals"]
 
@@ -436,6 +438,7 @@ class Dynamics:
     jitter_sigma: float = 0.0                   # per-task lognormal σ on compute time (mean 1)
     links: list[LinkWindow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    faults: list[FaultWindow] = field(default_factory=list)   # edge server / cloud outages (edge_fail, cloud_fail)
     # device → [(start, end, behaviour config)] from ``attack`` events (what a device sends, never
     # when: timing ignores it); empty: every device is honest
     attacks: dict[int, list[tuple[float, float, Any]]] = field(default_factory=dict)
@@ -457,7 +460,7 @@ class Dynamics:
     def is_static(self) -> bool:
         """True when nothing in the world changes during the run."""
         return (not any(self.windows) and self.availability.trivial and self.dropout == 0.0
-                and self.jitter_sigma == 0.0 and not self.links)
+                and self.jitter_sigma == 0.0 and not self.links and not self.faults)
 
     def link_boundaries(self) -> list[float]:
         """Sorted distinct finite times at which some link value changes."""

@@ -8,6 +8,7 @@ stamped with the current virtual time; durations come from the world.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.env.api import Endpoint, Job, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.faults import Faults
 from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
@@ -61,9 +63,16 @@ class Context:
         n = self._world.num_devices
         self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
+        # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
+        self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
         # Byzantine robustness (issue 16): None keeps every call exactly as without it
         setup = robust_setup(scenario, self.dyn)
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
+        # per-device evaluation (issue 17): the run has evaluation sets
+        self.device_eval = bool(getattr(built, "eval_sets", None))
+        # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
+        personal = self._spec.personal
+        self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -136,6 +145,10 @@ class Context:
         """Whether ``device`` is available now."""
         return self.dyn.availability.is_up(device, self.now)
 
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now."""
+        return server not in self.transfers.down
+
     def _everyone(self) -> OnlineIndex:
         assert self._online is not None
         self._online.advance(self.now)
@@ -197,14 +210,13 @@ class Context:
         the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
-        spec = spec or self._spec
+        spec = self.personal_phase(spec or self._spec)
         behavior = None
         if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
             spec, behavior = self.robust.job_spec(device, self.now, spec)
         mark = {} if behavior is None else {"byzantine": behavior.name}
         job_id = int(self._jobs_started[device])
         self._jobs_started[device] += 1
-        seed = stream_seed(self.seed, "train", device, job_id)
         compute_s = self._duration(device, spec, job_id)
         dyn = self.dyn
         lost_at, reason = math.inf, None
@@ -223,11 +235,25 @@ class Context:
         if not spec.train:  # timing only: the update is the model the job started from
             self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
+        # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
+        seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         if self.robust is not None:
             self.robust.remember(new, device, behavior)
         self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
+
+    def personal_phase(self, spec: TrainSpec) -> TrainSpec:
+        """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up
+        (``warmup_rounds`` cloud rounds) without personalisation — plain FedAvg jobs on the whole
+        model; when it ends, devices without state take their local layers from the global model."""
+        if not self._warmup_rounds or spec.personal is None:
+            return spec
+        if self.counters["cloud_aggregations"] < self._warmup_rounds:
+            return dataclasses.replace(spec, personal=None)
+        self._warmup_rounds = 0
+        self.executor.set_personal_base(self._global)
+        return spec
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
         """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""
@@ -304,6 +330,10 @@ class Context:
     def control(self) -> Any:
         """Handle of the cloud's SCAFFOLD control ``c`` now (None without SCAFFOLD)."""
         return self.executor.control() if self._control_coefs is not None else None
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity of ``models − base`` (WSCC), computed by the cloud role."""
+        return self.executor.similarity(models, base)
 
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model``."""

@@ -146,6 +146,10 @@ class Env(Protocol):
     def is_up(self, device: int) -> bool:
         """Whether ``device`` is online now."""
 
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now (``edge_fail`` / ``cloud_fail`` events);
+        a transfer to or from a server that is down is refused."""
+
     def compute_factor(self, device: int) -> float:
         """``device``'s slowdown factor now (1 outside slowdown windows)."""
 
@@ -239,6 +243,9 @@ class Env(Protocol):
 
     def control_coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta, or None without SCAFFOLD."""
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by a role (WSCC)."""
 
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""
