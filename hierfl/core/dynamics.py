@@ -20,6 +20,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -438,6 +439,17 @@ class Dynamics:
     links: list[LinkWindow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     faults: list[FaultWindow] = field(default_factory=list)   # edge server / cloud outages (edge_fail, cloud_fail)
+    # device → [(start, end, behaviour config)] from ``attack`` events (what a device sends, never
+    # when: timing ignores it); empty: every device is honest
+    attacks: dict[int, list[tuple[float, float, Any]]] = field(default_factory=dict)
+
+    def behavior_at(self, device: int, t: float) -> Any:
+        """The behaviour ``device`` has at time ``t`` (the latest attack event covering ``t``), or None."""
+        found = None
+        for start, end, cfg in self.attacks.get(device, ()):
+            if start <= t < end:
+                found = cfg
+        return found
 
     @classmethod
     def static(cls, n: int) -> Dynamics:

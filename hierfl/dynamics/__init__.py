@@ -9,6 +9,7 @@ from hierfl.dynamics import slowdown  # noqa: F401
 from hierfl.dynamics import links  # noqa: F401
 from hierfl.dynamics import churn  # noqa: F401
 from hierfl.dynamics import faults  # noqa: F401
+from hierfl.dynamics import attack  # noqa: F401
 # isort: on
 from hierfl.dynamics.availability import (
     AVAILABILITY,
@@ -17,6 +18,7 @@ from hierfl.dynamics.availability import (
     AvailabilityTraceConfig,
     MarkovAvailability,
 )
+from hierfl.dynamics.attack import AttackEvent
 from hierfl.dynamics.churn import JoinEvent, LeaveEvent
 from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft, EventKind, Facts, Selector, event_entry_model
 from hierfl.dynamics.faults import CloudFailEvent, EdgeFailEvent
@@ -26,4 +28,4 @@ from hierfl.dynamics.slowdown import SlowdownEvent
 __all__ = ["AVAILABILITY", "AlwaysAvailability", "AvailabilityConfig", "AvailabilityTraceConfig", "MarkovAvailability",
            "EVENTS", "DeviceEvent", "DynamicsDraft", "EventKind", "Facts", "Selector", "event_entry_model",
            "SlowdownEvent", "LinkEvent", "EdgeLinkEvent", "LeaveEvent", "JoinEvent",
-           "EdgeFailEvent", "CloudFailEvent"]
+           "EdgeFailEvent", "CloudFailEvent", "AttackEvent"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 __all__ = ["Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
-           "UpdateDropped", "DeviceLostRecord", "LinkChange", "Recluster", "LeaderLost", "ClustersRecord",
+           "UpdateDropped", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster", "LeaderLost", "ClustersRecord",
            "ServerFail", "ServerRecover", "FaultLoss", "Reattach"]
 
 
@@ -123,6 +123,33 @@ class UpdateDropped(Record):
     at: int
     source: int
     staleness: int
+
+
+@dataclass(frozen=True)
+class RobustAggregate(Record):
+    """One aggregation under a Byzantine-robust rule (``aggregation:``) or with Byzantine senders.
+
+    ``accepted`` / ``rejected``: updates the rule used or left out (``rejected_nonfinite`` of them
+    for NaN/inf values); ``honest`` / ``malicious``: senders; ``dist_honest_mean``: ‖aggregate −
+    weighted mean of the honest updates‖ (None without an honest update); ``rejected_ids``: the
+    devices (edge servers at a cloud fed by edges) whose updates were left out.
+    """
+
+    EVENT: ClassVar[str] = "robust_aggregate"
+    tier: str
+    entity: int
+    rule: str
+    m: int
+    accepted: int
+    rejected: int
+    rejected_nonfinite: int
+    clipped: int
+    honest: int
+    malicious: int
+    malicious_accepted: int
+    honest_rejected: int
+    dist_honest_mean: float | None
+    rejected_ids: list[int]
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,10 @@ class AHFL(Protocol):
             total = sum(u.samples for u, _ in kept)
             coefs = [u.samples / total * self.cfg.alpha * self.sigma(tau) for u, tau in kept]
             deltas = [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
-            if env.server_optimizer("edge") is None:
+            robust = env.robust_combine("edge", e, self.model[e], deltas)  # aggregation.edge: a robust rule
+            if robust is not None:
+                self.model[e] = robust
+            elif env.server_optimizer("edge") is None:
                 self.model[e] = env.combine("edge", [(1.0, self.model[e], None)] + deltas)
             else:  # the queue's weighted delta, stepped by the leader's server optimizer (§5.7)
                 self.model[e] = env.server_step("edge", e, self.model[e], deltas)
@@ -314,7 +317,10 @@ class AHFL(Protocol):
         if kept:
             coefs = [self.cfg.alpha * self.sigma(tau) * self.share[u.leader] for u, tau in kept]
             deltas = [(c, u.new, u.last) for c, (u, _) in zip(coefs, kept)]
-            if env.server_optimizer("cloud") is None:
+            robust = env.robust_combine("cloud", 0, env.global_model, deltas)  # aggregation.cloud: a robust rule
+            if robust is not None:
+                env.set_global(robust)
+            elif env.server_optimizer("cloud") is None:
                 env.set_global(env.combine("cloud", [(1.0, env.global_model, None)] + deltas))
             else:
                 env.set_global(env.server_step("cloud", 0, env.global_model, deltas))

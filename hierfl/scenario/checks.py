@@ -94,7 +94,20 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_trainer_checks(scenario))
     problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
                                                     scenario.protocol.name))
+    problems.extend(_robust_checks(scenario))
     return problems
+
+
+def _robust_checks(scenario: Scenario) -> list[Problem]:
+    """``aggregation:`` fits the protocol and the number of updates each of its aggregations combines."""
+    from hierfl.learn.robust import expected_inputs
+
+    agg = scenario.aggregation
+    if agg.default:
+        return []
+    edges = scenario.topology.edge_servers or 0
+    return agg.problems(scenario.protocol.name, edges, expected_inputs(scenario.protocol, scenario.devices.count,
+                                                                         edges))
 
 
 def _dynamics_checks(scenario: Scenario) -> list[Problem]:

@@ -35,6 +35,7 @@ from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
 from hierfl.devices import ConstantDist, Dist, TierSpec
 from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_model
 from hierfl.executors import EXECUTORS
+from hierfl.learn.robust import AggregationSection
 from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
@@ -73,6 +74,14 @@ class DataConfig(ConfigModel):
 
     dataset: DATASETS.union()  # type: ignore[valid-type]
     partition: PARTITIONERS.union() = IIDConfig()  # type: ignore[valid-type]
+    # per-device evaluation (issue 17; README "Personalisation and clustered FL")
+    local_test_fraction: float = Field(
+        default=0.0, ge=0.0, lt=1.0,
+        description="share of every device's own samples held out as its local test set (0 = none); eval "
+                    "lines then carry the distribution of per-device accuracy")
+    test_devices: NonNegativeInt = Field(
+        default=0, description="extra devices held out whole (never train): unseen clients, evaluated after "
+                               "adapting on their support set")
 
 
 class DevicesConfig(ConfigModel):
@@ -316,6 +325,19 @@ class OutputConfig(ConfigModel):
     trace: Literal["auto", "all", "none"] | TraceDevices = Field(
         default="auto", description=f"device lanes of trace.json: all, none, {{devices: K}} (a seeded sample), or "
                                     f"auto = all up to {TRACE_AUTO_DEVICES} devices, else a sample of that many")
+    tensorboard: bool = Field(
+        default=False, description="also write the eval lines (accuracy, loss, staleness, queue lengths) as "
+                                   "TensorBoard scalars in <run>/tensorboard, against round and virtual time; "
+                                   "needs the tensorboard extra")
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _tensorboard_installed(cls, value: bool) -> bool:
+        import importlib.util
+
+        if value and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("needs the tensorboard package: pip install 'hierfl[tensorboard]'")
+        return value
 
     def trace_devices(self, num_devices: int, seed: int) -> set[int] | None:
         """The device lanes to keep (None: all), drawn from stream ``("output.trace",)``."""
@@ -350,6 +372,8 @@ class Scenario(ConfigModel):
     straggler: device_policy_field() = default_policy()  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
+    aggregation: AggregationSection = Field(
+        default=AggregationSection(), description="Byzantine-robust rule of the cloud and edge aggregations (mean)")
     output: OutputConfig = OutputConfig()
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
