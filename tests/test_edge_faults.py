@@ -267,6 +267,9 @@ def test_faults_local_and_ray_give_identical_metrics_and_model(tmp_path, ray_ses
      "events.0.edge_fail", "protocol fedavg has no edge servers to fail"),
     ([{"at_s": 1, "cloud_fail": {"for_s": 5}}], {"protocol": {"name": "fedbuff", "K": 2}},
      "events.0.cloud_fail", "allowed with: ahfl, fedch, hierfavg"),
+    ([{"at_s": 1, "cloud_fail": {"for_s": 5}}],
+     {"training": {"epochs": None, "batch_size": 10, "steps": 5, "trainer": "scaffold"}},
+     "events.0.cloud_fail", "a failed server loses updates"),
 ])
 def test_bad_fault_events_exit_2_with_the_key_path(tmp_path, capsys, events, extra, path, text):
     import yaml
@@ -284,3 +287,69 @@ def test_bad_fault_events_exit_2_with_the_key_path(tmp_path, capsys, events, ext
     err = capsys.readouterr().err
     assert path in err and text in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+# -- many random outages: every protocol survives them, and the downtime totals add up -------------------
+_RANDOM_PROTOCOLS = [
+    ({"name": "hierfavg", "kappa1": 5, "kappa2": 2},
+     {"straggler": {"name": "deadline", "seconds": 0.8, "cloud": {"name": "deadline", "seconds": 2.5}}}),
+    ({"name": "hierfavg", "kappa1": 5, "kappa2": 1, "fraction": 0.5}, {}),
+    ({"name": "ahfl", "leader_period": 0.3, "cloud_period": 0.5, "max_staleness": 2}, {}),
+    ({"name": "fedch", "K": "auto", "H": 5, "recluster": {"name": "periodic", "rho": 1}},
+     {"straggler": {"name": "deadline", "seconds": 0.8}}),
+]
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_random_outages_complete_and_downtime_adds_up(tmp_path, case):
+    import random
+
+    rng = random.Random(case)
+    protocol, extra = _RANDOM_PROTOCOLS[case % len(_RANDOM_PROTOCOLS)]
+    end, n_edges = 16.0, 3
+    events = []
+    for _ in range(rng.randint(2, 8)):
+        at = round(rng.uniform(0, 12), 2)
+        if rng.random() < 0.3:
+            events.append({"at_s": at, "cloud_fail": {"for_s": round(rng.uniform(0.1, 3), 2)}})
+        else:
+            events.append({"at_s": at, "edge_fail": {"edges": rng.sample(range(n_edges), rng.randint(1, n_edges)),
+                                                     "for_s": round(rng.uniform(0.1, 3), 2),
+                                                     "on_edge_fail": rng.choice(["wait", "reattach"])}})
+    devices = {"count": 8, "speed_sps": {"dist": "uniform", "low": 50, "high": 200}}
+    if case % 3 == 0:  # and devices that come and go
+        devices.update(availability={"name": "markov", "mean_up_s": 5, "mean_down_s": 1}, dropout=0.05)
+    sc = tiny(protocol=protocol, training={"epochs": None, "batch_size": 10, "steps": 5, "trainer": "none"},
+              topology={"edge_servers": n_edges, "grouping": "round_robin",
+                        "edge_latency_ms": {"dist": "uniform", "low": 1, "high": 30}},
+              devices=devices, stop={"rounds": None, "virtual_time_s": end}, events=events,
+              evaluation={"every_s": None}, **extra)
+    res = run_scenario(sc, tmp_path)
+    assert res.summary["status"] == "completed" and res.summary["virtual_time_s"] == end
+    windows = [FaultWindow(e["at_s"], e["at_s"] + spec["for_s"], target)
+               for e in events for kind, spec in e.items() if kind != "at_s"
+               for target in ([("edge", x) for x in spec["edges"]] if kind == "edge_fail" else [("cloud", 0)])]
+    merged = outages(windows)
+    tot = res.summary["totals"]
+    for kind in ("edge", "cloud"):
+        mine = [o for o in merged if o.target[0] == kind]
+        assert tot[f"{kind}_failures"] == len(mine)
+        assert tot[f"{kind}_down_s"] == pytest.approx(sum(min(o.end, end) - o.start for o in mine), abs=1e-9)
+    assert len(lines(tmp_path, "server_fail")) == len(merged) == len(lines(tmp_path, "fault_loss"))
+    assert tot["fault_updates_lost"] == sum(x["updates_lost"] for x in lines(tmp_path, "fault_loss"))
+    assert tot["devices_reattached"] == sum(len(x["devices"]) for x in lines(tmp_path, "reattach"))
+
+
+def test_a_fault_changes_nothing_before_it_happens(tmp_path):
+    # the same world without and with an outage of edge 1 at 0.8 s: every line before 0.8 s is the same
+    # (evaluations aside: runs with faults carry the fault totals in them, at 0 until the first failure)
+    run(tmp_path / "plain", scenario(HIERFAVG, []))
+    run(tmp_path / "fault", scenario(HIERFAVG, [{"at_s": 0.8, "edge_fail": {"edges": [1], "for_s": 1.0}}]))
+
+    def before(out):
+        return [{k: v for k, v in x.items() if not k.startswith("wall")} for x in
+                (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+                if x["t"] < 0.8 and x["event"] not in ("eval", "run_start")]
+
+    plain, fault = before(tmp_path / "plain"), before(tmp_path / "fault")
+    assert plain == fault and [x["event"] for x in plain] == ["round_close", "edge_aggregate"]  # edge 0, round 1

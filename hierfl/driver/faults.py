@@ -4,7 +4,7 @@ At an outage's start the server goes down: every transfer to or from it is withd
 the trace ends ``lost``), further transfers to or from it are refused, the failure is counted
 and written (``server_fail``), and the protocol hears ``edge_down`` / ``cloud_down`` with the
 payloads of the lost transfers. At the end the server is back (``server_recover``, a ``down``
-span on its trace lane, ``edge_up`` / ``cloud_up`` to the protocol). What the server held —
+span on its trace lane, ``edge_up`` / ``cloud_up`` to the protocol, in the same dispatch). What the server held —
 queues, partial aggregations, models — is the protocol's to drop: the protocol owns that state.
 """
 
@@ -49,8 +49,10 @@ class Faults:
             queue.push(o.start, "_fault", _Fault(o, True), Priority.WORLD)
             queue.push(o.end, "_fault", _Fault(o, False), Priority.WORLD)
 
-    def handle(self, event: Event) -> None:
-        """A server goes down or comes back now."""
+    def handle(self, event: Event) -> Event:
+        """A server goes down or comes back now; returns the protocol's event (``edge_down``, ``edge_up``,
+        ``cloud_down``, ``cloud_up``), which the loop hands to the protocol at once — so the protocol
+        hears of each change before the next one (two servers failing at one instant) or anything else."""
         fault: _Fault = event.payload
         o = fault.outage
         kind, ident = o.target
@@ -65,16 +67,15 @@ class Faults:
             mode = o.on_edge_fail if kind == "edge" else None
             tel.instant(o.target, "fail", now, for_s=o.end - o.start, transfers_lost=len(lost))
             tel.record(ServerFail(kind, ident, o.end - o.start, len(lost), mode))
-            self.queue.push(now, f"{kind}_down", ServerDown(o.target, o.end, o.on_edge_fail, tuple(lost)),
-                            Priority.WORLD)
-            return
+            return Event(now, Priority.WORLD, event.seq, f"{kind}_down",
+                         ServerDown(o.target, o.end, o.on_edge_fail, tuple(lost)))
         self.open.pop(o.target, None)
         self.transfers.down.discard(o.target)
         down_s = now - o.start
         self.counters[f"{kind}_down_s"] += down_s
         tel.span(o.target, "down", o.start, down_s)
         tel.record(ServerRecover(kind, ident, down_s))
-        self.queue.push(now, f"{kind}_up", ServerUp(o.target, down_s), Priority.WORLD)
+        return Event(now, Priority.WORLD, event.seq, f"{kind}_up", ServerUp(o.target, down_s))
 
     def finish(self, now: float) -> None:
         """The run ended: outages still open count (and are traced) up to ``now``."""

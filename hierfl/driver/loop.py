@@ -95,12 +95,11 @@ class RunLoop:
                 break
             self.events += 1
             try:
-                if event.kind.startswith("_"):
-                    if event.kind == "_fault":
-                        assert ctx.faults is not None
-                        ctx.faults.handle(event)
-                    else:
-                        net.handle_internal(event)
+                if event.kind == "_fault":  # a server fails or is back: the protocol hears it at once
+                    assert ctx.faults is not None
+                    event = ctx.faults.handle(event)
+                elif event.kind.startswith("_"):
+                    net.handle_internal(event)
                     continue
                 net.before_dispatch(event)
                 protocol.handle(event)

@@ -235,7 +235,8 @@ class HierFAVG(Protocol):
         barrier = self.barrier.get(edge)
         if barrier is not None and not barrier.closed:
             wasted = barrier.abort()
-            env.discard_edge(edge)  # discard what the aborted round had folded in
+            if barrier.arrived:  # discard what the aborted round had folded in (nothing to discard: no-op)
+                env.discard_edge(edge)
         return wasted
 
     def on_edge_upload_done(self, event: Event) -> None:
@@ -261,6 +262,8 @@ class HierFAVG(Protocol):
         """Every edge is idle now: recovered edges take their devices back, the next cloud round opens over
         the live edges and the global model goes down to them (once the cloud is reachable)."""
         self._return_devices()
+        self.broadcast_owed = False  # this broadcast supersedes any owed one and any lost global model
+        self.hungry.clear()
         if not self._live():  # every edge server is down: the cloud waits for one to come back
             self.cloud_barrier = None
             return
@@ -268,7 +271,8 @@ class HierFAVG(Protocol):
         if not self.env.server_up(CLOUD):
             self.broadcast_owed = True
             return
-        self._broadcast(self._live())
+        assert self.cloud_barrier is not None
+        self._broadcast(list(self.cloud_barrier.selected))
 
     def _broadcast(self, edges: list[int]) -> None:
         for e in edges:
@@ -309,7 +313,8 @@ class HierFAVG(Protocol):
         if barrier is not None and not barrier.closed:
             updates += len(barrier.arrived)  # folded into its partial aggregation
             wasted = barrier.abort(stragglers=False)  # withdraws the jobs still training for it
-            env.discard_edge(edge)
+            if barrier.arrived:
+                env.discard_edge(edge)
         self.edge_model[edge] = None
         record_loss(env, ("edge", edge), updates, wasted, round=self.edge_round[edge], on_edge_fail=down.on_edge_fail)
         if down.on_edge_fail == "reattach":
@@ -371,11 +376,12 @@ class HierFAVG(Protocol):
             if self._live():
                 self._next_cloud_round()
             return
-        if self.broadcast_owed:
+        if self.broadcast_owed:  # to the edges of the round that opened meanwhile (not to edges back since)
             self.broadcast_owed = False
             self.hungry.clear()
-            self._broadcast(self._live())
+            self._broadcast([e for e in self.cloud_barrier.selected if e not in self.down])
             return
+        # only edges that lost the global model on its way are idle and waiting for it
         self._broadcast(sorted(e for e in self.hungry if e not in self.down))
 
     def state(self) -> dict[str, Any]:
