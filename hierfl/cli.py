@@ -41,18 +41,55 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _out_problem(exc: Exception) -> Exception:
+    """A :class:`~hierfl.output.rundir.RunDirError` as a configuration error under ``--out`` (exit 2)."""
+    from hierfl.config.errors import ConfigError, Problem
+
+    return ConfigError([Problem("--out", exc.message, str(exc.path))], "command line")  # type: ignore[attr-defined]
+
+
+def _check_address(scenario) -> None:  # noqa: ANN001 - a Scenario
+    """``runtime.address`` must answer before anything is built (no silent hang on a dead address)."""
+    from hierfl.config.errors import ConfigError, Problem
+    from hierfl.runtime.connect import AddressError, probe_address
+
+    address = scenario.runtime.address
+    if address and scenario.runtime.executor == "ray":
+        try:
+            probe_address(address)
+        except AddressError as exc:
+            raise ConfigError([Problem("runtime.address", str(exc))], "--address / runtime.address") from None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hierfl.build import build
     from hierfl.driver import RunError, run_scenario
+    from hierfl.driver.sanity import run_warnings
+    from hierfl.output.files import OutputWriteError
+    from hierfl.output.rundir import RunDirError, check_out_dir, prepare_dir
 
     scenario = _load(args)
-    built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
     out = Path(args.out) if args.out else Path("runs") / scenario.name
+    try:  # before the build: a bad --out must not cost the data generation, nor leave anything
+        check_out_dir(out, force=args.force)
+    except RunDirError as exc:
+        raise _out_problem(exc) from None
+    _check_address(scenario)
+    built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
+    try:
+        leftover = prepare_dir(out, force=args.force)
+    except RunDirError as exc:
+        raise _out_problem(exc) from None
     console = Console(stderr=True)
+    if leftover:
+        console.print(f"[yellow]warning:[/yellow] {out} keeps files the run does not write (from before, left "
+                      f"untouched): {', '.join(leftover[:8])}{' …' if len(leftover) > 8 else ''}")
     for warning in (built.dynamics.warnings if built.dynamics else []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    for warning in run_warnings(scenario, built):
         console.print(f"[yellow]warning:[/yellow] {warning}")
     budget = scenario.stop.virtual_time_s
     total = budget if budget is not None else float(scenario.stop.rounds or 1)
@@ -71,7 +108,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built)
         except RunError as exc:
-            console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
+            status = "diverged" if getattr(exc, "status", None) == "diverged" else "failed"
+            console.print(f"[red]run {status}:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
+            return 1
+        except OutputWriteError as exc:
+            console.print(f"[red]run failed:[/red] {exc}")
             return 1
     s = result.summary
     ttt = "not reached" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f}s"
@@ -131,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--executor", help="override runtime.executor (a registered executor: local, ray, …; "
                                       "an unknown one is reported with the allowed names)")
     r.add_argument("--workers", help="override runtime.workers (an integer or auto)")
+    r.add_argument("--force", action="store_true",
+                   help="replace an earlier run in --out (only the files a run writes; never other files)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
 
@@ -166,9 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hierfl`` console script."""
     from hierfl.config.errors import ConfigError
 
+    from hierfl.runtime.signals import sigterm_as_interrupt
+
     args = _parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with sigterm_as_interrupt():  # SIGTERM stops a run exactly as Ctrl-C does (status interrupted, 130)
+            return int(args.func(args))
     except ConfigError as exc:
         print(exc.report(), file=sys.stderr)
         return EXIT_USAGE

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hierfl.core.engine import Priority
-from hierfl.driver.context import Context, RunError
+from hierfl.driver.context import Context, DivergedError, RunError
 from hierfl.env.events import describe
 from hierfl.env.records import Eval
 
@@ -51,6 +51,9 @@ class RunLoop:
                 acc, loss = ctx.executor.evaluate(ctx.global_model)
             except Exception as exc:
                 raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
+        diverged = loss is not None and not math.isfinite(loss)
+        if diverged:  # a NaN/Inf global model has no accuracy and never reaches a target (issue 14)
+            acc = None
         extra: dict[str, Any] = {**counters, **ctx.telemetry.staleness_means()}
         extra.update({f"queue_len_{tier}": n for tier, n in self.protocol.queue_lengths().items()})
         record = ctx.telemetry.record(Eval(rounds, acc, loss, extra))
@@ -63,6 +66,11 @@ class RunLoop:
             ctx.request_stop("target_accuracy")
         if self.progress:
             self.progress(ctx.now, rounds, acc)
+        if diverged:
+            ctx.request_stop("diverged")
+            raise DivergedError(f"t={ctx.now:.6g}s cloud: the global model is not finite (test loss {loss}) after "
+                                f"{rounds} cloud aggregations: the run diverged (lower training.lr or the server "
+                                "optimizer's learning rate)")
 
     def loop(self, protocol: Any) -> None:
         """Run ``protocol`` until a stop condition holds or nothing is left to happen."""

@@ -34,7 +34,10 @@ from hierfl.core.work import TrainSpec
 from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.learn.batched import JobGroups
+from hierfl.runtime import signals
+from hierfl.runtime.connect import probe_address
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, fast_path_of
+from ray.exceptions import RayError
 
 __all__ = ["RayExecutor", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
 
@@ -44,6 +47,17 @@ RayLeaderHost: Any = ray.remote(LeaderHost)
 RayCloud: Any = ray.remote(Cloud)
 
 _MAX_BUFFERED_JOBS_PER_HOST = 16
+
+START_TIMEOUT_S = 300.0
+"""Seconds to wait for the actors to start and warm up (per attempt); a slow machine took 86 s."""
+START_ATTEMPTS = 2
+
+_log = logging.getLogger(__name__)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
 
 
 @dataclass(eq=False)
@@ -71,35 +85,70 @@ class RayExecutor(Executor):
         self._owns_ray = False
         if not ray.is_initialized():
             if address:
+                probe_address(address)  # nothing listening: a clear error in seconds, not a silent hang
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
             else:
                 ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
             self._owns_ray = True
+            signals.reassert()  # ray.init replaces the SIGTERM handler: SIGTERM must stay Ctrl-C
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
-        host_cpus = min(1.0, total_cpus / self.workers)
-        x_ref, y_ref = ray.put(data.x_train), ray.put(data.y_train)
-        parts_ref = ray.put(data.parts)
-        self.hosts: list[Any] = [
-            RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
-                x_ref, y_ref, parts_ref, data.model)
-            for _ in range(self.workers)
-        ]
-        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
-        self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
-        self.cloud: Any = RayCloud.options(num_cpus=0).remote(self._init, ray.put(data.x_test), ray.put(data.y_test),
-                                                         data.model)
         self._outstanding = [0] * self.workers
         self._jobs: list[Slot] = []
         self._cloud_adds: list[tuple[float, Any, float | None]] = []
         self._edge_adds: list[tuple[int, float, Any, float | None]] = []
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None  # opt-in fast path
-        ray.get([a.ready.remote() for a in self._actors()])
+        self.hosts: list[Any] = []
+        self.leaders: Any = None
+        self.cloud: Any = None
+        # On a busy machine an actor's process can fail to start ("ActorDiedError ... cancelled
+        # before it started running") or start very slowly (86 s once, issue 14): a failed or
+        # timed-out start is retried once from scratch, then reported with what was waited for.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_actors(data, total_cpus)
+                break
+            except (RayError, TimeoutError) as exc:
+                self._kill_actors()
+                if attempt == START_ATTEMPTS:
+                    if self._owns_ray:
+                        ray.shutdown()
+                    raise RuntimeError(
+                        f"Ray actors did not start ({START_ATTEMPTS} attempts, each waiting up to "
+                        f"{START_TIMEOUT_S:g} s): {type(exc).__name__}: {_first_line(exc)}") from exc
+                _log.warning("Ray actors did not start (%s: %s); retrying once", type(exc).__name__,
+                             _first_line(exc))
+
+    def _start_actors(self, data: RunData, total_cpus: float) -> None:
+        """Create the host, leader and cloud actors and wait (at most :data:`START_TIMEOUT_S`) until they
+        are up and warm."""
+        host_cpus = min(1.0, total_cpus / self.workers)
+        x_ref, y_ref = ray.put(data.x_train), ray.put(data.y_train)
+        parts_ref = ray.put(data.parts)
+        self.hosts = [
+            RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
+                x_ref, y_ref, parts_ref, data.model)
+            for _ in range(self.workers)
+        ]
+        self.leaders = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
+        self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
+        self.cloud = RayCloud.options(num_cpus=0).remote(self._init, ray.put(data.x_test), ray.put(data.y_test),
+                                                        data.model)
+        ray.get([a.ready.remote() for a in self._actors()], timeout=START_TIMEOUT_S)
         # start-up cost (process start, torch's lazy init) is paid here, not in the first round
-        ray.get([h.warmup.remote(data.spec, self._init) for h in self.hosts] + [self.cloud.warmup.remote()])
+        ray.get([h.warmup.remote(data.spec, self._init) for h in self.hosts] + [self.cloud.warmup.remote()],
+                timeout=START_TIMEOUT_S)
+
+    def _kill_actors(self) -> None:
+        for actor in self._actors():
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - best effort: the actor may never have started
+                pass
+        self.hosts, self.leaders, self.cloud = [], None, None
 
     def _actors(self) -> list[Any]:
-        return [*self.hosts, self.cloud] + ([self.leaders] if self.leaders is not None else [])
+        return [*self.hosts] + [a for a in (self.cloud, self.leaders) if a is not None]
 
     # -- buffering ----------------------------------------------------------------------------
     @staticmethod
