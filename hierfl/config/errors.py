@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import reprlib
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,10 @@ _MISSING = object()
 # printed 52 MB of error; a list of a million bad entries gives as many problems): cut here.
 MAX_VALUE_CHARS = 80
 MAX_PATH_CHARS = 200
+MAX_MESSAGE_CHARS = 300
 MAX_PROBLEMS = 50
+
+_LONG_QUOTE = re.compile(r"'([^']{%d})[^']+'" % MAX_VALUE_CHARS)
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = MAX_VALUE_CHARS
@@ -46,7 +50,9 @@ class Problem:
         """``file: key.path: message (got value)``."""
         where = ": ".join(p for p in (source, short(self.path, MAX_PATH_CHARS)) if p)
         got = "" if self.value is _MISSING else f" (got {short_repr(self.value)})"
-        message = short(self.message, 1000)
+        # pydantic quotes the input inside some messages ("Input tag '…' found using 'dist' …"):
+        # cut a long quoted part there, keeping what the message says is allowed
+        message = short(_LONG_QUOTE.sub(lambda m: f"'{m.group(1)}…'", self.message), MAX_MESSAGE_CHARS)
         return f"{where}: {message}{got}" if where else f"{message}{got}"
 
 
