@@ -193,14 +193,24 @@ def test_split_address():
 
 # -- SIGTERM ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
-def test_sigterm_is_ctrl_c(tmp_path, executor):
-    raw = _with(stop={"rounds": 100000, "virtual_time_s": 1e7}, runtime={"executor": executor, "workers": 1},
+@pytest.fixture(params=["local", "ray"])
+def executor_args(request: pytest.FixtureRequest) -> list[str]:
+    """CLI arguments for each executor; Ray joins the session's instance (a second driver: no cluster start-up)."""
+    if request.param == "local":
+        return ["--executor", "local"]
+    import ray
+
+    request.getfixturevalue("ray_session")
+    return ["--executor", "ray", "--address", ray.get_runtime_context().gcs_address]
+
+
+def test_sigterm_is_ctrl_c(tmp_path, executor_args):
+    raw = _with(stop={"rounds": 100000, "virtual_time_s": 1e7}, runtime={"executor": "local", "workers": 1},
                 evaluation={"every_s": 1.0})
     scen = _write(tmp_path / "s.yaml", raw)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "hierfl.cli", "run", str(scen), "--out", str(out), "-q"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "hierfl.cli", "run", str(scen), "--out", str(out), "-q",
+                             *executor_args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # wait until the run is under way (its first rounds are out)
@@ -383,3 +393,16 @@ def test_ray_start_is_retried_once(ray_session, monkeypatch):
     monkeypatch.setattr(ray_executor.RayExecutor, "_start_actors", dead)
     with pytest.raises(RuntimeError, match="2 attempts, each waiting up to 300 s"):
         ray_executor.RayExecutor(data, workers=1)
+
+
+def test_shipped_nonfinite_drop_scenario(tmp_path, capsys):
+    scen = str(ROOT / "scenarios" / "nonfinite_drop.yaml")
+    assert main(["run", scen, "--out", str(tmp_path / "a"), "-q"]) == 0
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert (summary["status"], summary["rounds"], summary["totals"]["nonfinite_dropped"]) == ("completed", 3, 1)
+    assert np.isfinite(np.load(tmp_path / "a" / "final_model.npy")).all()
+    assert main(["run", scen, "--set", "stop.rounds=10", "--out", str(tmp_path / "b"), "-q"]) == 1
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert (summary["status"], summary["rounds"], summary["totals"]["nonfinite_dropped"]) == ("diverged", 4, 8)
+    assert summary["final_accuracy"] is None and "test loss inf" in summary["error"]
+    capsys.readouterr()
