@@ -34,6 +34,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     built = build(scenario, args.scenario) if args.build else None
+    if built is not None:
+        from hierfl.config.errors import ConfigError, Problem
+        from hierfl.driver.sanity import run_problems, run_warnings
+
+        never = run_problems(scenario, built)
+        if never:
+            raise ConfigError([Problem(key, msg) for key, msg in never], args.scenario)
+        for warning in run_warnings(scenario, built):
+            print(f"warning: {warning}", file=sys.stderr)
     print(f"{args.scenario}: OK — {scenario.name}: protocol {scenario.protocol.name}, "
           f"{scenario.devices.count} devices, {scenario.topology.edge_servers} edge servers, "
           f"dataset {scenario.data.dataset.name}/{scenario.data.partition.name}, model {scenario.model.name}"
@@ -67,7 +76,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from hierfl.build import build
     from hierfl.driver import RunError, run_scenario
-    from hierfl.driver.sanity import run_warnings
+    from hierfl.driver.sanity import run_problems, run_warnings
     from hierfl.output.files import OutputWriteError
     from hierfl.output.rundir import RunDirError, check_out_dir, prepare_dir
 
@@ -79,6 +88,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise _out_problem(exc) from None
     _check_address(scenario)
     built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
+    never = run_problems(scenario, built)
+    if never:
+        from hierfl.config.errors import ConfigError, Problem
+
+        raise ConfigError([Problem(key, msg) for key, msg in never], args.scenario)
     try:
         leftover = prepare_dir(out, force=args.force)
     except RunDirError as exc:

@@ -403,6 +403,31 @@ def test_shipped_nonfinite_drop_scenario(tmp_path, capsys):
     assert np.isfinite(np.load(tmp_path / "a" / "final_model.npy")).all()
     assert main(["run", scen, "--set", "stop.rounds=10", "--out", str(tmp_path / "b"), "-q"]) == 1
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
-    assert (summary["status"], summary["rounds"], summary["totals"]["nonfinite_dropped"]) == ("diverged", 4, 8)
+    assert (summary["status"], summary["rounds"], summary["totals"]["nonfinite_dropped"]) == ("diverged", 5, 18)
     assert summary["final_accuracy"] is None and "test loss inf" in summary["error"]
     capsys.readouterr()
+
+
+def test_warnings_for_settings_that_cannot_work(tmp_path, capsys):
+    from hierfl.build import build
+    from hierfl.driver.sanity import run_warnings
+
+    sc = tiny(straggler={"name": "deadline", "seconds": 0.01}, stop={"rounds": None, "virtual_time_s": 500.0},
+              evaluation={"every_s": 0.001})
+    warnings = run_warnings(sc, build(sc))
+    assert len(warnings) == 2, warnings
+    assert "500,000 evaluations" in warnings[0]
+    assert "straggler.seconds = 0.01 s is shorter than the fastest device's download + local training" in warnings[1]
+    sc = tiny(devices={"latency_ms": 1e308}, stop={"rounds": None, "virtual_time_s": 60.0})
+    (warning,) = run_warnings(sc, build(sc))
+    assert "longer than stop.virtual_time_s = 60 s" in warning
+    assert run_warnings(tiny(), build(tiny())) == []
+    scen = _write(tmp_path / "s.yaml", _with(straggler={"name": "deadline", "seconds": 0.01},
+                                             stop={"rounds": None, "virtual_time_s": 2.0}))
+    assert main(["run", str(scen), "--out", str(tmp_path / "o"), "-q"]) == 0
+    assert "every round will be empty" in capsys.readouterr().err
+    # without a time budget such a run would never end (empty rounds are no cloud aggregations)
+    scen = _write(tmp_path / "s.yaml", _with(straggler={"name": "deadline", "seconds": 0.01}, stop={"rounds": 1}))
+    assert main(["run", str(scen), "--out", str(tmp_path / "p"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "straggler.seconds" in err and "would never end" in err and not (tmp_path / "p").exists()
