@@ -60,13 +60,14 @@ def _out_problem(exc: Exception) -> Exception:
 def _check_address(scenario) -> None:  # noqa: ANN001 - a Scenario
     """``runtime.address`` must answer before anything is built (no silent hang on a dead address)."""
     from hierfl.config.errors import ConfigError, Problem
-    from hierfl.runtime.connect import AddressError, probe_address
 
     address = scenario.runtime.address
     if address and scenario.runtime.executor == "ray":
+        from hierfl.runtime.ray_executor import probe_address
+
         try:
             probe_address(address)
-        except AddressError as exc:
+        except ConnectionError as exc:
             raise ConfigError([Problem("runtime.address", str(exc))], "--address / runtime.address") from None
 
 
@@ -74,8 +75,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hierfl.build import build
     from hierfl.driver import RunError, run_scenario
+    from hierfl.driver.run import start_and_build
     from hierfl.driver.sanity import run_problems, run_warnings
     from hierfl.output.files import OutputWriteError
     from hierfl.output.rundir import RunDirError, check_out_dir, prepare_dir
@@ -87,16 +88,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         raise _out_problem(exc) from None
     _check_address(scenario)
-    built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
-    never = run_problems(scenario, built)
-    if never:
-        from hierfl.config.errors import ConfigError, Problem
-
-        raise ConfigError([Problem(key, msg) for key, msg in never], args.scenario)
+    # Ray starts while the data is generated; build errors are config errors: nothing written yet
+    start, built = start_and_build(scenario, args.scenario)
     try:
+        never = run_problems(scenario, built)
+        if never:
+            from hierfl.config.errors import ConfigError, Problem
+
+            raise ConfigError([Problem(key, msg) for key, msg in never], args.scenario)
         leftover = prepare_dir(out, force=args.force)
     except RunDirError as exc:
+        start.close()
         raise _out_problem(exc) from None
+    except BaseException:
+        start.close()
+        raise
     console = Console(stderr=True)
     if leftover:
         console.print(f"[yellow]warning:[/yellow] {out} keeps files the run does not write (from before, left "
@@ -120,7 +126,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, info=f"t={t:,.1f}s round {rounds} acc {acc_txt}")
 
         try:
-            result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built)
+            result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built,
+                                  start=start)
         except RunError as exc:
             status = "diverged" if getattr(exc, "status", None) == "diverged" else "failed"
             console.print(f"[red]run {status}:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
