@@ -57,20 +57,6 @@ def _out_problem(exc: Exception) -> Exception:
     return ConfigError([Problem("--out", exc.message, str(exc.path))], "command line")  # type: ignore[attr-defined]
 
 
-def _check_address(scenario) -> None:  # noqa: ANN001 - a Scenario
-    """``runtime.address`` must answer before anything is built (no silent hang on a dead address)."""
-    from hierfl.config.errors import ConfigError, Problem
-
-    address = scenario.runtime.address
-    if address and scenario.runtime.executor == "ray":
-        from hierfl.runtime.ray_executor import probe_address
-
-        try:
-            probe_address(address)
-        except ConnectionError as exc:
-            raise ConfigError([Problem("runtime.address", str(exc))], "--address / runtime.address") from None
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -87,7 +73,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         check_out_dir(out, force=args.force)
     except RunDirError as exc:
         raise _out_problem(exc) from None
-    _check_address(scenario)
     # Ray starts while the data is generated; build errors are config errors: nothing written yet
     start, built = start_and_build(scenario, args.scenario)
     try:
