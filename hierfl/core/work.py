@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from hierfl.core.personal import PersonalSpec
 
 __all__ = [
     "TrainSpec", "effective_batch", "num_steps", "samples_processed",
@@ -45,6 +48,12 @@ class TrainSpec:
     # timing only (``training.trainer: none``): the job takes its virtual time but is not run; its
     # update is the model it started from
     train: bool = True
+    # a Byzantine device's behaviour (a ``hierfl.learn.robust`` behaviour config, hashable): the host
+    # trains on flipped labels or transforms the result; None for an honest job
+    attack: Any = None
+    # personalisation (``training.trainer``: fedper, lg_fedavg, fedmeta, fedavgmeta): what stays on
+    # the device and how it adapts; None = every parameter is global (hierfl.learn.personal)
+    personal: PersonalSpec | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):

@@ -8,6 +8,7 @@ stamped with the current virtual time; durations come from the world.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import weakref
 from typing import Any
@@ -22,6 +23,8 @@ from hierfl.core.work import TrainSpec
 from hierfl.env.api import Endpoint, Job, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, NonFiniteUpdate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.faults import Faults
+from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
 __all__ = ["Context", "RunError", "DivergedError"]
@@ -71,6 +74,16 @@ class Context:
         n = self._world.num_devices
         self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
+        # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
+        self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
+        # Byzantine robustness (issue 16): None keeps every call exactly as without it
+        setup = robust_setup(scenario, self.dyn)
+        self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
+        # per-device evaluation (issue 17): the run has evaluation sets
+        self.device_eval = bool(getattr(built, "eval_sets", None))
+        # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
+        personal = self._spec.personal
+        self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
         # non-finite updates (issue 14): with `drop`, the handles of flagged jobs' results, left out of
         # every aggregation they are given to, and per aggregator the updates kept/left out since its commit
         self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
@@ -148,6 +161,10 @@ class Context:
         """Whether ``device`` is available now."""
         return self.dyn.availability.is_up(device, self.now)
 
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now."""
+        return server not in self.transfers.down
+
     def _everyone(self) -> OnlineIndex:
         assert self._online is not None
         self._online.advance(self.now)
@@ -209,10 +226,13 @@ class Context:
         the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
-        spec = spec or self._spec
+        spec = self.personal_phase(spec or self._spec)
+        behavior = None
+        if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
+            spec, behavior = self.robust.job_spec(device, self.now, spec)
+        mark = {} if behavior is None else {"byzantine": behavior.name}
         job_id = int(self._jobs_started[device])
         self._jobs_started[device] += 1
-        seed = stream_seed(self.seed, "train", device, job_id)
         compute_s = self._duration(device, spec, job_id)
         dyn = self.dyn
         lost_at, reason = math.inf, None
@@ -225,14 +245,31 @@ class Context:
             if down < self.now + compute_s and down < lost_at:
                 lost_at, reason = down, "offline"
         if math.isfinite(lost_at):
-            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason)
+            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason,
+                                **mark)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
         if not spec.train:  # timing only: the update is the model the job started from
             self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
+        # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
+        seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
-        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
+        if self.robust is not None:
+            self.robust.remember(new, device, behavior)
+        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
+
+    def personal_phase(self, spec: TrainSpec) -> TrainSpec:
+        """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up
+        (``warmup_rounds`` cloud rounds) without personalisation — plain FedAvg jobs on the whole
+        model; when it ends, devices without state take their local layers from the global model."""
+        if not self._warmup_rounds or spec.personal is None:
+            return spec
+        if self.counters["cloud_aggregations"] < self._warmup_rounds:
+            return dataclasses.replace(spec, personal=None)
+        self._warmup_rounds = 0
+        self.executor.set_personal_base(self._global)
+        return spec
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
         """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""
@@ -260,7 +297,7 @@ class Context:
             stats = self._wait(job)
         self.counters["train_jobs"] += 1
         self.counters["compute_s"] += job.compute_s
-        if stats.get(NONFINITE):
+        if stats.get(NONFINITE) and self.robust is None:  # with a robust rule, it screens NaN/Inf itself
             self._nonfinite_update(job)
         return stats
 
@@ -388,6 +425,10 @@ class Context:
         """Handle of the cloud's SCAFFOLD control ``c`` now (None without SCAFFOLD)."""
         return self.executor.control() if self._control_coefs is not None else None
 
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity of ``models − base`` (WSCC), computed by the cloud role."""
+        return self.executor.similarity(models, base)
+
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model``."""
         return float(self.executor.evaluate(model)[1])
@@ -404,6 +445,9 @@ class Context:
 
     def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+            self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
+            return
         if self._fold(("edge", edge), update):
             self.executor.add_edge(edge, weight, update, control_coef)
 
@@ -420,6 +464,9 @@ class Context:
             handle = base  # the edge model stays the one the round started from
         else:
             handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+            if self.robust is not None:
+                self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
+                self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
         self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
         return handle
 
@@ -438,6 +485,9 @@ class Context:
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+            self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
+            return
         if self._fold(("cloud", 0), update):
             self.executor.add_cloud(weight, update, control_coef)
 
@@ -452,6 +502,8 @@ class Context:
             handle = base if base is not None else self._global  # the global model stays as it was
         else:
             handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
+            if self.robust is not None:
+                self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)
@@ -459,6 +511,32 @@ class Context:
         self.telemetry.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
         self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
         self._cloud_round_done()
+        return handle
+
+    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
+        """Whether an asynchronous step from ``base`` to ``candidate`` (made from ``source``'s ``update``)
+        is applied: True unless the ``tier`` rule is a screen (Zeno++), which may reject it (counted)."""
+        if self.robust is None or not type(self.robust.setup.rule(tier)).asynchronous:
+            return True
+        tag = self.robust.take(update, tier, 0)
+        accepted = self.executor.screen(base, candidate, tag)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        if not accepted:
+            self.counters["updates_rejected"] = self.counters.get("updates_rejected", 0) + 1
+        return accepted
+
+    def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
+        """``base + Σc · rule(Δ)`` over a buffer / queue of deltas ``Δ_i = a_i − b_i`` weighted ``c_i``
+        (FedBuff, AHFL) when the ``tier`` rule is robust; None under the mean (the caller combines)."""
+        if self.robust is None or not self.robust.queues:
+            return None
+        tags = [self.robust.take(a, tier, entity) for _, a, _ in deltas]
+        rule = self.robust.setup.rule(tier)
+        if rule.is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
         return handle
 
     def average(self, models: list[Any], weights: list[float]) -> Any:

@@ -22,6 +22,7 @@ from hierfl.core.dynamics import Dynamics
 from hierfl.driver.context import Context, RunError
 from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdowns
 from hierfl.env.records import ClustersRecord, RunEnd, RunStart
+from hierfl.driver.robustness import robust_setup
 from hierfl.output.files import write_config, write_model, write_summary
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.runtime.executor import Executor, RunData
@@ -164,7 +165,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                        built.dataset.y_test, built.init_params,
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                         rt.fast_path),
-                       world.num_edges, built.spec)
+                       world.num_edges, built.spec, robust_setup(scenario, dyn), tuple(built.eval_sets))
         try:
             executor = start.executor(data)
         except Exception as exc:
@@ -181,6 +182,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         run = RunLoop(ctx, progress)
         trace_slowdowns(ctx)
         run.loop(protocol)
+        if ctx.faults is not None:
+            ctx.faults.finish(ctx.now)
         trace_offline(ctx)
         final = executor.fetch(ctx.global_model)
         write_model(out, final)
@@ -190,6 +193,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             "status": "completed", "stop_reason": ctx.stop_reason,
             "final_accuracy": last["accuracy"], "final_loss": last["loss"],
             "best_accuracy": max((e["accuracy"] for e in run.evals if e["accuracy"] is not None), default=None),
+            **({"final_device_accuracy": last["device_accuracy_mean"]} if "device_accuracy_mean" in last else {}),
             "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
@@ -207,6 +211,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             summary["warnings"] = list(dyn.warnings)
         if tel.queues.series:
             summary["queues"] = tel.queues.summary(ctx.now)
+        if ctx.robust is not None:
+            summary["robustness"] = ctx.robust.summary()
         tel.record(RunEnd(ctx.stop_reason))
         write_summary(out, summary)
         return RunResult(out, summary, final, run.evals)

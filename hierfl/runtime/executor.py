@@ -35,6 +35,9 @@ class RunData:
     model: ModelSpec
     num_edges: int
     spec: TrainSpec
+    robust: Any = None  # hierfl.learn.robust.RobustSetup: robust rules / attacks on (None: plain averaging)
+    # per-device evaluation sets (device, training rows, held-out rows or None): see Built.eval_sets
+    eval_sets: tuple[tuple[int, np.ndarray, np.ndarray | None], ...] = ()
 
 
 class Executor:
@@ -63,10 +66,12 @@ class Executor:
         """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role (does not wait)."""
         raise NotImplementedError
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """Fold an arriving update into ``edge``'s running aggregation (does not wait).
 
         With ``control_coef`` the update is a packed SCAFFOLD ``[y; Δc]``; ``κ·Δc`` is summed apart.
+        ``tag``: a Byzantine update's tag (robust aggregation only; see :class:`~hierfl.runtime.roles.Aggregation`).
         """
         raise NotImplementedError
 
@@ -79,8 +84,21 @@ class Executor:
         """
         raise NotImplementedError
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """Fold an arriving model into the cloud's running aggregation (does not wait)."""
+        raise NotImplementedError
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """The robust-aggregation reports of ``tier``'s commits since the last call (blocking)."""
+        raise NotImplementedError
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """Zeno++ at the cloud: whether the step ``candidate − base`` is applied (blocking)."""
+        raise NotImplementedError
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """``base`` stepped by the ``tier`` rule's aggregate of the deltas ``terms`` (a new handle)."""
         raise NotImplementedError
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
@@ -106,6 +124,47 @@ class Executor:
     def fetch(self, params: Any) -> np.ndarray:
         """The parameter vector behind a handle."""
         raise NotImplementedError
+
+    # -- device-held state (personalised trainers) -----------------------------------------------
+    # The one place a device's state lives: the executor keeps, per device, the handle of the state
+    # its last personalised job returned; the next job of the device takes it, on whichever host it
+    # runs. A device without state starts from the initial global vector's local layers.
+    def device_state(self, device: int) -> np.ndarray | None:
+        """The device's state as it is after its last submitted job (None: it has none yet)."""
+        raise NotImplementedError
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Put a device's state back (e.g. after a host was lost and restarted)."""
+        raise NotImplementedError
+
+    def set_personal_base(self, params: Any) -> None:
+        """From now on, a device without state takes its local layers from ``params`` (LG-FedAvg's warm-up
+        model) instead of the initial model."""
+        raise NotImplementedError
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
+        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
+        ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
+        raise NotImplementedError
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the cloud role (blocking)."""
+        raise NotImplementedError
+
+    def _eval_groups(self, num_evals: int, eval_devices: list[int], params: Any,
+                     per_device: dict[int, Any] | None) -> list[tuple[Any, list[int]]]:
+        """Evaluation slots grouped by the model they are tested with, in order of first slot."""
+        groups: list[tuple[Any, list[int]]] = []
+        for k in range(num_evals):
+            model = params if per_device is None else per_device.get(eval_devices[k], params)
+            for handle, slots in groups:
+                if handle is model:
+                    slots.append(k)
+                    break
+            else:
+                groups.append((model, [k]))
+        return groups
 
     def close(self) -> None:
         """Release resources."""
@@ -135,9 +194,11 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, data: RunData) -> None:
-        self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model)
-        self.leaders = LeaderHost()
-        self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model)
+        self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model, list(data.eval_sets))
+        self._states: dict[int, np.ndarray] = {}
+        self._base: Any = None  # where stateless devices take their local layers (None: the initial model)
+        self.leaders = LeaderHost(data.robust)
+        self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model, data.robust)
         self._init = np.asarray(data.init_params, dtype=np.float32)
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None
         self.host.warmup(data.spec, self._init)
@@ -174,6 +235,10 @@ class LocalExecutor(Executor):
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Runs the job immediately (its virtual time is accounted by the emulator); fast path: joins a group."""
+        if spec.personal is not None:  # device state in, new device state out (kept here)
+            new, stats, self._states[device] = self.host.train_personal(
+                device, seed, spec, self._vals([params])[0], self._states.get(device, self._base_model()))
+            return new, stats, 0
         if self._groups is not None and not spec.control_variates and control is None:
             job = _Pending(device, seed, spec, params)
             _, closed = self._groups.add(job, spec, params)
@@ -198,18 +263,41 @@ class LocalExecutor(Executor):
         models = self._vals(models)
         return self.cloud.average(list(weights), list(range(len(models))), [None] * len(models), *models)
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """In-process."""
-        self.leaders.add(edge, weight, self._vals([update])[0], control_coef)
+        self.leaders.add(edge, weight, self._vals([update])[0], control_coef, tag)
 
     def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
                     pack_control: bool = False) -> Any:
         """In-process."""
         return self.leaders.commit(edge, opt, self._vals([base])[0], pack_control)
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """In-process."""
-        self.cloud.add(weight, self._vals([update])[0], control_coef)
+        self.cloud.add(weight, self._vals([update])[0], control_coef, tag)
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """In-process."""
+        return (self.leaders if tier == "edge" else self.cloud).take_reports()
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """In-process; the base model is ``arrays[0]`` for the role."""
+        plus, minus, arrays = self._pack(terms)
+        plus = [p + 1 for p in plus]
+        minus = [m + 1 if m >= 0 else -1 for m in minus]
+        coefs = [c for c, _, _ in terms]
+        none: list[int | None] = [None] * len(terms)
+        if tier == "edge":
+            return self.leaders.robust_combine(entity, opt, coefs, plus, none, minus, none, tags, self._val(base),
+                                               *arrays)
+        return self.cloud.robust_combine(opt, coefs, plus, none, minus, none, tags, self._val(base), *arrays)
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """In-process."""
+        base, candidate = self._vals([base, candidate])
+        return self.cloud.screen(base, candidate, tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """In-process."""
@@ -258,6 +346,40 @@ class LocalExecutor(Executor):
     def fetch(self, params: Any) -> np.ndarray:
         """The handle is the vector."""
         return np.asarray(self._vals([params])[0])
+
+    def _base_model(self) -> np.ndarray:
+        return self._init if self._base is None else self._base
+
+    def set_personal_base(self, params: Any) -> None:
+        """In-process: the vector itself."""
+        self._base = np.asarray(self._vals([params])[0])
+
+    def device_state(self, device: int) -> np.ndarray | None:
+        """The state kept for ``device`` (a copy)."""
+        state = self._states.get(device)
+        return None if state is None else np.array(state)
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Replace ``device``'s state."""
+        self._states[device] = np.array(state, dtype=np.float32)
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """In-process, on the host role (one call per model the devices are tested with)."""
+        sets = self.host.eval_sets
+        out = np.zeros((len(sets), 3))
+        arrays = [self._base_model()] + list(self._states.values())
+        pos = {d: k + 1 for k, d in enumerate(self._states)}
+        for model, slots in self._eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
+            index = [pos.get(sets[k][0], 0) for k in slots]
+            out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
+                                                    self._vals([model])[0], *arrays)
+        return out
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """In-process, by the cloud role."""
+        arrays = self._vals(list(models) + ([] if base is None else [base]))
+        k = len(models)
+        return self.cloud.similarity(-1 if base is None else k, list(range(k)), [None] * k, *arrays)
 
     def close(self) -> None:
         """Nothing to release (an open group is dropped)."""

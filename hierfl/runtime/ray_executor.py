@@ -19,6 +19,9 @@ every host holds the shared, read-only training arrays from the object store. A 
 per-device state in the host (SCAFFOLD's control variates) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
+Personalised trainers' device state (local layers) instead travels with the jobs: a job takes
+the handle of its device's state and returns the new state as a third batch array, whose handle
+the executor keeps (``_states``); such jobs are pooled like any other.
 
 Start-up. Nothing of Ray's start needs the data, so :class:`RayStart` begins it as soon as the
 scenario is loaded: ``ray.init`` (or attaching to a cluster), then the actors are requested, and
@@ -62,9 +65,10 @@ class HostActor(DeviceHost):
     def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
         importlib.import_module("torch")  # the slow part of an actor's start: done while the driver builds
 
-    def setup(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec) -> float:
+    def setup(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
+              eval_sets: Any = None) -> float:
         """Become the device host of this run's data; returns the actor's ``time.time()``."""
-        DeviceHost.__init__(self, x_train, y_train, parts, model)
+        DeviceHost.__init__(self, x_train, y_train, parts, model, eval_sets)
         return time.time()
 
     def warm(self, spec: TrainSpec, params: np.ndarray) -> float:
@@ -79,9 +83,10 @@ class CloudActor(Cloud):
     def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
         importlib.import_module("torch")
 
-    def setup(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec) -> float:
+    def setup(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec,
+              robust: Any = None) -> float:
         """Become the cloud of this run; returns the actor's ``time.time()``."""
-        Cloud.__init__(self, init_params, x_test, y_test, model)
+        Cloud.__init__(self, init_params, x_test, y_test, model, robust)
         return time.time()
 
     def warm(self) -> float:
@@ -210,6 +215,15 @@ class Slot:
     stats: Any = None
     host: int = -1
     group: int = -1  # fast path: the job's group (JobGroups), -1: none
+    state: Any = None       # personalised jobs: handle of the device's state going in
+    state_ref: Any = None   # ... and the batch array of the states coming out (row ``row``)
+
+
+@dataclass(eq=False)
+class StateOf:
+    """Handle of the device state a personalised job returns (row ``slot.row`` of ``slot.state_ref``)."""
+
+    slot: Slot
 
 
 class RayExecutor(Executor):
@@ -226,20 +240,29 @@ class RayExecutor(Executor):
         # the data goes into the object store once; every actor reads it zero-copy from there
         x_ref, y_ref = ray.put(data.x_train), ray.put(data.y_train)
         parts_ref = ray.put(data.parts)
+        evals_ref = ray.put(list(data.eval_sets))
+        self._num_evals = len(data.eval_sets)
+        self._eval_devices = [int(d) for d, _, _ in data.eval_sets]
+        self._states: dict[int, Any] = {}
+        self._base: Any = None  # where stateless devices take their local layers (None: the initial model)
         self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
         xt_ref, yt_ref = ray.put(data.x_test), ray.put(data.y_test)
         self._data_refs = (x_ref, y_ref, xt_ref, yt_ref)
         self._start.marks["data_in_store"] = time.time()
-        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
+        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote(data.robust) if data.num_edges > 0 else None
         # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
-        self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model) for h in self.hosts]
-        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model)
+        self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model, evals_ref) for h in self.hosts]
+        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust)
+        self._robust = data.robust is not None
         self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
         self._cloud_warm = self.cloud.warm.remote()
         self._outstanding = [0] * self.workers
         self._jobs: list[Slot] = []
         self._cloud_adds: list[tuple[float, Any, float | None]] = []
         self._edge_adds: list[tuple[int, float, Any, float | None]] = []
+        # Byzantine tags of the buffered adds, parallel to the lists above (robust aggregation only)
+        self._cloud_tags: list[Any] = []
+        self._edge_tags: list[Any] = []
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None  # opt-in fast path
 
     def _started(self) -> list[Any]:
@@ -273,6 +296,8 @@ class RayExecutor(Executor):
     # -- buffering ----------------------------------------------------------------------------
     @staticmethod
     def _ref_row(handle: Any) -> tuple[Any, int | None]:
+        if isinstance(handle, StateOf):
+            return handle.slot.state_ref, handle.slot.row
         if isinstance(handle, Slot):
             return handle.ref, handle.row
         return handle, None
@@ -305,6 +330,9 @@ class RayExecutor(Executor):
             slot.host = host
             groups.setdefault((host, slot.spec), []).append(slot)
         for (host, spec), batch in groups.items():
+            if spec.personal is not None:
+                self._dispatch_personal(host, spec, batch)
+                continue
             controls = [slot.control for slot in batch if slot.control is not None]
             index, rows, arrays = self._unique_refs([slot.params for slot in batch] + controls)
             control_index: list[int] | None = None
@@ -317,6 +345,16 @@ class RayExecutor(Executor):
                 groups=[s.group for s in batch] if self._groups is not None and not spec.control_variates else None)
             for k, slot in enumerate(batch):
                 slot.ref, slot.row, slot.stats = out_ref, k, stats_ref
+
+    def _dispatch_personal(self, host: int, spec: TrainSpec, batch: list[Slot]) -> None:
+        """One call for a host's personalised jobs: start models and device states in, three arrays out."""
+        index, rows, arrays = self._unique_refs([slot.params for slot in batch] + [slot.state for slot in batch])
+        k = len(batch)
+        out_ref, stats_ref, state_ref = self.hosts[host].train_many.options(num_returns=3).remote(
+            [s.device for s in batch], [s.seed for s in batch], spec, index[:k], rows[:k], None, *arrays,
+            state_index=index[k:], state_rows=rows[k:])
+        for j, slot in enumerate(batch):
+            slot.ref, slot.row, slot.stats, slot.state_ref = out_ref, j, stats_ref, state_ref
 
     def _unique_refs(self, handles: list[Any]) -> tuple[list[int], list[int | None], list[Any]]:
         """(index into unique refs, row, unique refs): a batch array is sent once per call."""
@@ -338,13 +376,21 @@ class RayExecutor(Executor):
         self._flush_jobs()
         if self._cloud_adds:
             adds, self._cloud_adds = self._cloud_adds, []
+            tags, self._cloud_tags = self._cloud_tags, []
             index, rows, refs = self._unique_refs([h for _, h, _ in adds])
-            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs)
+            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
+                                       **self._tags_kw(tags))
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
+            etags, self._edge_tags = self._edge_tags, []
             index, rows, refs = self._unique_refs([h for _, _, h, _ in eadds])
             self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
-                                         [c for *_, c in eadds], *refs)
+                                         [c for *_, c in eadds], *refs, **self._tags_kw(etags))
+
+    @staticmethod
+    def _tags_kw(tags: list[Any]) -> dict[str, Any]:
+        """``tags=…`` for an add call when one of the updates is Byzantine (else nothing: today's call)."""
+        return {"tags": tags} if any(t is not None for t in tags) else {}
 
     def flush(self) -> None:
         """Dispatch everything buffered (called before the driver blocks)."""
@@ -358,6 +404,16 @@ class RayExecutor(Executor):
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Buffer the job; it is dispatched before the driver next blocks."""
         slot = Slot(device, seed, spec, params, control)
+        if spec.personal is not None:  # the device's state goes in; the job's new state becomes its state
+            state = self._states.get(device, self._base if self._base is not None else self._init)
+            if isinstance(state, StateOf) and state.slot.ref is None:
+                self._flush_jobs()  # its previous job is still buffered: bind it to its batch first
+            slot.state = state
+            self._states[device] = StateOf(slot)
+            self._jobs.append(slot)
+            if len(self._jobs) >= _MAX_BUFFERED_JOBS_PER_HOST * self.workers:
+                self._flush_jobs()
+            return slot, slot, -1
         if self._groups is not None:
             if spec.control_variates or control is not None:
                 self._need(params, control)
@@ -388,10 +444,12 @@ class RayExecutor(Executor):
         index, rows, refs = self._unique_refs(list(models))
         return self.cloud.average.remote(list(weights), index, rows, *refs)
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """Buffer the fold-in at the leader actor (sent in order with the others)."""
         self._need(update)
         self._edge_adds.append((edge, weight, update, control_coef))
+        self._edge_tags.append(tag)
 
     def _model_ref(self, handle: Any) -> Any:
         ref, row = self._ref_row(handle)
@@ -405,21 +463,24 @@ class RayExecutor(Executor):
         assert self.leaders is not None
         self._need(base)
         self._flush_adds()
-        if opt is None and not pack_control:
+        if opt is None and not pack_control and not self._robust:
             return self.leaders.commit.remote(edge)
         return self.leaders.commit.remote(edge, opt, None if base is None else self._model_ref(base), pack_control)
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """Buffer the fold-in at the cloud actor (sent in order with the others)."""
         self._need(update)
         self._cloud_adds.append((weight, update, control_coef))
+        self._cloud_tags.append(tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Ref of the new global model (pending fold-ins travel with the commit)."""
         self._need(base)
         adds, self._cloud_adds = self._cloud_adds, []
+        tags, self._cloud_tags = self._cloud_tags, []
         self._flush_adds()
-        base_ref = None if base is None or opt is None else self._model_ref(base)  # plain averaging needs no base
+        # plain averaging needs no base (a robust rule may: norm clipping, Zeno, the records)
+        base_ref = None if base is None or (opt is None and not self._robust) else self._model_ref(base)
         if not adds:
             return self.cloud.commit.remote(opt, base_ref)
         handles = [h for _, h, _ in adds]
@@ -428,7 +489,20 @@ class RayExecutor(Executor):
         if base_ref is not None:
             base_pos, index, rows = index[-1], index[:-1], rows[:-1]
         return self.cloud.add_many_commit.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds],
-                                                 opt, base_pos, *refs)
+                                                 opt, base_pos, *refs, **self._tags_kw(tags))
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """The reports of ``tier``'s role (waits for its commits: actor calls run in order)."""
+        role = self.leaders if tier == "edge" else self.cloud
+        if role is None:
+            return []
+        return list(ray.get(role.take_reports.remote()))
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """Zeno++ in the cloud actor (waits for its answer)."""
+        self._need(base, candidate)
+        self._flush_adds()
+        return bool(ray.get(self.cloud.screen.remote(self._model_ref(base), self._model_ref(candidate), tag)))
 
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
@@ -444,6 +518,22 @@ class RayExecutor(Executor):
                 raise RuntimeError("no leader actor: the scenario has no edge servers")
             return self.leaders.server_step.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
         return self.cloud.server_step.remote(opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """Ref of ``base`` stepped by the ``tier`` rule's aggregate of the deltas, computed in the actor."""
+        self._need(base, *[h for _, p, m in terms for h in (p, m)])
+        self._flush_adds()
+        handles = [self._model_ref(base)] + [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)  # the base comes first: arrays[0] in the role
+        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
+        coefs = [c for c, _, _ in terms]
+        if tier == "edge":
+            if self.leaders is None:
+                raise RuntimeError("no leader actor: the scenario has no edge servers")
+            return self.leaders.robust_combine.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, tags,
+                                                      *refs)
+        return self.cloud.robust_combine.remote(opt, coefs, plus, plus_rows, minus, minus_rows, tags, *refs)
 
     def control(self) -> Any:
         """Ref of the cloud's control ``c`` after every call sent so far (actor calls run in order)."""
@@ -500,6 +590,61 @@ class RayExecutor(Executor):
         ref, row = self._ref_row(params)
         arr = self._get(ref)
         return np.array(arr if row is None else arr[row], dtype=np.float32)
+
+    def device_state(self, device: int) -> np.ndarray | None:
+        """Download ``device``'s state (after its last submitted job)."""
+        handle = self._states.get(device)
+        if handle is None:
+            return None
+        self.flush()
+        ref, row = self._ref_row(handle)
+        arr = ray.get(ref)
+        return np.array(arr if row is None else arr[row], dtype=np.float32)
+
+    def set_personal_base(self, params: Any) -> None:
+        """A model ref (the warm-up's global model)."""
+        self._need(params)
+        self.flush()
+        self._base = self._model_ref(params)
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Put ``device``'s state (into the object store)."""
+        self._states[device] = ray.put(np.array(state, dtype=np.float32))
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """Per model, its evaluation sets cut into one contiguous chunk per host; rows come back in order."""
+        self._need(params, *(per_device or {}).values())
+        self.flush()
+        out = np.zeros((self._num_evals, 3))
+        calls, where = [], []
+        for model, group in self._eval_groups(self._num_evals, self._eval_devices, params, per_device):
+            model_ref = self._model_ref(model)
+            bounds = np.linspace(0, len(group), self.workers + 1).astype(int)
+            for host in range(self.workers):
+                slots = group[int(bounds[host]):int(bounds[host + 1])]
+                if not slots:
+                    continue
+                base = self._base if self._base is not None else self._init
+                handles = [self._states.get(self._eval_devices[k], base) for k in slots]
+                index, rows, refs = self._unique_refs(handles)
+                calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, model_ref,
+                                                                      *refs))
+                where.append(slots)
+        for slots, rows_out in zip(where, ray.get(calls)):
+            out[slots] = rows_out
+        return out
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Computed in the cloud actor; only the matrix comes back."""
+        self._need(*models, base)
+        self._flush_adds()
+        handles = list(models) + ([] if base is None else [self._model_ref(base)])
+        index, rows, refs = self._unique_refs(handles)
+        k = len(models)
+        base_pos = -1
+        if base is not None:
+            base_pos = index[k]
+        return np.asarray(ray.get(self.cloud.similarity.remote(base_pos, index[:k], rows[:k], *refs)))
 
     def close(self) -> None:
         """Kill the actors; shut Ray down if this executor's start began it."""

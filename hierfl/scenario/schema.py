@@ -35,6 +35,7 @@ from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
 from hierfl.devices import ConstantDist, Dist, TierSpec
 from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_model
 from hierfl.executors import EXECUTORS
+from hierfl.learn.robust import AggregationSection
 from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
@@ -74,6 +75,14 @@ class DataConfig(ConfigModel):
 
     dataset: DATASETS.union()  # type: ignore[valid-type]
     partition: PARTITIONERS.union() = IIDConfig()  # type: ignore[valid-type]
+    # per-device evaluation (issue 17; README "Personalisation and clustered FL")
+    local_test_fraction: float = Field(
+        default=0.0, ge=0.0, lt=1.0,
+        description="share of every device's own samples held out as its local test set (0 = none); eval "
+                    "lines then carry the distribution of per-device accuracy")
+    test_devices: NonNegativeInt = Field(
+        default=0, description="extra devices held out whole (never train): unseen clients, evaluated after "
+                               "adapting on their support set")
 
 
 class DevicesConfig(ConfigModel):
@@ -359,6 +368,8 @@ class Scenario(ConfigModel):
     straggler: device_policy_field() = default_policy()  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
+    aggregation: AggregationSection = Field(
+        default=AggregationSection(), description="Byzantine-robust rule of the cloud and edge aggregations (mean)")
     output: OutputConfig = OutputConfig()
     robustness: RobustnessConfig = Field(
         default=RobustnessConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")
