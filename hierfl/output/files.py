@@ -128,7 +128,11 @@ class ClustersWriter:
 
 def write_config(out_dir: Path, text: str) -> None:
     """``config.yaml``: the fully resolved scenario."""
-    (out_dir / "config.yaml").write_text(text, encoding="utf-8")
+    path = out_dir / "config.yaml"
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _write_error(path, exc) from None
 
 
 def write_devices(out_dir: Path, world: World, availability: list[str] | None = None,
@@ -138,9 +142,16 @@ def write_devices(out_dir: Path, world: World, availability: list[str] | None = 
     device → edge map instead of the topology's (FedCH)."""
     if edge_of is not None:  # each device's server and its link times as that map has them (on a copy)
         world = dataclasses.replace(world, edge_of=np.asarray(edge_of))
+    try:
+        _devices_csv(out_dir / "devices.csv", world, availability, slowdowns)
+    except OSError as exc:
+        raise _write_error(out_dir / "devices.csv", exc) from None
+
+
+def _devices_csv(path: Path, world: World, availability: list[str] | None, slowdowns: list[int] | None) -> None:
     assert world.tier is not None
     edges = world.edge_of
-    with open(out_dir / "devices.csv", "w", newline="", encoding="utf-8") as fh:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["device", "tier", "samples", "speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms",
                     "edge", "edge_latency_ms", "compute_s_per_epoch", "download_s", "upload_s",
@@ -175,4 +186,8 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
 
 def write_model(out_dir: Path, params: np.ndarray) -> None:
     """``final_model.npy``: the final global model as a float32 vector."""
-    np.save(out_dir / "final_model.npy", np.asarray(params, dtype=np.float32))
+    path = out_dir / "final_model.npy"
+    try:
+        np.save(path, np.asarray(params, dtype=np.float32))
+    except OSError as exc:
+        raise _write_error(path, exc) from None
