@@ -382,3 +382,17 @@ def test_warnings_for_settings_that_cannot_work(tmp_path, capsys):
     assert main(["run", str(scen), "--out", str(tmp_path / "p"), "-q"]) == 2
     err = capsys.readouterr().err
     assert "straggler.seconds" in err and "would never end" in err and not (tmp_path / "p").exists()
+
+
+def test_byzantine_nonfinite_sender_under_the_plain_mean_diverges(tmp_path):
+    # with Byzantine senders the robust layer owns update screening (issue 16); the plain mean screens
+    # nothing, so the global model turns NaN and the global-model check ends the run
+    from hierfl.driver import RunError, run_scenario
+
+    attack = [{"at_s": 0.0, "attack": {"select": {"ids": [0]}, "behavior": {"name": "nonfinite"}}}]
+    with pytest.raises(RunError, match="global model is not finite"):
+        run_scenario(tiny(stop={"rounds": 2}, events=attack), tmp_path / "mean")
+    assert json.loads((tmp_path / "mean" / "summary.json").read_text())["status"] == "diverged"
+    res = run_scenario(tiny(stop={"rounds": 2}, events=attack, aggregation={"cloud": {"name": "geomed"}}),
+                       tmp_path / "geomed")
+    assert res.summary["status"] == "completed" and np.isfinite(res.final_params).all()
