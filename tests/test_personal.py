@@ -106,7 +106,7 @@ def _executor(sc):
     b = build(sc)
     data = RunData(b.dataset.x_train, b.dataset.y_train, b.parts, b.dataset.x_test, b.dataset.y_test, b.init_params,
                    (sc.model, tuple(b.dataset.input_shape), b.dataset.num_classes, 1), b.world.num_edges, b.spec,
-                   tuple(b.eval_sets))
+                   eval_sets=tuple(b.eval_sets))
     return b, LocalExecutor(data)
 
 

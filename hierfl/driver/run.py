@@ -150,7 +150,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     executor: Executor | None = None
     resolved = scenario.model_copy(update={"versions": package_versions()})
     out = Path(out_dir)
-    tel = RunTelemetry(out, trace_devices=scenario.output.trace_devices(built.world.num_devices, scenario.seed))
+    tel = RunTelemetry(out, trace_devices=scenario.output.trace_devices(built.world.num_devices, scenario.seed),
+                       tensorboard=scenario.output.tensorboard)
     write_config(out, dump_scenario(resolved))
     dyn = built.dynamics or Dynamics.static(built.world.num_devices)
     world = built.world
@@ -165,7 +166,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                        built.dataset.y_test, built.init_params,
                        (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                         rt.fast_path),
-                       world.num_edges, built.spec, robust_setup(scenario, dyn), tuple(built.eval_sets))
+                       world.num_edges, built.spec, robust=robust_setup(scenario, dyn), eval_sets=tuple(built.eval_sets))
         try:
             executor = start.executor(data)
         except Exception as exc:

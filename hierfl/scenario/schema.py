@@ -334,6 +334,19 @@ class OutputConfig(ConfigModel):
     trace: Literal["auto", "all", "none"] | TraceDevices = Field(
         default="auto", description=f"device lanes of trace.json: all, none, {{devices: K}} (a seeded sample), or "
                                     f"auto = all up to {TRACE_AUTO_DEVICES} devices, else a sample of that many")
+    tensorboard: bool = Field(
+        default=False, description="also write the eval lines (accuracy, loss, staleness, queue lengths) as "
+                                   "TensorBoard scalars in <run>/tensorboard, against round and virtual time; "
+                                   "needs the tensorboard extra")
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _tensorboard_installed(cls, value: bool) -> bool:
+        import importlib.util
+
+        if value and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("needs the tensorboard package: pip install 'hierfl[tensorboard]'")
+        return value
 
     def trace_devices(self, num_devices: int, seed: int) -> set[int] | None:
         """The device lanes to keep (None: all), drawn from stream ``("output.trace",)``."""
