@@ -38,8 +38,13 @@ def test_affinity_propagation_recovers_planted_directions_and_falls_back():
     s = cosine_similarity(vecs)
     assert affinity_clusters(s, preference=float(s.min())).members == [[0, 3, 6], [1, 2, 4, 5, 7, 8]]
     # everyone dissimilar with a high preference: one cluster per client → one cluster (FedAvg)
-    alone = affinity_clusters(np.eye(4) - 0.5 * (1 - np.eye(4)), preference=1.0)
-    assert alone.fallback is not None and alone.members == [[0, 1, 2, 3]]
+    s4 = np.array([[1.0, -0.5, -0.4, -0.6], [-0.5, 1.0, -0.55, -0.45], [-0.4, -0.55, 1.0, -0.5],
+                   [-0.6, -0.45, -0.5, 1.0]])
+    alone = affinity_clusters(s4, preference=1.0)
+    assert alone.fallback == "affinity propagation gave every client its own cluster"
+    assert alone.members == [[0, 1, 2, 3]]
+    same = affinity_clusters(np.ones((3, 3)))  # nobody can be told apart
+    assert same.fallback == "all similarities are equal" and same.members == [[0, 1, 2]]
 
 
 def _planted(over: dict | None = None):

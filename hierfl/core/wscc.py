@@ -60,6 +60,8 @@ def affinity_clusters(similarity: np.ndarray, damping: float = 0.5, preference: 
     one = Clustering(np.zeros(n, dtype=np.int64), [0])
     if n == 1:
         return one
+    if np.ptp(s[~np.eye(n, dtype=bool)]) == 0:  # nobody can be told apart (scikit-learn picks arbitrary centres)
+        return Clustering(one.labels, one.exemplars, "all similarities are equal")
     pref = float(np.median(s)) if preference == "median" else float(preference)
     ap = AffinityPropagation(affinity="precomputed", damping=damping, preference=pref, max_iter=max_iter,
                              convergence_iter=convergence_iter, random_state=seed)

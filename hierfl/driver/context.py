@@ -480,8 +480,11 @@ class Context:
 
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds."""
-        if not self._nothing_folded(("edge", edge)):
+        if not self._nothing_folded(("edge", edge)):  # (every update dropped: nothing was added)
             self.executor.commit_edge(edge)
+        if self.robust is not None:  # an aborted round: its rule's report is no aggregation
+            self.executor.robust_reports("edge")
+            self.robust.drop_sources("edge", edge)
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
@@ -537,6 +540,19 @@ class Context:
             return None
         handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
         self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        return handle
+
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
+        """The ``tier`` rule's aggregate of ``models`` weighted ``weights`` (``base``: the model the round
+        started from), computed by the cloud role; None when the rule is the mean (the caller averages)."""
+        if self.robust is None or not self.robust.tracks:
+            return None
+        tags = [self.robust.take(h, tier, entity) for h in models]
+        if self.robust.setup.rule(tier).is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_average(tier, entity, models, weights, base, tags)
+        self.robust.reports(tier, self.executor.robust_reports("cloud"), self.now)
         return handle
 
     def average(self, models: list[Any], weights: list[float]) -> Any:

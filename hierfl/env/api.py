@@ -222,6 +222,9 @@ class Env(Protocol):
     def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
         """``base`` stepped by the ``tier`` rule's aggregate of the deltas (None: the rule is the mean)."""
 
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
+        """The ``tier`` rule's aggregate of ``models`` (FedCH's cluster leaders); None under the mean."""
+
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role."""
 

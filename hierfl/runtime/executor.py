@@ -96,6 +96,11 @@ class Executor:
         """Zeno++ at the cloud: whether the step ``candidate − base`` is applied (blocking)."""
         raise NotImplementedError
 
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
+                       tags: list[Any]) -> Any:
+        """The ``tier`` rule's aggregate of ``models``, computed by the cloud role (as :meth:`average`)."""
+        raise NotImplementedError
+
     def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
                        terms: list[Term], tags: list[Any]) -> Any:
         """``base`` stepped by the ``tier`` rule's aggregate of the deltas ``terms`` (a new handle)."""
@@ -293,6 +298,14 @@ class LocalExecutor(Executor):
             return self.leaders.robust_combine(entity, opt, coefs, plus, none, minus, none, tags, self._val(base),
                                                *arrays)
         return self.cloud.robust_combine(opt, coefs, plus, none, minus, none, tags, self._val(base), *arrays)
+
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
+                       tags: list[Any]) -> Any:
+        """In-process, by the cloud role."""
+        arrays = self._vals(list(models) + ([] if base is None else [base]))
+        n = len(models)
+        return self.cloud.robust_average(tier, entity, list(weights), list(range(n)), [None] * n, tags,
+                                         -1 if base is None else n, *arrays)
 
     def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
         """In-process."""

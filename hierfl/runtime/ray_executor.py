@@ -498,6 +498,18 @@ class RayExecutor(Executor):
             return []
         return list(ray.get(role.take_reports.remote()))
 
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
+                       tags: list[Any]) -> Any:
+        """Ref of the ``tier`` rule's aggregate of ``models``, computed in the cloud actor."""
+        self._need(*models, base)
+        self._flush_jobs()
+        extra = [] if base is None else [self._model_ref(base)]
+        index, rows, refs = self._unique_refs(list(models) + extra)
+        base_pos = -1
+        if extra:
+            base_pos, index, rows = index[-1], index[:-1], rows[:-1]
+        return self.cloud.robust_average.remote(tier, entity, list(weights), index, rows, tags, base_pos, *refs)
+
     def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
         """Zeno++ in the cloud actor (waits for its answer)."""
         self._need(base, candidate)

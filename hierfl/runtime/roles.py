@@ -574,6 +574,17 @@ class Cloud:
                            [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
                            arrays[0], "cloud", 0, self._agg.reports)
 
+    def robust_average(self, tier: str, entity: int, weights: list[float], index: list[int], rows: list[int | None],
+                       tags: list[Any], base: int, *arrays: np.ndarray) -> np.ndarray:
+        """The ``tier`` rule's aggregate of models ``arrays[index[k]]`` (a FedCH cluster round, formed here as
+        :meth:`average` is); ``base`` indexes the round's start model (``-1``: none)."""
+        agg = Aggregation(self.robust.rule(tier))
+        for k, w in enumerate(weights):
+            agg.add(_pick(arrays[index[k]], rows[k]), w, None, tags[k])
+        out = agg.finish(None, None if base < 0 else arrays[base], tier=tier, entity=entity)
+        self._agg.reports.extend(agg.take_reports())
+        return out
+
     def screen(self, base: np.ndarray, candidate: np.ndarray, tag: Any = None) -> bool:
         """Zeno++ on one asynchronous step ``candidate − base`` (the cloud rule); a report either way."""
         agg = Aggregation(self.robust.cloud)
