@@ -34,11 +34,27 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     built = build(scenario, args.scenario) if args.build else None
+    if built is not None:
+        from hierfl.config.errors import ConfigError, Problem
+        from hierfl.driver.sanity import run_problems, run_warnings
+
+        never = run_problems(scenario, built)
+        if never:
+            raise ConfigError([Problem(key, msg) for key, msg in never], args.scenario)
+        for warning in run_warnings(scenario, built):
+            print(f"warning: {warning}", file=sys.stderr)
     print(f"{args.scenario}: OK — {scenario.name}: protocol {scenario.protocol.name}, "
           f"{scenario.devices.count} devices, {scenario.topology.edge_servers} edge servers, "
           f"dataset {scenario.data.dataset.name}/{scenario.data.partition.name}, model {scenario.model.name}"
           + (f", {built.num_params} parameters" if built else ""))
     return 0
+
+
+def _out_problem(exc: Exception) -> Exception:
+    """A :class:`~hierfl.output.rundir.RunDirError` as a configuration error under ``--out`` (exit 2)."""
+    from hierfl.config.errors import ConfigError, Problem
+
+    return ConfigError([Problem("--out", exc.message, str(exc.path))], "command line")  # type: ignore[attr-defined]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -48,13 +64,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from hierfl.driver import RunError, run_scenario
     from hierfl.driver.run import start_and_build
+    from hierfl.driver.sanity import run_problems, run_warnings
+    from hierfl.output.files import OutputWriteError
+    from hierfl.output.rundir import RunDirError, check_out_dir, prepare_dir
 
     scenario = _load(args)
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    try:  # before the build: a bad --out must not cost the data generation, nor leave anything
+        check_out_dir(out, force=args.force)
+    except RunDirError as exc:
+        raise _out_problem(exc) from None
     # Ray starts while the data is generated; build errors are config errors: nothing written yet
     start, built = start_and_build(scenario, args.scenario)
-    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    try:
+        never = run_problems(scenario, built)
+        if never:
+            from hierfl.config.errors import ConfigError, Problem
+
+            raise ConfigError([Problem(key, msg) for key, msg in never], args.scenario)
+        leftover = prepare_dir(out, force=args.force)
+    except RunDirError as exc:
+        start.close()
+        raise _out_problem(exc) from None
+    except BaseException:
+        start.close()
+        raise
     console = Console(stderr=True)
+    if leftover:
+        console.print(f"[yellow]warning:[/yellow] {escape(str(out))} keeps files the run does not write (from "
+                      f"before, left untouched): {escape(', '.join(leftover[:8]))}{' …' if len(leftover) > 8 else ''}")
     for warning in (built.dynamics.warnings if built.dynamics else []):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    for warning in run_warnings(scenario, built):
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     budget = scenario.stop.virtual_time_s
     total = budget if budget is not None else float(scenario.stop.rounds or 1)
@@ -75,7 +116,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                   start=start)
         except RunError as exc:
             # escaped: messages carry brackets rich would take for markup (Ray's "pip install ray[client]")
-            console.print(f"[red]run failed:[/red] {escape(str(exc))}\nmetrics so far are in {out}/metrics.jsonl")
+            status = "diverged" if getattr(exc, "status", None) == "diverged" else "failed"
+            console.print(f"[red]run {status}:[/red] {escape(str(exc))}\nmetrics so far are in {out}/metrics.jsonl")
+            return 1
+        except OutputWriteError as exc:
+            console.print(f"[red]run failed:[/red] {escape(str(exc))}")
             return 1
     s = result.summary
     ttt = "not reached" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f}s"
@@ -196,6 +241,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--executor", help="override runtime.executor (a registered executor: local, ray, …; "
                                       "an unknown one is reported with the allowed names)")
     r.add_argument("--workers", help="override runtime.workers (an integer or auto)")
+    r.add_argument("--force", action="store_true",
+                   help="replace an earlier run in --out (only the files a run writes; never other files)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
 
@@ -263,9 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hierfl`` console script."""
     from hierfl.config.errors import ConfigError
 
+    from hierfl.runtime.signals import sigterm_as_interrupt
+
     args = _parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with sigterm_as_interrupt():  # SIGTERM stops a run exactly as Ctrl-C does (status interrupted, 130)
+            return int(args.func(args))
     except ConfigError as exc:
         print(exc.report(), file=sys.stderr)
         return EXIT_USAGE

@@ -10,9 +10,15 @@ __all__ = ["ConfigModel", "rename_alias", "name_shorthand"]
 
 
 class ConfigModel(BaseModel):
-    """A frozen pydantic model that forbids unknown keys (misspelled options must not be dropped)."""
+    """A frozen pydantic model that forbids unknown keys (misspelled options must not be dropped).
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Every float field of every configuration model is finite: ``allow_inf_nan=False`` here is the
+    one place that rejects ``.nan``/``.inf`` (YAML) for speeds, latencies, jitter, distribution
+    parameters, time budgets and every plug-in's numbers alike, at load time with the key path,
+    instead of a run that never ends or computes NaN times (issue 14).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def rename_alias(data: Any, alias: str, key: str) -> Any:

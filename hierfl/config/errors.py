@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
+import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Problem", "ConfigError"]
 
 _MISSING = object()
+
+# Error messages show a short prefix of a bad value or key path, never the whole (a 50 MB value
+# printed 52 MB of error; a list of a million bad entries gives as many problems): cut here.
+MAX_VALUE_CHARS = 80
+MAX_PATH_CHARS = 200
+MAX_MESSAGE_CHARS = 300
+MAX_PROBLEMS = 50
+
+_LONG_QUOTE = re.compile(r"'([^']{%d})[^']+'" % MAX_VALUE_CHARS)
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = MAX_VALUE_CHARS
+_REPR.maxother = MAX_VALUE_CHARS
+_REPR.maxlong = 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 6
+_REPR.maxlevel = 3
+
+
+def short(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to a short prefix, without building the whole repr of a huge value."""
+    return short(_REPR.repr(value), MAX_VALUE_CHARS + 20)
 
 
 @dataclass(frozen=True)
@@ -20,9 +48,12 @@ class Problem:
 
     def format(self, source: str | None = None) -> str:
         """``file: key.path: message (got value)``."""
-        where = ": ".join(p for p in (source, self.path) if p)
-        got = "" if self.value is _MISSING else f" (got {self.value!r})"
-        return f"{where}: {self.message}{got}" if where else f"{self.message}{got}"
+        where = ": ".join(p for p in (source, short(self.path, MAX_PATH_CHARS)) if p)
+        got = "" if self.value is _MISSING else f" (got {short_repr(self.value)})"
+        # pydantic quotes the input inside some messages ("Input tag '…' found using 'dist' …"):
+        # cut a long quoted part there, keeping what the message says is allowed
+        message = short(_LONG_QUOTE.sub(lambda m: f"'{m.group(1)}…'", self.message), MAX_MESSAGE_CHARS)
+        return f"{where}: {message}{got}" if where else f"{message}{got}"
 
 
 class ConfigError(Exception):
@@ -36,4 +67,7 @@ class ConfigError(Exception):
     def report(self) -> str:
         """All problems, one per line."""
         head = f"{len(self.problems)} problem(s) in {self.source or 'scenario'}:"
-        return "\n".join([head, *("  - " + p.format(self.source) for p in self.problems)])
+        lines = [head, *("  - " + p.format(self.source) for p in self.problems[:MAX_PROBLEMS])]
+        if len(self.problems) > MAX_PROBLEMS:
+            lines.append(f"  … and {len(self.problems) - MAX_PROBLEMS} more")
+        return "\n".join(lines)

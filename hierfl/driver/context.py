@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -20,17 +21,27 @@ from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec
 from hierfl.env.api import Endpoint, Job, Term
-from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
+from hierfl.env.records import CloudAggregate, EdgeAggregate, NonFiniteUpdate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.driver.faults import Faults
 from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
-__all__ = ["Context", "RunError"]
+__all__ = ["Context", "RunError", "DivergedError"]
+
+NONFINITE = "nonfinite"  # the key a device host sets in a job's stats when its update holds NaN/Inf
 
 
 class RunError(RuntimeError):
     """A failure during a run, with the virtual time, entity and stage where it happened."""
+
+    status = "failed"
+
+
+class DivergedError(RunError):
+    """The run diverged: a non-finite update (``robustness.on_nonfinite: fail``) or global model."""
+
+    status = "diverged"
 
 
 class Context:
@@ -73,6 +84,11 @@ class Context:
         # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
         personal = self._spec.personal
         self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
+        # non-finite updates (issue 14): with `drop`, the handles of flagged jobs' results, left out of
+        # every aggregation they are given to, and per aggregator the updates kept/left out since its commit
+        self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
+        self._bad: dict[int, list[Any]] = {}
+        self._folded: dict[tuple[str, int], list[int]] = {}
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -281,7 +297,85 @@ class Context:
             stats = self._wait(job)
         self.counters["train_jobs"] += 1
         self.counters["compute_s"] += job.compute_s
+        if stats.get(NONFINITE) and self.robust is None:  # with a robust rule, it screens NaN/Inf itself
+            self._nonfinite_update(job)
         return stats
+
+    # -- non-finite updates (robustness.on_nonfinite) ---------------------------------------------------
+    def _nonfinite_update(self, job: Job) -> None:
+        """``job``'s result holds NaN or Inf: stop the run (``fail``) or remember its handle (``drop``)."""
+        if not self._drop_nonfinite:
+            raise DivergedError(f"t={self.now:.6g}s device {job.device} job {job.job}: the update is not finite "
+                                "(NaN or Inf), so the run diverged; lower training.lr, or set "
+                                "robustness.on_nonfinite: drop to leave such updates out")
+        handle = job.params
+        try:  # a weak reference where the handle allows one: a dropped update is not kept alive by this
+            ref: Any = weakref.ref(handle)
+        except TypeError:
+            ref = lambda h=handle: h  # noqa: E731
+        self._bad[id(handle)] = [ref, job.device, job.job, False]
+
+    def _left_out(self, handle: Any, tier: str) -> bool:
+        """Whether ``handle`` is a dropped non-finite update (counted and reported the first time)."""
+        if not self._bad or handle is None:
+            return False
+        entry = self._bad.get(id(handle))
+        if entry is None:
+            return False
+        if entry[0]() is not handle:  # a new object at a recycled address
+            del self._bad[id(handle)]
+            return False
+        if not entry[3]:
+            entry[3] = True
+            self.counters["nonfinite_dropped"] = self.counters.get("nonfinite_dropped", 0) + 1
+            self.telemetry.instant(("device", entry[1]), "nonfinite_dropped", self.now, job=entry[2], tier=tier)
+            self.telemetry.record(NonFiniteUpdate(entry[1], entry[2], tier))
+        return True
+
+    def _fold(self, key: tuple[str, int], handle: Any) -> bool:
+        """Count an update given to aggregator ``key``; False if it is left out (non-finite, ``drop``)."""
+        if not self._drop_nonfinite:
+            return True
+        kept = not self._left_out(handle, key[0])
+        self._folded.setdefault(key, [0, 0])[0 if kept else 1] += 1
+        return kept
+
+    def _nothing_folded(self, key: tuple[str, int]) -> bool:
+        """Whether every update given to ``key`` since its last commit was left out (and resets the count)."""
+        kept, out = self._folded.pop(key, (0, 0))
+        return out > 0 and kept == 0
+
+    def _finite_terms(self, tier: str, terms: list[Term]) -> list[Term]:
+        """``terms`` without those built on a dropped update.
+
+        A delta term ``c·(a − b)`` is simply left out (as if that update never arrived). Plain terms
+        ``c·a`` form a mix (FedAsync's ``(1−α)·x + α·y``): the kept ones are rescaled to the mix's
+        total, so leaving ``y`` out gives ``x``, not ``(1−α)·x``.
+        """
+        if not self._bad:
+            return terms
+        keep: list[Term] = []
+        plain_total = plain_kept = 0.0
+        dropped = False
+        for c, a, b in terms:
+            out = self._left_out(a, tier) or self._left_out(b, tier)
+            if b is None:
+                plain_total += c
+            if out:
+                dropped = True
+                continue
+            if b is None:
+                plain_kept += c
+            keep.append((c, a, b))
+        if not dropped:
+            return terms
+        if plain_total != plain_kept:
+            if plain_kept == 0:
+                raise DivergedError(f"t={self.now:.6g}s {tier}: every model of an aggregation is a dropped non-finite "
+                                    "update; nothing finite is left to aggregate")
+            scale = plain_total / plain_kept
+            keep = [(c * scale, a, b) if b is None else (c, a, b) for c, a, b in keep]
+        return keep
 
     def _wait(self, job: Job) -> dict[str, float]:
         try:
@@ -344,14 +438,18 @@ class Context:
         opt = self.server_optimizer(tier)
         if opt is None:
             raise RuntimeError(f"no server optimizer at the {tier} tier: combine the terms instead")
+        delta_terms = self._finite_terms(tier, delta_terms)
+        if not delta_terms:
+            return base  # every update left out: the model stays as it was
         return self.executor.server_step(tier, entity, opt, base, delta_terms)
 
     def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
-        if self.robust is not None:
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
             self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
             return
-        self.executor.add_edge(edge, weight, update, control_coef)
+        if self._fold(("edge", edge), update):
+            self.executor.add_edge(edge, weight, update, control_coef)
 
     def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
         """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
@@ -359,10 +457,16 @@ class Context:
         ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
         ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
         """
-        handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
-        if self.robust is not None:
-            self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
-            self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
+        if self._nothing_folded(("edge", edge)):  # every update of the round was non-finite and left out
+            if base is None or pack_control:
+                raise DivergedError(f"t={self.now:.6g}s edge {edge}: every update of the round is a dropped "
+                                    "non-finite update; nothing finite is left to aggregate")
+            handle = base  # the edge model stays the one the round started from
+        else:
+            handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+            if self.robust is not None:
+                self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
+                self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
         self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
         return handle
 
@@ -376,17 +480,19 @@ class Context:
 
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds."""
-        self.executor.commit_edge(edge)
+        if not self._nothing_folded(("edge", edge)):  # (every update dropped: nothing was added)
+            self.executor.commit_edge(edge)
         if self.robust is not None:  # an aborted round: its rule's report is no aggregation
             self.executor.robust_reports("edge")
             self.robust.drop_sources("edge", edge)
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
-        if self.robust is not None:
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
             self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
             return
-        self.executor.add_cloud(weight, update, control_coef)
+        if self._fold(("cloud", 0), update):
+            self.executor.add_cloud(weight, update, control_coef)
 
     def _cloud_round_done(self) -> None:
         limit = self.scenario.stop.rounds
@@ -395,9 +501,12 @@ class Context:
 
     def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
         """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
-        handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
-        if self.robust is not None:
-            self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
+        if self._nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
+            handle = base if base is not None else self._global  # the global model stays as it was
+        else:
+            handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
+            if self.robust is not None:
+                self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)
@@ -448,10 +557,21 @@ class Context:
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
+        if self._bad:
+            kept = [(m, w) for m, w in zip(models, weights) if not self._left_out(m, "model")]
+            if not kept:
+                raise DivergedError(f"t={self.now:.6g}s: every model of an average is a dropped non-finite update; "
+                                    "nothing finite is left to average")
+            if len(kept) < len(models):
+                models, weights = [m for m, _ in kept], [w for _, w in kept]
         return self.executor.average(models, weights)
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""
+        terms = self._finite_terms(tier, terms)
+        if not terms:
+            raise DivergedError(f"t={self.now:.6g}s {tier}: every term of an aggregation is a dropped non-finite "
+                                "update; nothing finite is left to combine")
         return self.executor.combine(tier, terms)
 
     def track_staleness(self, tier: str) -> None:

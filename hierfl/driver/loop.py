@@ -12,7 +12,7 @@ from typing import Any
 
 from hierfl.core.engine import Priority
 from hierfl.core.personal import device_accuracy_fields
-from hierfl.driver.context import Context, RunError
+from hierfl.driver.context import Context, DivergedError, RunError
 from hierfl.env.events import describe
 from hierfl.env.records import Eval
 
@@ -52,8 +52,11 @@ class RunLoop:
                 acc, loss = ctx.executor.evaluate(ctx.global_model)
             except Exception as exc:
                 raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
+        diverged = loss is not None and not math.isfinite(loss)
+        if diverged:  # a NaN/Inf global model has no accuracy and never reaches a target (issue 14)
+            acc = None
         device_fields: dict[str, Any] = {}
-        if ctx.spec.train and ctx.device_eval:  # data.local_test_fraction / data.test_devices
+        if ctx.spec.train and ctx.device_eval and not diverged:  # data.local_test_fraction / data.test_devices
             try:
                 own = self.protocol.device_models()  # WSCC: each device's cluster model
                 spec = ctx.personal_phase(ctx.spec)
@@ -72,6 +75,11 @@ class RunLoop:
             ctx.request_stop("target_accuracy")
         if self.progress:
             self.progress(ctx.now, rounds, acc)
+        if diverged:
+            ctx.request_stop("diverged")
+            raise DivergedError(f"t={ctx.now:.6g}s cloud: the global model is not finite (test loss {loss}) after "
+                                f"{rounds} cloud aggregations: the run diverged (lower training.lr or the server "
+                                "optimizer's learning rate)")
 
     def loop(self, protocol: Any) -> None:
         """Run ``protocol`` until a stop condition holds or nothing is left to happen."""

@@ -218,14 +218,21 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
         write_summary(out, summary)
         return RunResult(out, summary, final, run.evals)
     except BaseException as exc:
-        summary.update({"status": "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                        "error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - wall0})
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else getattr(exc, "status", "failed")
+        summary.update({"status": status, "error": f"{type(exc).__name__}: {exc}",
+                        "wall_s": time.perf_counter() - wall0})
+        reason = "diverged" if status == "diverged" else (ctx.stop_reason if ctx is not None else None)
+        if reason is not None:
+            summary["stop_reason"] = reason
         if ctx is not None:
             summary.update({"virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
                             "totals": dict(ctx.counters)})
         if run is not None and run.evals:
             summary["final_accuracy"] = run.evals[-1]["accuracy"]
-        write_summary(out, summary)
+        try:
+            write_summary(out, summary)
+        except OSError as werr:  # a full disk must not hide why the run stopped
+            exc.add_note(f"and the summary could not be written: {werr}")
         raise
     finally:
         tel.close()

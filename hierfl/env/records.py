@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 __all__ = ["Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
-           "UpdateDropped", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster", "LeaderLost", "ClustersRecord",
-           "ServerFail", "ServerRecover", "FaultLoss", "Reattach"]
+           "UpdateDropped", "NonFiniteUpdate", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster",
+           "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,17 @@ class UpdateDropped(Record):
     at: int
     source: int
     staleness: int
+
+
+@dataclass(frozen=True)
+class NonFiniteUpdate(Record):
+    """A device's update held NaN or Inf and was left out of its aggregation (``robustness.on_nonfinite: drop``)."""
+
+    EVENT: ClassVar[str] = "nonfinite_update"
+    device: int
+    job: int
+    tier: str        # where it was to be aggregated: edge, cloud (or a protocol's own mixing: model)
+    action: str = "dropped"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The output files of a run other than the trace (ARCHITECTURE.md §7), one writer each.
 
-``runs/<name>/``: ``config.yaml``, ``metrics.jsonl`` (appended and flushed line by line),
+``runs/<name>/``: ``config.yaml``, ``metrics.jsonl`` (appended line by line, each line whole or not at all),
 ``summary.json``, ``devices.csv``, ``clusters.jsonl``, ``trace.json`` (:mod:`hierfl.output.trace`),
 plus ``final_model.npy``. A metric line is formed only in :class:`MetricsWriter`, from a typed
 :class:`~hierfl.env.records.Record`.
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from hierfl.core.world import World
 from hierfl.env.records import ClustersRecord, Record
 from hierfl.output.jsonsafe import clean
 
-__all__ = ["CONTRACT_FILES", "MetricsWriter", "ClustersWriter", "prepare_dir", "write_config", "write_devices",
+__all__ = ["CONTRACT_FILES", "OutputWriteError", "LineFile", "MetricsWriter", "ClustersWriter", "prepare_dir", "write_config", "write_devices",
            "write_summary", "write_model"]
 
 CONTRACT_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "devices.csv", "clusters.jsonl", "trace.json")
@@ -33,46 +35,104 @@ def prepare_dir(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
 
 
-class MetricsWriter:
-    """``metrics.jsonl``: one JSON object per line, flushed as it is written."""
+class OutputWriteError(OSError):
+    """An output file could not be written (a full disk, a removed directory); names the file and why."""
+
+
+def _write_error(path: Path, exc: OSError) -> OutputWriteError:
+    reason = exc.strerror or str(exc)
+    hint = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return OutputWriteError(exc.errno or 0, f"cannot write {path}: {reason}{hint}")
+
+
+class LineFile:
+    """An append-only text file that only ever holds whole lines (issue 14: a full disk cut a metric
+    line mid-JSON).
+
+    Each :meth:`append` writes its text with unbuffered ``os.write`` calls; if one fails part-way
+    the file is truncated back to its last whole line and :class:`OutputWriteError` is raised, so
+    every reader still sees valid JSON lines (``metrics.jsonl``, ``clusters.jsonl``) or a valid
+    prefix of trace events.
+    """
 
     def __init__(self, path: Path) -> None:
-        self._fh = open(path, "w", encoding="utf-8")
+        self.path = path
+        try:
+            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        except OSError as exc:
+            raise _write_error(path, exc) from None
+        self.size = 0  # bytes of whole lines written
+
+    @property
+    def closed(self) -> bool:
+        """Whether the file is closed."""
+        return self._fd is None
+
+    def append(self, text: str) -> None:
+        """Append ``text`` whole, or nothing of it (raising :class:`OutputWriteError`)."""
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        data = memoryview(text.encode("utf-8"))
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
+        except OSError as exc:
+            try:  # cut the partial line off: truncating frees space, so it works on a full disk
+                os.ftruncate(self._fd, self.size)
+                os.lseek(self._fd, self.size, os.SEEK_SET)
+            except OSError:
+                pass
+            raise _write_error(self.path, exc) from None
+        self.size += done
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+class MetricsWriter:
+    """``metrics.jsonl``: one JSON object per line, each written whole as it happens."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = LineFile(path)
 
     def write(self, t: float, wall_s: float, rec: Record) -> dict[str, Any]:
         """Append ``rec`` stamped with virtual ``t`` and ``wall_s``; returns the line's object."""
         line: dict[str, Any] = {"t": t, "wall_s": wall_s, "event": rec.EVENT}
         line.update(rec.items())
-        self._fh.write(json.dumps(clean(line)) + "\n")
-        self._fh.flush()
+        self._fh.append(json.dumps(clean(line)) + "\n")
         return line
 
     def close(self) -> None:
         """Close the stream."""
-        if not self._fh.closed:
-            self._fh.close()
+        self._fh.close()
 
 
 class ClustersWriter:
     """``clusters.jsonl``: membership and leaders at start and after every re-clustering."""
 
     def __init__(self, path: Path) -> None:
-        self._fh = open(path, "w", encoding="utf-8")
+        self._fh = LineFile(path)
 
     def write(self, rec: ClustersRecord) -> None:
         """Append one membership record."""
-        self._fh.write(json.dumps(clean(rec.line())) + "\n")
-        self._fh.flush()
+        self._fh.append(json.dumps(clean(rec.line())) + "\n")
 
     def close(self) -> None:
         """Close the stream."""
-        if not self._fh.closed:
-            self._fh.close()
+        self._fh.close()
 
 
 def write_config(out_dir: Path, text: str) -> None:
     """``config.yaml``: the fully resolved scenario."""
-    (out_dir / "config.yaml").write_text(text, encoding="utf-8")
+    path = out_dir / "config.yaml"
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _write_error(path, exc) from None
 
 
 def write_devices(out_dir: Path, world: World, availability: list[str] | None = None,
@@ -82,9 +142,16 @@ def write_devices(out_dir: Path, world: World, availability: list[str] | None = 
     device → edge map instead of the topology's (FedCH)."""
     if edge_of is not None:  # each device's server and its link times as that map has them (on a copy)
         world = dataclasses.replace(world, edge_of=np.asarray(edge_of))
+    try:
+        _devices_csv(out_dir / "devices.csv", world, availability, slowdowns)
+    except OSError as exc:
+        raise _write_error(out_dir / "devices.csv", exc) from None
+
+
+def _devices_csv(path: Path, world: World, availability: list[str] | None, slowdowns: list[int] | None) -> None:
     assert world.tier is not None
     edges = world.edge_of
-    with open(out_dir / "devices.csv", "w", newline="", encoding="utf-8") as fh:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["device", "tier", "samples", "speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms",
                     "edge", "edge_latency_ms", "compute_s_per_epoch", "download_s", "upload_s",
@@ -104,10 +171,23 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
     """``summary.json`` (rewritten whole, atomically; at the end or on failure)."""
     path = out_dir / "summary.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(clean(summary), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    text = json.dumps(clean(summary), indent=2) + "\n"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())  # the data is on disk before the rename makes it the summary
+        tmp.replace(path)
+    except OSError as exc:
+        # a full disk: no half-written temporary file is left, and the earlier summary (if any) stays whole
+        tmp.unlink(missing_ok=True)
+        raise _write_error(path, exc) from None
 
 
 def write_model(out_dir: Path, params: np.ndarray) -> None:
     """``final_model.npy``: the final global model as a float32 vector."""
-    np.save(out_dir / "final_model.npy", np.asarray(params, dtype=np.float32))
+    path = out_dir / "final_model.npy"
+    try:
+        np.save(path, np.asarray(params, dtype=np.float32))
+    except OSError as exc:
+        raise _write_error(path, exc) from None

@@ -10,11 +10,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hierfl.output.files import LineFile
 from hierfl.output.jsonsafe import clean
 
 __all__ = ["TraceWriter", "LANES"]
 
 # Chrome-trace process ids of the three lane groups (pid, label).
+_FLUSH_CHARS = 1 << 20  # events kept in memory before they are written anyway
+
 LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices")}
 
 
@@ -27,8 +30,12 @@ class TraceWriter:
     """
 
     def __init__(self, path: Path, devices: set[int] | None = None) -> None:
-        self._fh = open(path, "w", encoding="utf-8")
-        self._fh.write("[\n")
+        # whole events only (issue 14): events gather in memory and go to disk together at each
+        # flush, all or none, so a full disk leaves a valid prefix of the array, never half an event
+        self._fh = LineFile(path)
+        self._fh.append("[\n")
+        self._pending: list[str] = []
+        self._pending_chars = 0
         self._first = True
         self.devices = devices
 
@@ -37,8 +44,12 @@ class TraceWriter:
         return self.devices is None or lane[0] != "device" or int(lane[1]) in self.devices
 
     def _event(self, event: dict[str, Any]) -> None:
-        self._fh.write(("" if self._first else ",\n") + json.dumps(event, separators=(",", ":")))
+        text = ("" if self._first else ",\n") + json.dumps(event, separators=(",", ":"))
+        self._pending.append(text)
+        self._pending_chars += len(text)
         self._first = False
+        if self._pending_chars > _FLUSH_CHARS:
+            self.flush()
 
     def lanes(self, num_edges: int, num_devices: int) -> None:
         """Name the lanes: one per device, leader and the cloud."""
@@ -92,11 +103,19 @@ class TraceWriter:
             self._event(event)
 
     def flush(self) -> None:
-        """Push what was written to disk."""
-        self._fh.flush()
+        """Write the events gathered since the last flush, whole (raises ``OutputWriteError``)."""
+        if self._pending:
+            text, self._pending, self._pending_chars = "".join(self._pending), [], 0
+            self._fh.append(text)
 
     def close(self) -> None:
-        """The array gets its closing bracket."""
+        """The array gets its closing bracket. Best effort, never raising: it runs while a failed
+        run unwinds, and the format does not need the bracket."""
         if not self._fh.closed:
-            self._fh.write("\n]\n")
-            self._fh.close()
+            try:
+                self.flush()
+                self._fh.append("\n]\n")
+            except OSError:
+                pass
+            finally:
+                self._fh.close()

@@ -26,13 +26,16 @@ import sys
 from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, create_model, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, create_model, field_validator, model_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
 
+MIN_INTERVAL_S = 1e-3
+"""Shortest straggler deadline and evaluation interval accepted (virtual seconds): one millisecond."""
+
 __all__ = ["STRAGGLERS", "StragglerPolicy", "WaitAll", "Deadline", "OverSelect", "FirstK",
-           "device_policy_field", "default_policy", "neutral_names"]
+           "device_policy_field", "default_policy", "neutral_names", "MIN_INTERVAL_S"]
 
 STRAGGLERS: Registry = Registry("straggler policy")
 
@@ -82,8 +85,17 @@ class Deadline(StragglerPolicy):
     at_cloud: ClassVar[bool] = True
 
     name: Literal["deadline"] = "deadline"
-    seconds: PositiveFloat
+    seconds: PositiveFloat = Field(description=f"at least {MIN_INTERVAL_S:g} s (a shorter one is a typo: every round empty)")
     partial: bool = False
+
+    @field_validator("seconds")
+    @classmethod
+    def _floor(cls, value: float) -> float:
+        # a 1e-9 s deadline gave 87,000 empty rounds (issue 14)
+        if value < MIN_INTERVAL_S:
+            raise ValueError(f"must be at least {MIN_INTERVAL_S:g} s (one virtual millisecond); no update can arrive "
+                             "in less")
+        return value
 
     @classmethod
     def example(cls) -> Deadline:

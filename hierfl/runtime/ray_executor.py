@@ -50,6 +50,7 @@ from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.learn.batched import JobGroups
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
+from hierfl.runtime import signals
 from hierfl.runtime.start import ExecutorStart
 
 __all__ = ["RayExecutor", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayCloud", "probe_address"]
@@ -164,6 +165,7 @@ class RayStart(ExecutorStart):
             else:
                 ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
             self.owns_ray = True
+            signals.reassert()  # ray.init installs its own SIGTERM handler: SIGTERM must stay Ctrl-C
         self.marks["ray_ready"] = time.time()
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)

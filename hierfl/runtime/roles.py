@@ -23,7 +23,7 @@ from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
-           "delta_packed", "fast_path_of"]
+           "delta_packed", "fast_path_of", "NONFINITE", "flag_nonfinite"]
 
 ModelSpec = tuple[Any, ...]
 """(model config, input shape, number of classes, torch threads[, fast path]).
@@ -37,6 +37,20 @@ fast path (:mod:`hierfl.learn.batched`): executors group jobs and hosts train a 
 def fast_path_of(model: ModelSpec) -> bool:
     """Whether a :data:`ModelSpec` turns the batched fast path on (its optional fifth element)."""
     return bool(model[4]) if len(model) > 4 else False
+
+
+NONFINITE = "nonfinite"
+"""Key of a job's stats set (to 1.0) when its result holds NaN or Inf; absent otherwise."""
+
+
+def flag_nonfinite(result: np.ndarray, stats: dict[str, float]) -> dict[str, float]:
+    """Mark ``stats`` when ``result`` is not finite: one ``isfinite`` pass per update, on the host that
+    made it (the driver never downloads an update; it reads the flag with the stats it waits for).
+    The key is added only when set, so finite runs' outputs are unchanged."""
+    if not np.isfinite(result).all():
+        stats = dict(stats)
+        stats[NONFINITE] = 1.0
+    return stats
 
 
 def _pick(array: np.ndarray, row: int | None) -> np.ndarray:
@@ -240,6 +254,11 @@ class DeviceHost:
         of the result's length that receives it. The device's samples are read from the host's
         arrays through its rows (never gathered into a per-job copy first).
         """
+        result, stats = self._train(device, seed, spec, params, control, out)
+        return result, flag_nonfinite(result, stats)
+
+    def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+               control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
         rows = self.parts[device]
@@ -403,8 +422,8 @@ class DeviceHost:
             st = self.batched.train_group([params[k] for k in ks], self.x, self.y,
                                           [self.parts[devices[k]] for k in ks], spec, [seeds[k] for k in ks], rows)
             out[ks] = rows
-            for k, one in zip(ks, st):
-                stats[k] = one
+            for j, (k, one) in enumerate(zip(ks, st)):
+                stats[k] = flag_nonfinite(rows[j], one)
         return out, stats
 
     def ready(self) -> bool:

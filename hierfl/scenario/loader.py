@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.config.files import context_for
+from hierfl.config.yamlsafe import YAMLLimitError, load_yaml
 from hierfl.scenario.checks import cross_checks, raw_cross_checks, resolve_files
 from hierfl.scenario.schema import Scenario
 
@@ -31,12 +32,16 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     """``override`` on top of ``base``: mappings merge recursively, anything else replaces.
 
     A plug-in section whose ``name`` changes is replaced whole, so keys of the old plug-in
-    do not leak into the new one.
+    do not leak into the new one. A distribution given in full (a mapping with ``dist:``) always
+    replaces the old one whole: ``{dist: uniform, low: 10, high: 50}`` over a lognormal must not
+    keep its ``median`` (issue 14); a mapping without ``dist`` (``--set devices.speed_sps.high=60``)
+    still edits the distribution key by key.
     """
     out = copy.deepcopy(base)
     for key, value in override.items():
         old = out.get(key)
-        if isinstance(old, dict) and isinstance(value, dict) and old.get("name", value.get("name")) == value.get("name", old.get("name")):
+        if (isinstance(old, dict) and isinstance(value, dict) and "dist" not in value
+                and old.get("name", value.get("name")) == value.get("name", old.get("name"))):
             out[key] = deep_merge(old, value)
         else:
             out[key] = copy.deepcopy(value)
@@ -54,7 +59,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem("", f"cannot read file: {exc}")], src) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -99,7 +104,10 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
             problems.append(Problem(f"--set {item}", "expected KEY.PATH=VALUE, e.g. protocol.fraction=0.5"))
             continue
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = load_yaml(text) if text.strip() else None
+        except YAMLLimitError as exc:
+            problems.append(Problem(f"--set {key}", exc.problem))
+            continue
         except yaml.YAMLError:
             value = text
         node: Any = out

@@ -39,8 +39,9 @@ from hierfl.learn.robust import AggregationSection
 from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
-from hierfl.policies.straggler import default_policy, device_policy_field
+from hierfl.policies.straggler import MIN_INTERVAL_S, default_policy, device_policy_field
 from hierfl.protocols import PROTOCOLS
+from hierfl.scenario.robustness import RobustnessConfig
 from hierfl.topology import GENERATORS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
 from hierfl.traces import CapacityTraceConfig
@@ -264,6 +265,14 @@ class EvaluationConfig(ConfigModel):
     every_s: PositiveFloat | None = Field(default=None, description="null = only at start and end")
     target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0)
 
+    @field_validator("every_s")
+    @classmethod
+    def _floor(cls, value: float | None) -> float | None:
+        # 1e-9 s means billions of evaluations: a typo, never a plan (issue 14)
+        if value is not None and value < MIN_INTERVAL_S:
+            raise ValueError(f"must be at least {MIN_INTERVAL_S:g} s (one evaluation per virtual millisecond)")
+        return value
+
 
 class StopConfig(ConfigModel):
     """When the run ends: whichever limit is reached first."""
@@ -375,6 +384,8 @@ class Scenario(ConfigModel):
     aggregation: AggregationSection = Field(
         default=AggregationSection(), description="Byzantine-robust rule of the cloud and edge aggregations (mean)")
     output: OutputConfig = OutputConfig()
+    robustness: RobustnessConfig = Field(
+        default=RobustnessConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )
