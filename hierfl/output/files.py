@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from hierfl.core.world import World
 from hierfl.env.records import ClustersRecord, Record
 from hierfl.output.jsonsafe import clean
 
-__all__ = ["CONTRACT_FILES", "MetricsWriter", "ClustersWriter", "prepare_dir", "write_config", "write_devices",
+__all__ = ["CONTRACT_FILES", "MetricsWriter", "ClustersWriter", "prepare_dir", "reopen", "sync", "write_config", "write_devices",
            "write_summary", "write_model"]
 
 CONTRACT_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "devices.csv", "clusters.jsonl", "trace.json")
@@ -33,11 +34,28 @@ def prepare_dir(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
 
 
+def reopen(path: Path, offset: int | None) -> Any:
+    """A text stream on ``path``: a new file, or (``offset``: a resumed run) the file cut back to
+    ``offset`` bytes, appended to from there."""
+    if offset is None:
+        return open(path, "w", encoding="utf-8")
+    with open(path, "r+b") as fh:  # cut what was written after the checkpoint
+        fh.truncate(offset)
+    return open(path, "a", encoding="utf-8")
+
+
+def sync(fh: Any) -> int:
+    """Flush ``fh`` to disk (it survives a power cut) and return its size in bytes."""
+    fh.flush()
+    os.fsync(fh.fileno())
+    return int(fh.tell())
+
+
 class MetricsWriter:
     """``metrics.jsonl``: one JSON object per line, flushed as it is written."""
 
-    def __init__(self, path: Path) -> None:
-        self._fh = open(path, "w", encoding="utf-8")
+    def __init__(self, path: Path, offset: int | None = None) -> None:
+        self._fh = reopen(path, offset)
 
     def write(self, t: float, wall_s: float, rec: Record) -> dict[str, Any]:
         """Append ``rec`` stamped with virtual ``t`` and ``wall_s``; returns the line's object."""
@@ -56,8 +74,8 @@ class MetricsWriter:
 class ClustersWriter:
     """``clusters.jsonl``: membership and leaders at start and after every re-clustering."""
 
-    def __init__(self, path: Path) -> None:
-        self._fh = open(path, "w", encoding="utf-8")
+    def __init__(self, path: Path, offset: int | None = None) -> None:
+        self._fh = reopen(path, offset)
 
     def write(self, rec: ClustersRecord) -> None:
         """Append one membership record."""

@@ -26,10 +26,14 @@ class TraceWriter:
     of its ends are kept (``output.trace``, for runs with many devices).
     """
 
-    def __init__(self, path: Path, devices: set[int] | None = None) -> None:
-        self._fh = open(path, "w", encoding="utf-8")
-        self._fh.write("[\n")
-        self._first = True
+    def __init__(self, path: Path, devices: set[int] | None = None, offset: int | None = None) -> None:
+        from hierfl.output.files import reopen
+
+        # offset: a resumed run goes on from a checkpoint's size of the file (which has its "[")
+        self._fh = reopen(path, offset)
+        if offset is None:
+            self._fh.write("[\n")
+        self._first = offset is None
         self.devices = devices
 
     def keeps(self, lane: tuple[str, int]) -> bool:

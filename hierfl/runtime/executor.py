@@ -110,6 +110,39 @@ class Executor:
     def close(self) -> None:
         """Release resources."""
 
+    # -- checkpoints and recovery (hierfl.driver.checkpoint) ------------------------------------
+    def quiescent(self) -> bool:
+        """Whether a checkpoint taken now changes no result (no open fast-path group to seal early)."""
+        return True
+
+    def export_roles(self) -> dict[str, Any]:
+        """The roles' state after every call made so far (blocks): device-held state, leaders, cloud.
+
+        Raises if an earlier call failed, so a checkpoint is only ever taken of a sound state.
+        """
+        raise NotImplementedError
+
+    def import_roles(self, state: dict[str, Any]) -> None:
+        """Give fresh roles the state of :meth:`export_roles` (before any other call)."""
+        raise NotImplementedError
+
+    def is_handle(self, obj: Any) -> bool:
+        """Whether ``obj`` is a handle that cannot be pickled as it is (a checkpoint stores its value)."""
+        return False
+
+    def export_handle(self, handle: Any) -> Any:
+        """The picklable value behind a handle of :meth:`is_handle` (blocks until it is computed)."""
+        raise NotImplementedError
+
+    def import_handle(self, value: Any) -> Any:
+        """A handle, of this executor, of a value :meth:`export_handle` gave."""
+        raise NotImplementedError
+
+    def is_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (or its cause) means a role's process or node was lost, not a bug or bad input:
+        the run can then go on from its last checkpoint on fresh roles, with identical results."""
+        return False
+
 
 @dataclass(eq=False)
 class _Pending:
@@ -263,6 +296,22 @@ class LocalExecutor(Executor):
         """Nothing to release (an open group is dropped)."""
         if self._groups is not None:
             self._groups.seal()
+
+    def quiescent(self) -> bool:
+        """No fast-path group is open (sealing one early would change its members' bits)."""
+        return self._groups is None or not self._groups.open
+
+    def export_roles(self) -> dict[str, Any]:
+        """The role objects' state (in-process: nothing can have failed unseen)."""
+        return {"hosts": self.host.export_state(), "leaders": self.leaders.export_state(),
+                "cloud": self.cloud.export_state()}
+
+    def import_roles(self, state: dict[str, Any]) -> None:
+        """Into the role objects."""
+        self.host.import_state(state["hosts"])
+        if state["leaders"] is not None:
+            self.leaders.import_state(state["leaders"])
+        self.cloud.import_state(state["cloud"])
 
 
 def make_executor(kind: str, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:

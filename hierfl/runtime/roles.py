@@ -7,6 +7,7 @@ are one contiguous float32 vector per model; aggregation is vector arithmetic.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -233,6 +234,15 @@ class DeviceHost:
         """Start-up barrier for actors."""
         return True
 
+    def export_state(self) -> dict[int, np.ndarray]:
+        """The persistent per-device state (SCAFFOLD's ``c_i``), for a checkpoint."""
+        return {d: np.array(c) for d, c in self.controls.items()}
+
+    def import_state(self, controls: dict[int, np.ndarray]) -> bool:
+        """Take over per-device state from a checkpoint (merged: several hosts' states may be given)."""
+        self.controls.update({int(d): np.array(c) for d, c in controls.items()})
+        return True
+
     def warmup(self, spec: TrainSpec, params: np.ndarray) -> bool:
         """Run one short throw-away job: the first job of a process pays torch's lazy start-up
         (about a second), which belongs to start-up time, not to the first emulated round."""
@@ -297,6 +307,16 @@ class LeaderHost:
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""
+        return True
+
+    def export_state(self) -> dict[str, Any]:
+        """Models, versions and running aggregations (partial sums, optimizer moments), for a checkpoint."""
+        return copy.deepcopy({"models": self.models, "versions": self.versions, "agg": self._agg})
+
+    def import_state(self, state: dict[str, Any]) -> bool:
+        """Take over :meth:`export_state`'s value: the aggregations go on bit for bit."""
+        state = copy.deepcopy(state)
+        self.models, self.versions, self._agg = state["models"], state["versions"], state["agg"]
         return True
 
 
@@ -368,6 +388,18 @@ class Cloud:
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set."""
         return self.trainer.evaluate(params, self.x_test, self.y_test)
+
+    def export_state(self) -> dict[str, Any]:
+        """Global model, version, running aggregation and SCAFFOLD control, for a checkpoint."""
+        return copy.deepcopy({"model": self.model, "version": self.version, "agg": self._agg,
+                              "control": self.control})
+
+    def import_state(self, state: dict[str, Any]) -> bool:
+        """Take over :meth:`export_state`'s value: the aggregation goes on bit for bit."""
+        state = copy.deepcopy(state)
+        self.model, self.version, self._agg, self.control = (state["model"], state["version"], state["agg"],
+                                                             state["control"])
+        return True
 
     def warmup(self) -> bool:
         """Evaluate once so torch's lazy start-up is paid at start-up."""
