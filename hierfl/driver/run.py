@@ -159,7 +159,7 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
                                    f"{type(exc).__name__}: {exc}") from exc
                 # every role is recreated and the run goes back to its last checkpoint: what was
                 # lost is recomputed, bit for bit (a job is a pure function of its inputs)
-                lost_t = ctx.now
+                lost_t, wall_base = ctx.now, tel._wall0  # wall_s keeps counting across the rollback
                 executor.close()
                 executor = None
                 tel.close()
@@ -171,11 +171,11 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
                 except RunError as err:
                     raise RunError(f"{err}; cannot recover from {type(exc).__name__}: {exc}") from exc
                 run = latest.restore(executor, tel, progress)
+                tel._wall0 = wall_base
                 ctx, protocol = run.ctx, run.protocol
                 ckpt.recoveries += 1
                 run.between_events = ckpt
-                tel.record(Recovered(f"{type(exc).__name__}: {str(exc)[:300]}", lost_t, ckpt.recoveries,
-                                     executor.workers))
+                tel.record(Recovered(_loss_text(exc), lost_t, ckpt.recoveries, executor.workers))
                 resumed = True
         trace_offline(ctx)
         write_model(out, final)
@@ -222,3 +222,12 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
         tel.close()
         if executor is not None:
             executor.close()
+
+
+def _loss_text(exc: BaseException) -> str:
+    """One line naming what was lost: the error's type and first line, and the actor class if Ray says."""
+    text = str(exc)
+    first = text.splitlines()[0] if text else ""
+    role = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.strip().startswith("class_name:")), None)
+    return f"{type(exc).__name__}: {first[:200]}" + (f" ({role})" if role else "")

@@ -8,6 +8,7 @@ are one contiguous float32 vector per model; aggregation is vector arithmetic.
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import numpy as np
@@ -234,6 +235,10 @@ class DeviceHost:
         """Start-up barrier for actors."""
         return True
 
+    def pid(self) -> int:
+        """The hosting process's id (operations and fault-injection tests)."""
+        return os.getpid()
+
     def export_state(self) -> dict[int, np.ndarray]:
         """The persistent per-device state (SCAFFOLD's ``c_i``), for a checkpoint."""
         return {d: np.array(c) for d, c in self.controls.items()}
@@ -308,6 +313,10 @@ class LeaderHost:
     def ready(self) -> bool:
         """Start-up barrier for actors."""
         return True
+
+    def pid(self) -> int:
+        """The hosting process's id (operations and fault-injection tests)."""
+        return os.getpid()
 
     def export_state(self) -> dict[str, Any]:
         """Models, versions and running aggregations (partial sums, optimizer moments), for a checkpoint."""
@@ -409,3 +418,7 @@ class Cloud:
     def ready(self) -> bool:
         """Start-up barrier for actors."""
         return True
+
+    def pid(self) -> int:
+        """The hosting process's id (operations and fault-injection tests)."""
+        return os.getpid()
