@@ -16,8 +16,9 @@ A checkpoint is taken between two events (where the driver's state is consistent
   fsync'ed first) and the content of ``devices.csv``: a resumed run cuts the files back to those
   sizes and appends, so its files are the uninterrupted run's (wall-clock fields aside).
 
-Taking a checkpoint never changes a result: it only waits for values the run computes anyway,
-and it waits for an open fast-path group to close (sealing one early would change bits). The
+Taking a checkpoint never changes a result: it only waits for values the run computes anyway.
+Jobs of an open fast-path group are kept untrained (sealing the group early would change bits)
+and re-form the same group on resume. The
 file is written atomically (``checkpoint.pkl.tmp``, fsync, ``os.replace``, fsync of the folder),
 so a SIGKILL or a power cut leaves the previous checkpoint or the new one, never a torn one.
 """
@@ -109,7 +110,9 @@ class Checkpoint:
         """The checkpoint's :class:`RunLoop`, on ``executor`` (fresh roles) and ``telemetry``
         (opened at :attr:`offsets`); the roles get their state first."""
         executor.import_roles(self.roles)
-        run, tel_state = _StateUnpickler(io.BytesIO(self.state), executor, telemetry, progress).load()
+        run, tel_state, executor_state = _StateUnpickler(io.BytesIO(self.state), executor, telemetry,
+                                                         progress).load()
+        executor.set_driver_state(executor_state)
         telemetry.set_state(tel_state)
         ctx = run.ctx
         ctx.counters = telemetry.counters  # one dict, as in a fresh run (pickle kept the identity)
@@ -174,8 +177,8 @@ class Checkpointer:
         return every_s is not None and time.perf_counter() - self._last_wall >= every_s
 
     def __call__(self, run: Any) -> None:
-        """The loop's hook: take a checkpoint if one is due and the executor can take one unchanged."""
-        if self.due(run) and run.ctx.executor.quiescent():
+        """The loop's hook: take a checkpoint if one is due."""
+        if self.due(run):
             self.take(run)
 
     def take(self, run: Any) -> Checkpoint:
@@ -184,7 +187,7 @@ class Checkpointer:
         executor, tel = ctx.executor, ctx.telemetry
         roles = executor.export_roles()  # first: it checks every earlier call succeeded
         buf = io.BytesIO()
-        _StatePickler(buf, executor, tel, run.progress).dump((run, tel.state()))
+        _StatePickler(buf, executor, tel, run.progress).dump((run, tel.state(), executor.driver_state()))
         offsets = tel.sync()
         devices = tel.out_dir / "devices.csv"
         self.count += 1

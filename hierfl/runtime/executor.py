@@ -111,9 +111,13 @@ class Executor:
         """Release resources."""
 
     # -- checkpoints and recovery (hierfl.driver.checkpoint) ------------------------------------
-    def quiescent(self) -> bool:
-        """Whether a checkpoint taken now changes no result (no open fast-path group to seal early)."""
-        return True
+    def driver_state(self) -> Any:
+        """The executor's own driver-side state that results depend on (the open fast-path group),
+        pickled with the driver's state so its jobs keep their identity."""
+        return None
+
+    def set_driver_state(self, state: Any) -> None:
+        """Take over :meth:`driver_state` after the driver's state was unpickled."""
 
     def export_roles(self) -> dict[str, Any]:
         """The roles' state after every call made so far (blocks): device-held state, leaders, cloud.
@@ -297,9 +301,14 @@ class LocalExecutor(Executor):
         if self._groups is not None:
             self._groups.seal()
 
-    def quiescent(self) -> bool:
-        """No fast-path group is open (sealing one early would change its members' bits)."""
-        return self._groups is None or not self._groups.open
+    def driver_state(self) -> Any:
+        """The fast-path groups, open one included (its jobs are untrained: they stay so, and are
+        trained on resume in the same group, so sealing never happens early)."""
+        return self._groups
+
+    def set_driver_state(self, state: Any) -> None:
+        """The groups, with the very job objects the driver's state refers to."""
+        self._groups = state
 
     def export_roles(self) -> dict[str, Any]:
         """The role objects' state (in-process: nothing can have failed unseen)."""

@@ -363,9 +363,22 @@ class RayExecutor(Executor):
         calls, self._unchecked = self._unchecked, []
         ray.get(calls)
 
-    def quiescent(self) -> bool:
-        """No fast-path group is open (sealing one early would change its members' bits)."""
-        return self._groups is None or not self._groups.open
+    def driver_state(self) -> Any:
+        """The open fast-path group's jobs, in order (they are not dispatched yet; sealing the group
+        early would change its members' bits), and the next group id."""
+        if self._groups is None:
+            return None
+        return {"open": list(self._groups.open), "next_id": self._groups._next_id}
+
+    def set_driver_state(self, state: Any) -> None:
+        """Re-form the open group from the restored (undispatched) job slots, in their order."""
+        if state is None or self._groups is None:
+            return
+        self._groups._next_id = int(state["next_id"])
+        for slot in state["open"]:
+            slot.group, closed = self._groups.add(slot, slot.spec, slot.params)
+            assert not closed, "a restored open group closed while being re-formed"
+            self._jobs.append(slot)
 
     def export_roles(self) -> dict[str, Any]:
         """Every buffered call is sent and checked first; actor calls run in order, so the states
@@ -397,6 +410,11 @@ class RayExecutor(Executor):
     def export_handle(self, handle: Any) -> Any:
         """A job slot's row and stats, or a ref's value."""
         if isinstance(handle, Slot):
+            if self._groups is not None and any(handle is j for j in self._groups.open):
+                # an undispatched job of the open fast-path group: kept as the job itself
+                params = handle.params
+                value = self.export_handle(params) if self.is_handle(params) else ("value", params)
+                return ("pending", handle.device, handle.seed, handle.spec, value)
             if handle.ref is None:
                 self.flush()
             return ("slot", np.array(ray.get(handle.ref)[handle.row]), dict(ray.get(handle.stats)[handle.row]))
@@ -405,6 +423,11 @@ class RayExecutor(Executor):
     def import_handle(self, value: Any) -> Any:
         """A finished job becomes a one-row batch put in the object store (and no host's outstanding job)."""
         kind = value[0]
+        if kind == "pending":  # set_driver_state puts it back into the open group
+            _, device, seed, spec, params = value
+            return Slot(device, seed, spec, self.import_handle(params))
+        if kind == "value":
+            return value[1]
         if kind == "slot":
             _, row, stats = value
             return Slot(-1, 0, None, None, ref=ray.put(np.asarray(row)[None, :]), row=0, stats=ray.put([stats]),
