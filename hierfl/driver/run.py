@@ -90,7 +90,7 @@ def resume_run(run_dir: str | Path, progress: ProgressFn | None = None) -> RunRe
 def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source: str | None,
              built: Built | None, resume: Any) -> RunResult:
     """A fresh run (``resume`` None) or one resumed from a checkpoint; recovers from lost Ray roles."""
-    from hierfl.driver.checkpoint import Checkpointer
+    from hierfl.driver.checkpoint import CHECKPOINT_FILE, Checkpointer
 
     wall0 = time.perf_counter()
     built = built or build(scenario, source)
@@ -101,6 +101,7 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
     if resume is None:
         resolved = scenario.model_copy(update={"versions": package_versions()})
         tel = RunTelemetry(out, trace_devices=trace_devices)
+        (out / CHECKPOINT_FILE).unlink(missing_ok=True)  # an earlier run's: never resumed over this one
         write_config(out, dump_scenario(resolved))
     else:
         resolved = scenario

@@ -1,0 +1,164 @@
+"""Checkpoints, ``hierfl resume`` and recovery from lost Ray actors (issue 14, parts 1 and 2).
+
+Every test compares against an uninterrupted run of the same scenario: metrics (wall-clock
+fields and ``recovered`` lines aside), trace, clusters, devices, summary and the final model's bits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hierfl.cli import main
+from hierfl.driver import RunError, resume_run, run_scenario
+from hierfl.driver.checkpoint import CHECKPOINT_FILE, KILL_AFTER_ENV
+from hierfl.scenario.loader import load_scenario
+
+SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "checkpoint_resume.yaml"
+WALL = ("wall_s", "startup_s")
+
+
+def _metrics(run: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["event"] == "recovered":
+            continue
+        for key in WALL + (("executor", "workers") if rec["event"] == "run_start" else ()):
+            rec.pop(key, None)
+        out.append(rec)
+    return out
+
+
+def _summary(run: Path) -> dict[str, Any]:
+    s = json.loads((run / "summary.json").read_text())
+    for key in WALL + ("recoveries", "executor", "workers"):
+        s.pop(key, None)
+    return s
+
+
+def assert_same_run(ref: Path, other: Path, same_config: bool = True) -> None:
+    """``other`` has exactly ``ref``'s outputs (wall-clock fields and recovered lines aside)."""
+    assert _metrics(other) == _metrics(ref)
+    for name in ("trace.json", "clusters.jsonl", "devices.csv") + (("config.yaml",) if same_config else ()):
+        assert (other / name).read_bytes() == (ref / name).read_bytes(), name
+    assert _summary(other) == _summary(ref)
+    assert np.array_equal(np.load(other / "final_model.npy"), np.load(ref / "final_model.npy"))
+    assert not (other / CHECKPOINT_FILE).exists()  # a completed run keeps no checkpoint
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted run (local executor)."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    res = run_scenario(load_scenario(str(SCENARIO)), out, source=str(SCENARIO))
+    assert res.summary["status"] == "completed" and res.summary["rounds"] == 6
+    # the scenario's numbers, so a run that silently learns nothing fails here
+    assert res.summary["final_accuracy"] == pytest.approx(0.9273, abs=1e-4)
+    return out
+
+
+def _cli(args: list[str], kill_after: int | None) -> int:
+    env = dict(os.environ)
+    env.pop(KILL_AFTER_ENV, None)
+    if kill_after is not None:
+        env[KILL_AFTER_ENV] = str(kill_after)
+    return subprocess.run([sys.executable, "-m", "hierfl.cli", *args], env=env, capture_output=True,
+                          timeout=300).returncode
+
+
+def test_resume_after_sigkill_at_several_checkpoints(reference: Path, tmp_path: Path) -> None:
+    """SIGKILL after the 2nd checkpoint, again after the 5th (of the resumed run), then resume to the end."""
+    out = tmp_path / "run"
+    assert _cli(["run", str(SCENARIO), "--out", str(out), "-q"], kill_after=2) == -signal.SIGKILL
+    assert (out / CHECKPOINT_FILE).is_file() and not (out / "summary.json").exists()
+    cut = len((out / "metrics.jsonl").read_text().splitlines())
+    assert _cli(["resume", str(out), "-q"], kill_after=5) == -signal.SIGKILL
+    assert len((out / "metrics.jsonl").read_text().splitlines()) > cut  # the resumed run got further
+    res = resume_run(out)
+    assert res.summary["status"] == "completed"
+    assert_same_run(reference, out)
+
+
+def test_ctrl_c_leaves_a_resumable_run(reference: Path, tmp_path: Path) -> None:
+    """KeyboardInterrupt mid-run: status interrupted, a checkpoint left; resume ends as the uninterrupted run."""
+    out = tmp_path / "run"
+
+    def progress(t: float, rounds: int, acc: float | None) -> None:
+        if rounds >= 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(str(SCENARIO)), out, progress=progress)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["resume"] == f"hierfl resume {out}"
+    assert summary["checkpoint_t"] > 0
+    assert main(["resume", str(out), "-q"]) == 0
+    assert_same_run(reference, out)
+    # a completed run has nothing to resume; a folder that is no run is named
+    assert main(["resume", str(out)]) == 2
+    assert main(["resume", str(tmp_path / "nowhere")]) == 2
+    with pytest.raises(RunError, match="has completed"):
+        resume_run(out)
+
+
+def test_checkpoints_can_be_switched_off(tmp_path: Path) -> None:
+    sc = load_scenario(str(SCENARIO), ["runtime.checkpoint.enabled=false"])
+
+    def progress(t: float, rounds: int, acc: float | None) -> None:
+        if rounds >= 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(sc, tmp_path / "run", progress=progress)
+    assert not (tmp_path / "run" / CHECKPOINT_FILE).exists()
+    with pytest.raises(RunError, match="no checkpoint.pkl"):
+        resume_run(tmp_path / "run")
+
+
+@pytest.mark.ray
+def test_ray_recovers_lost_host_cloud_and_leader(reference: Path, tmp_path: Path, ray_session: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kill a DeviceHost's process mid-run, later the Cloud's and the Leader's: two rollbacks, same outputs."""
+    import hierfl.driver.run as drun
+
+    ray = ray_session
+    made: list[Any] = []
+    original = drun.make_executor
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        made.append(original(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(drun, "make_executor", make)
+    plan = [(2, ("hosts",)), (4, ("cloud", "leaders"))]  # (round, roles to kill)
+    killed: list[int] = []
+
+    def progress(t: float, rounds: int, acc: float | None) -> None:
+        # one kill per executor: the next one waits until the recovery has made a fresh executor
+        if plan and rounds >= plan[0][0] and len(made) == len(killed) + 1:
+            _, roles = plan.pop(0)
+            ex = made[-1]
+            actors = [ex.hosts[0] if r == "hosts" else getattr(ex, r) for r in roles]
+            for pid in ray.get([a.pid.remote() for a in actors]):
+                os.kill(pid, signal.SIGKILL)
+            killed.append(len(roles))
+
+    sc = load_scenario(str(SCENARIO), ["runtime.executor=ray", "runtime.workers=2"])
+    res = run_scenario(sc, tmp_path / "run", progress=progress)
+    assert killed == [1, 2] and len(made) == 3
+    assert res.summary["recoveries"] == 2
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    recovered = [x for x in lines if x["event"] == "recovered"]
+    assert [r["attempt"] for r in recovered] == [1, 2]
+    assert "DeviceHost" in recovered[0]["error"]
+    assert all(r["t"] < r["lost_t"] for r in recovered)  # rolled back to an earlier checkpoint
+    assert_same_run(reference, tmp_path / "run", same_config=False)
