@@ -48,11 +48,13 @@ class _StatePickler(pickle.Pickler):
     """Pickles the driver's state; the executor, the telemetry, the progress callback and every
     executor handle are written by name or by value (``persistent_id``)."""
 
-    def __init__(self, fh: io.BytesIO, executor: Any, telemetry: Any, progress: Any) -> None:
+    def __init__(self, fh: io.BytesIO, executor: Any, telemetry: Any, progress: Any, hook: Any = None) -> None:
         super().__init__(fh, protocol=pickle.HIGHEST_PROTOCOL)
         self._named = {id(executor): "executor", id(telemetry): "telemetry"}
         if progress is not None:
             self._named[id(progress)] = "progress"
+        if hook is not None:  # the checkpointer itself (it holds the previous checkpoint): re-attached
+            self._named[id(hook)] = "hook"
         self._executor = executor
         self._handles: dict[int, int] = {}  # id(handle) -> index: one handle, one value, one identity
         self._keep: list[Any] = []  # keeps ids valid while pickling
@@ -76,7 +78,7 @@ class _StateUnpickler(pickle.Unpickler):
 
     def __init__(self, fh: io.BytesIO, executor: Any, telemetry: Any, progress: Any) -> None:
         super().__init__(fh)
-        self._named = {"executor": executor, "telemetry": telemetry, "progress": progress}
+        self._named = {"executor": executor, "telemetry": telemetry, "progress": progress, "hook": None}
         self._executor = executor
         self._handles: dict[int, Any] = {}
 
@@ -187,7 +189,7 @@ class Checkpointer:
         executor, tel = ctx.executor, ctx.telemetry
         roles = executor.export_roles()  # first: it checks every earlier call succeeded
         buf = io.BytesIO()
-        _StatePickler(buf, executor, tel, run.progress).dump((run, tel.state(), executor.driver_state()))
+        _StatePickler(buf, executor, tel, run.progress, run.between_events).dump((run, tel.state(), executor.driver_state()))
         offsets = tel.sync()
         devices = tel.out_dir / "devices.csv"
         self.count += 1
