@@ -45,11 +45,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from hierfl.build import build
     from hierfl.driver import RunError, run_scenario
+    from hierfl.driver.run import start_and_build
 
     scenario = _load(args)
-    built = build(scenario, args.scenario)  # build errors are config errors: nothing written yet
+    # Ray starts while the data is generated; build errors are config errors: nothing written yet
+    start, built = start_and_build(scenario, args.scenario)
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     console = Console(stderr=True)
     for warning in (built.dynamics.warnings if built.dynamics else []):
@@ -69,7 +70,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, info=f"t={t:,.1f}s round {rounds} acc {acc_txt}")
 
         try:
-            result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built)
+            result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built,
+                                  start=start)
         except RunError as exc:
             console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
             return 1

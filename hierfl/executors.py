@@ -26,16 +26,24 @@ class ExecutorConfig(ConfigModel):
 
     implementation: ClassVar[str]
     """``module:Class`` of the executor, imported when one is made."""
+    start_implementation: ClassVar[str] = "hierfl.runtime.start:ExecutorStart"
+    """``module:Class`` of its start-up (begun before the data exists), called as ``(name, workers, address)``."""
     in_process: ClassVar[bool] = False
     """Runs without a cluster (conformance tests start it)."""
 
-    def _implementation(self) -> Any:
-        module, _, cls = self.implementation.partition(":")
+    def _implementation(self, path: str | None = None) -> Any:
+        module, _, cls = (path or self.implementation).partition(":")
         return getattr(importlib.import_module(module), cls)
 
     def create(self, data: Any, workers: int | str = "auto", address: str | None = None) -> Any:
         """Start the executor for one run (``data``: its :class:`~hierfl.runtime.executor.RunData`)."""
         raise NotImplementedError
+
+    def start(self, workers: int | str = "auto", address: str | None = None) -> Any:
+        """Begin this executor's start-up before the run's data exists (an
+        :class:`~hierfl.runtime.start.ExecutorStart`). The default begins nothing early: the
+        executor is made when the data is handed over."""
+        return self._implementation(self.start_implementation)(self.name, workers, address)  # type: ignore[attr-defined]
 
 
 @EXECUTORS.register
@@ -57,9 +65,12 @@ class RayExecutorConfig(ExecutorConfig):
     """``executor: ray``: device hosts, leaders and the cloud as Ray actors (``workers`` hosts)."""
 
     implementation: ClassVar[str] = "hierfl.runtime.ray_executor:RayExecutor"
+    # Ray up and the actors' processes starting (importing torch) while the driver generates the data
+    start_implementation: ClassVar[str] = "hierfl.runtime.ray_executor:RayStart"
 
     name: Literal["ray"] = "ray"
 
     def create(self, data: Any, workers: int | str = "auto", address: str | None = None) -> Any:
         """A :class:`~hierfl.runtime.ray_executor.RayExecutor` (imports Ray)."""
         return self._implementation()(data, workers=workers, address=address)  # type: ignore[no-any-return]
+

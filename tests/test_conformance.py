@@ -32,6 +32,7 @@ from hierfl.dynamics import AVAILABILITY, EVENTS, DynamicsDraft, Facts
 from hierfl.driver import run_scenario
 from hierfl.executors import EXECUTORS
 from hierfl.learn.local import LocalTrainer, count_params, init_params
+from hierfl.learn.robust import AGGREGATION_RULES, BEHAVIORS
 from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.learn.trainers import TRAINERS
 from hierfl.models import MODELS, LogRegConfig
@@ -77,6 +78,10 @@ UNKNOWN: dict[str, tuple[Registry, dict[str, Any], str]] = {
     "event kind": (EVENTS, {"stop": {"virtual_time_s": 9.0}, **_events_with("bogus")}, "events.0"),
     "distribution": (DISTRIBUTIONS, {"devices": {"speed_sps": {"dist": "bogus"}}}, "devices.speed_sps"),
     "executor": (EXECUTORS, {"runtime": {"executor": "bogus"}}, "runtime.executor"),
+    "aggregation rule": (AGGREGATION_RULES, {"aggregation": {"cloud": "bogus"}}, "aggregation.cloud"),
+    "device behavior": (BEHAVIORS, {"stop": {"virtual_time_s": 9.0},
+                                    "events": [{"at_s": 0.5, "attack": {"behavior": "bogus"}}]},
+                        "events.0.attack.behavior"),
 }
 
 
@@ -372,6 +377,42 @@ def test_event_kind_applies_to_a_tiny_world(name):
                protocol={"name": "hierfavg"}, topology={"edge_servers": 2})
     built = build(validate_raw(raw))
     assert built.dynamics is not None
+
+
+# -- Byzantine robustness: aggregation rules and device behaviours -----------------------------------------
+
+@pytest.mark.parametrize("name", AGGREGATION_RULES.names())
+def test_aggregation_rule_contract(name):
+    """A rule maps m finite rows to one finite vector (within the rows' bounding box, except clipping),
+    accepts at least one row, and an honest set with no spread aggregates to that point."""
+    rule = AGGREGATION_RULES.example(name)
+    rng = np.random.default_rng(SEED)
+    V = rng.normal(size=(7, 5))
+    base = np.zeros(5)
+    loss = lambda x: float(np.sum((np.asarray(x) - 0.1) ** 2))  # noqa: E731
+    out = rule.apply(V, np.ones(7), base, loss)
+    assert out.aggregate.shape == (5,) and np.isfinite(out.aggregate).all()
+    assert out.accepted.dtype == bool and out.accepted.shape == (7,)
+    if not type(rule).asynchronous:
+        assert out.accepted.any()
+    if name != "norm_clip" and out.accepted.any():
+        assert (out.aggregate >= V.min(axis=0) - 1e-9).all() and (out.aggregate <= V.max(axis=0) + 1e-9).all()
+    same = np.tile(np.full(5, 0.05), (7, 1))
+    assert np.allclose(rule.apply(same, np.ones(7), base, loss).aggregate, 0.05)
+
+
+@pytest.mark.parametrize("name", BEHAVIORS.names())
+def test_device_behavior_contract(name, tmp_path):
+    """A behaviour returns a float32 vector of the update's shape, and runs in a scenario (timing unchanged)."""
+    cfg = BEHAVIORS.example(name)
+    v = np.arange(6, dtype=np.float32)
+    out = cfg.transform(v, np.zeros(6, dtype=np.float32), np.random.default_rng(0))
+    assert out.shape == v.shape and out.dtype == np.float32
+    attack = [{"at_s": 0.0, "attack": {"select": {"ids": [0]}, "behavior": cfg.model_dump()}}]
+    base = run_scenario(tiny(stop={"rounds": 1}), out_dir=tmp_path / "h", progress=False)
+    res = run_scenario(tiny(stop={"rounds": 1}, events=attack), out_dir=tmp_path / "b", progress=False)
+    assert res.summary["virtual_time_s"] == base.summary["virtual_time_s"]
+    assert res.summary["robustness"]["byzantine_jobs"] == {name: 1}
 
 
 # -- distributions ----------------------------------------------------------------------------------------

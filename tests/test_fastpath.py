@@ -204,14 +204,20 @@ def test_local_executor_fast_path_groups_and_defers():
 @pytest.fixture()
 def fast_path(monkeypatch):
     """Turn the fast path on for runs in this test (what ``runtime.fast_path: true`` will wire)."""
+    _force_fast_path(monkeypatch)
+
+
+def _force_fast_path(monkeypatch):
+    """Every executor made by ``run_scenario`` gets the fast path (the model spec's fifth element)."""
     import hierfl.driver.run as run_mod
 
-    make = run_mod.make_executor
+    real = run_mod.RunData
 
-    def patched(kind, data, **kw):
-        return make(kind, dataclasses.replace(data, model=(*data.model[:4], True)), **kw)
+    def patched(*args, **kw):
+        data = real(*args, **kw)
+        return dataclasses.replace(data, model=(*data.model[:4], True))
 
-    monkeypatch.setattr(run_mod, "make_executor", patched)
+    monkeypatch.setattr(run_mod, "RunData", patched)
 
 
 _metrics = metrics_without_wall
@@ -248,11 +254,7 @@ def test_fast_path_run_differs_only_slightly(tmp_path, monkeypatch):
         return group(self, devices, *args, **kw)
 
     monkeypatch.setattr(DeviceHost, "train_group", spy)
-    import hierfl.driver.run as run_mod
-
-    make = run_mod.make_executor
-    monkeypatch.setattr(run_mod, "make_executor",
-                        lambda kind, data, **kw: make(kind, dataclasses.replace(data, model=(*data.model[:4], True)), **kw))
+    _force_fast_path(monkeypatch)
     fast = run_scenario(SCENARIOS["fedavg"](), tmp_path / "fast")
     assert sizes and max(sizes) == 6  # each round's six jobs trained as one group
     assert not np.array_equal(fast.final_params, exact.final_params)

@@ -157,12 +157,12 @@ def test_failure_midway_keeps_metrics_and_writes_failed_summary(tmp_path, monkey
 
 def test_executor_start_failure_is_a_run_error(tmp_path, monkeypatch):
     from hierfl.driver import RunError
-    from hierfl.driver import run as driver_run
+    from hierfl.runtime import start as runtime_start
 
     def broken(*args, **kwargs):
         raise ConnectionError("no cluster here")
 
-    monkeypatch.setattr(driver_run, "make_executor", broken)
+    monkeypatch.setattr(runtime_start, "make_executor", broken)
     with pytest.raises(RunError, match="cannot start the local executor: ConnectionError: no cluster here"):
         run_scenario(tiny(), tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"

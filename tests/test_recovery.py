@@ -40,7 +40,7 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
 
 def _summary(run: Path) -> dict[str, Any]:
     s = json.loads((run / "summary.json").read_text())
-    for key in WALL + ("recoveries", "executor", "workers"):
+    for key in WALL + ("startup", "recoveries", "executor", "workers"):
         s.pop(key, None)
     return s
 
@@ -144,17 +144,17 @@ FAULT_PLANS = {
 def test_ray_recovers_lost_host_cloud_and_leader(reference: Path, tmp_path: Path, ray_session: Any,
                                                  monkeypatch: pytest.MonkeyPatch, plan_name: str) -> None:
     """Kill the processes of a DeviceHost, the Cloud and the Leader mid-run: the outputs are the unfaulted run's."""
-    import hierfl.driver.run as drun
+    from hierfl.runtime.ray_executor import RayExecutor
 
     ray = ray_session
-    made: list[Any] = []
-    original = drun.make_executor
+    made: list[Any] = []  # every executor the run makes: the first, then one per recovery
+    original = RayExecutor.__init__
 
-    def make(*args: Any, **kwargs: Any) -> Any:
-        made.append(original(*args, **kwargs))
-        return made[-1]
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
 
-    monkeypatch.setattr(drun, "make_executor", make)
+    monkeypatch.setattr(RayExecutor, "__init__", init)
     plan = list(FAULT_PLANS[plan_name])
     expected = [len(roles) for _, roles in plan]
     killed: list[int] = []

@@ -20,8 +20,11 @@ import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from hierfl.core.faults import FaultWindow
 
 __all__ = ["Window", "finish_time", "factor_at", "Availability", "OnlineIndex", "MarkovTimeline",
            "IntervalTimeline", "merge_intervals"]
@@ -435,6 +438,18 @@ class Dynamics:
     jitter_sigma: float = 0.0                   # per-task lognormal σ on compute time (mean 1)
     links: list[LinkWindow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    faults: list[FaultWindow] = field(default_factory=list)   # edge server / cloud outages (edge_fail, cloud_fail)
+    # device → [(start, end, behaviour config)] from ``attack`` events (what a device sends, never
+    # when: timing ignores it); empty: every device is honest
+    attacks: dict[int, list[tuple[float, float, Any]]] = field(default_factory=dict)
+
+    def behavior_at(self, device: int, t: float) -> Any:
+        """The behaviour ``device`` has at time ``t`` (the latest attack event covering ``t``), or None."""
+        found = None
+        for start, end, cfg in self.attacks.get(device, ()):
+            if start <= t < end:
+                found = cfg
+        return found
 
     @classmethod
     def static(cls, n: int) -> Dynamics:
@@ -445,7 +460,7 @@ class Dynamics:
     def is_static(self) -> bool:
         """True when nothing in the world changes during the run."""
         return (not any(self.windows) and self.availability.trivial and self.dropout == 0.0
-                and self.jitter_sigma == 0.0 and not self.links)
+                and self.jitter_sigma == 0.0 and not self.links and not self.faults)
 
     def link_boundaries(self) -> list[float]:
         """Sorted distinct finite times at which some link value changes."""

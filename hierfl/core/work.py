@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,9 @@ class TrainSpec:
     # timing only (``training.trainer: none``): the job takes its virtual time but is not run; its
     # update is the model it started from
     train: bool = True
+    # a Byzantine device's behaviour (a ``hierfl.learn.robust`` behaviour config, hashable): the host
+    # trains on flipped labels or transforms the result; None for an honest job
+    attack: Any = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):

@@ -21,6 +21,8 @@ from hierfl.core.work import TrainSpec
 from hierfl.env.api import Endpoint, Job, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.faults import Faults
+from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
 __all__ = ["Context", "RunError"]
@@ -60,6 +62,11 @@ class Context:
         n = self._world.num_devices
         self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
+        # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
+        self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
+        # Byzantine robustness (issue 16): None keeps every call exactly as without it
+        setup = robust_setup(scenario, self.dyn)
+        self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -132,6 +139,10 @@ class Context:
         """Whether ``device`` is available now."""
         return self.dyn.availability.is_up(device, self.now)
 
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now."""
+        return server not in self.transfers.down
+
     def _everyone(self) -> OnlineIndex:
         assert self._online is not None
         self._online.advance(self.now)
@@ -194,9 +205,12 @@ class Context:
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
         spec = spec or self._spec
+        behavior = None
+        if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
+            spec, behavior = self.robust.job_spec(device, self.now, spec)
+        mark = {} if behavior is None else {"byzantine": behavior.name}
         job_id = int(self._jobs_started[device])
         self._jobs_started[device] += 1
-        seed = stream_seed(self.seed, "train", device, job_id)
         compute_s = self._duration(device, spec, job_id)
         dyn = self.dyn
         lost_at, reason = math.inf, None
@@ -209,13 +223,18 @@ class Context:
             if down < self.now + compute_s and down < lost_at:
                 lost_at, reason = down, "offline"
         if math.isfinite(lost_at):
-            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason)
+            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason,
+                                **mark)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
         if not spec.train:  # timing only: the update is the model the job started from
             self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
+        # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
+        seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
-        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
+        if self.robust is not None:
+            self.robust.remember(new, device, behavior)
+        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
@@ -307,6 +326,9 @@ class Context:
 
     def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
+        if self.robust is not None:
+            self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
+            return
         self.executor.add_edge(edge, weight, update, control_coef)
 
     def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
@@ -316,6 +338,9 @@ class Context:
         ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
         """
         handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+        if self.robust is not None:
+            self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
+            self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
         self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
         return handle
 
@@ -333,6 +358,9 @@ class Context:
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
+        if self.robust is not None:
+            self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
+            return
         self.executor.add_cloud(weight, update, control_coef)
 
     def _cloud_round_done(self) -> None:
@@ -343,6 +371,8 @@ class Context:
     def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
         """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
         handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
+        if self.robust is not None:
+            self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)
@@ -350,6 +380,32 @@ class Context:
         self.telemetry.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
         self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
         self._cloud_round_done()
+        return handle
+
+    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
+        """Whether an asynchronous step from ``base`` to ``candidate`` (made from ``source``'s ``update``)
+        is applied: True unless the ``tier`` rule is a screen (Zeno++), which may reject it (counted)."""
+        if self.robust is None or not type(self.robust.setup.rule(tier)).asynchronous:
+            return True
+        tag = self.robust.take(update, tier, 0)
+        accepted = self.executor.screen(base, candidate, tag)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        if not accepted:
+            self.counters["updates_rejected"] = self.counters.get("updates_rejected", 0) + 1
+        return accepted
+
+    def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
+        """``base + Σc · rule(Δ)`` over a buffer / queue of deltas ``Δ_i = a_i − b_i`` weighted ``c_i``
+        (FedBuff, AHFL) when the ``tier`` rule is robust; None under the mean (the caller combines)."""
+        if self.robust is None or not self.robust.queues:
+            return None
+        tags = [self.robust.take(a, tier, entity) for _, a, _ in deltas]
+        rule = self.robust.setup.rule(tier)
+        if rule.is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
         return handle
 
     def average(self, models: list[Any], weights: list[float]) -> Any:

@@ -95,7 +95,11 @@ class RunLoop:
             self.events += 1
             try:
                 if event.kind.startswith("_"):
-                    net.handle_internal(event)
+                    if event.kind == "_fault":
+                        assert ctx.faults is not None
+                        ctx.faults.handle(event)
+                    else:
+                        net.handle_internal(event)
                     continue
                 net.before_dispatch(event)
                 protocol.handle(event)

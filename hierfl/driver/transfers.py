@@ -66,6 +66,7 @@ class _Transfer:
     guards: list[Event] = field(default_factory=list)
     delivery: Event | None = None
     flow: Any = None
+    servers: tuple[Endpoint, ...] = ()   # its edge-server / cloud ends (an edge_fail / cloud_fail cuts it)
 
 
 class Transfers:
@@ -83,6 +84,8 @@ class Transfers:
         self._transfers: dict[int, _Transfer] = {}
         self._delivery: dict[int, int] = {}           # delivery event seq → transfer id
         self._device_transfers: dict[int, set[int]] = {}
+        self._server_transfers: dict[Endpoint, set[int]] = {}  # edge server / cloud → its transfers in flight
+        self.down: set[Endpoint] = set()                        # servers down now (driver.faults keeps it)
         self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
         self._next_flow = 0
         self._net_event: Event | None = None
@@ -147,6 +150,10 @@ class Transfers:
         its last bit. If a device at either end goes offline before it arrives, it is lost and the
         protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
         """
+        servers = tuple(end for end in (src, dst) if end[0] != "device")
+        if self.down and any(end in self.down for end in servers):
+            down = next(end for end in servers if end in self.down)
+            raise RuntimeError(f"{down[0]} {down[1]} is down: no transfer {src} → {dst} ({event})")
         kind, links, latency_s, devices = self.route(src, dst)
         size = self.world.model_bytes if size is None else size
         if kind == "device_device":
@@ -161,7 +168,8 @@ class Transfers:
         lane = src if src[0] == "device" else dst if dst[0] == "device" else src if src[0] == "edge" else dst
         fid = self._next_flow
         self._next_flow += 1
-        tr = _Transfer(kind, lane, name, self.now, latency_s, event, payload, priority, devices, size, args)
+        tr = _Transfer(kind, lane, name, self.now, latency_s, event, payload, priority, devices, size, args,
+                       servers=servers)
         self._transfers[fid] = tr
         tr.flow = self.net.add(self.now, fid, links, size * 8 / 1e6)
         avail = self.dyn.availability
@@ -172,6 +180,8 @@ class Transfers:
                     tr.guards.append(self.queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL))
         for d in devices:
             self._device_transfers.setdefault(d, set()).add(fid)
+        for end in servers:
+            self._server_transfers.setdefault(end, set()).add(fid)
         self._reschedule_net()
         return fid
 
@@ -205,6 +215,8 @@ class Transfers:
             self.queue.cancel(g)
         for d in tr.devices:
             self._device_transfers.get(d, set()).discard(fid)
+        for end in tr.servers:
+            self._server_transfers.get(end, set()).discard(fid)
         args = dict(tr.args)
         if tr.flow is not None and tr.flow.max_sharing > 1:
             args["shared_max"] = tr.flow.max_sharing
@@ -305,6 +317,16 @@ class Transfers:
             self._cancel_transfer(fid)
         for e in self._device_events.pop(device, []):
             self.queue.cancel(e)
+
+    def cancel_server(self, server: Endpoint) -> list[tuple[str, Any]]:
+        """Withdraw every transfer to or from ``server`` (it failed); returns each one's ``(event, payload)``
+        in the order they were sent."""
+        lost = []
+        for fid in sorted(self._server_transfers.get(server, set())):
+            tr = self._transfers[fid]
+            lost.append((tr.event, tr.payload))
+            self._cancel_transfer(fid)
+        return lost
 
     def track(self, device: int, event: Event) -> Event:
         """Remember a pending event of ``device`` so :meth:`cancel_device` can withdraw it."""

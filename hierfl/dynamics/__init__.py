@@ -8,6 +8,8 @@ them). A new event kind is one module here with one class registered in :data:`E
 from hierfl.dynamics import slowdown  # noqa: F401
 from hierfl.dynamics import links  # noqa: F401
 from hierfl.dynamics import churn  # noqa: F401
+from hierfl.dynamics import faults  # noqa: F401
+from hierfl.dynamics import attack  # noqa: F401
 # isort: on
 from hierfl.dynamics.availability import (
     AVAILABILITY,
@@ -16,11 +18,14 @@ from hierfl.dynamics.availability import (
     AvailabilityTraceConfig,
     MarkovAvailability,
 )
+from hierfl.dynamics.attack import AttackEvent
 from hierfl.dynamics.churn import JoinEvent, LeaveEvent
 from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft, EventKind, Facts, Selector, event_entry_model
+from hierfl.dynamics.faults import CloudFailEvent, EdgeFailEvent
 from hierfl.dynamics.links import EdgeLinkEvent, LinkEvent
 from hierfl.dynamics.slowdown import SlowdownEvent
 
 __all__ = ["AVAILABILITY", "AlwaysAvailability", "AvailabilityConfig", "AvailabilityTraceConfig", "MarkovAvailability",
            "EVENTS", "DeviceEvent", "DynamicsDraft", "EventKind", "Facts", "Selector", "event_entry_model",
-           "SlowdownEvent", "LinkEvent", "EdgeLinkEvent", "LeaveEvent", "JoinEvent"]
+           "SlowdownEvent", "LinkEvent", "EdgeLinkEvent", "LeaveEvent", "JoinEvent",
+           "EdgeFailEvent", "CloudFailEvent", "AttackEvent"]

@@ -112,6 +112,8 @@ class EventKind(ConfigModel):
     """The event changes which devices are online (refused by protocols that do not model drop-outs)."""
     takes_devices_offline: ClassVar[bool] = False
     """The event takes devices offline mid-run."""
+    infra_fault: ClassVar[bool] = False
+    """The event fails an edge server or the cloud (refused by protocols without ``supports_infra_faults``)."""
 
     def problems(self, key: str, facts: Facts) -> list[Problem]:
         """Load-time problems of this event at ``key`` (``events.<i>.<kind>``)."""

@@ -146,6 +146,10 @@ class Env(Protocol):
     def is_up(self, device: int) -> bool:
         """Whether ``device`` is online now."""
 
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now (``edge_fail`` / ``cloud_fail`` events);
+        a transfer to or from a server that is down is refused."""
+
     def compute_factor(self, device: int) -> float:
         """``device``'s slowdown factor now (1 outside slowdown windows)."""
 
@@ -211,6 +215,12 @@ class Env(Protocol):
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier``."""
+
+    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
+        """Whether an asynchronous step ``base → candidate`` made from ``source``'s ``update`` is applied (Zeno++)."""
+
+    def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
+        """``base`` stepped by the ``tier`` rule's aggregate of the deltas (None: the rule is the mean)."""
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role."""

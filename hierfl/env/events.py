@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["Payload", "DeviceLost", "Timer", "DRIVER_EVENTS", "describe"]
+__all__ = ["Payload", "DeviceLost", "ServerDown", "ServerUp", "Timer", "DRIVER_EVENTS", "describe"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,32 @@ class DeviceLost(Payload):
     origin: Any = None
 
 
+@dataclass(frozen=True)
+class ServerDown(Payload):
+    """``server`` (``("edge", e)`` or ``("cloud", 0)``) failed now and is down until ``until``.
+
+    Every transfer to or from it that was in flight is already withdrawn: ``lost`` lists them as
+    ``(event, payload)`` — the protocol event each would have fired and its own message — in
+    the order they were sent. ``on_edge_fail`` (edge servers): ``reattach`` or ``wait``.
+    """
+
+    server: tuple[str, int]
+    until: float
+    on_edge_fail: str
+    lost: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ServerUp(Payload):
+    """``server`` is back after ``down_s`` seconds (with nothing of what it held before it failed)."""
+
+    server: tuple[str, int]
+    down_s: float
+
+
 # event kinds the driver raises on its own; the protocol base class handles each by default
-DRIVER_EVENTS: dict[str, type[Payload]] = {"device_lost": DeviceLost}
+DRIVER_EVENTS: dict[str, type[Payload]] = {"device_lost": DeviceLost, "edge_down": ServerDown, "edge_up": ServerUp,
+                                           "cloud_down": ServerDown, "cloud_up": ServerUp}
 
 
 def describe(payload: Any) -> str:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 __all__ = ["Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
-           "UpdateDropped", "DeviceLostRecord", "LinkChange", "Recluster", "LeaderLost", "ClustersRecord",
-           "Recovered"]
+           "UpdateDropped", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster", "LeaderLost", "ClustersRecord",
+           "ServerFail", "ServerRecover", "FaultLoss", "Reattach", "Recovered"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,33 @@ class UpdateDropped(Record):
 
 
 @dataclass(frozen=True)
+class RobustAggregate(Record):
+    """One aggregation under a Byzantine-robust rule (``aggregation:``) or with Byzantine senders.
+
+    ``accepted`` / ``rejected``: updates the rule used or left out (``rejected_nonfinite`` of them
+    for NaN/inf values); ``honest`` / ``malicious``: senders; ``dist_honest_mean``: ‖aggregate −
+    weighted mean of the honest updates‖ (None without an honest update); ``rejected_ids``: the
+    devices (edge servers at a cloud fed by edges) whose updates were left out.
+    """
+
+    EVENT: ClassVar[str] = "robust_aggregate"
+    tier: str
+    entity: int
+    rule: str
+    m: int
+    accepted: int
+    rejected: int
+    rejected_nonfinite: int
+    clipped: int
+    honest: int
+    malicious: int
+    malicious_accepted: int
+    honest_rejected: int
+    dist_honest_mean: float | None
+    rejected_ids: list[int]
+
+
+@dataclass(frozen=True)
 class DeviceLostRecord(Record):
     """A device dropped out during ``stage``."""
 
@@ -184,6 +211,55 @@ class LeaderLost(Record):
     online: bool
     generation: int
     wasted_compute_s: float
+
+
+@dataclass(frozen=True)
+class ServerFail(Record):
+    """An edge server (``server: edge``) or the cloud failed for ``for_s`` seconds (``edge_fail`` / ``cloud_fail``);
+    ``transfers_lost``: transfers to or from it that were in flight."""
+
+    EVENT: ClassVar[str] = "server_fail"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("on_edge_fail",)
+    server: str
+    id: int
+    for_s: float
+    transfers_lost: int
+    on_edge_fail: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerRecover(Record):
+    """A failed server is back after ``down_s`` seconds."""
+
+    EVENT: ClassVar[str] = "server_recover"
+    server: str
+    id: int
+    down_s: float
+
+
+@dataclass(frozen=True)
+class FaultLoss(Record):
+    """The work a protocol lost to a failed server: updates queued at it or on their way (to it or from it),
+    and the compute of jobs withdrawn because of it (``extra``: protocol details)."""
+
+    EVENT: ClassVar[str] = "fault_loss"
+    server: str
+    id: int
+    updates_lost: int
+    wasted_compute_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reattach(Record):
+    """``devices`` move from edge server ``from_edge`` to ``to_edge`` (``reason``: edge_fail, or edge_back
+    when their own server is back)."""
+
+    EVENT: ClassVar[str] = "reattach"
+    devices: list[int]
+    from_edge: int
+    to_edge: int
+    reason: str
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ class ModelConfig(ConfigModel):
 
         with torch.device("meta"):
             module = self._construct(shape, int(num_classes))
-        module = module.to_empty(device="cpu")
+        _materialise(module)
         nets.reset_parameters_(module, seed)
         return module
 
@@ -101,6 +101,24 @@ class ModelConfig(ConfigModel):
 
     def _label(self) -> str:
         return str(getattr(self, "name", type(self).__name__))
+
+
+def _materialise(module: torch.nn.Module) -> None:
+    """Give a module built on the ``meta`` device uninitialised CPU storage, in place.
+
+    What ``module.to_empty(device="cpu")`` does, without its ``torch.empty_like`` of meta tensors:
+    that call imports sympy (about 0.4 CPU s and 34 MB in every process that builds a model).
+    """
+    import torch
+
+    for sub in module.modules():
+        for name, p in list(sub._parameters.items()):
+            if p is not None:
+                sub._parameters[name] = torch.nn.Parameter(torch.empty(tuple(p.shape), dtype=p.dtype),
+                                                           requires_grad=p.requires_grad)
+        for name, b in list(sub._buffers.items()):
+            if b is not None:
+                sub._buffers[name] = torch.empty(tuple(b.shape), dtype=b.dtype)
 
 
 @MODELS.register

@@ -35,6 +35,7 @@ from hierfl.core.engine import Event, Priority
 from hierfl.env import Env, Payload, Timer
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.faults import CLOUD, count_lost, record_loss, record_moves, reattach_plan
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -83,6 +84,7 @@ class AHFLConfig(ProtocolConfig):
     """``protocol: {name: ahfl, alpha: 0.6, staleness: {name: polynomial, a: 0.5}, reg: prox, ...}``."""
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
+    supports_infra_faults: ClassVar[bool] = True
 
     name: Literal["ahfl"] = "ahfl"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base weight α at leaders and cloud [D]")
@@ -171,6 +173,14 @@ class AHFL(Protocol):
         self.pushes: dict[int, _LeaderUpdate] = {}
         self.sent: dict[tuple[int, int], Any] = {}
         self._push_seq = 0
+        # edge-server and cloud faults (README "Edge-server and cloud faults")
+        self.ticks: dict[int, Event] = {}                 # leader → its pending leader_tick
+        self.busy_at: dict[int, int] = {}                 # device → the leader its job in flight belongs to
+        self.group = {e: {int(d) for d in m} for e, m in self.members.items()}  # leader → devices it serves now
+        self.down: set[int] = set()                       # leaders down now
+        self.recovering: set[int] = set()                 # back up, waiting for the global model
+        self.recovery_sent: set[int] = set()              # ... which is on its way
+        self.parked: dict[int, set[int]] = {}             # leader → devices waiting for it
         env.track_staleness("edge")
         env.track_staleness("cloud")
 
@@ -187,12 +197,16 @@ class AHFL(Protocol):
             self.env.queue_length("edge", e, 0)
             for d in self.members[e]:
                 self._send(int(d))
-            self.env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
+            self.ticks[e] = self.env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
         self.env.queue_length("cloud", 0, 0)
         self.env.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
 
     def _send(self, device: int) -> None:
         e = self.leader_of[device]
+        if self.down and (e in self.down or e in self.recovering):  # its leader is away: wait for it
+            self.parked.setdefault(e, set()).add(device)
+            return
+        self.busy_at[device] = e
         self.start_of[device] = (self.model[e], self.version[e])
         self.send_model(device, "device_edge", LeaderMsg(device, e, self.version[e]))
 
@@ -208,6 +222,7 @@ class AHFL(Protocol):
         """The update joins the leader's queue; the device pulls the current leader model and goes on."""
         device, e = event.payload.device, event.payload.edge
         start, version = self.start_of.pop(device)
+        self.busy_at.pop(device, None)
         self.queue[e].append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
                                            float(self.env.world.samples[device])))
         self.env.queue_length("edge", e, len(self.queue[e]))
@@ -218,6 +233,7 @@ class AHFL(Protocol):
         """The device dropped out: its update is lost; it pulls the leader's model when back online."""
         device = event.payload.device
         self.start_of.pop(device, None)
+        self.busy_at.pop(device, None)
         when = self.env.next_up([device])
         if math.isfinite(when) and not self.env.stopping:
             self.env.at(when, "device_back", DeviceBack(device), Priority.CONTROL)
@@ -244,16 +260,20 @@ class AHFL(Protocol):
             total = sum(u.samples for u, _ in kept)
             coefs = [u.samples / total * self.cfg.alpha * self.sigma(tau) for u, tau in kept]
             deltas = [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
-            if env.server_optimizer("edge") is None:
+            robust = env.robust_combine("edge", e, self.model[e], deltas)  # aggregation.edge: a robust rule
+            if robust is not None:
+                self.model[e] = robust
+            elif env.server_optimizer("edge") is None:
                 self.model[e] = env.combine("edge", [(1.0, self.model[e], None)] + deltas)
             else:  # the queue's weighted delta, stepped by the leader's server optimizer (§5.7)
                 self.model[e] = env.server_step("edge", e, self.model[e], deltas)
             self.version[e] += 1
             env.record_async_aggregation("edge", e, [u.device for u, _ in kept], coefs, [t for _, t in kept],
                                          self.version[e], queue_len=len(queue))
-            self._push(e)
+            if env.server_up(CLOUD):  # else the progress accumulates, pushed when the cloud is back
+                self._push(e)
         if not env.stopping:
-            env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
+            self.ticks[e] = env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
 
     def _push(self, e: int) -> None:
         env = self.env
@@ -271,6 +291,9 @@ class AHFL(Protocol):
         """A new global model reached the leader: rebase the unpushed progress on it."""
         e, g = event.payload.edge, event.payload.version
         w = self.sent.pop((e, g))
+        if e in self.recovering:
+            self._recovered(e, w, g)
+            return
         if self.model[e] is not self.last[e]:
             self.model[e] = self.env.combine("edge", [(1.0, w, None), (1.0, self.model[e], self.last[e])])
         else:
@@ -294,20 +317,145 @@ class AHFL(Protocol):
         if kept:
             coefs = [self.cfg.alpha * self.sigma(tau) * self.share[u.leader] for u, tau in kept]
             deltas = [(c, u.new, u.last) for c, (u, _) in zip(coefs, kept)]
-            if env.server_optimizer("cloud") is None:
+            robust = env.robust_combine("cloud", 0, env.global_model, deltas)  # aggregation.cloud: a robust rule
+            if robust is not None:
+                env.set_global(robust)
+            elif env.server_optimizer("cloud") is None:
                 env.set_global(env.combine("cloud", [(1.0, env.global_model, None)] + deltas))
             else:
                 env.set_global(env.server_step("cloud", 0, env.global_model, deltas))
             self.cloud_version += 1
             env.record_async_aggregation("cloud", 0, [u.leader for u, _ in kept], coefs, [t for _, t in kept],
                                          self.cloud_version, queue_len=len(queue), source="edge")
-            if not env.stopping:
+            if not env.stopping and env.server_up(CLOUD):  # else sent when the cloud is back
                 for e in self.leaders:
-                    self.sent[(e, self.cloud_version)] = env.global_model
-                    env.send(("cloud", 0), ("edge", e), "leader_download_done",
-                             GlobalDown(e, self.cloud_version), "download")
+                    if self.down and (e in self.down or e in self.recovering):
+                        continue
+                    self._send_global(e)
         if not env.stopping:
             env.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
+
+    def _send_global(self, e: int) -> None:
+        self.sent[(e, self.cloud_version)] = self.env.global_model
+        self.env.send(("cloud", 0), ("edge", e), "leader_download_done", GlobalDown(e, self.cloud_version), "download")
+
+    # -- edge-server and cloud faults ------------------------------------------------------------
+    def on_edge_down(self, event: Event) -> None:
+        """A leader failed: its queue, its unpushed progress, the updates on their way to it and its pushes on
+        their way to the cloud are lost; the jobs training for it are withdrawn; its devices re-attach to the
+        nearest live leader (and start again from its model) or wait for it."""
+        env, down = self.env, event.payload
+        e = down.server[1]
+        self.down.add(e)
+        self.recovering.discard(e)
+        self.recovery_sent.discard(e)
+        tick = self.ticks.pop(e, None)
+        if tick is not None:
+            env.cancel(tick)
+        updates = len(self.queue[e]) + count_lost(down.lost, ("upload_done", "leader_upload_done"))
+        self.queue[e] = []
+        env.queue_length("edge", e, 0)
+        for kind, msg in down.lost:
+            if kind == "leader_upload_done":
+                self.pushes.pop(msg.push, None)
+            elif kind == "leader_download_done":
+                self.sent.pop((msg.edge, msg.version), None)
+        self.model[e] = self.last[e]  # its progress since the last push is gone with it
+        busy = sorted(d for d, x in self.busy_at.items() if x == e)
+        wasted = sum(self.abandon(d) for d in busy)
+        for d in busy:
+            self.start_of.pop(d, None)
+            del self.busy_at[d]
+        record_loss(env, ("edge", e), updates, wasted, version=self.version[e], on_edge_fail=down.on_edge_fail)
+        idle = set(busy) | self.parked.pop(e, set())  # devices to restart (others are offline: device_back)
+        moved: set[int] = set()
+        if down.on_edge_fail == "reattach":
+            live = [x for x in self.leaders if x not in self.down]
+            plan = reattach_plan(env, sorted(self.group[e]), live)
+            for dst, ds in plan.items():
+                for d in ds:
+                    self.leader_of[d] = dst
+                self.group[dst] |= set(ds)
+                self.group[e] -= set(ds)
+                moved |= set(ds)
+            record_moves(env, e, plan, "edge_fail")
+        for d in sorted(idle):
+            if self.leader_of[d] != e or d in moved:
+                if not env.stopping:
+                    self._send(d)
+            else:
+                self.parked.setdefault(e, set()).add(d)
+
+    def on_edge_up(self, event: Event) -> None:
+        """A leader is back, empty: it asks the cloud for the global model (when the cloud is reachable)."""
+        e = event.payload.server[1]
+        self.down.discard(e)
+        self.recovering.add(e)
+        if self.env.server_up(CLOUD) and not self.env.stopping:
+            self._send_recovery(e)
+
+    def _send_recovery(self, e: int) -> None:
+        self.recovery_sent.add(e)
+        self._send_global(e)
+
+    def _recovered(self, e: int, w: Any, g: int) -> None:
+        """A recovered leader has the global model: it restarts from it, its ticks resume, its devices return."""
+        env = self.env
+        self.recovering.discard(e)
+        self.recovery_sent.discard(e)
+        self.model[e] = self.last[e] = w
+        self.cloud_version_of[e] = g
+        if env.stopping:
+            return
+        self.ticks[e] = env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
+        plan: dict[int, list[int]] = {}
+        for d in self.members[e]:
+            src = self.leader_of[int(d)]
+            if src != e:
+                plan.setdefault(src, []).append(int(d))
+        for src, ds in sorted(plan.items()):
+            for d in ds:
+                self.leader_of[d] = e  # a device busy at src switches after its update arrives there
+            self.group[src] -= set(ds)
+            self.group[e] |= set(ds)
+            for d in ds:
+                if d in self.parked.get(src, set()):  # waiting for a leader that is away: come home now
+                    self.parked[src].discard(d)
+                    self.parked.setdefault(e, set()).add(d)
+            record_moves(env, src, {e: ds}, "edge_back")
+        for d in sorted(self.parked.pop(e, set())):
+            self._send(d)
+
+    def on_cloud_down(self, event: Event) -> None:
+        """The cloud is unreachable: pushes on their way up are lost, models on their way down too; the leaders
+        keep aggregating their queues, and their progress accumulates until the cloud is back."""
+        env, down = self.env, event.payload
+        updates = count_lost(down.lost, ("leader_upload_done",))
+        for kind, msg in down.lost:
+            if kind == "leader_upload_done":
+                self.pushes.pop(msg.push, None)
+            elif kind == "leader_download_done":
+                self.sent.pop((msg.edge, msg.version), None)
+                self.recovery_sent.discard(msg.edge)
+        record_loss(env, CLOUD, updates, 0.0, version=self.cloud_version)
+
+    def on_cloud_up(self, event: Event) -> None:
+        """The cloud is back: every live leader pushes its progress since its last push, leaders that missed a
+        global model get the current one, and recovered leaders get theirs."""
+        env = self.env
+        if env.stopping:
+            return
+        for e in self.leaders:
+            if e in self.down:
+                continue
+            if e in self.recovering:
+                if e not in self.recovery_sent:
+                    self._send_recovery(e)
+                continue
+            if self.model[e] is not self.last[e]:
+                self._push(e)
+            if self.cloud_version_of[e] != self.cloud_version and (e, self.cloud_version) not in self.sent:
+                self._send_global(e)
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the leader queues (summed) and in the cloud queue."""

@@ -52,6 +52,8 @@ class ProtocolConfig(ConfigModel):
     has_barriers: ClassVar[bool] = False
     # whether it has a synchronous cloud round over edge servers (`straggler.cloud` applies)
     has_cloud_barrier: ClassVar[bool] = False  # a cloud round over edge servers that `straggler.cloud` applies to
+    # whether it handles edge servers and the cloud failing (`edge_fail` / `cloud_fail` events)
+    supports_infra_faults: ClassVar[bool] = False
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""
@@ -115,6 +117,20 @@ class Protocol:
     # -- events ----------------------------------------------------------------------------------
     def on_device_lost(self, event: Event) -> None:
         """A device dropped out (offline, dropout); override to react. Its work is already accounted."""
+
+    # a protocol that declares `supports_infra_faults` overrides these four; no other protocol gets them
+    # (the scenario checks refuse edge_fail / cloud_fail events for it)
+    def on_edge_down(self, event: Event) -> None:
+        """An edge server failed (:class:`~hierfl.env.events.ServerDown`); its in-flight transfers are gone."""
+
+    def on_edge_up(self, event: Event) -> None:
+        """A failed edge server is back (:class:`~hierfl.env.events.ServerUp`)."""
+
+    def on_cloud_down(self, event: Event) -> None:
+        """The cloud became unreachable (:class:`~hierfl.env.events.ServerDown`)."""
+
+    def on_cloud_up(self, event: Event) -> None:
+        """The cloud is reachable again (:class:`~hierfl.env.events.ServerUp`)."""
 
     def clusters_record(self) -> ClustersRecord | None:
         """The initial ``clusters.jsonl`` record, when the protocol groups devices itself (None: the topology's)."""

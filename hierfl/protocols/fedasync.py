@@ -243,6 +243,8 @@ class FedAsync(FlatAsync):
             new = env.combine("cloud", [(1.0 - a, env.global_model, None), (a, update, None)])
         else:  # the same mix as a delta, Δ = α_t (x_new − x), stepped by the server optimizer (§5.7)
             new = env.server_step("cloud", 0, env.global_model, [(a, update, env.global_model)])
+        if not env.screen_update("cloud", env.global_model, new, update, device):
+            return  # rejected by the cloud's screen (aggregation.cloud: zeno_pp): dropped and counted
         self.version += 1
         env.set_global(new)
         env.record_async_aggregation("cloud", 0, [device], [a], [tau], self.version, queue_len=1)

@@ -102,9 +102,10 @@ class FedBuff(FlatAsync):
         scale = self.cfg.server_lr / self.cfg.K
         coefs = [scale * s for _, s, _, _, _ in self.buffer]
         deltas = [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, self.buffer)]
-        if env.server_optimizer("cloud") is None:
+        new = env.robust_combine("cloud", 0, env.global_model, deltas)  # aggregation.cloud: a robust rule
+        if new is None and env.server_optimizer("cloud") is None:
             new = env.combine("cloud", [(1.0, env.global_model, None)] + deltas)
-        else:
+        elif new is None:
             new = env.server_step("cloud", 0, env.global_model, deltas)
         self.version += 1
         env.set_global(new)

@@ -26,6 +26,7 @@ from hierfl.config.errors import Problem
 from hierfl.core.engine import Event, Priority
 from hierfl.env import Env, Payload
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.faults import CLOUD, count_lost, record_loss, record_moves, reattach_plan
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class HierFAVGConfig(ProtocolConfig):
 
     has_barriers: ClassVar[bool] = True
     has_cloud_barrier: ClassVar[bool] = True
+    supports_infra_faults: ClassVar[bool] = True
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
     control_variates: ClassVar[bool] = True
@@ -93,6 +95,7 @@ class HierFAVG(Protocol):
         world = env.world
         self.members = {e: world.edge_members(e) for e in range(world.num_edges)}
         self.edges = [e for e, m in self.members.items() if m.size > 0]  # empty edges take no part
+        self.home = {e: self.members[e] for e in self.edges}  # the topology's members (members: where they are now)
         self.edge_weight = {e: float(world.edge_samples(e)) for e in self.edges}
         self.edge_model: dict[int, Any] = {e: env.global_model for e in self.edges}
         self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
@@ -104,6 +107,13 @@ class HierFAVG(Protocol):
         self.cloud_barrier: Barrier | None = None
         self.uploading: dict[int, int] = {}       # edge → its in-flight transfer to the cloud
         self.retry: dict[int, Event] = {}          # edge → pending edge_retry (no member online)
+        # edge-server and cloud faults (README "Edge-server and cloud faults")
+        self.attached = world.edge_of.copy()      # device → the edge server it works with now
+        self.down: set[int] = set()                # edge servers down now
+        self.rejoin: set[int] = set()              # back up, waiting for the next cloud broadcast
+        self.owed: set[int] = set()                # must push to the cloud at their next edge round's close
+        self.hungry: set[int] = set()              # lost the global model on its way: sent again when the cloud is back
+        self.broadcast_owed = False                # a cloud round closed while the cloud was unreachable
 
     def start(self) -> None:
         """Every edge starts its first round from the initial model at t = 0."""
@@ -169,7 +179,7 @@ class HierFAVG(Protocol):
     def on_device_lost(self, event: Event) -> None:
         """A device went offline: its edge round no longer waits for it."""
         device = event.payload.device
-        barrier = self.barrier.get(int(self.env.world.edge_of[device]))
+        barrier = self.barrier.get(int(self.attached[device]))
         if barrier is not None and not barrier.closed:
             barrier.drop(device)
 
@@ -186,23 +196,32 @@ class HierFAVG(Protocol):
 
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
         env = self.env
-        upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0
+        upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0 or edge in self.owed
+        if upload and not env.server_up(CLOUD):  # the cloud is away: aggregate locally, push when it is back
+            self.owed.add(edge)
+            upload = False
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
             self.edge_model[edge] = env.commit_edge(edge, participants=sorted(arrived), base=self.edge_start[edge],
                                                     pack_control=upload and env.control_variates)
         self.edge_round[edge] += 1
         if upload:
+            self.owed.discard(edge)
             self.uploading[edge] = env.send(("edge", edge), ("cloud", 0), "edge_upload_done",
                                             EdgeUpload(edge, self.cloud_round), "upload")
         elif not env.stopping:
             self._begin_edge_round(edge)
 
     # -- the cloud round -----------------------------------------------------------------------------
+    def _live(self) -> list[int]:
+        """The edge servers that are up."""
+        return [e for e in self.edges if e not in self.down] if self.down else list(self.edges)
+
     def _begin_cloud_round(self) -> None:
         policy = self.env.cloud_straggler
-        self.cloud_barrier = Barrier(self, policy, ("cloud", 0), self.cloud_round, list(self.edges),
-                                     len(self.edges), self._close_cloud_round, abandon=self._abandon_edge)
+        live = self._live()
+        self.cloud_barrier = Barrier(self, policy, ("cloud", 0), self.cloud_round, live,
+                                     len(live), self._close_cloud_round, abandon=self._abandon_edge)
 
     def _abandon_edge(self, edge: int) -> float:
         """The cloud round closed without ``edge``: withdraw its upload or its current edge round."""
@@ -211,6 +230,7 @@ class HierFAVG(Protocol):
             env.cancel_transfer(self.uploading.pop(edge))
         if edge in self.retry:
             env.cancel(self.retry.pop(edge))
+        self.owed.discard(edge)
         wasted = 0.0
         barrier = self.barrier.get(edge)
         if barrier is not None and not barrier.closed:
@@ -235,17 +255,128 @@ class HierFAVG(Protocol):
         if env.stopping:
             return
         self.control = env.control()  # travels down with the global model
+        self._next_cloud_round()
+
+    def _next_cloud_round(self) -> None:
+        """Every edge is idle now: recovered edges take their devices back, the next cloud round opens over
+        the live edges and the global model goes down to them (once the cloud is reachable)."""
+        self._return_devices()
+        if not self._live():  # every edge server is down: the cloud waits for one to come back
+            self.cloud_barrier = None
+            return
         self._begin_cloud_round()
-        for e in self.edges:
-            env.send(("cloud", 0), ("edge", e), "edge_download_done", EdgeEvent(e), "download")
+        if not self.env.server_up(CLOUD):
+            self.broadcast_owed = True
+            return
+        self._broadcast(self._live())
+
+    def _broadcast(self, edges: list[int]) -> None:
+        for e in edges:
+            self.env.send(("cloud", 0), ("edge", e), "edge_download_done", EdgeEvent(e), "download")
 
     def on_edge_download_done(self, event: Event) -> None:
         """The edge has the new global model: start its next cycle of κ2 edge rounds."""
         edge = event.payload.edge
+        self.hungry.discard(edge)
         self.edge_model[edge] = self.env.global_model
         self.edge_round[edge] = self.cloud_round * self.cfg.kappa2
         if not self.env.stopping:
             self._begin_edge_round(edge)
+
+    # -- edge-server and cloud faults ------------------------------------------------------------
+    def _set_members(self, edge: int, devices: Any) -> None:
+        self.members[edge] = np.asarray(sorted(int(d) for d in devices), dtype=np.int64)
+        self.attached[self.members[edge]] = edge
+        # the edge's weight at the cloud is the data it serves now
+        self.edge_weight[edge] = float(self.env.world.samples[self.members[edge]].sum())
+
+    def on_edge_down(self, event: Event) -> None:
+        """An edge server failed: its round, the updates it held and its transfers are lost; the cloud round
+        no longer waits for it; its devices re-attach to the nearest live edge server or wait for it."""
+        env, down = self.env, event.payload
+        edge = down.server[1]
+        self.down.add(edge)
+        self.rejoin.discard(edge)
+        self.owed.discard(edge)
+        self.hungry.discard(edge)
+        self.uploading.pop(edge, None)
+        if edge in self.retry:
+            env.cancel(self.retry.pop(edge))
+        # device updates on their way to it and its model on its way to the cloud
+        updates = count_lost(down.lost, ("upload_done", "edge_upload_done"))
+        wasted = 0.0
+        barrier = self.barrier.get(edge)
+        if barrier is not None and not barrier.closed:
+            updates += len(barrier.arrived)  # folded into its partial aggregation
+            wasted = barrier.abort(stragglers=False)  # withdraws the jobs still training for it
+            env.discard_edge(edge)
+        self.edge_model[edge] = None
+        record_loss(env, ("edge", edge), updates, wasted, round=self.edge_round[edge], on_edge_fail=down.on_edge_fail)
+        if down.on_edge_fail == "reattach":
+            plan = reattach_plan(env, self.members[edge], self._live())
+            for dst, ds in plan.items():
+                self._set_members(dst, list(self.members[dst]) + ds)
+            if plan:
+                self.members[edge] = np.zeros(0, dtype=np.int64)
+            record_moves(env, edge, plan, "edge_fail")
+        cb = self.cloud_barrier
+        if cb is not None and not cb.closed and edge in cb.waiting:
+            cb.drop(edge)  # may close the cloud round with the edges that did arrive
+
+    def on_edge_up(self, event: Event) -> None:
+        """A failed edge server is back, empty: it rejoins (and takes its devices back) at the next cloud
+        broadcast; if every edge had been down, that round starts now."""
+        edge = event.payload.server[1]
+        self.down.discard(edge)
+        self.rejoin.add(edge)
+        if self.cloud_barrier is None and self.env.server_up(CLOUD) and not self.env.stopping:
+            self._next_cloud_round()
+
+    def _return_devices(self) -> None:
+        """Recovered edge servers take their own devices back (every edge is idle when this runs)."""
+        for edge in sorted(self.rejoin):
+            plan: dict[int, list[int]] = {}
+            for d in self.home[edge]:
+                cur = int(self.attached[d])
+                if cur != edge:
+                    plan.setdefault(cur, []).append(int(d))
+            for src, ds in sorted(plan.items()):
+                self._set_members(src, sorted(set(int(d) for d in self.members[src]) - set(ds)))
+                record_moves(self.env, src, {edge: ds}, "edge_back")
+            self._set_members(edge, set(int(d) for d in self.members[edge]) | set(int(d) for d in self.home[edge]))
+        self.rejoin.clear()
+
+    def on_cloud_down(self, event: Event) -> None:
+        """The cloud is unreachable: edge models on their way up are lost (those edges keep aggregating and push
+        when it is back); an edge whose new global model was cut waits for it to be sent again."""
+        env, down = self.env, event.payload
+        updates = 0
+        for kind, msg in down.lost:
+            if kind == "edge_upload_done":
+                updates += 1
+                self.uploading.pop(msg.edge, None)
+                self.owed.add(msg.edge)
+                if not env.stopping:
+                    self._begin_edge_round(msg.edge)
+            elif kind == "edge_download_done":
+                self.hungry.add(msg.edge)
+        record_loss(env, CLOUD, updates, 0.0, round=self.cloud_round)
+
+    def on_cloud_up(self, event: Event) -> None:
+        """The cloud is back: edges owing an upload push at their next edge round's close; a deferred
+        broadcast (or a lost global model) goes down now."""
+        if self.env.stopping:
+            return
+        if self.cloud_barrier is None:
+            if self._live():
+                self._next_cloud_round()
+            return
+        if self.broadcast_owed:
+            self.broadcast_owed = False
+            self.hungry.clear()
+            self._broadcast(self._live())
+            return
+        self._broadcast(sorted(e for e in self.hungry if e not in self.down))
 
     def state(self) -> dict[str, Any]:
         """Edge round counters and in-flight participants."""

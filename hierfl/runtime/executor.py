@@ -35,6 +35,7 @@ class RunData:
     model: ModelSpec
     num_edges: int
     spec: TrainSpec
+    robust: Any = None  # hierfl.learn.robust.RobustSetup: robust rules / attacks on (None: plain averaging)
 
 
 class Executor:
@@ -63,10 +64,12 @@ class Executor:
         """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role (does not wait)."""
         raise NotImplementedError
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """Fold an arriving update into ``edge``'s running aggregation (does not wait).
 
         With ``control_coef`` the update is a packed SCAFFOLD ``[y; Δc]``; ``κ·Δc`` is summed apart.
+        ``tag``: a Byzantine update's tag (robust aggregation only; see :class:`~hierfl.runtime.roles.Aggregation`).
         """
         raise NotImplementedError
 
@@ -79,8 +82,21 @@ class Executor:
         """
         raise NotImplementedError
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """Fold an arriving model into the cloud's running aggregation (does not wait)."""
+        raise NotImplementedError
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """The robust-aggregation reports of ``tier``'s commits since the last call (blocking)."""
+        raise NotImplementedError
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """Zeno++ at the cloud: whether the step ``candidate − base`` is applied (blocking)."""
+        raise NotImplementedError
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """``base`` stepped by the ``tier`` rule's aggregate of the deltas ``terms`` (a new handle)."""
         raise NotImplementedError
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
@@ -173,8 +189,8 @@ class LocalExecutor(Executor):
 
     def __init__(self, data: RunData) -> None:
         self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model)
-        self.leaders = LeaderHost()
-        self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model)
+        self.leaders = LeaderHost(data.robust)
+        self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model, data.robust)
         self._init = np.asarray(data.init_params, dtype=np.float32)
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None
         self.host.warmup(data.spec, self._init)
@@ -235,18 +251,41 @@ class LocalExecutor(Executor):
         models = self._vals(models)
         return self.cloud.average(list(weights), list(range(len(models))), [None] * len(models), *models)
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """In-process."""
-        self.leaders.add(edge, weight, self._vals([update])[0], control_coef)
+        self.leaders.add(edge, weight, self._vals([update])[0], control_coef, tag)
 
     def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
                     pack_control: bool = False) -> Any:
         """In-process."""
         return self.leaders.commit(edge, opt, self._vals([base])[0], pack_control)
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """In-process."""
-        self.cloud.add(weight, self._vals([update])[0], control_coef)
+        self.cloud.add(weight, self._vals([update])[0], control_coef, tag)
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """In-process."""
+        return (self.leaders if tier == "edge" else self.cloud).take_reports()
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """In-process; the base model is ``arrays[0]`` for the role."""
+        plus, minus, arrays = self._pack(terms)
+        plus = [p + 1 for p in plus]
+        minus = [m + 1 if m >= 0 else -1 for m in minus]
+        coefs = [c for c, _, _ in terms]
+        none: list[int | None] = [None] * len(terms)
+        if tier == "edge":
+            return self.leaders.robust_combine(entity, opt, coefs, plus, none, minus, none, tags, self._val(base),
+                                               *arrays)
+        return self.cloud.robust_combine(opt, coefs, plus, none, minus, none, tags, self._val(base), *arrays)
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """In-process."""
+        base, candidate = self._vals([base, candidate])
+        return self.cloud.screen(base, candidate, tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """In-process."""

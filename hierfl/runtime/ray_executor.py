@@ -19,11 +19,23 @@ every host holds the shared, read-only training arrays from the object store. A 
 per-device state in the host (SCAFFOLD's control variates) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
+
+Start-up. Nothing of Ray's start needs the data, so :class:`RayStart` begins it as soon as the
+scenario is loaded: ``ray.init`` (or attaching to a cluster), then the actors are requested, and
+their processes import torch (seconds each) while the driver generates the data. The executor then
+puts the data into the object store once, sends each actor its references (``setup``) and a
+warm-up job (torch's lazy start-up), and returns without waiting: an actor runs its calls in the
+order they were sent, so the first jobs simply queue behind the warm-up. Nothing here changes what
+a job computes. Attaching to a running cluster (``address``) skips ``ray.init``'s daemons; an
+address where nothing listens fails within seconds instead of Ray's minutes of retries.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +46,153 @@ from hierfl.core.work import TrainSpec
 from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.learn.batched import JobGroups
-from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, fast_path_of
+from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
+from hierfl.runtime.start import ExecutorStart
 
-__all__ = ["RayExecutor", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
-
-# Actor classes (typed Any: Ray's remote wrappers are dynamic).
-RayDeviceHost: Any = ray.remote(DeviceHost)
-RayLeaderHost: Any = ray.remote(LeaderHost)
-RayCloud: Any = ray.remote(Cloud)
+__all__ = ["RayExecutor", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayCloud", "probe_address"]
 
 _MAX_BUFFERED_JOBS_PER_HOST = 16
+_PROBE_TIMEOUT_S = 5.0
+
+
+class HostActor(DeviceHost):
+    """A :class:`DeviceHost` whose process starts before the data exists: ``setup`` builds the role."""
+
+    def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
+        importlib.import_module("torch")  # the slow part of an actor's start: done while the driver builds
+
+    def setup(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec) -> float:
+        """Become the device host of this run's data; returns the actor's ``time.time()``."""
+        DeviceHost.__init__(self, x_train, y_train, parts, model)
+        return time.time()
+
+    def warm(self, spec: TrainSpec, params: np.ndarray) -> float:
+        """:meth:`DeviceHost.warmup`; returns the actor's ``time.time()``."""
+        self.warmup(spec, params)
+        return time.time()
+
+
+class CloudActor(Cloud):
+    """A :class:`Cloud` whose process starts before the data exists: ``setup`` builds the role."""
+
+    def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
+        importlib.import_module("torch")
+
+    def setup(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec,
+              robust: Any = None) -> float:
+        """Become the cloud of this run; returns the actor's ``time.time()``."""
+        Cloud.__init__(self, init_params, x_test, y_test, model, robust)
+        return time.time()
+
+    def warm(self) -> float:
+        """:meth:`Cloud.warmup`; returns the actor's ``time.time()``."""
+        self.warmup()
+        return time.time()
+
+
+# Actor classes (typed Any: Ray's remote wrappers are dynamic).
+RayDeviceHost: Any = ray.remote(HostActor)
+RayLeaderHost: Any = ray.remote(LeaderHost)
+RayCloud: Any = ray.remote(CloudActor)
+
+
+def probe_address(address: str, timeout_s: float = _PROBE_TIMEOUT_S) -> None:
+    """Raise :class:`ConnectionError` at once if nothing listens at a Ray ``address``.
+
+    ``ray.init`` retries an unreachable address for minutes; a TCP connect tells within
+    ``timeout_s``. ``auto`` is resolved as Ray resolves it (``RAY_ADDRESS``, then the cluster
+    ``ray start`` recorded on this machine); ``local`` starts a new instance and is not probed.
+    """
+    if address == "local":
+        return
+    target = address.split("://", 1)[1] if "://" in address else address
+    if address == "auto":
+        try:
+            from ray._private.services import canonicalize_bootstrap_address_or_die
+        except ImportError:  # another Ray version: leave it to ray.init
+            return
+        try:
+            target = canonicalize_bootstrap_address_or_die("auto")
+        except ConnectionError as exc:
+            raise ConnectionError(f"no running Ray cluster found for address 'auto' ({exc}); start one with "
+                                  "`ray start --head`, or name it with --address HOST:PORT") from None
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit():
+        raise ConnectionError(f"cannot read a port in Ray address {address!r}; expected HOST:PORT, "
+                              "ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {address} ({host}:{port}: {exc.strerror or exc}); is the cluster "
+                              "running? Start one with `ray start --head`, or fix --address / runtime.address") from None
+
+
+class RayStart(ExecutorStart):
+    """Ray up (started or attached to) and the actors' processes starting, before the data exists.
+
+    ``ray.init`` runs here, on the caller's thread (Ray ties the daemons it starts to the thread
+    that starts them); the actors are only requested, so their processes start and import torch
+    while the caller generates the data. :meth:`executor` hands the data over.
+    """
+
+    kind = "ray"
+
+    def __init__(self, kind: str = "ray", workers: int | str = "auto", address: str | None = None) -> None:
+        super().__init__(kind)
+        self.owns_ray = False
+        self.client = bool(address and "://" in address)  # a Ray client: the object store is remote
+        self.workers = 0
+        self.hosts: list[Any] = []
+        self.cloud: Any = None
+        self._closed = False
+        self._error: Exception | None = None
+        try:
+            self._start(workers, address)
+        except Exception as exc:  # noqa: BLE001 - raised by executor(), where the run reports it
+            self._error = exc
+
+    def _start(self, workers: int | str, address: str | None) -> None:
+        if not ray.is_initialized():
+            if address:
+                probe_address(address)
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+            else:
+                ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+            self.owns_ray = True
+        self.marks["ray_ready"] = time.time()
+        total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
+        host_cpus = min(1.0, total_cpus / self.workers)
+        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote()
+                      for _ in range(self.workers)]
+        self.cloud = RayCloud.options(num_cpus=0).remote()
+
+    def check(self) -> RayStart:
+        """Raise what went wrong while starting (e.g. :class:`ConnectionError` for an address where
+        nothing listens); kept until the data is handed over, so the run reports it as a start-up failure."""
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def executor(self, data: RunData) -> RayExecutor:
+        """Hand the data over; returns the executor (which now owns Ray and the actors)."""
+        return RayExecutor(data, start=self)
+
+    def close(self) -> None:
+        """Kill the actors; shut Ray down if this start began it (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.owns_ray:
+            ray.shutdown()  # ends every process of this instance, the actors included
+            return
+        for actor in [*self.hosts, self.cloud]:
+            try:
+                if actor is not None:
+                    ray.kill(actor)
+            except Exception:  # noqa: BLE001 - best effort at shutdown
+                pass
 
 
 @dataclass(eq=False)
@@ -67,28 +216,26 @@ class RayExecutor(Executor):
 
     name = "ray"
 
-    def __init__(self, data: RunData, workers: int | str = "auto", address: str | None = None) -> None:
-        self._owns_ray = False
-        if not ray.is_initialized():
-            if address:
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
-            else:
-                ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
-            self._owns_ray = True
-        total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
-        self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
-        host_cpus = min(1.0, total_cpus / self.workers)
+    def __init__(self, data: RunData, workers: int | str = "auto", address: str | None = None,
+                 start: RayStart | None = None) -> None:
+        self._start = (start or RayStart("ray", workers, address)).check()
+        self.workers = self._start.workers
+        self.hosts: list[Any] = self._start.hosts
+        self.cloud: Any = self._start.cloud
+        # the data goes into the object store once; every actor reads it zero-copy from there
         x_ref, y_ref = ray.put(data.x_train), ray.put(data.y_train)
         parts_ref = ray.put(data.parts)
-        self.hosts: list[Any] = [
-            RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
-                x_ref, y_ref, parts_ref, data.model)
-            for _ in range(self.workers)
-        ]
-        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote() if data.num_edges > 0 else None
         self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
-        self.cloud: Any = RayCloud.options(num_cpus=0).remote(self._init, ray.put(data.x_test), ray.put(data.y_test),
-                                                         data.model)
+        xt_ref, yt_ref = ray.put(data.x_test), ray.put(data.y_test)
+        self._data_refs = (x_ref, y_ref, xt_ref, yt_ref)
+        self._start.marks["data_in_store"] = time.time()
+        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote(data.robust) if data.num_edges > 0 else None
+        # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
+        self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model) for h in self.hosts]
+        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust)
+        self._robust = data.robust is not None
+        self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
+        self._cloud_warm = self.cloud.warm.remote()
         self._outstanding = [0] * self.workers
         # fold-ins return nothing and nobody waits on them; a lost input (a dead host's result)
         # would make one fail unseen, so their refs are checked at every checkpoint and at the end
@@ -96,13 +243,38 @@ class RayExecutor(Executor):
         self._jobs: list[Slot] = []
         self._cloud_adds: list[tuple[float, Any, float | None]] = []
         self._edge_adds: list[tuple[int, float, Any, float | None]] = []
+        # Byzantine tags of the buffered adds, parallel to the lists above (robust aggregation only)
+        self._cloud_tags: list[Any] = []
+        self._edge_tags: list[Any] = []
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None  # opt-in fast path
-        ray.get([a.ready.remote() for a in self._actors()])
-        # start-up cost (process start, torch's lazy init) is paid here, not in the first round
-        ray.get([h.warmup.remote(data.spec, self._init) for h in self.hosts] + [self.cloud.warmup.remote()])
 
-    def _actors(self) -> list[Any]:
-        return [*self.hosts, self.cloud] + ([self.leaders] if self.leaders is not None else [])
+    def _started(self) -> list[Any]:
+        return [*self._setups, self._cloud_setup, *self._warms, self._cloud_warm]
+
+    def _get(self, refs: Any) -> Any:
+        """``ray.get``; if it fails, a failed set-up or warm-up (the first cause) is raised instead."""
+        try:
+            return ray.get(refs)
+        except Exception:
+            ray.get(self._started())
+            raise
+
+    def data_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(x_train, y_train, x_test, y_test): read-only views of the object store's copy (no copy
+        made); None through a Ray client (``ray://``), where reading them back would download a copy."""
+        if self._start.client:
+            return None
+        x, y, xt, yt = ray.get(list(self._data_refs))
+        return x, y, xt, yt
+
+    def startup_marks(self) -> dict[str, float]:
+        """Epoch seconds at which start-up steps ended: the driver's, and the actors' set-up and warm-up."""
+        marks = dict(self._start.marks)
+        setups, warms = self._get([*self._setups, self._cloud_setup]), self._get([*self._warms, self._cloud_warm])
+        marks["hosts_set_up"] = max(setups[:-1])
+        marks["hosts_warm"] = max(warms[:-1])
+        marks["cloud_warm"] = warms[-1]
+        return marks
 
     # -- buffering ----------------------------------------------------------------------------
     @staticmethod
@@ -172,16 +344,24 @@ class RayExecutor(Executor):
         self._flush_jobs()
         if self._cloud_adds:
             adds, self._cloud_adds = self._cloud_adds, []
+            tags, self._cloud_tags = self._cloud_tags, []
             index, rows, refs = self._unique_refs([h for _, h, _ in adds])
             self._unchecked.append(
-                self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs))
+                self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
+                                           **self._tags_kw(tags)))
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
+            etags, self._edge_tags = self._edge_tags, []
             index, rows, refs = self._unique_refs([h for _, _, h, _ in eadds])
             self._unchecked.append(
                 self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
-                                             [c for *_, c in eadds], *refs))
+                                             [c for *_, c in eadds], *refs, **self._tags_kw(etags)))
             self._prune_unchecked()
+
+    @staticmethod
+    def _tags_kw(tags: list[Any]) -> dict[str, Any]:
+        """``tags=…`` for an add call when one of the updates is Byzantine (else nothing: today's call)."""
+        return {"tags": tags} if any(t is not None for t in tags) else {}
 
     def flush(self) -> None:
         """Dispatch everything buffered (called before the driver blocks)."""
@@ -214,7 +394,7 @@ class RayExecutor(Executor):
         else:
             self._flush_adds()  # let the receivers work while the driver waits
         try:
-            return dict(ray.get(slot.stats)[slot.row])
+            return dict(self._get(slot.stats)[slot.row])
         finally:
             if slot.host >= 0:  # a job restored from a checkpoint ran on no host of this executor
                 self._outstanding[slot.host] -= 1
@@ -226,10 +406,12 @@ class RayExecutor(Executor):
         index, rows, refs = self._unique_refs(list(models))
         return self.cloud.average.remote(list(weights), index, rows, *refs)
 
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
         """Buffer the fold-in at the leader actor (sent in order with the others)."""
         self._need(update)
         self._edge_adds.append((edge, weight, update, control_coef))
+        self._edge_tags.append(tag)
 
     def _model_ref(self, handle: Any) -> Any:
         ref, row = self._ref_row(handle)
@@ -243,21 +425,24 @@ class RayExecutor(Executor):
         assert self.leaders is not None
         self._need(base)
         self._flush_adds()
-        if opt is None and not pack_control:
+        if opt is None and not pack_control and not self._robust:
             return self.leaders.commit.remote(edge)
         return self.leaders.commit.remote(edge, opt, None if base is None else self._model_ref(base), pack_control)
 
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None) -> None:
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """Buffer the fold-in at the cloud actor (sent in order with the others)."""
         self._need(update)
         self._cloud_adds.append((weight, update, control_coef))
+        self._cloud_tags.append(tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """Ref of the new global model (pending fold-ins travel with the commit)."""
         self._need(base)
         adds, self._cloud_adds = self._cloud_adds, []
+        tags, self._cloud_tags = self._cloud_tags, []
         self._flush_adds()
-        base_ref = None if base is None or opt is None else self._model_ref(base)  # plain averaging needs no base
+        # plain averaging needs no base (a robust rule may: norm clipping, Zeno, the records)
+        base_ref = None if base is None or (opt is None and not self._robust) else self._model_ref(base)
         if not adds:
             return self.cloud.commit.remote(opt, base_ref)
         handles = [h for _, h, _ in adds]
@@ -266,7 +451,20 @@ class RayExecutor(Executor):
         if base_ref is not None:
             base_pos, index, rows = index[-1], index[:-1], rows[:-1]
         return self.cloud.add_many_commit.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds],
-                                                 opt, base_pos, *refs)
+                                                 opt, base_pos, *refs, **self._tags_kw(tags))
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """The reports of ``tier``'s role (waits for its commits: actor calls run in order)."""
+        role = self.leaders if tier == "edge" else self.cloud
+        if role is None:
+            return []
+        return list(ray.get(role.take_reports.remote()))
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """Zeno++ in the cloud actor (waits for its answer)."""
+        self._need(base, candidate)
+        self._flush_adds()
+        return bool(ray.get(self.cloud.screen.remote(self._model_ref(base), self._model_ref(candidate), tag)))
 
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
@@ -282,6 +480,22 @@ class RayExecutor(Executor):
                 raise RuntimeError("no leader actor: the scenario has no edge servers")
             return self.leaders.server_step.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
         return self.cloud.server_step.remote(opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """Ref of ``base`` stepped by the ``tier`` rule's aggregate of the deltas, computed in the actor."""
+        self._need(base, *[h for _, p, m in terms for h in (p, m)])
+        self._flush_adds()
+        handles = [self._model_ref(base)] + [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)  # the base comes first: arrays[0] in the role
+        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
+        coefs = [c for c, _, _ in terms]
+        if tier == "edge":
+            if self.leaders is None:
+                raise RuntimeError("no leader actor: the scenario has no edge servers")
+            return self.leaders.robust_combine.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, tags,
+                                                      *refs)
+        return self.cloud.robust_combine.remote(opt, coefs, plus, plus_rows, minus, minus_rows, tags, *refs)
 
     def control(self) -> Any:
         """Ref of the cloud's control ``c`` after every call sent so far (actor calls run in order)."""
@@ -328,7 +542,7 @@ class RayExecutor(Executor):
         ref, row = self._ref_row(params)
         if row is not None:
             raise ValueError("evaluate expects a model handle, not a job result")
-        acc, loss = ray.get(self.cloud.evaluate.remote(ref))
+        acc, loss = self._get(self.cloud.evaluate.remote(ref))
         return float(acc), float(loss)
 
     def fetch(self, params: Any) -> np.ndarray:
@@ -337,18 +551,17 @@ class RayExecutor(Executor):
         self.flush()
         self._check_unchecked()
         ref, row = self._ref_row(params)
-        arr = ray.get(ref)
+        arr = self._get(ref)
         return np.array(arr if row is None else arr[row], dtype=np.float32)
 
     def close(self) -> None:
-        """Kill the actors; shut Ray down if this executor started it."""
-        for actor in self._actors():
+        """Kill the actors; shut Ray down if this executor's start began it."""
+        if self.leaders is not None and not self._start.owns_ray:
             try:
-                ray.kill(actor)
+                ray.kill(self.leaders)
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
-        if self._owns_ray:
-            ray.shutdown()
+        self._start.close()
 
     # -- checkpoints and recovery -------------------------------------------------------------
     def _prune_unchecked(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -74,16 +75,28 @@ class Aggregation:
     * the weighted sum of the models arriving in this round (float64, in arrival order);
     * SCAFFOLD: the sum ``Σ κ_i Δc_i`` of the control deltas that came with them (float64) —
       an update with a ``control_coef`` is a packed ``[model; Δc]`` vector of twice the length;
-    * the server optimizer's state (ALGORITHMS.md §5.7), kept across rounds.
+    * the server optimizer's state (ALGORITHMS.md §5.7), kept across rounds;
+    * with a robust ``rule`` (``aggregation:`` set, or attacks on): the updates themselves, kept
+      until the commit, where the rule combines them (:mod:`hierfl.learn.robust`), and one report
+      per commit (accepted / rejected, honest / Byzantine, distance from the honest mean).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rule: Any = None) -> None:
         self.pending: WeightedSum | None = None
         self.control_sum: np.ndarray | None = None
         self.opt_state = OptState()
+        self.rule = rule
+        self._rows: list[np.ndarray] = []
+        self._weights: list[float] = []
+        self._tags: list[Any] = []
+        self.reports: list[dict[str, Any]] = []
 
-    def add(self, vector: np.ndarray, weight: float, control_coef: float | None = None) -> None:
-        """Fold in one update (a packed ``[model; Δc]`` when ``control_coef`` is given)."""
+    def add(self, vector: np.ndarray, weight: float, control_coef: float | None = None, tag: Any = None) -> None:
+        """Fold in one update (a packed ``[model; Δc]`` when ``control_coef`` is given).
+
+        ``tag`` (robust aggregation only): None for an honest update, else ``(source, behaviour
+        name, ALIE z or None)`` of a Byzantine one.
+        """
         vec = np.asarray(vector)
         if control_coef is not None:
             half = vec.shape[0] // 2
@@ -92,26 +105,102 @@ class Aggregation:
             dc = vec[half:].astype(np.float64) * float(control_coef)
             self.control_sum = dc if self.control_sum is None else self.control_sum + dc
             vec = vec[:half]
+        if self.rule is not None:
+            self._rows.append(vec)
+            self._weights.append(float(weight))
+            self._tags.append(tag)
+            return
         if self.pending is None:
             self.pending = WeightedSum()
         self.pending.add(vec, weight)
 
-    def finish(self, opt: ServerOptimizerConfig | None, base: np.ndarray | None) -> np.ndarray:
-        """End the round: the weighted average, or ``opt`` stepped from ``base`` with ``Δ = average − base``."""
-        if self.pending is None:
+    def _robust(self, base: np.ndarray | None, loss: Any, tier: str, entity: int) -> np.ndarray:
+        """The rule's aggregate of the kept updates (float32) and its report."""
+        from hierfl.core.robust import alie_vector, finite_rows
+
+        if not self._rows:
             raise ValueError("aggregation with no update")
-        avg, self.pending = self.pending.result(), None
+        V = np.stack([np.asarray(r, dtype=np.float64) for r in self._rows])
+        w = np.asarray(self._weights, dtype=np.float64)
+        tags = self._tags
+        self._rows, self._weights, self._tags = [], [], []
+        byz = np.array([t is not None for t in tags])
+        honest = ~byz
+        honest_mean = None
+        if honest.any() and w[honest].sum() > 0:
+            honest_mean = (w[honest] @ V[honest]) / w[honest].sum()
+        alie = [i for i, t in enumerate(tags) if t is not None and t[2] is not None]
+        if alie:  # colluders send μ − zσ of the honest updates (their own when none is honest)
+            ref = V[honest] if honest.any() else V[alie]
+            vec = alie_vector(ref, float(tags[alie[0]][2])).astype(np.float32).astype(np.float64)
+            V[alie] = vec
+        m = V.shape[0]
+        accepted = np.zeros(m, dtype=bool)
+        finite = np.ones(m, dtype=bool) if self.rule.is_mean else finite_rows(V)
+        clipped = 0
+        if finite.any():
+            out = self.rule.apply(V[finite], w[finite], base, loss)
+            accepted[np.flatnonzero(finite)[out.accepted]] = True
+            agg, clipped = out.aggregate, out.clipped
+        else:  # nothing usable: the model stays where the round started
+            agg = np.asarray(base, dtype=np.float64) if base is not None else np.full(V.shape[1], np.nan)
+        dist = None if honest_mean is None else float(np.linalg.norm(agg - honest_mean))
+        self.reports.append({
+            "tier": tier, "entity": int(entity), "rule": self.rule.name, "m": int(m),
+            "accepted": int(accepted.sum()), "rejected": int(m - accepted.sum()),
+            "rejected_nonfinite": int((~finite).sum()), "clipped": int(clipped),
+            "honest": int(honest.sum()), "malicious": int(byz.sum()),
+            "malicious_accepted": int((byz & accepted).sum()), "honest_rejected": int((honest & ~accepted).sum()),
+            "rejected_ids": [int(i) for i in np.flatnonzero(~accepted)],
+            "dist_honest_mean": dist if dist is None or np.isfinite(dist) else None,
+        })
+        return np.asarray(agg.astype(np.float32))
+
+    def finish(self, opt: ServerOptimizerConfig | None, base: np.ndarray | None, loss: Any = None,
+               tier: str = "cloud", entity: int = 0) -> np.ndarray:
+        """End the round: the weighted average (or the robust rule's aggregate), or ``opt`` stepped from
+        ``base`` with ``Δ = aggregate − base``."""
+        if self.rule is not None:
+            avg = self._robust(base, loss, tier, entity)
+        else:
+            if self.pending is None:
+                raise ValueError("aggregation with no update")
+            avg, self.pending = self.pending.result(), None
         if opt is None:
             return avg  # plain averaging: the average itself, bit for bit
         if base is None:
             raise ValueError("a server optimizer needs the model the round started from")
         return opt.step(base, avg.astype(np.float64) - np.asarray(base, dtype=np.float64), self.opt_state)
 
+    def take_reports(self) -> list[dict[str, Any]]:
+        """The robust-aggregation reports since the last call."""
+        out, self.reports = self.reports, []
+        return out
+
     def take_control(self, size: int) -> np.ndarray:
         """``Σ κ_i Δc_i`` since the last call (zeros if none), as float32; resets it."""
         out = np.zeros(size, dtype=np.float32) if self.control_sum is None else self.control_sum.astype(np.float32)
         self.control_sum = None
         return out
+
+
+def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, coefs: list[float],
+                plus: list[np.ndarray], minus: list[np.ndarray | None], tags: list[Any], base: np.ndarray,
+                tier: str, entity: int, reports: list[dict[str, Any]]) -> np.ndarray:
+    """A buffer / queue step under a robust rule: the rule combines the deltas ``a_i − b_i`` (weights
+    ``c_i``) into ``d``; the step is ``Δ = (Σ c_i)·d``, added to ``base`` (or stepped by ``opt``). Under the
+    mean this is exactly ``Σ c_i (a_i − b_i)``, the protocols' own step."""
+    agg = Aggregation(rule)
+    size = base.shape[0]
+    for c, a, b, tag in zip(coefs, plus, minus, tags):
+        d = np.asarray(a, dtype=np.float64) - (0.0 if b is None else np.asarray(b, dtype=np.float64))
+        agg.add(d, abs(float(c)), None, tag)
+    d_rule = agg.finish(None, np.zeros(size, dtype=np.float32), tier=tier, entity=entity).astype(np.float64)
+    reports.extend(agg.take_reports())
+    delta = float(sum(coefs)) * d_rule
+    if opt is not None:
+        return opt.step(base, delta, state)
+    return (np.asarray(base, dtype=np.float64) + delta).astype(np.float32)
 
 
 class DeviceHost:
@@ -129,6 +218,8 @@ class DeviceHost:
         self.parts = parts
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
         self.controls: dict[int, np.ndarray] = {}
+        self.num_classes = int(num_classes)
+        self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         # opt-in fast path: groups of logreg/mlp jobs trained together (None: every job alone)
         self.batched = BatchedTrainer.of(self.trainer) if fast_path_of(model) else None
 
@@ -142,6 +233,8 @@ class DeviceHost:
         of the result's length that receives it. The device's samples are read from the host's
         arrays through its rows (never gathered into a per-job copy first).
         """
+        if spec.attack is not None:
+            return self._train_byzantine(device, seed, spec, params, control, out)
         rows = self.parts[device]
         if not spec.control_variates:
             return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
@@ -160,6 +253,27 @@ class DeviceHost:
             return np.concatenate([y_new, dc]), stats
         out[size:] = dc
         return out, stats
+
+    def _train_byzantine(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+                         control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
+        """A Byzantine device's job: trained like an honest one (on flipped labels for ``label_flip``),
+        then its behaviour transforms the model part of the result (seeded by the job's seed)."""
+        behavior = spec.attack
+        honest = replace(spec, attack=None)
+        y = self.y
+        if type(behavior).flips_labels:
+            if self._y_flip is None:  # C − 1 − y: every label moved, the same permutation on every host
+                self._y_flip = (self.num_classes - 1 - self.y).astype(self.y.dtype)
+            y, self.y = self.y, self._y_flip
+        try:
+            result, stats = self.train(device, seed, honest, params, control, out)
+        finally:
+            self.y = y
+        size = self.trainer.num_params
+        start = np.asarray(params, dtype=np.float32)[:size]
+        rng = np.random.default_rng([seed, 0xB12])
+        result[:size] = behavior.transform(result[:size], start, rng)
+        return result, stats
 
     def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
                    param_rows: list[int | None], control_index: list[int] | None,
@@ -211,7 +325,7 @@ class DeviceHost:
         """
         out = np.empty((len(devices), self.trainer.num_params), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
-        if self.batched is None or spec.control_variates:
+        if self.batched is None or spec.control_variates or spec.attack is not None:
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
             return out, stats
@@ -262,26 +376,42 @@ class DeviceHost:
 class LeaderHost:
     """Hosts the models of one or more leaders (edge servers) and aggregates their groups."""
 
-    def __init__(self) -> None:
+    def __init__(self, robust: Any = None) -> None:
         self.models: dict[int, np.ndarray] = {}
         self.versions: dict[int, int] = {}
         self._agg: dict[int, Aggregation] = {}
+        self.robust = robust  # a hierfl.learn.robust.RobustSetup, or None (plain averaging)
 
     def _at(self, leader: int) -> Aggregation:
         agg = self._agg.get(leader)
         if agg is None:
-            agg = self._agg[leader] = Aggregation()
+            agg = self._agg[leader] = Aggregation(None if self.robust is None else self.robust.edge)
         return agg
 
-    def add(self, leader: int, weight: float, vector: np.ndarray, control_coef: float | None = None) -> None:
+    def add(self, leader: int, weight: float, vector: np.ndarray, control_coef: float | None = None,
+            tag: Any = None) -> None:
         """Fold one arriving update into the leader's running weighted sum (packed ``[y; Δc]`` with a coef)."""
-        self._at(leader).add(vector, weight, control_coef)
+        self._at(leader).add(vector, weight, control_coef, tag)
 
     def add_many(self, leaders: list[int], weights: list[float], index: list[int], rows: list[int | None],
-                 coefs: list[float | None], *arrays: np.ndarray) -> None:
+                 coefs: list[float | None], *arrays: np.ndarray, tags: list[Any] | None = None) -> None:
         """Several :meth:`add` calls in one, in order: update ``k`` is ``arrays[index[k]]`` (row ``rows[k]``)."""
         for k, (leader, w) in enumerate(zip(leaders, weights)):
-            self.add(leader, w, _pick(arrays[index[k]], rows[k]), coefs[k])
+            self.add(leader, w, _pick(arrays[index[k]], rows[k]), coefs[k], None if tags is None else tags[k])
+
+    def take_reports(self) -> list[dict[str, Any]]:
+        """The robust-aggregation reports of every leader since the last call (leader order)."""
+        return [r for leader in sorted(self._agg) for r in self._agg[leader].take_reports()]
+
+    def robust_combine(self, leader: int, opt: ServerOptimizerConfig | None, coefs: list[float], plus: list[int],
+                       plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None], tags: list[Any],
+                       *arrays: np.ndarray) -> np.ndarray:
+        """A leader's queue step under its robust rule (``arrays[0]``: the leader's model)."""
+        agg = self._at(leader)
+        return robust_step(self.robust.edge, opt, agg.opt_state, coefs,
+                           [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
+                           [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
+                           arrays[0], "edge", leader, agg.reports)
 
     def commit(self, leader: int, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None,
                pack_control: bool = False) -> np.ndarray:
@@ -291,7 +421,14 @@ class LeaderHost:
         since the last upload, relayed to the cloud) instead of the model alone.
         """
         agg = self._at(leader)
-        model = agg.finish(opt, base)
+        previous = self.models.get(leader)
+        model = agg.finish(opt, base, tier="edge", entity=leader)
+        behavior = None if self.robust is None else self.robust.edge_behaviors.get(leader)
+        if behavior is not None:  # a compromised edge server: its behaviour acts on the edge round's step
+            start = base if base is not None else previous
+            if start is not None:
+                rng = np.random.default_rng([leader, self.versions.get(leader, 0), 0xED6E])
+                model = behavior.transform(model, np.asarray(start, dtype=np.float32), rng)
         self.models[leader] = model
         self.versions[leader] = self.versions.get(leader, 0) + 1
         if pack_control:
@@ -332,33 +469,64 @@ class LeaderHost:
 class Cloud:
     """The global model, its aggregation and its evaluation on the held-out test set."""
 
-    def __init__(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec) -> None:
+    def __init__(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec,
+                 robust: Any = None) -> None:
         model_cfg, input_shape, num_classes, threads = model[:4]
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
-        self._agg = Aggregation()
+        self.robust = robust  # a hierfl.learn.robust.RobustSetup, or None (plain averaging)
+        self._agg = Aggregation(None if robust is None else robust.cloud)
         self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
         self.x_test = x_test
         self.y_test = y_test
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
 
-    def add(self, weight: float, vector: np.ndarray, control_coef: float | None = None) -> None:
+    def add(self, weight: float, vector: np.ndarray, control_coef: float | None = None, tag: Any = None) -> None:
         """Fold one arriving model into the running weighted sum (packed ``[model; Δc]`` with a coef)."""
-        self._agg.add(vector, weight, control_coef)
+        self._agg.add(vector, weight, control_coef, tag)
 
     def add_many(self, weights: list[float], index: list[int], rows: list[int | None], coefs: list[float | None],
-                 *arrays: np.ndarray) -> None:
+                 *arrays: np.ndarray, tags: list[Any] | None = None) -> None:
         """Several :meth:`add` calls in one, in order: update ``k`` is ``arrays[index[k]]`` (row ``rows[k]``)."""
         for k, w in enumerate(weights):
-            self.add(w, _pick(arrays[index[k]], rows[k]), coefs[k])
+            self.add(w, _pick(arrays[index[k]], rows[k]), coefs[k], None if tags is None else tags[k])
 
     def add_many_commit(self, weights: list[float], index: list[int], rows: list[int | None],
                         coefs: list[float | None], opt: ServerOptimizerConfig | None, base: int,
-                        *arrays: np.ndarray) -> np.ndarray:
+                        *arrays: np.ndarray, tags: list[Any] | None = None) -> np.ndarray:
         """The last fold-ins and the commit in one call (one actor round trip less per round);
         ``base`` indexes ``arrays`` (``-1``: none)."""
-        self.add_many(weights, index, rows, coefs, *arrays)
+        self.add_many(weights, index, rows, coefs, *arrays, tags=tags)
         return self.commit(opt, None if base < 0 else arrays[base])
+
+    def _validation_loss(self, params: np.ndarray) -> float:
+        """Loss on the first ``validation`` test samples (Zeno's server-side batch)."""
+        k = int(self.robust.validation) if self.robust is not None else 0
+        if k <= 0:
+            raise ValueError("no validation batch configured")
+        return float(self.trainer.evaluate(np.asarray(params, dtype=np.float32), self.x_test[:k], self.y_test[:k])[1])
+
+    def take_reports(self) -> list[dict[str, Any]]:
+        """The robust-aggregation reports since the last call."""
+        return self._agg.take_reports()
+
+    def robust_combine(self, opt: ServerOptimizerConfig | None, coefs: list[float], plus: list[int],
+                       plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None], tags: list[Any],
+                       *arrays: np.ndarray) -> np.ndarray:
+        """The cloud's buffer / queue step under its robust rule (``arrays[0]``: the global model)."""
+        return robust_step(self.robust.cloud, opt, self._agg.opt_state, coefs,
+                           [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
+                           [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
+                           arrays[0], "cloud", 0, self._agg.reports)
+
+    def screen(self, base: np.ndarray, candidate: np.ndarray, tag: Any = None) -> bool:
+        """Zeno++ on one asynchronous step ``candidate − base`` (the cloud rule); a report either way."""
+        agg = Aggregation(self.robust.cloud)
+        agg.add(candidate, 1.0, None, tag)
+        agg.finish(None, base, self._validation_loss, tier="cloud", entity=0)
+        report = agg.reports[-1]
+        self._agg.reports.append(report)
+        return bool(report["accepted"])
 
     def commit(self, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None) -> np.ndarray:
         """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the global model.
@@ -366,7 +534,8 @@ class Cloud:
         SCAFFOLD control deltas that came with the updates move the server control:
         ``c ← c + Σ κ_i Δc_i``.
         """
-        self.model = self._agg.finish(opt, base)
+        loss = self._validation_loss if self.robust is not None and self.robust.validation > 0 else None
+        self.model = self._agg.finish(opt, base, loss, tier="cloud", entity=0)
         if self._agg.control_sum is not None:
             self.control = (self.control.astype(np.float64) + self._agg.control_sum).astype(np.float32)
             self._agg.control_sum = None

@@ -94,7 +94,20 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_trainer_checks(scenario))
     problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
                                                     scenario.protocol.name))
+    problems.extend(_robust_checks(scenario))
     return problems
+
+
+def _robust_checks(scenario: Scenario) -> list[Problem]:
+    """``aggregation:`` fits the protocol and the number of updates each of its aggregations combines."""
+    from hierfl.learn.robust import expected_inputs
+
+    agg = scenario.aggregation
+    if agg.default:
+        return []
+    edges = scenario.topology.edge_servers or 0
+    return agg.problems(scenario.protocol.name, edges, expected_inputs(scenario.protocol, scenario.devices.count,
+                                                                         edges))
 
 
 def _dynamics_checks(scenario: Scenario) -> list[Problem]:
@@ -121,6 +134,12 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
         for i, event in enumerate(scenario.events):
             if event.spec.churn:
                 problems.append(Problem(f"events.{i}.{event.kind}", f"{what} ({churn_kinds} events)"))
+    if not proto.supports_infra_faults:
+        able = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).supports_infra_faults)
+        for i, event in enumerate(scenario.events):
+            if event.spec.infra_fault:
+                problems.append(Problem(f"events.{i}.{event.kind}", f"protocol {proto.name} has no edge servers "
+                                        f"to fail or to keep working without the cloud; allowed with: {able}"))
     problems.extend(_straggler_checks(scenario))
     end = scenario.stop.virtual_time_s
     e_count = scenario.topology.edge_servers or 0
@@ -183,4 +202,6 @@ def _trainer_checks(scenario: Scenario) -> list[Problem]:
     for i, event in enumerate(scenario.events):
         if event.spec.takes_devices_offline:
             problems.append(Problem(f"events.{i}.{event.kind}", f"{why}: devices cannot leave mid-run with {name}"))
+        elif event.spec.infra_fault:
+            problems.append(Problem(f"events.{i}.{event.kind}", f"{why}: a failed server loses updates"))
     return problems

@@ -35,6 +35,7 @@ from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
 from hierfl.devices import ConstantDist, Dist, TierSpec
 from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_model
 from hierfl.executors import EXECUTORS
+from hierfl.learn.robust import AggregationSection
 from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
@@ -370,6 +371,8 @@ class Scenario(ConfigModel):
     straggler: device_policy_field() = default_policy()  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
+    aggregation: AggregationSection = Field(
+        default=AggregationSection(), description="Byzantine-robust rule of the cloud and edge aggregations (mean)")
     output: OutputConfig = OutputConfig()
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"

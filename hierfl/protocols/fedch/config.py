@@ -41,6 +41,8 @@ class FedCHConfig(ProtocolConfig):
 
     # a cluster round is a synchronous barrier: `straggler:` policies apply to it
     has_barriers: ClassVar[bool] = True
+    # edge_fail / cloud_fail: with edge-server leaders (the events' own checks refuse a scenario without edge servers)
+    supports_infra_faults: ClassVar[bool] = True
     name: Literal["fedch"] = "fedch"
     grouping: Literal["fedch"] = Field(default="fedch", description="FedCH's own cluster construction")
     construction: Literal["hungarian", "balanced_kmeans"] = Field(

@@ -27,8 +27,10 @@ from hierfl.core.engine import Event, Priority
 from hierfl.core.work import TrainSpec, transfer_time_s
 from hierfl.env import ClustersRecord, Env, RoundEmpty, Timer
 from hierfl.protocols.base import Protocol
+from hierfl.protocols.faults import CLOUD
 from hierfl.protocols.fedch.churn import Reclustering
 from hierfl.protocols.fedch.construction import ClusterBuilder
+from hierfl.protocols.fedch.faults import EdgeFaults
 from hierfl.protocols.fedch.messages import (ClusterRetry, ClusterTimeout, ClusterUpload, LeaderDownload,
                                              MemberMsg)
 from hierfl.protocols.fedch.state import Cluster, ClusterModel
@@ -54,6 +56,7 @@ class FedCH(Protocol):
         self.st = self.builder.initial_state()  # FedCH's state (``state()`` is its summary)
         self._initial = self.builder.build(self.st, "initial", {})
         self.churn = Reclustering(cfg, env, self.st, self.builder, self)
+        self.faults = EdgeFaults(env, self.st, self)  # edge_fail / cloud_fail (edge-server leaders)
 
     def clusters_record(self) -> ClustersRecord:
         """The initial construction (``clusters.jsonl`` line 1)."""
@@ -68,6 +71,12 @@ class FedCH(Protocol):
     def send_to_leader(self, c: Cluster) -> None:
         """The cloud sends the current ``(w, t)`` to ``c``'s leader; its next round starts on arrival."""
         env, st = self.env, self.st
+        if st.edge_mode and not env.server_up(st.leader_lane(c)):  # a new construction while its server is down
+            c.leader_down = True
+            return
+        if not env.server_up(CLOUD):  # the cloud is away: the cluster goes on from its own model
+            self.faults.go_local(c)
+            return
         st.sent[c.cid] = (env.global_model, st.version)
         c.download = env.send(("cloud", 0), st.leader_lane(c), "leader_download_done",
                               LeaderDownload(c.cid, st.generation), "download", Priority.ARRIVAL, cluster=c.cid)
@@ -228,6 +237,10 @@ class FedCH(Protocol):
             c.barrier.info["closed_by"] = "sync_timeout"
             c.barrier.close()
 
+    def withdraw(self, c: Cluster, device: int) -> float:
+        """Take back everything ``device`` has in flight in ``c``'s round (its compute counted as wasted)."""
+        return self._withdraw(c, device)
+
     def _withdraw(self, c: Cluster, device: int) -> float:
         """Take back everything ``device`` has in flight in ``c``'s round; returns (and counts) wasted compute."""
         env, st = self.env, self.st
@@ -259,6 +272,7 @@ class FedCH(Protocol):
         samples = env.world.samples
         model = env.average([c.models[d] for d in arrived], [float(samples[d]) for d in arrived])
         c.models = {}
+        c.local = model
         assert c.barrier is not None
         missing = len(c.barrier.selected) - len(arrived)
         # the cluster model was formed here (a plain average), so the env only accounts for it
@@ -266,6 +280,11 @@ class FedCH(Protocol):
                             {"cluster": c.cid, "participants": list(arrived), "round_s": round_s, "straggler": flag},
                             {"cluster": c.cid, "leader": c.leader, "ids": list(arrived), "round_s": round_s,
                              "straggler": flag, "missing": missing})
+        if not env.server_up(CLOUD):  # the cloud is away: keep aggregating from this model (flag rides along)
+            c.model, c.flag = model, flag
+            if not env.stopping:
+                self.begin_round(c)
+            return
         st.cluster_models[(st.generation, c.cid, c.round)] = ClusterModel(c.cid, model, c.version, flag, st.generation)
         env.send(lane, ("cloud", 0), "cluster_upload_done", ClusterUpload(c.cid, st.generation, c.round),
                  "upload", Priority.ARRIVAL, cluster=c.cid)
@@ -302,6 +321,7 @@ class FedCH(Protocol):
             if fire:
                 for late in batch[i + 1:]:  # same instant, but after the re-clustering decision
                     env.drop_update("cloud", 0, late.cid, st.version - late.version)
+                self.faults.reclustered()
                 self.churn.recluster(st.policy.reason, st.policy.state())
                 return
             c = st.clusters[up.cid]
@@ -316,6 +336,23 @@ class FedCH(Protocol):
     def on_leader_back(self, event: Event) -> None:
         """A lost device leader may be online again (see :meth:`Reclustering.leader_back`)."""
         self.churn.leader_back(event.payload)
+
+    # -- edge-server and cloud faults: handled by the faults object --------------------------------
+    def on_edge_down(self, event: Event) -> None:
+        """An edge-server leader failed (see :class:`EdgeFaults`)."""
+        self.faults.edge_down(event.payload)
+
+    def on_edge_up(self, event: Event) -> None:
+        """A failed edge-server leader is back (see :class:`EdgeFaults`)."""
+        self.faults.edge_up(event.payload.server[1])
+
+    def on_cloud_down(self, event: Event) -> None:
+        """The cloud is unreachable (see :class:`EdgeFaults`)."""
+        self.faults.cloud_down(event.payload)
+
+    def on_cloud_up(self, event: Event) -> None:
+        """The cloud is back (see :class:`EdgeFaults`)."""
+        self.faults.cloud_up()
 
     def state(self) -> dict[str, Any]:  # type: ignore[override]
         """Global version, construction count and each cluster's round."""

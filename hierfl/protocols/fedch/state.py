@@ -38,7 +38,8 @@ class Cluster:
     flag: bool = False           # a straggler flag of an empty round, riding on the next upload
     download: int | None = None  # the cloud → leader transfer in flight
     waiting: Event | None = None  # a pending cluster_retry / leader_back
-    leader_down: bool = False
+    leader_down: bool = False    # a device leader offline, or an edge-server leader down (edge_fail)
+    local: Any = None            # the cluster model it formed last (what it continues from while the cloud is away)
 
     @property
     def open(self) -> bool:
