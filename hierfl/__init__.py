@@ -2,8 +2,24 @@
 
 Virtual time is the only clock; a run is a pure function of (scenario, seed).
 See ``docs`` in the README and ARCHITECTURE.md for the design.
+
+The Python API (:mod:`hierfl.api`) is imported on first use, so ``import hierfl`` stays cheap:
+``hierfl.run(...)``, ``hierfl.load_run(dir)``, ``hierfl.sweep(...)``, ``hierfl.load_sweep(dir)``.
 """
+
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "run", "load_run", "sweep", "load_sweep", "RunResultFrames"]
+
+_API = {"run", "load_run", "sweep", "load_sweep", "RunResultFrames"}
+
+
+def __getattr__(name: str) -> Any:
+    # lazily: the API pulls in pandas and the driver, which `hierfl --version` and the layers never need
+    if name in _API:
+        from hierfl import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hierfl' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""``hierfl`` command line: run, resume, validate, plot, timeline.
+"""``hierfl`` command line: run, resume, validate, plot, timeline, sweep, table, schema, data.
 
 User mistakes (bad scenario, missing file, bad ``--set``) print every problem without a
 traceback and exit with status 2.
@@ -43,6 +43,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hierfl.driver import RunError, run_scenario
@@ -54,7 +55,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     console = Console(stderr=True)
     for warning in (built.dynamics.warnings if built.dynamics else []):
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     budget = scenario.stop.virtual_time_s
     total = budget if budget is not None else float(scenario.stop.rounds or 1)
     state: dict[str, float | None] = {"acc": None}
@@ -73,7 +74,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built,
                                   start=start)
         except RunError as exc:
-            console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {out}/metrics.jsonl")
+            # escaped: messages carry brackets rich would take for markup (Ray's "pip install ray[client]")
+            console.print(f"[red]run failed:[/red] {escape(str(exc))}\nmetrics so far are in {out}/metrics.jsonl")
             return 1
     s = result.summary
     ttt = "not reached" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f}s"
@@ -125,7 +127,15 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
     out = Path(args.output) if args.output else Path(args.runs[0]) / f"{args.metric}.png"
     try:
-        path = plot_runs([Path(r) for r in args.runs], out, x=args.x, metric=args.metric, title=args.title)
+        if args.group_by is not None or (len(args.runs) == 1 and (Path(args.runs[0]) / "sweep.json").is_file()):
+            from hierfl.sweep.aggregate import plot_sweep
+
+            if len(args.runs) != 1:
+                raise ValueError("--group-by takes one sweep directory")
+            path = plot_sweep(args.runs[0], out, group_by=args.group_by, metric=args.metric, x=args.x,
+                              title=args.title)
+        else:
+            path = plot_runs([Path(r) for r in args.runs], out, x=args.x, metric=args.metric, title=args.title)
     except (OSError, ValueError) as exc:  # RunReadError is a ValueError: a user mistake, not a crash
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -142,6 +152,59 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    print(path)
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from hierfl.sweep.run import run_sweep
+
+    if (args.sweep is None) == (args.resume is None):
+        print("error: give a sweep file, or --resume SWEEP_DIR (not both)", file=sys.stderr)
+        return EXIT_USAGE
+    result = run_sweep(args.sweep, args.out, resume=args.resume, address=args.address, quiet=args.quiet)
+    c = result["counts"]
+    print(f"sweep: {c['completed']} completed, {c['failed']} failed, {c['not run']} not run "
+          f"→ {result['dir']}/sweep.csv", file=sys.stderr)
+    return 0 if c["failed"] == 0 and c["not run"] == 0 else 1
+
+
+def _cmd_table(args: argparse.Namespace) -> int:
+    from hierfl.sweep.aggregate import sweep_table, table_csv, table_markdown
+
+    try:
+        rows = sweep_table(args.sweep_dir, group_by=args.group_by, metric=args.metric)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(table_csv(rows) if args.format == "csv" else table_markdown(rows, args.metric, args.group_by), end="")
+    if args.csv:
+        Path(args.csv).write_text(table_csv(rows), encoding="utf-8")
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from hierfl.scenario.jsonschema import scenario_json_schema
+
+    text = json.dumps(scenario_json_schema(), indent=2) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(args.output)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_data_fetch(args: argparse.Namespace) -> int:
+    from hierfl.data.fetch import FetchError, fetch
+
+    try:
+        path = fetch(args.name, root=args.root, source=args.source, quiet=args.quiet)
+    except FetchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.status
     print(path)
     return 0
 
@@ -184,7 +247,39 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--x", choices=["time", "round"], default="time")
     pl.add_argument("--metric", default="accuracy")
     pl.add_argument("--title")
+    pl.add_argument("--group-by", metavar="KEY.PATH",
+                    help="with a sweep directory: mean and 95%% band over seeds per value of this scenario key "
+                         "(e.g. straggler.name; default: the sweep's grid point)")
     pl.set_defaults(func=_cmd_plot)
+
+    sw = sub.add_parser("sweep", help="run a sweep file (grid x seeds) as Ray Tune trials")
+    sw.add_argument("sweep", nargs="?", help="sweep YAML file (see scenarios/sweeps/)")
+    sw.add_argument("--out", help="sweep directory (default sweeps/<name>)")
+    sw.add_argument("--resume", metavar="SWEEP_DIR", help="finish an interrupted sweep; finished trials are kept")
+    sw.add_argument("--address", help="an existing Ray cluster (auto, HEAD:6379); for ray:// use `ray job submit`")
+    sw.add_argument("-q", "--quiet", action="store_true", help="no progress view")
+    sw.set_defaults(func=_cmd_sweep)
+
+    tb = sub.add_parser("table", help="time to target and final metric per group of a sweep, mean ± 95%% CI")
+    tb.add_argument("sweep_dir", help="sweep directory")
+    tb.add_argument("--group-by", metavar="KEY.PATH", help="scenario key to group by (default: the grid point)")
+    tb.add_argument("--metric", default="accuracy")
+    tb.add_argument("--format", choices=["markdown", "csv"], default="markdown")
+    tb.add_argument("--csv", metavar="FILE", help="also write the table as CSV to FILE")
+    tb.set_defaults(func=_cmd_table)
+
+    sc = sub.add_parser("schema", help="print the scenario JSON Schema (for YAML language servers)")
+    sc.add_argument("-o", "--output", help="write it to this file instead of stdout")
+    sc.set_defaults(func=_cmd_schema)
+
+    da = sub.add_parser("data", help="dataset files")
+    dsub = da.add_subparsers(dest="data_command", required=True)
+    fe = dsub.add_parser("fetch", help="download a file dataset into data/<name>/ (checksummed, resumable)")
+    fe.add_argument("name", help="mnist, fashion_mnist, emnist, cifar10, femnist, shakespeare")
+    fe.add_argument("--root", help="target directory (default data/<name>)")
+    fe.add_argument("--from", dest="source", metavar="DIR|URL", help="a mirror: a local directory or a base URL")
+    fe.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    fe.set_defaults(func=_cmd_data_fetch)
 
     t = sub.add_parser("timeline", help="Gantt picture of devices, leaders and the cloud over virtual time")
     t.add_argument("run", help="run directory")

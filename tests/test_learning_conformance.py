@@ -33,6 +33,21 @@ CASES = [
                                                               "cloud_period": 1.1},
                                          "training": {"epochs": 1},
                                          "server_optimizer": {"edge": "fedavgm", "cloud": "fedyogi"}}, (2,)),
+    # personalised trainers (issue 17): device state travels with the jobs, pooled over 1 or 2 hosts;
+    # per-device evaluation on held-out rows and held-out devices is in every eval line
+    ("fedper+device-eval", {"training": {"trainer": "fedper"}, "model": {"name": "mlp", "hidden": [6]},
+                            "data": {"local_test_fraction": 0.25, "test_devices": 2}, "protocol": {"fraction": 0.5}},
+     (1, 2)),
+    ("hierfavg-lg_fedavg", {**HIER, "training": {"trainer": {"name": "lg_fedavg", "global_layers": 1}, "epochs": None},
+                            "model": {"name": "mlp", "hidden": [6]}, "data": {"dataset": {"num_samples": 360},
+                                                                               "local_test_fraction": 0.2}}, (2,)),
+    ("fedasync-fedmeta-meta_sgd+fedper", {"protocol": {"name": "fedasync", "concurrency": 3},
+                                          "training": {"trainer": {"name": "fedmeta", "learner": "meta_sgd",
+                                                                   "head_layers": 1}, "epochs": 1},
+                                          "model": {"name": "mlp", "hidden": [6]}, "stop": {"rounds": 5},
+                                          "data": {"local_test_fraction": 0.25}}, (2,)),
+    ("fedavgmeta", {"training": {"trainer": {"name": "fedavgmeta", "inner_steps": 2}},
+                    "data": {"test_devices": 2}}, (2,)),
     # timing only: no job is submitted (its update is the start model) on either executor
     ("fedasync-none+fedavgm", {"protocol": {"name": "fedasync", "concurrency": 3},
                                "training": {"trainer": "none"}, "server_optimizer": "fedavgm",

@@ -268,8 +268,10 @@ def test_bad_robust_input_exits_2_from_the_cli(tmp_path):
 
 @pytest.mark.parametrize("protocol,tier,budget", [({"name": "fedbuff", "K": 4, "concurrency": 10}, "cloud", 5.0),
                                                   ({"name": "ahfl", "leader_period": 2.0, "cloud_period": 4.0}, "edge",
-                                                   40.0)])
-def test_rules_apply_to_fedbuff_buffers_and_ahfl_queues(tmp_path, protocol, tier, budget):
+                                                   40.0),
+                                                  ({"name": "fedch", "K": 2, "H": 5, "recluster": "never"}, "edge",
+                                                   30.0)])
+def test_rules_apply_to_fedbuff_buffers_ahfl_queues_and_fedch_leaders(tmp_path, protocol, tier, budget):
     def run(rule):
         sc = tiny(devices={"count": 10}, data={"dataset": {"num_samples": 400}}, protocol=protocol,
                   topology={"edge_servers": 2 if protocol["name"] == "ahfl" else 0},
@@ -282,3 +284,38 @@ def test_rules_apply_to_fedbuff_buffers_and_ahfl_queues(tmp_path, protocol, tier
     tot = geo.summary["robustness"]["tiers"][tier]
     assert tot["rule"] == "marmed" and tot["malicious"] > 0 and tot["honest"] > tot["malicious"]
     assert geo.summary["final_accuracy"] > 0.8 > mean.summary["final_accuracy"]
+
+
+def test_a_rule_feeds_the_server_optimizer(tmp_path):
+    """The rule forms the aggregate; FedAvgM then steps on ``aggregate − start`` (it still holds)."""
+    res = run_scenario(_attack_scenario("geomed", server_optimizer={"cloud": {"name": "fedavgm", "lr": 1.0,
+                                                                                "beta": 0.5}}),
+                       out_dir=tmp_path / "opt", progress=False)
+    plain = run_scenario(_attack_scenario("geomed"), out_dir=tmp_path / "plain", progress=False)
+    assert res.summary["final_accuracy"] > 0.9
+    assert not np.array_equal(res.final_params, plain.final_params)
+
+
+ASYNC_CASES = {
+    "fedbuff": dict(protocol={"name": "fedbuff", "K": 4, "concurrency": 10}, aggregation={"cloud": {"name": "marmed"}},
+                    stop={"virtual_time_s": 3.0, "rounds": None}),
+    "fedch": dict(protocol={"name": "fedch", "K": 2, "H": 5, "recluster": "never"},
+                  aggregation={"edge": {"name": "krum", "f": 1}}, stop={"virtual_time_s": 8.0, "rounds": None}),
+    "fedasync": dict(protocol={"name": "fedasync", "alpha": 0.6}, aggregation={"cloud": {"name": "zeno_pp", "rho": 0.001}},
+                     stop={"virtual_time_s": 4.0, "rounds": None}),
+}
+
+
+# FedAsync's Zeno++ screen on Ray was checked the same way by hand (identical bits); left out to keep CI short
+@pytest.mark.ray
+@pytest.mark.parametrize("name", ["fedbuff", "fedch"])
+def test_buffer_and_leader_paths_are_identical_on_ray(tmp_path, ray_session, name):
+    out = {}
+    for ex in ("local", "ray"):
+        sc = tiny(devices={"count": 10}, data={"dataset": {"num_samples": 400}},
+                  events=[{"at_s": 0, "attack": {"select": {"ids": [0, 5]}, "behavior": {"name": "sign_flip", "s": 6}}}],
+                  runtime={"executor": ex, "workers": 2}, **ASYNC_CASES[name])
+        out[ex] = run_scenario(sc, out_dir=tmp_path / ex, progress=False)
+    assert np.array_equal(out["local"].final_params, out["ray"].final_params)
+    assert out["local"].summary["robustness"] == out["ray"].summary["robustness"]
+    assert next(iter(out["ray"].summary["robustness"]["tiers"].values()))["malicious"] > 0

@@ -6,6 +6,7 @@ describes is the same on every machine and with any executor.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,11 +15,12 @@ from hierfl.build.dynamics import availability_labels, build_dynamics
 from hierfl.build.world import build_world
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.dynamics import Dynamics
+from hierfl.core.personal import LayerSplitError, local_mask, local_test_split, resolve_layers
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import World
 from hierfl.data import DataError, Dataset
-from hierfl.learn.local import forward_flops, init_params
+from hierfl.learn.local import forward_flops, init_params, param_layout
 from hierfl.scenario.schema import Scenario
 
 __all__ = ["Built", "build", "train_spec"]
@@ -37,6 +39,10 @@ class Built:
     dynamics: Dynamics | None = None
     availability_labels: list[str] = field(default_factory=list)
     """Per device, what ``devices.csv`` says about its availability (``always``, ``markov``, ``trace``, …)."""
+    eval_sets: list[tuple[int, np.ndarray, np.ndarray | None]] = field(default_factory=list)
+    """Per-device evaluation (``data.local_test_fraction``, ``data.test_devices``): ``(device, its
+    training rows, its held-out test rows)``; held-out devices (ids ≥ N) have ``None`` as test rows
+    (they are tested on the query part of their support split)."""
 
     def __post_init__(self) -> None:
         if self.dynamics is None:
@@ -53,8 +59,47 @@ class Built:
 def train_spec(scenario: Scenario) -> TrainSpec:
     """The local-training job described by ``training:``."""
     t = scenario.training
-    return TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
+    spec = TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
                      momentum=t.momentum, weight_decay=t.weight_decay, **t.trainer.spec_fields())
+    if spec.personal is not None:  # support/query splits are a function of the scenario seed
+        personal = dataclasses.replace(spec.personal, split_seed=stream_seed(scenario.seed, "personal.support"))
+        spec = dataclasses.replace(spec, personal=personal)
+    return spec
+
+
+def _split_devices(scenario: Scenario, parts: list[np.ndarray]
+                   ) -> tuple[list[np.ndarray], list[tuple[int, np.ndarray, np.ndarray | None]]]:
+    """The world's devices' training rows, and the per-device evaluation sets (see :attr:`Built.eval_sets`)."""
+    n, data = scenario.devices.count, scenario.data
+    train = parts[:n]
+    evals: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+    if data.local_test_fraction > 0:
+        train = []
+        for d, rows in enumerate(parts[:n]):
+            kept, test = local_test_split(rows, data.local_test_fraction, stream(scenario.seed, "data.local_test", d))
+            train.append(kept)
+            if test.size:
+                evals.append((d, kept, test))
+    evals.extend((n + t, rows, None) for t, rows in enumerate(parts[n:]))
+    return train, evals
+
+
+def _personal_bytes(scenario: Scenario, params: np.ndarray, shape: tuple[int, ...], classes: int,
+                    spec: TrainSpec) -> tuple[np.ndarray, int]:
+    """A personalised trainer's global vector (Meta-SGD: ``[θ; α]``) and one message's size: only the
+    global parameters travel. Raises ConfigError at the trainer's layer key if the split does not fit."""
+    personal = spec.personal
+    assert personal is not None
+    layout = param_layout(scenario.model.build(shape, classes))
+    try:
+        layers = resolve_layers(layout, personal.local, personal.from_end)
+    except LayerSplitError as exc:
+        key = scenario.training.trainer.layer_key or "training.trainer"
+        raise ConfigError([Problem(key, str(exc))]) from None
+    local = int(local_mask(layout, layers).sum())
+    if personal.kind == "meta_sgd":  # α starts at inner_lr everywhere and is learned with θ
+        params = np.concatenate([params, np.full(params.size, personal.inner_lr, dtype=np.float32)])
+    return params, model_bytes(params.size - local)
 
 
 def build(scenario: Scenario, source: str | None = None) -> Built:
@@ -64,11 +109,13 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
     but cannot be built, e.g. a partition that cannot give every device a sample.
     """
     seed, n = scenario.seed, scenario.devices.count
+    total = n + scenario.data.test_devices  # held-out devices are cut from the same population
     try:
-        dataset = scenario.data.dataset.build(n, stream(seed, "data.dataset"))
-        parts = scenario.data.partition.split(dataset, n, stream(seed, "data.partition"))
+        dataset = scenario.data.dataset.build(total, stream(seed, "data.dataset"))
+        parts = scenario.data.partition.split(dataset, total, stream(seed, "data.partition"))
     except DataError as exc:
         raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
+    parts, eval_sets = _split_devices(scenario, [np.asarray(p, dtype=np.int64) for p in parts])
     reason = scenario.model.check_dataset(tuple(dataset.input_shape), dataset.vocab_size)
     if reason is not None:
         raise ConfigError([Problem("model", reason)], source)
@@ -79,8 +126,11 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
         params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
         # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
+        spec = train_spec(scenario)
+        if spec.personal is not None:
+            params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec)
         dynamics = build_dynamics(scenario, world)
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None
-    return Built(scenario, dataset, [np.asarray(p, dtype=np.int64) for p in parts], world,
-                 train_spec(scenario), params, dynamics, availability_labels(scenario, dynamics))
+    return Built(scenario, dataset, parts, world, spec, params, dynamics, availability_labels(scenario, dynamics),
+                 eval_sets)

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from hierfl.core.personal import PersonalSpec
+
 __all__ = [
     "TrainSpec", "effective_batch", "num_steps", "samples_processed",
     "compute_time_s", "transfer_time_s", "model_bytes",
@@ -49,6 +51,9 @@ class TrainSpec:
     # a Byzantine device's behaviour (a ``hierfl.learn.robust`` behaviour config, hashable): the host
     # trains on flipped labels or transforms the result; None for an honest job
     attack: Any = None
+    # personalisation (``training.trainer``: fedper, lg_fedavg, fedmeta, fedavgmeta): what stays on
+    # the device and how it adapts; None = every parameter is global (hierfl.learn.personal)
+    personal: PersonalSpec | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):

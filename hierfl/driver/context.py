@@ -8,6 +8,7 @@ stamped with the current virtual time; durations come from the world.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -67,6 +68,11 @@ class Context:
         # Byzantine robustness (issue 16): None keeps every call exactly as without it
         setup = robust_setup(scenario, self.dyn)
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
+        # per-device evaluation (issue 17): the run has evaluation sets
+        self.device_eval = bool(getattr(built, "eval_sets", None))
+        # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
+        personal = self._spec.personal
+        self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -204,7 +210,7 @@ class Context:
         the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
-        spec = spec or self._spec
+        spec = self.personal_phase(spec or self._spec)
         behavior = None
         if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
             spec, behavior = self.robust.job_spec(device, self.now, spec)
@@ -236,6 +242,18 @@ class Context:
             self.robust.remember(new, device, behavior)
         self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
+
+    def personal_phase(self, spec: TrainSpec) -> TrainSpec:
+        """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up
+        (``warmup_rounds`` cloud rounds) without personalisation — plain FedAvg jobs on the whole
+        model; when it ends, devices without state take their local layers from the global model."""
+        if not self._warmup_rounds or spec.personal is None:
+            return spec
+        if self.counters["cloud_aggregations"] < self._warmup_rounds:
+            return dataclasses.replace(spec, personal=None)
+        self._warmup_rounds = 0
+        self.executor.set_personal_base(self._global)
+        return spec
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
         """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""
@@ -313,6 +331,10 @@ class Context:
         """Handle of the cloud's SCAFFOLD control ``c`` now (None without SCAFFOLD)."""
         return self.executor.control() if self._control_coefs is not None else None
 
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity of ``models − base`` (WSCC), computed by the cloud role."""
+        return self.executor.similarity(models, base)
+
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model``."""
         return float(self.executor.evaluate(model)[1])
@@ -355,6 +377,9 @@ class Context:
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds."""
         self.executor.commit_edge(edge)
+        if self.robust is not None:  # an aborted round: its rule's report is no aggregation
+            self.executor.robust_reports("edge")
+            self.robust.drop_sources("edge", edge)
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
@@ -406,6 +431,19 @@ class Context:
             return None
         handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
         self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        return handle
+
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
+        """The ``tier`` rule's aggregate of ``models`` weighted ``weights`` (``base``: the model the round
+        started from), computed by the cloud role; None when the rule is the mean (the caller averages)."""
+        if self.robust is None or not self.robust.tracks:
+            return None
+        tags = [self.robust.take(h, tier, entity) for h in models]
+        if self.robust.setup.rule(tier).is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_average(tier, entity, models, weights, base, tags)
+        self.robust.reports(tier, self.executor.robust_reports("cloud"), self.now)
         return handle
 
     def average(self, models: list[Any], weights: list[float]) -> Any:

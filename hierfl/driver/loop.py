@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hierfl.core.engine import Priority
+from hierfl.core.personal import device_accuracy_fields
 from hierfl.driver.context import Context, RunError
 from hierfl.env.events import describe
 from hierfl.env.records import Eval
@@ -53,7 +54,15 @@ class RunLoop:
                 acc, loss = ctx.executor.evaluate(ctx.global_model)
             except Exception as exc:
                 raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
-        extra: dict[str, Any] = {**counters, **ctx.telemetry.staleness_means()}
+        device_fields: dict[str, Any] = {}
+        if ctx.spec.train and ctx.device_eval:  # data.local_test_fraction / data.test_devices
+            try:
+                own = self.protocol.device_models()  # WSCC: each device's cluster model
+                spec = ctx.personal_phase(ctx.spec)
+                device_fields = device_accuracy_fields(ctx.executor.evaluate_devices(ctx.global_model, spec, own))
+            except Exception as exc:
+                raise RunError(f"t={ctx.now:.6g}s devices: per-device evaluation failed: {exc}") from exc
+        extra: dict[str, Any] = {**device_fields, **counters, **ctx.telemetry.staleness_means()}
         extra.update({f"queue_len_{tier}": n for tier, n in self.protocol.queue_lengths().items()})
         record = ctx.telemetry.record(Eval(rounds, acc, loss, extra))
         self.evals.append(record)

@@ -157,7 +157,8 @@ def _run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
                    built.dataset.y_test, built.init_params,
                    (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                     rt.fast_path),
-                   built.world.num_edges, built.spec, robust_setup(scenario, dyn))
+                   built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn),
+                   eval_sets=tuple(built.eval_sets))
 
 
 def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source: str | None,
@@ -180,14 +181,15 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
     start = start or start_executor(rt.executor, rt.workers, rt.address)
     executor: Executor | None = None
     trace_devices = scenario.output.trace_devices(built.world.num_devices, scenario.seed)
+    tensorboard = scenario.output.tensorboard
     if resume is None:
         resolved = scenario.model_copy(update={"versions": package_versions()})
-        tel = RunTelemetry(out, trace_devices=trace_devices)
+        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard)
         (out / CHECKPOINT_FILE).unlink(missing_ok=True)  # an earlier run's: never resumed over this one
         write_config(out, dump_scenario(resolved))
     else:
         resolved = scenario
-        tel = RunTelemetry(out, trace_devices=trace_devices, offsets=resume.offsets)
+        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=resume.offsets)
     dyn = built.dynamics or Dynamics.static(built.world.num_devices)
     world = built.world
     tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
@@ -245,7 +247,7 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
                 executor = None
                 tel.close()
                 latest = ckpt.latest
-                tel = RunTelemetry(out, trace_devices=trace_devices, offsets=latest.offsets)
+                tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=latest.offsets)
                 tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
                 try:
                     start = start_executor(rt.executor, rt.workers, rt.address)
@@ -272,6 +274,7 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
             "status": "completed", "stop_reason": ctx.stop_reason,
             "final_accuracy": last["accuracy"], "final_loss": last["loss"],
             "best_accuracy": max((e["accuracy"] for e in run.evals if e["accuracy"] is not None), default=None),
+            **({"final_device_accuracy": last["device_accuracy_mean"]} if "device_accuracy_mean" in last else {}),
             "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),

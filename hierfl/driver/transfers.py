@@ -152,8 +152,8 @@ class Transfers:
         """
         servers = tuple(end for end in (src, dst) if end[0] != "device")
         if self.down and any(end in self.down for end in servers):
-            down = next(end for end in servers if end in self.down)
-            raise RuntimeError(f"{down[0]} {down[1]} is down: no transfer {src} → {dst} ({event})")
+            dead = next(end for end in servers if end in self.down)
+            raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
         kind, links, latency_s, devices = self.route(src, dst)
         size = self.world.model_bytes if size is None else size
         if kind == "device_device":

@@ -222,6 +222,9 @@ class Env(Protocol):
     def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
         """``base`` stepped by the ``tier`` rule's aggregate of the deltas (None: the rule is the mean)."""
 
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
+        """The ``tier`` rule's aggregate of ``models`` (FedCH's cluster leaders); None under the mean."""
+
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role."""
 
@@ -240,6 +243,9 @@ class Env(Protocol):
 
     def control_coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta, or None without SCAFFOLD."""
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by a role (WSCC)."""
 
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""

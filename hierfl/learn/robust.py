@@ -30,7 +30,7 @@ BEHAVIORS: Registry = Registry("device behavior")
 
 # Which protocols aggregate a set of updates together at which tier (what a rule can replace).
 RULE_TIERS: dict[str, tuple[str, ...]] = {"fedavg": ("cloud",), "hierfavg": ("edge", "cloud"), "fedasync": ("cloud",),
-                                          "fedbuff": ("cloud",), "ahfl": ("edge", "cloud")}
+                                          "fedbuff": ("cloud",), "ahfl": ("edge", "cloud"), "fedch": ("edge",)}
 # Protocols that aggregate a buffer / queue of deltas together (a rule applies to the deltas).
 QUEUE_PROTOCOLS = ("fedbuff", "ahfl")
 # Protocols whose aggregations take one update at a time: only an asynchronous screen (Zeno++) applies.
@@ -296,7 +296,8 @@ class NormClipRule(RuleConfig):
 
 def expected_inputs(protocol: Any, devices: int, edges: int) -> dict[str, int | None]:
     """How many updates one aggregation of each tier combines when every selected participant arrives
-    (FedAvg: ``max(⌈C·N⌉, 1)``; HierFAVG: the edge servers at the cloud, ``⌈C·⌊N/E⌋⌉`` at an edge)."""
+    (FedAvg: ``max(⌈C·N⌉, 1)``; HierFAVG: the edge servers at the cloud, ``⌈C·⌊N/E⌋⌉`` at an edge;
+    FedCH: ``⌊N/K⌋`` members per cluster leader; None: unknown)."""
     import math
 
     fraction = float(getattr(protocol, "fraction", 1.0))
@@ -305,6 +306,9 @@ def expected_inputs(protocol: Any, devices: int, edges: int) -> dict[str, int | 
     if protocol.name == "hierfavg" and edges > 0:
         per_edge = devices // edges
         return {"cloud": edges, "edge": max(1, math.ceil(fraction * per_edge - 1e-9))}
+    k = getattr(protocol, "K", None)
+    if protocol.name == "fedch" and isinstance(k, int) and k > 0:  # cluster leaders: ~N/K members each
+        return {"cloud": None, "edge": max(1, devices // k)}
     return {"cloud": None, "edge": None}
 
 
@@ -465,7 +469,7 @@ class AggregationSection(ConfigModel):
                 problems.append(Problem(key, f"{protocol}'s {tier} combines deltas of different ages: a rule that "
                                              "scores models on the validation batch (zeno) does not apply", rule.name))
                 continue
-            if tier == "edge" and rule_needs_loss(rule):
+            if tier == "edge" and rule_needs_loss(rule):  # (FedCH's cluster leaders are its edge tier)
                 problems.append(Problem(key, "zeno scores on the cloud's validation batch: cloud tier only",
                                         rule.name))
             problems.extend(rule.problems(key, expected_m.get(tier)))

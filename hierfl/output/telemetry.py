@@ -33,7 +33,8 @@ class RunTelemetry:
     """Counters, metric lines, clusters records and trace events of one run, written as it goes."""
 
     def __init__(self, out_dir: Path, clock: Callable[[], float] = lambda: 0.0,
-                 trace_devices: set[int] | None = None, offsets: dict[str, int] | None = None) -> None:
+                 trace_devices: set[int] | None = None, tensorboard: bool = False,
+                 offsets: dict[str, int] | None = None) -> None:
         """``offsets``: resume a run, its streams cut back to these sizes (:meth:`sync`'s value)."""
         self.out_dir = Path(out_dir)
         if offsets is None:
@@ -51,6 +52,11 @@ class RunTelemetry:
         self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl", at.get("clusters.jsonl"))
         self.trace = TraceWriter(self.out_dir / "trace.json", trace_devices, at.get("trace.json"))
         self._devices: Callable[[np.ndarray | None], None] | None = None
+        self._tb: Any = None
+        if tensorboard:  # output.tensorboard: the eval lines as TensorBoard scalars too
+            from hierfl.output.tensorboard import TensorBoardWriter
+
+            self._tb = TensorBoardWriter(self.out_dir)
 
     # -- the Telemetry interface -----------------------------------------------------------------
     def count(self, name: str, by: float = 1) -> None:
@@ -61,6 +67,8 @@ class RunTelemetry:
         """Append one metric line now (the trace is flushed with it); returns the line."""
         line = self._metrics.write(self.clock(), self.wall_s(), rec)
         self.trace.flush()
+        if self._tb is not None:
+            self._tb.write(line)
         return line
 
     def span(self, lane: Endpoint, name: str, start: float, duration: float, **args: Any) -> None:
@@ -148,3 +156,5 @@ class RunTelemetry:
         self.trace.close()
         self._metrics.close()
         self._clusters.close()
+        if self._tb is not None:
+            self._tb.close()

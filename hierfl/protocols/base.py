@@ -136,6 +136,11 @@ class Protocol:
         """The initial ``clusters.jsonl`` record, when the protocol groups devices itself (None: the topology's)."""
         return None
 
+    def device_models(self) -> dict[int, Any] | None:
+        """Per-device evaluation: a device's own model handle where it is not the global model (WSCC's
+        cluster models); None: every device is tested with the global model."""
+        return None
+
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting per tier (in every evaluation line); none by default."""
         return {}

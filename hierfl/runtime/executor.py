@@ -36,6 +36,8 @@ class RunData:
     num_edges: int
     spec: TrainSpec
     robust: Any = None  # hierfl.learn.robust.RobustSetup: robust rules / attacks on (None: plain averaging)
+    # per-device evaluation sets (device, training rows, held-out rows or None): see Built.eval_sets
+    eval_sets: tuple[tuple[int, np.ndarray, np.ndarray | None], ...] = ()
 
 
 class Executor:
@@ -94,6 +96,11 @@ class Executor:
         """Zeno++ at the cloud: whether the step ``candidate − base`` is applied (blocking)."""
         raise NotImplementedError
 
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
+                       tags: list[Any]) -> Any:
+        """The ``tier`` rule's aggregate of ``models``, computed by the cloud role (as :meth:`average`)."""
+        raise NotImplementedError
+
     def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
                        terms: list[Term], tags: list[Any]) -> Any:
         """``base`` stepped by the ``tier`` rule's aggregate of the deltas ``terms`` (a new handle)."""
@@ -122,6 +129,47 @@ class Executor:
     def fetch(self, params: Any) -> np.ndarray:
         """The parameter vector behind a handle."""
         raise NotImplementedError
+
+    # -- device-held state (personalised trainers) -----------------------------------------------
+    # The one place a device's state lives: the executor keeps, per device, the handle of the state
+    # its last personalised job returned; the next job of the device takes it, on whichever host it
+    # runs. A device without state starts from the initial global vector's local layers.
+    def device_state(self, device: int) -> np.ndarray | None:
+        """The device's state as it is after its last submitted job (None: it has none yet)."""
+        raise NotImplementedError
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Put a device's state back (e.g. after a host was lost and restarted)."""
+        raise NotImplementedError
+
+    def set_personal_base(self, params: Any) -> None:
+        """From now on, a device without state takes its local layers from ``params`` (LG-FedAvg's warm-up
+        model) instead of the initial model."""
+        raise NotImplementedError
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
+        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
+        ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
+        raise NotImplementedError
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the cloud role (blocking)."""
+        raise NotImplementedError
+
+    def _eval_groups(self, num_evals: int, eval_devices: list[int], params: Any,
+                     per_device: dict[int, Any] | None) -> list[tuple[Any, list[int]]]:
+        """Evaluation slots grouped by the model they are tested with, in order of first slot."""
+        groups: list[tuple[Any, list[int]]] = []
+        for k in range(num_evals):
+            model = params if per_device is None else per_device.get(eval_devices[k], params)
+            for handle, slots in groups:
+                if handle is model:
+                    slots.append(k)
+                    break
+            else:
+                groups.append((model, [k]))
+        return groups
 
     def close(self) -> None:
         """Release resources."""
@@ -188,7 +236,9 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, data: RunData) -> None:
-        self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model)
+        self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model, list(data.eval_sets))
+        self._states: dict[int, np.ndarray] = {}
+        self._base: Any = None  # where stateless devices take their local layers (None: the initial model)
         self.leaders = LeaderHost(data.robust)
         self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model, data.robust)
         self._init = np.asarray(data.init_params, dtype=np.float32)
@@ -227,6 +277,10 @@ class LocalExecutor(Executor):
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Runs the job immediately (its virtual time is accounted by the emulator); fast path: joins a group."""
+        if spec.personal is not None:  # device state in, new device state out (kept here)
+            new, stats, self._states[device] = self.host.train_personal(
+                device, seed, spec, self._vals([params])[0], self._states.get(device, self._base_model()))
+            return new, stats, 0
         if self._groups is not None and not spec.control_variates and control is None:
             job = _Pending(device, seed, spec, params)
             _, closed = self._groups.add(job, spec, params)
@@ -282,6 +336,14 @@ class LocalExecutor(Executor):
                                                *arrays)
         return self.cloud.robust_combine(opt, coefs, plus, none, minus, none, tags, self._val(base), *arrays)
 
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
+                       tags: list[Any]) -> Any:
+        """In-process, by the cloud role."""
+        arrays = self._vals(list(models) + ([] if base is None else [base]))
+        n = len(models)
+        return self.cloud.robust_average(tier, entity, list(weights), list(range(n)), [None] * n, tags,
+                                         -1 if base is None else n, *arrays)
+
     def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
         """In-process."""
         base, candidate = self._vals([base, candidate])
@@ -335,6 +397,40 @@ class LocalExecutor(Executor):
         """The handle is the vector."""
         return np.asarray(self._vals([params])[0])
 
+    def _base_model(self) -> np.ndarray:
+        return self._init if self._base is None else self._base
+
+    def set_personal_base(self, params: Any) -> None:
+        """In-process: the vector itself."""
+        self._base = np.asarray(self._vals([params])[0])
+
+    def device_state(self, device: int) -> np.ndarray | None:
+        """The state kept for ``device`` (a copy)."""
+        state = self._states.get(device)
+        return None if state is None else np.array(state)
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Replace ``device``'s state."""
+        self._states[device] = np.array(state, dtype=np.float32)
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """In-process, on the host role (one call per model the devices are tested with)."""
+        sets = self.host.eval_sets
+        out = np.zeros((len(sets), 3))
+        arrays = [self._base_model()] + list(self._states.values())
+        pos = {d: k + 1 for k, d in enumerate(self._states)}
+        for model, slots in self._eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
+            index = [pos.get(sets[k][0], 0) for k in slots]
+            out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
+                                                    self._vals([model])[0], *arrays)
+        return out
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """In-process, by the cloud role."""
+        arrays = self._vals(list(models) + ([] if base is None else [base]))
+        k = len(models)
+        return self.cloud.similarity(-1 if base is None else k, list(range(k)), [None] * k, *arrays)
+
     def close(self) -> None:
         """Nothing to release (an open group is dropped)."""
         if self._groups is not None:
@@ -342,12 +438,13 @@ class LocalExecutor(Executor):
 
     def driver_state(self) -> Any:
         """The fast-path groups, open one included (its jobs are untrained: they stay so, and are
-        trained on resume in the same group, so sealing never happens early)."""
-        return self._groups
+        trained on resume in the same group, so sealing never happens early), and the device states
+        of personalised trainers with their base model."""
+        return {"groups": self._groups, "states": self._states, "base": self._base}
 
     def set_driver_state(self, state: Any) -> None:
-        """The groups, with the very job objects the driver's state refers to."""
-        self._groups = state
+        """The groups, with the very job objects the driver's state refers to; the device states."""
+        self._groups, self._states, self._base = state["groups"], state["states"], state["base"]
 
     def export_roles(self) -> dict[str, Any]:
         """The role objects' state (in-process: nothing can have failed unseen)."""

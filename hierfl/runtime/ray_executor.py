@@ -19,6 +19,9 @@ every host holds the shared, read-only training arrays from the object store. A 
 per-device state in the host (SCAFFOLD's control variates) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
+Personalised trainers' device state (local layers) instead travels with the jobs: a job takes
+the handle of its device's state and returns the new state as a third batch array, whose handle
+the executor keeps (``_states``); such jobs are pooled like any other.
 
 Start-up. Nothing of Ray's start needs the data, so :class:`RayStart` begins it as soon as the
 scenario is loaded: ``ray.init`` (or attaching to a cluster), then the actors are requested, and
@@ -61,9 +64,10 @@ class HostActor(DeviceHost):
     def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
         importlib.import_module("torch")  # the slow part of an actor's start: done while the driver builds
 
-    def setup(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec) -> float:
+    def setup(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
+              eval_sets: Any = None) -> float:
         """Become the device host of this run's data; returns the actor's ``time.time()``."""
-        DeviceHost.__init__(self, x_train, y_train, parts, model)
+        DeviceHost.__init__(self, x_train, y_train, parts, model, eval_sets)
         return time.time()
 
     def warm(self, spec: TrainSpec, params: np.ndarray) -> float:
@@ -209,6 +213,15 @@ class Slot:
     stats: Any = None
     host: int = -1
     group: int = -1  # fast path: the job's group (JobGroups), -1: none
+    state: Any = None       # personalised jobs: handle of the device's state going in
+    state_ref: Any = None   # ... and the batch array of the states coming out (row ``row``)
+
+
+@dataclass(eq=False)
+class StateOf:
+    """Handle of the device state a personalised job returns (row ``slot.row`` of ``slot.state_ref``)."""
+
+    slot: Slot
 
 
 class RayExecutor(Executor):
@@ -225,13 +238,18 @@ class RayExecutor(Executor):
         # the data goes into the object store once; every actor reads it zero-copy from there
         x_ref, y_ref = ray.put(data.x_train), ray.put(data.y_train)
         parts_ref = ray.put(data.parts)
+        evals_ref = ray.put(list(data.eval_sets))
+        self._num_evals = len(data.eval_sets)
+        self._eval_devices = [int(d) for d, _, _ in data.eval_sets]
+        self._states: dict[int, Any] = {}
+        self._base: Any = None  # where stateless devices take their local layers (None: the initial model)
         self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
         xt_ref, yt_ref = ray.put(data.x_test), ray.put(data.y_test)
         self._data_refs = (x_ref, y_ref, xt_ref, yt_ref)
         self._start.marks["data_in_store"] = time.time()
         self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote(data.robust) if data.num_edges > 0 else None
         # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
-        self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model) for h in self.hosts]
+        self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model, evals_ref) for h in self.hosts]
         self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust)
         self._robust = data.robust is not None
         self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
@@ -279,6 +297,8 @@ class RayExecutor(Executor):
     # -- buffering ----------------------------------------------------------------------------
     @staticmethod
     def _ref_row(handle: Any) -> tuple[Any, int | None]:
+        if isinstance(handle, StateOf):
+            return handle.slot.state_ref, handle.slot.row
         if isinstance(handle, Slot):
             return handle.ref, handle.row
         return handle, None
@@ -311,6 +331,9 @@ class RayExecutor(Executor):
             slot.host = host
             groups.setdefault((host, slot.spec), []).append(slot)
         for (host, spec), batch in groups.items():
+            if spec.personal is not None:
+                self._dispatch_personal(host, spec, batch)
+                continue
             controls = [slot.control for slot in batch if slot.control is not None]
             index, rows, arrays = self._unique_refs([slot.params for slot in batch] + controls)
             control_index: list[int] | None = None
@@ -323,6 +346,16 @@ class RayExecutor(Executor):
                 groups=[s.group for s in batch] if self._groups is not None and not spec.control_variates else None)
             for k, slot in enumerate(batch):
                 slot.ref, slot.row, slot.stats = out_ref, k, stats_ref
+
+    def _dispatch_personal(self, host: int, spec: TrainSpec, batch: list[Slot]) -> None:
+        """One call for a host's personalised jobs: start models and device states in, three arrays out."""
+        index, rows, arrays = self._unique_refs([slot.params for slot in batch] + [slot.state for slot in batch])
+        k = len(batch)
+        out_ref, stats_ref, state_ref = self.hosts[host].train_many.options(num_returns=3).remote(
+            [s.device for s in batch], [s.seed for s in batch], spec, index[:k], rows[:k], None, *arrays,
+            state_index=index[k:], state_rows=rows[k:])
+        for j, slot in enumerate(batch):
+            slot.ref, slot.row, slot.stats, slot.state_ref = out_ref, j, stats_ref, state_ref
 
     def _unique_refs(self, handles: list[Any]) -> tuple[list[int], list[int | None], list[Any]]:
         """(index into unique refs, row, unique refs): a batch array is sent once per call."""
@@ -375,6 +408,16 @@ class RayExecutor(Executor):
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Buffer the job; it is dispatched before the driver next blocks."""
         slot = Slot(device, seed, spec, params, control)
+        if spec.personal is not None:  # the device's state goes in; the job's new state becomes its state
+            state = self._states.get(device, self._base if self._base is not None else self._init)
+            if isinstance(state, StateOf) and state.slot.ref is None:
+                self._flush_jobs()  # its previous job is still buffered: bind it to its batch first
+            slot.state = state
+            self._states[device] = StateOf(slot)
+            self._jobs.append(slot)
+            if len(self._jobs) >= _MAX_BUFFERED_JOBS_PER_HOST * self.workers:
+                self._flush_jobs()
+            return slot, slot, -1
         if self._groups is not None:
             if spec.control_variates or control is not None:
                 self._need(params, control)
@@ -459,6 +502,18 @@ class RayExecutor(Executor):
         if role is None:
             return []
         return list(ray.get(role.take_reports.remote()))
+
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
+                       tags: list[Any]) -> Any:
+        """Ref of the ``tier`` rule's aggregate of ``models``, computed in the cloud actor."""
+        self._need(*models, base)
+        self._flush_jobs()
+        extra = [] if base is None else [self._model_ref(base)]
+        index, rows, refs = self._unique_refs(list(models) + extra)
+        base_pos = -1
+        if extra:
+            base_pos, index, rows = index[-1], index[:-1], rows[:-1]
+        return self.cloud.robust_average.remote(tier, entity, list(weights), index, rows, tags, base_pos, *refs)
 
     def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
         """Zeno++ in the cloud actor (waits for its answer)."""
@@ -554,6 +609,61 @@ class RayExecutor(Executor):
         arr = self._get(ref)
         return np.array(arr if row is None else arr[row], dtype=np.float32)
 
+    def device_state(self, device: int) -> np.ndarray | None:
+        """Download ``device``'s state (after its last submitted job)."""
+        handle = self._states.get(device)
+        if handle is None:
+            return None
+        self.flush()
+        ref, row = self._ref_row(handle)
+        arr = ray.get(ref)
+        return np.array(arr if row is None else arr[row], dtype=np.float32)
+
+    def set_personal_base(self, params: Any) -> None:
+        """A model ref (the warm-up's global model)."""
+        self._need(params)
+        self.flush()
+        self._base = self._model_ref(params)
+
+    def set_device_state(self, device: int, state: np.ndarray) -> None:
+        """Put ``device``'s state (into the object store)."""
+        self._states[device] = ray.put(np.array(state, dtype=np.float32))
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """Per model, its evaluation sets cut into one contiguous chunk per host; rows come back in order."""
+        self._need(params, *(per_device or {}).values())
+        self.flush()
+        out = np.zeros((self._num_evals, 3))
+        calls, where = [], []
+        for model, group in self._eval_groups(self._num_evals, self._eval_devices, params, per_device):
+            model_ref = self._model_ref(model)
+            bounds = np.linspace(0, len(group), self.workers + 1).astype(int)
+            for host in range(self.workers):
+                slots = group[int(bounds[host]):int(bounds[host + 1])]
+                if not slots:
+                    continue
+                base = self._base if self._base is not None else self._init
+                handles = [self._states.get(self._eval_devices[k], base) for k in slots]
+                index, rows, refs = self._unique_refs(handles)
+                calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, model_ref,
+                                                                      *refs))
+                where.append(slots)
+        for slots, rows_out in zip(where, ray.get(calls)):
+            out[slots] = rows_out
+        return out
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Computed in the cloud actor; only the matrix comes back."""
+        self._need(*models, base)
+        self._flush_adds()
+        handles = list(models) + ([] if base is None else [self._model_ref(base)])
+        index, rows, refs = self._unique_refs(handles)
+        k = len(models)
+        base_pos = -1
+        if base is not None:
+            base_pos = index[k]
+        return np.asarray(ray.get(self.cloud.similarity.remote(base_pos, index[:k], rows[:k], *refs)))
+
     def close(self) -> None:
         """Kill the actors; shut Ray down if this executor's start began it."""
         if self.leaders is not None and not self._start.owns_ray:
@@ -579,13 +689,16 @@ class RayExecutor(Executor):
     def driver_state(self) -> Any:
         """The open fast-path group's jobs, in order (they are not dispatched yet; sealing the group
         early would change its members' bits), and the next group id."""
-        if self._groups is None:
-            return None
-        return {"open": list(self._groups.open), "next_id": self._groups._next_id}
+        # also: each device's state handle (personalised trainers) and the personal base model
+        out: dict[str, Any] = {"states": self._states, "base": self._base}
+        if self._groups is not None:
+            out.update({"open": list(self._groups.open), "next_id": self._groups._next_id})
+        return out
 
     def set_driver_state(self, state: Any) -> None:
         """Re-form the open group from the restored (undispatched) job slots, in their order."""
-        if state is None or self._groups is None:
+        self._states, self._base = state["states"], state["base"]
+        if "open" not in state or self._groups is None:
             return
         self._groups._next_id = int(state["next_id"])
         for slot in state["open"]:
@@ -617,11 +730,15 @@ class RayExecutor(Executor):
         ray.get(calls)
 
     def is_handle(self, obj: Any) -> bool:
-        """Object refs and job slots live in this Ray session only."""
-        return isinstance(obj, (Slot, ray.ObjectRef))
+        """Object refs, job slots and device-state handles live in this Ray session only."""
+        return isinstance(obj, (Slot, StateOf, ray.ObjectRef))
 
     def export_handle(self, handle: Any) -> Any:
-        """A job slot's row and stats, or a ref's value."""
+        """A job slot's row and stats, a device state's value, or a ref's value."""
+        if isinstance(handle, StateOf):
+            if handle.slot.state_ref is None:
+                self.flush()
+            return ("ref", np.array(ray.get(handle.slot.state_ref)[handle.slot.row]))
         if isinstance(handle, Slot):
             if self._groups is not None and any(handle is j for j in self._groups.open):
                 # an undispatched job of the open fast-path group: kept as the job itself

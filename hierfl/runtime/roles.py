@@ -20,6 +20,8 @@ from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
 from hierfl.learn.local import LocalTrainer
+from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
+from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
@@ -209,17 +211,24 @@ class DeviceHost:
     Persistent per-device state: SCAFFOLD's control variate ``c_i`` (zeros until the device's
     first job). It lives here, so a device must always train on the same host (the Ray
     executor gives each device a fixed home host when the trainer keeps state).
+
+    Personalised jobs (``spec.personal``) keep no state here: a job takes the device's state
+    (its local layers) as an argument and returns the new one, which the executor keeps — so the
+    state follows the device to any host (:meth:`train_personal`).
     """
 
-    def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec) -> None:
+    def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
+                 eval_sets: list[tuple[int, np.ndarray, np.ndarray | None]] | None = None) -> None:
         model_cfg, input_shape, num_classes, threads = model[:4]
         self.x = x_train
         self.y = y_train
         self.parts = parts
+        self.eval_sets = list(eval_sets or [])
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
         self.controls: dict[int, np.ndarray] = {}
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
+        self._personalisers: dict[PersonalSpec, Personaliser] = {}
         # opt-in fast path: groups of logreg/mlp jobs trained together (None: every job alone)
         self.batched = BatchedTrainer.of(self.trainer) if fast_path_of(model) else None
 
@@ -275,24 +284,79 @@ class DeviceHost:
         result[:size] = behavior.transform(result[:size], start, rng)
         return result, stats
 
+    def personaliser(self, spec: PersonalSpec) -> Personaliser:
+        """The (cached) runner of ``spec`` on this host's model."""
+        pz = self._personalisers.get(spec)
+        if pz is None:
+            pz = self._personalisers[spec] = Personaliser(self.trainer, spec)
+        return pz
+
+    def train_personal(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+                       state: np.ndarray | None) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
+        """One personalised job: ``(global update, stats, new device state)``; ``state`` is the device's
+        state or, for its first job, the initial global vector (see :class:`Personaliser`)."""
+        assert spec.personal is not None
+        return self.personaliser(spec.personal).train(device, params, self.x, self.y, self.parts[device], spec,
+                                                      seed, state)
+
+    def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
+                         state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray) -> np.ndarray:
+        """Per-device evaluation of evaluation sets ``slots`` (indices into ``eval_sets``) with ``params``.
+
+        Each device is tested with its personalised model (:meth:`Personaliser.adapted`; state ``k``
+        is ``arrays[state_index[k]]``, row ``state_rows[k]``, or none with index ``-1``) on its held-out
+        rows, or — a held-out device — adapted on the support part of its rows and tested on the
+        query part. Returns ``(len(slots), 3)`` float64 rows: correct, tested samples, loss sum.
+        """
+        out = np.zeros((len(slots), 3), dtype=np.float64)
+        pz = None if personal is None else self.personaliser(personal)
+        fraction = DEFAULT_QUERY_FRACTION if personal is None else personal.support_fraction
+        split_seed = 0 if personal is None else personal.split_seed
+        for k, slot in enumerate(slots):
+            device, rows, test = self.eval_sets[slot]
+            s_pos, q_pos = support_split(rows.size, fraction, split_seed, device)
+            if test is None:
+                test = rows[q_pos]
+            if pz is None:
+                theta = np.asarray(params[: self.trainer.num_params])
+            else:
+                state = None if state_index[k] < 0 else _pick(arrays[state_index[k]], state_rows[k])
+                theta = pz.adapted(device, params, state, self.x, self.y, rows[s_pos])
+            acc, loss = self.trainer.evaluate(theta, self.x[test], self.y[test])
+            out[k] = (round(acc * test.size), test.size, loss * test.size)
+        return out
+
     def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
                    param_rows: list[int | None], control_index: list[int] | None,
-                   *param_arrays: np.ndarray, groups: list[int] | None = None
-                   ) -> tuple[np.ndarray, list[dict[str, float]]]:
+                   *param_arrays: np.ndarray, groups: list[int] | None = None,
+                   state_index: list[int] | None = None, state_rows: list[int | None] | None = None
+                   ) -> tuple[Any, ...]:
         """Several jobs in one call (the Ray executor's batching): results are the rows of one array.
 
         Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``), with
         the server control ``param_arrays[control_index[k]]`` when given (``-1``: none).
         Without ``groups`` each job is exactly :meth:`train`, so batching never changes a result.
+        Personalised jobs (``spec.personal``) are :meth:`train_personal` with state
+        ``param_arrays[state_index[k]]`` (row ``state_rows[k]``); the call then returns a third
+        array, the new states as rows.
         ``groups`` (fast path only): job ``k`` belongs to group ``groups[k]``; the jobs of a group
         are trained together by :meth:`train_group`, as the executor formed the group.
         """
+        def start(k: int) -> np.ndarray:
+            return _pick(param_arrays[param_index[k]], param_rows[k])
+
+        if spec.personal is not None:
+            if state_index is None or state_rows is None:
+                raise ValueError("personalised jobs need their devices' states")
+            results = [self.train_personal(device, seed, spec, start(k),
+                                           None if state_index[k] < 0 else _pick(param_arrays[state_index[k]],
+                                                                                 state_rows[k]))
+                       for k, (device, seed) in enumerate(zip(devices, seeds))]
+            return (np.stack([r[0] for r in results]), [r[1] for r in results],
+                    np.stack([r[2] for r in results]))
         width = self.trainer.num_params * (2 if spec.control_variates else 1)
         out = np.empty((len(devices), width), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
-
-        def start(k: int) -> np.ndarray:
-            return _pick(param_arrays[param_index[k]], param_rows[k])
 
         if groups is not None:
             if spec.control_variates:
@@ -367,6 +431,7 @@ class DeviceHost:
         (about a second), which belongs to start-up time, not to the first emulated round."""
         short = TrainSpec(epochs=None, steps=2, batch_size=spec.batch_size, lr=spec.lr,
                           momentum=spec.momentum, weight_decay=spec.weight_decay)
+        params = np.asarray(params)[: self.trainer.num_params]  # Meta-SGD's [θ; α]: θ
         self.train(0, 0, short, params)
         if self.batched is not None:  # the batched kernels' first call, too
             self.train_group([0, 0], [0, 1], short, [params, params])
@@ -519,6 +584,17 @@ class Cloud:
                            [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
                            arrays[0], "cloud", 0, self._agg.reports)
 
+    def robust_average(self, tier: str, entity: int, weights: list[float], index: list[int], rows: list[int | None],
+                       tags: list[Any], base: int, *arrays: np.ndarray) -> np.ndarray:
+        """The ``tier`` rule's aggregate of models ``arrays[index[k]]`` (a FedCH cluster round, formed here as
+        :meth:`average` is); ``base`` indexes the round's start model (``-1``: none)."""
+        agg = Aggregation(self.robust.rule(tier))
+        for k, w in enumerate(weights):
+            agg.add(_pick(arrays[index[k]], rows[k]), w, None, tags[k])
+        out = agg.finish(None, None if base < 0 else arrays[base], tier=tier, entity=entity)
+        self._agg.reports.extend(agg.take_reports())
+        return out
+
     def screen(self, base: np.ndarray, candidate: np.ndarray, tag: Any = None) -> bool:
         """Zeno++ on one asynchronous step ``candidate − base`` (the cloud rule); a report either way."""
         agg = Aggregation(self.robust.cloud)
@@ -563,9 +639,18 @@ class Cloud:
         """The cloud's asynchronous step (FedAsync mix, FedBuff buffer step, AHFL queue): see :func:`combine_packed`."""
         return combine_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
 
+    def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+        """Cosine similarity matrix of models ``k`` (``arrays[index[k]]``, row ``rows[k]``) minus
+        ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves)."""
+        from hierfl.core.wscc import cosine_similarity  # noqa: PLC0415 (only WSCC needs it)
+
+        ref = None if base < 0 else np.asarray(arrays[base], dtype=np.float64)
+        vecs = np.stack([np.asarray(_pick(arrays[i], r), dtype=np.float64) for i, r in zip(index, rows)])
+        return cosine_similarity(vecs if ref is None else vecs - ref)
+
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
-        """(accuracy, loss) of ``params`` on the test set."""
-        return self.trainer.evaluate(params, self.x_test, self.y_test)
+        """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ)."""
+        return self.trainer.evaluate(np.asarray(params)[: self.trainer.num_params], self.x_test, self.y_test)
 
     def export_state(self) -> dict[str, Any]:
         """Global model, version, running aggregation and SCAFFOLD control, for a checkpoint."""
@@ -581,7 +666,7 @@ class Cloud:
 
     def warmup(self) -> bool:
         """Evaluate once so torch's lazy start-up is paid at start-up."""
-        self.trainer.evaluate(self.model, self.x_test[:2], self.y_test[:2])
+        self.trainer.evaluate(self.model[: self.trainer.num_params], self.x_test[:2], self.y_test[:2])
         return True
 
     def ready(self) -> bool:

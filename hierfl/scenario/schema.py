@@ -74,6 +74,14 @@ class DataConfig(ConfigModel):
 
     dataset: DATASETS.union()  # type: ignore[valid-type]
     partition: PARTITIONERS.union() = IIDConfig()  # type: ignore[valid-type]
+    # per-device evaluation (issue 17; README "Personalisation and clustered FL")
+    local_test_fraction: float = Field(
+        default=0.0, ge=0.0, lt=1.0,
+        description="share of every device's own samples held out as its local test set (0 = none); eval "
+                    "lines then carry the distribution of per-device accuracy")
+    test_devices: NonNegativeInt = Field(
+        default=0, description="extra devices held out whole (never train): unseen clients, evaluated after "
+                               "adapting on their support set")
 
 
 class DevicesConfig(ConfigModel):
@@ -337,6 +345,19 @@ class OutputConfig(ConfigModel):
     trace: Literal["auto", "all", "none"] | TraceDevices = Field(
         default="auto", description=f"device lanes of trace.json: all, none, {{devices: K}} (a seeded sample), or "
                                     f"auto = all up to {TRACE_AUTO_DEVICES} devices, else a sample of that many")
+    tensorboard: bool = Field(
+        default=False, description="also write the eval lines (accuracy, loss, staleness, queue lengths) as "
+                                   "TensorBoard scalars in <run>/tensorboard, against round and virtual time; "
+                                   "needs the tensorboard extra")
+
+    @field_validator("tensorboard")
+    @classmethod
+    def _tensorboard_installed(cls, value: bool) -> bool:
+        import importlib.util
+
+        if value and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("needs the tensorboard package: pip install 'hierfl[tensorboard]'")
+        return value
 
     def trace_devices(self, num_devices: int, seed: int) -> set[int] | None:
         """The device lanes to keep (None: all), drawn from stream ``("output.trace",)``."""

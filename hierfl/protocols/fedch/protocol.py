@@ -270,7 +270,10 @@ class FedCH(Protocol):
             return
         flag, c.flag = flag or c.flag, False
         samples = env.world.samples
-        model = env.average([c.models[d] for d in arrived], [float(samples[d]) for d in arrived])
+        members, weights = [c.models[d] for d in arrived], [float(samples[d]) for d in arrived]
+        model = env.robust_average("edge", c.cid, members, weights, base=c.model)  # aggregation.edge: a rule
+        if model is None:
+            model = env.average(members, weights)
         c.models = {}
         c.local = model
         assert c.barrier is not None

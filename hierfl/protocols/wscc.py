@@ -1,0 +1,233 @@
+"""WSCC: weight-similarity client clustering, one model per cluster.
+
+Tian, Liao, Yu, Blasch, "WSCC: A Weight-Similarity-Based Client Clustering Approach for Non-IID
+Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149). ALGORITHMS.md §5.9 [D]:
+
+1. warm-up: every online device trains ``warmup_epochs`` (1) epoch from the initial model ``w0``
+   and uploads;
+2. ``S_ij = cos(u_i, u_j)`` with ``u_i = w_i − w0`` (``use_delta``, default) or ``u_i = w_i``,
+   computed by the cloud role (:meth:`~hierfl.env.api.Env.similarity`);
+3. affinity propagation on ``S`` (scikit-learn, ``damping`` 0.5, ``preference`` median(S),
+   ``max_iter`` 200, ``convergence_iter`` 15, seeded); no convergence or one cluster per client
+   → a single cluster (FedAvg), reported in ``clusters.jsonl``;
+4. then synchronous rounds: each cluster samples ``fraction`` of its members, which train from the
+   cluster's model; the cluster's model becomes the sample-weighted average of their updates
+   ("client clustering aggregation"). Optional re-clustering every ``recluster_every`` rounds on
+   that round's updates (needs ``fraction: 1``).
+
+Every cluster is one aggregator (ALGORITHMS.md §5.9 step 6 maps it to a leader/edge server): its
+model is aggregated by a role and named ``cluster c`` in ``clusters.jsonl``. Transfers go device ↔
+cloud: clusters are not placed on the topology's edge servers (one run has as many clusters as AP
+finds, not as the topology has servers). The cloud's "global" model — evaluated on the pooled test
+set — is the sample-weighted average of the cluster models, one cloud aggregation per round; with
+per-device evaluation (``data.local_test_fraction``) each device is tested with its cluster's model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from hierfl.core.engine import Event, Priority
+from hierfl.core.wscc import Clustering, affinity_clusters, similarity_summary
+from hierfl.env import Env, Payload
+from hierfl.env.records import ClustersRecord
+from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+
+__all__ = ["WSCCConfig", "WSCC", "ClusterMsg"]
+
+
+@dataclass(frozen=True)
+class ClusterMsg(DeviceMsg):
+    """A device's download / upload in round ``round`` (0 = the warm-up) for cluster ``cluster`` (-1: warm-up)."""
+
+    round: int
+    cluster: int
+
+
+@dataclass(frozen=True)
+class ClusterRetry(Payload):
+    """Begin round ``round`` again (nobody was online)."""
+
+    round: int
+
+
+@PROTOCOLS.register
+class WSCCConfig(ProtocolConfig):
+    """``protocol: {name: wscc, fraction: 1.0, use_delta: true, damping: 0.5, preference: median}``."""
+
+    name: Literal["wscc"] = "wscc"
+    fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share of each cluster's members per round")
+    warmup_epochs: int = Field(default=1, ge=1, description="local epochs of the warm-up round (E_warm)")
+    use_delta: bool = Field(default=True, description="cosine of updates w_i − w0 (true) or of the weights w_i")
+    damping: float = Field(default=0.5, ge=0.5, lt=1.0, description="affinity propagation damping")
+    preference: float | Literal["median"] = Field(default="median", description="AP preference (median of S)")
+    max_iter: int = Field(default=200, ge=1, description="AP iterations at most")
+    convergence_iter: int = Field(default=15, ge=1, description="AP: iterations without change that stop it")
+    recluster_every: int | None = Field(default=None, ge=1, description="re-cluster every R rounds (null: never)")
+
+    @model_validator(mode="after")
+    def _recluster_needs_everyone(self) -> WSCCConfig:
+        if self.recluster_every is not None and self.fraction < 1.0:
+            raise ValueError("recluster_every needs every member's update: fraction must be 1")
+        return self
+
+    def create(self, env: Env) -> WSCC:
+        """A WSCC run."""
+        return WSCC(self, env)
+
+
+class WSCC(Protocol):
+    """Warm-up, affinity-propagation clustering, then FedAvg within every cluster."""
+
+    def __init__(self, cfg: WSCCConfig, env: Env) -> None:
+        super().__init__(env)
+        self.cfg = cfg
+        self.round = 0
+        self.cluster_of = np.zeros(env.world.num_devices, dtype=np.int64)
+        self.members: list[list[int]] = [list(range(env.world.num_devices))]
+        self.models: list[Any] = []
+        self.round_models: list[Any] = []
+        self.expected: set[int] = set()
+        self.updates: dict[int, Any] = {}
+        self.clustered = False
+
+    # -- rounds ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """The warm-up round at t = 0."""
+        self._begin()
+
+    def _begin(self) -> None:
+        env = self.env
+        self.updates = {}
+        online = set(env.available())
+        if not online:
+            when = env.next_up()
+            if math.isfinite(when):
+                env.at(when, "cluster_retry", ClusterRetry(self.round), Priority.CONTROL)
+            return
+        plan: list[tuple[int, int]] = []
+        if not self.clustered:
+            plan = [(d, -1) for d in sorted(online)]
+            self.round_models = [env.global_model]
+        else:
+            self.round_models = list(self.models)
+            for c, members in enumerate(self.members):
+                up = [d for d in members if d in online]
+                if not up:
+                    continue
+                k = min(len(up), max(math.ceil(self.cfg.fraction * len(members) - 1e-9), 1))
+                chosen = env.rng("wscc.select", self.round, c).choice(np.asarray(up), size=k, replace=False)
+                plan.extend((int(d), c) for d in sorted(chosen))
+        self.expected = {d for d, _ in plan}
+        for device, c in plan:
+            self.send_model(device, "device_cloud", ClusterMsg(device, self.round, c))
+
+    def on_cluster_retry(self, event: Event) -> None:
+        """Somebody came back online: begin the round now."""
+        if not self.env.stopping:
+            self._begin()
+
+    def on_train_start(self, event: Event) -> None:
+        """Train from the cluster's model (warm-up: from w0 for ``warmup_epochs`` epochs)."""
+        msg: ClusterMsg = event.payload
+        if msg.cluster < 0:
+            spec = dataclasses.replace(self.env.spec, epochs=self.cfg.warmup_epochs, steps=None)
+            self.start_job(event, self.round_models[0], spec)
+        else:
+            self.start_job(event, self.round_models[msg.cluster])
+
+    def on_train_done(self, event: Event) -> None:
+        """Upload the update."""
+        self.collect_and_upload(event, "device_cloud")
+
+    def on_upload_done(self, event: Event) -> None:
+        """Keep the update; the round closes when every expected device has arrived or dropped."""
+        device = event.payload.device
+        self.updates[device] = self.jobs.pop(device).params
+        self._maybe_close()
+
+    def on_device_lost(self, event: Event) -> None:
+        """A device dropped out: the round no longer waits for it."""
+        self.expected.discard(event.payload.device)
+        self.jobs.pop(event.payload.device, None)
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if not self.expected.issubset(self.updates):
+            return
+        env = self.env
+        if not self.clustered:
+            self._cluster("warmup", env.global_model if self.cfg.use_delta else None)
+            self.clustered = True
+        else:
+            for c, members in enumerate(self.members):
+                got = [d for d in members if d in self.updates]
+                if got:
+                    self.models[c] = env.average([self.updates[d] for d in got],
+                                                 [float(env.world.samples[d]) for d in got])
+            if self.cfg.recluster_every and self.round % self.cfg.recluster_every == 0 and len(self.updates) > 1:
+                self._recluster()
+        self._commit()
+
+    def _cluster(self, reason: str, base: Any) -> None:
+        """Affinity propagation on this round's updates (minus ``base``, the warm-up's w0)."""
+        devices = sorted(self.updates)
+        self._cluster_from(self.env.similarity([self.updates[d] for d in devices], base), devices, reason)
+
+    def _recluster(self) -> None:
+        """Re-cluster on this round's deltas from the models their clusters started the round with."""
+        env = self.env
+        devices = sorted(self.updates)
+        deltas = [env.combine("cloud", [(1.0, self.updates[d], self.round_models[int(self.cluster_of[d])])])
+                  for d in devices]
+        self._cluster_from(env.similarity(deltas, None), devices, "recluster")
+
+    def _cluster_from(self, sim: np.ndarray, devices: list[int], reason: str) -> None:
+        """AP on ``sim`` over ``devices``; devices without an update join the largest cluster; each
+        cluster's model is the sample-weighted average of its members' updates; a clusters.jsonl line."""
+        env, cfg = self.env, self.cfg
+        seed = int(env.rng("wscc.ap", self.round).integers(2 ** 31 - 1))
+        result: Clustering = affinity_clusters(sim, cfg.damping, cfg.preference, cfg.max_iter,
+                                               cfg.convergence_iter, seed)
+        members = [[devices[i] for i in group] for group in result.members]
+        missing = sorted(set(range(env.world.num_devices)) - set(devices))
+        largest = max(range(len(members)), key=lambda c: (len(members[c]), -c))
+        members[largest] = sorted(members[largest] + missing)
+        self.members = members
+        self.models = []
+        for c, group in enumerate(members):
+            self.cluster_of[group] = c
+            got = [d for d in group if d in self.updates]  # every cluster has an AP member with an update
+            self.models.append(env.average([self.updates[d] for d in got], [float(env.world.samples[d]) for d in got]))
+        env.telemetry.clusters(ClustersRecord(
+            env.now, reason, "wscc", [list(map(int, g)) for g in members], [f"cluster {c}" for c in range(len(members))],
+            tail={"exemplars": [devices[i] for i in result.exemplars], "fallback": result.fallback,
+                  "use_delta": cfg.use_delta or reason == "recluster", "similarity": similarity_summary(sim, result.labels)}))
+
+    def _commit(self) -> None:
+        """The cloud's model: the sample-weighted average of the cluster models (one cloud aggregation)."""
+        env = self.env
+        for c, group in enumerate(self.members):
+            env.add_to_cloud(self.models[c], float(sum(int(env.world.samples[d]) for d in group)))
+        env.set_global(env.commit_cloud(participants=sorted(self.updates)))
+        self.round += 1
+        if not env.stopping:
+            self._begin()
+
+    # -- what the driver asks ---------------------------------------------------------------------
+    def device_models(self) -> dict[int, Any] | None:
+        """Each device's cluster model (after the warm-up)."""
+        if not self.clustered:
+            return None
+        return {d: self.models[int(self.cluster_of[d])] for d in range(self.env.world.num_devices)}
+
+    def state(self) -> dict[str, Any]:
+        """Round, clusters and in-flight devices."""
+        return {"round": self.round, "clusters": self.members, "expected": sorted(self.expected),
+                "arrived": sorted(self.updates)}

@@ -1,0 +1,198 @@
+"""The sweep file: a base scenario, a grid over ``--set`` key paths, seeds, resources and retries.
+
+A sweep file is YAML, validated by pydantic like a scenario (unknown keys are errors, every problem
+names its key path)::
+
+    name: stragglers_seeds
+    scenario: ../stragglers.yaml          # the base scenario, relative to this file
+    set: [devices.count=20]               # fixed overrides of every trial (``--set`` syntax)
+    grid:                                 # key path -> values; trials are the cross product
+      straggler:                          # a whole plug-in section, or any leaf (protocol.fraction)
+        - {name: wait_all}
+        - {name: deadline, seconds: 4.0}
+    seeds: [1, 2, 3]                      # or a count: 3 means seeds 0, 1, 2
+    resources_per_run: {cpu: 1}
+    retries: 1                            # a failed trial is run again this many times, then recorded
+    metric: accuracy                      # the eval-line metric plots and tables default to
+    target: 0.84                          # evaluation.target_accuracy of every trial (time to target)
+
+Expanding it (:func:`expand`) loads and validates every trial's scenario up front, so a bad grid
+value is a configuration error (exit 2) before anything runs or is written.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError, field_validator
+
+from hierfl.config.base import ConfigModel
+from hierfl.config.errors import ConfigError, Problem
+from hierfl.scenario.loader import load_scenario
+from hierfl.scenario.schema import Scenario
+
+__all__ = ["Resources", "SweepSpec", "Trial", "load_sweep", "expand", "trial_overrides"]
+
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+class Resources(ConfigModel):
+    """What one trial reserves on the Ray cluster (Tune's ``resources_per_trial``)."""
+
+    cpu: PositiveFloat = 1.0
+    gpu: float = Field(default=0.0, ge=0.0)
+    memory_mb: PositiveInt | None = Field(default=None, description="Ray memory reservation per trial")
+
+
+class SweepSpec(ConfigModel):
+    """A validated sweep file."""
+
+    name: str = Field(default="sweep", description="names the default output directory sweeps/<name>")
+    scenario: str = Field(description="the base scenario YAML (relative to the sweep file)")
+    set: list[str] = Field(default_factory=list, description="overrides applied to every trial, KEY.PATH=VALUE")
+    grid: dict[str, list[Any]] = Field(default_factory=dict,
+                                       description="key path -> values (any --set path, whole sections too)")
+    seeds: list[NonNegativeInt] | PositiveInt = Field(default=1, description="seed list, or a count N = 0..N-1")
+    resources_per_run: Resources = Resources()
+    retries: NonNegativeInt = Field(default=1, description="re-runs of a failed trial before it is recorded failed")
+    max_concurrent: PositiveInt | None = Field(default=None, description="trials at once (default: as resources allow)")
+    metric: str = Field(default="accuracy", description="eval-line metric of plots and tables")
+    mode: Literal["max", "min"] = "max"
+    target: float | None = Field(default=None, gt=0.0, le=1.0,
+                                 description="sets evaluation.target_accuracy of every trial")
+    mlflow: dict[str, Any] | None = Field(
+        default=None, description="log every trial to MLflow through Tune's MLflowLoggerCallback; keys are its "
+                                  "arguments (tracking_uri, experiment_name, ...); needs the mlflow extra")
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in value.items():
+            if not key or any(not part for part in key.split(".")):
+                raise ValueError(f"{key!r} is not a key path (e.g. protocol.fraction)")
+            if key == "seed":
+                raise ValueError("use `seeds:` for seeds, not a grid over `seed`")
+            if not values:
+                raise ValueError(f"{key}: give at least one value")
+        return value
+
+    @property
+    def seed_list(self) -> list[int]:
+        """The seeds, a count expanded to ``0..N-1``."""
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One (grid point, seed): an ordinary run of the base scenario with these overrides."""
+
+    id: str
+    overrides: list[str]              # --set strings, exactly as `hierfl run --set` takes them
+    seed: int
+    changed: dict[str, Any] = field(default_factory=dict)  # grid key path -> its value in this trial
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (Tune's config, the sweep manifest)."""
+        return {"id": self.id, "overrides": list(self.overrides), "seed": self.seed, "changed": dict(self.changed)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trial:
+        """Inverse of :meth:`as_dict`."""
+        return cls(d["id"], list(d["overrides"]), int(d["seed"]), dict(d.get("changed", {})))
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep file (a :class:`ConfigError` with every problem otherwise)."""
+    path = Path(path)
+    src = str(path)
+    if not path.is_file():
+        raise ConfigError([Problem("", "sweep file not found")], src)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError([Problem("", f"invalid YAML: {exc}")], src) from None
+    if not isinstance(raw, dict):
+        raise ConfigError([Problem("", "a sweep file must be a mapping (scenario, grid, seeds, ...)")], src)
+    try:
+        return SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained-")))
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = ("unknown key; allowed: " + ", ".join(SweepSpec.model_fields)) if "." not in loc \
+                    else "unknown key"
+            elif err["type"] == "missing":
+                msg = "required key is missing"
+            problems.append(Problem(loc, msg) if err["type"] == "missing" else Problem(loc, msg, err.get("input")))
+        raise ConfigError(problems, src) from None
+
+
+def _label(value: Any) -> str:
+    """Short text for a grid value in a trial id: a plug-in section by its name."""
+    if isinstance(value, dict):
+        for key in ("name", "dist"):
+            if isinstance(value.get(key), str):
+                return str(value[key])
+        return "-".join(f"{k}{_label(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "-".join(_label(v) for v in value)
+    return str(value)
+
+
+def trial_overrides(spec: SweepSpec, changed: dict[str, Any]) -> list[str]:
+    """The ``--set`` strings of one grid point: the sweep's fixed ones, the target, then the grid values.
+
+    Values are written as JSON (which is YAML), so a whole section like
+    ``straggler={"name": "deadline", "seconds": 4.0}`` takes the same path as on the command line.
+    """
+    out = list(spec.set)
+    if spec.target is not None:
+        out.append(f"evaluation.target_accuracy={spec.target!r}")
+    out += [f"{key}={json.dumps(value)}" for key, value in changed.items()]
+    return out
+
+
+def expand(spec: SweepSpec, base: Path, source: str | None = None) -> tuple[list[Trial], list[Scenario]]:
+    """Every trial of ``spec`` (grid in file order × seeds) and its validated scenario.
+
+    All trials are validated before any runs; their problems are gathered into one
+    :class:`ConfigError` whose key paths name the grid value (``grid.straggler[1]: ...``).
+    """
+    keys = list(spec.grid)
+    points = list(itertools.product(*(spec.grid[k] for k in keys))) if keys else [()]
+    trials: list[Trial] = []
+    scenarios: list[Scenario] = []
+    problems: list[Problem] = []
+    for point in points:
+        changed = dict(zip(keys, point))
+        overrides = trial_overrides(spec, changed)
+        where = ", ".join(f"{k}={_label(v)}" for k, v in changed.items()) or "every trial"
+        for seed in spec.seed_list:
+            parts = [f"{k.split('.')[-1] if isinstance(v, dict) else k}={_label(v)}" for k, v in changed.items()]
+            tid = _ID_UNSAFE.sub("_", "_".join([f"t{len(trials) + len(problems):03d}", *parts, f"seed={seed}"]))
+            try:
+                sc = load_scenario(base, overrides, seed=seed)
+            except ConfigError as exc:
+                # the same problem for every seed of a grid point is reported once, naming the point
+                problems += [Problem(f"grid point ({where}): {p.path}".rstrip(": "), p.message, p.value)
+                             if p.value is not _NO_VALUE else Problem(f"grid point ({where}): {p.path}".rstrip(": "),
+                                                                      p.message)
+                             for p in exc.problems]
+                continue
+            trials.append(Trial(tid, overrides, seed, changed))
+            scenarios.append(sc)
+    if problems:
+        unique = {p.format(): p for p in problems}  # values may be unhashable (a section): key on the text
+        raise ConfigError(list(unique.values()), source)
+    return trials, scenarios
+
+
+_NO_VALUE = Problem("", "").value  # the sentinel of a Problem without a value

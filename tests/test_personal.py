@@ -1,0 +1,205 @@
+"""Personalisation (issue 17): layer splits, device-held state, MAML / Meta-SGD math, per-device evaluation."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from hierfl.build import build
+from hierfl.cli import main
+from hierfl.core.personal import (LayerSplitError, device_accuracy_fields, layer_names, local_mask, resolve_layers,
+                                  support_split, weighted_quantiles)
+from hierfl.driver import run_scenario
+from hierfl.learn.local import param_layout
+from hierfl.learn.personal import meta_grads
+from hierfl.models import MLPConfig
+from hierfl.runtime.executor import LocalExecutor, RunData
+from tests.conftest import TINY, tiny
+
+MLP = {"name": "mlp", "hidden": [6]}  # layers "layers.0" (5→6) and "layers.2" (6→3): 36 + 21 parameters
+SHARDS = {"dataset": {"num_samples": 400}, "partition": {"name": "shards", "shards_per_client": 2}}
+
+
+# -- layer splits ----------------------------------------------------------------------------------------
+
+def test_layer_splits_by_count_and_name():
+    layout = param_layout(MLPConfig(hidden=[6]).build((5,), 3))
+    assert layer_names(layout) == ["layers.0", "layers.2"]
+    assert resolve_layers(layout, 1, from_end=True) == ["layers.2"]           # FedPer: the head
+    assert resolve_layers(layout, 1, from_end=False) == ["layers.0"]          # LG-FedAvg: all but the global top
+    assert resolve_layers(layout, ("!", "layers.2"), from_end=False) == ["layers.0"]  # LG by names of global layers
+    assert resolve_layers(layout, ("layers.2",), from_end=True) == ["layers.2"]
+    mask = local_mask(layout, ["layers.2"])
+    assert mask.sum() == 21 and mask[-21:].all() and not mask[:36].any()
+    for bad in ((2, True), (0, False), (2, False), (("layers.0", "layers.2"), True), (("nope",), True)):
+        with pytest.raises(LayerSplitError):
+            resolve_layers(layout, *bad)
+
+
+def test_support_split_is_seeded_and_covers_the_device():
+    s, q = support_split(10, 0.2, 5, 3)
+    assert len(s) == 2 and len(q) == 8 and sorted(np.concatenate([s, q])) == list(range(10))
+    assert np.array_equal(support_split(10, 0.2, 5, 3)[0], s) and not np.array_equal(support_split(10, 0.2, 5, 4)[0], s)
+
+
+# -- per-device accuracy distribution --------------------------------------------------------------------
+
+def test_device_accuracy_fields_are_sample_weighted():
+    # device accuracies 0.5 (4 samples), 1.0 (2), 0.0 (4): weighted mean 4/10; weighted p10 = 0, p50 = 0.5, p90 = 1
+    rows = np.array([[2, 4, 4.0], [2, 2, 1.0], [0, 4, 8.0]])
+    f = device_accuracy_fields(rows)
+    assert f["device_accuracy_mean"] == pytest.approx(0.4) and f["device_loss_mean"] == pytest.approx(1.3)
+    assert (f["device_accuracy_p10"], f["device_accuracy_p50"], f["device_accuracy_p90"]) == (0.0, 0.5, 1.0)
+    assert f["device_eval_devices"] == 3
+    assert weighted_quantiles(np.array([3.0, 1.0, 2.0]), np.array([1.0, 1.0, 8.0]), [0.05, 0.5, 0.95]) == [1.0, 2.0, 3.0]
+
+
+# -- MAML and Meta-SGD meta-gradients on a quadratic toy --------------------------------------------------
+
+def _quadratic():
+    import torch
+
+    g = np.random.default_rng(0)
+    a = g.standard_normal((3, 3))
+    c = g.standard_normal((3, 3))
+    A, C = a @ a.T + np.eye(3), c @ c.T + np.eye(3)   # L_s = ½θᵀAθ − bᵀθ, L_q = ½θᵀCθ − dᵀθ
+    b, d, theta = g.standard_normal(3), g.standard_normal(3), g.standard_normal(3)
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    At, Ct, bt, dt = t(A), t(C), t(b), t(d)
+    ls = lambda p: 0.5 * p[0] @ At @ p[0] - bt @ p[0]  # noqa: E731
+    lq = lambda p: 0.5 * p[0] @ Ct @ p[0] - dt @ p[0]  # noqa: E731
+    return A, C, b, d, theta, ls, lq, t
+
+
+def test_maml_meta_gradient_matches_closed_form():
+    A, C, b, d, theta, ls, lq, t = _quadratic()
+    alpha = 0.1
+    adapted = theta - alpha * (A @ theta - b)
+    second = (np.eye(3) - alpha * A).T @ (C @ adapted - d)   # ∇θ L_q(θ − α∇L_s(θ))
+    first = C @ adapted - d                                  # first order: the Jacobian taken as I
+    (g2,), _ = meta_grads([t(theta).requires_grad_()], [alpha], ls, lq, first_order=False)
+    (g1,), _ = meta_grads([t(theta).requires_grad_()], [alpha], ls, lq, first_order=True)
+    np.testing.assert_allclose(g2.numpy(), second, rtol=1e-10)
+    np.testing.assert_allclose(g1.numpy(), first, rtol=1e-10)
+    assert not np.allclose(second, first)  # the two really differ on this toy
+
+
+def test_meta_sgd_gradient_of_alpha_matches_closed_form():
+    A, C, b, d, theta, ls, lq, t = _quadratic()
+    alpha = np.array([0.1, 0.05, 0.2])
+    gs = A @ theta - b
+    adapted = theta - alpha * gs
+    g_theta = (np.eye(3) - np.diag(alpha) @ A).T @ (C @ adapted - d)
+    g_alpha = -gs * (C @ adapted - d)                         # ∂L_q/∂α_j = −(∇L_s)_j (∇L_q(θ'))_j
+    (gt,), (ga,) = meta_grads([t(theta).requires_grad_()], [t(alpha).requires_grad_()], ls, lq, learn_alpha=True)
+    np.testing.assert_allclose(gt.numpy(), g_theta, rtol=1e-10)
+    np.testing.assert_allclose(ga.numpy(), g_alpha, rtol=1e-10)
+
+
+# -- device-held state: personal layers never leave the device ---------------------------------------------
+
+def _executor(sc):
+    b = build(sc)
+    data = RunData(b.dataset.x_train, b.dataset.y_train, b.parts, b.dataset.x_test, b.dataset.y_test, b.init_params,
+                   (sc.model, tuple(b.dataset.input_shape), b.dataset.num_classes, 1), b.world.num_edges, b.spec,
+                   eval_sets=tuple(b.eval_sets))
+    return b, LocalExecutor(data)
+
+
+def test_fedper_head_stays_on_the_device_and_its_state_follows_it():
+    sc = tiny(training={"trainer": "fedper"}, model=MLP)
+    b, ex = _executor(sc)
+    head = np.zeros(57, dtype=bool)
+    head[36:] = True
+    assert b.world.model_bytes == 4 * 36  # a message carries the base only
+    up, _, _ = ex.train(0, 7, b.spec, b.init_params)
+    assert not up[head].any() and up[~head].any()  # the upload's head is zeros
+    state = ex.device_state(0)
+    assert state.shape == (21,) and not np.array_equal(state, b.init_params[head])
+    # the next job starts from the device's own head: putting the same state back gives the same job
+    up2, _, _ = ex.train(0, 8, b.spec, up)
+    after = ex.device_state(0)
+    ex.set_device_state(0, state)
+    up3, _, _ = ex.train(0, 8, b.spec, up)
+    assert np.array_equal(up2, up3) and np.array_equal(ex.device_state(0), after)
+    ex.set_device_state(0, np.zeros(21, dtype=np.float32))
+    assert not np.array_equal(ex.train(0, 8, b.spec, up)[0], up2)
+
+
+def test_fedper_run_cloud_model_lacks_the_head_and_bytes_are_the_base(tmp_path):
+    res = run_scenario(tiny(training={"trainer": "fedper"}, model=MLP, data={"local_test_fraction": 0.25}), tmp_path)
+    s = res.summary
+    assert s["model_bytes"] == 4 * 36 and not res.final_params[36:].any() and res.final_params[:36].any()
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    sizes = {e["args"]["bytes"] for e in trace if e.get("args", {}).get("bytes") is not None}
+    assert sizes == {4 * 36}
+    # 3 rounds × 4 devices, down and up
+    assert s["totals"]["bytes_cloud"] == 3 * 4 * 2 * 4 * 36
+    assert 0 < s["final_device_accuracy"] <= 1
+
+
+def test_meta_sgd_learns_alpha_and_personal_eval_beats_global_on_two_label_devices(tmp_path):
+    over = {"model": MLP, "data": {**SHARDS, "local_test_fraction": 0.25}, "stop": {"rounds": 4}}
+    meta = run_scenario(tiny(training={"trainer": {"name": "fedmeta", "learner": "meta_sgd", "inner_lr": 0.05},
+                                       "epochs": 1}, **over), tmp_path / "m")
+    alpha = meta.final_params[57:]
+    assert alpha.shape == (57,) and np.isfinite(alpha).all() and not np.allclose(alpha, 0.05)
+    assert meta.summary["model_bytes"] == 4 * 114  # [θ; α] travels
+    fedper = run_scenario(tiny(training={"trainer": "fedper"}, **over), tmp_path / "p")
+    last = fedper.evals[-1]
+    # each device sees 2 of 3 classes: its own head beats the (headless) global model by far
+    assert last["device_accuracy_mean"] > 0.8 and last["accuracy"] < 0.5
+
+
+def test_held_out_devices_are_evaluated_not_trained(tmp_path):
+    sc = tiny(training={"trainer": {"name": "fedmeta", "first_order": True}}, data={"test_devices": 3})
+    b = build(sc)
+    assert b.world.num_devices == 4 and [d for d, _, t in b.eval_sets] == [4, 5, 6]
+    assert all(t is None for _, _, t in b.eval_sets)
+    res = run_scenario(sc, tmp_path)
+    assert res.evals[-1]["device_eval_devices"] == 3
+    assert res.evals[-1]["device_accuracy_mean"] > res.evals[0]["device_accuracy_mean"]
+
+
+def test_no_device_eval_fields_without_held_out_data(tmp_path):
+    res = run_scenario(tiny(), tmp_path)
+    assert "device_accuracy_mean" not in res.evals[-1] and "final_device_accuracy" not in res.summary
+
+
+# -- bad input: exit 2 with the key path -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("override", "key"), [
+    ({"model": MLP, "training": {"trainer": {"name": "fedper", "head_layers": 2}}}, "training.trainer.head_layers"),
+    ({"model": MLP, "training": {"trainer": {"name": "lg_fedavg", "global_layers": 3}}},
+     "training.trainer.global_layers"),
+    ({"training": {"trainer": {"name": "fedmeta", "support_fraction": 1.0}}}, "training.trainer.support_fraction"),
+    ({"training": {"trainer": {"name": "fedmeta", "support_fraction": 0}}}, "training.trainer.support_fraction"),
+    ({"data": {"local_test_fraction": 1.0}}, "data.local_test_fraction"),
+])
+def test_bad_personal_input_exits_2_with_the_key_path(tmp_path, capsys, override, key):
+    from hierfl.scenario.loader import deep_merge
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(deep_merge(copy.deepcopy(TINY), override)))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_lg_fedavg_warmup_is_fedavg_then_devices_start_from_its_model(tmp_path):
+    lg = {"name": "lg_fedavg", "global_layers": 1, "warmup_rounds": 2}
+    over = {"model": MLP, "data": {"local_test_fraction": 0.25}}
+    warm = run_scenario(tiny(training={"trainer": lg}, stop={"rounds": 2}, **over), tmp_path / "w")
+    fedavg = run_scenario(tiny(stop={"rounds": 2}, **over), tmp_path / "f")
+    assert np.array_equal(warm.final_params, fedavg.final_params)  # the warm-up is FedAvg, bit for bit
+    after = run_scenario(tiny(training={"trainer": lg}, stop={"rounds": 3}, **over), tmp_path / "a")
+    assert not after.final_params[:36].any() and after.final_params[36:].any()  # then the base stays local
+    cold = run_scenario(tiny(training={"trainer": {**lg, "warmup_rounds": 0}}, stop={"rounds": 3}, **over),
+                        tmp_path / "c")
+    assert not np.array_equal(cold.final_params, after.final_params)
