@@ -215,3 +215,17 @@ def test_cluster_survives_a_removed_worker_node(reference: Path, tmp_path: Path)
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["attempt"] for x in lines if x["event"] == "recovered"] == [1]
     assert_same_run(reference, out, same_config=False)
+
+
+def test_resume_keeps_personal_layers(tmp_path: Path) -> None:
+    """Device-held state of a personalised trainer (LG-FedAvg's local layers) survives Ctrl-C and resume."""
+    path = str(SCENARIO.parent / "lg_fedavg.yaml")
+    overrides = ["stop.rounds=4", "stop.target_accuracy=null", "runtime.executor=local",
+                 "runtime.checkpoint.every_cloud_aggregations=1"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(path, overrides), ref)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(path, overrides), out, progress=_stop_at(2))
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)
