@@ -1,4 +1,4 @@
-"""``hierfl`` command line: run, validate, plot, timeline, sweep, table, schema, data.
+"""``hierfl`` command line: run, resume, validate, plot, timeline, sweep, table, schema, data.
 
 User mistakes (bad scenario, missing file, bad ``--set``) print every problem without a
 traceback and exit with status 2.
@@ -130,6 +130,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_resume(args: argparse.Namespace) -> int:
+    """``hierfl resume RUN_DIR``: continue an interrupted, killed or failed run from its checkpoint."""
+    from rich.console import Console
+
+    from hierfl.driver import RunError, resume_run
+
+    console = Console(stderr=True)
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"error: {run_dir}: no such run directory", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        from hierfl.driver.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(run_dir)
+    except RunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.quiet:
+        console.print(f"resuming {ckpt.scenario.name} from its checkpoint at t={ckpt.t:.1f}s "
+                      f"(round {ckpt.rounds}) in {run_dir}")
+    try:
+        result = resume_run(run_dir)
+    except RunError as exc:
+        console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {run_dir}/metrics.jsonl")
+        return 1
+    s = result.summary
+    console.print(f"done: {s['rounds']} rounds, virtual {s['virtual_time_s']:.1f}s, "
+                  f"final accuracy {_acc(s['final_accuracy'])} → {run_dir}")
+    return 0
+
+
 def _acc(value: float | None) -> str:
     """An accuracy for the console (timing-only runs have none)."""
     return "– (timing only)" if value is None else f"{value:.4f}"
@@ -245,6 +277,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="replace an earlier run in --out (only the files a run writes; never other files)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_cmd_run)
+
+    rs = sub.add_parser("resume", help="continue an interrupted or killed run from its last checkpoint")
+    rs.add_argument("run_dir", help="the run directory (with checkpoint.pkl)")
+    rs.add_argument("-q", "--quiet", action="store_true", help="no start message")
+    rs.set_defaults(func=_cmd_resume)
 
     v = sub.add_parser("validate", help="check a scenario without running it")
     scenario_args(v)

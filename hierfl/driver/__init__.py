@@ -7,6 +7,6 @@ is the network model it composes, :mod:`~hierfl.driver.loop` the event loop and 
 
 from hierfl.driver.context import Context, RunError
 from hierfl.driver.loop import ProgressFn
-from hierfl.driver.run import RunResult, package_versions, run_scenario
+from hierfl.driver.run import RunResult, package_versions, resume_run, run_scenario
 
-__all__ = ["Context", "ProgressFn", "RunError", "RunResult", "package_versions", "run_scenario"]
+__all__ = ["Context", "ProgressFn", "RunError", "RunResult", "package_versions", "resume_run", "run_scenario"]

@@ -35,6 +35,8 @@ class RunLoop:
         self._last_eval: tuple[float, float] | None = None
         self.protocol: Any = None
         self.events = 0  # events dispatched (protocol and world), for events/s figures
+        # called between two events, where a checkpoint can be taken (hierfl.driver.checkpoint)
+        self.between_events: Callable[[RunLoop], None] | None = None
 
     def evaluate(self) -> None:
         """Evaluate the global model now (once per instant and model) and check the accuracy targets."""
@@ -81,17 +83,23 @@ class RunLoop:
                                 f"{rounds} cloud aggregations: the run diverged (lower training.lr or the server "
                                 "optimizer's learning rate)")
 
-    def loop(self, protocol: Any) -> None:
-        """Run ``protocol`` until a stop condition holds or nothing is left to happen."""
+    def loop(self, protocol: Any, resumed: bool = False) -> None:
+        """Run ``protocol`` until a stop condition holds or nothing is left to happen.
+
+        ``resumed``: the loop goes on from a checkpoint (the queue already holds the run's events).
+        """
         ctx, sc = self.ctx, self.ctx.scenario
         self.protocol = protocol
         q = ctx.queue
         net = ctx.transfers
-        q.push(0.0, "evaluate", priority=Priority.EVALUATE)
-        if sc.stop.virtual_time_s is not None:
-            q.push(sc.stop.virtual_time_s, "stop", priority=Priority.STOP)
-        protocol.start()
+        if not resumed:
+            q.push(0.0, "evaluate", priority=Priority.EVALUATE)
+            if sc.stop.virtual_time_s is not None:
+                q.push(sc.stop.virtual_time_s, "stop", priority=Priority.STOP)
+            protocol.start()
         while len(q) and not ctx.stopping:
+            if self.between_events is not None:
+                self.between_events(self)
             event = q.pop()
             if event.kind == "evaluate":
                 self.evaluate()

@@ -21,14 +21,14 @@ from hierfl.scenario.schema import Scenario
 from hierfl.core.dynamics import Dynamics
 from hierfl.driver.context import Context, RunError
 from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdowns
-from hierfl.env.records import ClustersRecord, RunEnd, RunStart
+from hierfl.env.records import ClustersRecord, Recovered, RunEnd, RunStart
 from hierfl.driver.robustness import robust_setup
 from hierfl.output.files import write_config, write_model, write_summary
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.runtime.executor import Executor, RunData
 from hierfl.runtime.start import ExecutorStart, process_launch_time, start_executor
 
-__all__ = ["run_scenario", "start_and_build", "RunResult", "RunError", "package_versions"]
+__all__ = ["run_scenario", "resume_run", "start_and_build", "RunResult", "RunError", "package_versions"]
 
 
 @dataclass
@@ -126,7 +126,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
 
     Raises :class:`~hierfl.config.errors.ConfigError` before anything is written if the
     scenario cannot be built, and :class:`RunError` (after writing the metrics so far and a
-    ``summary.json`` with ``status: failed``) if the run fails part-way.
+    ``summary.json`` with ``status: failed``) if the run fails part-way; the run's last
+    checkpoint (``checkpoint.pkl``) is left for ``hierfl resume``.
 
     ``start``: the executor's start-up, begun by the caller before it built the data (see
     :func:`start_and_build`); the run finishes it and closes it. Without one, it is begun here,
@@ -134,6 +135,37 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     the dataset arrays of ``built`` are replaced by read-only views of that copy, so the driver
     does not hold the data twice.
     """
+    return _execute(scenario, Path(out_dir), progress, source, built, start, None)
+
+
+def resume_run(run_dir: str | Path, progress: ProgressFn | None = None) -> RunResult:
+    """Continue the run in ``run_dir`` from its last checkpoint (``hierfl resume``).
+
+    The files are cut back to the checkpoint's sizes and the run goes on: they end as the
+    uninterrupted run's would (wall-clock fields aside). :class:`RunError` if there is nothing to
+    resume.
+    """
+    from hierfl.driver.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(Path(run_dir))
+    return _execute(ckpt.scenario, Path(run_dir), progress, ckpt.source, None, None, ckpt)
+
+
+def _run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
+    rt = scenario.runtime
+    return RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
+                   built.dataset.y_test, built.init_params,
+                   (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
+                    rt.fast_path),
+                   built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn),
+                   eval_sets=tuple(built.eval_sets))
+
+
+def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source: str | None,
+             built: Built | None, start: ExecutorStart | None, resume: Any) -> RunResult:
+    """A fresh run (``resume`` None) or one resumed from a checkpoint; recovers from lost Ray roles."""
+    from hierfl.driver.checkpoint import CHECKPOINT_FILE, Checkpointer
+
     wall0 = time.perf_counter()
     run_start = time.time()
     rt = scenario.runtime
@@ -148,25 +180,28 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                 raise
     start = start or start_executor(rt.executor, rt.workers, rt.address)
     executor: Executor | None = None
-    resolved = scenario.model_copy(update={"versions": package_versions()})
-    out = Path(out_dir)
-    tel = RunTelemetry(out, trace_devices=scenario.output.trace_devices(built.world.num_devices, scenario.seed),
-                       tensorboard=scenario.output.tensorboard)
-    write_config(out, dump_scenario(resolved))
+    trace_devices = scenario.output.trace_devices(built.world.num_devices, scenario.seed)
+    tensorboard = scenario.output.tensorboard
+    if resume is None:
+        resolved = scenario.model_copy(update={"versions": package_versions()})
+        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard)
+        (out / CHECKPOINT_FILE).unlink(missing_ok=True)  # an earlier run's: never resumed over this one
+        write_config(out, dump_scenario(resolved))
+    else:
+        resolved = scenario
+        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=resume.offsets)
     dyn = built.dynamics or Dynamics.static(built.world.num_devices)
     world = built.world
     tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
-    tel.lanes(world.num_edges, world.num_devices)
+    if resume is None:
+        tel.lanes(world.num_edges, world.num_devices)
     summary: dict[str, Any] = {"name": scenario.name, "protocol": scenario.protocol.name, "seed": scenario.seed,
                                "status": "running"}
     run: RunLoop | None = None
     ctx: Context | None = None
+    ckpt: Checkpointer | None = None
     try:
-        data = RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
-                       built.dataset.y_test, built.init_params,
-                       (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
-                        rt.fast_path),
-                       world.num_edges, built.spec, robust=robust_setup(scenario, dyn), eval_sets=tuple(built.eval_sets))
+        data = _run_data(scenario, built, dyn)
         try:
             executor = start.executor(data)
         except Exception as exc:
@@ -175,18 +210,63 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                            f"{type(exc).__name__}: {exc}") from exc
         del data
         _share_dataset(built, executor)
-        ctx = Context(scenario, built, executor, tel)
-        protocol = scenario.protocol.create(ctx)
-        startup_s = time.perf_counter() - wall0  # everything before the first event
-        tel.clusters(_initial_clusters(scenario, world, protocol))
-        tel.record(RunStart(startup_s, executor.name, executor.workers, world.num_devices, built.num_params))
-        run = RunLoop(ctx, progress)
-        trace_slowdowns(ctx)
-        run.loop(protocol)
+        if resume is None:
+            ctx = Context(scenario, built, executor, tel)
+            protocol = scenario.protocol.create(ctx)
+            startup_s = time.perf_counter() - wall0  # everything before the first event
+            tel.clusters(_initial_clusters(scenario, world, protocol))
+            tel.record(RunStart(startup_s, executor.name, executor.workers, world.num_devices, built.num_params))
+            run = RunLoop(ctx, progress)
+            trace_slowdowns(ctx)
+        else:
+            startup_s = resume.startup_s
+            run = resume.restore(executor, tel, progress)
+            ctx, protocol = run.ctx, run.protocol
+        ckpt = Checkpointer(rt.checkpoint, out, resolved, source, startup_s, resume)
+        run.between_events = ckpt
+        resumed = resume is not None
+        while True:
+            try:
+                run.loop(protocol, resumed=resumed)
+                final = executor.fetch(ctx.global_model)
+                break
+            except BaseException as exc:
+                if ckpt.latest is None or not executor.is_lost(exc):
+                    raise
+                if ckpt.recoveries >= rt.checkpoint.max_recoveries:
+                    raise RunError(f"t={ctx.now:.6g}s: a Ray actor or node was lost again after "
+                                   f"{ckpt.recoveries} recoveries (runtime.checkpoint.max_recoveries): "
+                                   f"{type(exc).__name__}: {exc}") from exc
+                # every role is recreated and the run goes back to its last checkpoint: what was
+                # lost is recomputed, bit for bit (a job is a pure function of its inputs)
+                lost_t, wall_base = ctx.now, tel._wall0  # wall_s keeps counting across the rollback
+                owns_ray = bool(getattr(getattr(executor, "_start", None), "owns_ray", False))
+                if owns_ray:  # keep Ray up: the driver's dataset arrays are views of its object store
+                    executor._start.owns_ray = False  # type: ignore[attr-defined]
+                executor.close()
+                executor = None
+                tel.close()
+                latest = ckpt.latest
+                tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=latest.offsets)
+                tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
+                try:
+                    start = start_executor(rt.executor, rt.workers, rt.address)
+                    executor = start.executor(_run_data(scenario, built, dyn))
+                except Exception as err:
+                    raise RunError(f"runtime: cannot restart the {rt.executor} executor "
+                                   f"({type(err).__name__}: {err}) after {_loss_text(exc)}") from exc
+                if owns_ray:
+                    executor._start.owns_ray = True  # type: ignore[attr-defined]
+                run = latest.restore(executor, tel, progress)
+                tel._wall0 = wall_base
+                ctx, protocol = run.ctx, run.protocol
+                ckpt.recoveries += 1
+                run.between_events = ckpt
+                tel.record(Recovered(_loss_text(exc), lost_t, ckpt.recoveries, executor.workers))
+                resumed = True
         if ctx.faults is not None:
             ctx.faults.finish(ctx.now)
         trace_offline(ctx)
-        final = executor.fetch(ctx.global_model)
         write_model(out, final)
         last = run.evals[-1]
         startup = _startup_marks(executor, start, {"run_start": run_start})
@@ -198,7 +278,7 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             "target_accuracy": run.target, "time_to_target_s": run.time_to_target,
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
-            "wall_s": time.perf_counter() - wall0,
+            "wall_s": tel.wall_s() if resume is not None else time.perf_counter() - wall0,
             "startup_s": max(startup_s, _ready(startup) - run_start),
             "startup": _since_launch(startup, run_start),
             "executor": executor.name, "workers": executor.workers,
@@ -214,8 +294,11 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
             summary["queues"] = tel.queues.summary(ctx.now)
         if ctx.robust is not None:
             summary["robustness"] = ctx.robust.summary()
+        if ckpt.recoveries:
+            summary["recoveries"] = ckpt.recoveries
         tel.record(RunEnd(ctx.stop_reason))
         write_summary(out, summary)
+        ckpt.remove()
         return RunResult(out, summary, final, run.evals)
     except BaseException as exc:
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else getattr(exc, "status", "failed")
@@ -229,6 +312,9 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
                             "totals": dict(ctx.counters)})
         if run is not None and run.evals:
             summary["final_accuracy"] = run.evals[-1]["accuracy"]
+        if ckpt is not None and ckpt.latest is not None:
+            summary["resume"] = f"hierfl resume {out}"
+            summary["checkpoint_t"] = ckpt.latest.t
         try:
             write_summary(out, summary)
         except OSError as werr:  # a full disk must not hide why the run stopped
@@ -237,3 +323,12 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     finally:
         tel.close()
         (executor if executor is not None else start).close()
+
+
+def _loss_text(exc: BaseException) -> str:
+    """One line naming what was lost: the error's type and first line, and the actor class if Ray says."""
+    text = str(exc)
+    first = text.splitlines()[0] if text else ""
+    role = next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.strip().startswith("class_name:")), None)
+    return f"{type(exc).__name__}: {first[:200]}" + (f" ({role})" if role else "")

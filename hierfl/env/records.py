@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 __all__ = ["Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
            "UpdateDropped", "NonFiniteUpdate", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster",
-           "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach"]
+           "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach", "Recovered"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,22 @@ class RunEnd(Record):
 
     EVENT: ClassVar[str] = "run_end"
     stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class Recovered(Record):
+    """A Ray actor or node was lost; the run went back to its last checkpoint on fresh roles.
+
+    The line's ``t`` is the checkpoint's virtual time: the run recomputes from there, and every
+    other line that follows is the one an unfaulted run writes (wall-clock fields aside).
+    ``lost_t``: the virtual time the loss was noticed at; ``attempt``: the recoveries so far.
+    """
+
+    EVENT: ClassVar[str] = "recovered"
+    error: str
+    lost_t: float
+    attempt: int
+    workers: int
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from hierfl.core.world import World
 from hierfl.env.records import ClustersRecord, Record
 from hierfl.output.jsonsafe import clean
 
-__all__ = ["CONTRACT_FILES", "OutputWriteError", "LineFile", "MetricsWriter", "ClustersWriter", "prepare_dir", "write_config", "write_devices",
+__all__ = ["CONTRACT_FILES", "OutputWriteError", "LineFile", "MetricsWriter", "ClustersWriter", "prepare_dir", "sync", "write_config", "write_devices",
            "write_summary", "write_model"]
 
 CONTRACT_FILES = ("config.yaml", "metrics.jsonl", "summary.json", "devices.csv", "clusters.jsonl", "trace.json")
@@ -55,13 +55,26 @@ class LineFile:
     prefix of trace events.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, offset: int | None = None) -> None:
+        """``offset``: a resumed run: the file is cut back to ``offset`` bytes (a checkpoint's
+        :meth:`sync` value) and appended to from there; None: a new, empty file."""
         self.path = path
         try:
-            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            if offset is None:
+                self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            else:
+                self._fd = os.open(path, os.O_WRONLY)
+                os.ftruncate(self._fd, offset)  # cut what was written after the checkpoint
+                os.lseek(self._fd, offset, os.SEEK_SET)
         except OSError as exc:
             raise _write_error(path, exc) from None
-        self.size = 0  # bytes of whole lines written
+        self.size = 0 if offset is None else offset  # bytes of whole lines written
+
+    def sync(self) -> int:
+        """Flush to disk (it survives a power cut); returns the file's size in bytes."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+        return self.size
 
     @property
     def closed(self) -> bool:
@@ -93,11 +106,16 @@ class LineFile:
             os.close(fd)
 
 
+def sync(fh: LineFile) -> int:
+    """Flush ``fh`` to disk and return its size in bytes (what a checkpoint records)."""
+    return fh.sync()
+
+
 class MetricsWriter:
     """``metrics.jsonl``: one JSON object per line, each written whole as it happens."""
 
-    def __init__(self, path: Path) -> None:
-        self._fh = LineFile(path)
+    def __init__(self, path: Path, offset: int | None = None) -> None:
+        self._fh = LineFile(path, offset)
 
     def write(self, t: float, wall_s: float, rec: Record) -> dict[str, Any]:
         """Append ``rec`` stamped with virtual ``t`` and ``wall_s``; returns the line's object."""
@@ -114,8 +132,8 @@ class MetricsWriter:
 class ClustersWriter:
     """``clusters.jsonl``: membership and leaders at start and after every re-clustering."""
 
-    def __init__(self, path: Path) -> None:
-        self._fh = LineFile(path)
+    def __init__(self, path: Path, offset: int | None = None) -> None:
+        self._fh = LineFile(path, offset)
 
     def write(self, rec: ClustersRecord) -> None:
         """Append one membership record."""

@@ -19,7 +19,7 @@ from hierfl.core.timeseries import QueueTracker
 from hierfl.core.world import World
 from hierfl.env.api import Endpoint
 from hierfl.env.records import ClustersRecord, Record
-from hierfl.output.files import ClustersWriter, MetricsWriter, prepare_dir, write_devices
+from hierfl.output.files import ClustersWriter, MetricsWriter, prepare_dir, sync, write_devices
 from hierfl.output.trace import TraceWriter
 
 __all__ = ["COUNTERS", "RunTelemetry"]
@@ -33,9 +33,13 @@ class RunTelemetry:
     """Counters, metric lines, clusters records and trace events of one run, written as it goes."""
 
     def __init__(self, out_dir: Path, clock: Callable[[], float] = lambda: 0.0,
-                 trace_devices: set[int] | None = None, tensorboard: bool = False) -> None:
+                 trace_devices: set[int] | None = None, tensorboard: bool = False,
+                 offsets: dict[str, int] | None = None) -> None:
+        """``offsets``: resume a run, its streams cut back to these sizes (:meth:`sync`'s value)."""
         self.out_dir = Path(out_dir)
-        prepare_dir(self.out_dir)
+        if offsets is None:
+            prepare_dir(self.out_dir)
+        at = offsets or {}
         self.clock = clock  # virtual now (the driver sets it once its queue exists)
         self.counters: dict[str, float] = {k: 0 for k in COUNTERS}
         # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
@@ -44,9 +48,9 @@ class RunTelemetry:
         # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
         self.queues = QueueTracker()
         self._wall0 = time.perf_counter()
-        self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl")
-        self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl")
-        self.trace = TraceWriter(self.out_dir / "trace.json", trace_devices)
+        self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl", at.get("metrics.jsonl"))
+        self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl", at.get("clusters.jsonl"))
+        self.trace = TraceWriter(self.out_dir / "trace.json", trace_devices, at.get("trace.json"))
         self._devices: Callable[[np.ndarray | None], None] | None = None
         self._tb: Any = None
         if tensorboard:  # output.tensorboard: the eval lines as TensorBoard scalars too
@@ -129,6 +133,24 @@ class RunTelemetry:
                          "mean": float(arr.mean()) if arr.size else None,
                          "max": int(arr.max()) if arr.size else None, "count": int(arr.size)}
         return out
+
+    def sync(self) -> dict[str, int]:
+        """Flush every stream to disk; their sizes (a checkpoint's file offsets)."""
+        self.trace.flush()  # events gathered in memory go to the file first, whole
+        return {"metrics.jsonl": sync(self._metrics._fh), "clusters.jsonl": sync(self._clusters._fh),
+                "trace.json": sync(self.trace._fh)}
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides the files: counters (the very dict the driver holds),
+        staleness, queue series, whether the trace has an event yet, and the wall seconds so far."""
+        return {"counters": self.counters, "staleness": self.staleness, "queues": self.queues,
+                "trace_first": self.trace._first, "wall_s": self.wall_s()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Take over :meth:`state` (a resumed run's wall seconds go on from the checkpoint's)."""
+        self.counters, self.staleness, self.queues = state["counters"], state["staleness"], state["queues"]
+        self.trace._first = state["trace_first"]
+        self._wall0 = time.perf_counter() - float(state["wall_s"])
 
     def close(self) -> None:
         """Close every stream (the trace gets its closing bracket)."""

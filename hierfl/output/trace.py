@@ -29,14 +29,16 @@ class TraceWriter:
     of its ends are kept (``output.trace``, for runs with many devices).
     """
 
-    def __init__(self, path: Path, devices: set[int] | None = None) -> None:
+    def __init__(self, path: Path, devices: set[int] | None = None, offset: int | None = None) -> None:
         # whole events only (issue 14): events gather in memory and go to disk together at each
         # flush, all or none, so a full disk leaves a valid prefix of the array, never half an event
-        self._fh = LineFile(path)
-        self._fh.append("[\n")
+        # offset: a resumed run goes on from a checkpoint's size of the file (which has its "[")
+        self._fh = LineFile(path, offset)
+        if offset is None:
+            self._fh.append("[\n")
         self._pending: list[str] = []
         self._pending_chars = 0
-        self._first = True
+        self._first = offset is None
         self.devices = devices
 
     def keeps(self, lane: tuple[str, int]) -> bool:

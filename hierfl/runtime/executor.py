@@ -174,6 +174,43 @@ class Executor:
     def close(self) -> None:
         """Release resources."""
 
+    # -- checkpoints and recovery (hierfl.driver.checkpoint) ------------------------------------
+    def driver_state(self) -> Any:
+        """The executor's own driver-side state that results depend on (the open fast-path group),
+        pickled with the driver's state so its jobs keep their identity."""
+        return None
+
+    def set_driver_state(self, state: Any) -> None:
+        """Take over :meth:`driver_state` after the driver's state was unpickled."""
+
+    def export_roles(self) -> dict[str, Any]:
+        """The roles' state after every call made so far (blocks): device-held state, leaders, cloud.
+
+        Raises if an earlier call failed, so a checkpoint is only ever taken of a sound state.
+        """
+        raise NotImplementedError
+
+    def import_roles(self, state: dict[str, Any]) -> None:
+        """Give fresh roles the state of :meth:`export_roles` (before any other call)."""
+        raise NotImplementedError
+
+    def is_handle(self, obj: Any) -> bool:
+        """Whether ``obj`` is a handle that cannot be pickled as it is (a checkpoint stores its value)."""
+        return False
+
+    def export_handle(self, handle: Any) -> Any:
+        """The picklable value behind a handle of :meth:`is_handle` (blocks until it is computed)."""
+        raise NotImplementedError
+
+    def import_handle(self, value: Any) -> Any:
+        """A handle, of this executor, of a value :meth:`export_handle` gave."""
+        raise NotImplementedError
+
+    def is_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (or its cause) means a role's process or node was lost, not a bug or bad input:
+        the run can then go on from its last checkpoint on fresh roles, with identical results."""
+        return False
+
 
 @dataclass(eq=False)
 class _Pending:
@@ -398,6 +435,28 @@ class LocalExecutor(Executor):
         """Nothing to release (an open group is dropped)."""
         if self._groups is not None:
             self._groups.seal()
+
+    def driver_state(self) -> Any:
+        """The fast-path groups, open one included (its jobs are untrained: they stay so, and are
+        trained on resume in the same group, so sealing never happens early), and the device states
+        of personalised trainers with their base model."""
+        return {"groups": self._groups, "states": self._states, "base": self._base}
+
+    def set_driver_state(self, state: Any) -> None:
+        """The groups, with the very job objects the driver's state refers to; the device states."""
+        self._groups, self._states, self._base = state["groups"], state["states"], state["base"]
+
+    def export_roles(self) -> dict[str, Any]:
+        """The role objects' state (in-process: nothing can have failed unseen)."""
+        return {"hosts": self.host.export_state(), "leaders": self.leaders.export_state(),
+                "cloud": self.cloud.export_state()}
+
+    def import_roles(self, state: dict[str, Any]) -> None:
+        """Into the role objects."""
+        self.host.import_state(state["hosts"])
+        if state["leaders"] is not None:
+            self.leaders.import_state(state["leaders"])
+        self.cloud.import_state(state["cloud"])
 
 
 def make_executor(kind: str, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:

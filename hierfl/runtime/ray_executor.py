@@ -257,6 +257,9 @@ class RayExecutor(Executor):
         self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
         self._cloud_warm = self.cloud.warm.remote()
         self._outstanding = [0] * self.workers
+        # fold-ins return nothing and nobody waits on them; a lost input (a dead host's result)
+        # would make one fail unseen, so their refs are checked at every checkpoint and at the end
+        self._unchecked: list[Any] = []
         self._jobs: list[Slot] = []
         self._cloud_adds: list[tuple[float, Any, float | None]] = []
         self._edge_adds: list[tuple[int, float, Any, float | None]] = []
@@ -378,14 +381,17 @@ class RayExecutor(Executor):
             adds, self._cloud_adds = self._cloud_adds, []
             tags, self._cloud_tags = self._cloud_tags, []
             index, rows, refs = self._unique_refs([h for _, h, _ in adds])
-            self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
-                                       **self._tags_kw(tags))
+            self._unchecked.append(
+                self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
+                                           **self._tags_kw(tags)))
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
             etags, self._edge_tags = self._edge_tags, []
             index, rows, refs = self._unique_refs([h for _, _, h, _ in eadds])
-            self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
-                                         [c for *_, c in eadds], *refs, **self._tags_kw(etags))
+            self._unchecked.append(
+                self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
+                                             [c for *_, c in eadds], *refs, **self._tags_kw(etags)))
+            self._prune_unchecked()
 
     @staticmethod
     def _tags_kw(tags: list[Any]) -> dict[str, Any]:
@@ -435,7 +441,8 @@ class RayExecutor(Executor):
         try:
             return dict(self._get(slot.stats)[slot.row])
         finally:
-            self._outstanding[slot.host] -= 1
+            if slot.host >= 0:  # a job restored from a checkpoint ran on no host of this executor
+                self._outstanding[slot.host] -= 1
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Ref of the weighted average, computed in the cloud actor (models may be job Slots)."""
@@ -599,6 +606,7 @@ class RayExecutor(Executor):
         """Download a vector to the driver (final model only)."""
         self._need(params)
         self.flush()
+        self._check_unchecked()
         ref, row = self._ref_row(params)
         arr = self._get(ref)
         return np.array(arr if row is None else arr[row], dtype=np.float32)
@@ -666,3 +674,111 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
         self._start.close()
+
+    # -- checkpoints and recovery -------------------------------------------------------------
+    def _prune_unchecked(self) -> None:
+        """Check the fold-ins that have finished (keeps the list short on long runs)."""
+        if len(self._unchecked) < 256:
+            return
+        done, self._unchecked = ray.wait(self._unchecked, num_returns=len(self._unchecked), timeout=0)
+        ray.get(done)
+
+    def _check_unchecked(self) -> None:
+        """Raise if a fold-in failed (e.g. its update came from a host that died)."""
+        calls, self._unchecked = self._unchecked, []
+        ray.get(calls)
+
+    def driver_state(self) -> Any:
+        """The open fast-path group's jobs, in order (they are not dispatched yet; sealing the group
+        early would change its members' bits), and the next group id."""
+        # also: each device's state handle (personalised trainers) and the personal base model
+        out: dict[str, Any] = {"states": self._states, "base": self._base}
+        if self._groups is not None:
+            out.update({"open": list(self._groups.open), "next_id": self._groups._next_id})
+        return out
+
+    def set_driver_state(self, state: Any) -> None:
+        """Re-form the open group from the restored (undispatched) job slots, in their order."""
+        self._states, self._base = state["states"], state["base"]
+        if "open" not in state or self._groups is None:
+            return
+        self._groups._next_id = int(state["next_id"])
+        for slot in state["open"]:
+            slot.group, closed = self._groups.add(slot, slot.spec, slot.params)
+            assert not closed, "a restored open group closed while being re-formed"
+            self._jobs.append(slot)
+
+    def export_roles(self) -> dict[str, Any]:
+        """Every buffered call is sent and checked first; actor calls run in order, so the states
+        reflect all of them."""
+        self.flush()
+        self._check_unchecked()
+        hosts: dict[int, np.ndarray] = {}
+        for part in ray.get([h.export_state.remote() for h in self.hosts]):
+            hosts.update(part)
+        leaders = None if self.leaders is None else self.leaders.export_state.remote()
+        cloud = self.cloud.export_state.remote()
+        return {"hosts": hosts, "leaders": None if leaders is None else ray.get(leaders), "cloud": ray.get(cloud)}
+
+    def import_roles(self, state: dict[str, Any]) -> None:
+        """Device state goes to each device's home host (``device % workers``, whatever the old count)."""
+        per_host: list[dict[int, np.ndarray]] = [{} for _ in self.hosts]
+        for device, c in state["hosts"].items():
+            per_host[int(device) % self.workers][int(device)] = c
+        calls = [h.import_state.remote(part) for h, part in zip(self.hosts, per_host)]
+        calls.append(self.cloud.import_state.remote(state["cloud"]))
+        if self.leaders is not None and state["leaders"] is not None:
+            calls.append(self.leaders.import_state.remote(state["leaders"]))
+        ray.get(calls)
+
+    def is_handle(self, obj: Any) -> bool:
+        """Object refs, job slots and device-state handles live in this Ray session only."""
+        return isinstance(obj, (Slot, StateOf, ray.ObjectRef))
+
+    def export_handle(self, handle: Any) -> Any:
+        """A job slot's row and stats, a device state's value, or a ref's value."""
+        if isinstance(handle, StateOf):
+            if handle.slot.state_ref is None:
+                self.flush()
+            return ("ref", np.array(ray.get(handle.slot.state_ref)[handle.slot.row]))
+        if isinstance(handle, Slot):
+            if self._groups is not None and any(handle is j for j in self._groups.open):
+                # an undispatched job of the open fast-path group: kept as the job itself
+                params = handle.params
+                value = self.export_handle(params) if self.is_handle(params) else ("value", params)
+                return ("pending", handle.device, handle.seed, handle.spec, value)
+            if handle.ref is None:
+                self.flush()
+            return ("slot", np.array(ray.get(handle.ref)[handle.row]), dict(ray.get(handle.stats)[handle.row]))
+        return ("ref", ray.get(handle))
+
+    def import_handle(self, value: Any) -> Any:
+        """A finished job becomes a one-row batch put in the object store (and no host's outstanding job)."""
+        kind = value[0]
+        if kind == "pending":  # set_driver_state puts it back into the open group
+            _, device, seed, spec, params = value
+            return Slot(device, seed, spec, self.import_handle(params))
+        if kind == "value":
+            return value[1]
+        if kind == "slot":
+            _, row, stats = value
+            return Slot(-1, 0, None, None, ref=ray.put(np.asarray(row)[None, :]), row=0, stats=ray.put([stats]),
+                        host=-1)
+        return ray.put(value[1])
+
+    def is_lost(self, exc: BaseException) -> bool:
+        """An actor died, a worker crashed, a node or an object was lost (in ``exc`` or its causes)."""
+        lost = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
+                ray.exceptions.NodeDiedError, ray.exceptions.OwnerDiedError, ray.exceptions.ActorUnavailableError)
+        seen: set[int] = set()
+        todo: list[BaseException | None] = [exc]
+        while todo:
+            e = todo.pop()
+            if e is None or id(e) in seen:
+                continue
+            seen.add(id(e))
+            if isinstance(e, lost):
+                return True
+            todo += [e.__cause__, e.__context__, getattr(e, "cause", None) if isinstance(
+                getattr(e, "cause", None), BaseException) else None]
+        return False

@@ -7,6 +7,8 @@ are one contiguous float32 vector per model; aggregation is vector arithmetic.
 
 from __future__ import annotations
 
+import copy
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -430,6 +432,19 @@ class DeviceHost:
         """Start-up barrier for actors."""
         return True
 
+    def pid(self) -> int:
+        """The hosting process's id (operations and fault-injection tests)."""
+        return os.getpid()
+
+    def export_state(self) -> dict[int, np.ndarray]:
+        """The persistent per-device state (SCAFFOLD's ``c_i``), for a checkpoint."""
+        return {d: np.array(c) for d, c in self.controls.items()}
+
+    def import_state(self, controls: dict[int, np.ndarray]) -> bool:
+        """Take over per-device state from a checkpoint (merged: several hosts' states may be given)."""
+        self.controls.update({int(d): np.array(c) for d, c in controls.items()})
+        return True
+
     def warmup(self, spec: TrainSpec, params: np.ndarray) -> bool:
         """Run one short throw-away job: the first job of a process pays torch's lazy start-up
         (about a second), which belongs to start-up time, not to the first emulated round."""
@@ -518,6 +533,20 @@ class LeaderHost:
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""
+        return True
+
+    def pid(self) -> int:
+        """The hosting process's id (operations and fault-injection tests)."""
+        return os.getpid()
+
+    def export_state(self) -> dict[str, Any]:
+        """Models, versions and running aggregations (partial sums, optimizer moments), for a checkpoint."""
+        return copy.deepcopy({"models": self.models, "versions": self.versions, "agg": self._agg})
+
+    def import_state(self, state: dict[str, Any]) -> bool:
+        """Take over :meth:`export_state`'s value: the aggregations go on bit for bit."""
+        state = copy.deepcopy(state)
+        self.models, self.versions, self._agg = state["models"], state["versions"], state["agg"]
         return True
 
 
@@ -642,6 +671,18 @@ class Cloud:
         """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ)."""
         return self.trainer.evaluate(np.asarray(params)[: self.trainer.num_params], self.x_test, self.y_test)
 
+    def export_state(self) -> dict[str, Any]:
+        """Global model, version, running aggregation and SCAFFOLD control, for a checkpoint."""
+        return copy.deepcopy({"model": self.model, "version": self.version, "agg": self._agg,
+                              "control": self.control})
+
+    def import_state(self, state: dict[str, Any]) -> bool:
+        """Take over :meth:`export_state`'s value: the aggregation goes on bit for bit."""
+        state = copy.deepcopy(state)
+        self.model, self.version, self._agg, self.control = (state["model"], state["version"], state["agg"],
+                                                             state["control"])
+        return True
+
     def warmup(self) -> bool:
         """Evaluate once so torch's lazy start-up is paid at start-up."""
         self.trainer.evaluate(self.model[: self.trainer.num_params], self.x_test[:2], self.y_test[:2])
@@ -650,3 +691,7 @@ class Cloud:
     def ready(self) -> bool:
         """Start-up barrier for actors."""
         return True
+
+    def pid(self) -> int:
+        """The hosting process's id (operations and fault-injection tests)."""
+        return os.getpid()

@@ -288,6 +288,24 @@ class StopConfig(ConfigModel):
         return self
 
 
+class CheckpointConfig(ConfigModel):
+    """``runtime.checkpoint``: how often the driver saves a resumable checkpoint (``checkpoint.pkl``).
+
+    A checkpoint is taken between two events, so it never changes a result; it is what
+    ``hierfl resume`` continues from and what the driver rolls back to when a Ray actor or node
+    is lost. One is always taken before the first event. ``every_s`` counts real (wall-clock)
+    seconds; ``every_cloud_aggregations`` counts rounds; with both, whichever comes first.
+    """
+
+    enabled: bool = Field(default=True, description="false: no checkpoint, no resume, no recovery from lost actors")
+    every_s: PositiveFloat | None = Field(default=60.0, ge=1.0,
+                                          description="wall-clock seconds between checkpoints (at least 1)")
+    every_cloud_aggregations: PositiveInt | None = Field(
+        default=None, description="cloud aggregations (rounds) between checkpoints")
+    max_recoveries: NonNegativeInt = Field(
+        default=10, description="lost actors or nodes the driver recovers from before the run fails")
+
+
 class RuntimeConfig(ConfigModel):
     """Where the emulation runs. Results do not depend on these settings, except ``fast_path`` (opt-in)."""
 
@@ -300,6 +318,8 @@ class RuntimeConfig(ConfigModel):
         default=False, description="train a host's logreg/MLP jobs in groups on stacked parameters (12-15x faster "
                                    "for small models); numbers differ from the default path in the last bits "
                                    "(~6e-8) but stay identical across executors and worker counts")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
+                                         description="resumable checkpoints (hierfl resume) and recovery")
 
 
 class NetworkConfig(ConfigModel):
