@@ -141,3 +141,35 @@ def test_building_a_model_imports_neither_sympy_nor_dynamo():
             "print(sorted(k for k in ('sympy', 'torch._dynamo') if k in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_ray_init_is_tried_again_when_the_daemons_miss_their_deadline(monkeypatch):
+    """Issue 14: once, on a busy machine, Ray's start failed; a second attempt is made, then the error is named."""
+    import hierfl.runtime.ray_executor as rx
+
+    calls: list[dict] = []
+
+    def flaky(**kw):
+        calls.append(kw)
+        if len(calls) == 1:
+            raise TimeoutError("raylet did not start in time")
+
+    monkeypatch.setattr(rx.ray, "init", flaky)
+    monkeypatch.setattr(rx.ray, "shutdown", lambda: None)
+    monkeypatch.setattr(rx, "_INIT_RETRY_PAUSE_S", 0.0)
+    rx._init_with_retry(None)
+    assert len(calls) == 2
+
+    calls.clear()
+    monkeypatch.setattr(rx.ray, "init", lambda **kw: (_ for _ in ()).throw(TimeoutError("still not")))
+    with pytest.raises(RuntimeError, match="Ray did not start after 2 attempts: TimeoutError: still not"):
+        rx._init_with_retry(None)
+
+    def refused(**kw):
+        calls.append(kw)
+        raise ConnectionError("nothing there")
+
+    monkeypatch.setattr(rx.ray, "init", refused)
+    with pytest.raises(ConnectionError):
+        rx._init_with_retry("127.0.0.1:1")
+    assert len(calls) == 1  # an unreachable address is not retried

@@ -57,6 +57,8 @@ __all__ = ["RayExecutor", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayClou
 
 _MAX_BUFFERED_JOBS_PER_HOST = 16
 _PROBE_TIMEOUT_S = 5.0
+_INIT_ATTEMPTS = 2          # ray.init tries on a busy machine
+_INIT_RETRY_PAUSE_S = 2.0
 
 
 class HostActor(DeviceHost):
@@ -133,6 +135,30 @@ def probe_address(address: str, timeout_s: float = _PROBE_TIMEOUT_S) -> None:
                               "running? Start one with `ray start --head`, or fix --address / runtime.address") from None
 
 
+def _init_with_retry(address: str | None, attempts: int = _INIT_ATTEMPTS) -> None:
+    """``ray.init``, tried again (after a shutdown and a pause) when it fails for a reason other than
+    an unreachable address: on a busy machine Ray's daemons sometimes miss their start-up deadline
+    (issue 14). The last failure is raised, naming the attempts."""
+    for attempt in range(1, attempts + 1):
+        try:
+            if address:
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+            else:
+                ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+            return
+        except ConnectionError:
+            raise  # nothing listens there: trying again will not help
+        except Exception as exc:  # noqa: BLE001 - retried, then raised with the attempts named
+            if attempt == attempts:
+                raise RuntimeError(f"Ray did not start after {attempts} attempts: {type(exc).__name__}: {exc}") from exc
+            logging.getLogger(__name__).warning("Ray did not start (%s: %s); trying again", type(exc).__name__, exc)
+            try:
+                ray.shutdown()
+            except Exception:  # noqa: BLE001 - best effort before the next attempt
+                pass
+            time.sleep(_INIT_RETRY_PAUSE_S)
+
+
 class RayStart(ExecutorStart):
     """Ray up (started or attached to) and the actors' processes starting, before the data exists.
 
@@ -158,12 +184,11 @@ class RayStart(ExecutorStart):
             self._error = exc
 
     def _start(self, workers: int | str, address: str | None) -> None:
+        if address and (address != "auto" or not ray.is_initialized()):
+            # also when this process is already connected: an address that answers nothing is an error
+            probe_address(address)
         if not ray.is_initialized():
-            if address:
-                probe_address(address)
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
-            else:
-                ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+            _init_with_retry(address)
             self.owns_ray = True
             signals.reassert()  # ray.init installs its own SIGTERM handler: SIGTERM must stay Ctrl-C
         self.marks["ray_ready"] = time.time()
