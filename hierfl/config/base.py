@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ConfigModel", "rename_alias", "name_shorthand"]
+__all__ = ["ConfigModel", "rename_alias", "name_shorthand", "cloud_shorthand"]
 
 
 class ConfigModel(BaseModel):
@@ -40,3 +40,11 @@ def name_shorthand(value: Any, key: str = "name") -> Any:
     ``key`` is the field that names the plug-in (``name``; ``dist`` for distributions).
     """
     return {key: value} if isinstance(value, str) else value
+
+
+def cloud_shorthand(value: Any) -> Any:
+    """A per-tier section (``{edge: ..., cloud: ...}``) given as one plug-in means the cloud's:
+    ``server_optimizer: fedadam`` / ``aggregation: {name: geomed}`` set ``cloud`` only."""
+    if isinstance(value, str) or (isinstance(value, dict) and "name" in value):
+        return {"cloud": value}
+    return value

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
-from hierfl.config.base import ConfigModel
+from hierfl.config.base import ConfigModel, cloud_shorthand
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
 from hierfl.core import robust as R
@@ -432,9 +432,7 @@ class AggregationSection(ConfigModel):
     @model_validator(mode="before")
     @classmethod
     def _cloud_shorthand(cls, value: Any) -> Any:
-        if isinstance(value, str) or (isinstance(value, dict) and "name" in value):
-            return {"cloud": value}
-        return value
+        return cloud_shorthand(value)
 
     @property
     def default(self) -> bool:

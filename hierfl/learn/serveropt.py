@@ -12,7 +12,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, model_validator
 
-from hierfl.config.base import ConfigModel
+from hierfl.config.base import ConfigModel, cloud_shorthand
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
 from hierfl.core.serveropt import (
@@ -147,9 +147,7 @@ class ServerOptimizerSection(ConfigModel):
     @model_validator(mode="before")
     @classmethod
     def _cloud_shorthand(cls, value: Any) -> Any:
-        if isinstance(value, str) or (isinstance(value, dict) and "name" in value):
-            return {"cloud": value}
-        return value
+        return cloud_shorthand(value)
 
     def at(self, tier: str) -> ServerOptimizerConfig | None:
         """The optimizer of ``tier`` (``cloud`` or ``edge``), or None when it is plain averaging."""

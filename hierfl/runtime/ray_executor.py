@@ -550,31 +550,28 @@ class RayExecutor(Executor):
 
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
         """Ref of ``opt``'s step from ``base`` with ``Δ = Σ c·(a − b)``, computed in the leader or cloud actor."""
-        self._need(base, *[h for _, p, m in terms for h in (p, m)])
-        self._flush_adds()
-        base_ref = self._model_ref(base)
-        handles = [base_ref] + [h for _, p, m in terms for h in (p, m) if h is not None]
-        index, rows, refs = self._unique_refs(handles)  # the base comes first: arrays[0] in the role
-        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
-        coefs = [c for c, _, _ in terms]
+        coefs, plus, plus_rows, minus, minus_rows, refs = self._step_args(tier, base, terms)
         if tier == "edge":
-            if self.leaders is None:
-                raise RuntimeError("no leader actor: the scenario has no edge servers")
             return self.leaders.server_step.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
         return self.cloud.server_step.remote(opt, coefs, plus, plus_rows, minus, minus_rows, *refs)
+
+    def _step_args(self, tier: str, base: Any, terms: list[Term]) -> tuple[Any, ...]:
+        """What a role's step from ``base`` with ``Δ = Σ c·(a − b)`` is called with: the coefficients,
+        the positions and rows of the terms' vectors, and the unique refs (the base first: arrays[0])."""
+        self._need(base, *[h for _, p, m in terms for h in (p, m)])
+        self._flush_adds()
+        handles = [self._model_ref(base)] + [h for _, p, m in terms for h in (p, m) if h is not None]
+        index, rows, refs = self._unique_refs(handles)
+        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
+        if tier == "edge" and self.leaders is None:
+            raise RuntimeError("no leader actor: the scenario has no edge servers")
+        return [c for c, _, _ in terms], plus, plus_rows, minus, minus_rows, refs
 
     def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
                        terms: list[Term], tags: list[Any]) -> Any:
         """Ref of ``base`` stepped by the ``tier`` rule's aggregate of the deltas, computed in the actor."""
-        self._need(base, *[h for _, p, m in terms for h in (p, m)])
-        self._flush_adds()
-        handles = [self._model_ref(base)] + [h for _, p, m in terms for h in (p, m) if h is not None]
-        index, rows, refs = self._unique_refs(handles)  # the base comes first: arrays[0] in the role
-        plus, minus, plus_rows, minus_rows = self._term_positions(terms, index[1:], rows[1:])
-        coefs = [c for c, _, _ in terms]
+        coefs, plus, plus_rows, minus, minus_rows, refs = self._step_args(tier, base, terms)
         if tier == "edge":
-            if self.leaders is None:
-                raise RuntimeError("no leader actor: the scenario has no edge servers")
             return self.leaders.robust_combine.remote(entity, opt, coefs, plus, plus_rows, minus, minus_rows, tags,
                                                       *refs)
         return self.cloud.robust_combine.remote(opt, coefs, plus, plus_rows, minus, minus_rows, tags, *refs)
@@ -787,8 +784,9 @@ class RayExecutor(Executor):
             return value[1]
         if kind == "slot":
             _, row, stats = value
-            return Slot(-1, 0, None, None, ref=ray.put(np.asarray(row)[None, :]), row=0, stats=ray.put([stats]),
-                        host=-1)
+            # a finished job's result put back: it is never dispatched again, so it carries no spec
+            return Slot(-1, 0, None, None, ref=ray.put(np.asarray(row)[None, :]),  # type: ignore[arg-type]
+                        row=0, stats=ray.put([stats]), host=-1)
         return ray.put(value[1])
 
     def is_lost(self, exc: BaseException) -> bool:
