@@ -336,8 +336,8 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
         if (sweep_dir / MANIFEST).exists():
             raise ConfigError([Problem("", f"{sweep_dir} already holds a sweep; use --resume {sweep_dir} to finish "
                                            "it, or another --out")], str(sweep_file))
-        manifest = {"name": spec.name, "sweep_file": str(Path(sweep_file).resolve()), "base": str(base.resolve()) if base else None,
-                    "cwd": os.getcwd(), "spec": spec.model_dump(mode="json"),
+        manifest = {"name": spec.name, "sweep_file": str(Path(sweep_file).resolve()),
+                    "base": str(base.resolve()) if base else None, "cwd": os.getcwd(), "spec": spec.model_dump(mode="json"),
                     "trials": [t.as_dict() for t in trials]}
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
