@@ -7,6 +7,7 @@ import copy
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.sweep.aggregate import common_grid, mean_ci, sweep_table
 from hierfl.sweep.run import run_sweep
-from hierfl.sweep.spec import expand, load_sweep
+from hierfl.sweep.spec import Trial, expand, load_sweep
 from tests.conftest import TINY
 
 pytest.importorskip("ray.tune")
@@ -185,8 +186,14 @@ def test_table_and_plot_of_a_sweep_directory(tmp_path, capsys):
                          ids=lambda p: p.name)
 def test_shipped_sweep_files_expand(path):
     spec = load_sweep(path)
-    trials, scenarios = expand(spec, path.parent / spec.scenario, str(path))  # every trial validated
-    assert len(trials) == math.prod(len(v) for v in spec.grid.values()) * len(spec.seed_list)
+    trials, scenarios = expand(spec, source=str(path))  # every trial validated
+    assert len(trials) == (len(spec.scenarios or [None]) * math.prod(len(v) for v in spec.grid.values())
+                           * len(spec.seed_list))
+    if path.name == "async.yaml":  # the former analysis/async_comparison.py: each protocol from its own file
+        assert [s.protocol.name for s in scenarios] == ["ahfl", "fedasync", "fedbuff", "hierfavg", "fedavg"]
+        assert [s.topology.edge_servers for s in scenarios] == [4, 0, 0, 4, 0]
+        assert {s.seed for s in scenarios} == {11} and {s.stop.virtual_time_s for s in scenarios} == {150}
+        assert scenarios[4].protocol.fraction == 1.0 and scenarios[4].training.steps == 20
     if path.name == "stragglers_seeds.yaml":
         assert [s.straggler.name for s in scenarios] == ["wait_all"] * 3 + ["deadline"] * 3 + ["over_select"] * 3
         assert {s.devices.count for s in scenarios} == {20} and [t.seed for t in trials[:3]] == [1, 2, 3]
@@ -209,3 +216,91 @@ def test_progress_view_counts_trials_and_survives_pickling(capsys):
     assert "done 1 · running 1 · failed 1 · pending 1" in capsys.readouterr().err
     again = pickle.loads(pickle.dumps(cb))  # Tune pickles callbacks with the experiment state
     assert again.total == 4 and again.failures == {}
+
+
+def _write_bases(tmp_path: Path, scenarios: dict, **extra) -> Path:
+    """Two tiny bases: a.yaml (FedAvg) and b.yaml (a higher learning rate, 3 devices)."""
+    a = copy.deepcopy(TINY)
+    a["evaluation"] = {"every_s": 1.0, "target_accuracy": 0.5}
+    b = copy.deepcopy(a)
+    b["training"]["lr"] = 0.3
+    b["devices"]["count"] = 3
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(a), encoding="utf-8")
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(b), encoding="utf-8")
+    sweep = {"name": "bases", "scenarios": scenarios, "seeds": [1, 2], "resources_per_run": {"cpu": 1}, **extra}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_scenarios_are_a_grid_axis_with_their_own_overrides(tmp_path):
+    path = _write_bases(tmp_path, {"plain": "a.yaml", "fast b": {"scenario": "b.yaml", "set": ["stop.rounds=2"]}},
+                        set=["stop.rounds=4"], grid={"protocol.fraction": [0.5, 1.0]}, seeds=[7])
+    trials, scenarios = expand(load_sweep(path), source=str(path))
+    # bases outermost, then the grid, then seeds; the label is the changed key `scenario`
+    assert [t.id for t in trials] == ["t000_scenario=plain_protocol.fraction=0.5_seed=7",
+                                      "t001_scenario=plain_protocol.fraction=1.0_seed=7",
+                                      "t002_scenario=fast_b_protocol.fraction=0.5_seed=7",
+                                      "t003_scenario=fast_b_protocol.fraction=1.0_seed=7"]
+    assert [t.changed for t in trials][2] == {"scenario": "fast b", "protocol.fraction": 0.5}
+    # a base's own overrides come after the sweep's `set` (so they win), before the grid values
+    assert trials[2].overrides == ["stop.rounds=4", "stop.rounds=2", "protocol.fraction=0.5"]
+    assert [(s.training.lr, s.devices.count, s.stop.rounds, s.protocol.fraction) for s in scenarios] == [
+        (0.1, 4, 4, 0.5), (0.1, 4, 4, 1.0), (0.3, 3, 2, 0.5), (0.3, 3, 2, 1.0)]
+    assert [Path(t.base).name for t in trials] == ["a.yaml", "a.yaml", "b.yaml", "b.yaml"]
+    assert Trial.from_dict(trials[3].as_dict()) == trials[3]  # the base survives the manifest
+
+
+def test_bad_scenarios_are_config_errors_naming_the_key(tmp_path, capsys):
+    path = _write_bases(tmp_path, {"a": "a.yaml", "gone": "missing.yaml"})
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "scenarios.gone: base scenario file not found" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()  # nothing written
+    path = _write_bases(tmp_path, {"a": "a.yaml", "b": {"scenario": "b.yaml", "set": ["protocol.fraction=7"]}})
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "grid point (scenario=b): protocol.fraction" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    cases = [({"a": "a.yaml"}, {"scenario": "a.yaml"}, "scenario: give exactly one of `scenario`"),
+             ({"a": "a.yaml"}, {"grid": {"scenario": ["a.yaml"]}}, "grid: use `scenarios: {label: file, ...}`"),
+             ({"b": {"scenario": "b.yaml", "sett": []}}, {}, "scenarios.b.sett: unknown key"),
+             ({}, {}, "scenarios: give at least one label")]
+    for scenarios, extra, message in cases:
+        path = _write_bases(tmp_path, scenarios, **extra)
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_sweep(path)
+    path = _write_bases(tmp_path, {"a": "a.yaml"})
+    raw = yaml.safe_load(path.read_text())
+    del raw["scenarios"]
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["sweep", str(path)]) == 2
+    assert "scenario: give exactly one of `scenario`" in capsys.readouterr().err
+
+
+@pytest.mark.ray
+def test_a_scenarios_sweep_runs_each_base_and_groups_by_scenario(ray_session, tmp_path, capsys):
+    path = _write_bases(tmp_path, {"a": "a.yaml", "b": {"scenario": "b.yaml", "set": ["protocol.fraction=0.5"]}})
+    result = run_sweep(path, tmp_path / "out", quiet=True)
+    assert result["counts"] == {"completed": 4, "failed": 0, "not run": 0}
+    rows = result["rows"]
+    assert [(r["scenario"], r["seed"]) for r in rows] == [("a", 1), ("a", 2), ("b", 1), ("b", 2)]
+    finals: dict[str, list[float]] = {}
+    for row, trial in zip(rows, json.loads((tmp_path / "out" / "sweep.json").read_text())["trials"]):
+        # each trial is the run of ITS base with its overrides, bit for bit
+        base = tmp_path / f"{row['scenario']}.yaml"
+        alone = hierfl.run(base, overrides=[*trial["overrides"], "runtime.executor=local"], seed=row["seed"],
+                           out=tmp_path / "alone" / row["trial"])
+        swept = tmp_path / "out" / "runs" / row["trial"]
+        assert (swept / "final_model.npy").read_bytes() == (alone.dir / "final_model.npy").read_bytes()
+        assert _evals(swept) == _evals(alone.dir) and _config(swept) == _config(alone.dir)
+        finals.setdefault(row["scenario"], []).append(alone.summary["final_accuracy"])
+    assert _config(tmp_path / "out" / "runs" / rows[2]["trial"])["devices"]["count"] == 3  # b's world
+    table = sweep_table(tmp_path / "out", group_by="scenario")
+    assert [(r["group"], r["completed"]) for r in table] == [("a", 2), ("b", 2)]
+    for r in table:
+        m, h = mean_ci(np.array(finals[r["group"]]))
+        assert r["final_accuracy_mean"] == pytest.approx(float(m)) and r["final_accuracy_ci95"] == pytest.approx(float(h))
+    assert main(["table", str(tmp_path / "out"), "--group-by", "scenario"]) == 0
+    assert capsys.readouterr().out.startswith("| scenario | runs |")
+    assert main(["plot", str(tmp_path / "out"), "--group-by", "scenario", "-o", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 10_000

@@ -2,7 +2,8 @@
 
 Grouping
     Trials are grouped by the value of a key path of their resolved scenario (``config.yaml``), e.g.
-    ``straggler.name`` or ``protocol.fraction``; by default by everything the grid changed (the
+    ``straggler.name`` or ``protocol.fraction``, or by ``scenario``, the base scenario's label in a
+    ``scenarios:`` sweep; by default by everything the grid changed (the
     trial's grid point), so each group holds the seeds of one grid point.
 
 Common time grid (the method ``hierfl plot`` documents)
@@ -107,6 +108,10 @@ def group_runs(runs: list[SweepRun], group_by: str | None = None) -> dict[str, l
             try:
                 label = _label(_lookup(r.config, group_by))
             except KeyError:
+                if group_by in r.changed:  # a changed key that is not a scenario key: `scenario` (the base's label)
+                    label = _label(r.changed[group_by])
+                    groups.setdefault(label, []).append(r)
+                    continue
                 raise RunReadError(f"{r.dir}/config.yaml: no key {group_by!r} to group by; top-level keys: "
                                    f"{', '.join(r.config)}") from None
         groups.setdefault(label, []).append(r)

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from hierfl.config.errors import ConfigError, Problem
-from hierfl.sweep.spec import SweepSpec, Trial, expand, load_sweep
+from hierfl.sweep.spec import SweepSpec, Trial, bases, expand, load_sweep
 
 __all__ = ["MANIFEST", "SweepResult", "run_sweep", "run_trial", "write_sweep_csv", "sweep_rows", "read_manifest"]
 
@@ -102,6 +102,7 @@ def run_trial(trial: dict[str, Any], base: str, sweep_dir: str, cwd: str | None 
     if cwd and Path(cwd).is_dir():  # relative dataset roots (data/<name>) mean the directory the sweep started in
         os.chdir(cwd)
     t = Trial.from_dict(trial)
+    base = t.base or base  # a `scenarios:` sweep names each trial's own base
     scenario = load_scenario(base, [*t.overrides, LOCAL], seed=t.seed)
     out = Path(sweep_dir) / "runs" / t.id
     expected = scenario.model_dump(mode="json")
@@ -325,16 +326,18 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
         if sweep_file is None:
             raise ConfigError([Problem("", "give a sweep file or --resume DIR")], "hierfl sweep")
         spec = load_sweep(sweep_file)
-        base = (Path(sweep_file).parent / spec.scenario)
-        if not base.is_file():
-            raise ConfigError([Problem("scenario", "base scenario file not found", str(base))], str(sweep_file))
-        trials, _ = expand(spec, base, str(sweep_file))
+        try:
+            base_map = bases(spec, Path(sweep_file).parent)
+        except ConfigError as exc:
+            raise ConfigError(exc.problems, str(sweep_file)) from None
+        base = base_map.get(None, (None, []))[0]  # None for a `scenarios:` sweep: every trial names its own
+        trials, _ = expand(spec, base, str(sweep_file), sweep_dir=Path(sweep_file).parent)
         sweep_dir = Path(out) if out is not None else Path("sweeps") / spec.name
         if (sweep_dir / MANIFEST).exists():
             raise ConfigError([Problem("", f"{sweep_dir} already holds a sweep; use --resume {sweep_dir} to finish "
                                            "it, or another --out")], str(sweep_file))
-        manifest = {"name": spec.name, "sweep_file": str(Path(sweep_file).resolve()), "base": str(base.resolve()),
-                    "cwd": os.getcwd(), "spec": spec.model_dump(mode="json"),
+        manifest = {"name": spec.name, "sweep_file": str(Path(sweep_file).resolve()),
+                    "base": str(base.resolve()) if base else None, "cwd": os.getcwd(), "spec": spec.model_dump(mode="json"),
                     "trials": [t.as_dict() for t in trials]}
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

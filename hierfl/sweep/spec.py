@@ -16,6 +16,15 @@ names its key path)::
     metric: accuracy                      # the eval-line metric plots and tables default to
     target: 0.84                          # evaluation.target_accuracy of every trial (time to target)
 
+Several base scenarios (methods that each ship their own scenario file) are one more grid axis:
+``scenarios:`` instead of ``scenario:``, a mapping label -> base file, or label -> ``{scenario: FILE,
+set: [...]}`` for overrides that belong to that base only. The label is the trial's changed key
+``scenario`` (a ``sweep.csv`` column; ``hierfl plot/table --group-by scenario``)::
+
+    scenarios:
+      ahfl: ../../scenarios/ahfl.yaml
+      fedavg: {scenario: ../../scenarios/fedasync.yaml, set: ["protocol={name: fedavg, fraction: 1.0}"]}
+
 Expanding it (:func:`expand`) loads and validates every trial's scenario up front, so a bad grid
 value is a configuration error (exit 2) before anything runs or is written.
 """
@@ -30,14 +39,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError, field_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.scenario.loader import load_scenario
 from hierfl.scenario.schema import Scenario
 
-__all__ = ["Resources", "SweepSpec", "Trial", "load_sweep", "expand", "trial_overrides"]
+__all__ = ["Base", "Resources", "SweepSpec", "Trial", "load_sweep", "expand", "trial_overrides", "bases",
+           "SCENARIO_KEY"]
+
+SCENARIO_KEY = "scenario"  # the changed key naming a trial's base scenario (``scenarios:`` sweeps)
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._=-]+")
 
@@ -50,11 +62,22 @@ class Resources(ConfigModel):
     memory_mb: PositiveInt | None = Field(default=None, description="Ray memory reservation per trial")
 
 
+class Base(ConfigModel):
+    """One base scenario of a ``scenarios:`` sweep, with overrides of its own."""
+
+    scenario: str = Field(description="the base scenario YAML (relative to the sweep file)")
+    set: list[str] = Field(default_factory=list, description="overrides of this base only, KEY.PATH=VALUE "
+                                                             "(applied after the sweep's own `set`)")
+
+
 class SweepSpec(ConfigModel):
     """A validated sweep file."""
 
     name: str = Field(default="sweep", description="names the default output directory sweeps/<name>")
-    scenario: str = Field(description="the base scenario YAML (relative to the sweep file)")
+    scenario: str | None = Field(default=None, description="the base scenario YAML (relative to the sweep file)")
+    scenarios: dict[str, str | Base] | None = Field(
+        default=None, description="several base scenarios, label -> file or {scenario, set}: one more grid axis "
+                                  "(the changed key `scenario`); instead of `scenario`")
     set: list[str] = Field(default_factory=list, description="overrides applied to every trial, KEY.PATH=VALUE")
     grid: dict[str, list[Any]] = Field(default_factory=dict,
                                        description="key path -> values (any --set path, whole sections too)")
@@ -78,9 +101,29 @@ class SweepSpec(ConfigModel):
                 raise ValueError(f"{key!r} is not a key path (e.g. protocol.fraction)")
             if key == "seed":
                 raise ValueError("use `seeds:` for seeds, not a grid over `seed`")
+            if key == SCENARIO_KEY:
+                raise ValueError("use `scenarios: {label: file, ...}` for several base scenarios, not a grid over "
+                                 "`scenario`")
             if not values:
                 raise ValueError(f"{key}: give at least one value")
         return value
+
+    @field_validator("scenarios")
+    @classmethod
+    def _scenarios(cls, value: dict[str, str | Base] | None) -> dict[str, str | Base] | None:
+        if value is not None and not value:
+            raise ValueError("give at least one label: base scenario file")
+        for label in value or {}:
+            if not str(label).strip():
+                raise ValueError("a base scenario label must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _one_base(self) -> SweepSpec:
+        if (self.scenario is None) == (self.scenarios is None):
+            raise ValueError("give exactly one of `scenario` (one base scenario file) or `scenarios` "
+                             "(label -> base scenario file)")
+        return self
 
     @property
     def seed_list(self) -> list[int]:
@@ -96,15 +139,19 @@ class Trial:
     overrides: list[str]              # --set strings, exactly as `hierfl run --set` takes them
     seed: int
     changed: dict[str, Any] = field(default_factory=dict)  # grid key path -> its value in this trial
+    base: str | None = None           # this trial's base scenario (``scenarios:`` sweeps); None: the sweep's one
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (Tune's config, the sweep manifest)."""
-        return {"id": self.id, "overrides": list(self.overrides), "seed": self.seed, "changed": dict(self.changed)}
+        d = {"id": self.id, "overrides": list(self.overrides), "seed": self.seed, "changed": dict(self.changed)}
+        if self.base is not None:
+            d["base"] = self.base
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trial:
         """Inverse of :meth:`as_dict`."""
-        return cls(d["id"], list(d["overrides"]), int(d["seed"]), dict(d.get("changed", {})))
+        return cls(d["id"], list(d["overrides"]), int(d["seed"]), dict(d.get("changed", {})), d.get("base"))
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -124,14 +171,21 @@ def load_sweep(path: str | Path) -> SweepSpec:
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):
-            loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained-")))
+            parts = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "constrained-"))]
+            if parts[:1] == ["scenarios"] and len(parts) > 2 and parts[2] in ("str", "Base"):
+                del parts[2]  # pydantic's union branch tag (a file, or {scenario, set})
+            loc = ".".join(parts)
             msg = err["msg"].removeprefix("Value error, ")
+            whole = not loc  # the model-level check (one of scenario / scenarios): its input is the whole file
+            if whole:
+                loc = "scenario"
             if err["type"] == "extra_forbidden":
                 msg = ("unknown key; allowed: " + ", ".join(SweepSpec.model_fields)) if "." not in loc \
                     else "unknown key"
             elif err["type"] == "missing":
                 msg = "required key is missing"
-            problems.append(Problem(loc, msg) if err["type"] == "missing" else Problem(loc, msg, err.get("input")))
+            problems.append(Problem(loc, msg) if err["type"] == "missing" or whole
+                            else Problem(loc, msg, err.get("input")))
         raise ConfigError(problems, src) from None
 
 
@@ -147,6 +201,30 @@ def _label(value: Any) -> str:
     return str(value)
 
 
+def bases(spec: SweepSpec, sweep_dir: Path) -> dict[str | None, tuple[Path, list[str]]]:
+    """Label -> (base scenario path, its own overrides); ``{None: (path, [])}`` for a one-base sweep.
+
+    Paths are relative to ``sweep_dir`` (the sweep file's folder). A missing file is a
+    :class:`ConfigError` naming ``scenario`` or ``scenarios.<label>``.
+    """
+    if spec.scenarios is None:
+        items: dict[str | None, tuple[str, list[str]]] = {None: (str(spec.scenario), [])}
+    else:
+        items = {label: (b, []) if isinstance(b, str) else (b.scenario, list(b.set))
+                 for label, b in spec.scenarios.items()}
+    out: dict[str | None, tuple[Path, list[str]]] = {}
+    problems = []
+    for label, (rel, sets) in items.items():
+        path = sweep_dir / rel
+        if not path.is_file():
+            problems.append(Problem("scenario" if label is None else f"scenarios.{label}",
+                                    "base scenario file not found", str(path)))
+        out[label] = (path, sets)
+    if problems:
+        raise ConfigError(problems, "sweep file")
+    return out
+
+
 def trial_overrides(spec: SweepSpec, changed: dict[str, Any]) -> list[str]:
     """The ``--set`` strings of one grid point: the sweep's fixed ones, the target, then the grid values.
 
@@ -156,30 +234,43 @@ def trial_overrides(spec: SweepSpec, changed: dict[str, Any]) -> list[str]:
     out = list(spec.set)
     if spec.target is not None:
         out.append(f"evaluation.target_accuracy={spec.target!r}")
-    out += [f"{key}={json.dumps(value)}" for key, value in changed.items()]
+    out += [f"{key}={json.dumps(value)}" for key, value in changed.items() if key != SCENARIO_KEY]
     return out
 
 
-def expand(spec: SweepSpec, base: Path, source: str | None = None) -> tuple[list[Trial], list[Scenario]]:
-    """Every trial of ``spec`` (grid in file order × seeds) and its validated scenario.
+def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None, *,
+           sweep_dir: Path | None = None) -> tuple[list[Trial], list[Scenario]]:
+    """Every trial of ``spec`` (base scenarios × grid in file order × seeds) and its validated scenario.
 
-    All trials are validated before any runs; their problems are gathered into one
-    :class:`ConfigError` whose key paths name the grid value (``grid.straggler[1]: ...``).
+    ``base`` is the base scenario of a one-base sweep; the files of a ``scenarios:`` sweep are taken
+    relative to ``sweep_dir`` (default: the folder of ``source``). All trials are validated before
+    any runs; their problems are gathered into one :class:`ConfigError` whose key paths name the
+    grid point (``grid point (scenario=fedavg, straggler=deadline): ...``).
     """
+    if spec.scenarios is None:
+        if base is None:
+            base = (sweep_dir or (Path(source).parent if source else Path("."))) / str(spec.scenario)
+        base_map: dict[str | None, tuple[Path, list[str]]] = {None: (base, [])}
+    else:
+        base_map = bases(spec, sweep_dir or (Path(source).parent if source else Path(".")))
     keys = list(spec.grid)
     points = list(itertools.product(*(spec.grid[k] for k in keys))) if keys else [()]
     trials: list[Trial] = []
     scenarios: list[Scenario] = []
     problems: list[Problem] = []
-    for point in points:
-        changed = dict(zip(keys, point))
+    for label, (base_path, base_sets), point in ((lb, bs, pt) for lb, bs in base_map.items() for pt in points):
+        changed = ({SCENARIO_KEY: label} if label is not None else {}) | dict(zip(keys, point))
         overrides = trial_overrides(spec, changed)
+        # a base's own overrides go after the sweep's fixed ones (more specific) and before the grid values
+        at = len(spec.set) + (spec.target is not None)
+        overrides[at:at] = base_sets
+        trial_base = str(base_path.resolve()) if label is not None else None
         where = ", ".join(f"{k}={_label(v)}" for k, v in changed.items()) or "every trial"
         for seed in spec.seed_list:
             parts = [f"{k.split('.')[-1] if isinstance(v, dict) else k}={_label(v)}" for k, v in changed.items()]
             tid = _ID_UNSAFE.sub("_", "_".join([f"t{len(trials) + len(problems):03d}", *parts, f"seed={seed}"]))
             try:
-                sc = load_scenario(base, overrides, seed=seed)
+                sc = load_scenario(base_path, overrides, seed=seed)
             except ConfigError as exc:
                 # the same problem for every seed of a grid point is reported once, naming the point
                 problems += [Problem(f"grid point ({where}): {p.path}".rstrip(": "), p.message, p.value)
@@ -187,7 +278,7 @@ def expand(spec: SweepSpec, base: Path, source: str | None = None) -> tuple[list
                                                                       p.message)
                              for p in exc.problems]
                 continue
-            trials.append(Trial(tid, overrides, seed, changed))
+            trials.append(Trial(tid, overrides, seed, changed, trial_base))
             scenarios.append(sc)
     if problems:
         unique = {p.format(): p for p in problems}  # values may be unhashable (a section): key on the text
