@@ -39,7 +39,18 @@ def _trace(run: Path) -> list[dict]:
 
 def test_every_protocol_is_covered():
     names = {load_scenario(ROOT / "scenarios" / f"{c}.yaml").protocol.name for c in CASES}
-    assert names == set(PROTOCOLS.names())
+    assert names == {n for n in PROTOCOLS.names() if PROTOCOLS.get(n).decides_on_models is None}
+
+
+def test_a_protocol_deciding_on_model_values_refuses_timing_only(tmp_path, capsys):
+    """WSCC clusters by the similarity of trained updates: without training its clusters (and times) would differ."""
+    from hierfl.cli import main
+
+    code = main(["run", str(ROOT / "scenarios" / "wscc.yaml"), "--set", "training.trainer=none",
+                 "--out", str(tmp_path / "x"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and not (tmp_path / "x").exists()
+    assert "training.trainer" in err and "cosine similarity" in err
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -54,6 +54,9 @@ class ProtocolConfig(ConfigModel):
     has_cloud_barrier: ClassVar[bool] = False  # a cloud round over edge servers that `straggler.cloud` applies to
     # whether it handles edge servers and the cloud failing (`edge_fail` / `cloud_fail` events)
     supports_infra_faults: ClassVar[bool] = False
+    # why its decisions (selections, clusters) depend on the trained models' values, if they do:
+    # timing only (`training.trainer: none`) could then not reproduce a training run's times
+    decides_on_models: ClassVar[str | None] = None
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""

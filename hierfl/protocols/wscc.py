@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -62,6 +62,7 @@ class WSCCConfig(ProtocolConfig):
     """``protocol: {name: wscc, fraction: 1.0, use_delta: true, damping: 0.5, preference: median}``."""
 
     name: Literal["wscc"] = "wscc"
+    decides_on_models: ClassVar[str | None] = "clusters devices by the cosine similarity of their trained updates"
     fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share of each cluster's members per round")
     warmup_epochs: int = Field(default=1, ge=1, description="local epochs of the warm-up round (E_warm)")
     use_delta: bool = Field(default=True, description="cosine of updates w_i − w0 (true) or of the weights w_i")
