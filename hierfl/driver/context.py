@@ -261,19 +261,20 @@ class Context:
         t0 = self.now  # the job's compute begins (later while the device evaluates: device_eval_cost)
         if self.eval_cost is not None:  # its next evaluation queues behind this job
             t0 = self.eval_cost.job_started(device, job_id, self.now, min(lost_at, self.now + compute_s))
+        busy_s = compute_s if t0 == self.now else self.now + compute_s - t0  # (exactly compute_s unless it waited)
         if math.isfinite(lost_at):
             self.telemetry.span(("device", device), "train", t0, max(lost_at - t0, 0.0), job=job_id, lost=reason,
                                 **mark)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
         if not spec.train:  # timing only: the update is the model the job started from
-            self.telemetry.span(("device", device), "train", t0, self.now + compute_s - t0, job=job_id)
+            self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
         # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
         seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         if self.robust is not None:
             self.robust.remember(new, device, behavior)
-        self.telemetry.span(("device", device), "train", t0, self.now + compute_s - t0, job=job_id, **mark)
+        self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
 
     def personal_phase(self, spec: TrainSpec) -> TrainSpec:
