@@ -11,7 +11,7 @@ import yaml
 
 from hierfl.build import build
 from hierfl.cli import main
-from hierfl.core.wscc import affinity_clusters, cosine_similarity, similarity_summary
+from hierfl.core.wscc import affinity_clusters, cluster_servers, cosine_similarity, similarity_summary
 from hierfl.driver import run_scenario
 from tests.conftest import TINY, tiny
 from tests.test_determinism import metrics_without_wall
@@ -89,6 +89,62 @@ def test_wscc_reclustering_writes_a_line_per_reclustering(tmp_path):
     res = run_scenario(tiny(protocol={"name": "wscc", "recluster_every": 2}, stop={"rounds": 5}), tmp_path)
     reasons = [json.loads(x)["reason"] for x in (tmp_path / "clusters.jsonl").read_text().splitlines()]
     assert reasons == ["initial", "warmup", "recluster", "recluster"] and res.summary["rounds"] == 5
+
+
+# -- clusters on edge servers (ALGORITHMS.md §5.9 step 6) -------------------------------------------------
+
+def test_cluster_server_is_the_home_of_most_members():
+    edge_of = np.array([1, 1, 1, 0, 0, 0, 2, -1])
+    assert cluster_servers([[0, 1, 3], [3, 4, 5, 6], [0, 3], [6, 7], [7]], edge_of, 3) == [1, 0, 0, 2, 0]
+    # [0, 3]: a tie between servers 1 and 0 → the lower id; [7]: no home server → server 0; clusters share 0
+
+
+def test_wscc_with_edge_servers_aggregates_clusters_at_their_edge(tmp_path):
+    # the planted population on 2 edge servers whose homes cross the groups: the even group {0, 2, 4, 6}
+    # lives mostly on server 1, the odd group {1, 3, 5, 7} mostly on server 0
+    sc, b = _planted({"topology": {"edge_servers": 2}})
+    b.world.edge_of = np.array([1, 1, 1, 0, 0, 0, 1, 0])
+    res = run_scenario(sc, tmp_path / "edge", built=b)
+    warm = [json.loads(x) for x in (tmp_path / "edge" / "clusters.jsonl").read_text().splitlines()][1]
+    assert warm["members"] == [[0, 2, 4, 6], [1, 3, 5, 7]] and warm["edges"] == [1, 0]
+    lines = [json.loads(x) for x in (tmp_path / "edge" / "metrics.jsonl").read_text().splitlines()]
+    aggs = [(x["edge"], x["cluster"], x["participants"]) for x in lines if x["event"] == "edge_aggregate"]
+    assert aggs == [(1, 0, 4), (0, 1, 4)] * 2  # rounds 2 and 3, each cluster at its own server
+    # devices.csv: each device's server is its cluster's, not its home
+    rows = (tmp_path / "edge" / "devices.csv").read_text().splitlines()
+    col = rows[0].split(",").index("edge")
+    assert [int(r.split(",")[col]) for r in rows[1:]] == [1, 0] * 4
+    mb, t = b.world.model_bytes, res.summary["totals"]
+    # device tier: 3 rounds × 8 devices × (download + upload); edge tier: 8 warm-up updates relayed to the
+    # cloud, 2 cluster models sent down once, 2 × 2 cluster models sent up
+    assert t["bytes_device_tier"] == 3 * 8 * 2 * mb
+    assert t["bytes_edge_tier"] == t["bytes_cloud"] == (8 + 2 + 4) * mb and t["messages_cloud"] == 14
+    assert (t["cloud_aggregations"], t["edge_aggregations"], t["device_updates"]) == (3, 4, 24)
+    # the learning is the same as at the cloud (fraction 1: the same members, the same averages); only the
+    # transfers moved to the edge tier
+    sc0, b0 = _planted()
+    flat = run_scenario(sc0, tmp_path / "flat", built=b0)
+    assert flat.summary["totals"]["bytes_edge_tier"] == 0
+    assert flat.summary["totals"]["bytes_device_tier"] == 3 * 8 * 2 * mb
+    assert np.array_equal(res.final_params, flat.final_params)
+    assert res.evals[-1]["device_accuracy_mean"] == flat.evals[-1]["device_accuracy_mean"] > 0.9
+
+
+def test_wscc_with_edge_servers_reclusters_through_relays(tmp_path):
+    sc = tiny(protocol={"name": "wscc", "recluster_every": 2}, topology={"edge_servers": 2}, stop={"rounds": 4})
+    res = run_scenario(sc, tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "clusters.jsonl").read_text().splitlines()]
+    assert [x["reason"] for x in lines] == ["initial", "warmup", "recluster"]
+    assert all(len(x["edges"]) == len(x["members"]) for x in lines[1:])
+    t = res.summary["totals"]
+    # four cloud rounds: 0 the warm-up and 2 (re-clustering) relay every device's update to the cloud; 1 and 3
+    # aggregate each cluster at its edge server and send its model up; the cloud sends the cluster models
+    # down after the warm-up (k1 clusters) and after re-clustering (k2)
+    k1, k2 = len(lines[1]["members"]), len(lines[2]["members"])
+    mb = build(sc).world.model_bytes
+    assert t["bytes_device_tier"] == 4 * 4 * 2 * mb  # 4 rounds × 4 devices × (download + upload) and res.summary["rounds"] == 4
+    assert t["edge_aggregations"] == k1 + k2
+    assert t["bytes_edge_tier"] == (4 + 4 + 2 * (k1 + k2)) * mb
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["cosine_similarity", "Clustering", "affinity_clusters", "similarity_summary"]
+__all__ = ["cosine_similarity", "Clustering", "affinity_clusters", "similarity_summary", "cluster_servers"]
 
 
 def cosine_similarity(vectors: np.ndarray) -> np.ndarray:
@@ -98,3 +98,15 @@ def similarity_summary(similarity: np.ndarray, labels: np.ndarray) -> dict[str, 
 
     return {"min": float(vals.min()), "mean": float(vals.mean()), "max": float(vals.max()),
             "within_mean": mean(same), "between_mean": mean(other)}  # type: ignore[dict-item]
+
+
+def cluster_servers(members: list[list[int]], edge_of: np.ndarray, num_edges: int) -> list[int]:
+    """Each cluster's edge aggregator (ALGORITHMS.md §5.9 step 6): the edge server that is the home
+    (``edge_of``) of most of its members, the lowest id on a tie; several clusters may share one.
+    A cluster none of whose members has a home server goes to server 0."""
+    servers = []
+    for group in members:
+        homes = edge_of[np.asarray(group, dtype=np.int64)]
+        homes = homes[homes >= 0]
+        servers.append(int(np.bincount(homes, minlength=num_edges).argmax()) if homes.size else 0)
+    return servers

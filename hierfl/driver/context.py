@@ -23,6 +23,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.env.api import Endpoint, Job, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, NonFiniteUpdate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.faults import Faults
 from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
@@ -81,6 +82,10 @@ class Context:
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
         # per-device evaluation (issue 17): the run has evaluation sets
         self.device_eval = bool(getattr(built, "eval_sets", None))
+        # evaluation.device_eval_cost: forward — devices are busy while they evaluate (None: free)
+        self.eval_cost: DeviceEvalCost | None = None
+        if self.device_eval and scenario.evaluation.device_eval_cost == "forward":
+            self.eval_cost = DeviceEvalCost(self._world.speed_sps, built.eval_sets, self.counters)
         # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
         personal = self._spec.personal
         self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
@@ -217,7 +222,16 @@ class Context:
         if dyn.jitter_sigma > 0:
             z = float(stream(self.seed, "jitter", device, job_id).standard_normal())
             work *= math.exp(dyn.jitter_sigma * z - dyn.jitter_sigma ** 2 / 2)
+        if self.eval_cost is not None:  # the job waits for the device's own evaluation to finish
+            start = self.now + self.eval_cost.wait(device, self.now)
+            return finish_time(start, work, dyn.windows[device]) - self.now
         return finish_time(self.now, work, dyn.windows[device]) - self.now if dyn.windows[device] else work
+
+    def charge_device_eval(self) -> None:
+        """An evaluation instant: with ``evaluation.device_eval_cost: forward`` the evaluated devices are
+        busy for their forward pass (:mod:`hierfl.driver.eval_cost`); free otherwise."""
+        if self.eval_cost is not None:
+            self.eval_cost.charge(self.now, self.dyn.windows, self.telemetry)
 
     def start_training(self, device: int, params: Any, spec: TrainSpec | None = None, control: Any = None) -> Job:
         """Submit ``device``'s next job now (see :meth:`start_job`, which also schedules its end).
@@ -244,19 +258,23 @@ class Context:
             down = dyn.availability.next_down(device, self.now)
             if down < self.now + compute_s and down < lost_at:
                 lost_at, reason = down, "offline"
+        t0 = self.now  # the job's compute begins (later while the device evaluates: device_eval_cost)
+        if self.eval_cost is not None:  # its next evaluation queues behind this job
+            t0 = self.eval_cost.job_started(device, job_id, self.now, min(lost_at, self.now + compute_s))
+        busy_s = compute_s if t0 == self.now else self.now + compute_s - t0  # (exactly compute_s unless it waited)
         if math.isfinite(lost_at):
-            self.telemetry.span(("device", device), "train", self.now, lost_at - self.now, job=job_id, lost=reason,
+            self.telemetry.span(("device", device), "train", t0, max(lost_at - t0, 0.0), job=job_id, lost=reason,
                                 **mark)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
         if not spec.train:  # timing only: the update is the model the job started from
-            self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id)
+            self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
         # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
         seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         if self.robust is not None:
             self.robust.remember(new, device, behavior)
-        self.telemetry.span(("device", device), "train", self.now, compute_s, job=job_id, **mark)
+        self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, self.now, host)
 
     def personal_phase(self, spec: TrainSpec) -> TrainSpec:
@@ -296,7 +314,9 @@ class Context:
         else:
             stats = self._wait(job)
         self.counters["train_jobs"] += 1
-        self.counters["compute_s"] += job.compute_s
+        # (a wait for the device's own evaluation, device_eval_cost, is counted in device_eval_s instead)
+        self.counters["compute_s"] += job.compute_s - (0.0 if self.eval_cost is None else
+                                                       self.eval_cost.waited(job.device, job.job))
         if stats.get(NONFINITE) and self.robust is None:  # with a robust rule, it screens NaN/Inf itself
             self._nonfinite_update(job)
         return stats

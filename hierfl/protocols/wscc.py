@@ -15,12 +15,32 @@ Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149). ALGORITHMS
    ("client clustering aggregation"). Optional re-clustering every ``recluster_every`` rounds on
    that round's updates (needs ``fraction: 1``).
 
-Every cluster is one aggregator (ALGORITHMS.md §5.9 step 6 maps it to a leader/edge server): its
-model is aggregated by a role and named ``cluster c`` in ``clusters.jsonl``. Transfers go device ↔
-cloud: clusters are not placed on the topology's edge servers (one run has as many clusters as AP
-finds, not as the topology has servers). The cloud's "global" model — evaluated on the pooled test
-set — is the sample-weighted average of the cluster models, one cloud aggregation per round; with
-per-device evaluation (``data.local_test_fraction``) each device is tested with its cluster's model.
+Every cluster is one aggregator, named ``cluster c`` in ``clusters.jsonl``. The cloud's "global"
+model — evaluated on the pooled test set — is the sample-weighted average of the cluster models, one
+cloud aggregation per round; with per-device evaluation (``data.local_test_fraction``) each device
+is tested with its cluster's model.
+
+**Without edge servers** (``topology.edge_servers: 0``) the clusters are aggregated at the cloud and
+every transfer goes device ↔ cloud.
+
+**With edge servers**, each cluster is mapped to an edge aggregator (ALGORITHMS.md §5.9 step 6):
+cluster ``c`` → the edge server that is the topology's home (``edge_of``) of most of its members,
+the lowest id on a tie. As many clusters as AP finds, so several clusters may share one server (each
+keeps its own model there); a server may serve none. The map is recorded in ``clusters.jsonl``
+(``edges``) and ``devices.csv`` (each device's cluster's server). Then:
+
+* warm-up: each device downloads ``w0`` from its home edge server (the servers start with it),
+  trains and uploads there; the server relays every update to the cloud (edge → cloud), which
+  computes ``S`` and clusters;
+* the cloud sends each new cluster model to its server (cloud → edge), which from then on holds it;
+* a round: the chosen members download their cluster's model from its server and upload to it
+  (device ↔ edge, even when it is not their home server); when its members have all arrived (or
+  dropped) the server averages them (an edge aggregation) and forwards the cluster model to the
+  cloud (edge → cloud); the cloud commits once every cluster that trained has arrived
+  (``tier: edge``) and the next round begins;
+* a re-clustering round (``recluster_every``) needs every member's update at the cloud: the servers
+  relay the updates instead, the cloud averages them per cluster, re-clusters and sends the new
+  cluster models down.
 """
 
 from __future__ import annotations
@@ -34,7 +54,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from hierfl.core.engine import Event, Priority
-from hierfl.core.wscc import Clustering, affinity_clusters, similarity_summary
+from hierfl.core.wscc import Clustering, affinity_clusters, cluster_servers, similarity_summary
 from hierfl.env import Env, Payload
 from hierfl.env.records import ClustersRecord
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
@@ -48,6 +68,15 @@ class ClusterMsg(DeviceMsg):
 
     round: int
     cluster: int
+
+
+@dataclass(frozen=True)
+class ClusterEdge(Payload):
+    """Cluster ``cluster``'s model between the cloud and its edge server ``edge`` in round ``round``."""
+
+    round: int
+    cluster: int
+    edge: int
 
 
 @dataclass(frozen=True)
@@ -97,6 +126,14 @@ class WSCC(Protocol):
         self.expected: set[int] = set()
         self.updates: dict[int, Any] = {}
         self.clustered = False
+        # edge servers (topology.edge_servers > 0): clusters are aggregated there (module docstring)
+        self.hier = env.world.num_edges > 0
+        self.link = "device_edge" if self.hier else "device_cloud"
+        self.cluster_edge: list[int] = []    # cluster → its edge server
+        self.at_edge: set[int] = set()       # clusters whose current model is at their server
+        self.plan: dict[int, list[int]] = {}  # this round: cluster → its chosen members
+        self.closed: set[int] = set()        # clusters whose server has aggregated this round (or had nothing)
+        self.rising: set[int] = set()        # cluster models on their way edge → cloud
 
     # -- rounds ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -126,8 +163,30 @@ class WSCC(Protocol):
                 chosen = env.rng("wscc.select", self.round, c).choice(np.asarray(up), size=k, replace=False)
                 plan.extend((int(d), c) for d in sorted(chosen))
         self.expected = {d for d, _ in plan}
+        self.plan, self.closed, self.rising = {}, set(), set()
         for device, c in plan:
-            self.send_model(device, "device_cloud", ClusterMsg(device, self.round, c))
+            self.plan.setdefault(c, []).append(device)
+        for c, devices in self.plan.items():
+            if self.hier and c >= 0 and c not in self.at_edge:  # the cloud holds the new cluster model
+                e = self.cluster_edge[c]
+                env.send(("cloud", 0), ("edge", e), "cluster_model_done", ClusterEdge(self.round, c, e), "download")
+                continue
+            for device in devices:
+                self.send_model(device, self.link, ClusterMsg(device, self.round, c))
+
+    def server_of(self, device: int, link: str, payload: Any) -> tuple[str, int]:
+        """With edge servers: the cluster's server (warm-up: the device's home server)."""
+        if link == "device_edge" and payload.cluster >= 0:
+            return ("edge", self.cluster_edge[payload.cluster])
+        return super().server_of(device, link, payload)
+
+    def on_cluster_model_done(self, event: Event) -> None:
+        """A cluster model reached its edge server: its chosen members download it from there."""
+        c = event.payload.cluster
+        self.at_edge.add(c)
+        for device in self.plan.get(c, []):
+            if device in self.expected:
+                self.send_model(device, self.link, ClusterMsg(device, self.round, c))
 
     def on_cluster_retry(self, event: Event) -> None:
         """Somebody came back online: begin the round now."""
@@ -144,13 +203,34 @@ class WSCC(Protocol):
             self.start_job(event, self.round_models[msg.cluster])
 
     def on_train_done(self, event: Event) -> None:
-        """Upload the update."""
-        self.collect_and_upload(event, "device_cloud")
+        """Upload the update (to the cloud, or to the cluster's edge server)."""
+        self.collect_and_upload(event, self.link)
+
+    def _relaying(self) -> bool:
+        """Whether this round's updates go on to the cloud one by one (warm-up and re-clustering rounds)."""
+        every = self.cfg.recluster_every
+        return not self.clustered or bool(every and self.round % every == 0)
 
     def on_upload_done(self, event: Event) -> None:
-        """Keep the update; the round closes when every expected device has arrived or dropped."""
+        """Keep the update; the round closes when every expected device has arrived or dropped. With edge
+        servers the update is at a server: relayed to the cloud, or kept for the cluster's aggregation."""
+        msg: ClusterMsg = event.payload
+        if self.hier and self._relaying():
+            server = self.server_of(msg.device, self.link, msg)
+            self.env.send(server, ("cloud", 0), "relay_done", msg, "relay")
+            return
+        self.updates[msg.device] = self.jobs.pop(msg.device).params
+        self._maybe_close()
+
+    def on_relay_done(self, event: Event) -> None:
+        """A relayed update reached the cloud."""
         device = event.payload.device
         self.updates[device] = self.jobs.pop(device).params
+        self._maybe_close()
+
+    def on_cluster_upload_done(self, event: Event) -> None:
+        """A cluster model reached the cloud from its edge server."""
+        self.rising.discard(event.payload.cluster)
         self._maybe_close()
 
     def on_device_lost(self, event: Event) -> None:
@@ -160,6 +240,9 @@ class WSCC(Protocol):
         self._maybe_close()
 
     def _maybe_close(self) -> None:
+        if self.hier and not self._relaying():
+            self._close_at_edges()
+            return
         if not self.expected.issubset(self.updates):
             return
         env = self.env
@@ -172,9 +255,29 @@ class WSCC(Protocol):
                 if got:
                     self.models[c] = env.average([self.updates[d] for d in got],
                                                  [float(env.world.samples[d]) for d in got])
+                    self.at_edge.discard(c)  # (a relay round) the new model is at the cloud: sent down next round
             if self.cfg.recluster_every and self.round % self.cfg.recluster_every == 0 and len(self.updates) > 1:
                 self._recluster()
         self._commit()
+
+    def _close_at_edges(self) -> None:
+        """Edge servers aggregate each cluster whose members are all in (or dropped) and send its model up;
+        the cloud commits when every cluster of the round is closed and its model has arrived."""
+        env = self.env
+        for c, devices in sorted(self.plan.items()):
+            if c in self.closed or not all(d in self.updates or d not in self.expected for d in devices):
+                continue
+            self.closed.add(c)
+            got = [d for d in devices if d in self.updates]
+            if not got:  # every chosen member dropped: the cluster model stays as it was
+                continue
+            e = self.cluster_edge[c]
+            self.models[c] = env.average([self.updates[d] for d in got], [float(env.world.samples[d]) for d in got])
+            env.edge_aggregated(("edge", e), e, got, {"participants": got, "cluster": c}, {"cluster": c})
+            self.rising.add(c)
+            env.send(("edge", e), ("cloud", 0), "cluster_upload_done", ClusterEdge(self.round, c, e), "upload")
+        if len(self.closed) == len(self.plan) and not self.rising:
+            self._commit(tier="edge")
 
     def _cluster(self, reason: str, base: Any) -> None:
         """Affinity propagation on this round's updates (minus ``base``, the warm-up's w0)."""
@@ -202,6 +305,11 @@ class WSCC(Protocol):
         members[largest] = sorted(members[largest] + missing)
         self.members = members
         self.models = []
+        self.at_edge = set()  # the new cluster models are at the cloud
+        tail: dict[str, Any] = {}
+        if self.hier:  # cluster → the home server of most of its members (lowest id on a tie)
+            self.cluster_edge = cluster_servers(members, env.world.edge_of, env.world.num_edges)
+            tail["edges"] = list(self.cluster_edge)
         for c, group in enumerate(members):
             self.cluster_of[group] = c
             got = [d for d in group if d in self.updates]  # every cluster has an AP member with an update
@@ -209,14 +317,18 @@ class WSCC(Protocol):
         env.telemetry.clusters(ClustersRecord(
             env.now, reason, "wscc", [list(map(int, g)) for g in members], [f"cluster {c}" for c in range(len(members))],
             tail={"exemplars": [devices[i] for i in result.exemplars], "fallback": result.fallback,
-                  "use_delta": cfg.use_delta or reason == "recluster", "similarity": similarity_summary(sim, result.labels)}))
+                  "use_delta": cfg.use_delta or reason == "recluster", "similarity": similarity_summary(sim, result.labels),
+                  **tail}))
+        if self.hier:  # devices.csv: each device's server is its cluster's
+            env.telemetry.devices(np.array([self.cluster_edge[int(c)] for c in self.cluster_of], dtype=np.int64))
 
-    def _commit(self) -> None:
-        """The cloud's model: the sample-weighted average of the cluster models (one cloud aggregation)."""
+    def _commit(self, tier: str = "device") -> None:
+        """The cloud's model: the sample-weighted average of the cluster models (one cloud aggregation).
+        ``tier="edge"``: the updates were aggregated (and counted) at the edge servers."""
         env = self.env
         for c, group in enumerate(self.members):
             env.add_to_cloud(self.models[c], float(sum(int(env.world.samples[d]) for d in group)))
-        env.set_global(env.commit_cloud(participants=sorted(self.updates)))
+        env.set_global(env.commit_cloud(participants=sorted(self.updates), tier=tier))
         self.round += 1
         if not env.stopping:
             self._begin()
@@ -231,4 +343,4 @@ class WSCC(Protocol):
     def state(self) -> dict[str, Any]:
         """Round, clusters and in-flight devices."""
         return {"round": self.round, "clusters": self.members, "expected": sorted(self.expected),
-                "arrived": sorted(self.updates)}
+                "arrived": sorted(self.updates), **({"cluster_edges": list(self.cluster_edge)} if self.hier else {})}

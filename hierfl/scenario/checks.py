@@ -88,6 +88,9 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     if stop.virtual_time_s is not None and ev.every_s is not None and ev.every_s > stop.virtual_time_s:
         problems.append(Problem("evaluation.every_s",
                                 f"longer than the run (stop.virtual_time_s = {stop.virtual_time_s:g})", ev.every_s))
+    if ev.device_eval_cost != "free" and scenario.data.local_test_fraction <= 0:
+        problems.append(Problem("evaluation.device_eval_cost", "charges the devices' own evaluation, which needs "
+                                "data.local_test_fraction > 0; allowed without it: free", ev.device_eval_cost))
     problems.extend(_dynamics_checks(scenario))
     problems.extend(scenario.protocol.check(scenario))
     # learning plug-ins: a trainer or server optimizer the protocol cannot honour is an error, not ignored

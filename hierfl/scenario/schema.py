@@ -264,6 +264,10 @@ class EvaluationConfig(ConfigModel):
 
     every_s: PositiveFloat | None = Field(default=None, description="null = only at start and end")
     target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0)
+    # issue 17: what per-device evaluation (data.local_test_fraction) costs the devices in virtual time
+    device_eval_cost: Literal["free", "forward"] = Field(
+        default="free", description="free: per-device evaluation takes no virtual time; forward: each device is "
+                                    "busy for a forward pass over its held-out rows (hierfl.driver.eval_cost)")
 
     @field_validator("every_s")
     @classmethod
