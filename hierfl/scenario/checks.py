@@ -141,8 +141,9 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
         able = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).supports_infra_faults)
         for i, event in enumerate(scenario.events):
             if event.spec.infra_fault:
-                problems.append(Problem(f"events.{i}.{event.kind}", f"protocol {proto.name} has no edge servers "
-                                        f"to fail or to keep working without the cloud; allowed with: {able}"))
+                problems.append(Problem(f"events.{i}.{event.kind}", f"protocol {proto.name} does not emulate edge-"
+                                        f"server or cloud outages (no edge tier to fail, or none that keeps "
+                                        f"working without the cloud); allowed with: {able}"))
     problems.extend(_straggler_checks(scenario))
     end = scenario.stop.virtual_time_s
     e_count = scenario.topology.edge_servers or 0
