@@ -264,7 +264,7 @@ def test_faults_local_and_ray_give_identical_metrics_and_model(tmp_path, ray_ses
     ([{"at_s": 1, "edge_fail": {"edges": [0], "for_s": 5}}], {"protocol": {"name": "fedavg"}, "topology": None},
      "events.0.edge_fail", "no edge servers"),
     ([{"at_s": 1, "edge_fail": {"edges": [0], "for_s": 5}}], {"protocol": {"name": "fedavg"}},
-     "events.0.edge_fail", "protocol fedavg has no edge servers to fail"),
+     "events.0.edge_fail", "protocol fedavg does not emulate edge-server or cloud outages"),
     ([{"at_s": 1, "cloud_fail": {"for_s": 5}}], {"protocol": {"name": "fedbuff", "K": 2}},
      "events.0.cloud_fail", "allowed with: ahfl, fedch, hierfavg"),
     ([{"at_s": 1, "cloud_fail": {"for_s": 5}}],
