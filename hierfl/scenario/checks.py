@@ -186,14 +186,14 @@ def _trainer_checks(scenario: Scenario) -> list[Problem]:
         bad = [(key, value) for key, value in (("stop.target_accuracy", scenario.stop.target_accuracy),
                                                ("evaluation.target_accuracy", scenario.evaluation.target_accuracy))
                if value is not None]
-        problems = [Problem(key, f"trainer {name} trains and evaluates no model (timing only): no accuracy to "
-                            "reach; allowed: null", value) for key, value in bad]
-        why = type(proto).decides_on_models
-        if why:
-            problems.append(Problem("training.trainer", f"protocol {proto.name} {why}: timing only (trainer {name}) "
-                                    "would not give a training run's times and selections; allowed: a trainer "
-                                    "that trains (e.g. sgd)", name))
-        return problems
+        timing = [Problem(key, f"trainer {name} trains and evaluates no model (timing only): no accuracy to "
+                          "reach; allowed: null", value) for key, value in bad]
+        decides = type(proto).decides_on_models
+        if decides:
+            timing.append(Problem("training.trainer", f"protocol {proto.name} {decides}: timing only (trainer {name}) "
+                                  "would not give a training run's times and selections; allowed: a trainer "
+                                  "that trains (e.g. sgd)", name))
+        return timing
     if trainer.needs_control_variates and not proto.control_variates:
         able = [n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates]
         return [Problem("training.trainer", f"{name} needs a protocol with synchronous rounds that carries "
