@@ -165,6 +165,7 @@ class Checkpointer:
         self.recoveries = latest.recoveries if latest is not None else 0
         self._last_wall = time.perf_counter()
         self._last_rounds = latest.rounds if latest is not None else 0
+        self.first_s = 0.0  # wall seconds of a fresh run's checkpoint before its first event (start-up)
 
     def due(self, run: Any) -> bool:
         """Whether a checkpoint is due now (one before the first event; then by rounds or wall time)."""
@@ -181,7 +182,11 @@ class Checkpointer:
     def __call__(self, run: Any) -> None:
         """The loop's hook: take a checkpoint if one is due."""
         if self.due(run):
+            first = self.latest is None
+            t0 = time.perf_counter()
             self.take(run)
+            if first:  # before the first event: paid before any job, so it counts as start-up
+                self.first_s = time.perf_counter() - t0
 
     def take(self, run: Any) -> Checkpoint:
         """Checkpoint ``run`` now (between two events) and write it atomically."""

@@ -279,7 +279,8 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
             "rounds_to_target": run.rounds_to_target,
             "virtual_time_s": ctx.now, "rounds": int(ctx.counters["cloud_aggregations"]),
             "wall_s": tel.wall_s() if resume is not None else time.perf_counter() - wall0,
-            "startup_s": max(startup_s, _ready(startup) - run_start),
+            # start-up: everything before the first event, the checkpoint taken there included
+            "startup_s": max(startup_s + ckpt.first_s, _ready(startup) - run_start),
             "startup": _since_launch(startup, run_start),
             "executor": executor.name, "workers": executor.workers,
             "devices": world.num_devices, "edge_servers": world.num_edges,
