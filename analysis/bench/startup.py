@@ -183,7 +183,7 @@ def plain_main(path: str) -> None:
     from emulator_overhead import plain_pytorch
 
     from hierfl.build import build
-    from hierfl.config.loader import load_scenario
+    from hierfl.scenario.loader import load_scenario
 
     built = build(load_scenario(path))
     plain_pytorch([(0.1, 10)], built, seed=1)
