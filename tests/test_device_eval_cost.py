@@ -6,10 +6,8 @@ import copy
 import json
 
 import pytest
-import yaml
 
 from hierfl.build import build
-from hierfl.cli import main
 from hierfl.driver import run_scenario
 from tests.conftest import TINY, tiny
 
@@ -62,11 +60,6 @@ def test_forward_cost_integrates_a_slowdown_window(tmp_path):
 ])
 def test_bad_device_eval_cost_exits_2_with_the_key_path(tmp_path, capsys, override, key):
     from hierfl.scenario.loader import deep_merge
+    from tests.badinput import assert_refused
 
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(deep_merge(copy.deepcopy(TINY), override)))
-    out = tmp_path / "out"
-    assert main(["run", str(path), "--out", str(out), "-q"]) == 2
-    err = capsys.readouterr().err
-    assert key in err and "Traceback" not in err
-    assert not out.exists() or not any(out.iterdir())
+    assert_refused(tmp_path, capsys, deep_merge(copy.deepcopy(TINY), override), key)

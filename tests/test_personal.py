@@ -7,10 +7,8 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 
 from hierfl.build import build
-from hierfl.cli import main
 from hierfl.core.personal import (LayerSplitError, device_accuracy_fields, layer_names, local_mask, resolve_layers,
                                   support_split, weighted_quantiles)
 from hierfl.driver import run_scenario
@@ -182,14 +180,9 @@ def test_no_device_eval_fields_without_held_out_data(tmp_path):
 ])
 def test_bad_personal_input_exits_2_with_the_key_path(tmp_path, capsys, override, key):
     from hierfl.scenario.loader import deep_merge
+    from tests.badinput import assert_refused
 
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(deep_merge(copy.deepcopy(TINY), override)))
-    out = tmp_path / "out"
-    assert main(["run", str(path), "--out", str(out), "-q"]) == 2
-    err = capsys.readouterr().err
-    assert key in err and "Traceback" not in err
-    assert not out.exists() or not any(out.iterdir())
+    assert_refused(tmp_path, capsys, deep_merge(copy.deepcopy(TINY), override), key)
 
 
 def test_lg_fedavg_warmup_is_fedavg_then_devices_start_from_its_model(tmp_path):
