@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test bench bench-scale clean
+.PHONY: install run test bench bench-scale claims clean
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ bench: install
 
 bench-scale: install
 	$(BIN)/python analysis/bench/scale.py
+
+# issue 18: every claim of analysis/claims/ (sweeps on Ray Tune), then analysis/results/claims.md
+claims: install
+	$(BIN)/python analysis/claims/run_all.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
