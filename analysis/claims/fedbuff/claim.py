@@ -1,0 +1,136 @@
+"""FedBuff vs synchronous and asynchronous FL: time and client updates to a target accuracy.
+
+Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation", AISTATS 2022
+(arXiv 2106.06639), abstract: FedBuff is "3.3x more efficient than synchronous FL and up to 2.5x
+more efficient than asynchronous FL" (ALGORITHMS.md §5.4, §7). Setting (fedbuff.yaml, sweep.yaml):
+10,000 devices, 1,000 training at once, K = 10, heavy-tailed (lognormal) job times; FedBuff,
+FedAsync, FedAvg and FedAvgM (the paper's synchronous baseline) over seeds 1–3.
+
+    .venv/bin/python analysis/claims/fedbuff/claim.py            # ~5 min on an idle 2-core machine
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from common import (  # noqa: E402
+    ClaimResult, by_group, changed, cli, first_reaching, fmt, mean_ci, paired, rel, run_sweep, write_result,
+)
+
+TARGET = 0.72  # sweep.yaml's target (evaluation.target_accuracy of every trial)
+METHODS = ("fedbuff", "fedasync", "fedavg", "fedavgm")
+
+
+def t_target(run) -> float | None:
+    """Virtual seconds to the first evaluation at or above the target (None: never)."""
+    m = first_reaching(run, TARGET)
+    return None if m is None else float(m["t"])
+
+
+def u_target(run) -> float | None:
+    """Client updates applied (``device_updates``) by the first evaluation at or above the target."""
+    m = first_reaching(run, TARGET)
+    return None if m is None else float(m["device_updates"])
+
+
+def main() -> None:
+    args = cli("fedbuff", __doc__)
+    runs = run_sweep(HERE / "sweep.yaml", args)
+    g = by_group(runs, changed("scenario"))
+    missing = [m for m in METHODS if m not in g]
+    if missing:
+        raise SystemExit(f"sweep.yaml lacks trials for {missing}")
+    seeds = sorted({r.seed for r in runs})
+    wall = sum(float(r.summary.get("wall_s") or 0.0) for r in runs)
+
+    rows = []
+    values: dict[str, object] = {"target": TARGET, "trials_wall_s": round(wall, 1)}
+    for m in METHODS:
+        ts = [t_target(r) for r in g[m]]
+        us = [u_target(r) for r in g[m]]
+        values[m] = {"time_to_target_s": ts, "updates_to_target": us,
+                     "best_accuracy": [r.summary.get("best_accuracy") for r in g[m]],
+                     "staleness": [r.summary.get("staleness") for r in g[m]]}
+        rows.append(f"| {m} | {fmt(ts, 1, ' s')} | {fmt(us, 0)} |")
+
+    ratio: dict[str, dict[str, list[float | None]]] = {}
+    for base in ("fedavg", "fedavgm", "fedasync"):
+        ratio[base] = {"time": paired(g[base], g["fedbuff"], t_target),
+                       "updates": paired(g[base], g["fedbuff"], u_target)}
+    values["speedup"] = ratio
+
+    def mean(xs: list[float | None]) -> float:
+        return mean_ci(xs)[0]
+
+    sync_t, sync_m_t, async_t = (mean(ratio[b]["time"]) for b in ("fedavg", "fedavgm", "fedasync"))
+    sync_u, sync_m_u, async_u = (mean(ratio[b]["updates"]) for b in ("fedavg", "fedavgm", "fedasync"))
+    faster_sync = sync_t > 1 and sync_m_t > 1
+    faster_async = async_t > 1
+    fewer_updates = sync_u > 1 and sync_m_u > 1 and async_u > 1
+    agrees = "yes" if faster_sync and faster_async and fewer_updates else (
+        "partly" if faster_sync or faster_async else "no")
+
+    ours = (f"time to {TARGET}: ×{fmt(ratio['fedavgm']['time'], 1)} vs FedAvgM, "
+            f"×{fmt(ratio['fedavg']['time'], 1)} vs FedAvg, ×{fmt(ratio['fedasync']['time'], 1)} vs FedAsync; "
+            f"client updates: ×{fmt(ratio['fedavgm']['updates'], 1)} / ×{fmt(ratio['fedavg']['updates'], 1)}"
+            f" / ×{fmt(ratio['fedasync']['updates'], 1)}")
+    notes = (f"direction holds; our speed-ups are larger than the paper's 3.3×/2.5×: logreg with 2 local "
+             f"steps per job makes a 1,000-client synchronous round a very large-batch step, and a round "
+             f"waits for the slowest of 1,000 lognormal jobs" if agrees == "yes" else
+             "see details")
+    details = "\n".join([
+        f"Setting ({rel(HERE / 'fedbuff.yaml')}, {rel(HERE / 'sweep.yaml')}): 10,000 devices, 1,000 "
+        "training at any time (FedBuff, FedAsync) or per round (FedAvg, FedAvgM, C = 0.1), FedBuff K = 10 "
+        "with s(τ) = 1/√(1+τ) and η_g = 1 (the paper's settings, ALGORITHMS.md §5.4); FedAsync with "
+        "§5.3's defaults (α = 0.6, polynomial a = 0.5, ρ = 0.005); FedAvgM with β = 0.9, server lr 1. "
+        "Device speeds lognormal (median 10 samples/s, σ = 0.6, FedScale's spread): the paper draws "
+        "half-normal training times, hierfl draws speeds [D]. Blobs (20 features, 10 classes, "
+        "separation 0.6), Dirichlet(1.0) label skew, 20 samples per device, logistic regression, one "
+        f"local epoch of batch 10 at lr 0.5 [D: no CelebA/Sent140 offline; a CNN over 10,000 devices "
+        f"would not fit the claims budget]. Target {TARGET} (~93 % of the ~0.77 plateau) [D]. Runs stop "
+        "at the target (`stop.target_accuracy`); evaluation every 0.5 virtual s, so times are "
+        "resolved to 0.5 s. No hyper-parameter was tuned: every value is a documented default.",
+        "",
+        "| method | time to target (virtual s) | client updates to target |",
+        "|---|---|---|",
+        *rows,
+        "",
+        f"Speed-up of FedBuff = baseline / FedBuff per seed (paired). Time: FedAvgM "
+        f"{fmt(ratio['fedavgm']['time'], 2)}, FedAvg {fmt(ratio['fedavg']['time'], 2)}, FedAsync "
+        f"{fmt(ratio['fedasync']['time'], 2)}. Client updates: FedAvgM "
+        f"{fmt(ratio['fedavgm']['updates'], 2)}, FedAvg {fmt(ratio['fedavg']['updates'], 2)}, FedAsync "
+        f"{fmt(ratio['fedasync']['updates'], 2)}.",
+        "",
+        "Why the time speed-ups over synchronous FL exceed 3.3×: a synchronous round applies one "
+        "averaged step per 1,000 jobs and lasts as long as the slowest of its 1,000 heavy-tailed jobs, "
+        "while FedBuff applies a server step every 10 arrivals and never waits; with a convex model and "
+        "2 local steps per job, the large-batch penalty of 1,000-client rounds (the paper's own "
+        "motivation: synchronous FL 'cannot scale efficiently beyond a few hundred clients') is large. "
+        "The paper's CNN/LSTM tasks with tuned server learning rates give the smaller 3.3×; we report "
+        "what the documented defaults give and did not tune toward the claim.",
+        "",
+        f"Cost: {len(runs)} trials, {wall:.0f} s of trial wall time in all (sum of `wall_s`).",
+    ])
+    write_result(ClaimResult(
+        id="fedbuff",
+        claim="FedBuff reaches a target accuracy faster than synchronous FL (FedAvg/FedAvgM) and "
+              "asynchronous FL (FedAsync) at concurrency 1,000 over 10,000 devices",
+        source="Nguyen et al., AISTATS 2022, arXiv 2106.06639 (abstract); ALGORITHMS.md §5.4, §7",
+        paper="3.3× vs synchronous FL; up to 2.5× vs asynchronous FL",
+        ours=ours,
+        agrees=agrees,
+        scenario=[rel(HERE / "fedbuff.yaml"), rel(HERE / "sweep.yaml")],
+        notes=notes,
+        seeds=seeds,
+        values=values,
+        details=details,
+        order=60,
+    ), args)
+
+
+if __name__ == "__main__":
+    main()
