@@ -37,6 +37,14 @@ def u_target(run) -> float | None:
     return None if m is None else float(m["device_updates"])
 
 
+def at_target(key: str):
+    """A per-run figure: field ``key`` of the first evaluation reaching the target (None: never)."""
+    def f(run) -> float | None:
+        m = first_reaching(run, TARGET)
+        return None if m is None or m.get(key) is None else float(m[key])
+    return f
+
+
 def main() -> None:
     args = cli("fedbuff", __doc__)
     runs = run_sweep(HERE / "sweep.yaml", args)
@@ -78,10 +86,18 @@ def main() -> None:
             f"×{fmt(ratio['fedavg']['time'], 1)} vs FedAvg, ×{fmt(ratio['fedasync']['time'], 1)} vs FedAsync; "
             f"client updates: ×{fmt(ratio['fedavgm']['updates'], 1)} / ×{fmt(ratio['fedavg']['updates'], 1)}"
             f" / ×{fmt(ratio['fedasync']['updates'], 1)}")
-    notes = (f"direction holds; our speed-ups are larger than the paper's 3.3×/2.5×: logreg with 2 local "
-             f"steps per job makes a 1,000-client synchronous round a very large-batch step, and a round "
-             f"waits for the slowest of 1,000 lognormal jobs" if agrees == "yes" else
-             "see details")
+    steps_fb = [at_target("round")(r) for r in g["fedbuff"]]
+    stale_fb = [at_target("staleness_mean_cloud")(r) for r in g["fedbuff"]]
+    stale_fa = [at_target("staleness_mean_cloud")(r) for r in g["fedasync"]]
+    rounds_avg = [at_target("round")(r) for r in g["fedavg"]]
+    values["fedbuff"]["server_steps_to_target"] = steps_fb  # type: ignore[index]
+    values["fedbuff"]["staleness_at_target"] = stale_fb  # type: ignore[index]
+    values["fedasync"]["staleness_at_target"] = stale_fa  # type: ignore[index]
+    values["fedavg"]["rounds_to_target"] = rounds_avg  # type: ignore[index]
+    notes = ("direction holds, magnitude far beyond the paper's 3.3×/2.5×: this convex task reaches the "
+             "target in a few dozen FedBuff server steps, before the first wave of 1,000 jobs has "
+             "returned, while each synchronous round waits for the slowest of 1,000 (see details)"
+             if agrees == "yes" else "see details")
     details = "\n".join([
         f"Setting ({rel(HERE / 'fedbuff.yaml')}, {rel(HERE / 'sweep.yaml')}): 10,000 devices, 1,000 "
         "training at any time (FedBuff, FedAsync) or per round (FedAvg, FedAvgM, C = 0.1), FedBuff K = 10 "
@@ -105,13 +121,25 @@ def main() -> None:
         f"{fmt(ratio['fedavgm']['updates'], 2)}, FedAvg {fmt(ratio['fedavg']['updates'], 2)}, FedAsync "
         f"{fmt(ratio['fedasync']['updates'], 2)}.",
         "",
+        f"Regime reached: FedBuff hits the target after {fmt(steps_fb, 0)} server steps "
+        f"(mean staleness of the applied updates {fmt(stale_fb, 1)}), i.e. with a few hundred of the "
+        f"first wave of 1,000 jobs — the fastest devices, several of which hold only a handful of "
+        f"samples under the Dirichlet split; FedAvg needs {fmt(rounds_avg, 1)} rounds of ~14 virtual s "
+        f"each; FedAsync's updates arrive with staleness {fmt(stale_fa, 0)} at the target, so its "
+        "α·s(τ) = 0.6/√(1+τ) ≈ 0.02 mixes each update in weakly and toward a model ~1,000 versions old.",
+        "",
         "Why the time speed-ups over synchronous FL exceed 3.3×: a synchronous round applies one "
         "averaged step per 1,000 jobs and lasts as long as the slowest of its 1,000 heavy-tailed jobs, "
         "while FedBuff applies a server step every 10 arrivals and never waits; with a convex model and "
         "2 local steps per job, the large-batch penalty of 1,000-client rounds (the paper's own "
         "motivation: synchronous FL 'cannot scale efficiently beyond a few hundred clients') is large. "
-        "The paper's CNN/LSTM tasks with tuned server learning rates give the smaller 3.3×; we report "
-        "what the documented defaults give and did not tune toward the claim.",
+        "The paper's CNN/LSTM tasks need thousands of server steps and hundreds of 1,000-client rounds "
+        "(with tuned server learning rates), a regime where per-round waiting matters less and the "
+        "speed-up settles at 3.3×; reproducing that regime needs ~10^5 jobs per synchronous run, beyond "
+        "the claims budget (≤ 6 min on 2 cores for this claim). What our setting does reproduce is the "
+        "direction and the paper's stated mechanism (large synchronous cohorts give diminishing returns; "
+        "fully asynchronous FedAsync suffers from staleness at concurrency 1,000). We report what the "
+        "documented defaults give and did not tune toward the claim.",
         "",
         f"Cost: {len(runs)} trials, {wall:.0f} s of trial wall time in all (sum of `wall_s`).",
     ])
