@@ -11,7 +11,9 @@ WAN to the cloud), sweep.yaml (AHFL, a diagnostic AHFL with α = 1, flat FedAvg,
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -123,7 +125,9 @@ def main() -> None:
         "device's model into the global one; in AHFL it is applied on top of averages. The α = 1 arm "
         "(same seeds, everything else equal) isolates that choice.",
         "",
-        f"Cost: {len(runs)} trials, {wall:.0f} s of trial wall time in all (sum of `wall_s`).",
+        f"Cost: {len(runs)} trials, {wall:.0f} s of trial wall time in all (sum of `wall_s`); the script "
+        f"took {time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at "
+        "its end (the machine is shared: walls are inflated by the load).",
     ])
     write_result(ClaimResult(
         id="ahfl",

@@ -11,7 +11,9 @@ FedAsync, FedAvg and FedAvgM (the paper's synchronous baseline) over seeds 1–3
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -141,7 +143,9 @@ def main() -> None:
         "fully asynchronous FedAsync suffers from staleness at concurrency 1,000). We report what the "
         "documented defaults give and did not tune toward the claim.",
         "",
-        f"Cost: {len(runs)} trials, {wall:.0f} s of trial wall time in all (sum of `wall_s`).",
+        f"Cost: {len(runs)} trials, {wall:.0f} s of trial wall time in all (sum of `wall_s`); the script "
+        f"took {time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at "
+        "its end (the machine is shared: walls are inflated by the load).",
     ])
     write_result(ClaimResult(
         id="fedbuff",
