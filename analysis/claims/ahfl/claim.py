@@ -78,9 +78,15 @@ def main() -> None:
     def reached(m: str) -> int:
         return sum(1 for r in g[m] if t(r) is not None)
 
-    faster = reached("ahfl") == len(g["ahfl"]) and mean(time_vs_avg) > 1
+    def clearly_above_1(xs: list[float | None]) -> bool:
+        """The 95 % interval of the paired ratio lies above 1 (a difference, not seed noise)."""
+        m, half, n = mean_ci(xs)
+        return n >= 2 and m - half > 1
+
+    all_reached = reached("ahfl") == len(g["ahfl"])
+    faster = all_reached and clearly_above_1(time_vs_avg)
     # AHFL that never reaches the target has no traffic "to target": the traffic claim needs it to
-    less_traffic = reached("ahfl") == len(g["ahfl"]) and mean(bytes_vs_async) > 1
+    less_traffic = all_reached and clearly_above_1(bytes_vs_async)
     agrees = "yes" if faster and less_traffic else ("partly" if faster or less_traffic else "no")
 
     ours = (f"AHFL (§4.3 defaults): time to {TARGET} {fmt([t(r) for r in g['ahfl']], 1, ' s')} vs flat FedAvg "
@@ -89,9 +95,11 @@ def main() -> None:
     a1 = (f"with α = 1 (diagnostic): time FedAvg/AHFL ×{fmt(time_vs_avg_a1, 2)}, cloud bytes FedAsync/AHFL "
           f"×{fmt(bytes_vs_async_a1, 1)}")
     notes = {"yes": "both directions hold with §4.3's defaults; " + a1,
-             "partly": ("AHFL sends far less to the cloud than FedAsync, but with §4.3's α = 0.6 it is not "
-                        "faster than flat FedAvg: every update is damped by α at the leader and again at "
-                        "the cloud; " + a1),
+             "partly": (("AHFL sends far less to the cloud than FedAsync, but with §4.3's α = 0.6 it is not "
+                         "clearly faster than flat FedAvg (the interval of the ratio includes 1): every update "
+                         "is damped by α at the leader and again at the cloud; " + a1) if less_traffic else
+                        ("AHFL is faster than flat FedAvg but does not clearly send less to the cloud than "
+                         "FedAsync; " + a1)),
              "no": "neither direction holds with §4.3's defaults; " + a1}[agrees]
 
     details = "\n".join([
@@ -106,7 +114,7 @@ def main() -> None:
         "CIFAR-10 in the paper; no dataset file offline and a CNN would not fit the budget [D]. AHFL with "
         "§4.3's defaults (α = 0.6, σ = polynomial 0.5, prox ρ = 0.005, periods auto); FedAvg C = 0.1 "
         "(§5.1); FedAsync §5.3 defaults, every device training. Runs stop at the target (stop after "
-        "150 virtual s otherwise); evaluation every virtual second. Nothing was tuned.",
+        "200 virtual s otherwise); evaluation every virtual second. Nothing was tuned.",
         "",
         f"| method | time to {TARGET} | cloud bytes to target | cloud messages to target | device updates "
         "to target | best accuracy |",
@@ -123,7 +131,9 @@ def main() -> None:
         "period, further shrunk by σ(τ) < 1 for stale entries — whereas a FedAvg round moves one whole "
         "averaged step. α = 0.6 is a [D] of ALGORITHMS.md §4.3 borrowed from FedAsync, where α mixes one "
         "device's model into the global one; in AHFL it is applied on top of averages. The α = 1 arm "
-        "(same seeds, everything else equal) isolates that choice.",
+        "(same seeds, everything else equal) isolates that choice. Flat FedAvg with C = 0.1 is also frugal "
+        "with the cloud (10 devices per round), so AHFL's traffic advantage is over FedAsync, as the "
+        "claim states, not over FedAvg.",
         "",
         f"Cost: {len(runs)} trials, {wall:.0f} s of trial wall time in all (sum of `wall_s`); the script "
         f"took {time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at "
