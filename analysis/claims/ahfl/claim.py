@@ -6,7 +6,7 @@ shape — less virtual time to a target than flat FedAvg, less cloud traffic tha
 heterogeneous device speeds). Setting: ahfl.yaml (100 devices, 5 edge servers, an intercontinental
 WAN to the cloud), sweep.yaml (AHFL, a diagnostic AHFL with α = 1, flat FedAvg, flat FedAsync).
 
-    .venv/bin/python analysis/claims/ahfl/claim.py            # a few minutes on an idle 2-core machine
+    .venv/bin/python analysis/claims/ahfl/claim.py   # 532 s at load 51-71 on the shared 2-core machine
 """
 
 from __future__ import annotations
