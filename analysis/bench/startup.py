@@ -17,9 +17,11 @@ shown too, it counts every shared page once per process). For hierfl it adds the
 breakdown the run records in ``summary.json`` (``startup``), what the tree held at its peak, by
 process, and the steady rounds.
 
-Usage: ``python analysis/bench/startup.py [--repeat 3] [--cores N] [--address ADDR]``
+Usage: ``python analysis/bench/startup.py [--repeat 3] [--cores N] [--address ADDR] [--before DIR]``
 (``--address auto``: attach to a running cluster, e.g. after ``ray start --head``; the cluster's
-own processes are then outside the measured tree).
+own processes are then outside the measured tree; ``--before /work/main``: also run that checkout's
+``.venv/bin/hierfl``, interleaved with this one's, run by run, and print before vs after; the
+1-minute load average is printed with the numbers, since the machine may be shared).
 """
 
 from __future__ import annotations
@@ -190,7 +192,7 @@ def plain_main(path: str) -> None:
 
 
 def main() -> None:
-    """Run both sides and print the comparison."""
+    """Run both sides (or three, with ``--before``) and print the comparison."""
     import yaml
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -198,34 +200,103 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each side (medians reported)")
     ap.add_argument("--address", help="attach hierfl to this Ray cluster (e.g. auto)")
     ap.add_argument("--no-plain", action="store_true", help="skip the plain PyTorch side")
+    ap.add_argument("--before", help="another checkout (with its own .venv) to run interleaved with this one, "
+                                     "e.g. /work/main: before vs after in one invocation")
     ap.add_argument("--plain-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.plain_child:
         plain_main(args.plain_child)
         return
-    hierfl_bin = str(Path(sys.executable).with_name("hierfl"))
+    sides = {"hierfl": str(Path(sys.executable).with_name("hierfl"))}
+    if args.before:
+        sides = {"before": str(Path(args.before).resolve() / ".venv" / "bin" / "hierfl"), "after": sides["hierfl"]}
+    loads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         scen = Path(tmp) / "w1a.yaml"
         scen.write_text(yaml.safe_dump(w1a(args.cores)))
-        runs: list[tuple[Measured, dict]] = []
+        runs: dict[str, list[tuple[Measured, dict]]] = {name: [] for name in sides}
         plain: list[Measured] = []
-        for rep in range(args.repeat):
-            out = Path(tmp) / f"run{rep}"
-            cmd = [hierfl_bin, "run", str(scen), "--out", str(out), "-q"]
-            if args.address:
-                cmd += ["--address", args.address]
-            m = measure(cmd)
-            summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
-            if m.returncode != 0 or summary.get("status") != "completed":
-                raise SystemExit(f"hierfl run failed (exit {m.returncode})")
-            runs.append((m, summary))
+        for rep in range(args.repeat):  # interleaved: a busy spell of the shared machine hits every side
+            for name, binary in sides.items():
+                loads.append(os.getloadavg()[0])
+                out = Path(tmp) / f"{name}{rep}"
+                cmd = [binary, "run", str(scen), "--out", str(out), "-q"]
+                if args.address:
+                    cmd += ["--address", args.address]
+                for attempt in (1, 2, 3):  # on an overloaded machine Ray's daemons can miss their deadline
+                    m = measure(cmd + ["--force"])
+                    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+                    if m.returncode == 0 and summary.get("status") == "completed":
+                        break
+                    print(f"{name}: hierfl run failed (exit {m.returncode}), attempt {attempt}", file=sys.stderr)
+                else:
+                    raise SystemExit(f"{name}: hierfl run failed three times")
+                runs[name].append((m, summary))
             if not args.no_plain:
+                loads.append(os.getloadavg()[0])
                 plain.append(measure([sys.executable, __file__, "--plain-child", str(scen)]))
-    report(runs, plain, args)
+        loads.append(os.getloadavg()[0])
+    if len(sides) == 1:
+        report(runs["hierfl"], plain, args)
+    else:
+        compare(runs, plain, args)
+    print(f"\n1-minute load average before each run and at the end: {', '.join(f'{x:.1f}' for x in loads)} "
+          f"(median {_med(loads):.1f}; {os.cpu_count()} cores)")
+
+
+def compare(runs: dict[str, list[tuple[Measured, dict]]], plain: list[Measured], args: argparse.Namespace) -> None:
+    """Before vs after (and the plain loop), medians of the interleaved runs, then each side's detail."""
+    where = f"attached to {args.address}" if args.address else "own Ray instance"
+    n = len(next(iter(runs.values())))
+    print(f"W1a: 100 devices x 600 samples, MLP 784-200-200-10, FedAvg 10 rounds of 10; Ray, {args.cores} workers, "
+          f"{where}; {n} interleaved runs per side, medians (min)")
+    names = list(runs)
+    print()
+    print("| W1a | " + " | ".join(names) + " | plain loop | goal |")
+    print("|---|" + "---|" * (len(names) + 2))
+
+    def cell(values: list[float], fmt: str) -> str:
+        return f"{_med(values):{fmt}} ({min(values):{fmt}})" if values else ""
+
+    rows = [("whole-process wall (s)", lambda m, s: m.wall_s, ".1f", f"<= {GOALS['wall_s']:.0f}"),
+            ("peak tree PSS (MB)", lambda m, s: m.pss_mb, ".0f", f"<= {GOALS['pss_mb']:.0f}"),
+            ("peak tree RSS (MB)", lambda m, s: m.rss_mb, ".0f", ""),
+            ("CPU seconds of the tree", lambda m, s: m.cpu_s, ".1f", ""),
+            ("rounds: wall_s - startup_s (s)", lambda m, s: s["wall_s"] - s["startup_s"], ".2f", "")]
+    for label, get, fmt, goal in rows:
+        cells = [cell([get(m, s) for m, s in runs[name]], fmt) for name in names]
+        plain_cell = cell([get(p, {}) for p in plain], fmt) if plain and "rounds" not in label else ""
+        print(f"| {label} | " + " | ".join(cells) + f" | {plain_cell} | {goal} |")
+    print("| processes in the tree | " + " | ".join(str(runs[name][0][0].processes) for name in names)
+          + f" | {plain[0].processes if plain else ''} | |")
+    for name in names:
+        print(f"\n== {name}: walls {', '.join(f'{m.wall_s:.1f}' for m, _ in runs[name])}")
+        _detail(runs[name])
 
 
 def _med(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def _detail(runs: list[tuple[Measured, dict]]) -> None:
+    """The start-up steps, the memory at the PSS peak and the CPU seconds, by process."""
+    phases: dict[str, list[float]] = {}
+    for _, s in runs:
+        for k, v in s.get("startup", {}).items():
+            if isinstance(v, (int, float)):
+                phases.setdefault(k, []).append(v)
+    if phases:
+        print("start-up, as the run records it (summary.json 'startup'; seconds since launch, medians):")
+        for k, v in phases.items():
+            print(f"  {k:28s} {_med(v):6.2f}")
+    m = max((m for m, _ in runs), key=lambda x: x.pss_mb)
+    print(f"at the PSS peak of the largest run ({m.pss_mb:.0f} MB), by process (MB):")
+    for name, mb in sorted(m.at_peak.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:28s} {mb:7.0f}")
+    print("CPU seconds by process (median run):")
+    mid = sorted(runs, key=lambda r: r[0].cpu_s)[len(runs) // 2][0]
+    for name, cpu in sorted(mid.cpu_by_role.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:28s} {cpu:7.1f}")
 
 
 def report(runs: list[tuple[Measured, dict]], plain: list[Measured], args: argparse.Namespace) -> None:
@@ -253,23 +324,8 @@ def report(runs: list[tuple[Measured, dict]], plain: list[Measured], args: argpa
     print(f"| processes in the tree | {runs[0][0].processes} | {plain[0].processes if plain else ''} | |")
     print(f"\nwalls: hierfl {', '.join(f'{w:.1f}' for w in walls)}; "
           f"plain {', '.join(f'{p.wall_s:.1f}' for p in plain)}")
-    phases: dict[str, list[float]] = {}
-    for _, s in runs:
-        for k, v in s.get("startup", {}).items():
-            if isinstance(v, (int, float)):
-                phases.setdefault(k, []).append(v)
-    if phases:
-        print("\nstart-up, as the run records it (summary.json 'startup'; seconds since launch, medians):")
-        for k, v in phases.items():
-            print(f"  {k:28s} {_med(v):6.2f}")
-    m = max((m for m, _ in runs), key=lambda x: x.pss_mb)
-    print(f"\nat the PSS peak of the largest run ({m.pss_mb:.0f} MB), by process (MB):")
-    for name, mb in sorted(m.at_peak.items(), key=lambda kv: -kv[1]):
-        print(f"  {name:28s} {mb:7.0f}")
-    print("\nCPU seconds by process (median run):")
-    mid = sorted(runs, key=lambda r: r[0].cpu_s)[len(runs) // 2][0]
-    for name, cpu in sorted(mid.cpu_by_role.items(), key=lambda kv: -kv[1]):
-        print(f"  {name:28s} {cpu:7.1f}")
+    print()
+    _detail(runs)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ describes is the same on every machine and with any executor.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -20,10 +22,20 @@ from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import World
 from hierfl.data import DataError, Dataset
-from hierfl.learn.local import forward_flops, init_params, param_layout
+from hierfl.learn.local import forward_flops, init_params, model_layout
 from hierfl.scenario.schema import Scenario
 
-__all__ = ["Built", "build", "train_spec"]
+__all__ = ["Built", "ModelCall", "build", "in_process", "train_spec"]
+
+ModelCall = Callable[..., Any]
+"""``call(fn, *args)`` → ``fn(*args)``, run where torch is: the model's torch work during the build
+(initial parameters, layout, FLOPs). A Ray run sends it to a host actor, so the driver process never
+imports torch (about 1.6 CPU s and 0.2 GB; see ``hierfl.runtime.start.ExecutorStart.model_call``)."""
+
+
+def in_process(fn: Callable[..., Any], *args: Any) -> Any:
+    """The default :data:`ModelCall`: ``fn(*args)`` here."""
+    return fn(*args)
 
 
 @dataclass
@@ -85,12 +97,12 @@ def _split_devices(scenario: Scenario, parts: list[np.ndarray]
 
 
 def _personal_bytes(scenario: Scenario, params: np.ndarray, shape: tuple[int, ...], classes: int,
-                    spec: TrainSpec) -> tuple[np.ndarray, int]:
+                    spec: TrainSpec, call: ModelCall = in_process) -> tuple[np.ndarray, int]:
     """A personalised trainer's global vector (Meta-SGD: ``[θ; α]``) and one message's size: only the
     global parameters travel. Raises ConfigError at the trainer's layer key if the split does not fit."""
     personal = spec.personal
     assert personal is not None
-    layout = param_layout(scenario.model.build(shape, classes))
+    layout = call(model_layout, scenario.model, shape, classes)
     try:
         layers = resolve_layers(layout, personal.local, personal.from_end)
     except LayerSplitError as exc:
@@ -102,8 +114,12 @@ def _personal_bytes(scenario: Scenario, params: np.ndarray, shape: tuple[int, ..
     return params, model_bytes(params.size - local)
 
 
-def build(scenario: Scenario, source: str | None = None) -> Built:
+def build(scenario: Scenario, source: str | None = None, model_call: ModelCall = in_process) -> Built:
     """Generate the data, split it, draw the profiles, assign edges and initialise the model.
+
+    ``model_call`` runs the model's torch work (initial parameters, layout, FLOPs): here by
+    default, in a Ray host actor for a Ray run (the results are the same bits: the initial
+    parameters are a function of the seed only).
 
     Raises :class:`ConfigError` (with the key path) when the scenario is valid on its own
     but cannot be built, e.g. a partition that cannot give every device a sample.
@@ -122,13 +138,13 @@ def build(scenario: Scenario, source: str | None = None) -> Built:
     samples = np.array([len(p) for p in parts], dtype=np.int64)
     shape, classes = tuple(dataset.input_shape), dataset.num_classes
     try:
-        world = build_world(scenario, samples, lambda: forward_flops(scenario.model, shape, classes))
-        params = init_params(scenario.model, shape, classes, stream_seed(seed, "model.init"))
+        world = build_world(scenario, samples, lambda: model_call(forward_flops, scenario.model, shape, classes))
+        params = model_call(init_params, scenario.model, shape, classes, stream_seed(seed, "model.init"))
         # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
         spec = train_spec(scenario)
         if spec.personal is not None:
-            params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec)
+            params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec, model_call)
         dynamics = build_dynamics(scenario, world)
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None

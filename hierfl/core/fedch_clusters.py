@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from hierfl.core.staleness import fedch
 
@@ -163,6 +162,10 @@ def slot_cost_matrix(dist_to_cluster: np.ndarray, slots: np.ndarray, leaders: li
 
 def assign_slots(cost: np.ndarray) -> tuple[np.ndarray, float]:
     """Optimal device → slot assignment of a square cost matrix: ``(slot_of, total cost)``."""
+    # imported here: scipy.optimize costs every process that loads the protocols (the driver of any
+    # run) about 0.4 CPU s and 50 MB, and only FedCH's cluster construction needs it
+    from scipy.optimize import linear_sum_assignment  # noqa: PLC0415
+
     rows, cols = linear_sum_assignment(cost)
     slot_of = np.empty(cost.shape[0], dtype=np.int64)
     slot_of[rows] = cols

@@ -78,15 +78,16 @@ def start_and_build(scenario: Scenario, source: str | None = None) -> tuple[Exec
     rt = scenario.runtime
     start = start_executor(rt.executor, rt.workers, rt.address)
     try:
-        built, start.marks["data_built"] = _build_timed(scenario, source)
+        built, start.marks["data_built"] = _build_timed(scenario, source, start)
     except BaseException:
         start.close()
         raise
     return start, built
 
 
-def _build_timed(scenario: Scenario, source: str | None) -> tuple[Built, float]:
-    built = build(scenario, source)
+def _build_timed(scenario: Scenario, source: str | None, start: ExecutorStart) -> tuple[Built, float]:
+    # the model's torch work runs where the executor has torch (Ray: a host actor), not here
+    built = build(scenario, source, model_call=start.model_call)
     return built, time.time()
 
 
@@ -174,7 +175,7 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
             start, built = start_and_build(scenario, source)
         else:
             try:
-                built, start.marks["data_built"] = _build_timed(scenario, source)
+                built, start.marks["data_built"] = _build_timed(scenario, source, start)
             except BaseException:
                 start.close()
                 raise

@@ -35,6 +35,7 @@ __all__ = [
     "forward_flops",
     "index_blocks",
     "init_params",
+    "model_layout",
     "num_steps",
     "param_layout",
     "samples_processed",
@@ -44,6 +45,13 @@ __all__ = [
 def param_layout(module: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
     """``(name, shape)`` of each parameter, in the order of the flat vector."""
     return [(name, tuple(p.shape)) for name, p in module.named_parameters()]
+
+
+def model_layout(model_cfg: ModelConfig, input_shape: tuple[int, ...],
+                 num_classes: int) -> list[tuple[str, tuple[int, ...]]]:
+    """:func:`param_layout` of the model ``model_cfg`` builds (a plain function of configs, so that
+    it can run in another process: see :class:`hierfl.runtime.start.ExecutorStart.model_call`)."""
+    return param_layout(model_cfg.build(input_shape, num_classes))
 
 
 def count_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:

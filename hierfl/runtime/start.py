@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 from hierfl.executors import EXECUTORS
 from hierfl.runtime.executor import Executor, RunData, make_executor
@@ -37,6 +39,12 @@ class ExecutorStart:
     def executor(self, data: RunData) -> Executor:
         """The executor, with the run's data (made now: nothing was begun early)."""
         return make_executor(self.kind, data, workers=self._workers, address=self._address)
+
+    def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` where the executor's processes have torch: the build's model work (initial
+        parameters, layout, FLOPs; :data:`hierfl.build.assemble.ModelCall`). Here: in this process,
+        which trains with torch anyway."""
+        return fn(*args)
 
     def close(self) -> None:
         """Release an unfinished start (nothing here)."""
