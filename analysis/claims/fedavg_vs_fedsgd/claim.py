@@ -67,6 +67,8 @@ def main() -> None:
     lrs = {m: min(s, key=lambda lr: (s[lr], lr)) for m, s in scores.items()}
     for m, s in scores.items():
         print(f"  tuning {m}: " + ", ".join(f"lr={lr:g}: {v:.1f} rounds" for lr, v in s.items()) + f" → lr = {lrs[m]:g}")
+    # a pick at the edge of its grid may not be the method's best lr: say so in the details
+    edge = [m for m, s in scores.items() if lrs[m] in (min(s), max(s))]
     runs = run_sweep(eval_file(lrs, Path(args.out)), args, name="eval")
     groups = by_group(runs, lambda r: (r.changed["scenario"], r.config["data"]["partition"]["name"]))
     parts = {"iid": "IID", "shards": "non-IID (2 shards/client)"}
@@ -111,7 +113,7 @@ def main() -> None:
 Learning rates tuned on seeds 901-903 (IID): {"; ".join(f"{m}: " + ", ".join(f"lr {lr:g} → {v:.1f} rounds" for lr, v in s.items()) for m, s in scores.items())}; picked {", ".join(f"{m} lr = {lr:g}" for m, lr in lrs.items())}.
 
 {table}
-
+{"" if not edge else chr(10) + "**Tuning caveat:** the lr picked for " + ", ".join(edge) + " is at the edge of its grid, so a value beyond it might need fewer rounds (for FedSGD that would lower the ratio; for FedAvg raise it)." + chr(10)}
 The ratio against the target (the same runs; each run stops at 0.85):
 
 | target | IID | non-IID |
