@@ -109,6 +109,18 @@ def main() -> None:
     table = "\n".join(["| split | FedSGD rounds | FedAvg (E = 5, B = 10) rounds | FedSGD / FedAvg |", "|---|---|---|---|"]
                       + rows)
     trend = "\n".join(trend_rows)
+    below = [parts[p] for p in parts if mean_ci(ratios[p])[0] < 10]
+    why = "" if not below else f"""
+
+**Why the ratio is below 10× ({", ".join(below)}).** What we checked: (1) *local work per round*: McMahan et
+al. show the speed-up grows with u = E·n/B, the local updates per round (their Table 2); with 600 MNIST
+samples per client, E = 5, B = 10 gives u = 300, while our 120 samples per client give u = 60, five
+times fewer — that is the main difference from the paper's setting and it is the budget's (and the
+stand-in dataset's) doing, not the algorithm's. (2) *the target*: the table above shows how the ratio
+moves with the target on the same runs; the paper's targets (97 % for the 2NN, 99 % for the CNN) sit
+close to the best accuracy the models reach, where FedSGD's progress per round is slowest. (3) *FedSGD's
+learning rate*: see the tuning above (a pick at the top of the grid would mean FedSGD could be faster
+still, lowering the ratio further). The direction of the claim (FedAvg needs fewer rounds) holds."""
     details = f"""Rounds to 0.85 test accuracy, mean ± 95 % CI over seeds 1-3 (ratio paired per seed).
 Learning rates tuned on seeds 901-903 (IID): {"; ".join(f"{m}: " + ", ".join(f"lr {lr:g} → {v:.1f} rounds" for lr, v in s.items()) for m, s in scores.items())}; picked {", ".join(f"{m} lr = {lr:g}" for m, lr in lrs.items())}.
 
@@ -133,7 +145,7 @@ take the same virtual time, and an evaluation every 0.25 virtual s (shorter than
 first round at the target.
 
 Sum of the trials' wall time: tuning {tune_wall:.0f} s ({len(tune)} trials), evaluation {eval_wall:.0f} s
-({len(runs)} trials), on a 2-core machine shared with other jobs."""
+({len(runs)} trials), on a 2-core machine shared with other jobs.{why}"""
     result = ClaimResult(
         id="fedavg_vs_fedsgd",
         claim="FedAvg needs far fewer communication rounds than FedSGD to reach a target accuracy",
