@@ -6,11 +6,16 @@
   partial work, Li et al., MLSys 2020, §3 "γ-inexact solutions");
 * ``over_select`` — ``⌈factor·K⌉`` are selected, the first ``K`` to arrive are kept (FedScale's
   over-commitment, Lai et al., ICML 2022);
-* ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close the round.
+* ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close the round;
+* ``random_epochs`` — FedProx's systems heterogeneity (Li et al., MLSys 2020, §5.2): each round a
+  seeded ``fraction`` of the selected devices are stragglers that can do only ``x`` local epochs,
+  ``x`` uniform in ``[1, E)``; ``partial: true`` aggregates their partial work (FedProx), ``false``
+  drops them before they compute (FedAvg).
 
 A barrier (:class:`hierfl.protocols.straggler.Barrier`) reads a policy only through its hooks:
 :meth:`StragglerPolicy.select_count`, :meth:`StragglerPolicy.needed`,
-:attr:`StragglerPolicy.deadline_s` and :attr:`StragglerPolicy.partial_work`. Class flags:
+:attr:`StragglerPolicy.deadline_s`, :attr:`StragglerPolicy.partial_work`,
+:meth:`StragglerPolicy.assigned_stragglers` and :attr:`StragglerPolicy.keeps_stragglers`. Class flags:
 ``waits_for_all`` (the neutral policy: selects K and waits for all of them — the only one allowed
 where there is no barrier or every trained update must arrive) and ``at_cloud`` (may also close
 a cloud round whose participants are edge servers, ``straggler.cloud`` of HierFAVG).
@@ -34,7 +39,7 @@ from hierfl.config.registry import Registry
 MIN_INTERVAL_S = 1e-3
 """Shortest straggler deadline and evaluation interval accepted (virtual seconds): one millisecond."""
 
-__all__ = ["STRAGGLERS", "StragglerPolicy", "WaitAll", "Deadline", "OverSelect", "FirstK",
+__all__ = ["STRAGGLERS", "StragglerPolicy", "WaitAll", "Deadline", "OverSelect", "FirstK", "RandomEpochs",
            "device_policy_field", "default_policy", "neutral_names", "MIN_INTERVAL_S"]
 
 STRAGGLERS: Registry = Registry("straggler policy")
@@ -64,6 +69,15 @@ class StragglerPolicy(ConfigModel):
     @property
     def partial_work(self) -> bool:
         """Devices plan as many local steps as fit before the deadline."""
+        return False
+
+    def assigned_stragglers(self, selected: int) -> int:
+        """How many of a round's ``selected`` participants are stragglers by assignment (none)."""
+        return 0
+
+    @property
+    def keeps_stragglers(self) -> bool:
+        """Assigned stragglers run their shorter job and are aggregated (else: dropped before computing)."""
         return False
 
 
@@ -156,6 +170,42 @@ class FirstK(StragglerPolicy):
             return min(self.k, selected)
         assert self.fraction is not None
         return min(max(math.ceil(self.fraction * selected - 1e-9), 1), selected)
+
+
+@STRAGGLERS.register
+class RandomEpochs(StragglerPolicy):
+    """FedProx's systems heterogeneity (Li et al., MLSys 2020, arXiv 1812.06127, §5.2): each round
+    ``fraction`` of the selected devices are stragglers whose constraints allow only ``x`` local
+    epochs, ``x`` uniform in ``[1, E)``; ``partial: true`` aggregates their partial solutions
+    (FedProx), ``partial: false`` drops them (FedAvg).
+
+    As in the reference code (litian96/FedProx ``flearn/trainers/fedprox.py``): ``round(K·(1 −
+    fraction))`` devices of the round are active, the rest are stragglers, and a straggler draws
+    ``x = randint(1, E)`` (1 … E − 1 epochs). With ``training.steps`` (or E = 1) the draw is over
+    steps, ``1 … H − 1`` [D]. The round waits for every device that computes.
+    """
+
+    name: Literal["random_epochs"] = "random_epochs"
+    fraction: float = Field(ge=0.0, lt=1.0, description="share of each round's selected devices that are stragglers "
+                                                         "(below 1: one device of every round is never a straggler)")
+    partial: bool = Field(default=True, description="true: aggregate stragglers' partial work (FedProx); "
+                                                    "false: drop them (FedAvg)")
+
+    @classmethod
+    def example(cls) -> RandomEpochs:
+        """A minimal valid config (conformance tests)."""
+        return cls(fraction=0.5)
+
+    def assigned_stragglers(self, selected: int) -> int:
+        """``K − round(K·(1 − fraction))`` (half rounded up [D]; Python's ``round`` in the reference
+        code rounds half to even, the same for its K = 10), but at most ``K − 1`` [D]: a round in
+        which every device is dropped would aggregate nothing (the reference code fails there)."""
+        return min(selected - math.floor(selected * (1.0 - self.fraction) + 0.5), selected - 1)
+
+    @property
+    def keeps_stragglers(self) -> bool:
+        """``partial``."""
+        return self.partial
 
 
 def neutral_names() -> list[str]:

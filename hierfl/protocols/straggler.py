@@ -9,7 +9,9 @@ and the rule that closes it —
   partial work, Li et al., MLSys 2020, §3 "γ-inexact solutions");
 * ``over_select`` — ``⌈factor·K⌉`` were selected, the first ``K`` to arrive are kept (FedScale's
   over-commitment, Lai et al., ICML 2022);
-* ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close it.
+* ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close it;
+* ``random_epochs`` — a seeded share of the selected devices are stragglers that do 1 … E − 1
+  epochs (FedProx's systems heterogeneity): kept (``partial: true``) or dropped before computing.
 
 When a barrier closes, participants still on their way are abandoned: their transfers and jobs
 are withdrawn, and their compute so far is counted as wasted (``wasted_compute_s``) along with
@@ -63,6 +65,14 @@ class Barrier:
         self.abandon_fn = abandon or proto.abandon
         self.info = dict(info or {})  # extra fields of the round_close line (e.g. FedCH's cluster)
         self.needed = policy.needed(len(selected), wanted) if selected else 0
+        # stragglers by assignment (random_epochs): a seeded draw per server and round, so FedAvg
+        # (dropping them) and FedProx (keeping them) see the same stragglers, as in the reference code
+        self.stragglers: frozenset[int] = frozenset()
+        assigned = getattr(policy, "assigned_stragglers", None)  # a duck-typed policy may lack the hook
+        k = assigned(len(selected)) if assigned is not None and selected else 0
+        if k > 0:
+            rng = self.env.rng(f"straggler.assigned.{server[0]}", int(server[1]), int(round_id))
+            self.stragglers = frozenset(int(i) for i in rng.choice(sorted(self.selected), size=k, replace=False))
         self.deadline: float | None = None
         self._deadline_event: Event | None = None
         seconds = policy.deadline_s
@@ -140,6 +150,36 @@ def partial_steps(full_steps: int, step_s: float, time_left: float) -> int:
     return max(min(full_steps, math.floor(time_left / step_s + 1e-9)), 0)
 
 
+def _drop_before_compute(env: Any, device: int, barrier: Barrier, why: str, **info: Any) -> None:
+    """``device`` computes nothing this round: the barrier stops waiting for it (a dropped straggler)."""
+    env.telemetry.instant(("device", device), why, env.now, **info)
+    barrier.waiting.discard(device)
+    barrier.lost.append(device)
+    env.telemetry.count("stragglers_dropped", 1)
+    if not barrier.waiting and not barrier.closed:
+        barrier.close()
+
+
+def _assigned_work(env: Any, device: int, barrier: Barrier, spec: TrainSpec) -> TrainSpec | None:
+    """The job of an assigned straggler (``random_epochs``): ``x`` uniform in 1 … E − 1 epochs (or
+    1 … H − 1 steps), or None when the policy drops stragglers (FedAvg in Li et al.'s experiments)."""
+    if not barrier.policy.keeps_stragglers:
+        _drop_before_compute(env, device, barrier, "straggler_dropped")
+        return None
+    kind, ident = barrier.server
+    rng = env.rng(f"straggler.work.{kind}", int(ident), int(barrier.round), int(device))
+    if spec.epochs is not None and spec.epochs >= 2:
+        x = int(rng.integers(1, spec.epochs))  # numpy randint(1, E) of the reference code
+        env.telemetry.instant(("device", device), "partial_work", env.now, epochs=x, of=spec.epochs)
+        return replace(spec, epochs=x)
+    full = num_steps(int(env.world.samples[device]), spec)
+    if full < 2:
+        return spec  # one step is the least work there is
+    x = int(rng.integers(1, full))
+    env.telemetry.instant(("device", device), "partial_work", env.now, steps=x, of=full)
+    return replace(spec, epochs=None, steps=x)
+
+
 def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec | None = None,
                  upload_s: float | None = None) -> TrainSpec | None:
     """The job ``device`` runs now: the full ``spec``, or under ``deadline`` with ``partial: true`` as
@@ -149,6 +189,8 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     env = proto.env
     spec = spec or env.spec
     policy = barrier.policy
+    if device in barrier.stragglers:
+        return _assigned_work(env, device, barrier, spec)
     if not policy.partial_work or barrier.deadline is None:
         return spec
     world = env.world
@@ -161,12 +203,7 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     if k >= full:
         return spec
     if k < 1:
-        env.telemetry.instant(("device", device), "no_time", env.now, left_s=left)
-        barrier.waiting.discard(device)
-        barrier.lost.append(device)
-        env.telemetry.count("stragglers_dropped", 1)
-        if not barrier.waiting and not barrier.closed:
-            barrier.close()
+        _drop_before_compute(env, device, barrier, "no_time", left_s=left)
         return None
     env.telemetry.instant(("device", device), "partial_work", env.now, steps=k, of=full)
     return replace(spec, epochs=None, steps=k)
