@@ -166,8 +166,10 @@ class FlowNetwork:
         for link in links:
             if link not in capacity:
                 raise KeyError(f"unknown link {link!r}")
-        self.advance(now)
-        finite = tuple(link for link in links if capacity[link] < math.inf)
+        if now < self.now:
+            raise ValueError(f"network time cannot go back: {self.now} → {now}")
+        self.now = now
+        finite = tuple([link for link in links if capacity[link] < math.inf])
         flow = Flow(flow_id, links, megabits, megabits, now, tag=tag, finite=finite)
         flow._net, flow._order = self, self._order
         self._order += 1
@@ -310,13 +312,17 @@ class FlowNetwork:
     # -- progress -----------------------------------------------------------------------------
     def _rebase(self, f: Flow, remaining: float) -> None:
         """``f`` has ``remaining`` left now: restart its closed form here and re-file it."""
-        f._r0, f._t0 = remaining, self.now
-        f._end = _end(remaining, f.rate, self.now)
+        now = self.now
+        f._r0, f._t0 = remaining, now
+        rate = f.rate
+        # _end(remaining, rate, now), inline (once per flow at least)
+        end = f._end = now if remaining <= EPS_MBIT else math.inf if rate <= 0.0 else now + remaining / rate
         self._versions += 1
-        f._ver = self._versions
-        heapq.heappush(self._heap, (f._end, f.id, f._ver))
+        ver = f._ver = self._versions
+        heap = self._heap
+        heapq.heappush(heap, (end, f.id, ver))
         self.ops.heap += 1
-        if len(self._heap) > 64 and len(self._heap) > 2 * len(self.flows):
+        if len(heap) > 64 and len(heap) > 2 * len(self.flows):
             self._compact()
 
     def _compact(self) -> None:
@@ -335,17 +341,21 @@ class FlowNetwork:
         self._rebase(f, left)
 
     def _solo(self, f: Flow) -> None:
-        """A new flow that shares no finite link: its rate is its path's bottleneck."""
-        cap = self.capacity
+        """A new flow that shares no finite link: its rate is its path's bottleneck (what
+        :meth:`_recompute` gives it, without the component search)."""
+        cap, ops = self.capacity, self.ops
         if self.contention:
             # exactly what progressive filling gives a flow alone: 0.0 + its link's share
             rate = 0.0 + cap[f.finite[0]] / 1 if f.finite else math.inf
-            self.ops.links += len(f.finite)
+            ops.links += len(f.finite)
         else:
             rate = min([cap[link] for link in f.links]) if f.links else math.inf
-        self.ops.flows += 1
-        self._set_rate(f, rate, True)
-        self._note(f, 1)
+        ops.flows += 1
+        # _set_rate(new=True) and _note(sharing=1) for a flow that has sent nothing yet
+        f.rate = rate
+        if rate < f.min_rate:
+            f.min_rate = rate
+        self._rebase(f, f._r0)
 
     # -- rates ------------------------------------------------------------------------------
     def _finite(self, links: Iterable[Hashable]) -> tuple[Hashable, ...]:
