@@ -119,8 +119,10 @@ class Transfers:
         if a == "device" and b == "edge" or a == "edge" and b == "device":  # the common case first
             d, e = (i, j) if a == "device" else (j, i)
             links: list[Any] = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
-            extra = float(w.edge_latency_ms[d, e]) if w.edge_latency_ms.shape[1] > e else 0.0
-            return "device_edge", links, (float(w.latency_ms[d]) + extra) / 1000.0, (d,)
+            # ndarray.item: the same Python float as float(array[i]), without the numpy scalar
+            lat = w.edge_latency_ms
+            extra = lat.item(d, e) if lat.shape[1] > e else 0.0
+            return "device_edge", links, (w.latency_ms.item(d) + extra) / 1000.0, (d,)
         if a == "device" and b == "device":
             # both access links are crossed (ALGORITHMS.md §1.2); a topology's d2d rule sets the latency
             # and may cap the hop's bandwidth: a private link per (src, dst) pair, shared only by
