@@ -2,7 +2,7 @@
 
 import pytest
 
-from hierfl.core.engine import EventQueue, Priority
+from hierfl.core.engine import Event, EventQueue, Priority
 
 
 def test_exact_trace_time_then_priority_then_insertion():
@@ -42,3 +42,22 @@ def test_state_roundtrip_preserves_order_and_counter():
     assert r.now == 1.0
     assert [r.pop().kind for _ in range(3)] == ["b", "c", "e"]
     assert r.push(9.0, "new").seq == 4  # the sequence counter continues
+
+
+def test_pushed_events_are_the_dataclass_s_events():
+    """push builds events without the frozen dataclass's __init__ (issue 12, per-event cost): they must
+    be the same objects in every respect — equal, hashed, ordered, printed, frozen and pickled alike."""
+    import dataclasses
+    import pickle
+
+    q = EventQueue()
+    payload = {"device": 3}
+    pushed = q.push(2.5, "train_done", payload, Priority.ARRIVAL)
+    built = Event(2.5, Priority.ARRIVAL, 0, "train_done", {"device": 3})
+    assert pushed == built and hash(pushed) == hash(built) and repr(pushed) == repr(built)
+    assert dataclasses.astuple(pushed) == dataclasses.astuple(built)
+    assert pushed.payload is not payload            # a mapping payload is copied, as before
+    assert pickle.loads(pickle.dumps(pushed)) == built
+    assert pushed < Event(2.5, Priority.ARRIVAL, 1, "a") and not pushed < built
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pushed.time = 3.0  # type: ignore[misc]

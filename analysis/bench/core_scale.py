@@ -14,8 +14,10 @@ Prints, side by side in one run, microseconds per event of
   every device a driver does without it,
 
 at N = 1k, 10k, 100k, **before** (the algorithms of main before issue 12, kept below as
-:class:`LegacyFlowNetwork` and :class:`LegacyAvailability`) and **after**. The legacy classes are
-also the bit-for-bit reference of ``tests/test_scale_core.py``.
+:class:`LegacyFlowNetwork` and :class:`LegacyAvailability`) and **after**. ``LegacyAvailability``
+and :class:`PlainFlowNetwork` (the legacy network's scans with closed-form progress) are the
+bit-for-bit references of ``tests/test_scale_core.py``; ``LegacyFlowNetwork`` (which folds every
+flow's progress over every step of the clock) is its reference to within rounding.
 
 Usage: ``python analysis/bench/core_scale.py [--sizes 1000 10000 100000] [--events 2000]``
 """
@@ -201,6 +203,53 @@ class LegacyFlowNetwork:
     def _note(f: LegacyFlow, sharing: int) -> None:
         f.max_sharing = max(f.max_sharing, sharing)
         f.min_rate = min(f.min_rate, f.rate)
+
+
+class PlainFlowNetwork(LegacyFlowNetwork):
+    """The plain model with closed-form progress: :class:`LegacyFlowNetwork`'s scans and rates, but a
+    flow's ``remaining`` is ``max(r0 - rate · (t - t0), 0)`` since its last rate change at ``t0``
+    instead of a fold over every step of the network's clock. The bit-for-bit reference of
+    :class:`hierfl.core.network.FlowNetwork` (which computes the same without scanning)."""
+
+    def __init__(self, capacity: dict[Hashable, float] | None = None, contention: bool = True) -> None:
+        super().__init__(capacity, contention)
+        self.t0: dict[int, float] = {}     # flow → its last rate change; ``LegacyFlow.remaining`` is r0 there
+
+    def advance(self, now: float) -> None:
+        if now < self.now:
+            raise ValueError(f"network time cannot go back: {self.now} → {now}")
+        self.now = now
+
+    def left(self, fid: int) -> float:
+        """Megabits flow ``fid`` has left now."""
+        f = self.flows[fid]
+        elapsed = self.now - self.t0.get(fid, self.now)
+        if elapsed <= 0.0:
+            return f.remaining
+        r = f.remaining - f.rate * elapsed
+        return r if r > 0.0 else 0.0
+
+    def remove(self, now: float, flow_id: int) -> LegacyFlow:
+        self.advance(now)
+        left = self.left(flow_id)
+        del self.t0[flow_id]
+        flow = super().remove(now, flow_id)
+        flow.remaining = left
+        return flow
+
+    def finish_time(self, flow_id: int) -> float:
+        f = self.flows[flow_id]
+        t0 = self.t0[flow_id]
+        end = t0 if f.remaining <= EPS_MBIT else math.inf if f.rate <= 0.0 else t0 + f.remaining / f.rate
+        return end if end > self.now else self.now
+
+    def _recompute(self, seeds: list[int]) -> None:
+        before = {fid: (f.rate, self.left(fid)) for fid, f in self.flows.items()}
+        super()._recompute(seeds)
+        for fid, f in self.flows.items():
+            rate, left = before[fid]
+            if fid not in self.t0 or f.rate != rate:   # new, or its rate changed: restart the closed form
+                f.remaining, self.t0[fid] = left, self.now
 
 
 # -- availability before issue 12 ----------------------------------------------------------------------

@@ -42,6 +42,9 @@ class Event:
     payload: Any = field(compare=False, default=None)
 
 
+_new_event = object.__new__
+
+
 class EventQueue:
     """The virtual clock and its pending events.
 
@@ -79,7 +82,11 @@ class EventQueue:
             raise ValueError(f"cannot schedule {kind!r} at t={time!r} before now={self.now!r}")
         # a mapping is copied (the caller may reuse it); a frozen payload value is shared
         time, priority, seq = float(time), int(priority), self._seq
-        event = Event(time, priority, seq, kind, dict(payload) if isinstance(payload, dict) else payload)
+        # Event(time, priority, seq, kind, payload) without the frozen dataclass's five guarded
+        # setattr calls (the same object: its fields live in its __dict__); several per local job
+        event = _new_event(Event)
+        event.__dict__.update(time=time, priority=priority, seq=seq, kind=kind,
+                              payload=dict(payload) if isinstance(payload, dict) else payload)
         self._seq += 1
         heapq.heappush(self._heap, (time, priority, seq, event))
         self._pending.add(seq)
@@ -103,7 +110,6 @@ class EventQueue:
         event = heapq.heappop(self._heap)[3]
         self._pending.discard(event.seq)
         self.now = event.time
-        self._prune()
         return event
 
     def state(self) -> dict[str, Any]:

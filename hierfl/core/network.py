@@ -14,19 +14,19 @@ alone (the plain ``latency + bytes / bandwidth`` model), still following capacit
 
 Cost per event, independent of how many flows are in flight (issue 12):
 
-* Progress is folded lazily. The model's arithmetic is a fold: at every network time ``t_k``
-  (every :meth:`~FlowNetwork.advance` that moves the clock while flows exist) each flow does
-  ``remaining = max(remaining - rate * (t_k - t_{k-1}), 0)``; finish times depend on those exact
-  bits. :meth:`~FlowNetwork.advance` only appends ``t_k - t_{k-1}`` to a shared log, and a flow
-  replays the steps it missed (the same operations in the same order, so the same bits) only
-  when it is looked at: its rate changes or it may be the next to finish (an ended flow folds
-  them when its ``remaining`` is read). So a flow pays once for the steps of its life it is
-  looked at, in numpy for long stretches — the price of keeping the old bits — and a flow that
-  is cancelled unread pays nothing.
-* Finish times live in a heap with lazy invalidation. A key is exact when computed; later steps
-  move the exact value by a few ulps at most, so :meth:`~FlowNetwork.next_finish` pops the flows
-  whose key is within that bound (plus the 1e-12 s tie window) of the best, brings them up to
-  date, and decides among them exactly as a scan over every flow would: O(log F) per call.
+* Progress is closed-form. A flow keeps ``(r0, t0)``: the megabits it had left when its rate
+  last changed (or it started) and that instant; from then on ``remaining(t) = max(r0 - rate ·
+  (t - t0), 0)`` and it ends at ``t0 + r0 / rate``. Advancing the clock touches no flow, and a
+  flow's finish time is exact and fixed until its own rate changes. (Before, every flow folded
+  ``remaining -= rate · dt`` over every step of the whole network's clock, so its last bits
+  depended on how many other flows were in flight, and keeping those bits cost O(concurrent
+  flows) per flow: replaying the steps is the only way to reproduce per-step roundings that
+  differ with every rate. The closed form is also the more accurate of the two: one rounding
+  per rate change instead of one per network event.)
+* Finish times live in a heap with lazy invalidation (an entry is stale once its flow's rate
+  changed). :meth:`~FlowNetwork.next_finish` reads the few entries near the top, within the
+  1e-12 s tie window, without popping them, and decides among them exactly as a scan over
+  every flow would: O(log F + ties) per call.
 * Rates are recomputed only for the flows that share a finite link with the change,
   transitively (the component; max-min fairness needs all of it), by progressive filling whose
   float operations are those of the plain algorithm, with per-link counts instead of rescans.
@@ -41,35 +41,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 __all__ = ["Flow", "FlowNetwork", "NetworkOps"]
 
-EPS_MBIT = 1e-12  # a flow with less than this left is finished (floating-point residue)
+EPS_MBIT = 1e-12  # a flow with less than this left when its rate changes is finished (floating-point residue)
 TIE_S = 1e-12     # finish times this close end in the same wake-up
-_ROUND = 4.5e-16  # per-step bound (4× the unit roundoff) on how far a replayed finish time drifts
-_NUMPY_FROM = 24  # replays at least this long run in numpy
-
-
-def _fold(r: float, rate: float, dts: list[float], i: int, k: int) -> float:
-    """``r`` after the ``k`` steps ``dts[i:i + k]`` at ``rate``: ``r = max(r - rate * dt, 0)`` for
-    each step in order (numpy for long stretches; the same operations, so the same bits)."""
-    if k < _NUMPY_FROM:
-        for dt in dts[i:i + k]:
-            r = max(r - rate * dt, 0.0)
-        return r
-    # max(·, 0) only matters at the end: the unclamped sequence never increases, so it is negative
-    # at the end exactly when the clamped one hit 0 on the way (and stays 0 from there)
-    seq = np.empty(k + 1)
-    seq[0] = r
-    np.multiply(np.asarray(dts[i:i + k], dtype=np.float64), rate, out=seq[1:])
-    last = float(np.subtract.accumulate(seq)[-1])
-    return last if last >= 0.0 else 0.0
 
 
 @dataclass
@@ -78,24 +57,40 @@ class NetworkOps:
 
     flows: int = 0    # flows visited: component search, rate updates, finish candidates
     links: int = 0    # link visits inside progressive filling
-    heap: int = 0     # heap pushes and pops
-    replay: int = 0   # fold steps replayed to bring flows up to date
+    heap: int = 0     # heap pushes, pops and entries read
 
     def total(self) -> int:
         """All steps together."""
-        return self.flows + self.links + self.heap + self.replay
+        return self.flows + self.links + self.heap
+
+
+def _left(r0: float, rate: float, elapsed: float) -> float:
+    """Megabits left ``elapsed`` s after the flow had ``r0`` left, at ``rate`` (never negative)."""
+    if elapsed <= 0.0:
+        return r0
+    r = r0 - rate * elapsed
+    return r if r > 0.0 else 0.0
+
+
+def _end(r0: float, rate: float, t0: float) -> float:
+    """When a flow with ``r0`` left at ``t0`` ends at ``rate`` (``t0`` for a finished one)."""
+    if r0 <= EPS_MBIT:
+        return t0
+    if rate <= 0.0:
+        return math.inf
+    return t0 + r0 / rate
 
 
 class Flow:
     """One transfer in progress.
 
-    ``remaining`` is the number of megabits still to send at the network's current time
-    (brought up to date on read); ``max_sharing`` is the most flows seen on one of its finite
-    links at once and ``min_rate`` its lowest rate so far.
+    ``remaining`` is the number of megabits still to send at the network's current time (for a
+    flow that ended or was cancelled: at that instant); ``max_sharing`` is the most flows seen on
+    one of its finite links at once and ``min_rate`` its lowest rate so far.
     """
 
-    __slots__ = ("id", "links", "megabits", "_remaining", "started", "rate", "max_sharing", "min_rate", "tag",
-                 "finite", "_net", "_sync", "_order", "_ver", "_tail")
+    __slots__ = ("id", "links", "megabits", "started", "rate", "max_sharing", "min_rate", "tag",
+                 "finite", "_r0", "_t0", "_end", "_net", "_order", "_ver")
 
     def __init__(self, id: int, links: tuple[Hashable, ...], megabits: float, remaining: float, started: float,
                  rate: float = 0.0, max_sharing: int = 1, min_rate: float = math.inf, tag: object = None,
@@ -103,38 +98,32 @@ class Flow:
         self.id = id
         self.links = links
         self.megabits = megabits          # size
-        self._remaining = remaining       # megabits still to send, as of step ``_sync`` of its network
         self.started = started            # virtual time it started
         self.rate = rate                  # Mbps now
         self.max_sharing = max_sharing
         self.min_rate = min_rate
         self.tag = tag
         self.finite = finite              # its links of finite capacity (the shared ones), kept current
+        self._r0 = remaining              # megabits left at ``_t0`` (its last rate change)
+        self._t0 = started
+        self._end = math.inf              # when it ends at this rate
         self._net: FlowNetwork | None = None
-        self._sync = 0                    # network step its ``_remaining`` is folded up to
         self._order = 0                   # insertion rank (ties are decided in this order)
         self._ver = 0                     # heap entries of older versions are stale
-        self._tail: tuple[list[float], int, int] | None = None  # steps missed before it ended, unfolded
 
     @property
     def remaining(self) -> float:
         """Megabits still to send at the network's current time."""
-        if self._net is not None:
-            self._net._refresh(self)
-        elif self._tail is not None:
-            dts, i, k = self._tail
-            self._remaining, self._tail = _fold(self._remaining, self.rate, dts, i, k), None
-        return self._remaining
+        if self._net is None:
+            return self._r0
+        return _left(self._r0, self.rate, self._net.now - self._t0)
 
     @remaining.setter
     def remaining(self, value: float) -> None:
         if self._net is not None:
-            self._net._sync(self)
-            self._remaining = value
-            self._ver = self._net._new_ver()
-            self._net._push(self, self._net._finish(self))
+            self._net._rebase(self, value)
         else:
-            self._remaining, self._tail = value, None
+            self._r0 = value
 
     def __repr__(self) -> str:
         return (f"Flow(id={self.id!r}, links={self.links!r}, megabits={self.megabits!r}, "
@@ -154,27 +143,16 @@ class FlowNetwork:
         self.now = 0.0
         self.ops = NetworkOps()
         self._by_link: dict[Hashable, set[int]] = {}    # every link → flows crossing it
-        self._dts: list[float] = []                     # dt of steps _log0, _log0 + 1, … (the fold's log)
-        self._log0 = 0
-        self._steps = 0                                 # steps so far
-        self._synced: dict[int, int] = {}               # step → flows folded up to it
-        self._sync_steps: deque[int] = deque()          # those steps, increasing (oldest first)
-        self._heap: list[tuple[float, int, int]] = []   # (lower bound of finish time, flow id, version)
+        self._heap: list[tuple[float, int, int]] = []   # (finish time, flow id, version)
         self._order = 0
         self._versions = 0                              # heap entry versions, unique network-wide
         self._repr: dict[Hashable, str] = {}
 
     # -- state changes ----------------------------------------------------------------------
     def advance(self, now: float) -> None:
-        """Move every flow's progress forward to virtual time ``now`` at its current rate (O(1):
-        the step is logged and folded into each flow when that flow is next looked at)."""
-        dt = now - self.now
-        if dt < 0:
+        """Move the network's clock to virtual time ``now`` (O(1): progress is closed-form)."""
+        if now < self.now:
             raise ValueError(f"network time cannot go back: {self.now} → {now}")
-        if dt > 0 and self.flows:
-            self._dts.append(dt)
-            self._steps += 1
-            self._trim()
         self.now = now
 
     def add(self, now: float, flow_id: int, links: Iterable[Hashable], megabits: float, tag: object = None) -> Flow:
@@ -184,45 +162,63 @@ class FlowNetwork:
         if megabits < 0 or not math.isfinite(megabits):
             raise ValueError(f"flow size must be a finite number >= 0, got {megabits}")
         links = tuple(links)
+        capacity = self.capacity
         for link in links:
-            cap = self.capacity.get(link)
-            if cap is None:
+            if link not in capacity:
                 raise KeyError(f"unknown link {link!r}")
-        self.advance(now)
-        flow = Flow(flow_id, links, megabits, megabits, now, tag=tag, finite=self._finite(links))
-        flow._net, flow._sync, flow._order = self, self._steps, self._order
+        if now < self.now:
+            raise ValueError(f"network time cannot go back: {self.now} → {now}")
+        self.now = now
+        finite = tuple([link for link in links if capacity[link] < math.inf])
+        flow = Flow(flow_id, links, megabits, megabits, now, tag=tag, finite=finite)
+        flow._net, flow._order = self, self._order
         self._order += 1
-        self._hold(self._steps)
         self.flows[flow_id] = flow
+        by_link = self._by_link
         for link in links:
-            self._by_link.setdefault(link, set()).add(flow_id)
-        for link in flow.finite:
-            self.on_link.setdefault(link, set()).add(flow_id)
-        self._recompute([flow_id], new=flow)
+            users = by_link.get(link)
+            if users is None:
+                by_link[link] = {flow_id}
+            else:
+                users.add(flow_id)
+        on_link = self.on_link
+        for link in finite:
+            users = on_link.get(link)
+            if users is None:
+                on_link[link] = {flow_id}
+            else:
+                users.add(flow_id)
+        if not self.contention or not finite or (len(finite) == 1 and len(on_link[finite[0]]) == 1):
+            # alone on its only shared link (or no sharing at all): its rate is that link's capacity,
+            # nobody else's changes, and the component search would find only itself
+            self._solo(flow)
+        else:
+            self._recompute([flow_id], new=flow)
         return flow
 
     def remove(self, now: float, flow_id: int) -> Flow:
         """End (or cancel) a flow at ``now``; the flows it shared links with speed up."""
         self.advance(now)
         flow = self.flows.pop(flow_id)
-        k = self._steps - flow._sync
-        if k:  # folded only if someone reads it: a cancelled flow costs nothing here
-            flow._tail = (self._dts, flow._sync - self._log0, k)
-        self._release(flow._sync)
+        flow._r0 = _left(flow._r0, flow.rate, now - flow._t0)   # frozen: what it had left now
+        flow._t0 = now
         flow._net = None
+        by_link = self._by_link
         for link in flow.links:
-            users = self._by_link[link]
+            users = by_link[link]
             users.discard(flow_id)
             if not users:
-                del self._by_link[link]
+                del by_link[link]
         neighbours: set[int] = set()
+        on_link = self.on_link
         for link in flow.finite:
-            members = self.on_link[link]
+            members = on_link[link]
             members.discard(flow_id)
-            neighbours |= members
-            if not members:
-                del self.on_link[link]
-        if self.contention:  # without contention nobody else's rate depends on this flow
+            if members:
+                neighbours |= members
+            else:
+                del on_link[link]
+        if self.contention and neighbours:  # without contention nobody else's rate depends on this flow
             self._recompute(sorted(neighbours))
         return flow
 
@@ -251,128 +247,115 @@ class FlowNetwork:
     def finish_time(self, flow_id: int) -> float:
         """When the flow ends if nothing changes (``now`` for a finished one)."""
         f = self.flows[flow_id]
-        self._refresh(f)
-        return self._finish(f)
+        return f._end if f._end > self.now else self.now
 
     def next_finish(self) -> tuple[float, list[int]] | None:
         """The earliest finish time and every flow ending then (ties in id order).
 
         The same answer as scanning every flow in insertion order — a flow within 1e-12 s of the
         earliest time found so far joins it, an earlier one replaces it — computed from the few
-        flows near the top of the finish-time heap.
+        heap entries within the tie window of the top (read in place, nothing popped).
         """
         heap, flows, ops = self._heap, self.flows, self.ops
-        slack = _ROUND * (self._steps - self._oldest_sync() + 8)
-        near: list[tuple[int, float, Flow]] = []
-        best = math.inf
-        while heap:
-            lb, fid, ver = heap[0]
+        while heap:  # drop stale entries at the top
+            _, fid, ver = heap[0]
             f = flows.get(fid)
-            if f is None or f._ver != ver:
-                heapq.heappop(heap)
-                ops.heap += 1
-                continue
-            # every flow left in the heap ends at lb - slack·|lb| or later: stop once that is past the window
-            if near and (lb == math.inf or lb - slack * max(abs(lb), 1.0) > best + 1e-11 + 16 * math.ulp(best)):
+            if f is not None and f._ver == ver:
                 break
             heapq.heappop(heap)
             ops.heap += 1
-            ops.flows += 1
-            self._sync(f)
-            t = self._finish(f)
-            near.append((f._order, t, f))
-            best = min(best, t)
-        for _, t, f in near:
-            self._push(f, t)
+        if not heap:
+            return None
+        now = self.now
+        top = heap[0][0]
+        best = top if top > now else now
+        if best == math.inf:
+            return None
+        # the scan's answer lies within [best, best + 2·TIE_S]: every candidate ends by best + 2·TIE_S
+        # (a margin of a few ulps keeps the window inclusive)
+        limit = best + 2 * TIE_S + 4 * math.ulp(best)
+        if len(heap) == 1 or (heap[1][0] > limit and (len(heap) < 3 or heap[2][0] > limit)):
+            ops.heap += 1
+            return best, [heap[0][1]]
+        near: list[Flow] = []
+        stack = [0]
+        n = len(heap)
+        while stack:  # the heap's entries up to ``limit`` form a subtree at its root
+            i = stack.pop()
+            t, fid, ver = heap[i]
+            ops.heap += 1
+            if t > limit:
+                continue
+            f = flows.get(fid)
+            if f is not None and f._ver == ver:
+                near.append(f)
+            j = 2 * i + 1
+            if j < n:
+                stack.append(j)
+                if j + 1 < n:
+                    stack.append(j + 1)
+        ops.flows += len(near)
+        near.sort(key=lambda g: g._order)
         chosen = math.inf
         ids: list[int] = []
-        for _, t, f in sorted(near, key=lambda x: x[0]):
+        for f in near:
+            t = f._end if f._end > now else now
             if t < chosen - TIE_S:
                 chosen, ids = t, [f.id]
             elif abs(t - chosen) <= TIE_S:
                 ids.append(f.id)
         if not ids:
             return None
-        return chosen, sorted(ids)
+        ids.sort()
+        return chosen, ids
 
-    # -- the lazy fold ------------------------------------------------------------------------
-    def _sync(self, f: Flow) -> bool:
-        """Fold the steps ``f`` has missed into its ``remaining`` (the same operations, in order,
-        that advancing every flow at every step would have done); whether there were any."""
-        k = self._steps - f._sync
-        if k == 0:
-            return False
-        f._remaining = _fold(f._remaining, f.rate, self._dts, f._sync - self._log0, k)
-        self.ops.replay += k
-        self._release(f._sync)
-        f._sync = self._steps
-        self._hold(self._steps)
-        return True
-
-    def _refresh(self, f: Flow) -> None:
-        """Bring ``f`` up to date and re-file it: a flow's heap entry is always as old as its fold,
-        so the oldest fold bounds how stale any entry is."""
-        if self._sync(f):
-            f._ver = self._new_ver()
-            self._push(f, self._finish(f))
-
-    def _finish(self, f: Flow) -> float:
-        """Finish time of ``f``, folded up to now (the plain model's ``finish_time``)."""
-        if f._remaining <= EPS_MBIT:
-            return self.now
-        return self.now + f._remaining / f.rate
-
-    def _new_ver(self) -> int:
+    # -- progress -----------------------------------------------------------------------------
+    def _rebase(self, f: Flow, remaining: float) -> None:
+        """``f`` has ``remaining`` left now: restart its closed form here and re-file it."""
+        now = self.now
+        f._r0, f._t0 = remaining, now
+        rate = f.rate
+        # _end(remaining, rate, now), inline (once per flow at least)
+        end = f._end = now if remaining <= EPS_MBIT else math.inf if rate <= 0.0 else now + remaining / rate
         self._versions += 1
-        return self._versions
-
-    def _hold(self, step: int) -> None:
-        n = self._synced.get(step, 0)
-        if n == 0 and (not self._sync_steps or self._sync_steps[-1] != step):
-            self._sync_steps.append(step)
-        self._synced[step] = n + 1
-
-    def _release(self, step: int) -> None:
-        n = self._synced[step] - 1
-        if n:
-            self._synced[step] = n
-        else:
-            del self._synced[step]
-        while self._sync_steps and self._synced.get(self._sync_steps[0], 0) == 0:
-            self._sync_steps.popleft()
-
-    def _oldest_sync(self) -> int:
-        return self._sync_steps[0] if self._sync_steps else self._steps
-
-    def _trim(self) -> None:
-        """Drop log entries no flow still needs (amortised O(1))."""
-        drop = self._oldest_sync() - self._log0
-        if drop >= 4096 and 2 * drop >= len(self._dts):
-            self._dts = self._dts[drop:]   # a new list: ended flows keep the old one for their tail
-            self._log0 += drop
-
-    def _push(self, f: Flow, t: float) -> None:
-        """File ``f`` (folded up to now) in the heap under its finish time ``t``, less what the
-        early-finish threshold (``EPS_MBIT`` left counts as done) can take off it later."""
-        if f._remaining > EPS_MBIT and 0 < f.rate < math.inf:
-            t = t - EPS_MBIT / f.rate
-        elif f._remaining > EPS_MBIT and f.rate <= 0:
-            t = math.inf
-        heapq.heappush(self._heap, (t, f.id, f._ver))
+        ver = f._ver = self._versions
+        heap = self._heap
+        heapq.heappush(heap, (end, f.id, ver))
         self.ops.heap += 1
-        if len(self._heap) > 64 and len(self._heap) > 2 * len(self.flows):
-            self._heap = [e for e in self._heap if e[1] in self.flows and self.flows[e[1]]._ver == e[2]]
-            heapq.heapify(self._heap)
-            self.ops.heap += len(self._heap)
+        if len(heap) > 64 and len(heap) > 2 * len(self.flows):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop stale heap entries (amortised O(1): done when at least half are stale)."""
+        flows = self.flows
+        self._heap = [e for e in self._heap if (f := flows.get(e[1])) is not None and f._ver == e[2]]
+        heapq.heapify(self._heap)
+        self.ops.heap += len(self._heap)
 
     def _set_rate(self, f: Flow, rate: float, new: bool = False) -> None:
-        """Give ``f`` a new rate from now on (its progress so far at the old rate is folded first)."""
+        """Give ``f`` a new rate from now on (its progress so far at the old rate is kept)."""
         if rate == f.rate and not new:
             return
-        self._sync(f)
+        left = _left(f._r0, f.rate, self.now - f._t0)
         f.rate = rate
-        f._ver = self._new_ver()
-        self._push(f, self.now if f._remaining <= EPS_MBIT or rate <= 0 else self.now + f._remaining / rate)
+        self._rebase(f, left)
+
+    def _solo(self, f: Flow) -> None:
+        """A new flow that shares no finite link: its rate is its path's bottleneck (what
+        :meth:`_recompute` gives it, without the component search)."""
+        cap, ops = self.capacity, self.ops
+        if self.contention:
+            # exactly what progressive filling gives a flow alone: 0.0 + its link's share
+            rate = 0.0 + cap[f.finite[0]] / 1 if f.finite else math.inf
+            ops.links += len(f.finite)
+        else:
+            rate = min([cap[link] for link in f.links]) if f.links else math.inf
+        ops.flows += 1
+        # _set_rate(new=True) and _note(sharing=1) for a flow that has sent nothing yet
+        f.rate = rate
+        if rate < f.min_rate:
+            f.min_rate = rate
+        self._rebase(f, f._r0)
 
     # -- rates ------------------------------------------------------------------------------
     def _finite(self, links: Iterable[Hashable]) -> tuple[Hashable, ...]:
@@ -488,6 +471,5 @@ class FlowNetwork:
         f.min_rate = min(f.min_rate, f.rate)
 
     def stats(self) -> dict[str, Any]:
-        """Sizes of the internal indexes (flows, heap entries, logged steps) and the op counters."""
-        return {"flows": len(self.flows), "heap": len(self._heap), "log": len(self._dts),
-                "ops": self.ops.total()}
+        """Sizes of the internal indexes (flows, heap entries) and the op counters."""
+        return {"flows": len(self.flows), "heap": len(self._heap), "ops": self.ops.total()}

@@ -100,7 +100,9 @@ class World:
 
     def compute_s(self, device: int, spec: TrainSpec) -> float:
         """Local training time of one job on ``device``."""
-        return compute_time_s(samples_processed(int(self.samples[device]), spec), float(self.speed_sps[device]))
+        # ndarray.item: the same Python number as int()/float() of the element, without a numpy scalar
+        return compute_time_s(samples_processed(int(self.samples.item(device)), spec),
+                              float(self.speed_sps.item(device)))
 
     def download_s(self, device: int) -> float:
         """Model transfer server → device."""

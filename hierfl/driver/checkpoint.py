@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hierfl.driver.context import RunError
+from hierfl.runtime.executor import Executor
 
 __all__ = ["CHECKPOINT_FILE", "KILL_AFTER_ENV", "Checkpoint", "Checkpointer", "load_checkpoint"]
 
@@ -56,6 +57,9 @@ class _StatePickler(pickle.Pickler):
         if hook is not None:  # the checkpointer itself (it holds the previous checkpoint): re-attached
             self._named[id(hook)] = "hook"
         self._executor = executor
+        # an executor without handles (the base class's is_handle: always False) is not asked about
+        # each of the ~100 objects per device a checkpoint pickles
+        self._has_handles = getattr(type(executor), "is_handle", None) is not Executor.is_handle
         self._handles: dict[int, int] = {}  # id(handle) -> index: one handle, one value, one identity
         self._keep: list[Any] = []  # keeps ids valid while pickling
 
@@ -63,7 +67,7 @@ class _StatePickler(pickle.Pickler):
         name = self._named.get(id(obj))
         if name is not None:
             return name
-        if self._executor.is_handle(obj):
+        if self._has_handles and self._executor.is_handle(obj):
             index = self._handles.get(id(obj))
             if index is not None:
                 return ("handle", index, None)

@@ -48,7 +48,7 @@ class _JobLost:
     origin: Any
 
 
-@dataclass
+@dataclass(slots=True)
 class _Transfer:
     """A model transfer in flight: a network flow, then its latency, then the protocol's event."""
 
@@ -116,6 +116,13 @@ class Transfers:
         """(transfer kind, links crossed, one-way latency in s, devices involved) of ``src → dst``."""
         w = self.world
         (a, i), (b, j) = src, dst
+        if a == "device" and b == "edge" or a == "edge" and b == "device":  # the common case first
+            d, e = (i, j) if a == "device" else (j, i)
+            links: list[Any] = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
+            # ndarray.item: the same Python float as float(array[i]), without the numpy scalar
+            lat = w.edge_latency_ms
+            extra = lat.item(d, e) if lat.shape[1] > e else 0.0
+            return "device_edge", links, (w.latency_ms.item(d) + extra) / 1000.0, (d,)
         if a == "device" and b == "device":
             # both access links are crossed (ALGORITHMS.md §1.2); a topology's d2d rule sets the latency
             # and may cap the hop's bandwidth: a private link per (src, dst) pair, shared only by
@@ -126,11 +133,6 @@ class Transfers:
                 self.net.capacity.setdefault(("d2d", i, j), rule.bandwidth_mbps)
                 links_dd.append(("d2d", i, j))
             return "device_device", links_dd, w.d2d_latency_ms(i, j) / 1000.0, (i, j)
-        if {a, b} == {"device", "edge"}:
-            d, e = (i, j) if a == "device" else (j, i)
-            links: list[Any] = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
-            extra = float(w.edge_latency_ms[d, e]) if w.edge_latency_ms.shape[1] > e else 0.0
-            return "device_edge", links, (float(w.latency_ms[d]) + extra) / 1000.0, (d,)
         if {a, b} == {"device", "cloud"}:
             d = i if a == "device" else j
             links = [("up", d), ("cloud_in",)] if a == "device" else [("cloud_out",), ("down", d)]  # type: ignore[list-item]
@@ -150,43 +152,58 @@ class Transfers:
         its last bit. If a device at either end goes offline before it arrives, it is lost and the
         protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
         """
-        servers = tuple(end for end in (src, dst) if end[0] != "device")
+        if src[0] == "device":
+            servers: tuple[Endpoint, ...] = () if dst[0] == "device" else (dst,)
+        else:
+            servers = (src,) if dst[0] == "device" else (src, dst)
         if self.down and any(end in self.down for end in servers):
             dead = next(end for end in servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
         kind, links, latency_s, devices = self.route(src, dst)
         size = self.world.model_bytes if size is None else size
-        if kind == "device_device":
-            self.counters["bytes_d2d"] += size
-        if kind in ("device_cloud", "device_edge"):
-            self.counters["bytes_device_tier"] += size
-        if kind == "edge_cloud":
-            self.counters["bytes_edge_tier"] += size
-        if kind in ("device_cloud", "edge_cloud"):
-            self.counters["bytes_cloud"] += size
-            self.counters["messages_cloud"] += 1
+        counters = self.counters
+        if kind == "device_edge":
+            counters["bytes_device_tier"] += size
+        elif kind == "device_cloud":
+            counters["bytes_device_tier"] += size
+            counters["bytes_cloud"] += size
+            counters["messages_cloud"] += 1
+        elif kind == "edge_cloud":
+            counters["bytes_edge_tier"] += size
+            counters["bytes_cloud"] += size
+            counters["messages_cloud"] += 1
+        else:  # device_device
+            counters["bytes_d2d"] += size
         lane = src if src[0] == "device" else dst if dst[0] == "device" else src if src[0] == "edge" else dst
         fid = self._next_flow
         self._next_flow += 1
-        tr = _Transfer(kind, lane, name, self.now, latency_s, event, payload, priority, devices, size, args,
+        now = self.queue.now
+        tr = _Transfer(kind, lane, name, now, latency_s, event, payload, priority, devices, size, args,
                        servers=servers)
         self._transfers[fid] = tr
-        tr.flow = self.net.add(self.now, fid, links, size * 8 / 1e6)
+        tr.flow = self.net.add(now, fid, links, size * 8 / 1e6)
         avail = self.dyn.availability
         if not avail.trivial:
             for d in devices:
-                down = self.now if not avail.is_up(d, self.now) else avail.next_down(d, self.now)
+                down = now if not avail.is_up(d, now) else avail.next_down(d, now)
                 if math.isfinite(down):
                     tr.guards.append(self.queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL))
+        by_device = self._device_transfers
         for d in devices:
-            self._device_transfers.setdefault(d, set()).add(fid)
+            mine = by_device.get(d)
+            if mine is None:
+                by_device[d] = {fid}
+            else:
+                mine.add(fid)
         for end in servers:
             self._server_transfers.setdefault(end, set()).add(fid)
         self._reschedule_net()
         return fid
 
-    def _reschedule_net(self) -> None:
-        nxt = self.net.next_finish()
+    def _reschedule_net(self, nxt: tuple[float, list[int]] | None | bool = False) -> None:
+        """One ``_net`` wake-up at the network's next finish (``nxt``: that answer, when known)."""
+        if nxt is False:
+            nxt = self.net.next_finish()
         when = None if nxt is None else nxt[0]
         if self._net_event is not None:
             if when is not None and self._net_event.time == when:
@@ -198,25 +215,32 @@ class Transfers:
 
     def _on_net(self) -> None:
         self._net_event = None
-        self.net.advance(self.now)
-        nxt = self.net.next_finish()
-        while nxt is not None and nxt[0] <= self.now + 1e-12:
+        net, queue, now = self.net, self.queue, self.queue.now
+        net.advance(now)
+        nxt = net.next_finish()
+        while nxt is not None and nxt[0] <= now + 1e-12:
             for fid in nxt[1]:
-                self.net.remove(self.now, fid)
+                net.remove(now, fid)
                 tr = self._transfers[fid]
-                tr.delivery = self.queue.push(self.now + tr.latency_s, tr.event, tr.payload, tr.priority)
+                tr.delivery = queue.push(now + tr.latency_s, tr.event, tr.payload, tr.priority)
                 self._delivery[tr.delivery.seq] = fid
-            nxt = self.net.next_finish()
-        self._reschedule_net()
+            nxt = net.next_finish()
+        self._reschedule_net(nxt)   # nothing changed since that answer
 
     def _finish_transfer(self, fid: int, lost: bool = False) -> None:
         tr = self._transfers.pop(fid)
         for g in tr.guards:
             self.queue.cancel(g)
         for d in tr.devices:
-            self._device_transfers.get(d, set()).discard(fid)
+            mine = self._device_transfers.get(d)
+            if mine is not None:
+                mine.discard(fid)
         for end in tr.servers:
-            self._server_transfers.get(end, set()).discard(fid)
+            mine = self._server_transfers.get(end)
+            if mine is not None:
+                mine.discard(fid)
+        if not self.telemetry.trace.keeps(tr.lane):  # a device lane the trace does not sample: no span
+            return
         args = dict(tr.args)
         if tr.flow is not None and tr.flow.max_sharing > 1:
             args["shared_max"] = tr.flow.max_sharing
@@ -244,9 +268,14 @@ class Transfers:
         fid = self._delivery.pop(event.seq, None)
         if fid is not None:
             self._finish_transfer(fid)
-        pending = self._device_events.get(device_of(event.payload))
+        pending = self._device_events.get(getattr(event.payload, "device", -1))
         if pending:
-            pending[:] = [e for e in pending if e.seq != event.seq]
+            seq = event.seq
+            if len(pending) == 1:
+                if pending[0].seq == seq:
+                    pending.clear()
+            else:
+                pending[:] = [e for e in pending if e.seq != seq]
 
     def handle_internal(self, event: Event) -> None:
         """Events of the world itself: network progress, devices going offline, link changes."""
@@ -330,5 +359,9 @@ class Transfers:
 
     def track(self, device: int, event: Event) -> Event:
         """Remember a pending event of ``device`` so :meth:`cancel_device` can withdraw it."""
-        self._device_events.setdefault(device, []).append(event)
+        pending = self._device_events.get(device)
+        if pending is None:
+            self._device_events[device] = [event]
+        else:
+            pending.append(event)
         return event

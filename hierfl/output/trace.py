@@ -16,6 +16,8 @@ from hierfl.output.jsonsafe import clean
 __all__ = ["TraceWriter", "LANES"]
 
 # Chrome-trace process ids of the three lane groups (pid, label).
+# json.dumps(event, separators=(",", ":")) builds this encoder on every call: one, built once
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _FLUSH_CHARS = 1 << 20  # events kept in memory before they are written anyway
 
 LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices")}
@@ -46,7 +48,7 @@ class TraceWriter:
         return self.devices is None or lane[0] != "device" or int(lane[1]) in self.devices
 
     def _event(self, event: dict[str, Any]) -> None:
-        text = ("" if self._first else ",\n") + json.dumps(event, separators=(",", ":"))
+        text = ("" if self._first else ",\n") + _ENCODE(event)
         self._pending.append(text)
         self._pending_chars += len(text)
         self._first = False
