@@ -108,3 +108,31 @@ def test_too_many_tiers_and_edge_servers_are_refused(tmp_path, capsys):
     raw["protocol"] = {"name": "fedat"}
     raw["topology"] = {"edge_servers": 2}
     assert_refused(tmp_path, capsys, raw, "topology.edge_servers")
+
+
+def test_a_deadline_cuts_only_the_slow_tier_round(tmp_path):
+    sc = tiny(protocol={"name": "fedat", "tiers": 2, "fraction": 1.0}, training={"epochs": 1},
+              evaluation={"every_s": None}, stop={"rounds": 5}, straggler={"name": "deadline", "seconds": 1.0})
+    built = _built(sc)
+    run_scenario(sc, tmp_path, built=built)
+    w = built.world
+    fast = max(w.download_s(d) + 60 / SPEEDS[d] + w.upload_s(d) for d in (0, 1))
+    closes = lines(tmp_path, "round_close")
+    slow = [c for c in closes if c["tier"] == 1]
+    # device 3 needs 1.24 s: the slow tier's round closes at its 1 s deadline with device 2 alone
+    assert len(slow) == 1 and slow[0]["t"] == pytest.approx(1.0) and slow[0]["dropped_ids"] == [3]
+    assert all(c["dropped"] == 0 for c in closes if c["tier"] == 0)  # the fast tier's deadlines never fire
+    aggs = lines(tmp_path, "edge_aggregate")
+    assert [(a["tier"], a["ids"]) for a in aggs] == [(0, [0, 1]), (0, [0, 1]), (1, [2]), (0, [0, 1]), (0, [0, 1])]
+    assert [a["t"] for a in aggs] == pytest.approx([fast, 2 * fast, 1.0, 3 * fast, 4 * fast])
+
+
+def test_churn_runs_every_tier_and_counts_losses(tmp_path):
+    sc = tiny(devices={"count": 8, "availability": {"name": "markov", "mean_up_s": 3.0, "mean_down_s": 2.0},
+                       "dropout": 0.2},
+              data={"dataset": {"num_samples": 480}}, protocol={"name": "fedat", "tiers": 2, "fraction": 0.5},
+              training={"epochs": 1}, stop={"virtual_time_s": 30, "rounds": 200}, evaluation={"every_s": 5})
+    res = run_scenario(sc, tmp_path)
+    t = res.summary["totals"]
+    assert res.summary["status"] == "completed" and t["devices_lost"] > 0
+    assert {a["tier"] for a in lines(tmp_path, "edge_aggregate")} == {0, 1}
