@@ -89,13 +89,17 @@ def round_s(run: Any) -> float:
     return BUDGET_S / max(int(run.summary["rounds"]), 1)
 
 
-def trial_walls() -> tuple[float, int]:
-    """Sum of the trials' wall_s (sweep.csv of the sweep just run) and their count."""
+def trial_walls(runs: list[Any]) -> tuple[float, int, float]:
+    """Sum of the trials' wall_s (the sweep's sweep.csv), their count, and the span from the first
+    trial's start to the last one's end (file times: also right when the sweep is only re-read)."""
     import csv
 
-    with open(HERE.parents[2] / "runs" / "claims" / "fedhisyn" / "sweep" / "sweep.csv", encoding="utf-8") as f:
+    sweep_dir = runs[0].dir.parents[1]
+    with open(sweep_dir / "sweep.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    return sum(float(r["wall_s"]) for r in rows if r.get("wall_s")), len(rows)
+    start = min((r.dir / "config.yaml").stat().st_mtime for r in runs)
+    end = max((r.dir / "summary.json").stat().st_mtime for r in runs)
+    return sum(float(r["wall_s"]) for r in rows if r.get("wall_s")), len(rows), end - start
 
 
 def main() -> None:
@@ -138,10 +142,7 @@ def main() -> None:
     w_fast = fmt([s["fast_weight_final"] for s in fedat_slow], 3)
     skew = [slow_tier_skew(r) for r in groups["FedAT"]]
     load = os.getloadavg()[0]
-    try:
-        walls, n_trials = trial_walls()
-    except OSError:  # --out elsewhere: the sum is left out
-        walls, n_trials = float("nan"), 0
+    walls, n_trials, span = trial_walls(runs)
     acc_before = fmt([s["acc_before_slow"] for s in fedat_slow], 3)
     w_slow = fmt([s["slow_weight_final"] for s in fedat_slow], 2)
     share = fmt([s["slow_share_of_updates"] for s in fedat_slow], 3)
@@ -186,7 +187,7 @@ FedAvg's.
 of tier M+1-m over the total, so the slowest tier (the 8 slowest devices, whose synchronous round lasts
 as long as its slowest member: {slow_round} s, about FedAvg's round of {avg_round} s) gets the fastest
 tier's count: at 150 s it holds {share} of the tier updates but weight {w_slow} in the global model, the
-fastest tier {w_fast}. Until the slowest tier first reports (at {t_slow} s) its tier model is the initial
+fastest tier (weighted by that share) {w_fast}. Until the slowest tier first reports (at {t_slow} s) its tier model is the initial
 model and its weight T_1/T = 1 pins the global model there (accuracy just before: {acc_before}). After
 that the global model moves mostly when the slow tier reports — FedAvg's pace — but that tier's model is
 the average of 8 of the 24 devices, whose label mix is off the population's by a total-variation
@@ -198,9 +199,12 @@ costs FedAT here, when one tier is several times slower than the others. This is
 published (two third-party re-implementations use the same weights), not an emulator artefact; the
 paper's link compression, left out here, would shorten transfers but not these compute-bound rounds.
 
-**Cost.** {n_trials} trials, {walls:.0f} s of trial wall time in all (sweep.csv), two at a time, on a
-2-core machine whose 1-minute load average was {load:.0f} when the script ended (shared with other work:
-walls are inflated accordingly); FedHiSyn's trials dominate (thousands of local jobs each).
+**Cost.** {n_trials} trials, {walls:.0f} s of trial wall time in all (sweep.csv), two at a time: {span:.0f} s
+from the first trial's start to the last one's end, on a 2-core machine whose 1-minute load average was
+{load:.0f} when the script ended (shared with other work: walls are inflated accordingly). FedHiSyn's trials
+dominate (thousands of local jobs each). In CPU time (`/usr/bin/time`, seed 0, measured once under the
+same load) one seed of the five entries takes 4.5 + 4.4 + 12.8 + 26.8 + 11.6 ≈ 60 CPU-s, so the 25 trials
+need ≈ 300 CPU-s: about 2.5 min on an idle 2-core machine plus Ray Tune's start-up per trial.
 
 **Caveats.** Blobs with an MLP instead of MNIST/EMNIST/CIFAR and CNNs [D]; 24 devices; one speed
 distribution. The accuracy differences at 150 s are small (every protocol is near the task's ceiling by
