@@ -78,12 +78,19 @@ def fedch_tiny(**kw):
                 training={"momentum": 0.5}, stop={"rounds": 9}, **kw)
 
 
+def fedat_tiny(**kw):
+    # two tiers of different speeds whose rounds interleave at the cloud
+    return tiny(devices={"count": 6, "speed_sps": {"dist": "uniform", "low": 30, "high": 300}},
+                data={"dataset": {"num_samples": 360}}, protocol={"name": "fedat", "tiers": 2, "fraction": 0.7},
+                training={"epochs": 1}, stop={"rounds": 6}, **kw)
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("make", [lambda **kw: tiny(protocol={"fraction": 0.5}, stop={"rounds": 4}, **kw), hier_tiny,
                                   hisyn_tiny, lambda **kw: hisyn_tiny("latest", **kw),
-                                  ahfl_tiny, fedasync_tiny, fedbuff_tiny, fedch_tiny],
+                                  ahfl_tiny, fedasync_tiny, fedbuff_tiny, fedch_tiny, fedat_tiny],
                          ids=["fedavg", "hierfavg", "fedhisyn-average", "fedhisyn-latest", "ahfl", "fedasync", "fedbuff",
-                              "fedch"])
+                              "fedch", "fedat"])
 def test_local_vs_ray_one_and_two_hosts(tmp_path, ray_session, make):
     local = run_scenario(make(), tmp_path / "local")
     ref = metrics_without_wall(tmp_path / "local")
