@@ -11,7 +11,9 @@ latest when the driver is about to block, as one task per host; fold-ins of arri
 buffered likewise and sent as one call. Every job is still submitted before the event that
 consumes it, and all jobs that overlap in virtual time run in parallel, but Ray's fixed cost per
 task (several milliseconds with an 800 KB result on a small machine) is paid per batch, not per
-job. A batch's results are the rows of one array; receivers take zero-copy row views.
+job. A batch's results are the rows of one array; receivers take zero-copy row views, and its
+stats list is fetched once, by the first ``wait`` on one of its jobs (:class:`BatchStats`), so
+a job costs the driver no Ray call of its own.
 
 Placement. A job's result does not depend on where it runs (it is a pure function of its start
 model, the device's data and its seed), so jobs go to the host with the fewest outstanding jobs;
