@@ -1,6 +1,6 @@
 """(b) with training, before and after, side by side in one invocation (issue 12).
 
-    .venv/bin/python analysis/bench/scale_ab.py --before /path/to/other/checkout [--rounds 3] [--window 10]
+    .venv/bin/python analysis/bench/train_ab.py --before /path/to/other/checkout [--rounds 3] [--window 10]
 
 Runs ``scenarios/scale_ahfl_10k.yaml`` with training for ``--window`` virtual seconds, each mode
 (exact path and ``runtime.fast_path``, local executor and Ray with 2 device hosts) once per round
