@@ -10,8 +10,8 @@ invocation, and the table prints ratios against the goals of the issue:
     10k, 100k: whole wall, rounds-only wall (whole − start-up), peak RSS, and the traced emulator
     memory per device (data included) from the tracemalloc slope between 1k and 10k;
 (b) AHFL over 10,000 devices and 20 edge servers (scenarios/scale_ahfl_10k.yaml), with training
-    (logreg) and timing only, over a window of virtual time: jobs/s and events/s (wall after
-    start-up);
+    (logreg: the exact path and runtime.fast_path, local and on Ray with 2 device hosts) and timing
+    only, over a window of virtual time: jobs/s and events/s (wall after start-up);
 (c) W1a (the README's W1 workload, 10 rounds of 10 devices) is measured by
     analysis/bench/startup.py: whole-process wall and peak tree memory.
 """
@@ -112,10 +112,17 @@ def main(argv: list[str]) -> int:
           "start-up")
     print("| mode | jobs | events | wall after start-up (s) | jobs/s | events/s | goal |")
     print("|---|---|---|---|---|---|---|")
-    for mode, trainer, goal in (("with training", "sgd", 3000), ("timing only", "none", 20000)):
+    modes = (("with training", ["training.trainer=sgd"], 3000),
+             ("with training, runtime.fast_path", ["training.trainer=sgd", "runtime.fast_path=true"], 3000),
+             # the same jobs on 2 cores: Ray's 2 device hosts train while the driver runs the events
+             ("with training, Ray, 2 hosts", ["training.trainer=sgd", "runtime.executor=ray", "runtime.workers=2"],
+              3000),
+             ("with training, Ray, 2 hosts, runtime.fast_path",
+              ["training.trainer=sgd", "runtime.executor=ray", "runtime.workers=2", "runtime.fast_path=true"], 3000),
+             ("timing only", ["training.trainer=none"], 20000))
+    for mode, sets, goal in modes:
         r = child("file", {"path": str(ROOT / "scenarios" / "scale_ahfl_10k.yaml"),
-                           "set": [f"stop.virtual_time_s={window}", "evaluation.every_s=null",
-                                   f"training.trainer={trainer}"]})
+                           "set": [f"stop.virtual_time_s={window}", "evaluation.every_s=null", *sets]})
         run_s = r["rounds_s"]
         print(f"| {mode} | {r['jobs']:,} | {r['events']:,} | {run_s:.1f} | {r['jobs'] / run_s:,.0f} | "
               f"{r['events'] / run_s:,.0f} | >= {goal:,} jobs/s |")

@@ -11,7 +11,9 @@ latest when the driver is about to block, as one task per host; fold-ins of arri
 buffered likewise and sent as one call. Every job is still submitted before the event that
 consumes it, and all jobs that overlap in virtual time run in parallel, but Ray's fixed cost per
 task (several milliseconds with an 800 KB result on a small machine) is paid per batch, not per
-job. A batch's results are the rows of one array; receivers take zero-copy row views.
+job. A batch's results are the rows of one array; receivers take zero-copy row views, and its
+stats list is fetched once, by the first ``wait`` on one of its jobs (:class:`BatchStats`), so
+a job costs the driver no Ray call of its own.
 
 Placement. A job's result does not depend on where it runs (it is a pure function of its start
 model, the device's data and its seed), so jobs go to the host with the fewest outstanding jobs;
@@ -56,7 +58,7 @@ from hierfl.runtime.start import ExecutorStart
 
 __all__ = ["RayExecutor", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayCloud", "probe_address"]
 
-_MAX_BUFFERED_JOBS_PER_HOST = 16
+_MAX_BUFFERED_JOBS_PER_HOST = 64
 _PROBE_TIMEOUT_S = 5.0
 _INIT_ATTEMPTS = 2          # ray.init tries on a busy machine
 _INIT_RETRY_PAUSE_S = 2.0
@@ -277,6 +279,16 @@ class Slot:
     group: int = -1  # fast path: the job's group (JobGroups), -1: none
     state: Any = None       # personalised jobs: handle of the device's state going in
     state_ref: Any = None   # ... and the batch array of the states coming out (row ``row``)
+    batch: BatchStats | None = None  # the stats of the batch it was dispatched in, fetched once
+
+
+@dataclass(eq=False)
+class BatchStats:
+    """The stats list of one dispatched batch, shared by its slots: fetched by the first ``wait`` on
+    one of them, so the other jobs of the batch cost the driver no Ray call at all."""
+
+    ref: Any
+    value: list[dict[str, float]] | None = None
 
 
 @dataclass(eq=False)
@@ -328,6 +340,7 @@ class RayExecutor(Executor):
         self._cloud_tags: list[Any] = []
         self._edge_tags: list[Any] = []
         self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None  # opt-in fast path
+        self._exported: dict[int, tuple[Any, Any]] = {}  # id(ref) -> (ref, value) fetched by the current checkpoint
 
     def _started(self) -> list[Any]:
         return [*self._setups, self._cloud_setup, *self._warms, self._cloud_warm]
@@ -407,8 +420,9 @@ class RayExecutor(Executor):
             out_ref, stats_ref = self.hosts[host].train_many.options(num_returns=2).remote(
                 [s.device for s in batch], [s.seed for s in batch], spec, index, rows, control_index, *arrays,
                 groups=[s.group for s in batch] if self._groups is not None and not spec.control_variates else None)
+            box = BatchStats(stats_ref)
             for k, slot in enumerate(batch):
-                slot.ref, slot.row, slot.stats = out_ref, k, stats_ref
+                slot.ref, slot.row, slot.stats, slot.batch = out_ref, k, stats_ref, box
 
     def _dispatch_personal(self, host: int, spec: TrainSpec, batch: list[Slot]) -> None:
         """One call for a host's personalised jobs: start models and device states in, three arrays out."""
@@ -417,8 +431,9 @@ class RayExecutor(Executor):
         out_ref, stats_ref, state_ref = self.hosts[host].train_many.options(num_returns=3).remote(
             [s.device for s in batch], [s.seed for s in batch], spec, index[:k], rows[:k], None, *arrays,
             state_index=index[k:], state_rows=rows[k:])
+        box = BatchStats(stats_ref)
         for j, slot in enumerate(batch):
-            slot.ref, slot.row, slot.stats, slot.state_ref = out_ref, j, stats_ref, state_ref
+            slot.ref, slot.row, slot.stats, slot.state_ref, slot.batch = out_ref, j, stats_ref, state_ref, box
 
     def _unique_refs(self, handles: list[Any]) -> tuple[list[int], list[int | None], list[Any]]:
         """(index into unique refs, row, unique refs): a batch array is sent once per call."""
@@ -470,6 +485,8 @@ class RayExecutor(Executor):
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Buffer the job; it is dispatched before the driver next blocks."""
+        if self._exported:  # a checkpoint is over (taken between two events): let its fetched batches go
+            self._exported.clear()
         slot = Slot(device, seed, spec, params, control)
         if spec.personal is not None:  # the device's state goes in; the job's new state becomes its state
             state = self._states.get(device, self._base if self._base is not None else self._init)
@@ -492,15 +509,28 @@ class RayExecutor(Executor):
         return slot, slot, -1
 
     def wait(self, job: Job) -> dict[str, float]:
-        """Block on the job's (small) stats; the parameter vector stays in the object store."""
+        """The job's (small) stats; the parameter vector stays in the object store.
+
+        A batch's stats are fetched once, by the first wait on one of its jobs. Everything buffered
+        is sent first only when that fetch would block (the batch is not finished yet), so the
+        hosts and receivers work while the driver waits; otherwise nothing is sent, and buffered
+        jobs keep gathering into full batches (one task per batch, not per job: sending on every
+        fetch made batches of one to three jobs with two hosts).
+        """
         slot: Slot = job.params
         self._need(slot)
         if slot.ref is None:
             self.flush()
-        else:
-            self._flush_adds()  # let the receivers work while the driver waits
         try:
-            return dict(self._get(slot.stats)[slot.row])
+            box = slot.batch
+            if box is None:  # a finished job restored from a checkpoint (a one-row batch of its own)
+                return dict(self._get(slot.stats)[slot.row])
+            if box.value is None:
+                ready, _ = ray.wait([box.ref], timeout=0)
+                if not ready:  # the driver is about to block: let the hosts and receivers work meanwhile
+                    self._flush_adds()
+                box.value = self._get(box.ref)
+            return dict(box.value[slot.row])
         finally:
             if slot.host >= 0:  # a job restored from a checkpoint ran on no host of this executor
                 self._outstanding[slot.host] -= 1
@@ -771,7 +801,9 @@ class RayExecutor(Executor):
 
     def export_roles(self) -> dict[str, Any]:
         """Every buffered call is sent and checked first; actor calls run in order, so the states
-        reflect all of them."""
+        reflect all of them. (A checkpoint begins here: the batches fetched for its handles are
+        forgotten.)"""
+        self._exported.clear()
         self.flush()
         self._check_unchecked()
         hosts: dict[int, np.ndarray] = {}
@@ -810,8 +842,19 @@ class RayExecutor(Executor):
                 return ("pending", handle.device, handle.seed, handle.spec, value)
             if handle.ref is None:
                 self.flush()
-            return ("slot", np.array(ray.get(handle.ref)[handle.row]), dict(ray.get(handle.stats)[handle.row]))
+            stats = handle.batch.value if handle.batch is not None else None
+            if stats is None:
+                stats = self._export_get(handle.stats)
+            return ("slot", np.array(self._export_get(handle.ref)[handle.row]), dict(stats[handle.row]))
         return ("ref", ray.get(handle))
+
+    def _export_get(self, ref: Any) -> Any:
+        """``ray.get`` of a batch array or stats list, once per checkpoint: a checkpoint exports every
+        job in flight, thousands of rows of a few dozen batches."""
+        hit = self._exported.get(id(ref))
+        if hit is None or hit[0] is not ref:
+            hit = self._exported[id(ref)] = (ref, ray.get(ref))
+        return hit[1]
 
     def import_handle(self, value: Any) -> Any:
         """A finished job becomes a one-row batch put in the object store (and no host's outstanding job)."""
