@@ -11,7 +11,7 @@ Formulas, defaults and their sources: :mod:`hierfl.core.energy`, README "Energy 
 
 from __future__ import annotations
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, ValidationInfo, field_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.core.energy import CUSTOM_TIER, J_PER_FLOP_DEFAULTS, RADIO_DEFAULTS, RadioPower
@@ -46,18 +46,23 @@ class EnergyConfig(ConfigModel):
     tier_links: dict[str, str] = Field(
         default_factory=dict, description="link type per tier, overriding the tier's own `link`")
 
-    @model_validator(mode="after")
-    def _known_links(self) -> EnergyConfig:
-        known = sorted({*RADIO_DEFAULTS, *self.links})
-        if self.device_link not in known:
-            raise ValueError(f"device_link: unknown link type {self.device_link!r}; allowed: {', '.join(known)} "
-                             "(or add it under energy.links)")
-        bad = {t: v for t, v in self.tier_links.items() if v not in known}
-        if bad:
-            t, v = next(iter(bad.items()))
-            raise ValueError(f"tier_links.{t}: unknown link type {v!r}; allowed: {', '.join(known)} "
-                             "(or add it under energy.links)")
-        return self
+    @field_validator("device_link")
+    @classmethod
+    def _known_link(cls, value: str, info: ValidationInfo) -> str:
+        known = sorted({*RADIO_DEFAULTS, *(info.data.get("links") or {})})
+        if value not in known:
+            raise ValueError(f"unknown link type {value!r}; allowed: {', '.join(known)} (or add it under energy.links)")
+        return value
+
+    @field_validator("tier_links")
+    @classmethod
+    def _known_links(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        known = sorted({*RADIO_DEFAULTS, *(info.data.get("links") or {})})
+        for tier, link in value.items():
+            if link not in known:
+                raise ValueError(f"{tier}: unknown link type {link!r}; allowed: {', '.join(known)} "
+                                 "(or add it under energy.links)")
+        return value
 
     def radios(self) -> dict[str, RadioPower]:
         """Every link type's radio power: the defaults, overridden or extended by ``links``."""
