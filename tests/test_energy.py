@@ -145,3 +145,18 @@ def test_shipped_energy_scenario_runs(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "run" / "devices.csv")))
     assert sum(float(r["energy_j"]) for r in rows) == pytest.approx(e["device_j"], rel=1e-5)
     assert all(float(r["energy_j"]) > 0 and math.isfinite(float(r["energy_j"])) for r in rows)
+
+
+def test_energy_survives_interrupt_and_resume(tmp_path):
+    """Ctrl-C in round 2 of checkpoint_resume.yaml with energy on, resume: the uninterrupted run's joules, bit for bit."""
+    from hierfl.driver import resume_run
+    from tests.test_recovery import SCENARIO, _stop_at, assert_same_run
+
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(str(SCENARIO), ["energy={}"]), ref, source=str(SCENARIO))
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(str(SCENARIO), ["energy={}"]), out, progress=_stop_at(2), source=str(SCENARIO))
+    res = resume_run(out)
+    assert res.summary["status"] == "completed" and res.summary["energy"]["device_j"] > 0
+    assert_same_run(ref, out)

@@ -74,10 +74,11 @@ def main() -> None:
     def holds(rs):
         return bool(rs) and all(x is not None and x > 1.0 for x in rs)
 
-    main_holds = holds(t_ratio) and holds(e_ratio)
+    # the paper's claim is about its own run (kappa1 = 60, kappa2 = 1): `agrees` is judged on it; the
+    # kappa1 = 6, kappa2 = 10 arm is our exploration of the trade-off [D] and reported beside it
+    agrees = "yes" if holds(t_ratio) and holds(e_ratio) else "partly" if holds(t_ratio) or holds(e_ratio) else "no"
     other_holds = holds(t_ratio10) and holds(e_ratio10)
-    agrees = "yes" if main_holds and other_holds else "partly" if main_holds or other_holds or \
-        holds(t_ratio) or holds(e_ratio) else "no"
+    values["kappa_6x10_also_holds"] = other_holds
 
     # trials' own wall time (the sweep runs two at a time) and the machine's load while we ran
     trials_wall = 0.0
