@@ -19,10 +19,11 @@ from hierfl.scenario.schema import Scenario
 from hierfl.core.dynamics import Dynamics, OnlineIndex, factor_at, finish_time
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream, stream_seed
-from hierfl.core.work import TrainSpec
+from hierfl.core.work import TrainSpec, samples_processed
 from hierfl.env.api import Endpoint, Job, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, NonFiniteUpdate, UpdateDropped
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver.energy import energy_ledger
 from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.faults import Faults
 from hierfl.driver.robustness import RobustLedger, robust_setup
@@ -94,6 +95,9 @@ class Context:
         self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
         self._bad: dict[int, list[Any]] = {}
         self._folded: dict[tuple[str, int], list[int]] = {}
+        # device energy (`energy:`): None keeps every output as without it
+        self.energy = energy_ledger(scenario, built, self.counters)
+        self.transfers.energy = self.energy
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -266,6 +270,8 @@ class Context:
             self.telemetry.span(("device", device), "train", t0, max(lost_at - t0, 0.0), job=job_id, lost=reason,
                                 **mark)
             return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
+        if self.energy is not None:  # its training energy is charged when it finishes
+            self.energy.job_started(device, job_id, samples_processed(int(self._world.samples[device]), spec))
         if not spec.train:  # timing only: the update is the model the job started from
             self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
@@ -314,6 +320,8 @@ class Context:
         else:
             stats = self._wait(job)
         self.counters["train_jobs"] += 1
+        if self.energy is not None:
+            self.energy.job_finished(job.device, job.job)
         # (a wait for the device's own evaluation, device_eval_cost, is counted in device_eval_s instead)
         self.counters["compute_s"] += job.compute_s - (0.0 if self.eval_cost is None else
                                                        self.eval_cost.waited(job.device, job.job))

@@ -298,6 +298,9 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
             summary["robustness"] = ctx.robust.summary()
         if ckpt.recoveries:
             summary["recoveries"] = ckpt.recoveries
+        if ctx.energy is not None:  # energy: per-device joules in devices.csv, a breakdown in the summary
+            tel.device_columns(ctx.energy.columns())
+            summary["energy"] = ctx.energy.summary(world.tier)
         tel.record(RunEnd(ctx.stop_reason))
         write_summary(out, summary)
         ckpt.remove()

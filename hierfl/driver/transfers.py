@@ -15,6 +15,7 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 from hierfl.core.dynamics import Dynamics, link_value
+from hierfl.core.energy import EnergyLedger
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.network import FlowNetwork
 from hierfl.core.world import World
@@ -67,6 +68,7 @@ class _Transfer:
     delivery: Event | None = None
     flow: Any = None
     servers: tuple[Endpoint, ...] = ()   # its edge-server / cloud ends (an edge_fail / cloud_fail cuts it)
+    radio: tuple[tuple[int, bool], ...] = ()  # (device, sends?) per device end: whose radio energy it costs
 
 
 class Transfers:
@@ -89,6 +91,7 @@ class Transfers:
         self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
         self._next_flow = 0
         self._net_event: Event | None = None
+        self.energy: EnergyLedger | None = None  # the device-energy ledger (``energy:``), set by the Context
         for t in dyn.link_boundaries():
             queue.push(t, "_link", None, Priority.WORLD)
 
@@ -178,8 +181,10 @@ class Transfers:
         fid = self._next_flow
         self._next_flow += 1
         now = self.queue.now
+        radio = (tuple((int(end[1]), end is src) for end in (src, dst) if end[0] == "device")
+                 if self.energy is not None else ())  # only the energy ledger reads it
         tr = _Transfer(kind, lane, name, now, latency_s, event, payload, priority, devices, size, args,
-                       servers=servers)
+                       servers=servers, radio=radio)
         self._transfers[fid] = tr
         tr.flow = self.net.add(now, fid, links, size * 8 / 1e6)
         avail = self.dyn.availability
@@ -246,6 +251,12 @@ class Transfers:
             args["shared_max"] = tr.flow.max_sharing
         if lost:
             args["lost"] = True
+        if self.energy is not None:
+            # each device end's radio is on from the start to the arrival (latency included) [D]; a transfer
+            # cut off part-way costs its time on air only (how many of its bits went is not tracked)
+            bits = 0.0 if lost else tr.size * 8.0
+            for d, sends in tr.radio:
+                self.energy.transfer(d, bits, self.now - tr.start, sends)
         self.telemetry.span(tr.lane, tr.name, tr.start, self.now - tr.start, bytes=tr.size, **args)
 
     def _cancel_transfer(self, fid: int) -> None:
@@ -346,6 +357,8 @@ class Transfers:
             self._cancel_transfer(fid)
         for e in self._device_events.pop(device, []):
             self.queue.cancel(e)
+        if self.energy is not None:  # its cancelled jobs never finish: never charged
+            self.energy.job_lost(device)
 
     def cancel_server(self, server: Endpoint) -> list[tuple[str, Any]]:
         """Withdraw every transfer to or from ``server`` (it failed); returns each one's ``(event, payload)``

@@ -154,26 +154,29 @@ def write_config(out_dir: Path, text: str) -> None:
 
 
 def write_devices(out_dir: Path, world: World, availability: list[str] | None = None,
-                  slowdowns: list[int] | None = None, edge_of: np.ndarray | None = None) -> None:
+                  slowdowns: list[int] | None = None, edge_of: np.ndarray | None = None,
+                  extra: dict[str, np.ndarray] | None = None) -> None:
     """``devices.csv``: each device's tier, drawn profile and server (-1: the cloud), its availability
     model and how many slowdown windows the scenario's events give it. ``edge_of``: a protocol's own
-    device → edge map instead of the topology's (FedCH)."""
+    device → edge map instead of the topology's (FedCH). ``extra``: further per-device columns appended
+    at the end (the energy model's joules, written when the run ends)."""
     if edge_of is not None:  # each device's server and its link times as that map has them (on a copy)
         world = dataclasses.replace(world, edge_of=np.asarray(edge_of))
     try:
-        _devices_csv(out_dir / "devices.csv", world, availability, slowdowns)
+        _devices_csv(out_dir / "devices.csv", world, availability, slowdowns, extra)
     except OSError as exc:
         raise _write_error(out_dir / "devices.csv", exc) from None
 
 
-def _devices_csv(path: Path, world: World, availability: list[str] | None, slowdowns: list[int] | None) -> None:
+def _devices_csv(path: Path, world: World, availability: list[str] | None, slowdowns: list[int] | None,
+                 columns: dict[str, np.ndarray] | None = None) -> None:
     assert world.tier is not None
     edges = world.edge_of
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["device", "tier", "samples", "speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms",
                     "edge", "edge_latency_ms", "compute_s_per_epoch", "download_s", "upload_s",
-                    "availability", "slowdowns"])
+                    "availability", "slowdowns", *(columns or {})])
         for i in range(world.num_devices):
             edge = int(edges[i])
             extra = float(world.edge_latency_ms[i, edge]) if edge >= 0 else 0.0
@@ -182,7 +185,7 @@ def _devices_csv(path: Path, world: World, availability: list[str] | None, slowd
                         f"{world.downlink_mbps[i]:.6g}", f"{world.latency_ms[i]:.6g}", edge, f"{extra:.6g}",
                         f"{world.samples[i] / world.speed_sps[i]:.6g}", f"{world.download_s(i):.6g}",
                         f"{world.upload_s(i):.6g}", availability[i] if availability else "always",
-                        slowdowns[i] if slowdowns else 0])
+                        slowdowns[i] if slowdowns else 0, *(f"{col[i]:.6g}" for col in (columns or {}).values())])
 
 
 def write_summary(out_dir: Path, summary: dict[str, Any]) -> None:

@@ -52,6 +52,8 @@ class RunTelemetry:
         self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl", at.get("clusters.jsonl"))
         self.trace = TraceWriter(self.out_dir / "trace.json", trace_devices, at.get("trace.json"))
         self._devices: Callable[[np.ndarray | None], None] | None = None
+        self._edge_of: np.ndarray | None = None       # a protocol's own device → edge map, once it gives one
+        self._extra: dict[str, np.ndarray] | None = None  # further devices.csv columns (energy), at the end
         self._tb: Any = None
         if tensorboard:  # output.tensorboard: the eval lines as TensorBoard scalars too
             from hierfl.output.tensorboard import TensorBoardWriter
@@ -93,8 +95,15 @@ class RunTelemetry:
 
     def devices(self, edge_of: np.ndarray) -> None:
         """Rewrite ``devices.csv`` with a protocol's own device → edge map."""
+        self._edge_of = edge_of
         if self._devices is not None:
             self._devices(edge_of)
+
+    def device_columns(self, columns: dict[str, np.ndarray]) -> None:
+        """Rewrite ``devices.csv`` with further per-device columns (the energy model's, at the end of a run)."""
+        self._extra = columns
+        if self._devices is not None:
+            self._devices(self._edge_of)
 
     # -- the driver's side -------------------------------------------------------------------------
     def wall_s(self) -> float:
@@ -103,7 +112,8 @@ class RunTelemetry:
 
     def write_devices(self, world: World, availability: list[str], slowdowns: list[int]) -> None:
         """``devices.csv`` as built; a protocol may rewrite it later with its own map (:meth:`devices`)."""
-        self._devices = lambda edge_of: write_devices(self.out_dir, world, availability, slowdowns, edge_of)
+        self._devices = lambda edge_of: write_devices(self.out_dir, world, availability, slowdowns, edge_of,
+                                                      self._extra)
         self._devices(None)
 
     def lanes(self, num_edges: int, num_devices: int) -> None:
@@ -144,12 +154,13 @@ class RunTelemetry:
         """What a checkpoint keeps besides the files: counters (the very dict the driver holds),
         staleness, queue series, whether the trace has an event yet, and the wall seconds so far."""
         return {"counters": self.counters, "staleness": self.staleness, "queues": self.queues,
-                "trace_first": self.trace._first, "wall_s": self.wall_s()}
+                "trace_first": self.trace._first, "wall_s": self.wall_s(), "edge_of": self._edge_of}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Take over :meth:`state` (a resumed run's wall seconds go on from the checkpoint's)."""
         self.counters, self.staleness, self.queues = state["counters"], state["staleness"], state["queues"]
         self.trace._first = state["trace_first"]
+        self._edge_of = state.get("edge_of")
         self._wall0 = time.perf_counter() - float(state["wall_s"])
 
     def close(self) -> None:

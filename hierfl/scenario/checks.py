@@ -98,6 +98,7 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
                                                     scenario.protocol.name))
     problems.extend(_robust_checks(scenario))
+    problems.extend(_energy_checks(scenario))
     return problems
 
 
@@ -111,6 +112,28 @@ def _robust_checks(scenario: Scenario) -> list[Problem]:
     edges = scenario.topology.edge_servers or 0
     return agg.problems(scenario.protocol.name, edges, expected_inputs(scenario.protocol, scenario.devices.count,
                                                                          edges))
+
+
+def _energy_checks(scenario: Scenario) -> list[Problem]:
+    """With ``energy:`` and ``devices.tiers``: every tier has a J/FLOP and a link type with radio figures."""
+    energy, dev = scenario.energy, scenario.devices
+    if energy is None or dev.tiers is None:
+        return []
+    specs = {**shipped_tiers(), **dev.custom_tiers}
+    radios = energy.radios()
+    problems: list[Problem] = []
+    for tier in dev.tiers:
+        if tier not in specs:
+            continue  # an unknown tier is reported by _dynamics_checks
+        if energy.tier_j_per_flop(tier) is None:
+            problems.append(Problem(f"energy.j_per_flop.{tier}", "this tier has no default J/FLOP; give one "
+                                    f"(defaults exist for {', '.join(sorted(energy.j_per_flop_defaults()))})"))
+        link = energy.tier_links.get(tier) or specs[tier].link or energy.device_link
+        if link not in radios:
+            problems.append(Problem(f"energy.tier_links.{tier}", f"tier {tier} uses link type {link!r}, which has "
+                                    f"no radio figures; allowed: {', '.join(sorted(radios))} (or add it under "
+                                    "energy.links)", link))
+    return problems
 
 
 def _dynamics_checks(scenario: Scenario) -> list[Problem]:

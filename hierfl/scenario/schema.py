@@ -41,6 +41,7 @@ from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
 from hierfl.policies.straggler import MIN_INTERVAL_S, default_policy, device_policy_field
 from hierfl.protocols import PROTOCOLS
+from hierfl.scenario.energy import EnergyConfig
 from hierfl.scenario.robustness import RobustnessConfig
 from hierfl.topology import GENERATORS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
@@ -410,6 +411,9 @@ class Scenario(ConfigModel):
     output: OutputConfig = OutputConfig()
     robustness: RobustnessConfig = Field(
         default=RobustnessConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")
+    energy: EnergyConfig | None = Field(
+        default=None, description="per-tier device energy model (J per FLOP, radio power per link type); "
+                                  "null = off (README \"Energy model\")")
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )
