@@ -186,7 +186,7 @@ def noniid(args) -> tuple[dict, str]:
              "| weight on fastest 20 % (their data share) | updates making 90 % of the model |",
              "|---|---|---|---|---|---|---|"]
     values: dict = {}
-    shipped = g["fedch (shipped)"]
+    shipped = g["fedch shipped"]
     for label, rs in g.items():
         fin = [final_acc(r) for r in rs]
         d = paired(rs, shipped, final_acc, lambda x, y: x - y)
@@ -198,7 +198,7 @@ def noniid(args) -> tuple[dict, str]:
               if ok else "–")
         n90 = fmt([m["n90"] for m in ok], 1) if ok else "–"
         values[label] = {"final": fin, "delta_vs_shipped": d, "t_0.6": tt, "mixing": mx}
-        lines.append(f"| {label} | {fmt(fin, 3)} | {fmt(d, 3) if label != 'fedch (shipped)' else '–'} | "
+        lines.append(f"| {label} | {fmt(fin, 3)} | {fmt(d, 3) if label != 'fedch shipped' else '–'} | "
                      f"{fmt(tt, 1)} | {tv} | {fw} | {n90} |")
     return values, "\n".join(lines)
 
