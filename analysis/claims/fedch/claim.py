@@ -197,7 +197,13 @@ def noniid(args) -> tuple[dict, str]:
         fw = (f"{fmt([m['fast_weight'] for m in ok], 2)} ({mean_ci([m['fast_data'] for m in ok])[0]:.2f})"
               if ok else "–")
         n90 = fmt([m["n90"] for m in ok], 1) if ok else "–"
-        values[label] = {"final": fin, "delta_vs_shipped": d, "t_0.6": tt, "mixing": mx}
+        mean = lambda xs: mean_ci(xs)[0]  # noqa: E731
+        values[label] = {"final": fin, "delta_vs_shipped": d, "t_0.6": tt, "mixing": mx,
+                         "mean_final": mean(fin), "reached": sum(t is not None for t in tt), "n": len(rs),
+                         "mean_tv": mean([m["tv"] for m in ok]) if ok else None,
+                         "mean_fast_weight": mean([m["fast_weight"] for m in ok]) if ok else None,
+                         "mean_fast_data": mean([m["fast_data"] for m in ok]) if ok else None,
+                         "mean_n90": mean([m["n90"] for m in ok]) if ok else None}
         lines.append(f"| {label} | {fmt(fin, 3)} | {fmt(d, 3) if label != 'fedch shipped' else '–'} | "
                      f"{fmt(tt, 1)} | {tv} | {fw} | {n90} |")
     return values, "\n".join(lines)
@@ -208,7 +214,8 @@ def main() -> None:
     v_cmp, t_cmp, ours, agrees = compare(args)
     v_fail, t_fail = failures(args)
     v_nid, t_nid = noniid(args)
-    details = "\n\n".join([SETTING, t_cmp, READING_CMP, t_fail, READING_FAIL, t_nid, READING_NONIID])
+    details = "\n\n".join([SETTING, t_cmp, reading_cmp(v_cmp), t_fail, reading_fail(v_fail), t_nid,
+                             reading_noniid(v_nid)])
     result = ClaimResult(
         id="fedch",
         claim="FedCH cuts completion time and network traffic against FedAvg and FedAsync",
@@ -236,10 +243,92 @@ N and device figures were not recovered]. FedAvg takes every device every round;
 defaults (α = 0.6, polynomial(0.5), ρ = 0.005) with every device training at once. Every protocol does the
 same 10 local steps of 10 samples per job. Accuracy matters, so the model trains (small: 610 parameters)."""
 
-READING_CMP = "READING_CMP"
-READING_FAIL = "READING_FAIL"
-READING_NONIID = "READING_NONIID"
-NOTES = "NOTES"
+def _m(xs) -> float:
+    return mean_ci(xs)[0]
+
+
+def reading_cmp(v: dict) -> str:
+    """What the main comparison says, from its numbers."""
+    pp = v["per_protocol"]
+    t = {k: _m(x["t_target"]) for k, x in pp.items()}
+    mb = {k: _m(x["mb_cloud"]) for k, x in pp.items()}
+    never = {k: sum(y is None for y in x["t_target"]) for k, x in pp.items()}
+    text = [f"**Reading.** To accuracy {TARGET}, FedCH K = 10 needs {t['fedch K=10']:.1f} s on average against "
+            f"{t['fedavg']:.1f} s for FedAvg and {t['fedasync']:.1f} s for FedAsync (K = 25: {t['fedch K=25']:.1f} s), "
+            f"and moves {mb['fedch K=10']:.2f} MB through the cloud against {mb['fedavg']:.2f} MB (FedAvg) and "
+            f"{mb['fedasync']:.2f} MB (FedAsync)."]
+    if any(never.values()):
+        text.append("Runs that never reached the target within their cap: " +
+                    ", ".join(f"{k} {n}" for k, n in never.items() if n) + " (left out of the means).")
+    text.append("FedCH is faster than FedAvg because its fast clusters do not wait for the slowest device of "
+                "the population (FedAvg's round is paced by its slowest of 50 lognormal devices); it moves far "
+                "fewer bytes through the cloud than FedAsync because one cluster model replaces ~5 device "
+                "uploads (the member → leader hops go over device-to-device links, `bytes_d2d`, weighted 0.1 in "
+                "the INFOCOM cost units). Against FedAsync the time claim depends on FedAsync's concurrency: with "
+                "every device training at once (ALGORITHMS.md §5.3 default, concurrency = N) FedAsync mixes ~140 "
+                "updates per virtual second, each discounted by polynomial(0.5) staleness, and is as fast as or "
+                "faster than FedCH on this linear task; the paper's FedAsync configuration was not recovered. "
+                "The seeds draw different Synthetic-IID data sets and speed draws, so times vary widely between "
+                "seeds (the paired per-seed changes are the figure).")
+    return " ".join(text)
+
+
+def reading_fail(v: dict) -> str:
+    """What the failure case says."""
+    parts = [f"{k}: final {_m(x['final']):.3f}, gain after the failure {_m(x['gain']):+.3f}, last gain at "
+             f"{_m(x['last_gain_t']):.1f} s" for k, x in v.items()]
+    return ("**Reading.** " + "; ".join(parts) + ". In the emulator FedAvg does not stall when devices fail: "
+            "a synchronous round stops waiting for a lost device and the next round selects only online devices "
+            "(README, Dynamics), so the paper's FedAvg plateau (which waits for failed devices) is not reproduced. "
+            "Static CFL loses every cluster whose device leader left (on_leader_lost: wait, ALGORITHMS.md §2.5), "
+            "DCFL rebuilds the clusters over the online devices at its next periodic re-clustering.")
+
+
+def reading_noniid(v: dict) -> str:
+    """The answer to the issue's question, from the numbers."""
+    sh, fa = v["fedch shipped"], v["fedavg"]
+    rows = []
+    for k, x in v.items():
+        if k in ("fedch shipped", "fedavg"):
+            continue
+        rows.append((x["mean_final"] - sh["mean_final"], k, x))
+    rows.sort(reverse=True)
+    best_d, best_k, best = rows[0]
+    gap = fa["mean_final"] - sh["mean_final"]
+    lines = [
+        f"**Why FedCH loses on non-IID data (the issue's question).** On the shipped scenario with "
+        f"Synthetic(0.5, 0.5) FedCH ends at {sh['mean_final']:.3f} after 60 s against {fa['mean_final']:.3f} for "
+        f"FedAvg (reached 0.6: FedCH {sh['reached']}/{sh['n']}, FedAvg {fa['reached']}/{fa['n']}). The final global "
+        f"model of FedCH is made of its last few cluster models: 90 % of it comes from the last "
+        f"{sh['mean_n90']:.1f} cloud updates on average, the fastest 20 % of the devices carry "
+        f"{sh['mean_fast_weight']:.2f} of its weight against {sh['mean_fast_data']:.2f} of the data, and the total "
+        f"variation distance between the devices' weight in the model and their data share (0 for FedAvg's "
+        f"sample-weighted average) is {sh['mean_tv']:.2f}. Each step w ← (1 − α_τ)w + α_τ·w_k with α = 1 − (K−1)/N "
+        f"= 0.82 almost replaces the global model by one cluster's model, and the fast clusters (abs_diff groups "
+        f"devices of similar speed, §2.3) send most of the steps while the slow ones arrive stale and discounted. "
+        f"On IID data that costs nothing — every cluster model fits the same task, so many fast steps are pure "
+        f"speed (−85 % on main, analysis/results/fedch_comparison.md) — but with Synthetic(0.5, 0.5) each user "
+        f"has its own labelling model, and a global model fitted to a few users does not fit the common test set.",
+        "One factor at a time (paired with the shipped run of the same seed):",
+    ]
+    for d, k, x in rows:
+        extra = (f"; TV {x['mean_tv']:.2f}, fastest 20 % carry {x['mean_fast_weight']:.2f}, "
+                 f"90 % of the model from {x['mean_n90']:.1f} updates" if x.get("mean_tv") is not None else "")
+        lines.append(f"* {k}: final {x['mean_final']:.3f} ({d:+.3f}; reached 0.6 in {x['reached']}/{x['n']}){extra}")
+    lines.append(
+        f"The choice that changes the outcome most is **{best_k}** ({best_d:+.3f}, closing "
+        f"{100 * best_d / gap if gap > 0 else float('nan'):.0f} % of the {gap:.3f} gap to FedAvg). "
+        "α = 1 − (K−1)/N is [V] from the INFOCOM note (its `fraction` reading (K−1)/N = 0.18 is the knob "
+        "ALGORITHMS.md §2.1 keeps); the grouping by pace (distance `abs_diff`) is [D] (§2.3); the staleness rule "
+        "fedch(5, 1) is [V]. So the non-IID failure is the interplay of a large mixing weight α with "
+        "speed-homogeneous clusters on heterogeneous data, not the staleness function; the paper's own "
+        "experiments used IID labels (only sizes skewed), where the same mechanism is what makes FedCH fast.")
+    return "\n".join(lines)
+
+
+NOTES = ("Paper's setting as far as published (H = 10, lr 0.01, a = 5, b = 1, K = 10/25, IID labels, "
+         "Gaussian-skewed sizes; Synthetic-IID + LR for MNIST). Details: the non-IID loss of the shipped study "
+         "is explained there.")
 
 if __name__ == "__main__":
     main()

@@ -75,7 +75,7 @@ def main() -> None:
         SETTING, "\n".join(rows),
         f"Paired per seed, with against without staleness weighting: final accuracy {fmt(d_final, 1, ' %')} "
         f"(absolute {fmt(d_abs, 3)}); at 30 s {fmt(d_half, 1, ' %')}.",
-        READING])
+        reading(with_w, without, d_final)])
     result = ClaimResult(
         id="fedch_staleness",
         claim="FedCH's staleness-aware weighting improves accuracy over the same scheme without it",
@@ -99,8 +99,22 @@ devices, H = 10, lr 0.01, α = 1 − (K−1)/N = 0.82, a = 5, IID labels with Ga
 regression on Synthetic-IID [D for MNIST]) for a fixed 60 virtual s; b = 1 is the paper's fedch(5, 1),
 b = 0 turns the rule into σ ≡ 1 (ALGORITHMS.md §2.6), i.e. `staleness: {name: constant}`."""
 
-READING = "READING"
-NOTES = "NOTES"
+def reading(with_w, without, d_final) -> str:
+    """What the comparison says, from its numbers."""
+    sw = [stale_mass(r) for r in with_w]
+    m = mean_ci(d_final)[0]
+    share = mean_ci([s[1] for s in sw])[0]
+    return (f"**Reading.** With K = 10 clusters of devices grouped by pace, {100 * share:.0f} % of the cloud "
+            f"updates arrive with τ > a = 5, from the slow clusters. Without the rule each of them is mixed in "
+            f"with the full α = 0.82 and drags the global model back to a model trained from a version many "
+            f"steps old; with fedch(5, 1) it gets α/τ. The final accuracy changes by {m:+.1f} % on average "
+            f"(per seed: {', '.join(f'{x:+.1f} %' for x in d_final if x is not None)}). The paper's ≈ +26 % was "
+            f"measured on MNIST/CIFAR-10 with its own K, N and time budget (not recovered); the direction is what "
+            f"this reproduction checks.")
+
+
+NOTES = ("Paper's FedCH setting (H = 10, lr 0.01, a = 5, K = 10, IID labels with Gaussian-skewed sizes; "
+         "Synthetic-IID + LR for MNIST), 60 virtual s; b = 0 is the constant function exactly.")
 
 if __name__ == "__main__":
     main()
