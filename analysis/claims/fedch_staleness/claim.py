@@ -11,6 +11,7 @@ per-seed relative change of the final accuracy, and of the accuracy at the halfw
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -71,11 +72,15 @@ def main() -> None:
     mean_final = mean_ci(d_final)[0]
     agrees = "yes" if mean_final > 0 and all(v is not None and v > 0 for v in d_final) else (
         "no" if mean_final <= 0 else "partly")
+    trial_wall = sum(float(r.summary.get("wall_s", 0.0)) for r in runs)
+    timing = (f"Timing: the trials' own wall times (summary.json `wall_s`) sum to {trial_wall:.0f} s over {len(runs)} "
+              f"trials, run 2 at a time on a 2-core machine shared with other jobs (load average "
+              f"{os.getloadavg()[0]:.0f} when this script finished).")
     details = "\n\n".join([
         SETTING, "\n".join(rows),
         f"Paired per seed, with against without staleness weighting: final accuracy {fmt(d_final, 1, ' %')} "
         f"(absolute {fmt(d_abs, 3)}); at 30 s {fmt(d_half, 1, ' %')}.",
-        reading(with_w, without, d_final)])
+        reading(with_w, without, d_final), timing])
     result = ClaimResult(
         id="fedch_staleness",
         claim="FedCH's staleness-aware weighting improves accuracy over the same scheme without it",
