@@ -397,7 +397,7 @@ def notes(v: dict) -> str:
 # once and finished; failures and noniid ran as parallel `hierfl sweep` processes), measured by hand:
 MEASURED = ("The sweeps ran from 21:03 to 22:01 UTC on the shared 2-core machine at load average 44-94 "
             "(several helpers' claim runs at once); the JSON was then written by `claim.py --resume`, which only "
-            "re-reads them, so this script's wall_s below is that re-read.")
+            "re-reads them, so this script's wall time in the header is that re-read.")
 
 
 if __name__ == "__main__":
