@@ -306,7 +306,10 @@ def _init_ray(address: str | None) -> None:
 
     if ray.is_initialized():
         return
-    # no address: RAY_ADDRESS when set (a `ray job submit` entrypoint has it), else a new local instance
+    # no address: RAY_ADDRESS when set (a `ray job submit` entrypoint has it), else a new private local
+    # instance: a bare ray.init() would attach to whatever cluster this machine last started (another
+    # sweep's, say), and hang when that one shuts down
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
     ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
 
 
