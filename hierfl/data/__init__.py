@@ -22,6 +22,7 @@ from hierfl.data.files import (
 from hierfl.data.partition import (
     PARTITIONERS,
     DirichletConfig,
+    GaussianSizesConfig,
     IIDConfig,
     NaturalConfig,
     PartitionConfig,
@@ -43,6 +44,7 @@ __all__ = [
     "Dataset",
     "DatasetConfig",
     "DirichletConfig",
+    "GaussianSizesConfig",
     "IIDConfig",
     "NaturalConfig",
     "PartitionConfig",

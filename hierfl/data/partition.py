@@ -1,4 +1,4 @@
-"""Split a dataset's training samples among devices: IID, Dirichlet label skew, shards, natural users.
+"""Split a dataset's training samples among devices: IID, Gaussian-skewed sizes, Dirichlet label skew, shards, natural users.
 
 Each partitioner returns exactly ``num_devices`` non-empty int64 index arrays into
 ``dataset.x_train``. All randomness comes from the ``np.random.Generator`` passed in.
@@ -30,6 +30,7 @@ __all__ = [
     "NaturalConfig",
     "PartitionConfig",
     "ShardsConfig",
+    "GaussianSizesConfig",
     "label_distribution",
 ]
 
@@ -208,6 +209,48 @@ class NaturalConfig(PartitionConfig):
         if empty:
             raise DataError("partition.name", f"natural users {empty} have no training samples")
         return parts
+
+
+@PARTITIONERS.register
+class GaussianSizesConfig(PartitionConfig):
+    """IID labels, Gaussian-skewed data sizes (the FedCH INFOCOM'21 precursor's non-uniform setting).
+
+    Wang et al. (INFOCOM 2021, the conference version of FedCH, ALGORITHMS.md §2.7) train on IID
+    data whose per-device sizes follow a Gaussian; the mean and spread are not published, so both
+    are knobs [D]. Device i draws a relative size ``s_i = max(N(1, sigma²), floor)``; every device
+    gets ``min_size`` samples and the remaining ``n − P·min_size`` are dealt in proportion to
+    ``s_i`` (largest remainder, ties to the lower id). The shuffled training indices are then cut
+    at those sizes, so labels stay IID and only the sizes are skewed. ``sigma = 0`` is the equal
+    split of ``iid`` (up to the order of the cuts).
+    """
+
+    name: Literal["gaussian_sizes"] = "gaussian_sizes"
+    sigma: float = Field(0.5, ge=0.0, description="std of the relative data size (mean 1); 0 = equal sizes")
+    floor: float = Field(0.05, gt=0.0, le=1.0, description="smallest relative size a draw is clipped to")
+    min_size: PositiveInt = Field(1, description="every device gets at least this many samples")
+
+    def split(self, dataset: Dataset, num_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Draw relative sizes, deal the samples by largest remainder, cut a random permutation."""
+        n = len(dataset.y_train)
+        _check_sizes(n, num_devices)
+        if self.min_size * num_devices > n:
+            raise DataError(
+                "partition.min_size",
+                f"min_size {self.min_size} x {num_devices} devices = {self.min_size * num_devices} exceeds "
+                f"the {n} training samples; lower min_size or use fewer devices",
+            )
+        share = np.maximum(rng.normal(1.0, self.sigma, num_devices), self.floor)
+        spare = n - self.min_size * num_devices
+        exact = spare * share / share.sum()
+        sizes = np.floor(exact).astype(np.int64)
+        # Largest remainder: the samples that flooring left over go to the largest fractions
+        # (stable sort, so ties go to the lower device id) — the sizes sum to n exactly.
+        left = int(spare - sizes.sum())
+        order = np.argsort(-(exact - sizes), kind="stable")
+        sizes[order[:left]] += 1
+        sizes += self.min_size
+        perm = rng.permutation(n).astype(np.int64)
+        return list(np.split(perm, np.cumsum(sizes)[:-1]))
 
 
 def label_distribution(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
