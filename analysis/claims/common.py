@@ -210,3 +210,16 @@ def write_result(result: ClaimResult, args: argparse.Namespace) -> Path | None:
 def rel(path: str | Path) -> str:
     """``path`` relative to the repository root, for the table."""
     return str(Path(path).resolve().relative_to(ROOT))
+
+
+def trials_wall(runs: Iterable[SweepRun]) -> float:
+    """Sum of the trials' own wall times (``summary.json`` ``wall_s``): a claim's cost line."""
+    return sum(float(r.summary.get("wall_s") or 0.0) for r in runs)
+
+
+def sweep_wall(sweep_dir: str | Path) -> float:
+    """:func:`trials_wall` of a sweep directory, read from its ``sweep.csv``."""
+    import csv
+
+    with open(Path(sweep_dir) / "sweep.csv", encoding="utf-8") as f:
+        return sum(float(r["wall_s"]) for r in csv.DictReader(f) if r.get("wall_s"))

@@ -131,6 +131,21 @@ class Flow:
                 f"max_sharing={self.max_sharing!r}, min_rate={self.min_rate!r})")
 
 
+def index_add(index: dict[Any, set[Any]], keys: Iterable[Any], value: Any) -> None:
+    """Add ``value`` to the set ``index[key]`` of every key, creating missing sets.
+
+    The per-transfer bookkeeping of flows by link and of transfers by device; a ``get`` and one set
+    literal is cheaper than ``setdefault(key, set())`` on this per-event path (no empty set built
+    for a key that exists).
+    """
+    for key in keys:
+        users = index.get(key)
+        if users is None:
+            index[key] = {value}
+        else:
+            users.add(value)
+
+
 class FlowNetwork:
     """Flows over capacitated links with exact max-min fair sharing; O(log F) work per event
     outside the component of flows that share a finite link with the change."""
@@ -174,20 +189,9 @@ class FlowNetwork:
         flow._net, flow._order = self, self._order
         self._order += 1
         self.flows[flow_id] = flow
-        by_link = self._by_link
-        for link in links:
-            users = by_link.get(link)
-            if users is None:
-                by_link[link] = {flow_id}
-            else:
-                users.add(flow_id)
+        index_add(self._by_link, links, flow_id)
         on_link = self.on_link
-        for link in finite:
-            users = on_link.get(link)
-            if users is None:
-                on_link[link] = {flow_id}
-            else:
-                users.add(flow_id)
+        index_add(on_link, finite, flow_id)
         if not self.contention or not finite or (len(finite) == 1 and len(on_link[finite[0]]) == 1):
             # alone on its only shared link (or no sharing at all): its rate is that link's capacity,
             # nobody else's changes, and the component search would find only itself

@@ -17,7 +17,7 @@ from typing import Any
 from hierfl.core.dynamics import Dynamics, link_value
 from hierfl.core.energy import EnergyLedger
 from hierfl.core.engine import Event, EventQueue, Priority
-from hierfl.core.network import FlowNetwork
+from hierfl.core.network import FlowNetwork, index_add
 from hierfl.core.world import World
 from hierfl.env.api import Endpoint
 from hierfl.env.events import DeviceLost
@@ -193,13 +193,7 @@ class Transfers:
                 down = now if not avail.is_up(d, now) else avail.next_down(d, now)
                 if math.isfinite(down):
                     tr.guards.append(self.queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL))
-        by_device = self._device_transfers
-        for d in devices:
-            mine = by_device.get(d)
-            if mine is None:
-                by_device[d] = {fid}
-            else:
-                mine.add(fid)
+        index_add(self._device_transfers, devices, fid)
         for end in servers:
             self._server_transfers.setdefault(end, set()).add(fid)
         self._reschedule_net()

@@ -20,7 +20,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from common import (  # noqa: E402
-    ClaimResult, by_group, changed, cli, first_reaching, fmt, mean_ci, paired, rel, run_sweep, write_result,
+    ClaimResult,
+    by_group,
+    changed,
+    cli,
+    first_reaching,
+    fmt,
+    mean_ci,
+    paired,
+    rel,
+    run_sweep,
+    trials_wall,
+    write_result,
 )
 
 TARGET = 0.7  # sweep.yaml's target (evaluation.target_accuracy and stop.target_accuracy of every trial)
@@ -43,7 +54,7 @@ def main() -> None:
     if missing:
         raise SystemExit(f"sweep.yaml lacks trials for {missing}")
     seeds = sorted({r.seed for r in runs})
-    wall = sum(float(r.summary.get("wall_s") or 0.0) for r in runs)
+    wall = trials_wall(runs)
     t, b, msg, upd = at_target("t"), at_target("bytes_cloud"), at_target("messages_cloud"), at_target("device_updates")
 
     values: dict[str, object] = {"target": TARGET, "trials_wall_s": round(wall, 1)}

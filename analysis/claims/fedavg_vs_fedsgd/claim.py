@@ -16,7 +16,6 @@ minibatch SGD (here E = 5, B = 10); the abstract reports a 10-100x reduction in 
 
 from __future__ import annotations
 
-import csv
 import re
 import sys
 from pathlib import Path
@@ -24,8 +23,19 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import (ClaimResult, by_group, cli, first_reaching, fmt, mean_ci, paired, rel,  # noqa: E402
-                    run_sweep, write_result)
+from common import (  # noqa: E402
+    ClaimResult,
+    by_group,
+    cli,
+    first_reaching,
+    fmt,
+    mean_ci,
+    paired,
+    rel,
+    run_sweep,
+    sweep_wall,
+    write_result,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,12 +44,6 @@ def rounds(run) -> int | None:
     """Rounds to the target (None: not reached within the run's round budget)."""
     v = run.summary.get("rounds_to_target")
     return None if v is None else int(v)
-
-
-def trial_wall(sweep_dir: Path) -> float:
-    """Sum of the trials' wall_s (sweep.csv)."""
-    with open(sweep_dir / "sweep.csv", encoding="utf-8") as f:
-        return sum(float(r["wall_s"]) for r in csv.DictReader(f) if r.get("wall_s"))
 
 
 def eval_file(lrs: dict[str, float], out: Path) -> Path:
@@ -105,7 +109,7 @@ def main() -> None:
     in_range = [10 <= m <= 100 for m in (mean_iid, mean_non)]
     above_one = [m - h > 1 for m, h in ((mean_iid, half_iid), (mean_non, half_non))]
     agrees = "yes" if all(in_range) and all(above_one) else ("partly" if any(m > 1 for m in (mean_iid, mean_non)) else "no")
-    tune_wall, eval_wall = trial_wall(Path(args.out) / "tune_lr"), trial_wall(Path(args.out) / "eval")
+    tune_wall, eval_wall = sweep_wall(Path(args.out) / "tune_lr"), sweep_wall(Path(args.out) / "eval")
     table = "\n".join(["| split | FedSGD rounds | FedAvg (E = 5, B = 10) rounds | FedSGD / FedAvg |", "|---|---|---|---|"]
                       + rows)
     trend = "\n".join(trend_rows)

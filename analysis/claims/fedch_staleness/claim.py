@@ -29,6 +29,7 @@ from common import (  # noqa: E402
     paired,
     rel,
     run_sweep,
+    trials_wall,
     write_result,
 )
 
@@ -72,7 +73,7 @@ def main() -> None:
     mean_final = mean_ci(d_final)[0]
     agrees = "yes" if mean_final > 0 and all(v is not None and v > 0 for v in d_final) else (
         "no" if mean_final <= 0 else "partly")
-    trial_wall = sum(float(r.summary.get("wall_s", 0.0)) for r in runs)
+    trial_wall = trials_wall(runs)
     timing = (f"Timing: the trials' own wall times (summary.json `wall_s`) sum to {trial_wall:.0f} s over {len(runs)} "
               f"trials, run 2 at a time on a 2-core machine shared with other jobs (load average "
               f"{os.getloadavg()[0]:.0f} when this script finished). " + MEASURED)

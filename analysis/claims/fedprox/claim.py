@@ -22,7 +22,6 @@ Figure: final test accuracy of FedProx (tuned μ) minus FedAvg (dropping), per s
 
 from __future__ import annotations
 
-import csv
 import re
 import sys
 from pathlib import Path
@@ -30,8 +29,17 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import (ClaimResult, by_group, cli, fmt, mean_ci, rel, run_sweep,  # noqa: E402
-                    write_result)
+from common import (  # noqa: E402
+    ClaimResult,
+    by_group,
+    cli,
+    fmt,
+    mean_ci,
+    rel,
+    run_sweep,
+    sweep_wall,
+    write_result,
+)
 
 HERE = Path(__file__).resolve().parent
 DATASETS = {"s00": (0.0, 0.0), "s05": (0.5, 0.5), "s11": (1.0, 1.0)}
@@ -65,12 +73,6 @@ def eval_file(mu: float, out: Path, name: str = "eval") -> Path:
     path = out / f"{name}_tuned.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     return path
-
-
-def trial_wall(sweep_dir: Path) -> float:
-    """Sum of the trials' wall_s (sweep.csv)."""
-    with open(sweep_dir / "sweep.csv", encoding="utf-8") as f:
-        return sum(float(r["wall_s"]) for r in csv.DictReader(f) if r.get("wall_s"))
 
 
 def main() -> None:
@@ -127,8 +129,8 @@ def main() -> None:
         "\nHere the whole gain comes from aggregating the partial work: the proximal term adds nothing within 20\n"
         "rounds (μ made no difference in the tuning either). The paper credits μ > 0 with more stable\n"
         "convergence over its 200 rounds (Fig. 1); whether that shows in a 200-round run is not tested here.")
-    tune_wall = trial_wall(Path(args.out) / "tune_mu")
-    eval_wall = sum(trial_wall(Path(args.out) / name) for name in ("eval",) + EXTRA)
+    tune_wall = sweep_wall(Path(args.out) / "tune_mu")
+    eval_wall = sum(sweep_wall(Path(args.out) / name) for name in ("eval",) + EXTRA)
     table = "\n".join(["| dataset | stragglers | FedAvg (drops) | FedProx μ = 0 | FedProx μ = %g | gain (μ vs FedAvg) |" % mu,
                        "|---|---|---|---|---|---|"] + rows)
     details = f"""Final test accuracy after 20 rounds, mean ± 95 % CI over seeds 1-3 (each seed draws its own
