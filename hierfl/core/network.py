@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +90,7 @@ class Flow:
     """
 
     __slots__ = ("id", "links", "megabits", "started", "rate", "max_sharing", "min_rate", "tag",
-                 "finite", "_r0", "_t0", "_end", "_net", "_order", "_ver")
+                 "finite", "_r0", "_t0", "_end", "_net", "_order", "_ver", "detached")
 
     def __init__(self, id: int, links: tuple[Hashable, ...], megabits: float, remaining: float, started: float,
                  rate: float = 0.0, max_sharing: int = 1, min_rate: float = math.inf, tag: object = None,
@@ -110,6 +110,7 @@ class Flow:
         self._net: FlowNetwork | None = None
         self._order = 0                   # insertion rank (ties are decided in this order)
         self._ver = 0                     # heap entries of older versions are stale
+        self.detached = False             # its end is the caller's to schedule (FlowNetwork.add(detach=True))
 
     @property
     def remaining(self) -> float:
@@ -162,6 +163,9 @@ class FlowNetwork:
         self._order = 0
         self._versions = 0                              # heap entry versions, unique network-wide
         self._repr: dict[Hashable, str] = {}
+        self._detached = 0                              # detached flows in ``flows``
+        # called with a detached flow's id when it joins the shared schedule again (see ``add``)
+        self.on_attach: Callable[[int], None] | None = None
 
     # -- state changes ----------------------------------------------------------------------
     def advance(self, now: float) -> None:
@@ -170,8 +174,19 @@ class FlowNetwork:
             raise ValueError(f"network time cannot go back: {self.now} → {now}")
         self.now = now
 
-    def add(self, now: float, flow_id: int, links: Iterable[Hashable], megabits: float, tag: object = None) -> Flow:
-        """Start a flow of ``megabits`` over ``links`` at ``now``."""
+    def add(self, now: float, flow_id: int, links: Iterable[Hashable], megabits: float, tag: object = None,
+            detach: bool = False) -> Flow:
+        """Start a flow of ``megabits`` over ``links`` at ``now``.
+
+        ``detach``: if the flow shares no finite link with another flow (its rate is its path's
+        bottleneck), it is kept out of :meth:`next_finish`: its end, ``flow._end``, is fixed and the
+        caller schedules what follows it directly (one event per transfer instead of two). It
+        stays so until another flow joins one of its finite links or a capacity on its path
+        changes while it is in flight; then it is *attached* (filed for :meth:`next_finish` with the
+        end it had) and ``on_attach(flow_id)`` tells the caller to withdraw what it scheduled. A
+        detached flow whose end has passed is removed when that happens (its bits are all sent).
+        The caller removes a detached flow itself once its end is past (:meth:`remove`).
+        """
         if flow_id in self.flows:
             raise ValueError(f"flow {flow_id} already active")
         if megabits < 0 or not math.isfinite(megabits):
@@ -185,25 +200,49 @@ class FlowNetwork:
             raise ValueError(f"network time cannot go back: {self.now} → {now}")
         self.now = now
         finite = tuple([link for link in links if capacity[link] < math.inf])
+        on_link = self.on_link
+        if self._detached and self.contention:
+            # a detached flow is alone on its finite links: joining one of them settles it first
+            for link in finite:
+                users = on_link.get(link)
+                if users is not None and len(users) == 1:
+                    g = self.flows[next(iter(users))]
+                    if g.detached:
+                        self._settle(g)
         flow = Flow(flow_id, links, megabits, megabits, now, tag=tag, finite=finite)
         flow._net, flow._order = self, self._order
         self._order += 1
         self.flows[flow_id] = flow
         index_add(self._by_link, links, flow_id)
-        on_link = self.on_link
         index_add(on_link, finite, flow_id)
-        if not self.contention or not finite or (len(finite) == 1 and len(on_link[finite[0]]) == 1):
-            # alone on its only shared link (or no sharing at all): its rate is that link's capacity,
+        if not self.contention or not finite or (len(finite) == 1 and len(on_link[finite[0]]) == 1) or (
+                detach and all(len(on_link[link]) == 1 for link in finite)):
+            # alone on its shared links (or no sharing at all): its rate is its bottleneck's capacity,
             # nobody else's changes, and the component search would find only itself
-            self._solo(flow)
+            self._solo(flow, detach)
         else:
             self._recompute([flow_id], new=flow)
         return flow
+
+    def _settle(self, f: Flow) -> None:
+        """A detached flow meets the shared schedule: removed if its end has passed, else attached."""
+        if f._end <= self.now:
+            self.remove(self.now, f.id)
+            return
+        f.detached = False
+        self._detached -= 1
+        heapq.heappush(self._heap, (f._end, f.id, f._ver))
+        self.ops.heap += 1
+        if self.on_attach is not None:
+            self.on_attach(f.id)
 
     def remove(self, now: float, flow_id: int) -> Flow:
         """End (or cancel) a flow at ``now``; the flows it shared links with speed up."""
         self.advance(now)
         flow = self.flows.pop(flow_id)
+        if flow.detached:
+            flow.detached = False
+            self._detached -= 1
         flow._r0 = _left(flow._r0, flow.rate, now - flow._t0)   # frozen: what it had left now
         flow._t0 = now
         flow._net = None
@@ -233,6 +272,10 @@ class FlowNetwork:
         self.advance(now)
         old = self.capacity.get(link)
         self.capacity[link] = mbps
+        if self._detached:
+            for fid in sorted(self._by_link.get(link, ())):
+                if self.flows[fid].detached:
+                    self._settle(self.flows[fid])
         affected = sorted(self._by_link.get(link, ()))
         self.ops.flows += len(affected)
         if old is not None and math.isinf(old) != math.isinf(mbps):
@@ -344,11 +387,14 @@ class FlowNetwork:
         f.rate = rate
         self._rebase(f, left)
 
-    def _solo(self, f: Flow) -> None:
+    def _solo(self, f: Flow, detach: bool = False) -> None:
         """A new flow that shares no finite link: its rate is its path's bottleneck (what
         :meth:`_recompute` gives it, without the component search)."""
         cap, ops = self.capacity, self.ops
-        if self.contention:
+        if self.contention and len(f.finite) > 1:
+            # alone on several finite links (detach only): what progressive filling gives it
+            rate = self._fill([f.id])[f.id]
+        elif self.contention:
             # exactly what progressive filling gives a flow alone: 0.0 + its link's share
             rate = 0.0 + cap[f.finite[0]] / 1 if f.finite else math.inf
             ops.links += len(f.finite)
@@ -359,6 +405,13 @@ class FlowNetwork:
         f.rate = rate
         if rate < f.min_rate:
             f.min_rate = rate
+        if detach:
+            # _rebase without filing it: its end is the caller's (not in the heap, never stale)
+            r0 = f._r0
+            f._end = f._t0 if r0 <= EPS_MBIT else math.inf if rate <= 0.0 else f._t0 + r0 / rate
+            f.detached = True
+            self._detached += 1
+            return
         self._rebase(f, f._r0)
 
     # -- rates ------------------------------------------------------------------------------

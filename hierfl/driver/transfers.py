@@ -74,6 +74,11 @@ class _Transfer:
 class Transfers:
     """Transfers through the network, link events and device losses of one run."""
 
+    # a transfer that shares no finite link gets its arrival scheduled when it starts (a detached
+    # flow, ``FlowNetwork.add``); False: every end goes through the network's wake-ups (the same
+    # times and outputs, one more event per transfer; tests compare the two)
+    detach = True
+
     def __init__(self, world: World, dyn: Dynamics, queue: EventQueue, telemetry: RunTelemetry,
                  contention: bool) -> None:
         self.world = world
@@ -83,6 +88,8 @@ class Transfers:
         self.counters = telemetry.counters
         self._base_links = {(w.target, w.field): self._link_get(w.target, w.field) for w in dyn.links}
         self.net = FlowNetwork(self._capacities(), contention=contention)
+        self.net.on_attach = self._on_attach
+        self._attached = False   # a detached flow was attached during the current change
         self._transfers: dict[int, _Transfer] = {}
         self._delivery: dict[int, int] = {}           # delivery event seq → transfer id
         self._device_transfers: dict[int, set[int]] = {}
@@ -186,7 +193,10 @@ class Transfers:
         tr = _Transfer(kind, lane, name, now, latency_s, event, payload, priority, devices, size, args,
                        servers=servers, radio=radio)
         self._transfers[fid] = tr
-        tr.flow = self.net.add(now, fid, links, size * 8 / 1e6)
+        # detached when it shares no finite link: its arrival is scheduled now, with no network
+        # wake-up at its end (one event per transfer instead of two; ``FlowNetwork.add``)
+        self._attached = False
+        flow = tr.flow = self.net.add(now, fid, links, size * 8 / 1e6, detach=self.detach)
         avail = self.dyn.availability
         if not avail.trivial:
             for d in devices:
@@ -196,8 +206,25 @@ class Transfers:
         index_add(self._device_transfers, devices, fid)
         for end in servers:
             self._server_transfers.setdefault(end, set()).add(fid)
+        if flow.detached:
+            # the arrival, as the network's wake-up at its end would have scheduled it
+            queue = self.queue
+            tr.delivery = queue.push(flow._end + latency_s if flow._end > now else now + latency_s, event, payload,
+                                     priority)
+            self._delivery[tr.delivery.seq] = fid
+            if not self._attached:
+                return fid  # no flow of the shared schedule changed: its next finish is the same
         self._reschedule_net()
         return fid
+
+    def _on_attach(self, fid: int) -> None:
+        """A detached flow shares a link again: its arrival is withdrawn; the network's wake-ups take over."""
+        tr = self._transfers[fid]
+        assert tr.delivery is not None
+        self.queue.cancel(tr.delivery)
+        self._delivery.pop(tr.delivery.seq, None)
+        tr.delivery = None
+        self._attached = True
 
     def _reschedule_net(self, nxt: tuple[float, list[int]] | None | bool = False) -> None:
         """One ``_net`` wake-up at the network's next finish (``nxt``: that answer, when known)."""
@@ -228,6 +255,8 @@ class Transfers:
 
     def _finish_transfer(self, fid: int, lost: bool = False) -> None:
         tr = self._transfers.pop(fid)
+        if tr.flow.detached:  # its bits were all sent at its end: it leaves the network now
+            self.net.remove(self.now, fid)
         for g in tr.guards:
             self.queue.cancel(g)
         for d in tr.devices:
@@ -258,10 +287,10 @@ class Transfers:
         if tr.delivery is not None:
             self.queue.cancel(tr.delivery)
             self._delivery.pop(tr.delivery.seq, None)
-        elif fid in self.net.flows:
+        if fid in self.net.flows and not tr.flow.detached:
             self.net.remove(self.now, fid)
             self._reschedule_net()
-        self._finish_transfer(fid, lost=True)
+        self._finish_transfer(fid, lost=True)   # (a detached flow leaves the network there)
 
     def cancel_transfer(self, fid: int) -> None:
         """Withdraw a transfer still in flight (its event never fires)."""
