@@ -151,14 +151,18 @@ class FlowNetwork:
     """Flows over capacitated links with exact max-min fair sharing; O(log F) work per event
     outside the component of flows that share a finite link with the change."""
 
-    def __init__(self, capacity: dict[Hashable, float] | None = None, contention: bool = True) -> None:
+    def __init__(self, capacity: dict[Hashable, float] | None = None, contention: bool = True,
+                 watched: Iterable[Hashable] | None = None) -> None:
+        """``watched``: the links whose capacity may change (:meth:`set_capacity`); only their flows are
+        indexed by link (None: every link). A change of another link indexes it then, by one scan."""
         self.capacity: dict[Hashable, float] = dict(capacity or {})
+        self._watched: set[Hashable] | None = None if watched is None else set(watched)
         self.contention = contention
         self.flows: dict[int, Flow] = {}
         self.on_link: dict[Hashable, set[int]] = {}     # finite link → flows crossing it
         self.now = 0.0
         self.ops = NetworkOps()
-        self._by_link: dict[Hashable, set[int]] = {}    # every link → flows crossing it
+        self._by_link: dict[Hashable, set[int]] = {}    # every (watched) link → flows crossing it
         self._heap: list[tuple[float, int, int]] = []   # (finish time, flow id, version)
         self._order = 0
         self._versions = 0                              # heap entry versions, unique network-wide
@@ -191,17 +195,24 @@ class FlowNetwork:
             raise ValueError(f"flow {flow_id} already active")
         if megabits < 0 or not math.isfinite(megabits):
             raise ValueError(f"flow size must be a finite number >= 0, got {megabits}")
-        links = tuple(links)
+        if type(links) is not tuple:
+            links = tuple(links)
         capacity = self.capacity
-        for link in links:
-            if link not in capacity:
-                raise KeyError(f"unknown link {link!r}")
         if now < self.now:
             raise ValueError(f"network time cannot go back: {self.now} → {now}")
+        inf = math.inf
+        try:
+            if len(links) == 2:  # the common path (an access link and a server's side), unrolled
+                l0, l1 = links
+                f0, f1 = capacity[l0] < inf, capacity[l1] < inf
+                finite = links if f0 and f1 else (l0,) if f0 else (l1,) if f1 else ()
+            else:
+                finite = tuple([link for link in links if capacity[link] < inf])
+        except KeyError:
+            raise KeyError(f"unknown link {next(link for link in links if link not in capacity)!r}") from None
         self.now = now
-        finite = tuple([link for link in links if capacity[link] < math.inf])
-        on_link = self.on_link
-        if self._detached and self.contention:
+        on_link, contention = self.on_link, self.contention
+        if self._detached and contention:
             # a detached flow is alone on its finite links: joining one of them settles it first
             for link in finite:
                 users = on_link.get(link)
@@ -209,14 +220,25 @@ class FlowNetwork:
                     g = self.flows[next(iter(users))]
                     if g.detached:
                         self._settle(g)
-        flow = Flow(flow_id, links, megabits, megabits, now, tag=tag, finite=finite)
-        flow._net, flow._order = self, self._order
+        flow = Flow(flow_id, links, megabits, megabits, now, 0.0, 1, inf, tag, finite)
+        flow._net = self
+        flow._order = self._order
         self._order += 1
         self.flows[flow_id] = flow
-        index_add(self._by_link, links, flow_id)
-        index_add(on_link, finite, flow_id)
-        if not self.contention or not finite or (len(finite) == 1 and len(on_link[finite[0]]) == 1) or (
-                detach and all(len(on_link[link]) == 1 for link in finite)):
+        watched = self._watched
+        if watched is None:
+            index_add(self._by_link, links, flow_id)
+        elif watched:
+            index_add(self._by_link, [link for link in links if link in watched], flow_id)
+        alone = True  # on every finite link of its path
+        for link in finite:
+            users = on_link.get(link)
+            if users is None:
+                on_link[link] = {flow_id}
+            else:
+                users.add(flow_id)
+                alone = False
+        if not contention or alone and (detach or len(finite) <= 1):
             # alone on its shared links (or no sharing at all): its rate is its bottleneck's capacity,
             # nobody else's changes, and the component search would find only itself
             self._solo(flow, detach)
@@ -240,20 +262,24 @@ class FlowNetwork:
         """End (or cancel) a flow at ``now``; the flows it shared links with speed up."""
         self.advance(now)
         flow = self.flows.pop(flow_id)
-        if flow.detached:
-            flow.detached = False
-            self._detached -= 1
         flow._r0 = _left(flow._r0, flow.rate, now - flow._t0)   # frozen: what it had left now
         flow._t0 = now
         flow._net = None
-        by_link = self._by_link
-        for link in flow.links:
-            users = by_link[link]
-            users.discard(flow_id)
-            if not users:
-                del by_link[link]
-        neighbours: set[int] = set()
         on_link = self.on_link
+        if flow.detached:  # alone on its finite links (or no contention): nobody's rate changes
+            flow.detached = False
+            self._detached -= 1
+            for link in flow.finite:
+                members = on_link[link]
+                if len(members) == 1:
+                    del on_link[link]
+                else:
+                    members.discard(flow_id)
+            if self._by_link:
+                self._unindex(flow)
+            return flow
+        self._unindex(flow)
+        neighbours: set[int] = set()
         for link in flow.finite:
             members = on_link[link]
             members.discard(flow_id)
@@ -265,6 +291,17 @@ class FlowNetwork:
             self._recompute(sorted(neighbours))
         return flow
 
+    def _unindex(self, flow: Flow) -> None:
+        """Take ``flow`` out of the by-link index of the watched links."""
+        by_link = self._by_link
+        if by_link:
+            for link in flow.links:
+                users = by_link.get(link)
+                if users is not None:
+                    users.discard(flow.id)
+                    if not users:
+                        del by_link[link]
+
     def set_capacity(self, now: float, link: Hashable, mbps: float) -> None:
         """Change a link's capacity at ``now`` (a link event); affected rates are recomputed."""
         if not mbps > 0:
@@ -272,6 +309,13 @@ class FlowNetwork:
         self.advance(now)
         old = self.capacity.get(link)
         self.capacity[link] = mbps
+        watched = self._watched
+        if watched is not None and link not in watched:  # from now on its flows are indexed too
+            watched.add(link)
+            mine = {fid for fid, f in self.flows.items() if link in f.links}
+            self.ops.flows += len(self.flows)
+            if mine:
+                self._by_link[link] = mine
         if self._detached:
             for fid in sorted(self._by_link.get(link, ())):
                 if self.flows[fid].detached:

@@ -170,6 +170,9 @@ class Checkpointer:
         self._last_wall = time.perf_counter()
         self._last_rounds = latest.rounds if latest is not None else 0
         self.first_s = 0.0  # wall seconds of a fresh run's checkpoint before its first event (start-up)
+        # the loop asks every ``stride`` events: every one when checkpoints go by rounds (taken right
+        # at the round), else every 8th (the wall-clock test costs more than a fast event's share)
+        self.stride = 1 if config.every_cloud_aggregations is not None else 8
 
     def due(self, run: Any) -> bool:
         """Whether a checkpoint is due now (one before the first event; then by rounds or wall time)."""

@@ -78,6 +78,7 @@ class Context:
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
         # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
         self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
+        self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
         # Byzantine robustness (issue 16): None keeps every call exactly as without it
         setup = robust_setup(scenario, self.dyn)
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)

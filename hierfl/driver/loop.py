@@ -7,6 +7,7 @@ and the rest to the protocol, and evaluates the global model at the configured i
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -98,9 +99,17 @@ class RunLoop:
             if sc.stop.virtual_time_s is not None:
                 q.push(sc.stop.virtual_time_s, "stop", priority=Priority.STOP)
             protocol.start()
+        hook = self.between_events
+        # a checkpointer may look only every ``stride`` events (its wall-clock test need not run on each)
+        stride = 1 if hook is None else max(1, int(getattr(hook, "stride", 1)))
+        progress = self.progress
+        shown = time.perf_counter()
+        tick = 0
         while len(q) and not ctx.stopping:
-            if self.between_events is not None:
-                self.between_events(self)
+            if hook is not None:
+                if tick % stride == 0:
+                    hook(self)
+                tick += 1
             event = q.pop()
             if event.kind == "evaluate":
                 self.evaluate()
@@ -125,8 +134,12 @@ class RunLoop:
             except Exception as exc:
                 raise RunError(f"t={event.time:.6g}s {event.kind} ({describe(event.payload)}): "
                                f"{type(exc).__name__}: {exc}") from exc
-            if self.progress:
-                self.progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
+            if progress is not None:
+                # a progress bar is redrawn at most 10 times a second (a redraw costs more than an event)
+                wall = time.perf_counter()
+                if wall - shown >= 0.1:
+                    shown = wall
+                    progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
         if not ctx.stopping:
             ctx.request_stop("idle")
         self.evaluate()  # the final model, at the stop time

@@ -64,11 +64,11 @@ class _Transfer:
     devices: tuple[int, ...]
     size: int
     args: dict[str, Any]
+    servers: tuple[Endpoint, ...] = ()   # its edge-server / cloud ends (an edge_fail / cloud_fail cuts it)
+    radio: tuple[tuple[int, bool], ...] = ()  # (device, sends?) per device end: whose radio energy it costs
     guards: list[Event] = field(default_factory=list)
     delivery: Event | None = None
     flow: Any = None
-    servers: tuple[Endpoint, ...] = ()   # its edge-server / cloud ends (an edge_fail / cloud_fail cuts it)
-    radio: tuple[tuple[int, bool], ...] = ()  # (device, sends?) per device end: whose radio energy it costs
 
 
 class Transfers:
@@ -87,13 +87,18 @@ class Transfers:
         self.telemetry = telemetry
         self.counters = telemetry.counters
         self._base_links = {(w.target, w.field): self._link_get(w.target, w.field) for w in dyn.links}
-        self.net = FlowNetwork(self._capacities(), contention=contention)
+        # only the links that link events change need their flows indexed (FlowNetwork's ``watched``)
+        watched = [(("up" if fld == "uplink_mbps" else "down") if kind == "device" else
+                    ("edge_up" if fld == "uplink_mbps" else "edge_down"), i)
+                   for (kind, i), fld in self._base_links if fld != "latency_ms"]
+        self.net = FlowNetwork(self._capacities(), contention=contention, watched=watched)
         self.net.on_attach = self._on_attach
         self._attached = False   # a detached flow was attached during the current change
         self._transfers: dict[int, _Transfer] = {}
         self._delivery: dict[int, int] = {}           # delivery event seq → transfer id
         self._device_transfers: dict[int, set[int]] = {}
         self._server_transfers: dict[Endpoint, set[int]] = {}  # edge server / cloud → its transfers in flight
+        self.track_servers = True  # kept only where servers can fail (the Context turns it off otherwise)
         self.down: set[Endpoint] = set()                        # servers down now (driver.faults keeps it)
         self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
         self._next_flow = 0
@@ -128,7 +133,7 @@ class Transfers:
         (a, i), (b, j) = src, dst
         if a == "device" and b == "edge" or a == "edge" and b == "device":  # the common case first
             d, e = (i, j) if a == "device" else (j, i)
-            links: list[Any] = [("up", d), ("edge_in", e)] if a == "device" else [("edge_out", e), ("down", d)]
+            links: Any = (("up", d), ("edge_in", e)) if a == "device" else (("edge_out", e), ("down", d))
             # ndarray.item: the same Python float as float(array[i]), without the numpy scalar
             lat = w.edge_latency_ms
             extra = lat.item(d, e) if lat.shape[1] > e else 0.0
@@ -162,10 +167,11 @@ class Transfers:
         its last bit. If a device at either end goes offline before it arrives, it is lost and the
         protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
         """
-        if src[0] == "device":
-            servers: tuple[Endpoint, ...] = () if dst[0] == "device" else (dst,)
+        a, b = src[0], dst[0]
+        if a == "device":
+            servers: tuple[Endpoint, ...] = () if b == "device" else (dst,)
         else:
-            servers = (src,) if dst[0] == "device" else (src, dst)
+            servers = (src,) if b == "device" else (src, dst)
         if self.down and any(end in self.down for end in servers):
             dead = next(end for end in servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
@@ -184,34 +190,39 @@ class Transfers:
             counters["messages_cloud"] += 1
         else:  # device_device
             counters["bytes_d2d"] += size
-        lane = src if src[0] == "device" else dst if dst[0] == "device" else src if src[0] == "edge" else dst
+        lane = src if a == "device" else dst if b == "device" else src if a == "edge" else dst
         fid = self._next_flow
-        self._next_flow += 1
-        now = self.queue.now
+        self._next_flow = fid + 1
+        queue = self.queue
+        now = queue.now
         radio = (tuple((int(end[1]), end is src) for end in (src, dst) if end[0] == "device")
                  if self.energy is not None else ())  # only the energy ledger reads it
-        tr = _Transfer(kind, lane, name, now, latency_s, event, payload, priority, devices, size, args,
-                       servers=servers, radio=radio)
+        tr = _Transfer(kind, lane, name, now, latency_s, event, payload, priority, devices, size, args, servers, radio)
         self._transfers[fid] = tr
         # detached when it shares no finite link: its arrival is scheduled now, with no network
         # wake-up at its end (one event per transfer instead of two; ``FlowNetwork.add``)
         self._attached = False
-        flow = tr.flow = self.net.add(now, fid, links, size * 8 / 1e6, detach=self.detach)
+        flow = tr.flow = self.net.add(now, fid, links, size * 8 / 1e6, None, self.detach)
         avail = self.dyn.availability
         if not avail.trivial:
             for d in devices:
                 down = now if not avail.is_up(d, now) else avail.next_down(d, now)
                 if math.isfinite(down):
-                    tr.guards.append(self.queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL))
-        index_add(self._device_transfers, devices, fid)
-        for end in servers:
-            self._server_transfers.setdefault(end, set()).add(fid)
+                    tr.guards.append(queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL))
+        by_device = self._device_transfers
+        for d in devices:
+            mine = by_device.get(d)
+            if mine is None:
+                by_device[d] = {fid}
+            else:
+                mine.add(fid)
+        if self.track_servers:
+            index_add(self._server_transfers, servers, fid)
         if flow.detached:
             # the arrival, as the network's wake-up at its end would have scheduled it
-            queue = self.queue
-            tr.delivery = queue.push(flow._end + latency_s if flow._end > now else now + latency_s, event, payload,
-                                     priority)
-            self._delivery[tr.delivery.seq] = fid
+            end = flow._end
+            delivery = tr.delivery = queue.push((end if end > now else now) + latency_s, event, payload, priority)
+            self._delivery[delivery.seq] = fid
             if not self._attached:
                 return fid  # no flow of the shared schedule changed: its next finish is the same
         self._reschedule_net()
@@ -263,10 +274,17 @@ class Transfers:
             mine = self._device_transfers.get(d)
             if mine is not None:
                 mine.discard(fid)
-        for end in tr.servers:
-            mine = self._server_transfers.get(end)
-            if mine is not None:
-                mine.discard(fid)
+        if self.track_servers:
+            for end in tr.servers:
+                mine = self._server_transfers.get(end)
+                if mine is not None:
+                    mine.discard(fid)
+        if self.energy is not None:
+            # each device end's radio is on from the start to the arrival (latency included) [D]; a transfer
+            # cut off part-way costs its time on air only (how many of its bits went is not tracked)
+            bits = 0.0 if lost else tr.size * 8.0
+            for d, sends in tr.radio:
+                self.energy.transfer(d, bits, self.now - tr.start, sends)
         if not self.telemetry.trace.keeps(tr.lane):  # a device lane the trace does not sample: no span
             return
         args = dict(tr.args)
@@ -274,12 +292,6 @@ class Transfers:
             args["shared_max"] = tr.flow.max_sharing
         if lost:
             args["lost"] = True
-        if self.energy is not None:
-            # each device end's radio is on from the start to the arrival (latency included) [D]; a transfer
-            # cut off part-way costs its time on air only (how many of its bits went is not tracked)
-            bits = 0.0 if lost else tr.size * 8.0
-            for d, sends in tr.radio:
-                self.energy.transfer(d, bits, self.now - tr.start, sends)
         self.telemetry.span(tr.lane, tr.name, tr.start, self.now - tr.start, bytes=tr.size, **args)
 
     def _cancel_transfer(self, fid: int) -> None:
@@ -386,6 +398,7 @@ class Transfers:
     def cancel_server(self, server: Endpoint) -> list[tuple[str, Any]]:
         """Withdraw every transfer to or from ``server`` (it failed); returns each one's ``(event, payload)``
         in the order they were sent."""
+        assert self.track_servers, "transfers by server are kept only where servers can fail"
         lost = []
         for fid in sorted(self._server_transfers.get(server, set())):
             tr = self._transfers[fid]
