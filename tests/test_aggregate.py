@@ -40,3 +40,45 @@ def test_properties(weights, seed):
     assert np.all(out <= stack.max(axis=0) + 1e-5) and np.all(out >= stack.min(axis=0) - 1e-5)
     same = weighted_average([vecs[0]] * len(weights), weights)
     np.testing.assert_allclose(same, vecs[0], rtol=1e-6, atol=1e-6)
+
+
+def _naive_linear_combination(terms, dtype=np.float32):
+    """The textbook loop (every term computed), for the bit-identity check of the zero-delta shortcut."""
+    acc = None
+    for coef, plus, minus in terms:
+        term = np.asarray(plus, dtype=np.float64)
+        if minus is not None:
+            term = term - np.asarray(minus, dtype=np.float64)
+        acc = np.zeros_like(term) if acc is None else acc
+        acc += float(coef) * term
+    return acc.astype(dtype, copy=False)
+
+
+def test_zero_deltas_are_skipped_with_the_bits_of_the_full_sum_signed_zeros_included():
+    """A delta of a model from itself (timing-only updates) is skipped with the bits of the full sum,
+    whatever the order and signs (±0.0 included) of the coefficients and signed zeros in the vectors."""
+    from hierfl.core.aggregate import linear_combination
+
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        n = 6
+        pool = [rng.normal(size=n).astype(np.float32) for _ in range(3)]
+        neg_zero = np.array([-0.0, 0.0, -0.0, 1.5, -0.0, 0.0], dtype=np.float32)
+        pool.append(neg_zero)
+        terms = []
+        for _ in range(rng.integers(1, 7)):
+            kind = rng.integers(0, 4)
+            c = float(rng.choice([0.5, -0.25, 0.0, -0.0, 1.0]))
+            a = pool[rng.integers(0, len(pool))]
+            if kind == 0:
+                terms.append((c, a, None))
+            elif kind == 1:
+                terms.append((c, a, a))                      # a zero delta: skipped
+            else:
+                terms.append((c, a, pool[rng.integers(0, len(pool))]))
+        got, want = linear_combination(terms), _naive_linear_combination(terms)
+        assert got.tobytes() == want.tobytes(), (trial, terms)
+    # a non-finite model is never skipped: inf − inf is nan, as in the full sum
+    bad = np.array([np.inf, 1.0], dtype=np.float32)
+    out = linear_combination([(1.0, np.ones(2, np.float32), None), (0.5, bad, bad)])
+    assert np.isnan(out[0]) and out[1] == 1.0

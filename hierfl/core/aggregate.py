@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import math
+
 import numpy as np
 
 __all__ = ["WeightedSum", "normalised_weights", "weighted_average", "linear_combination"]
@@ -98,10 +100,25 @@ def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | Non
     if not terms:
         raise ValueError("linear combination of no vectors")
     acc: np.ndarray | None = None
+    finite: dict[int, bool] = {}
     for coef, plus, minus in terms:
         c = float(coef)
-        if not np.isfinite(c):
+        if not math.isfinite(c):
             raise ValueError(f"coefficients must be finite, got {coef!r}")
+        if minus is not None and plus is minus:
+            # a delta of a model from itself (a timing-only update, an unchanged model): c·(x − x) is
+            # ±0.0 in every entry of a finite x, and adding ±0.0 leaves the sum's bits as they are (the
+            # sum starts at +0.0 and so is never -0.0, the one value +0.0 would change): skipped,
+            # with the bits of the full sum and without its four vector operations
+            ok = finite.get(id(plus))
+            if ok is None:
+                ok = finite[id(plus)] = bool(np.isfinite(plus).all())
+            if ok:
+                if acc is None:
+                    acc = np.zeros(np.shape(plus), dtype=np.float64)
+                elif np.shape(plus) != acc.shape:
+                    raise ValueError(f"vector shapes differ: {np.shape(plus)} vs {acc.shape}")
+                continue
         term = np.asarray(plus, dtype=np.float64)
         if minus is not None:
             term = term - np.asarray(minus, dtype=np.float64)

@@ -6,9 +6,11 @@ and the rest to the protocol, and evaluates the global model at the configured i
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hierfl.core.engine import Priority
@@ -90,6 +92,10 @@ class RunLoop:
 
         ``resumed``: the loop goes on from a checkpoint (the queue already holds the run's events).
         """
+        with _quiet_gc():
+            self._loop(protocol, resumed)
+
+    def _loop(self, protocol: Any, resumed: bool) -> None:
         ctx, sc = self.ctx, self.ctx.scenario
         self.protocol = protocol
         q = ctx.queue
@@ -143,6 +149,26 @@ class RunLoop:
         if not ctx.stopping:
             ctx.request_stop("idle")
         self.evaluate()  # the final model, at the stop time
+
+
+@contextlib.contextmanager
+def _quiet_gc() -> Iterator[None]:
+    """The cyclic garbage collector during the event loop: what exists when it starts (the world, the
+    data, the executor) is frozen out of its scans, and young collections run 20× less often.
+
+    Reference counting frees an event's objects as soon as it is handled; the collector only looks
+    for cycles, and its full scans of a 10^4–10^6-device world otherwise grow with the population.
+    Nothing is left frozen afterwards. No result depends on it.
+    """
+    threshold = gc.get_threshold()
+    gc.freeze()
+    if threshold[0] > 0:  # (0: automatic collection is off, and stays off)
+        gc.set_threshold(threshold[0] * 20, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 def trace_slowdowns(ctx: Context) -> None:

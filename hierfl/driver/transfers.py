@@ -314,6 +314,7 @@ class Transfers:
         fid = self._delivery.pop(event.seq, None)
         if fid is not None:
             self._finish_transfer(fid)
+            return  # an arrival is never one of a device's pending job events
         pending = self._device_events.get(getattr(event.payload, "device", -1))
         if pending:
             seq = event.seq
