@@ -93,6 +93,28 @@ def test_without_contention_flows_on_one_link_are_all_detached_until_its_capacit
     assert net.next_finish() == (pytest.approx(0.2 + 3.2 / 2.0, abs=1e-12), [0])
 
 
+def test_only_watched_links_are_indexed_and_a_change_of_another_link_still_finds_its_flows():
+    caps = {"a": 4.0, "b": 6.0, "s": 5.0}
+    runs = []
+    for watched in (None, [], ["b"]):
+        net = FlowNetwork(caps, watched=watched)
+        net.add(0.0, 0, ["a", "s"], 8.0)
+        net.add(0.0, 1, ["b", "s"], 8.0)
+        net.add(0.5, 2, ["b"], 2.0)
+        if watched is not None:
+            assert set(net._by_link) <= set(watched)   # nothing else indexed
+        net.set_capacity(1.0, "s", 2.0)   # unwatched (except with None): one scan finds flows 0 and 1
+        net.set_capacity(1.2, "a", 1.0)
+        finishes = []
+        while (nxt := net.next_finish()) is not None:
+            t, ids = nxt
+            for fid in ids:
+                net.remove(t, fid)
+            finishes.append((t, tuple(ids)))
+        runs.append(finishes)
+    assert runs[0] == runs[1] == runs[2] == [(1.2, (2,)), (6.5, (0, 1))]
+
+
 # -- the driver: identical outputs with and without detaching -----------------------------------
 CASES = ["hierfavg_contention",   # finite shared edge links: flows attach and detach
          "fedavg_capacity_trace",  # link capacity events during transfers
