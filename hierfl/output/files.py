@@ -20,7 +20,7 @@ import numpy as np
 
 from hierfl.core.world import World
 from hierfl.env.records import ClustersRecord, Record
-from hierfl.output.jsonsafe import clean
+from hierfl.output.jsonsafe import clean, jsonable
 
 __all__ = ["CONTRACT_FILES", "OutputWriteError", "LineFile", "MetricsWriter", "ClustersWriter", "prepare_dir", "sync", "write_config", "write_devices",
            "write_summary", "write_model"]
@@ -121,7 +121,7 @@ class MetricsWriter:
         """Append ``rec`` stamped with virtual ``t`` and ``wall_s``; returns the line's object."""
         line: dict[str, Any] = {"t": t, "wall_s": wall_s, "event": rec.EVENT}
         line.update(rec.items())
-        self._fh.append(json.dumps(clean(line)) + "\n")
+        self._fh.append(json.dumps(jsonable(line)) + "\n")  # the bytes of json.dumps(clean(line))
         return line
 
     def close(self) -> None:
@@ -137,7 +137,7 @@ class ClustersWriter:
 
     def write(self, rec: ClustersRecord) -> None:
         """Append one membership record."""
-        self._fh.append(json.dumps(clean(rec.line())) + "\n")
+        self._fh.append(json.dumps(jsonable(rec.line())) + "\n")
 
     def close(self) -> None:
         """Close the stream."""
