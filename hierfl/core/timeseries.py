@@ -89,8 +89,18 @@ class QueueTracker:
             if length == 0:
                 return True
         total = self.totals[tier]
-        total.set(t, total.value + length - series.value)
-        series.set(t, length)
+        # StepSeries.set on both, inlined (one call per update arrival in AHFL), the same arithmetic
+        if t < total.t or t < series.t:
+            raise ValueError(f"time went backwards: change at t={t} after one at t={max(total.t, series.t)}")
+        value = total.value + length - series.value
+        total._area += total.value * (t - total.t)
+        total.t, total.value = t, value
+        if value > total.max:
+            total.max = value
+        series._area += series.value * (t - series.t)
+        series.t, series.value = t, length
+        if length > series.max:
+            series.max = length
         return True
 
     def summary(self, t_end: float) -> dict[str, Any]:

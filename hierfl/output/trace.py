@@ -162,6 +162,13 @@ class CounterTrack:
             return
         ts = t * 1e6
         if type(value) is int and type(ts) is float and ts - ts == 0.0:  # exact types: their repr is json's
-            self._writer._text(f"{self._head}{ts!r}{self._middle}{value!r}}}}}")
+            w = self._writer  # TraceWriter._text, inlined
+            text = f"{self._head}{ts!r}{self._middle}{value!r}}}}}" if w._first else \
+                f",\n{self._head}{ts!r}{self._middle}{value!r}}}}}"
+            w._pending.append(text)
+            w._pending_chars += len(text)
+            w._first = False
+            if w._pending_chars > _FLUSH_CHARS:
+                w.flush()
         else:  # numpy numbers, bools, non-finite times: the encoder's own way
             self._writer.counter(self.lane, self.name, t, **{self.field: value})
