@@ -181,3 +181,56 @@ def test_queue_tracker_matches_step_series():
     with pytest.raises(ValueError, match=">= 0"):
         fast.set(t, "edge", 9, -1)
     assert ("edge", 9) not in fast.series
+
+
+def _reference_devices_csv(path: Path, world, availability, slowdowns, columns=None) -> None:
+    """devices.csv as it was written before issue 12's column-wise writer: row by row, scalar calls."""
+    import csv
+
+    edges = world.edge_of
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["device", "tier", "samples", "speed_sps", "uplink_mbps", "downlink_mbps", "latency_ms",
+                    "edge", "edge_latency_ms", "compute_s_per_epoch", "download_s", "upload_s",
+                    "availability", "slowdowns", *(columns or {})])
+        for i in range(world.num_devices):
+            edge = int(edges[i])
+            extra = float(world.edge_latency_ms[i, edge]) if edge >= 0 else 0.0
+            w.writerow([i, world.tier[i], int(world.samples[i]), f"{world.speed_sps[i]:.6g}",
+                        f"{world.uplink_mbps[i]:.6g}",
+                        f"{world.downlink_mbps[i]:.6g}", f"{world.latency_ms[i]:.6g}", edge, f"{extra:.6g}",
+                        f"{world.samples[i] / world.speed_sps[i]:.6g}", f"{world.download_s(i):.6g}",
+                        f"{world.upload_s(i):.6g}", availability[i] if availability else "always",
+                        slowdowns[i] if slowdowns else 0, *(f"{col[i]:.6g}" for col in (columns or {}).values())])
+
+
+@pytest.mark.parametrize("case", ["flat", "edges", "float32", "ints", "quoted", "energy"])
+def test_devices_csv_writes_the_bytes_of_the_row_by_row_writer(tmp_path, monkeypatch, case):
+    import hierfl.output.files as files
+    from hierfl.core.world import EdgeLink, World
+
+    monkeypatch.setattr(files, "_CSV_BLOCK", 7)  # several blocks, the last one short
+    rng = np.random.default_rng(["flat", "edges", "float32", "ints", "quoted", "energy"].index(case))
+    n, e = 50, (0 if case == "flat" else 3)
+    dtype = np.float32 if case == "float32" else np.float64
+    lognormal = rng.lognormal(1.0, 1.5, n)
+    world = World(samples=rng.integers(1, 500, n), speed_sps=(lognormal * 37).astype(dtype),
+                  uplink_mbps=(rng.integers(1, 50, n) if case == "ints" else rng.uniform(0.1, 1e4, n).astype(dtype)),
+                  downlink_mbps=rng.uniform(1e-3, 1e7, n).astype(dtype),
+                  latency_ms=np.where(rng.random(n) < 0.2, 0.0, rng.uniform(0, 300, n)).astype(dtype),
+                  edge_of=(np.full(n, -1) if e == 0 else np.where(rng.random(n) < 0.2, -1, rng.integers(0, e, n))),
+                  edge_latency_ms=rng.uniform(0, 50, (n, e)).astype(dtype),
+                  edge_links=[EdgeLink(100.0, 100.0, 10.0)] * e, model_bytes=int(rng.integers(40, 10 ** 8)))
+    availability = slowdowns = columns = None
+    if case in ("edges", "quoted", "energy"):
+        availability = [rng.choice(["always", "markov", "trace"]) for _ in range(n)]
+        slowdowns = rng.integers(0, 4, n).tolist()
+    if case == "quoted":  # free text the csv module must quote: the general writer
+        world.tier = np.array([rng.choice(["phone", 'tab, "big"', "iot\nx"]) for _ in range(n)], dtype=object)
+    if case == "energy":
+        columns = {"energy_compute_j": rng.exponential(3.0, n), "energy_j": rng.exponential(1e-5, n)}
+    files._devices_csv(tmp_path / "new.csv", world, availability, slowdowns, columns)
+    _reference_devices_csv(tmp_path / "old.csv", world, availability, slowdowns, columns)
+    new, old = (tmp_path / "new.csv").read_bytes(), (tmp_path / "old.csv").read_bytes()
+    assert new == old
+    assert new.count(b"\r\n") >= n + 1
