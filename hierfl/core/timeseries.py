@@ -51,7 +51,8 @@ class StepSeries:
             raise ValueError(f"time went backwards: change at t={t} after one at t={self.t}")
         self._area += self.value * (t - self.t)
         self.t, self.value = t, value
-        self.max = max(self.max, value)
+        if value > self.max:  # max(self.max, value) without the call: it keeps the first of equals too
+            self.max = value
 
     def mean(self, t_end: float) -> float:
         """Time-weighted mean over ``[t0, t_end]`` (the current value when the window is empty)."""
@@ -76,20 +77,30 @@ class QueueTracker:
         Every queue exists, empty, from t = 0 (the start of the run). Returns whether this is
         news — the queue's first mention or a changed length — i.e. whether to trace it.
         """
+        # the key is (tier, int(entity)); an int (or numpy int) entity finds it as it is, without int()
+        series = self.series.get((tier, entity)) or self.series.get((tier, int(entity)))
+        if series is not None and series.value == length:  # no news (stored lengths are >= 0)
+            return False
         if length < 0:
             raise ValueError(f"a queue length is >= 0, got {length} for {tier} {entity}")
-        key = (tier, int(entity))
-        series = self.series.get(key)
         if series is None:
-            series = self.series[key] = StepSeries(0.0, 0.0)
+            series = self.series[(tier, int(entity))] = StepSeries(0.0, 0.0)
             self.totals.setdefault(tier, StepSeries(0.0, 0.0))
             if length == 0:
                 return True
-        elif series.value == length:
-            return False
         total = self.totals[tier]
-        total.set(t, total.value + length - series.value)
-        series.set(t, length)
+        # StepSeries.set on both, inlined (one call per update arrival in AHFL), the same arithmetic
+        if t < total.t or t < series.t:
+            raise ValueError(f"time went backwards: change at t={t} after one at t={max(total.t, series.t)}")
+        value = total.value + length - series.value
+        total._area += total.value * (t - total.t)
+        total.t, total.value = t, value
+        if value > total.max:
+            total.max = value
+        series._area += series.value * (t - series.t)
+        series.t, series.value = t, length
+        if length > series.max:
+            series.max = length
         return True
 
     def summary(self, t_end: float) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from hierfl.core.world import World
 from hierfl.env.api import Endpoint
 from hierfl.env.records import ClustersRecord, Record
 from hierfl.output.files import ClustersWriter, MetricsWriter, prepare_dir, sync, write_devices
-from hierfl.output.trace import TraceWriter
+from hierfl.output.trace import CounterTrack, TraceWriter
 
 __all__ = ["COUNTERS", "RunTelemetry"]
 
@@ -47,6 +47,7 @@ class RunTelemetry:
         self.staleness: dict[str, list[int]] = {}
         # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
         self.queues = QueueTracker()
+        self._queue_tracks: dict[tuple[str, int], CounterTrack] = {}  # (tier, entity) → its trace counter
         self._wall0 = time.perf_counter()
         self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl", at.get("metrics.jsonl"))
         self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl", at.get("clusters.jsonl"))
@@ -75,6 +76,9 @@ class RunTelemetry:
 
     def span(self, lane: Endpoint, name: str, start: float, duration: float, **args: Any) -> None:
         """A trace span."""
+        devices = self.trace.devices  # the trace's keeps(lane) first: most device lanes of a large run are not kept
+        if devices is not None and lane[0] == "device" and int(lane[1]) not in devices:
+            return
         self.trace.span(lane, name, start, duration, **args)
 
     def instant(self, lane: Endpoint, name: str, t: float, **args: Any) -> None:
@@ -124,9 +128,12 @@ class RunTelemetry:
         """Queue ``tier``/``entity`` holds ``length`` updates from now on (a trace counter on change)."""
         now = self.clock()
         if self.queues.set(now, tier, entity, length):
-            lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
-            self.trace.counter(lane, f"queue_len {tier} {entity}" if tier == "edge" else "queue_len cloud",
-                               now, updates=length)
+            track = self._queue_tracks.get((tier, entity))
+            if track is None:  # its lane, name and event text, formed once per queue (one sample per arrival)
+                track = self._queue_tracks[(tier, entity)] = (
+                    self.trace.counter_track(("edge", entity), f"queue_len {tier} {entity}", "updates")
+                    if tier == "edge" else self.trace.counter_track(("cloud", 0), "queue_len cloud", "updates"))
+            track.sample(now, length)
 
     def staleness_means(self) -> dict[str, float | None]:
         """``staleness_mean_<tier>`` fields of an evaluation line."""

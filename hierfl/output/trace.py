@@ -7,13 +7,14 @@ module is the only place a trace event is formed.
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii as _string  # what the encoder below writes a str with
 from pathlib import Path
 from typing import Any
 
 from hierfl.output.files import LineFile
-from hierfl.output.jsonsafe import clean
+from hierfl.output.jsonsafe import jsonable
 
-__all__ = ["TraceWriter", "LANES"]
+__all__ = ["TraceWriter", "CounterTrack", "LANES"]
 
 # Chrome-trace process ids of the three lane groups (pid, label).
 # json.dumps(event, separators=(",", ":")) builds this encoder on every call: one, built once
@@ -48,7 +49,11 @@ class TraceWriter:
         return self.devices is None or lane[0] != "device" or int(lane[1]) in self.devices
 
     def _event(self, event: dict[str, Any]) -> None:
-        text = ("" if self._first else ",\n") + _ENCODE(event)
+        self._text(_ENCODE(event))
+
+    def _text(self, encoded: str) -> None:
+        """One event's JSON text, after a separator unless it is the first."""
+        text = encoded if self._first else ",\n" + encoded
         self._pending.append(text)
         self._pending_chars += len(text)
         self._first = False
@@ -68,11 +73,12 @@ class TraceWriter:
 
     def span(self, lane: tuple[str, int], name: str, start: float, duration: float, **args: Any) -> None:
         """A complete event in virtual time (seconds in, microseconds out)."""
-        if not self.keeps(lane):
+        devices = self.devices  # keeps(lane), inlined: most device lanes of a large run are not kept
+        if devices is not None and lane[0] == "device" and int(lane[1]) not in devices:
             return
         pid = LANES[lane[0]][0]
         self._event({"ph": "X", "name": name, "cat": lane[0], "ts": start * 1e6, "dur": duration * 1e6,
-                     "pid": pid, "tid": int(lane[1]), "args": clean(args)})
+                     "pid": pid, "tid": int(lane[1]), "args": jsonable(args)})
 
     def instant(self, lane: tuple[str, int], name: str, t: float, **args: Any) -> None:
         """An instant event on a lane."""
@@ -80,7 +86,7 @@ class TraceWriter:
             return
         pid = LANES[lane[0]][0]
         self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
-                     "pid": pid, "tid": int(lane[1]), "args": clean(args)})
+                     "pid": pid, "tid": int(lane[1]), "args": jsonable(args)})
 
     def counter(self, lane: tuple[str, int], name: str, t: float, **values: float) -> None:
         """A counter sample (phase ``C``): each of ``values`` holds from ``t`` until the next sample.
@@ -92,7 +98,12 @@ class TraceWriter:
             return
         pid = LANES[lane[0]][0]
         self._event({"ph": "C", "name": name, "cat": lane[0], "ts": t * 1e6, "pid": pid, "tid": int(lane[1]),
-                     "args": clean(values)})
+                     "args": jsonable(values)})
+
+    def counter_track(self, lane: tuple[str, int], name: str, field: str) -> CounterTrack:
+        """One counter track (``name`` on ``lane``, one value ``field``) whose samples are formed from
+        cached text: :meth:`CounterTrack.sample` writes the bytes :meth:`counter` writes."""
+        return CounterTrack(self, lane, name, field)
 
     def flow(self, src: tuple[str, int], dst: tuple[str, int], start: float, end: float, name: str,
              flow_id: int) -> None:
@@ -123,3 +134,41 @@ class TraceWriter:
                 pass
             finally:
                 self._fh.close()
+
+
+class CounterTrack:
+    """A counter track of a :class:`TraceWriter` with one value field, its samples formed by
+    concatenation (issue 12: AHFL traces a queue length on every update arrival, and encoding each
+    event dict cost more than everything else the run writes).
+
+    ``sample(t, v)`` writes exactly the bytes of ``writer.counter(lane, name, t, **{field: v})``:
+    the event's fixed parts are the JSON text the encoder writes for them, formed once, and the two
+    varying numbers are written as ``json`` writes them (``float.__repr__`` for a finite float,
+    ``int.__repr__`` for an int). Any other value or time goes the general way.
+    """
+
+    __slots__ = ("_writer", "lane", "name", "field", "_kept", "_head", "_middle")
+
+    def __init__(self, writer: TraceWriter, lane: tuple[str, int], name: str, field: str) -> None:
+        self._writer, self.lane, self.name, self.field = writer, lane, name, field
+        self._kept = writer.keeps(lane)
+        # the event dict of TraceWriter.counter, keys in its order, as _ENCODE writes it
+        self._head = f'{{"ph":"C","name":{_string(name)},"cat":{_string(lane[0])},"ts":'
+        self._middle = f',"pid":{LANES[lane[0]][0]},"tid":{int(lane[1])},"args":{{{_string(field)}:'
+
+    def sample(self, t: float, value: int) -> None:
+        """The track holds ``value`` from virtual time ``t`` (seconds) on."""
+        if not self._kept:
+            return
+        ts = t * 1e6
+        if type(value) is int and type(ts) is float and ts - ts == 0.0:  # exact types: their repr is json's
+            w = self._writer  # TraceWriter._text, inlined
+            text = f"{self._head}{ts!r}{self._middle}{value!r}}}}}" if w._first else \
+                f",\n{self._head}{ts!r}{self._middle}{value!r}}}}}"
+            w._pending.append(text)
+            w._pending_chars += len(text)
+            w._first = False
+            if w._pending_chars > _FLUSH_CHARS:
+                w.flush()
+        else:  # numpy numbers, bools, non-finite times: the encoder's own way
+            self._writer.counter(self.lane, self.name, t, **{self.field: value})
