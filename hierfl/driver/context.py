@@ -605,7 +605,7 @@ class Context:
 
     def track_staleness(self, tier: str) -> None:
         """Report the staleness of updates applied at ``tier`` in the summary."""
-        self.telemetry.staleness.setdefault(tier, [])
+        self.telemetry.track_staleness(tier)
 
     def record_async_aggregation(self, tier: str, entity: int, participants: list[int], weights: list[float],
                                  staleness: list[int], version: int, queue_len: int, source: str = "device") -> None:
@@ -615,7 +615,7 @@ class Context:
         coefficient each update got, ``staleness`` each update's τ, ``version`` the aggregator's
         version after it, ``queue_len`` the updates waiting when it fired (dropped ones included).
         """
-        self.telemetry.staleness.setdefault(tier, []).extend(int(t) for t in staleness)
+        self.telemetry.add_staleness(tier, staleness)
         args = {"participants": list(participants), "weights": list(weights), "staleness": list(staleness),
                 "version": version, "queue_len": queue_len}
         tail = {"weights": list(weights), "staleness": list(staleness), "version": version, "queue_len": queue_len,

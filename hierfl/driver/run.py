@@ -182,15 +182,16 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
     start = start or start_executor(rt.executor, rt.workers, rt.address)
     executor: Executor | None = None
     trace_devices = scenario.output.trace_devices(built.world.num_devices, scenario.seed)
+    bounds = {"list_limit": scenario.output.list_limit, "counter_s": scenario.output.counter_s(trace_devices)}
     tensorboard = scenario.output.tensorboard
     if resume is None:
         resolved = scenario.model_copy(update={"versions": package_versions()})
-        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard)
+        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, **bounds)
         (out / CHECKPOINT_FILE).unlink(missing_ok=True)  # an earlier run's: never resumed over this one
         write_config(out, dump_scenario(resolved))
     else:
         resolved = scenario
-        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=resume.offsets)
+        tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=resume.offsets, **bounds)
     dyn = built.dynamics or Dynamics.static(built.world.num_devices)
     world = built.world
     tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
@@ -248,7 +249,8 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
                 executor = None
                 tel.close()
                 latest = ckpt.latest
-                tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=latest.offsets)
+                tel = RunTelemetry(out, trace_devices=trace_devices, tensorboard=tensorboard, offsets=latest.offsets,
+                                   **bounds)
                 tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
                 try:
                     start = start_executor(rt.executor, rt.workers, rt.address)

@@ -20,6 +20,7 @@ import numpy as np
 
 from hierfl.core.world import World
 from hierfl.env.records import ClustersRecord, Record
+from hierfl.output.bounded import bound_lists
 from hierfl.output.jsonsafe import clean, jsonable
 
 __all__ = ["CONTRACT_FILES", "OutputWriteError", "LineFile", "MetricsWriter", "ClustersWriter", "prepare_dir", "sync", "write_config", "write_devices",
@@ -114,13 +115,15 @@ def sync(fh: LineFile) -> int:
 class MetricsWriter:
     """``metrics.jsonl``: one JSON object per line, each written whole as it happens."""
 
-    def __init__(self, path: Path, offset: int | None = None) -> None:
+    def __init__(self, path: Path, offset: int | None = None, list_limit: int | None = None) -> None:
         self._fh = LineFile(path, offset)
+        self.list_limit = list_limit  # longer lists are written as summaries (hierfl.output.bounded)
 
     def write(self, t: float, wall_s: float, rec: Record) -> dict[str, Any]:
         """Append ``rec`` stamped with virtual ``t`` and ``wall_s``; returns the line's object."""
         line: dict[str, Any] = {"t": t, "wall_s": wall_s, "event": rec.EVENT}
         line.update(rec.items())
+        line = bound_lists(line, self.list_limit)
         self._fh.append(json.dumps(jsonable(line)) + "\n")  # the bytes of json.dumps(clean(line))
         return line
 

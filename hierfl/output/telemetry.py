@@ -9,7 +9,7 @@ clusters and trace writers.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,29 +29,40 @@ COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_
             "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
 
 
+def _hist_mean(hist: dict[int, int]) -> float | None:
+    """Mean of a {τ: count} histogram: the integer sum over the count, one rounding (the value
+    ``numpy.mean`` gives for the list of values, whose float64 sum of integers is exact)."""
+    count = sum(hist.values())
+    return sum(t * c for t, c in hist.items()) / count if count else None
+
+
 class RunTelemetry:
     """Counters, metric lines, clusters records and trace events of one run, written as it goes."""
 
     def __init__(self, out_dir: Path, clock: Callable[[], float] = lambda: 0.0,
                  trace_devices: set[int] | None = None, tensorboard: bool = False,
-                 offsets: dict[str, int] | None = None) -> None:
-        """``offsets``: resume a run, its streams cut back to these sizes (:meth:`sync`'s value)."""
+                 offsets: dict[str, int] | None = None, list_limit: int | None = None,
+                 counter_s: float = 0.0) -> None:
+        """``offsets``: resume a run, its streams cut back to these sizes (:meth:`sync`'s value);
+        ``list_limit``: longer lists in metric lines and trace events are written as summaries;
+        ``counter_s``: queue-length counters in the trace at most about once per that many virtual s."""
         self.out_dir = Path(out_dir)
         if offsets is None:
             prepare_dir(self.out_dir)
         at = offsets or {}
         self.clock = clock  # virtual now (the driver sets it once its queue exists)
         self.counters: dict[str, float] = {k: 0 for k in COUNTERS}
-        # staleness of every applied update, per tier ("edge": device→leader, "cloud"); only
-        # asynchronous protocols record any (synchronous ones apply fresh updates only)
-        self.staleness: dict[str, list[int]] = {}
+        # staleness of the applied updates, per tier ("edge": device→leader, "cloud"), as a histogram
+        # {τ: updates} (memory and evaluation cost bounded by the distinct τ, not by the updates);
+        # only asynchronous protocols record any (synchronous ones apply fresh updates only)
+        self.staleness: dict[str, dict[int, int]] = {}
         # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
         self.queues = QueueTracker()
         self._queue_tracks: dict[tuple[str, int], CounterTrack] = {}  # (tier, entity) → its trace counter
         self._wall0 = time.perf_counter()
-        self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl", at.get("metrics.jsonl"))
+        self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl", at.get("metrics.jsonl"), list_limit)
         self._clusters = ClustersWriter(self.out_dir / "clusters.jsonl", at.get("clusters.jsonl"))
-        self.trace = TraceWriter(self.out_dir / "trace.json", trace_devices, at.get("trace.json"))
+        self.trace = TraceWriter(self.out_dir / "trace.json", trace_devices, at.get("trace.json"), list_limit, counter_s)
         self._devices: Callable[[np.ndarray | None], None] | None = None
         self._edge_of: np.ndarray | None = None       # a protocol's own device → edge map, once it gives one
         self._extra: dict[str, np.ndarray] | None = None  # further devices.csv columns (energy), at the end
@@ -129,26 +140,39 @@ class RunTelemetry:
         now = self.clock()
         if self.queues.set(now, tier, entity, length):
             track = self._queue_tracks.get((tier, entity))
-            if track is None:  # its lane, name and event text, formed once per queue (one sample per arrival)
-                track = self._queue_tracks[(tier, entity)] = (
-                    self.trace.counter_track(("edge", entity), f"queue_len {tier} {entity}", "updates")
-                    if tier == "edge" else self.trace.counter_track(("cloud", 0), "queue_len cloud", "updates"))
+            if track is None:
+                track = self._queue_track(tier, entity)
             track.sample(now, length)
+
+    def _queue_track(self, tier: str, entity: int) -> CounterTrack:
+        """The trace counter of queue ``tier``/``entity``: its lane, name and event text, formed once."""
+        track = self._queue_tracks[(tier, entity)] = (
+            self.trace.counter_track(("edge", entity), f"queue_len {tier} {entity}", "updates")
+            if tier == "edge" else self.trace.counter_track(("cloud", 0), "queue_len cloud", "updates"))
+        return track
+
+    def track_staleness(self, tier: str) -> None:
+        """``tier`` reports staleness (its fields appear in evaluation lines, None until an update)."""
+        self.staleness.setdefault(tier, {})
+
+    def add_staleness(self, tier: str, values: Iterable[int]) -> None:
+        """Applied updates of ``tier`` with staleness ``values``."""
+        hist = self.staleness.setdefault(tier, {})
+        for t in values:
+            t = int(t)
+            hist[t] = hist.get(t, 0) + 1
 
     def staleness_means(self) -> dict[str, float | None]:
         """``staleness_mean_<tier>`` fields of an evaluation line."""
-        return {f"staleness_mean_{tier}": float(np.mean(values)) if values else None
-                for tier, values in sorted(self.staleness.items())}
+        return {f"staleness_mean_{tier}": _hist_mean(hist) for tier, hist in sorted(self.staleness.items())}
 
     def staleness_summary(self) -> dict[str, Any]:
         """Per tier: histogram ``{τ: count}``, mean, max and count of applied updates' staleness."""
         out: dict[str, Any] = {}
-        for tier, values in sorted(self.staleness.items()):
-            arr = np.asarray(values, dtype=np.int64)
-            hist = np.bincount(arr) if arr.size else np.zeros(0, dtype=np.int64)
-            out[tier] = {"histogram": {str(t): int(c) for t, c in enumerate(hist) if c},
-                         "mean": float(arr.mean()) if arr.size else None,
-                         "max": int(arr.max()) if arr.size else None, "count": int(arr.size)}
+        for tier, hist in sorted(self.staleness.items()):
+            count = sum(hist.values())
+            out[tier] = {"histogram": {str(t): hist[t] for t in sorted(hist) if hist[t]},
+                         "mean": _hist_mean(hist), "max": max(hist) if count else None, "count": count}
         return out
 
     def sync(self) -> dict[str, int]:
@@ -161,17 +185,26 @@ class RunTelemetry:
         """What a checkpoint keeps besides the files: counters (the very dict the driver holds),
         staleness, queue series, whether the trace has an event yet, and the wall seconds so far."""
         return {"counters": self.counters, "staleness": self.staleness, "queues": self.queues,
-                "trace_first": self.trace._first, "wall_s": self.wall_s(), "edge_of": self._edge_of}
+                "trace_first": self.trace._first, "wall_s": self.wall_s(), "edge_of": self._edge_of,
+                "queue_tracks": {key: track.state() for key, track in self._queue_tracks.items()}}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Take over :meth:`state` (a resumed run's wall seconds go on from the checkpoint's)."""
         self.counters, self.staleness, self.queues = state["counters"], state["staleness"], state["queues"]
         self.trace._first = state["trace_first"]
         self._edge_of = state.get("edge_of")
+        for (tier, entity), track_state in state.get("queue_tracks", {}).items():
+            self._queue_track(tier, entity).set_state(track_state)
         self._wall0 = time.perf_counter() - float(state["wall_s"])
 
     def close(self) -> None:
-        """Close every stream (the trace gets its closing bracket)."""
+        """Close every stream (the trace gets its held counter samples and its closing bracket)."""
+        if not self.trace._fh.closed:
+            for track in self._queue_tracks.values():
+                try:
+                    track.close()
+                except Exception:  # noqa: BLE001 - a failed run unwinding: the trace stays a valid prefix
+                    break
         self.trace.close()
         self._metrics.close()
         self._clusters.close()

@@ -7,11 +7,13 @@ module is the only place a trace event is formed.
 from __future__ import annotations
 
 import json
+import math
 from json.encoder import encode_basestring_ascii as _string  # what the encoder below writes a str with
 from pathlib import Path
 from typing import Any
 
 from hierfl.output.files import LineFile
+from hierfl.output.bounded import bound_lists
 from hierfl.output.jsonsafe import jsonable
 
 __all__ = ["TraceWriter", "CounterTrack", "LANES"]
@@ -32,7 +34,13 @@ class TraceWriter:
     of its ends are kept (``output.trace``, for runs with many devices).
     """
 
-    def __init__(self, path: Path, devices: set[int] | None = None, offset: int | None = None) -> None:
+    def __init__(self, path: Path, devices: set[int] | None = None, offset: int | None = None,
+                 list_limit: int | None = None, counter_s: float = 0.0) -> None:
+        """``list_limit``: longer lists in event arguments are written as summaries
+        (:mod:`hierfl.output.bounded`); ``counter_s``: a counter track made by :meth:`counter_track`
+        writes at most about one sample per that many virtual seconds (0: every sample)."""
+        self.list_limit = list_limit
+        self.counter_s = counter_s
         # whole events only (issue 14): events gather in memory and go to disk together at each
         # flush, all or none, so a full disk leaves a valid prefix of the array, never half an event
         # offset: a resumed run goes on from a checkpoint's size of the file (which has its "[")
@@ -78,7 +86,7 @@ class TraceWriter:
             return
         pid = LANES[lane[0]][0]
         self._event({"ph": "X", "name": name, "cat": lane[0], "ts": start * 1e6, "dur": duration * 1e6,
-                     "pid": pid, "tid": int(lane[1]), "args": jsonable(args)})
+                     "pid": pid, "tid": int(lane[1]), "args": jsonable(bound_lists(args, self.list_limit))})
 
     def instant(self, lane: tuple[str, int], name: str, t: float, **args: Any) -> None:
         """An instant event on a lane."""
@@ -86,7 +94,7 @@ class TraceWriter:
             return
         pid = LANES[lane[0]][0]
         self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
-                     "pid": pid, "tid": int(lane[1]), "args": jsonable(args)})
+                     "pid": pid, "tid": int(lane[1]), "args": jsonable(bound_lists(args, self.list_limit))})
 
     def counter(self, lane: tuple[str, int], name: str, t: float, **values: float) -> None:
         """A counter sample (phase ``C``): each of ``values`` holds from ``t`` until the next sample.
@@ -145,13 +153,22 @@ class CounterTrack:
     the event's fixed parts are the JSON text the encoder writes for them, formed once, and the two
     varying numbers are written as ``json`` writes them (``float.__repr__`` for a finite float,
     ``int.__repr__`` for an int). Any other value or time goes the general way.
+
+    With the writer's ``counter_s`` > 0 (``output.trace_counter_s``, large runs), a sample less than
+    ``counter_s`` after the last one written is held back, replacing any held before it, and is
+    written, at its own time, when the next sample comes after that window (or at :meth:`close`):
+    the trace keeps every value that lasted, exactly when it began, and drops only values replaced
+    within the window. The held sample is part of the run's checkpoint (:meth:`state`).
     """
 
-    __slots__ = ("_writer", "lane", "name", "field", "_kept", "_head", "_middle")
+    __slots__ = ("_writer", "lane", "name", "field", "_kept", "_head", "_middle", "_every", "_last", "_held")
 
     def __init__(self, writer: TraceWriter, lane: tuple[str, int], name: str, field: str) -> None:
         self._writer, self.lane, self.name, self.field = writer, lane, name, field
         self._kept = writer.keeps(lane)
+        self._every = writer.counter_s
+        self._last = -math.inf                      # virtual time of the last sample written
+        self._held: tuple[float, int] | None = None  # a sample within the window, not written yet
         # the event dict of TraceWriter.counter, keys in its order, as _ENCODE writes it
         self._head = f'{{"ph":"C","name":{_string(name)},"cat":{_string(lane[0])},"ts":'
         self._middle = f',"pid":{LANES[lane[0]][0]},"tid":{int(lane[1])},"args":{{{_string(field)}:'
@@ -160,6 +177,37 @@ class CounterTrack:
         """The track holds ``value`` from virtual time ``t`` (seconds) on."""
         if not self._kept:
             return
+        if self._every:
+            if t < self._last + self._every:
+                self._held = (t, value)
+                return
+            held = self._held
+            if held is not None:
+                self._held = None
+                self._last = held[0]
+                self._write(*held)
+                if t < self._last + self._every:
+                    self._held = (t, value)
+                    return
+            self._last = t
+        self._write(t, value)
+
+    def close(self) -> None:
+        """Write the sample held back, if any (the run ends)."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._last = held[0]
+            self._write(*held)
+
+    def state(self) -> tuple[float, tuple[float, int] | None]:
+        """The coalescing state a checkpoint keeps (last written time, the sample held)."""
+        return self._last, self._held
+
+    def set_state(self, state: tuple[float, tuple[float, int] | None]) -> None:
+        """Take over :meth:`state` (a resumed run)."""
+        self._last, self._held = state
+
+    def _write(self, t: float, value: int) -> None:
         ts = t * 1e6
         if type(value) is int and type(ts) is float and ts - ts == 0.0:  # exact types: their repr is json's
             w = self._writer  # TraceWriter._text, inlined
