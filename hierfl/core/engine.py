@@ -112,6 +112,18 @@ class EventQueue:
         self.now = event.time
         return event
 
+    def pop_next(self) -> Event | None:
+        """:meth:`pop`, or None when no event is pending (the run loop's one call per event)."""
+        if self._cancelled:
+            self._prune()
+        heap = self._heap
+        if not heap:
+            return None
+        event = heapq.heappop(heap)[3]
+        self._pending.discard(event.seq)
+        self.now = event.time
+        return event
+
     def state(self) -> dict[str, Any]:
         """A plain, serialisable snapshot (for checkpoints)."""
         return {

@@ -238,6 +238,16 @@ class FlowNetwork:
             else:
                 users.add(flow_id)
                 alone = False
+        if detach and alone and contention and len(finite) == 1:
+            # the common case, _solo(flow, detach=True) inline: alone on its one shared link, its rate
+            # is exactly what progressive filling gives (0.0 + the link's share) and its end is fixed
+            rate = flow.rate = flow.min_rate = 0.0 + capacity[finite[0]] / 1
+            self.ops.flows += 1
+            self.ops.links += 1
+            flow._end = now if megabits <= EPS_MBIT else now + megabits / rate
+            flow.detached = True
+            self._detached += 1
+            return flow
         if not contention or alone and (detach or len(finite) <= 1):
             # alone on its shared links (or no sharing at all): its rate is its bottleneck's capacity,
             # nobody else's changes, and the component search would find only itself

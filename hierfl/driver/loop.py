@@ -111,30 +111,34 @@ class RunLoop:
         progress = self.progress
         shown = time.perf_counter()
         tick = 0
-        while len(q) and not ctx.stopping:
+        pop, before, handle = q.pop_next, net.before_dispatch, protocol.handle
+        while not ctx.stopping:
             if hook is not None:
                 if tick % stride == 0:
                     hook(self)
                 tick += 1
-            event = q.pop()
-            if event.kind == "evaluate":
+            event = pop()
+            if event is None:  # nothing is left to happen
+                break
+            kind = event.kind
+            if kind == "evaluate":
                 self.evaluate()
                 if sc.evaluation.every_s is not None:
                     q.push_after(sc.evaluation.every_s, "evaluate", priority=Priority.EVALUATE)
                 continue
-            if event.kind == "stop":
+            if kind == "stop":
                 ctx.request_stop("virtual_time")
                 break
             self.events += 1
             try:
-                if event.kind == "_fault":  # a server fails or is back: the protocol hears it at once
-                    assert ctx.faults is not None
+                if kind[0] == "_":  # the world's own events
+                    if kind != "_fault":
+                        net.handle_internal(event)
+                        continue
+                    assert ctx.faults is not None  # a server fails or is back: the protocol hears it at once
                     event = ctx.faults.handle(event)
-                elif event.kind.startswith("_"):
-                    net.handle_internal(event)
-                    continue
-                net.before_dispatch(event)
-                protocol.handle(event)
+                before(event)
+                handle(event)
             except RunError:
                 raise
             except Exception as exc:

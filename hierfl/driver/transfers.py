@@ -66,7 +66,7 @@ class _Transfer:
     args: dict[str, Any]
     servers: tuple[Endpoint, ...] = ()   # its edge-server / cloud ends (an edge_fail / cloud_fail cuts it)
     radio: tuple[tuple[int, bool], ...] = ()  # (device, sends?) per device end: whose radio energy it costs
-    guards: list[Event] = field(default_factory=list)
+    guards: list[Event] | None = None  # its devices' going-offline events (availability), made when needed
     delivery: Event | None = None
     flow: Any = None
 
@@ -208,7 +208,11 @@ class Transfers:
             for d in devices:
                 down = now if not avail.is_up(d, now) else avail.next_down(d, now)
                 if math.isfinite(down):
-                    tr.guards.append(queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL))
+                    guard = queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL)
+                    if tr.guards is None:
+                        tr.guards = [guard]
+                    else:
+                        tr.guards.append(guard)
         by_device = self._device_transfers
         for d in devices:
             mine = by_device.get(d)
@@ -268,8 +272,9 @@ class Transfers:
         tr = self._transfers.pop(fid)
         if tr.flow.detached:  # its bits were all sent at its end: it leaves the network now
             self.net.remove(self.now, fid)
-        for g in tr.guards:
-            self.queue.cancel(g)
+        if tr.guards is not None:
+            for g in tr.guards:
+                self.queue.cancel(g)
         for d in tr.devices:
             mine = self._device_transfers.get(d)
             if mine is not None:
@@ -285,7 +290,9 @@ class Transfers:
             bits = 0.0 if lost else tr.size * 8.0
             for d, sends in tr.radio:
                 self.energy.transfer(d, bits, self.now - tr.start, sends)
-        if not self.telemetry.trace.keeps(tr.lane):  # a device lane the trace does not sample: no span
+        lane = tr.lane
+        kept = self.telemetry.trace.devices  # trace.keeps(lane), inlined: most lanes of a large run are not kept
+        if kept is not None and lane[0] == "device" and int(lane[1]) not in kept:
             return
         args = dict(tr.args)
         if tr.flow is not None and tr.flow.max_sharing > 1:
