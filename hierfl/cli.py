@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -104,9 +105,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
                   TimeElapsedColumn(), console=console, disable=args.quiet, transient=False) as bar:
         task = bar.add_task(scenario.name, total=total, info="starting…")
 
+        shown = [0.0]
+
         def progress(t: float, rounds: int, acc: float | None) -> None:
+            # called after every event: the bar is redrawn at most 10 times a second, and at each
+            # evaluation (a redraw costs far more than a fast event)
             if acc is not None:
                 state["acc"] = acc
+            else:
+                wall = time.perf_counter()
+                if wall - shown[0] < 0.1:
+                    return
+                shown[0] = wall
             done = min(t, total) if budget is not None else min(rounds, total)
             acc_txt = "–" if state["acc"] is None else f"{state['acc']:.4f}"
             bar.update(task, completed=done, info=f"t={t:,.1f}s round {rounds} acc {acc_txt}")

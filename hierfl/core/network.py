@@ -132,19 +132,23 @@ class Flow:
                 f"max_sharing={self.max_sharing!r}, min_rate={self.min_rate!r})")
 
 
-def index_add(index: dict[Any, set[Any]], keys: Iterable[Any], value: Any) -> None:
-    """Add ``value`` to the set ``index[key]`` of every key, creating missing sets.
+def index_add(index: dict[Any, set[Any]], keys: Iterable[Any], value: Any) -> bool:
+    """Add ``value`` to the set ``index[key]`` of every key, creating missing sets; True when every
+    key was new (``value`` is alone in each of its sets).
 
     The per-transfer bookkeeping of flows by link and of transfers by device; a ``get`` and one set
     literal is cheaper than ``setdefault(key, set())`` on this per-event path (no empty set built
     for a key that exists).
     """
+    alone = True
     for key in keys:
         users = index.get(key)
         if users is None:
             index[key] = {value}
         else:
             users.add(value)
+            alone = False
+    return alone
 
 
 class FlowNetwork:
@@ -230,14 +234,7 @@ class FlowNetwork:
             index_add(self._by_link, links, flow_id)
         elif watched:
             index_add(self._by_link, [link for link in links if link in watched], flow_id)
-        alone = True  # on every finite link of its path
-        for link in finite:
-            users = on_link.get(link)
-            if users is None:
-                on_link[link] = {flow_id}
-            else:
-                users.add(flow_id)
-                alone = False
+        alone = index_add(on_link, finite, flow_id)  # on every finite link of its path
         if detach and alone and contention and len(finite) == 1:
             # the common case, _solo(flow, detach=True) inline: alone on its one shared link, its rate
             # is exactly what progressive filling gives (0.0 + the link's share) and its end is fixed

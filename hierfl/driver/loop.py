@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -109,7 +108,6 @@ class RunLoop:
         # a checkpointer may look only every ``stride`` events (its wall-clock test need not run on each)
         stride = 1 if hook is None else max(1, int(getattr(hook, "stride", 1)))
         progress = self.progress
-        shown = time.perf_counter()
         tick = 0
         pop, before, handle = q.pop_next, net.before_dispatch, protocol.handle
         while not ctx.stopping:
@@ -144,12 +142,8 @@ class RunLoop:
             except Exception as exc:
                 raise RunError(f"t={event.time:.6g}s {event.kind} ({describe(event.payload)}): "
                                f"{type(exc).__name__}: {exc}") from exc
-            if progress is not None:
-                # a progress bar is redrawn at most 10 times a second (a redraw costs more than an event)
-                wall = time.perf_counter()
-                if wall - shown >= 0.1:
-                    shown = wall
-                    progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
+            if progress is not None:  # (the CLI's bar redraws at most 10 times a second)
+                progress(ctx.now, int(ctx.counters["cloud_aggregations"]), None)
         if not ctx.stopping:
             ctx.request_stop("idle")
         self.evaluate()  # the final model, at the stop time

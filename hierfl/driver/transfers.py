@@ -10,7 +10,7 @@ the protocol (``device_lost``). :class:`Transfers` is composed into the driver's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from typing import Any
 
@@ -213,13 +213,7 @@ class Transfers:
                         tr.guards = [guard]
                     else:
                         tr.guards.append(guard)
-        by_device = self._device_transfers
-        for d in devices:
-            mine = by_device.get(d)
-            if mine is None:
-                by_device[d] = {fid}
-            else:
-                mine.add(fid)
+        index_add(self._device_transfers, devices, fid)
         if self.track_servers:
             index_add(self._server_transfers, servers, fid)
         if flow.detached:
