@@ -54,6 +54,7 @@ from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.learn.batched import JobGroups
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
 from hierfl.runtime import signals
+from hierfl.runtime.ray_head import lean_init
 from hierfl.runtime.start import ExecutorStart
 
 __all__ = ["RayExecutor", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayCloud", "probe_address"]
@@ -166,8 +167,8 @@ def _init_with_retry(address: str | None, attempts: int = _INIT_ATTEMPTS) -> Non
         try:
             if address:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
-            else:
-                ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+            else:  # a new local instance, without the daemons a run never uses (hierfl.runtime.ray_head)
+                lean_init(logging_level=logging.WARNING, log_to_driver=True)
             return
         except ConnectionError:
             raise  # nothing listens there: trying again will not help
