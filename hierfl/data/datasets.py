@@ -328,6 +328,25 @@ class TeacherConfig(DatasetConfig):
         teacher = rng.standard_normal((d, c), dtype=np.float32)
         x_train = rng.standard_normal((self.num_samples, d), dtype=np.float32)
         x_test = rng.standard_normal((self.test_samples, d), dtype=np.float32)
-        y_train = np.argmax(x_train @ teacher, axis=1).astype(np.int64)
-        y_test = np.argmax(x_test @ teacher, axis=1).astype(np.int64)
+        y_train = _teacher_labels(x_train, teacher)
+        y_test = _teacher_labels(x_test, teacher)
         return Dataset(x_train, y_train, x_test, y_test, c, (d,), name=self.name)
+
+
+_LABEL_ROWS = 4096  # rows per product in _teacher_labels
+
+
+def _teacher_labels(x: np.ndarray, teacher: np.ndarray) -> np.ndarray:
+    """``argmax(x @ teacher, axis=1)`` as int64, computed ``_LABEL_ROWS`` rows at a time.
+
+    Why in pieces: one ``x @ teacher`` over 60,000 rows makes OpenBLAS set up its threaded path,
+    whose per-thread buffers (about 29 MB touched per thread, 58 MB on 2 cores) stay mapped in the
+    process for the rest of the run, used by nothing else (issue 12, goal (c): W1a's driver).
+    Products of a few thousand rows stay on the small path. Each logit is the same dot product
+    either way (OpenBLAS splits rows, not the summed dimension), so the labels are bit for bit
+    the same: ``tests/test_pss.py`` compares the logits, and the golden digests did not change.
+    """
+    out = np.empty(len(x), dtype=np.int64)
+    for start in range(0, len(x), _LABEL_ROWS):
+        out[start:start + _LABEL_ROWS] = np.argmax(x[start:start + _LABEL_ROWS] @ teacher, axis=1)
+    return out

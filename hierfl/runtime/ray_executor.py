@@ -54,6 +54,7 @@ from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.learn.batched import JobGroups
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
 from hierfl.runtime import signals
+from hierfl.runtime.driver_cloud import DriverCloud
 from hierfl.runtime.ray_head import lean_init
 from hierfl.runtime.start import ExecutorStart
 
@@ -193,10 +194,16 @@ class RayStart(ExecutorStart):
 
     kind = "ray"
 
-    def __init__(self, kind: str = "ray", workers: int | str = "auto", address: str | None = None) -> None:
+    def __init__(self, kind: str = "ray", workers: int | str = "auto", address: str | None = None,
+                 cloud: str = "auto") -> None:
         super().__init__(kind)
         self.owns_ray = False
         self.client = bool(address and "://" in address)  # a Ray client: the object store is remote
+        if cloud not in ("auto", "driver", "actor"):
+            raise ValueError(f"cloud must be auto, driver or actor, not {cloud!r}")
+        # the cloud role runs in the driver (hierfl.runtime.driver_cloud): one process and about 0.1 GB
+        # less; a Ray client keeps the actor, since there every input would cross the network
+        self.cloud_in = ("actor" if self.client else "driver") if cloud == "auto" else cloud
         self.workers = 0
         self.hosts: list[Any] = []
         self.cloud: Any = None
@@ -221,7 +228,8 @@ class RayStart(ExecutorStart):
         host_cpus = min(1.0, total_cpus / self.workers)
         self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote()
                       for _ in range(self.workers)]
-        self.cloud = RayCloud.options(num_cpus=0).remote()
+        self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
+                      else RayCloud.options(num_cpus=0).remote())
 
     def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the first host actor, which imports torch anyway: the driver process then
@@ -258,7 +266,7 @@ class RayStart(ExecutorStart):
             return
         for actor in [*self.hosts, self.cloud]:
             try:
-                if actor is not None:
+                if actor is not None and not isinstance(actor, DriverCloud):
                     ray.kill(actor)
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
