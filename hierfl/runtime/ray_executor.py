@@ -1,8 +1,13 @@
-"""The Ray executor: ``DeviceHost`` actors (many virtual devices each), a ``Leader`` actor and a ``Cloud`` actor.
+"""The Ray executor: ``DeviceHost`` actors (many virtual devices each), a ``Leader`` actor and the cloud role.
+
+The cloud role runs in the driver's process by default (:class:`~hierfl.runtime.driver_cloud.DriverCloud`,
+behind the same ``.remote`` calls as an actor handle); a Ray client (``ray://``) keeps it as a
+``Cloud`` actor (``RayStart(cloud=...)``). "The cloud actor" below means whichever runs it.
 
 This is the one place ``ray.remote`` is applied. Updates travel host → leader → cloud as object
-references passed as top-level arguments (Ray resolves them inside the receiving actor; the
-driver never downloads a parameter vector). The number of hosts follows the cluster's CPUs or
+references passed as top-level arguments (Ray resolves them inside the receiving actor; the cloud
+role in the driver reads them as zero-copy views of the local object store, and a Ray client's
+driver, whose cloud is an actor, never downloads a parameter vector). The number of hosts follows the cluster's CPUs or
 ``runtime.workers``. The virtual clock, not Ray's completion order, decides what happens.
 
 Coalescing. The driver runs ahead in virtual time and blocks only when an event needs a result
