@@ -80,14 +80,26 @@ for pid in tree(os.getpid()):
         continue
     names.append(" ".join(a.decode(errors="replace") for a in cmd[:2]))
 print("PROCS", "|".join(names))
-start.close()
+
+def has_torch(pid):
+    return "libtorch_cpu" in open(f"/proc/{pid}/maps").read()
+
+pids = ray.get([h.pid.remote() for h in start.hosts])
+print("TORCH", [has_torch(p) for p in pids])  # before any set-up: only the first host imported it
+import numpy as np
+from hierfl.driver import run_scenario
+from tests.conftest import tiny
+res = run_scenario(tiny(stop={"rounds": 2}, runtime={"executor": "ray", "workers": 2}), sys.argv[1], start=start)
+print("RUN", res.summary["status"], ray.is_initialized())  # the run closed the start: Ray is down
 """
 
 
 @pytest.mark.ray
 def test_a_ray_runs_own_instance_starts_neither_monitors_nor_dashboard_nor_a_cloud_actor(tmp_path):
-    """A fresh process starts Ray as a run does (RayStart): which processes exist, and that it works."""
-    proc = subprocess.run([sys.executable, "-c", _LEAN], capture_output=True, text=True, timeout=180, cwd=ROOT)
+    """A fresh process starts Ray as a run does (RayStart): which processes exist, when the hosts import
+    torch, and a run on it gives the local bits."""
+    proc = subprocess.run([sys.executable, "-c", _LEAN, str(tmp_path / "ray")], capture_output=True, text=True,
+                          timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     types = out["TYPES"]
@@ -100,6 +112,10 @@ def test_a_ray_runs_own_instance_starts_neither_monitors_nor_dashboard_nor_a_clo
     assert sum("HostActor" in p for p in procs) == 2
     assert not any("CloudActor" in p or "monitor.py" in p or "dashboard.py" in p for p in procs), procs
     assert any("DashboardAgent" in p or "dashboard/agent.py" in p for p in procs)  # the raylet's own: kept
+    # the second host imports torch with its set-up (after the data's put), the first one at once
+    assert out["TORCH"] == "[True, False]" and out["RUN"] == "completed False"
+    local = run_scenario(tiny(stop={"rounds": 2}), tmp_path / "local")
+    np.testing.assert_array_equal(np.load(tmp_path / "ray" / "final_model.npy"), local.final_params)
 
 
 def test_lean_patches_fall_back_to_a_plain_start_without_rays_internals(monkeypatch):

@@ -234,11 +234,12 @@ class RayStart(ExecutorStart):
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
         host_cpus = min(1.0, total_cpus / self.workers)
-        # only the first host imports torch at once (it makes the initial model: model_call); the
-        # others import it with their set-up, after the data's put, the run's memory peak, which they
-        # would raise by about 0.14 GB each (issue 12, goal (c))
-        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(h == 0)
-                      for h in range(self.workers)]
+        # on a run's own (one-machine) instance only the first host imports torch at once (it makes
+        # the initial model: model_call); the others import it with their set-up, after the data's
+        # put, the run's memory peak, which they would raise by about 0.14 GB each (issue 12, goal
+        # (c)). On a cluster a host's import may overlap the driver's build as before.
+        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
+            h == 0 or not self.owns_ray) for h in range(self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
                       else RayCloud.options(num_cpus=0).remote())
 
