@@ -84,6 +84,16 @@ print("PROCS", "|".join(names))
 def has_torch(pid):
     return "libtorch_cpu" in open(f"/proc/{pid}/maps").read()
 
+# a lost actor is still noticed without the monitors (the run's recovery relies on it)
+import signal
+from hierfl.runtime.ray_executor import RayDeviceHost, RayExecutor
+extra = RayDeviceHost.options(num_cpus=0).remote(False)
+os.kill(ray.get(extra.pid.remote()), signal.SIGKILL)
+try:
+    ray.get(extra.ready.remote(), timeout=60)
+    print("LOST no")
+except Exception as exc:
+    print("LOST", RayExecutor.is_lost(None, exc))
 pids = ray.get([h.pid.remote() for h in start.hosts])
 print("TORCH", [has_torch(p) for p in pids])  # before any set-up: only the first host imported it
 import numpy as np
@@ -113,6 +123,7 @@ def test_a_ray_runs_own_instance_starts_neither_monitors_nor_dashboard_nor_a_clo
     assert not any("CloudActor" in p or "monitor.py" in p or "dashboard.py" in p for p in procs), procs
     assert any("DashboardAgent" in p or "dashboard/agent.py" in p for p in procs)  # the raylet's own: kept
     # the second host imports torch with its set-up (after the data's put), the first one at once
+    assert out["LOST"] == "True"  # a SIGKILLed actor is reported lost: what recovery starts from
     assert out["TORCH"] == "[True, False]" and out["RUN"] == "completed False"
     local = run_scenario(tiny(stop={"rounds": 2}), tmp_path / "local")
     np.testing.assert_array_equal(np.load(tmp_path / "ray" / "final_model.npy"), local.final_params)
