@@ -24,13 +24,13 @@ false`` (public) and ``--no-monitor`` (hidden), which set the same two fields of
 ``RayParams``; the dashboard head has no switch at all. So :func:`lean_init` uses Ray internals:
 it sets ``RayParams.no_monitor`` and ``include_log_monitor`` and skips
 ``Node.start_api_server`` for the duration of one ``ray.init`` call. If this Ray version lacks
-any of them (they exist in Ray 2.9 to 2.60 at least), it falls back to a plain ``ray.init``:
+any of them (checked on Ray 2.60, the pinned environment's), it falls back to a plain ``ray.init``:
 the run is then only bigger, never different. Attaching to a cluster (``--address``) is not
 affected: the cluster's own daemons are whatever ``ray start`` started.
 
 Nothing an emulation run needs changes: actors, the object store, lost-actor detection and
-recovery are the GCS's and the raylet's work (checked by the recovery tests, which SIGKILL
-actors of a lean instance).
+recovery are the GCS's and the raylet's work (``tests/test_pss.py`` SIGKILLs an actor of a
+lean instance, sees it reported lost, and runs a scenario on one with the local executor's bits).
 """
 
 from __future__ import annotations
