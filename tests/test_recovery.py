@@ -128,33 +128,50 @@ def test_checkpoints_can_be_switched_off(tmp_path: Path) -> None:
 
 
 FAULT_PLANS = {
-    # (round, roles whose processes are killed): one rollback after losing all three kinds at once
-    "all_at_once": [(3, ("hosts", "cloud", "leaders"))],
-    # a host first, then the cloud and the leader of the fresh executor: two rollbacks in one run
+    # (round, roles whose processes are killed): one rollback after losing a host and the leader at
+    # once. The cloud role runs in the driver by default (hierfl.runtime.driver_cloud): it has no
+    # process of its own to lose, and the driver's own death is the checkpoint/resume tests' case.
+    "all_at_once": [(3, ("hosts", "leaders"))],
+    # the same with the cloud as an actor (RayStart(cloud="actor"), a Ray client's default): all three kinds
+    "all_at_once_cloud_actor": [(3, ("hosts", "cloud", "leaders"))],
+    # a host first, then the cloud actor and the leader of the fresh executor: two rollbacks in one run
     "one_after_another": [(2, ("hosts",)), (4, ("cloud", "leaders"))],
 }
+CLOUD_ACTOR_PLANS = {"all_at_once_cloud_actor", "one_after_another"}
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize("plan_name", [
     "all_at_once",
+    "all_at_once_cloud_actor",
     pytest.param("one_after_another", marks=pytest.mark.skipif(
         not os.environ.get("HIERFL_FAULT_TESTS"), reason="a second rollback (~40 s): set HIERFL_FAULT_TESTS=1")),
 ])
 def test_ray_recovers_lost_host_cloud_and_leader(reference: Path, tmp_path: Path, ray_session: Any,
                                                  monkeypatch: pytest.MonkeyPatch, plan_name: str) -> None:
-    """Kill the processes of a DeviceHost, the Cloud and the Leader mid-run: the outputs are the unfaulted run's."""
-    from hierfl.runtime.ray_executor import RayExecutor
+    """Kill the processes of a DeviceHost, the Leader (and the Cloud, as an actor) mid-run: the outputs are
+    the unfaulted run's."""
+    from hierfl.runtime.driver_cloud import DriverCloud
+    from hierfl.runtime.ray_executor import RayExecutor, RayStart
 
     ray = ray_session
     made: list[Any] = []  # every executor the run makes: the first, then one per recovery
     original = RayExecutor.__init__
+    cloud_actor = plan_name in CLOUD_ACTOR_PLANS
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
+        assert isinstance(self.cloud, DriverCloud) != cloud_actor  # where the cloud role runs
         made.append(self)
 
     monkeypatch.setattr(RayExecutor, "__init__", init)
+    if cloud_actor:
+        original_start = RayStart.__init__
+
+        def start(self: Any, kind: str = "ray", workers: Any = "auto", address: Any = None, cloud: str = "auto") -> None:
+            original_start(self, kind, workers, address, cloud="actor")
+
+        monkeypatch.setattr(RayStart, "__init__", start)
     plan = list(FAULT_PLANS[plan_name])
     expected = [len(roles) for _, roles in plan]
     killed: list[int] = []

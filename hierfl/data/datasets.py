@@ -328,6 +328,42 @@ class TeacherConfig(DatasetConfig):
         teacher = rng.standard_normal((d, c), dtype=np.float32)
         x_train = rng.standard_normal((self.num_samples, d), dtype=np.float32)
         x_test = rng.standard_normal((self.test_samples, d), dtype=np.float32)
-        y_train = np.argmax(x_train @ teacher, axis=1).astype(np.int64)
-        y_test = np.argmax(x_test @ teacher, axis=1).astype(np.int64)
+        y_train = _teacher_labels(x_train, teacher)
+        y_test = _teacher_labels(x_test, teacher)
         return Dataset(x_train, y_train, x_test, y_test, c, (d,), name=self.name)
+
+
+_LABEL_ROWS = 4096  # fewest rows per product in _teacher_labels
+_LABEL_MIN_WORK = 1 << 24  # fewest multiply-adds per product (rows x features x classes)
+
+
+def _label_blocks(n: int, d: int, c: int) -> list[tuple[int, int]]:
+    """Row ranges for :func:`_teacher_labels`: blocks of ``rows`` (at least :data:`_LABEL_ROWS` and
+    :data:`_LABEL_MIN_WORK` multiply-adds), the last one taking the remainder (``rows`` to ``2·rows − 1``);
+    one range when ``n < 2·rows``."""
+    rows = max(_LABEL_ROWS, -(-_LABEL_MIN_WORK // (d * c)))
+    if n < 2 * rows:
+        return [(0, n)]
+    starts = list(range(0, n - rows + 1, rows))
+    return [(a, a + rows) for a in starts[:-1]] + [(starts[-1], n)]
+
+
+def _teacher_labels(x: np.ndarray, teacher: np.ndarray) -> np.ndarray:
+    """``argmax(x @ teacher, axis=1)`` as int64, computed in row blocks (:func:`_label_blocks`).
+
+    Why in blocks: one ``x @ teacher`` over W1a's 60,000 rows makes OpenBLAS set up its threaded
+    path, whose per-thread buffers (about 29 MB touched per thread, 58 MB on 2 cores) stay mapped
+    in the process for the rest of the run, used by nothing else (issue 12, goal (c): W1a's
+    driver). Blocks of a few thousand rows touch about 5 MB.
+
+    Why the same bits: OpenBLAS computes each logit with the same kernel and summation order over
+    the features whatever the row range, except on its small-matrix path (products of under about
+    10^6 multiply-adds, e.g. a lone 123-row tail of 784 x 10). Every block here has at least 2^24
+    multiply-adds (a short tail joins the block before it), and a product too small to split is
+    not split. ``tests/test_pss.py`` compares every logit over several shapes, and the golden
+    digests of the teacher scenarios did not change.
+    """
+    out = np.empty(len(x), dtype=np.int64)
+    for a, b in _label_blocks(len(x), x.shape[1], teacher.shape[1]):
+        out[a:b] = np.argmax(x[a:b] @ teacher, axis=1)
+    return out

@@ -1,8 +1,13 @@
-"""The Ray executor: ``DeviceHost`` actors (many virtual devices each), a ``Leader`` actor and a ``Cloud`` actor.
+"""The Ray executor: ``DeviceHost`` actors (many virtual devices each), a ``Leader`` actor and the cloud role.
+
+The cloud role runs in the driver's process by default (:class:`~hierfl.runtime.driver_cloud.DriverCloud`,
+behind the same ``.remote`` calls as an actor handle); a Ray client (``ray://``) keeps it as a
+``Cloud`` actor (``RayStart(cloud=...)``). "The cloud actor" below means whichever runs it.
 
 This is the one place ``ray.remote`` is applied. Updates travel host → leader → cloud as object
-references passed as top-level arguments (Ray resolves them inside the receiving actor; the
-driver never downloads a parameter vector). The number of hosts follows the cluster's CPUs or
+references passed as top-level arguments (Ray resolves them inside the receiving actor; the cloud
+role in the driver reads them as zero-copy views of the local object store, and a Ray client's
+driver, whose cloud is an actor, never downloads a parameter vector). The number of hosts follows the cluster's CPUs or
 ``runtime.workers``. The virtual clock, not Ray's completion order, decides what happens.
 
 Coalescing. The driver runs ahead in virtual time and blocks only when an event needs a result
@@ -54,6 +59,8 @@ from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.learn.batched import JobGroups
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
 from hierfl.runtime import signals
+from hierfl.runtime.driver_cloud import DriverCloud
+from hierfl.runtime.ray_head import lean_init
 from hierfl.runtime.start import ExecutorStart
 
 __all__ = ["RayExecutor", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayCloud", "probe_address"]
@@ -67,8 +74,11 @@ _INIT_RETRY_PAUSE_S = 2.0
 class HostActor(DeviceHost):
     """A :class:`DeviceHost` whose process starts before the data exists: ``setup`` builds the role."""
 
-    def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
-        importlib.import_module("torch")  # the slow part of an actor's start: done while the driver builds
+    def __init__(self, import_torch: bool = True) -> None:  # the role's own __init__ runs in setup, with the data
+        if import_torch:  # the slow part of an actor's start: done while the driver builds
+            importlib.import_module("torch")
+        # else: torch comes with setup, after the data is in the object store; at that moment the
+        # driver holds its freshly generated arrays and their store copy at once (RayStart._start)
 
     def setup(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
               eval_sets: Any = None, x_test: np.ndarray | None = None, y_test: np.ndarray | None = None) -> float:
@@ -166,8 +176,8 @@ def _init_with_retry(address: str | None, attempts: int = _INIT_ATTEMPTS) -> Non
         try:
             if address:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
-            else:
-                ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+            else:  # a new local instance, without the daemons a run never uses (hierfl.runtime.ray_head)
+                lean_init(logging_level=logging.WARNING, log_to_driver=True)
             return
         except ConnectionError:
             raise  # nothing listens there: trying again will not help
@@ -192,10 +202,16 @@ class RayStart(ExecutorStart):
 
     kind = "ray"
 
-    def __init__(self, kind: str = "ray", workers: int | str = "auto", address: str | None = None) -> None:
+    def __init__(self, kind: str = "ray", workers: int | str = "auto", address: str | None = None,
+                 cloud: str = "auto") -> None:
         super().__init__(kind)
         self.owns_ray = False
         self.client = bool(address and "://" in address)  # a Ray client: the object store is remote
+        if cloud not in ("auto", "driver", "actor"):
+            raise ValueError(f"cloud must be auto, driver or actor, not {cloud!r}")
+        # the cloud role runs in the driver (hierfl.runtime.driver_cloud): one process and about 0.1 GB
+        # less; a Ray client keeps the actor, since there every input would cross the network
+        self.cloud_in = ("actor" if self.client else "driver") if cloud == "auto" else cloud
         self.workers = 0
         self.hosts: list[Any] = []
         self.cloud: Any = None
@@ -218,9 +234,14 @@ class RayStart(ExecutorStart):
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
         host_cpus = min(1.0, total_cpus / self.workers)
-        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote()
-                      for _ in range(self.workers)]
-        self.cloud = RayCloud.options(num_cpus=0).remote()
+        # on a run's own (one-machine) instance only the first host imports torch at once (it makes
+        # the initial model: model_call); the others import it with their set-up, after the data's
+        # put, the run's memory peak, which they would raise by about 0.14 GB each (issue 12, goal
+        # (c)). On a cluster a host's import may overlap the driver's build as before.
+        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
+            h == 0 or not self.owns_ray) for h in range(self.workers)]
+        self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
+                      else RayCloud.options(num_cpus=0).remote())
 
     def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the first host actor, which imports torch anyway: the driver process then
@@ -257,7 +278,7 @@ class RayStart(ExecutorStart):
             return
         for actor in [*self.hosts, self.cloud]:
             try:
-                if actor is not None:
+                if actor is not None and not isinstance(actor, DriverCloud):
                     ray.kill(actor)
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
