@@ -107,7 +107,7 @@ class RunLoop:
         hook = self.between_events
         # a checkpointer may look only every ``stride`` events (its wall-clock test need not run on each)
         stride = 1 if hook is None else max(1, int(getattr(hook, "stride", 1)))
-        progress = self.progress
+        progress = self.progress or None  # (a falsy value, e.g. progress=False: no progress)
         tick = 0
         pop, before, handle = q.pop_next, net.before_dispatch, protocol.handle
         while not ctx.stopping:
