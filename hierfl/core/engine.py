@@ -57,7 +57,6 @@ class EventQueue:
         self._heap: list[tuple[float, int, int, Event]] = []
         self._seq = 0
         self._cancelled: set[int] = set()
-        self._pending: set[int] = set()
         self.now = float(start)
 
     def __len__(self) -> int:
@@ -65,8 +64,11 @@ class EventQueue:
 
     def cancel(self, event: Event) -> None:
         """Withdraw a pending event (it will never pop); cancelling a popped event does nothing."""
-        if event.seq in self._pending:
-            self._pending.discard(event.seq)
+        # an event in the heap carries ``_queued`` in its __dict__ (a flag on the object, not a
+        # population-sized set of pending seqs to update on every push and pop)
+        state = event.__dict__
+        if state.get("_queued"):
+            state["_queued"] = False
             self._cancelled.add(event.seq)
             self._prune()
 
@@ -86,10 +88,9 @@ class EventQueue:
         # setattr calls (the same object: its fields live in its __dict__); several per local job
         event = _new_event(Event)
         event.__dict__.update(time=time, priority=priority, seq=seq, kind=kind,
-                              payload=dict(payload) if isinstance(payload, dict) else payload)
+                              payload=dict(payload) if isinstance(payload, dict) else payload, _queued=True)
         self._seq += 1
         heapq.heappush(self._heap, (time, priority, seq, event))
-        self._pending.add(seq)
         return event
 
     def push_after(self, delay: float, kind: str, payload: Any = None,
@@ -108,7 +109,7 @@ class EventQueue:
         """Remove the next event and advance the clock to its time."""
         self._prune()
         event = heapq.heappop(self._heap)[3]
-        self._pending.discard(event.seq)
+        event.__dict__["_queued"] = False
         self.now = event.time
         return event
 
@@ -120,7 +121,7 @@ class EventQueue:
         if not heap:
             return None
         event = heapq.heappop(heap)[3]
-        self._pending.discard(event.seq)
+        event.__dict__["_queued"] = False
         self.now = event.time
         return event
 
@@ -141,5 +142,6 @@ class EventQueue:
         q._heap = [(float(t), int(p), int(s), Event(float(t), int(p), int(s), k, pl))
                    for t, p, s, k, pl in state["events"]]
         heapq.heapify(q._heap)
-        q._pending = {entry[2] for entry in q._heap}
+        for entry in q._heap:
+            entry[3].__dict__["_queued"] = True
         return q
