@@ -87,9 +87,14 @@ class EventQueue:
         # Event(time, priority, seq, kind, payload) without the frozen dataclass's five guarded
         # setattr calls (the same object: its fields live in its __dict__); several per local job
         event = _new_event(Event)
-        event.__dict__.update(time=time, priority=priority, seq=seq, kind=kind,
-                              payload=dict(payload) if isinstance(payload, dict) else payload, _queued=True)
-        self._seq += 1
+        state = event.__dict__  # (item by item: cheaper than update() with keywords)
+        state["time"] = time
+        state["priority"] = priority
+        state["seq"] = seq
+        state["kind"] = kind
+        state["payload"] = dict(payload) if isinstance(payload, dict) else payload
+        state["_queued"] = True
+        self._seq = seq + 1
         heapq.heappush(self._heap, (time, priority, seq, event))
         return event
 

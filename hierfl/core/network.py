@@ -197,14 +197,14 @@ class FlowNetwork:
         """
         if flow_id in self.flows:
             raise ValueError(f"flow {flow_id} already active")
-        if megabits < 0 or not math.isfinite(megabits):
+        inf = math.inf
+        if not 0.0 <= megabits < inf:  # (also NaN)
             raise ValueError(f"flow size must be a finite number >= 0, got {megabits}")
         if type(links) is not tuple:
             links = tuple(links)
         capacity = self.capacity
         if now < self.now:
             raise ValueError(f"network time cannot go back: {self.now} → {now}")
-        inf = math.inf
         try:
             if len(links) == 2:  # the common path (an access link and a server's side), unrolled
                 l0, l1 = links
@@ -216,6 +216,34 @@ class FlowNetwork:
             raise KeyError(f"unknown link {next(link for link in links if link not in capacity)!r}") from None
         self.now = now
         on_link, contention = self.on_link, self.contention
+        if contention and len(finite) == 1:
+            # the common case: one shared link (a device's access link), looked up once
+            link = finite[0]
+            users = on_link.get(link)
+            if users is not None and self._detached and len(users) == 1:
+                g = self.flows[next(iter(users))]
+                if g.detached:  # a detached flow is alone on its link: joining it settles it first
+                    self._settle(g)
+                    users = on_link.get(link)
+            flow = self._new_flow(flow_id, links, megabits, now, tag, finite)
+            if users is not None:
+                users.add(flow_id)
+                self._recompute([flow_id], new=flow)
+                return flow
+            on_link[link] = {flow_id}
+            if not detach:
+                self._solo(flow)  # alone on its shared link: its rate is that link's capacity
+                return flow
+            # _solo(flow, detach=True) inline: alone on its one shared link, its rate is exactly what
+            # progressive filling gives (0.0 + the link's share) and its end is fixed
+            rate = flow.rate = flow.min_rate = 0.0 + capacity[link] / 1
+            ops = self.ops
+            ops.flows += 1
+            ops.links += 1
+            flow._end = now if megabits <= EPS_MBIT else now + megabits / rate
+            flow.detached = True
+            self._detached += 1
+            return flow
         if self._detached and contention:
             # a detached flow is alone on its finite links: joining one of them settles it first
             for link in finite:
@@ -224,7 +252,20 @@ class FlowNetwork:
                     g = self.flows[next(iter(users))]
                     if g.detached:
                         self._settle(g)
-        flow = Flow(flow_id, links, megabits, megabits, now, 0.0, 1, inf, tag, finite)
+        flow = self._new_flow(flow_id, links, megabits, now, tag, finite)
+        alone = index_add(on_link, finite, flow_id)  # on every finite link of its path
+        if not contention or alone and (detach or len(finite) <= 1):
+            # alone on its shared links (or no sharing at all): its rate is its bottleneck's capacity,
+            # nobody else's changes, and the component search would find only itself
+            self._solo(flow, detach)
+        else:
+            self._recompute([flow_id], new=flow)
+        return flow
+
+    def _new_flow(self, flow_id: int, links: tuple[Hashable, ...], megabits: float, now: float, tag: object,
+                  finite: tuple[Hashable, ...]) -> Flow:
+        """A new flow, filed in ``flows`` and the by-link index (not yet on its shared links)."""
+        flow = Flow(flow_id, links, megabits, megabits, now, 0.0, 1, math.inf, tag, finite)
         flow._net = self
         flow._order = self._order
         self._order += 1
@@ -234,23 +275,6 @@ class FlowNetwork:
             index_add(self._by_link, links, flow_id)
         elif watched:
             index_add(self._by_link, [link for link in links if link in watched], flow_id)
-        alone = index_add(on_link, finite, flow_id)  # on every finite link of its path
-        if detach and alone and contention and len(finite) == 1:
-            # the common case, _solo(flow, detach=True) inline: alone on its one shared link, its rate
-            # is exactly what progressive filling gives (0.0 + the link's share) and its end is fixed
-            rate = flow.rate = flow.min_rate = 0.0 + capacity[finite[0]] / 1
-            self.ops.flows += 1
-            self.ops.links += 1
-            flow._end = now if megabits <= EPS_MBIT else now + megabits / rate
-            flow.detached = True
-            self._detached += 1
-            return flow
-        if not contention or alone and (detach or len(finite) <= 1):
-            # alone on its shared links (or no sharing at all): its rate is its bottleneck's capacity,
-            # nobody else's changes, and the component search would find only itself
-            self._solo(flow, detach)
-        else:
-            self._recompute([flow_id], new=flow)
         return flow
 
     def _settle(self, f: Flow) -> None:
@@ -267,9 +291,14 @@ class FlowNetwork:
 
     def remove(self, now: float, flow_id: int) -> Flow:
         """End (or cancel) a flow at ``now``; the flows it shared links with speed up."""
-        self.advance(now)
+        if now < self.now:  # (advance(now), inline: once per transfer)
+            raise ValueError(f"network time cannot go back: {self.now} → {now}")
+        self.now = now
         flow = self.flows.pop(flow_id)
-        flow._r0 = _left(flow._r0, flow.rate, now - flow._t0)   # frozen: what it had left now
+        elapsed = now - flow._t0
+        if elapsed > 0.0:  # _left(r0, rate, elapsed), inline: frozen at what it had left now
+            r = flow._r0 - flow.rate * elapsed
+            flow._r0 = r if r > 0.0 else 0.0
         flow._t0 = now
         flow._net = None
         on_link = self.on_link

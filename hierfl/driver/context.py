@@ -65,6 +65,9 @@ class Context:
         self._stopping = False
         self.stop_reason: str | None = None
         self._jobs_started = np.zeros(self._world.num_devices, dtype=np.int64)
+        # each device's nominal job seconds for the run's own spec, formed on first use (world.compute_s
+        # per device: the same floats, without its per-job arithmetic and checks); speeds never change
+        self._nominal: list[float] | None = None
         # learning plug-ins (issue 7): SCAFFOLD's per-device control step weights κ_i, or None
         trainer = scenario.training.trainer
         self._control_coefs: np.ndarray | None = None
@@ -222,7 +225,14 @@ class Context:
     def _duration(self, device: int, spec: TrainSpec, job_id: int) -> float:
         """Virtual seconds job ``job_id`` of ``device`` takes if it starts now: nominal time × per-task
         jitter (lognormal, mean 1), integrated over the device's slowdown windows."""
-        work = self._world.compute_s(device, spec)
+        if spec is self._spec:
+            nominal = self._nominal
+            if nominal is None:
+                world = self._world
+                nominal = self._nominal = [world.compute_s(d, spec) for d in range(world.num_devices)]
+            work = nominal[device]
+        else:
+            work = self._world.compute_s(device, spec)
         dyn = self.dyn
         if dyn.jitter_sigma > 0:
             z = float(stream(self.seed, "jitter", device, job_id).standard_normal())
@@ -250,8 +260,9 @@ class Context:
         if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
             spec, behavior = self.robust.job_spec(device, self.now, spec)
         mark = {} if behavior is None else {"byzantine": behavior.name}
-        job_id = int(self._jobs_started[device])
-        self._jobs_started[device] += 1
+        started = self._jobs_started
+        job_id = started.item(device)  # (ndarray.item: a Python int, no numpy scalar)
+        started[device] = job_id + 1
         compute_s = self._duration(device, spec, job_id)
         dyn = self.dyn
         lost_at, reason = math.inf, None
@@ -274,7 +285,9 @@ class Context:
         if self.energy is not None:  # its training energy is charged when it finishes
             self.energy.job_started(device, job_id, samples_processed(int(self._world.samples[device]), spec))
         if not spec.train:  # timing only: the update is the model the job started from
-            self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
+            kept = self.telemetry.trace.devices  # (telemetry.span's lane check first: most lanes of a large run are not kept)
+            if kept is None or device in kept:
+                self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
         # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
         seed = stream_seed(self.seed, "train", device, job_id)

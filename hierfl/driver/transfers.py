@@ -103,6 +103,9 @@ class Transfers:
         self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
         self._next_flow = 0
         self._net_event: Event | None = None
+        # device ↔ edge routes by (src, dst): each device's two are formed once (a latency link event
+        # empties it)
+        self._routes: dict[tuple[Endpoint, Endpoint], tuple[str, Any, float, tuple[int, ...]]] = {}
         self.energy: EnergyLedger | None = None  # the device-energy ledger (``energy:``), set by the Context
         for t in dyn.link_boundaries():
             queue.push(t, "_link", None, Priority.WORLD)
@@ -175,7 +178,13 @@ class Transfers:
         if self.down and any(end in self.down for end in servers):
             dead = next(end for end in servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
-        kind, links, latency_s, devices = self.route(src, dst)
+        key = (src, dst)
+        route = self._routes.get(key)
+        if route is None:
+            route = self.route(src, dst)
+            if route[0] == "device_edge":  # (the others are rare, and a d2d route may add a link)
+                self._routes[key] = route
+        kind, links, latency_s, devices = route
         size = self.world.model_bytes if size is None else size
         counters = self.counters
         if kind == "device_edge":
@@ -213,7 +222,13 @@ class Transfers:
                         tr.guards = [guard]
                     else:
                         tr.guards.append(guard)
-        index_add(self._device_transfers, devices, fid)
+        by_device = self._device_transfers
+        for d in devices:  # index_add(by_device, devices, fid), inline: every transfer
+            mine = by_device.get(d)
+            if mine is None:
+                by_device[d] = {fid}
+            else:
+                mine.add(fid)
         if self.track_servers:
             index_add(self._server_transfers, servers, fid)
         if flow.detached:
@@ -356,6 +371,8 @@ class Transfers:
 
     def _link_set(self, target: tuple[str, int], fld: str, value: float) -> None:
         kind, i = target
+        if fld == "latency_ms":
+            self._routes.clear()  # routes carry their latency
         if kind == "device":
             getattr(self.world, fld)[i] = value
             if fld != "latency_ms":
