@@ -46,6 +46,9 @@ class DivergedError(RunError):
     status = "diverged"
 
 
+_NO_MARK: dict[str, Any] = {}  # a job's trace marks when it has none (never modified)
+
+
 class Context:
     """What a protocol can do (the :class:`~hierfl.env.api.Env` interface), backed by the real run."""
 
@@ -102,6 +105,10 @@ class Context:
         # device energy (`energy:`): None keeps every output as without it
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
+        # the two per-job pass-throughs bound once (the methods below say what they do): a protocol's
+        # send and queue_length reach Transfers and the telemetry without a frame of their own
+        self.send = self.transfers.send  # type: ignore[method-assign]
+        self.queue_length = telemetry.queue_length  # type: ignore[method-assign]
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -255,11 +262,13 @@ class Context:
         the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
-        spec = self.personal_phase(spec or self._spec)
+        spec = spec or self._spec
+        if self._warmup_rounds:  # (personal_phase's own first test)
+            spec = self.personal_phase(spec)
         behavior = None
         if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
             spec, behavior = self.robust.job_spec(device, self.now, spec)
-        mark = {} if behavior is None else {"byzantine": behavior.name}
+        mark = _NO_MARK if behavior is None else {"byzantine": behavior.name}
         started = self._jobs_started
         job_id = started.item(device)  # (ndarray.item: a Python int, no numpy scalar)
         started[device] = job_id + 1
@@ -322,8 +331,9 @@ class Context:
                                     Priority.ARRIVAL)
         elif end is not None:
             event = self.queue.push(end, done, payload, Priority.ARRIVAL)
-        else:
-            event = self.queue.push_after(job.compute_s, done, payload, Priority.ARRIVAL)
+        else:  # (push_after, inline: compute_s >= 0)
+            queue = self.queue
+            event = queue.push(queue.now + job.compute_s, done, payload, Priority.ARRIVAL)
         self.transfers.track(device, event)
         return job, event
 

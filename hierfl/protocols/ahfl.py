@@ -147,6 +147,7 @@ class AHFL(Protocol):
         self.spec = (replace(base, prox=cfg.rho) if cfg.reg == "prox" else replace(base, weight_decay=cfg.lam))
         world = env.world
         members = {e: world.edge_members(e) for e in range(world.num_edges)}
+        self._samples = world.samples  # n_i per device (read on every update arrival)
         self.leaders = [e for e, m in members.items() if m.size > 0]
         self.members = {e: members[e] for e in self.leaders}
         if cfg.cloud_weight == "samples":
@@ -224,7 +225,7 @@ class AHFL(Protocol):
         start, version = self.start_of.pop(device)
         self.busy_at.pop(device, None)
         self.queue[e].append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
-                                           float(self.env.world.samples[device])))
+                                           float(self._samples.item(device))))
         self.env.queue_length("edge", e, len(self.queue[e]))
         if not self.env.stopping:
             self._send(device)
