@@ -68,9 +68,11 @@ class Context:
         self._stopping = False
         self.stop_reason: str | None = None
         self._jobs_started = np.zeros(self._world.num_devices, dtype=np.int64)
-        # each device's nominal job seconds for the run's own spec, formed on first use (world.compute_s
-        # per device: the same floats, without its per-job arithmetic and checks); speeds never change
-        self._nominal: list[float] | None = None
+        # each device's nominal job seconds (world.compute_s) for the latest spec's work, formed at once
+        # on first use (8 B per device); speeds and sample counts never change during a run
+        self._nominal: np.ndarray | None = None
+        self._nominal_spec: TrainSpec | None = None
+        self._nominal_by_work: dict[tuple[Any, ...], np.ndarray] = {}
         # learning plug-ins (issue 7): SCAFFOLD's per-device control step weights κ_i, or None
         trainer = scenario.training.trainer
         self._control_coefs: np.ndarray | None = None
@@ -232,13 +234,9 @@ class Context:
     def _duration(self, device: int, spec: TrainSpec, job_id: int) -> float:
         """Virtual seconds job ``job_id`` of ``device`` takes if it starts now: nominal time × per-task
         jitter (lognormal, mean 1), integrated over the device's slowdown windows."""
-        if spec is self._spec:
-            nominal = self._nominal
-            if nominal is None:
-                world = self._world
-                nominal = self._nominal = [world.compute_s(d, spec) for d in range(world.num_devices)]
-            work = nominal[device]
-        else:
+        nominal = self._nominal if spec is self._nominal_spec else self._nominal_for(spec)
+        work = nominal.item(device)
+        if work != work:  # NaN: no nominal time (no samples or no speed); compute_s says why
             work = self._world.compute_s(device, spec)
         dyn = self.dyn
         if dyn.jitter_sigma > 0:
@@ -248,6 +246,25 @@ class Context:
             start = self.now + self.eval_cost.wait(device, self.now)
             return finish_time(start, work, dyn.windows[device]) - self.now
         return finish_time(self.now, work, dyn.windows[device]) - self.now if dyn.windows[device] else work
+
+    def _nominal_for(self, spec: TrainSpec) -> np.ndarray:
+        """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
+        ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
+        rounded division per device, as in the per-device function, so every value is the same float."""
+        key = (spec.epochs, spec.steps, spec.batch_size)
+        nominal = self._nominal_by_work.get(key)
+        if nominal is None:
+            n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
+            if spec.epochs is not None:
+                work = spec.epochs * n
+            else:
+                work = spec.steps * (np.minimum(spec.batch_size, n) if spec.batch_size else n)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                nominal = work.astype(np.float64) / speed
+            nominal[(n < 1) | ~(speed > 0)] = np.nan
+            self._nominal_by_work[key] = nominal
+        self._nominal, self._nominal_spec = nominal, spec
+        return nominal
 
     def charge_device_eval(self) -> None:
         """An evaluation instant: with ``evaluation.device_eval_cost: forward`` the evaluated devices are

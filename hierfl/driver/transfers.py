@@ -95,7 +95,6 @@ class Transfers:
         self.net.on_attach = self._on_attach
         self._attached = False   # a detached flow was attached during the current change
         self._transfers: dict[int, _Transfer] = {}
-        self._delivery: dict[int, int] = {}           # delivery event seq → transfer id
         self._device_transfers: dict[int, set[int]] = {}
         self._server_transfers: dict[Endpoint, set[int]] = {}  # edge server / cloud → its transfers in flight
         self.track_servers = True  # kept only where servers can fail (the Context turns it off otherwise)
@@ -103,9 +102,10 @@ class Transfers:
         self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
         self._next_flow = 0
         self._net_event: Event | None = None
-        # device ↔ edge routes by (src, dst): each device's two are formed once (a latency link event
-        # empties it)
-        self._routes: dict[tuple[Endpoint, Endpoint], tuple[str, Any, float, tuple[int, ...]]] = {}
+        # each device's routes to and from its edge server, ``(edge, *route())``, formed on its first
+        # transfer (a slot per device and direction; a link event on its latency empties its slots)
+        self._up_routes: list[tuple[Any, ...] | None] = [None] * world.num_devices
+        self._down_routes: list[tuple[Any, ...] | None] = [None] * world.num_devices
         self.energy: EnergyLedger | None = None  # the device-energy ledger (``energy:``), set by the Context
         for t in dyn.link_boundaries():
             queue.push(t, "_link", None, Priority.WORLD)
@@ -171,20 +171,25 @@ class Transfers:
         protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
         """
         a, b = src[0], dst[0]
-        if a == "device":
-            servers: tuple[Endpoint, ...] = () if b == "device" else (dst,)
+        if a == "device" and b == "edge" or a == "edge" and b == "device":  # the common case first
+            # its route from the device's own cache slot (per direction: the edge, then route()'s answer)
+            up = a == "device"
+            servers: tuple[Endpoint, ...] = (dst,) if up else (src,)
+            d, e = (src[1], dst[1]) if up else (dst[1], src[1])
+            routes = self._up_routes if up else self._down_routes
+            cached = routes[d]
+            if cached is None or cached[0] != e:
+                cached = routes[d] = (e, *self.route(src, dst))
+            _, kind, links, latency_s, devices = cached
         else:
-            servers = (src,) if b == "device" else (src, dst)
+            if a == "device":
+                servers = () if b == "device" else (dst,)
+            else:
+                servers = (src,) if b == "device" else (src, dst)
+            kind, links, latency_s, devices = self.route(src, dst)
         if self.down and any(end in self.down for end in servers):
             dead = next(end for end in servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
-        key = (src, dst)
-        route = self._routes.get(key)
-        if route is None:
-            route = self.route(src, dst)
-            if route[0] == "device_edge":  # (the others are rare, and a d2d route may add a link)
-                self._routes[key] = route
-        kind, links, latency_s, devices = route
         size = self.world.model_bytes if size is None else size
         counters = self.counters
         if kind == "device_edge":
@@ -235,7 +240,7 @@ class Transfers:
             # the arrival, as the network's wake-up at its end would have scheduled it
             end = flow._end
             delivery = tr.delivery = queue.push((end if end > now else now) + latency_s, event, payload, priority)
-            self._delivery[delivery.seq] = fid
+            delivery.__dict__["_fid"] = fid  # a transfer's arrival carries its id (before_dispatch)
             if not self._attached:
                 return fid  # no flow of the shared schedule changed: its next finish is the same
         self._reschedule_net()
@@ -246,7 +251,6 @@ class Transfers:
         tr = self._transfers[fid]
         assert tr.delivery is not None
         self.queue.cancel(tr.delivery)
-        self._delivery.pop(tr.delivery.seq, None)
         tr.delivery = None
         self._attached = True
 
@@ -273,7 +277,7 @@ class Transfers:
                 net.remove(now, fid)
                 tr = self._transfers[fid]
                 tr.delivery = queue.push(now + tr.latency_s, tr.event, tr.payload, tr.priority)
-                self._delivery[tr.delivery.seq] = fid
+                tr.delivery.__dict__["_fid"] = fid
             nxt = net.next_finish()
         self._reschedule_net(nxt)   # nothing changed since that answer
 
@@ -314,7 +318,6 @@ class Transfers:
         tr = self._transfers[fid]
         if tr.delivery is not None:
             self.queue.cancel(tr.delivery)
-            self._delivery.pop(tr.delivery.seq, None)
         if fid in self.net.flows and not tr.flow.detached:
             self.net.remove(self.now, fid)
             self._reschedule_net()
@@ -327,18 +330,23 @@ class Transfers:
 
     def before_dispatch(self, event: Event) -> None:
         """Bookkeeping before a protocol event runs (a transfer's arrival closes its trace span)."""
-        fid = self._delivery.pop(event.seq, None)
+        # what the event is to the driver is written on it: a transfer's arrival carries the transfer's
+        # id (``_fid``), a device's pending job event its device (``_device``, :meth:`track`)
+        state = event.__dict__
+        fid = state.get("_fid")
         if fid is not None:
             self._finish_transfer(fid)
-            return  # an arrival is never one of a device's pending job events
-        pending = self._device_events.get(getattr(event.payload, "device", -1))
-        if pending:
-            seq = event.seq
+            return
+        device = state.get("_device")
+        if device is not None:
+            pending = self._device_events.get(device)
+            if pending is None:  # (withdrawn with the device's other work)
+                return
             if len(pending) == 1:
-                if pending[0].seq == seq:
+                if pending[0] is event:
                     pending.clear()
             else:
-                pending[:] = [e for e in pending if e.seq != seq]
+                pending[:] = [e for e in pending if e is not event]
 
     def handle_internal(self, event: Event) -> None:
         """Events of the world itself: network progress, devices going offline, link changes."""
@@ -371,8 +379,8 @@ class Transfers:
 
     def _link_set(self, target: tuple[str, int], fld: str, value: float) -> None:
         kind, i = target
-        if fld == "latency_ms":
-            self._routes.clear()  # routes carry their latency
+        if kind == "device" and fld == "latency_ms":  # its routes carry their latency
+            self._up_routes[i] = self._down_routes[i] = None
         if kind == "device":
             getattr(self.world, fld)[i] = value
             if fld != "latency_ms":
@@ -427,6 +435,7 @@ class Transfers:
 
     def track(self, device: int, event: Event) -> Event:
         """Remember a pending event of ``device`` so :meth:`cancel_device` can withdraw it."""
+        event.__dict__["_device"] = device  # (before_dispatch: it leaves the list when it fires)
         pending = self._device_events.get(device)
         if pending is None:
             self._device_events[device] = [event]
