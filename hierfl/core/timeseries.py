@@ -88,6 +88,12 @@ class QueueTracker:
             self.totals.setdefault(tier, StepSeries(0.0, 0.0))
             if length == 0:
                 return True
+        self.change(t, tier, series, length)
+        return True
+
+    def change(self, t: float, tier: str, series: StepSeries, length: int) -> None:
+        """``series`` (one of ``tier``'s, from :attr:`series`) holds ``length`` from ``t`` on; the tier's total
+        follows. For a caller that keeps the series object: no lookup, no checks that it exists."""
         total = self.totals[tier]
         # StepSeries.set on both, inlined (one call per update arrival in AHFL), the same arithmetic
         if t < total.t or t < series.t:
@@ -101,7 +107,6 @@ class QueueTracker:
         series.t, series.value = t, length
         if length > series.max:
             series.max = length
-        return True
 
     def summary(self, t_end: float) -> dict[str, Any]:
         """Per tier: time-weighted ``mean`` and ``max`` of the tier's total queued updates over ``[0, t_end]``,

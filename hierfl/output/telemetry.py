@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.timeseries import QueueTracker
+from hierfl.core.timeseries import QueueTracker, StepSeries
 from hierfl.core.world import World
 from hierfl.env.api import Endpoint
 from hierfl.env.records import ClustersRecord, Record
@@ -58,6 +58,7 @@ class RunTelemetry:
         self.staleness: dict[str, dict[int, int]] = {}
         # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
         self.queues = QueueTracker()
+        self._queue_hits: dict[tuple[str, int], tuple[StepSeries, CounterTrack]] = {}  # queue → (series, counter)
         self._queue_tracks: dict[tuple[str, int], CounterTrack] = {}  # (tier, entity) → its trace counter
         self._wall0 = time.perf_counter()
         self._metrics = MetricsWriter(self.out_dir / "metrics.jsonl", at.get("metrics.jsonl"), list_limit)
@@ -137,12 +138,23 @@ class RunTelemetry:
 
     def queue_length(self, tier: str, entity: int, length: int) -> None:
         """Queue ``tier``/``entity`` holds ``length`` updates from now on (a trace counter on change)."""
+        hit = self._queue_hits.get((tier, entity))
+        if hit is not None:  # a queue seen before: its series and trace counter, in one lookup
+            series, track = hit
+            if series.value != length:
+                if length < 0:
+                    raise ValueError(f"a queue length is >= 0, got {length} for {tier} {entity}")
+                now = self.clock()
+                self.queues.change(now, tier, series, length)
+                track.sample(now, length)
+            return
         now = self.clock()
+        track = self._queue_tracks.get((tier, entity))
+        if track is None:
+            track = self._queue_track(tier, entity)
         if self.queues.set(now, tier, entity, length):
-            track = self._queue_tracks.get((tier, entity))
-            if track is None:
-                track = self._queue_track(tier, entity)
             track.sample(now, length)
+        self._queue_hits[(tier, entity)] = (self.queues.series[(tier, int(entity))], track)
 
     def _queue_track(self, tier: str, entity: int) -> CounterTrack:
         """The trace counter of queue ``tier``/``entity``: its lane, name and event text, formed once."""
@@ -191,6 +203,7 @@ class RunTelemetry:
     def set_state(self, state: dict[str, Any]) -> None:
         """Take over :meth:`state` (a resumed run's wall seconds go on from the checkpoint's)."""
         self.counters, self.staleness, self.queues = state["counters"], state["staleness"], state["queues"]
+        self._queue_hits = {}  # (the series are the checkpoint's objects now)
         self.trace._first = state["trace_first"]
         self._edge_of = state.get("edge_of")
         for (tier, entity), track_state in state.get("queue_tracks", {}).items():

@@ -154,14 +154,19 @@ class Protocol:
 
     def handle(self, event: Event) -> None:
         """Dispatch ``event`` to ``on_<kind>``; a kind the protocol scheduled itself must have a handler."""
-        if event.kind == "device_lost":
+        kind = event.kind
+        if kind == "device_lost":
             device = event.payload.device
             self.env.telemetry.count("wasted_compute_s", self.wasted_work(device))
             self.jobs.pop(device, None)
-        handler = getattr(self, "on_" + event.kind, None)
-        if handler is None:
-            raise RuntimeError(f"{type(self).__name__} has no handler for event {event.kind!r}")
-        handler(event)
+        try:  # each kind's handler is looked up once per run (a protocol's class never changes)
+            handler = self._on[kind]
+        except (AttributeError, KeyError):
+            handler = getattr(type(self), "on_" + kind, None)
+            if handler is None:
+                raise RuntimeError(f"{type(self).__name__} has no handler for event {kind!r}") from None
+            self.__dict__.setdefault("_on", {})[kind] = handler
+        handler(self, event)
 
     def state(self) -> dict[str, Any]:
         """Serialisable protocol state (model handles excluded)."""
