@@ -165,7 +165,9 @@ class FlowNetwork:
         self.flows: dict[int, Flow] = {}
         self.on_link: dict[Hashable, set[int]] = {}     # finite link → flows crossing it
         self.now = 0.0
-        self.ops = NetworkOps()
+        self._ops = NetworkOps()
+        self._solo_adds = 0   # detached adds not yet folded into ``ops`` (one flow and one link step each)
+        self.capacity_changes = 0  # set_capacity calls so far (a caller's known ``finite`` holds while it stays)
         self._by_link: dict[Hashable, set[int]] = {}    # every (watched) link → flows crossing it
         self._heap: list[tuple[float, int, int]] = []   # (finish time, flow id, version)
         self._order = 0
@@ -175,6 +177,15 @@ class FlowNetwork:
         # called with a detached flow's id when it joins the shared schedule again (see ``add``)
         self.on_attach: Callable[[int], None] | None = None
 
+    @property
+    def ops(self) -> NetworkOps:
+        """Inner-loop steps so far (the counters tests read)."""
+        if self._solo_adds:
+            self._ops.flows += self._solo_adds
+            self._ops.links += self._solo_adds
+            self._solo_adds = 0
+        return self._ops
+
     # -- state changes ----------------------------------------------------------------------
     def advance(self, now: float) -> None:
         """Move the network's clock to virtual time ``now`` (O(1): progress is closed-form)."""
@@ -183,7 +194,7 @@ class FlowNetwork:
         self.now = now
 
     def add(self, now: float, flow_id: int, links: Iterable[Hashable], megabits: float, tag: object = None,
-            detach: bool = False) -> Flow:
+            detach: bool = False, finite: tuple[Hashable, ...] | None = None) -> Flow:
         """Start a flow of ``megabits`` over ``links`` at ``now``.
 
         ``detach``: if the flow shares no finite link with another flow (its rate is its path's
@@ -194,6 +205,10 @@ class FlowNetwork:
         end it had) and ``on_attach(flow_id)`` tells the caller to withdraw what it scheduled. A
         detached flow whose end has passed is removed when that happens (its bits are all sent).
         The caller removes a detached flow itself once its end is past (:meth:`remove`).
+
+        ``finite``: the finite-capacity links of ``links`` when the caller knows them: ``flow.finite``
+        of an earlier flow over the same ``links``, while :attr:`capacity_changes` is what it was then
+        (no capacity lookups).
         """
         if flow_id in self.flows:
             raise ValueError(f"flow {flow_id} already active")
@@ -205,15 +220,16 @@ class FlowNetwork:
         capacity = self.capacity
         if now < self.now:
             raise ValueError(f"network time cannot go back: {self.now} → {now}")
-        try:
-            if len(links) == 2:  # the common path (an access link and a server's side), unrolled
-                l0, l1 = links
-                f0, f1 = capacity[l0] < inf, capacity[l1] < inf
-                finite = links if f0 and f1 else (l0,) if f0 else (l1,) if f1 else ()
-            else:
-                finite = tuple([link for link in links if capacity[link] < inf])
-        except KeyError:
-            raise KeyError(f"unknown link {next(link for link in links if link not in capacity)!r}") from None
+        if finite is None:
+            try:
+                if len(links) == 2:  # the common path (an access link and a server's side), unrolled
+                    l0, l1 = links
+                    f0, f1 = capacity[l0] < inf, capacity[l1] < inf
+                    finite = links if f0 and f1 else (l0,) if f0 else (l1,) if f1 else ()
+                else:
+                    finite = tuple([link for link in links if capacity[link] < inf])
+            except KeyError:
+                raise KeyError(f"unknown link {next(link for link in links if link not in capacity)!r}") from None
         self.now = now
         on_link, contention = self.on_link, self.contention
         if contention and len(finite) == 1:
@@ -225,21 +241,27 @@ class FlowNetwork:
                 if g.detached:  # a detached flow is alone on its link: joining it settles it first
                     self._settle(g)
                     users = on_link.get(link)
-            flow = self._new_flow(flow_id, links, megabits, now, tag, finite)
-            if users is not None:
-                users.add(flow_id)
-                self._recompute([flow_id], new=flow)
-                return flow
-            on_link[link] = {flow_id}
-            if not detach:
-                self._solo(flow)  # alone on its shared link: its rate is that link's capacity
-                return flow
+            if users is not None or not detach or self._watched is None or self._watched:
+                flow = self._new_flow(flow_id, links, megabits, now, tag, finite)
+                if users is not None:
+                    users.add(flow_id)
+                    self._recompute([flow_id], new=flow)
+                    return flow
+                on_link[link] = {flow_id}
+                if not detach:
+                    self._solo(flow)  # alone on its shared link: its rate is that link's capacity
+                    return flow
+            else:  # _new_flow inline (no by-link index to keep): one flow per transfer
+                flow = Flow(flow_id, links, megabits, megabits, now, 0.0, 1, inf, tag, finite)
+                flow._net = self
+                flow._order = order = self._order
+                self._order = order + 1
+                self.flows[flow_id] = flow
+                on_link[link] = {flow_id}
             # _solo(flow, detach=True) inline: alone on its one shared link, its rate is exactly what
             # progressive filling gives (0.0 + the link's share) and its end is fixed
             rate = flow.rate = flow.min_rate = 0.0 + capacity[link] / 1
-            ops = self.ops
-            ops.flows += 1
-            ops.links += 1
+            self._solo_adds += 1
             flow._end = now if megabits <= EPS_MBIT else now + megabits / rate
             flow.detached = True
             self._detached += 1
@@ -345,6 +367,7 @@ class FlowNetwork:
         self.advance(now)
         old = self.capacity.get(link)
         self.capacity[link] = mbps
+        self.capacity_changes += 1
         watched = self._watched
         if watched is not None and link not in watched:  # from now on its flows are indexed too
             watched.add(link)

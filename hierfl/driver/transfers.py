@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from typing import Any
 
+import numpy as np
+
 from hierfl.core.dynamics import Dynamics, link_value
 from hierfl.core.energy import EnergyLedger
 from hierfl.core.engine import Event, EventQueue, Priority
@@ -102,7 +104,8 @@ class Transfers:
         self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
         self._next_flow = 0
         self._net_event: Event | None = None
-        # each device's routes to and from its edge server, ``(edge, *route())``, formed on its first
+        # each device's routes to and from its edge server, ``(edge, links, latency_s, finite links,
+        # capacity_changes)`` (the last two: what FlowNetwork.add found, and when), formed on its first
         # transfer (a slot per device and direction; a link event on its latency empties its slots)
         self._up_routes: list[tuple[Any, ...] | None] = [None] * world.num_devices
         self._down_routes: list[tuple[Any, ...] | None] = [None] * world.num_devices
@@ -119,15 +122,19 @@ class Transfers:
     def _capacities(self) -> dict[Any, float]:
         w = self.world
         cap: dict[Any, float] = {("cloud_in",): w.cloud_ingress_mbps, ("cloud_out",): w.cloud_egress_mbps}
-        for d in range(w.num_devices):
-            cap[("up", d)] = float(w.uplink_mbps[d])
-            cap[("down", d)] = float(w.downlink_mbps[d])
+        # the device ↔ edge links' keys, made once: every route and flow over them shares these tuples
+        self._up_key = [("up", d) for d in range(w.num_devices)]
+        self._down_key = [("down", d) for d in range(w.num_devices)]
+        self._in_key = [("edge_in", e) for e in range(len(w.edge_links))]
+        self._out_key = [("edge_out", e) for e in range(len(w.edge_links))]
+        cap.update(zip(self._up_key, np.asarray(w.uplink_mbps, dtype=np.float64).tolist()))
+        cap.update(zip(self._down_key, np.asarray(w.downlink_mbps, dtype=np.float64).tolist()))
         assert w.edge_ingress_mbps is not None and w.edge_egress_mbps is not None
         for e, link in enumerate(w.edge_links):
             cap[("edge_up", e)] = link.uplink_mbps
             cap[("edge_down", e)] = link.downlink_mbps
-            cap[("edge_in", e)] = float(w.edge_ingress_mbps[e])
-            cap[("edge_out", e)] = float(w.edge_egress_mbps[e])
+            cap[self._in_key[e]] = float(w.edge_ingress_mbps[e])
+            cap[self._out_key[e]] = float(w.edge_egress_mbps[e])
         return cap
 
     def route(self, src: Endpoint, dst: Endpoint) -> tuple[str, list[Any], float, tuple[int, ...]]:
@@ -136,7 +143,8 @@ class Transfers:
         (a, i), (b, j) = src, dst
         if a == "device" and b == "edge" or a == "edge" and b == "device":  # the common case first
             d, e = (i, j) if a == "device" else (j, i)
-            links: Any = (("up", d), ("edge_in", e)) if a == "device" else (("edge_out", e), ("down", d))
+            links: Any = ((self._up_key[d], self._in_key[e]) if a == "device" else
+                          (self._out_key[e], self._down_key[d]))
             # ndarray.item: the same Python float as float(array[i]), without the numpy scalar
             lat = w.edge_latency_ms
             extra = lat.item(d, e) if lat.shape[1] > e else 0.0
@@ -177,16 +185,18 @@ class Transfers:
             servers: tuple[Endpoint, ...] = (dst,) if up else (src,)
             d, e = (src[1], dst[1]) if up else (dst[1], src[1])
             routes = self._up_routes if up else self._down_routes
-            cached = routes[d]
-            if cached is None or cached[0] != e:
-                cached = routes[d] = (e, *self.route(src, dst))
-            _, kind, links, latency_s, devices = cached
+            slot = routes[d]
+            if slot is None or slot[0] != e:
+                slot = routes[d] = (e, *self.route(src, dst)[1:3], None, -1)
+            _, links, latency_s, finite, known = slot
+            kind, devices = "device_edge", (d,)
         else:
             if a == "device":
                 servers = () if b == "device" else (dst,)
             else:
                 servers = (src,) if b == "device" else (src, dst)
             kind, links, latency_s, devices = self.route(src, dst)
+            routes, finite, known = None, None, -1
         if self.down and any(end in self.down for end in servers):
             dead = next(end for end in servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
@@ -216,7 +226,13 @@ class Transfers:
         # detached when it shares no finite link: its arrival is scheduled now, with no network
         # wake-up at its end (one event per transfer instead of two; ``FlowNetwork.add``)
         self._attached = False
-        flow = tr.flow = self.net.add(now, fid, links, size * 8 / 1e6, None, self.detach)
+        net = self.net
+        if known == net.capacity_changes:  # its finite links as the route's last flow found them
+            flow = tr.flow = net.add(now, fid, links, size * 8 / 1e6, None, self.detach, finite)
+        else:
+            flow = tr.flow = net.add(now, fid, links, size * 8 / 1e6, None, self.detach)
+            if routes is not None:
+                routes[d] = (e, links, latency_s, flow.finite, net.capacity_changes)
         avail = self.dyn.availability
         if not avail.trivial:
             for d in devices:
