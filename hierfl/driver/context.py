@@ -279,12 +279,13 @@ class Context:
         the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
         job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
         """
+        now = self.queue.now
         spec = spec or self._spec
         if self._warmup_rounds:  # (personal_phase's own first test)
             spec = self.personal_phase(spec)
         behavior = None
         if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
-            spec, behavior = self.robust.job_spec(device, self.now, spec)
+            spec, behavior = self.robust.job_spec(device, now, spec)
         mark = _NO_MARK if behavior is None else {"byzantine": behavior.name}
         started = self._jobs_started
         job_id = started.item(device)  # (ndarray.item: a Python int, no numpy scalar)
@@ -295,33 +296,33 @@ class Context:
         if dyn.dropout > 0:
             u = stream(self.seed, "dropout", device, job_id).random(2)
             if u[0] < dyn.dropout:
-                lost_at, reason = self.now + float(u[1]) * compute_s, "dropout"
+                lost_at, reason = now + float(u[1]) * compute_s, "dropout"
         if not dyn.availability.trivial:
-            down = dyn.availability.next_down(device, self.now)
-            if down < self.now + compute_s and down < lost_at:
+            down = dyn.availability.next_down(device, now)
+            if down < now + compute_s and down < lost_at:
                 lost_at, reason = down, "offline"
-        t0 = self.now  # the job's compute begins (later while the device evaluates: device_eval_cost)
+        t0 = now  # the job's compute begins (later while the device evaluates: device_eval_cost)
         if self.eval_cost is not None:  # its next evaluation queues behind this job
-            t0 = self.eval_cost.job_started(device, job_id, self.now, min(lost_at, self.now + compute_s))
-        busy_s = compute_s if t0 == self.now else self.now + compute_s - t0  # (exactly compute_s unless it waited)
+            t0 = self.eval_cost.job_started(device, job_id, now, min(lost_at, now + compute_s))
+        busy_s = compute_s if t0 == now else now + compute_s - t0  # (exactly compute_s unless it waited)
         if math.isfinite(lost_at):
             self.telemetry.span(("device", device), "train", t0, max(lost_at - t0, 0.0), job=job_id, lost=reason,
                                 **mark)
-            return Job(device, job_id, None, None, compute_s, self.now, -1, lost_at, reason)
+            return Job(device, job_id, None, None, compute_s, now, -1, lost_at, reason)
         if self.energy is not None:  # its training energy is charged when it finishes
             self.energy.job_started(device, job_id, samples_processed(int(self._world.samples[device]), spec))
         if not spec.train:  # timing only: the update is the model the job started from
             kept = self.telemetry.trace.devices  # (telemetry.span's lane check first: most lanes of a large run are not kept)
             if kept is None or device in kept:
                 self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
-            return Job(device, job_id, params, None, compute_s, self.now, -1, ran=False)
+            return Job(device, job_id, params, None, compute_s, now, -1, ran=False)
         # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
         seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)
         if self.robust is not None:
             self.robust.remember(new, device, behavior)
         self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id, **mark)
-        return Job(device, job_id, new, stats, compute_s, self.now, host)
+        return Job(device, job_id, new, stats, compute_s, now, host)
 
     def personal_phase(self, spec: TrainSpec) -> TrainSpec:
         """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up

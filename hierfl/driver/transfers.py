@@ -299,8 +299,9 @@ class Transfers:
 
     def _finish_transfer(self, fid: int, lost: bool = False) -> None:
         tr = self._transfers.pop(fid)
+        now = self.queue.now
         if tr.flow.detached:  # its bits were all sent at its end: it leaves the network now
-            self.net.remove(self.now, fid)
+            self.net.remove(now, fid)
         if tr.guards is not None:
             for g in tr.guards:
                 self.queue.cancel(g)
@@ -318,7 +319,7 @@ class Transfers:
             # cut off part-way costs its time on air only (how many of its bits went is not tracked)
             bits = 0.0 if lost else tr.size * 8.0
             for d, sends in tr.radio:
-                self.energy.transfer(d, bits, self.now - tr.start, sends)
+                self.energy.transfer(d, bits, now - tr.start, sends)
         lane = tr.lane
         kept = self.telemetry.trace.devices  # trace.keeps(lane), inlined: most lanes of a large run are not kept
         if kept is not None and lane[0] == "device" and int(lane[1]) not in kept:
@@ -328,7 +329,7 @@ class Transfers:
             args["shared_max"] = tr.flow.max_sharing
         if lost:
             args["lost"] = True
-        self.telemetry.span(tr.lane, tr.name, tr.start, self.now - tr.start, bytes=tr.size, **args)
+        self.telemetry.span(tr.lane, tr.name, tr.start, now - tr.start, bytes=tr.size, **args)
 
     def _cancel_transfer(self, fid: int) -> None:
         tr = self._transfers[fid]

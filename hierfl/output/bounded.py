@@ -20,7 +20,8 @@ _NUMBERS = (int, float)
 def summary_of(values: list[Any]) -> dict[str, Any]:
     """``{"count", "min", "max", "mean"}`` of a list of numbers (``{"count"}`` for anything else)."""
     out: dict[str, Any] = {"count": len(values)}
-    if values and all(isinstance(v, _NUMBERS) and not isinstance(v, bool) for v in values):
+    # every value an int or float (subclasses too, bool excepted), checked once per distinct type
+    if values and all(issubclass(t, _NUMBERS) and not issubclass(t, bool) for t in set(map(type, values))):
         out.update(min=min(values), max=max(values), mean=sum(values) / len(values))
     return out
 
