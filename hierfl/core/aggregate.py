@@ -100,7 +100,7 @@ def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | Non
     if not terms:
         raise ValueError("linear combination of no vectors")
     acc: np.ndarray | None = None
-    finite: dict[int, bool] = {}
+    finite: dict[int, tuple[bool, tuple[int, ...]]] = {}
     for coef, plus, minus in terms:
         c = float(coef)
         if not math.isfinite(c):
@@ -110,14 +110,15 @@ def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | Non
             # ±0.0 in every entry of a finite x, and adding ±0.0 leaves the sum's bits as they are (the
             # sum starts at +0.0 and so is never -0.0, the one value +0.0 would change): skipped,
             # with the bits of the full sum and without its four vector operations
-            ok = finite.get(id(plus))
-            if ok is None:
-                ok = finite[id(plus)] = bool(np.isfinite(plus).all())
+            known = finite.get(id(plus))  # (whether x is finite, and its shape: looked at once per x)
+            if known is None:
+                known = finite[id(plus)] = (bool(np.isfinite(plus).all()), np.shape(plus))
+            ok, shape = known
             if ok:
                 if acc is None:
-                    acc = np.zeros(np.shape(plus), dtype=np.float64)
-                elif np.shape(plus) != acc.shape:
-                    raise ValueError(f"vector shapes differ: {np.shape(plus)} vs {acc.shape}")
+                    acc = np.zeros(shape, dtype=np.float64)
+                elif shape != acc.shape:
+                    raise ValueError(f"vector shapes differ: {shape} vs {acc.shape}")
                 continue
         term = np.asarray(plus, dtype=np.float64)
         if minus is not None:

@@ -9,6 +9,7 @@ clusters and trace writers.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -170,9 +171,10 @@ class RunTelemetry:
     def add_staleness(self, tier: str, values: Iterable[int]) -> None:
         """Applied updates of ``tier`` with staleness ``values``."""
         hist = self.staleness.setdefault(tier, {})
-        for t in values:
+        # counted in C first (Counter keeps first-occurrence order, so new keys enter hist in the same order)
+        for t, n in Counter(values).items():
             t = int(t)
-            hist[t] = hist.get(t, 0) + 1
+            hist[t] = hist.get(t, 0) + n
 
     def staleness_means(self) -> dict[str, float | None]:
         """``staleness_mean_<tier>`` fields of an evaluation line."""

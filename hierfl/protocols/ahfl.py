@@ -259,7 +259,11 @@ class AHFL(Protocol):
                 kept.append((u, tau))
         if kept:
             total = sum(u.samples for u, _ in kept)
-            coefs = [u.samples / total * self.cfg.alpha * self.sigma(tau) for u, tau in kept]
+            # n_i / n · α · σ(τ_i), σ once per distinct τ of the queue (the same floats)
+            alpha, sigma = self.cfg.alpha, self.sigma
+            sig: dict[int, float] = {}
+            coefs = [u.samples / total * alpha * (sig[tau] if tau in sig else sig.setdefault(tau, sigma(tau)))
+                     for u, tau in kept]
             deltas = [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
             robust = env.robust_combine("edge", e, self.model[e], deltas)  # aggregation.edge: a robust rule
             if robust is not None:

@@ -72,7 +72,9 @@ def combine_packed(coefs: list[float], plus: list[int], plus_rows: list[int | No
                    minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
     """:func:`~hierfl.core.aggregate.linear_combination` of packed terms: term ``j`` is
     ``coefs[j] · (arrays[plus[j]] − arrays[minus[j]])`` (rows picked; ``minus[j] < 0``: no subtrahend)."""
-    terms = [(c, _pick(arrays[p], pr), None if m < 0 else _pick(arrays[m], mr))
+    # (_pick inline: one term per update of an asynchronous aggregation)
+    terms = [(c, arrays[p] if pr is None else arrays[p][pr],
+              None if m < 0 else arrays[m] if mr is None else arrays[m][mr])
              for c, p, pr, m, mr in zip(coefs, plus, plus_rows, minus, minus_rows)]
     return linear_combination(terms)
 
