@@ -97,7 +97,7 @@ class Transfers:
         self.net.on_attach = self._on_attach
         self._attached = False   # a detached flow was attached during the current change
         self._transfers: dict[int, _Transfer] = {}
-        self._device_transfers: dict[int, set[int]] = {}  # device → its transfers in flight (and a few ended)
+        self._device_transfers: dict[int, set[int]] = {}  # device → its transfers in flight
         self._server_transfers: dict[Endpoint, set[int]] = {}  # edge server / cloud → its transfers in flight
         self.track_servers = True  # kept only where servers can fail (the Context turns it off otherwise)
         self.down: set[Endpoint] = set()                        # servers down now (driver.faults keeps it)
@@ -249,9 +249,6 @@ class Transfers:
             if mine is None:
                 by_device[d] = {fid}
             else:
-                if len(mine) > 3:  # ended transfers leave their ids (_finish_transfer): dropped now and then
-                    transfers = self._transfers
-                    mine = by_device[d] = {f for f in mine if f in transfers}
                 mine.add(fid)
         if self.track_servers:
             index_add(self._server_transfers, servers, fid)
@@ -308,8 +305,10 @@ class Transfers:
         if tr.guards is not None:
             for g in tr.guards:
                 self.queue.cancel(g)
-        # (its id stays in its devices' sets of _device_transfers until send prunes them: cancel_device
-        # skips ids that are no longer in flight)
+        for d in tr.devices:
+            mine = self._device_transfers.get(d)
+            if mine is not None:
+                mine.discard(fid)
         if self.track_servers:
             for end in tr.servers:
                 mine = self._server_transfers.get(end)
@@ -433,10 +432,8 @@ class Transfers:
 
     def cancel_device(self, device: int) -> None:
         """Withdraw everything ``device`` has in flight (its transfers and pending job events)."""
-        transfers = self._transfers
         for fid in sorted(self._device_transfers.get(device, ())):
-            if fid in transfers:  # (the set may still hold ended transfers' ids)
-                self._cancel_transfer(fid)
+            self._cancel_transfer(fid)
         for e in self._device_events.pop(device, []):
             self.queue.cancel(e)
         if self.energy is not None:  # its cancelled jobs never finish: never charged
