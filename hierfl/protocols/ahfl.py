@@ -208,8 +208,11 @@ class AHFL(Protocol):
             self.parked.setdefault(e, set()).add(device)
             return
         self.busy_at[device] = e
-        self.start_of[device] = (self.model[e], self.version[e])
-        self.send_model(device, "device_edge", LeaderMsg(device, e, self.version[e]))
+        version = self.version[e]
+        self.start_of[device] = (self.model[e], version)
+        # send_model(device, "device_edge", msg), without its two frames (one download per job)
+        self.env.send(("edge", int(e)), ("device", device), "train_start", LeaderMsg(device, e, version), "download",
+                      Priority.START)
 
     def on_train_start(self, event: Event) -> None:
         """The device has its leader's model: train from it."""
@@ -224,10 +227,12 @@ class AHFL(Protocol):
         device, e = event.payload.device, event.payload.edge
         start, version = self.start_of.pop(device)
         self.busy_at.pop(device, None)
-        self.queue[e].append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
-                                           float(self._samples.item(device))))
-        self.env.queue_length("edge", e, len(self.queue[e]))
-        if not self.env.stopping:
+        queue = self.queue[e]
+        queue.append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
+                                   float(self._samples.item(device))))
+        env = self.env
+        env.queue_length("edge", e, len(queue))
+        if not env.stopping:
             self._send(device)
 
     def on_device_lost(self, event: Event) -> None:
