@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from hierfl._native import read_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,11 +62,14 @@ print(json.dumps({"wall_s": wall, "startup_s": s["startup_s"], "rounds_s": t2 - 
 """
 
 
-def child(kind: str, arg: object, trace: bool = False) -> dict:
-    """Run one measurement in a fresh interpreter; returns its JSON line."""
+def child(kind: str, arg: object, trace: bool = False, native: bool = True) -> dict:
+    """Run one measurement in a fresh interpreter; returns its JSON line.
+
+    ``native=False``: with ``HIERFL_NATIVE=0`` (the event path from its Python source)."""
+    env = {**os.environ, "HIERFL_NATIVE": "1" if native else "0"}
     with tempfile.TemporaryDirectory() as out:
         res = subprocess.run([sys.executable, "-c", CHILD, kind, json.dumps(arg), out, "1" if trace else "0"],
-                             capture_output=True, text=True, cwd=ROOT, check=False)
+                             capture_output=True, text=True, cwd=ROOT, check=False, env=env)
     if res.returncode != 0:
         raise SystemExit(f"measurement failed:\n{res.stderr[-2000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -91,6 +98,9 @@ def main(argv: list[str]) -> int:
                     help="(b) virtual seconds of the timing-only run (default 60; 4 with --quick; 3600: the "
                          "issue's whole virtual hour, about 15 minutes)")
     args = ap.parse_args(argv)
+    built = sorted((read_manifest() or {}).get("modules", {}))
+    print(f"event path: {'compiled (' + str(len(built)) + ' modules, hierfl native build)' if built else 'pure Python'}"
+          " in every row but the one marked pure Python\n")
 
     print("(a) FedAvg, the same work (100 devices x 10 rounds, logreg) at growing N, local executor")
     print("| N | whole wall (s) | rounds-only wall (s, fastest of 3) | ratio to 1k | peak RSS (MB) |")
@@ -130,14 +140,25 @@ def main(argv: list[str]) -> int:
               3000),
              ("with training, Ray, 2 hosts, runtime.fast_path",
               ["training.trainer=sgd", "runtime.executor=ray", "runtime.workers=2", "runtime.fast_path=true"], 3000),
-             ("timing only", ["training.trainer=none"], 20000))
+             ("timing only", ["training.trainer=none"], 20000),
+             # the same run with the event path from its Python source, for the side-by-side ratio
+             ("timing only, pure Python (HIERFL_NATIVE=0)", ["training.trainer=none"], 20000))
+    rates: dict[str, float] = {}
     for mode, sets, goal in modes:
-        span = timing_window if mode == "timing only" else window
+        timing = mode.startswith("timing only")
+        if mode.endswith("(HIERFL_NATIVE=0)") and not built:
+            continue  # nothing compiled: the row above is already pure Python
+        span = timing_window if timing else window
         r = child("file", {"path": str(ROOT / "scenarios" / "scale_ahfl_10k.yaml"),
-                           "set": [f"stop.virtual_time_s={span:g}", "evaluation.every_s=null", *sets]})
+                           "set": [f"stop.virtual_time_s={span:g}", "evaluation.every_s=null", *sets]},
+                  native="HIERFL_NATIVE=0" not in mode)
         run_s = r["rounds_s"]
+        rates[mode] = r["jobs"] / run_s
         print(f"| {mode} | {span:g} | {r['jobs']:,} | {r['events']:,} | {run_s:.1f} | {r['jobs'] / run_s:,.0f} | "
               f"{r['events'] / run_s:,.0f} | >= {goal:,} jobs/s |")
+    if len(rates) == len(modes):
+        print(f"\ncompiled event path / pure Python, timing only, side by side: "
+              f"{rates['timing only'] / rates[modes[-1][0]]:.2f}x (identical outputs)")
     print("\n(c) W1a: see analysis/bench/startup.py (whole-process wall, steady round, peak tree memory)")
     return 0
 
