@@ -268,7 +268,7 @@ def _cmd_native(args: argparse.Namespace) -> int:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             print(f"hierfl native: not built ({type(exc).__name__}: {exc}); every module is used from its "
-                  "source: the same results, about 10 % slower per event", file=sys.stderr)
+                  "source: the same results, about 15 % slower per event (`make native` retries)", file=sys.stderr)
             return 1
         print(f"compiled {len(manifest['modules'])} modules with Cython {manifest.get('cython')} into "
               f"{_native.NATIVE_DIR}")
