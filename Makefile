@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install native run test bench bench-scale claims clean
+.PHONY: install native run test bench bench-scale claims clean lock
 
 # the event path compiled with Cython (hierfl/_native.py): rebuilt when one of its sources changes;
 # without Cython or a C compiler the run uses the same modules as Python (identical results, slower)
@@ -17,12 +17,27 @@ install: $(STAMP) $(NATIVE)
 
 # torch is pinned and installed first: the local CPU wheel for exactly 2.13.0 is found here;
 # any looser spec would pull the CUDA build with gigabytes of extra packages.
-$(STAMP): pyproject.toml
+# Every dependency comes at the exact version in requirements.lock (pyproject.toml keeps ranges for
+# library users): bit-identical runs across machines need the same lock and the same CPU features.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[test,native]"
+	$(BIN)/python -m pip install -q -e ".[test,native]" -c requirements.lock
 	touch $(STAMP)
+
+# refresh requirements.lock: resolve pyproject.toml's ranges in a fresh environment, pin what came
+LOCKENV := .lock-venv
+lock:
+	rm -rf $(LOCKENV) && $(PY) -m venv $(LOCKENV)
+	$(LOCKENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCKENV)/bin/python -m pip install -q torch==2.13.0
+	$(LOCKENV)/bin/python -m pip install -q ".[test,native]"
+	{ echo "# Exact versions of every dependency of hierfl[test,native] (make lock writes this file)."; \
+	  echo "# make installs with it as constraints; torch's local build tag (+cpu) is dropped."; \
+	  $(LOCKENV)/bin/python -m pip freeze --exclude hierfl | sed -e 's/^torch==\([0-9.]*\)+.*/torch==\1/'; \
+	} > requirements.lock
+	rm -rf $(LOCKENV)
 
 $(NATIVE): $(STAMP) $(NATIVE_SRC)
 	$(BIN)/hierfl native build -q || echo "hierfl: the event path stays pure Python (same results)"
@@ -44,9 +59,9 @@ bench: install
 bench-scale: install
 	$(BIN)/python analysis/bench/scale.py
 
-# issue 18: every claim of analysis/claims/ (sweeps on Ray Tune), then analysis/results/claims.md
+# every claim of analysis/claims/ (sweeps on Ray Tune), then analysis/results/claims.md
 claims: install
 	$(BIN)/python analysis/claims/run_all.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .hypothesis hierfl/_native
+	rm -rf $(VENV) $(LOCKENV) runs .pytest_cache .hypothesis hierfl/_native

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hierfl import _native
-from tests.golden import digest_run, overrides
+from tests.golden import bit_differences, contract_outputs, overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,20 +71,21 @@ def test_the_build_is_there_and_used_where_it_can_be_built():
     assert _origins(env) == {name: "compiled" for name in _native.HOT}
 
 
-def _run(scenario: str, out: Path, native: bool) -> dict[str, str]:
+def _run(scenario: str, out: Path, native: bool) -> dict[str, bytes]:
     env = {**os.environ, "HIERFL_NATIVE": "1" if native else "0"}
     cmd = [sys.executable, "-m", "hierfl.cli", "run", str(ROOT / "scenarios" / scenario), "--out", str(out), "-q"]
-    for o in overrides(ROOT / "scenarios" / scenario, "local"):
+    for o in overrides("local"):
         cmd += ["--set", o]
     subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True)
-    return digest_run(out)
+    return contract_outputs(out)
 
 
 @pytest.mark.skipif(not (_native.read_manifest() or {}).get("modules"), reason="the event path is not compiled here")
 @pytest.mark.parametrize("scenario", ["hierfavg_contention.yaml", "churn.yaml"])
 def test_compiled_and_python_runs_write_the_same_bytes(tmp_path, scenario):
     # shared links (flows attached and detached), devices going offline mid-transfer
-    assert _run(scenario, tmp_path / "c", True) == _run(scenario, tmp_path / "p", False)
+    diffs = bit_differences(_run(scenario, tmp_path / "c", True), _run(scenario, tmp_path / "p", False))
+    assert not diffs, "\n".join(diffs)
 
 
 def test_cli_native_status_names_every_hot_module(capsys):
