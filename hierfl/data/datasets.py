@@ -35,6 +35,7 @@ __all__ = [
     "DataError",
     "Dataset",
     "DatasetConfig",
+    "DigitsConfig",
     "SyntheticConfig",
     "SyntheticUsers",
     "TeacherConfig",
@@ -338,6 +339,49 @@ class TeacherConfig(DatasetConfig):
         y_train = _teacher_labels(x_train, teacher)
         y_test = _teacher_labels(x_test, teacher)
         return Dataset(x_train, y_train, x_test, y_test, c, (d,), name=self.name)
+
+
+@DATASETS.register
+class DigitsConfig(DatasetConfig):
+    """Real handwritten digits that ship offline: scikit-learn's ``load_digits``.
+
+    The UCI "Optical Recognition of Handwritten Digits" test set: 1,797 images of 8 x 8 pixels
+    (counts 0–16 of a 4 x 4 downsampled 32 x 32 bitmap), 10 classes, about 180 per class. It
+    ships inside the scikit-learn wheel, so no download is needed (scikit-learn is imported on
+    build). Features are ``pixel / 16`` as float32 in ``[0, 1]``, ``input_shape = (1, 8, 8)`` so
+    a CNN sees images. Split: one plain seeded permutation (not stratified) of all 1,797 samples;
+    the first ``round(test_fraction · 1797)`` go to the test set, the rest, in that order, to
+    training.
+
+    References
+    ----------
+    E. Alpaydin, C. Kaynak, "Optical Recognition of Handwritten Digits", UCI Machine Learning
+    Repository, 1998, doi:10.24432/C50P49.
+    """
+
+    name: Literal["digits"] = "digits"
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="share of the 1,797 images held out for testing")
+
+    def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
+        """Load the images, scale to [0, 1], split by one permutation (``num_devices`` is unused)."""
+        try:
+            from sklearn.datasets import load_digits
+        except ImportError as exc:  # pragma: no cover - scikit-learn is a dependency
+            raise DataError("dataset.name", "the digits dataset needs scikit-learn (pip install scikit-learn)") from exc
+        bunch = load_digits()
+        # Pixel counts 0..16 divided by 16: exact in float32.
+        x = (np.asarray(bunch.data, dtype=np.float32) / np.float32(16.0)).reshape(len(bunch.target), 64)
+        y = np.asarray(bunch.target, dtype=np.int64)
+        n = len(y)
+        n_test = int(round(self.test_fraction * n))
+        if not 0 < n_test < n:
+            raise DataError("dataset.test_fraction", f"{self.test_fraction} leaves an empty train or test set of {n} images")
+        perm = rng.permutation(n)
+        test, train = perm[:n_test], perm[n_test:]
+        return Dataset(
+            np.ascontiguousarray(x[train]), y[train], np.ascontiguousarray(x[test]), y[test],
+            10, (1, 8, 8), name=self.name,
+        )
 
 
 _LABEL_ROWS = 4096  # rows per block in _linear_argmax
