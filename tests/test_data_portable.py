@@ -18,9 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-np = pytest.importorskip("numpy")
-from numpy._core import _multiarray_umath as _umath  # noqa: E402
+from numpy._core import _multiarray_umath as _umath
 
 ROOT = Path(__file__).resolve().parents[1]
 
