@@ -235,8 +235,8 @@ def test_teacher_labels_are_argmax_of_teacher() -> None:
     x_test = rng.standard_normal((100, 30), dtype=np.float32)
     np.testing.assert_array_equal(ds.x_train, x_train)
     np.testing.assert_array_equal(ds.x_test, x_test)
-    np.testing.assert_array_equal(ds.y_train, np.argmax(x_train @ teacher, axis=1))
-    np.testing.assert_array_equal(ds.y_test, np.argmax(x_test @ teacher, axis=1))
+    np.testing.assert_array_equal(ds.y_train, np.argmax(x_train.astype(np.float64) @ teacher.astype(np.float64), axis=1))
+    np.testing.assert_array_equal(ds.y_test, np.argmax(x_test.astype(np.float64) @ teacher.astype(np.float64), axis=1))
     # Every class occurs: the task is not degenerate.
     assert np.bincount(ds.y_train, minlength=5).min() > 50
 

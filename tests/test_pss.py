@@ -4,8 +4,8 @@
   head (:mod:`hierfl.runtime.ray_head`).
 * The cloud role runs in the driver (:mod:`hierfl.runtime.driver_cloud`), with the actor's
   results, bit for bit; a Ray client keeps the actor.
-* The teacher dataset's labels are computed in row blocks, with the same bits, so that OpenBLAS's
-  threaded buffers (58 MB on 2 cores) are never set up in the driver.
+* The teacher dataset's labels are computed without BLAS (float64 logits summed feature by
+  feature in row blocks), so OpenBLAS's threaded buffers are never set up in the driver.
 """
 
 from __future__ import annotations
@@ -18,28 +18,27 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hierfl.data.datasets import _label_blocks, _teacher_labels
+from hierfl.data.datasets import _teacher_labels
 from hierfl.driver import run_scenario
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("n,d,c", [(3 * 4096 + 123, 784, 10), (60000, 784, 10), (8191, 784, 10), (8192, 784, 10),
-                                   (30000, 20, 2), (70001, 100, 10)])
-def test_teacher_labels_in_row_blocks_are_the_full_products_labels(n, d, c):
-    rng = np.random.default_rng(n)
+@pytest.mark.parametrize("n,d,c", [(3 * 4096 + 123, 784, 10), (60000, 784, 10), (8191, 65, 10), (1, 784, 10),
+                                   (30000, 20, 2), (4097, 100, 7)])
+def test_teacher_labels_are_a_float64_references_argmax(n, d, c):
+    rng = np.random.default_rng(n + d)
     teacher = rng.standard_normal((d, c), dtype=np.float32)
     x = rng.standard_normal((n, d), dtype=np.float32)
-    full = x @ teacher
-    blocks = _label_blocks(n, d, c)
-    assert blocks[0][0] == 0 and blocks[-1][1] == n and all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
-    assert all((b - a) * d * c >= 1 << 24 for a, b in blocks) or blocks == [(0, n)]
-    pieces = np.concatenate([x[a:b] @ teacher for a, b in blocks])
-    assert np.array_equal(full.view(np.uint32), pieces.view(np.uint32))  # every logit, bit for bit
+    reference = x.astype(np.float64) @ teacher.astype(np.float64)
+    top2 = np.sort(reference, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-9 * np.abs(reference).max()  # rows with no near-tie
+    assert clear.mean() > 0.99
     labels = _teacher_labels(x, teacher)
-    assert labels.dtype == np.int64 and np.array_equal(labels, np.argmax(full, axis=1))
-    assert len(np.unique(labels)) == c
+    assert labels.dtype == np.int64 and labels.shape == (n,)
+    assert np.array_equal(labels[clear], np.argmax(reference, axis=1)[clear])
+    assert len(np.unique(labels)) == min(c, n) or n < 100
 
 
 _LEAN = r"""

@@ -1,8 +1,12 @@
 """In-memory datasets generated from a seed: Gaussian blobs, Synthetic(α, β) and a teacher task.
 
 Every generator is pure numpy and takes an explicit ``np.random.Generator``; the same
-generator state always yields bit-identical arrays. Features are stored flattened as
-``float32`` (``x.reshape(n, *input_shape)`` recovers the per-sample shape), labels as ``int64``.
+generator state always yields bit-identical arrays, on every machine: labels of linear
+models (teacher, Synthetic) come from float64 logits summed feature by feature in a fixed
+order with elementwise operations (:func:`_linear_argmax`), never from BLAS, whose result
+depends on the kernel OpenBLAS picks for the CPU; other float steps are exactly rounded
+(no SIMD ``np.power``/``np.exp``/``np.log``). Features are stored flattened as ``float32``
+(``x.reshape(n, *input_shape)`` recovers the per-sample shape), labels as ``int64``.
 
 References
 ----------
@@ -14,6 +18,7 @@ reference generator ``litian96/FedProx`` ``data/synthetic_*/generate_synthetic.p
 
 from __future__ import annotations
 
+import decimal
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +35,7 @@ __all__ = [
     "DataError",
     "Dataset",
     "DatasetConfig",
+    "DigitsConfig",
     "SyntheticConfig",
     "SyntheticUsers",
     "TeacherConfig",
@@ -184,7 +190,8 @@ class SyntheticUsers:
     x
         Per user, features ``(n_k, d)`` as float32 (labels are computed from these exact values).
     y
-        Per user, int64 labels ``argmax(x.astype(float64) @ w[k] + b[k])``.
+        Per user, int64 labels ``argmax(x.astype(float64) @ w[k] + b[k])``, the logits summed
+        feature by feature in float64 (:func:`_linear_argmax`).
     w, b
         Per-user label models ``(U, d, C)`` and ``(U, C)``; identical rows in the IID variant.
     """
@@ -231,7 +238,7 @@ def generate_synthetic(
         mean_w = rng.normal(0.0, alpha, u_count)
         big_b = rng.normal(0.0, beta, u_count)
         mean_x = rng.normal(big_b[:, None], 1.0, (u_count, d))
-    std_x = np.power(np.arange(1, d + 1, dtype=np.float64), -1.2) ** 0.5
+    std_x = _power_law_std(d)
 
     w_all = np.empty((u_count, d, c))
     b_all = np.empty((u_count, c))
@@ -245,7 +252,7 @@ def generate_synthetic(
             b_k = rng.normal(mean_w[k], 1.0, c)
         x = (mean_x[k] + rng.standard_normal((int(n_per_user[k]), d)) * std_x).astype(np.float32)
         # Labels from the stored float32 features, so they can be recomputed exactly.
-        y = np.argmax(x.astype(np.float64) @ w_k + b_k, axis=1).astype(np.int64)
+        y = _linear_argmax(x, w_k, b_k)
         w_all[k], b_all[k] = w_k, b_k
         xs.append(x)
         ys.append(y)
@@ -313,7 +320,8 @@ class TeacherConfig(DatasetConfig):
     """Benchmark workload: ``x ~ N(0, I)``, label ``argmax(x · T)`` for a random teacher ``T ~ N(0, 1)``.
 
     Draw order (all float32): ``T (d, C)``, ``x_train (n, d)``, ``x_test (m, d)``; labels are
-    ``argmax(x @ T)`` computed in float32, so the task is exactly linearly separable.
+    ``argmax(x @ T)`` with float64 logits summed feature by feature (:func:`_linear_argmax`,
+    the same bits on every CPU), so the task is linearly separable.
     """
 
     name: Literal["teacher"] = "teacher"
@@ -333,37 +341,101 @@ class TeacherConfig(DatasetConfig):
         return Dataset(x_train, y_train, x_test, y_test, c, (d,), name=self.name)
 
 
-_LABEL_ROWS = 4096  # fewest rows per product in _teacher_labels
-_LABEL_MIN_WORK = 1 << 24  # fewest multiply-adds per product (rows x features x classes)
+@DATASETS.register
+class DigitsConfig(DatasetConfig):
+    """Real handwritten digits that ship offline: scikit-learn's ``load_digits``.
+
+    The UCI "Optical Recognition of Handwritten Digits" test set: 1,797 images of 8 x 8 pixels
+    (counts 0–16 of a 4 x 4 downsampled 32 x 32 bitmap), 10 classes, about 180 per class. It
+    ships inside the scikit-learn wheel, so no download is needed (scikit-learn is imported on
+    build). Features are ``pixel / 16`` as float32 in ``[0, 1]``, ``input_shape = (1, 8, 8)`` so
+    a CNN sees images. Split: one plain seeded permutation (not stratified) of all 1,797 samples;
+    the first ``round(test_fraction · 1797)`` go to the test set, the rest, in that order, to
+    training.
+
+    References
+    ----------
+    E. Alpaydin, C. Kaynak, "Optical Recognition of Handwritten Digits", UCI Machine Learning
+    Repository, 1998, doi:10.24432/C50P49.
+    """
+
+    name: Literal["digits"] = "digits"
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="share of the 1,797 images held out for testing")
+
+    def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
+        """Load the images, scale to [0, 1], split by one permutation (``num_devices`` is unused)."""
+        try:
+            from sklearn.datasets import load_digits
+        except ImportError as exc:  # pragma: no cover - scikit-learn is a dependency
+            raise DataError("dataset.name", "the digits dataset needs scikit-learn (pip install scikit-learn)") from exc
+        bunch = load_digits()
+        # Pixel counts 0..16 divided by 16: exact in float32.
+        x = (np.asarray(bunch.data, dtype=np.float32) / np.float32(16.0)).reshape(len(bunch.target), 64)
+        y = np.asarray(bunch.target, dtype=np.int64)
+        n = len(y)
+        n_test = int(round(self.test_fraction * n))
+        if not 0 < n_test < n:
+            raise DataError("dataset.test_fraction", f"{self.test_fraction} leaves an empty train or test set of {n} images")
+        perm = rng.permutation(n)
+        test, train = perm[:n_test], perm[n_test:]
+        return Dataset(
+            np.ascontiguousarray(x[train]), y[train], np.ascontiguousarray(x[test]), y[test],
+            10, (1, 8, 8), name=self.name,
+        )
 
 
-def _label_blocks(n: int, d: int, c: int) -> list[tuple[int, int]]:
-    """Row ranges for :func:`_teacher_labels`: blocks of ``rows`` (at least :data:`_LABEL_ROWS` and
-    :data:`_LABEL_MIN_WORK` multiply-adds), the last one taking the remainder (``rows`` to ``2·rows − 1``);
-    one range when ``n < 2·rows``."""
-    rows = max(_LABEL_ROWS, -(-_LABEL_MIN_WORK // (d * c)))
-    if n < 2 * rows:
-        return [(0, n)]
-    starts = list(range(0, n - rows + 1, rows))
-    return [(a, a + rows) for a in starts[:-1]] + [(starts[-1], n)]
+_LABEL_ROWS = 4096  # rows per block in _linear_argmax
+_LABEL_FEATURES = 64  # features per transposed chunk in _linear_argmax (4096 x 64 float64: 2 MB)
+
+
+def _linear_argmax(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """``argmax(x @ w + b, axis=1)`` as int64, with the same bits on every machine.
+
+    The logits are float64, accumulated feature by feature in a fixed order (features
+    ``0, 1, …, d−1``, then the bias) with elementwise numpy multiply and add: each operation is
+    IEEE correctly rounded whatever the SIMD width, so no BLAS kernel, summation tree or fused
+    multiply-add can change a bit (a float32 x float32 product is even exact in float64).
+    Ties go to the lowest class index. Rows are processed in blocks of :data:`_LABEL_ROWS`,
+    features in transposed chunks of :data:`_LABEL_FEATURES`, so the work arrays stay near 3 MB.
+    """
+    n, d = x.shape
+    c = w.shape[1]
+    w64 = np.asarray(w, dtype=np.float64)
+    b64 = None if b is None else np.asarray(b, dtype=np.float64)[:, None]
+    rows = min(_LABEL_ROWS, max(n, 1))
+    acc = np.empty((c, rows))
+    tmp = np.empty((c, rows))
+    chunk = np.empty((min(_LABEL_FEATURES, max(d, 1)), rows))
+    out = np.empty(n, dtype=np.int64)
+    for a in range(0, n, rows):
+        m = min(rows, n - a)
+        logits, prod = acc[:, :m], tmp[:, :m]
+        logits[...] = 0.0
+        for f in range(0, d, _LABEL_FEATURES):
+            g = min(d, f + _LABEL_FEATURES)
+            xt = chunk[: g - f, :m]
+            xt[...] = x[a : a + m, f:g].T
+            for j in range(f, g):
+                np.multiply(w64[j][:, None], xt[j - f], out=prod)
+                np.add(logits, prod, out=logits)
+        if b64 is not None:
+            np.add(logits, b64, out=logits)
+        out[a : a + m] = np.argmax(logits, axis=0)
+    return out
 
 
 def _teacher_labels(x: np.ndarray, teacher: np.ndarray) -> np.ndarray:
-    """``argmax(x @ teacher, axis=1)`` as int64, computed in row blocks (:func:`_label_blocks`).
+    """``argmax(x @ teacher, axis=1)`` as int64, machine-independent (:func:`_linear_argmax`)."""
+    return _linear_argmax(x, teacher)
 
-    Why in blocks: one ``x @ teacher`` over W1a's 60,000 rows makes OpenBLAS set up its threaded
-    path, whose per-thread buffers (about 29 MB touched per thread, 58 MB on 2 cores) stay mapped
-    in the process for the rest of the run, used by nothing else (issue 12, goal (c): W1a's
-    driver). Blocks of a few thousand rows touch about 5 MB.
 
-    Why the same bits: OpenBLAS computes each logit with the same kernel and summation order over
-    the features whatever the row range, except on its small-matrix path (products of under about
-    10^6 multiply-adds, e.g. a lone 123-row tail of 784 x 10). Every block here has at least 2^24
-    multiply-adds (a short tail joins the block before it), and a product too small to split is
-    not split. ``tests/test_pss.py`` compares every logit over several shapes, and the golden
-    digests of the teacher scenarios did not change.
+def _power_law_std(d: int) -> np.ndarray:
+    """``sqrt(j^-1.2) = j^-0.6`` for ``j = 1..d`` as float64, the same bits on every machine.
+
+    Computed in decimal arithmetic (software, 40 digits) and rounded once to float64, instead
+    of ``np.power``, whose vectorised paths may differ in the last bit between CPUs.
     """
-    out = np.empty(len(x), dtype=np.int64)
-    for a, b in _label_blocks(len(x), x.shape[1], teacher.shape[1]):
-        out[a:b] = np.argmax(x[a:b] @ teacher, axis=1)
-    return out
+    with decimal.localcontext() as ctx:
+        ctx.prec = 40
+        exponent = decimal.Decimal("-0.6")
+        return np.array([float(decimal.Decimal(j) ** exponent) for j in range(1, d + 1)], dtype=np.float64)

@@ -14,6 +14,7 @@ Networks from Decentralized Data", AISTATS 2017; ``shaoxiongji/federated-learnin
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -134,7 +135,7 @@ class DirichletConfig(PartitionConfig):
             p = rng.dirichlet(np.full(p_count, self.alpha))
             open_ = sizes < cap
             p = np.where(open_, p, 0.0)  # balancing trick: full devices get no more
-            total = p.sum()
+            total = math.fsum(p)  # exactly rounded: no summation order to depend on
             if total <= 0:
                 # Every device full: uniform. With tiny alpha the Dirichlet draw can also put
                 # all its mass (exactly, in float64) on full devices: uniform over the open ones.
@@ -241,7 +242,7 @@ class GaussianSizesConfig(PartitionConfig):
             )
         share = np.maximum(rng.normal(1.0, self.sigma, num_devices), self.floor)
         spare = n - self.min_size * num_devices
-        exact = spare * share / share.sum()
+        exact = spare * share / math.fsum(share)  # exactly rounded sum, the same on every machine
         sizes = np.floor(exact).astype(np.int64)
         # Largest remainder: the samples that flooring left over go to the largest fractions
         # (stable sort, so ties go to the lower device id) — the sizes sum to n exactly.
