@@ -565,11 +565,11 @@ class FlowNetwork:
         Each round, the share is the smallest headroom per unfrozen flow over the links that still
         carry unfrozen flows (an exact ``min``); every unfrozen flow's rate (the running sum of the
         shares, ``level``) grows by it and every such link's headroom shrinks by share × its unfrozen
-        flows. Then every link whose headroom is within ``1e-9`` of its capacity (of 1 Mbps for a
-        smaller one) of zero is saturated and freezes its flows: that tolerance absorbs the rounding
-        residue of the subtraction, so the bottleneck link itself and links that reach zero in the
-        same round up to rounding freeze together instead of leaving a round with a share of a few
-        ulps. Nothing here depends on the order in which links are visited (the share is a ``min``,
+        flows. Then every link whose headroom is at most ``1e-9 × max(capacity, 1 Mbps)`` is
+        saturated and freezes its flows. That tolerance is a design choice, not a rounding fix for
+        one link only: the subtraction leaves a residue of a few ulps, and links that reach zero in
+        the same round up to rounding (equal bottlenecks reached by different sums) must freeze
+        together rather than leave a further round with a share of a few ulps. Nothing here depends on the order in which links are visited (the share is a ``min``,
         the freezing is per link, the counts are integers), so the links are kept in the order the
         flows of ``comp`` name them.
         """
