@@ -4,8 +4,8 @@ The modules every event goes through (``HOT``: the engine, the flow network, dyn
 the context, the run loop, the local executor, aggregation, telemetry and the trace) can be
 compiled by Cython into C extensions (``hierfl native build``, run by ``make``). Nothing in the source changes: Cython compiles the
 plain Python modules with Python's semantics kept (no annotation typing, no type inference,
-``-ffp-contract=off``), so every output is bit-identical to the pure-Python run's; the golden
-digests, recorded with pure Python, check it on every test run. About 15 % off the per-event
+``-ffp-contract=off``), so every output is bit-identical to the pure-Python run's
+(tests/test_native.py compares the two). About 15 % off the per-event
 cost (``analysis/bench/scale.py`` prints both side by side).
 
 A compiled module is used only if it was compiled from exactly the source file that is there now

@@ -20,7 +20,7 @@ What a call does, and why it gives the actor's bits:
   value; ``None`` results (fold-ins) are put too, so they can be waited on like the actor's.
 * The arithmetic is the role's own numpy code, in a process with the same numpy; it is the code the
   local executor already runs in its driver, whose results are identical to the Ray executor's
-  (the golden digests). The Ray executor's cloud actor kept the same code.
+  (tests/test_determinism.py). The Ray executor's cloud actor kept the same code.
 
 What differs: a call waits for its inputs (e.g. a leader's commit) in the driver instead of in
 the actor. An input lost with a dead host therefore raises at the call, inside the run loop, and
