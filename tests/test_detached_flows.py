@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hierfl.core.network import FlowNetwork
 from hierfl.driver.transfers import Transfers
@@ -77,6 +79,20 @@ def test_several_finite_links_alone_get_the_progressive_filling_rate():
     assert f.detached and f.rate == ref.flows[0].rate == 3.0
     assert f._end == ref.next_finish()[0] == 2.0
 
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.01, 1e4), min_size=1, max_size=4), st.floats(0.0, 1e3), st.floats(0.0, 1e3))
+def test_a_detached_flow_gets_exactly_the_rate_and_end_of_progressive_filling(caps, size, now):
+    """A flow alone on its finite links: progressive filling runs one round, its share is the
+    smallest capacity; detaching it changes neither its rate nor its end, by a single bit."""
+    links = {f"l{i}": c for i, c in enumerate(caps)} | {"inf": float("inf")}
+    path = [*links][::-1]
+    det, ref = FlowNetwork(links), FlowNetwork(links)
+    f = det.add(now, 0, path, size, detach=True)
+    g = ref.add(now, 0, path, size)
+    assert f.detached and f.rate == g.rate == min(caps) == ref._fill([0])[0]
+    assert f._end == g._end == (now if size <= 1e-12 else now + size / min(caps))
 
 def test_without_contention_flows_on_one_link_are_all_detached_until_its_capacity_changes():
     attached: list[int] = []

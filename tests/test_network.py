@@ -81,6 +81,79 @@ def test_max_min_rates_are_feasible_and_every_flow_has_a_bottleneck(flows, caps)
                    for link in f.links)
 
 
+
+def _random_network(seed: int, name) -> list[tuple]:
+    """A run of adds, removes and capacity changes over 6 links named by ``name(i)``: every rate and
+    finish time it produces, as exact floats."""
+    rng = np.random.default_rng(seed)
+    caps = {name(i): float(c) for i, c in enumerate(rng.uniform(0.5, 50.0, 6))}
+    caps[name(6)] = math.inf
+    net = FlowNetwork(caps)
+    out: list[tuple] = []
+    t = 0.0
+    for fid in range(40):
+        t += float(rng.exponential(0.3))
+        k = int(rng.integers(1, 4))
+        links = [name(int(i)) for i in rng.choice(7, size=k, replace=False)]
+        net.add(t, fid, links, float(rng.uniform(0.1, 20.0)))
+        if fid % 7 == 3:
+            net.set_capacity(t, name(int(rng.integers(0, 6))), float(rng.uniform(0.5, 50.0)))
+        if fid % 3 == 2 and len(net.flows) > 2:
+            net.remove(t, sorted(net.flows)[int(rng.integers(0, len(net.flows)))])
+        out.append((t, sorted((i, f.rate) for i, f in net.flows.items()), net.next_finish()))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2 ** 32 - 1))
+def test_rates_do_not_depend_on_link_names_or_their_order(seed):
+    """Progressive filling gives the same bits whatever the links are called (their repr order) and
+    in whatever order a flow lists them."""
+    perm = np.random.default_rng(seed).permutation(7).tolist()
+    plain = _random_network(seed, lambda i: i)
+    renamed = _random_network(seed, lambda i: ("link", f"z{perm[i]}" if i % 2 else f"a{perm[i]}"))
+    assert plain == renamed
+
+
+def test_max_min_rates_are_exact_for_hand_computed_components():
+    # two bottlenecks: a alone on a 3 Mbps link; b, c split what is left of the 9 Mbps link
+    net = FlowNetwork({"x": 3.0, "y": 9.0, "z": 100.0})
+    net.add(0.0, 0, ["x", "y"], 1.0)
+    net.add(0.0, 1, ["y", "z"], 1.0)
+    net.add(0.0, 2, ["z", "y"], 1.0)
+    assert [net.flows[i].rate for i in range(3)] == [3.0, 3.0, 3.0]
+    net.set_capacity(0.0, "y", 12.0)   # y: 12 − 3 = 9 for two flows
+    assert [net.flows[i].rate for i in range(3)] == [3.0, 4.5, 4.5]
+
+
+_HASHSEED_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tests.test_network import _random_network
+print(json.dumps([[float.hex(t), [[i, float.hex(r)] for i, r in rates],
+                   None if nf is None else [float.hex(nf[0]), nf[1]]]
+                  for t, rates, nf in _random_network(7, lambda i: ("up", f"device-{i}"))]))
+"""
+
+
+def test_rates_are_the_same_bits_in_processes_with_different_hash_seeds(tmp_path):
+    """Links keyed by tuples of strings (as the driver keys them) hash differently in every process
+    (Ray workers, a resumed run): nothing may iterate a set of them for order."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    outs = []
+    for seed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "HIERFL_NATIVE": "0"}
+        proc = subprocess.run([sys.executable, "-c", _HASHSEED_SCRIPT, root], capture_output=True, text=True,
+                              env=env, cwd=root, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1] and len(json.loads(outs[0])) == 40
+
 def _two_device_uploads(contention: bool, ingress: float):
     sc = tiny(devices={"count": 2}, stop={"rounds": 1}, evaluation={"every_s": None},
               network={"contention": contention, "cloud_ingress_mbps": ingress})

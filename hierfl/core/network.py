@@ -28,10 +28,10 @@ Cost per event, independent of how many flows are in flight (issue 12):
   1e-12 s tie window, without popping them, and decides among them exactly as a scan over
   every flow would: O(log F + ties) per call.
 * Rates are recomputed only for the flows that share a finite link with the change,
-  transitively (the component; max-min fairness needs all of it), by progressive filling whose
-  float operations are those of the plain algorithm, with per-link counts instead of rescans.
-  Flows whose rate comes out unchanged are not touched. Without contention nothing is
-  recomputed when a flow ends.
+  transitively (the component; max-min fairness needs all of it), by progressive filling with
+  per-link counts of unfrozen flows instead of rescans. Its result does not depend on the order
+  in which links are visited, so no canonical link order is kept. Flows whose rate comes out
+  unchanged are not touched. Without contention nothing is recomputed when a flow ends.
 
 :class:`NetworkOps` counts the inner-loop steps so tests can check that the work per event does
 not grow with the number of flows. Pure: no RNG, no I/O.
@@ -172,7 +172,6 @@ class FlowNetwork:
         self._heap: list[tuple[float, int, int]] = []   # (finish time, flow id, version)
         self._order = 0
         self._versions = 0                              # heap entry versions, unique network-wide
-        self._repr: dict[Hashable, str] = {}
         self._detached = 0                              # detached flows in ``flows``
         # called with a detached flow's id when it joins the shared schedule again (see ``add``)
         self.on_attach: Callable[[int], None] | None = None
@@ -258,9 +257,9 @@ class FlowNetwork:
                 self._order = order + 1
                 self.flows[flow_id] = flow
                 on_link[link] = {flow_id}
-            # _solo(flow, detach=True) inline: alone on its one shared link, its rate is exactly what
-            # progressive filling gives (0.0 + the link's share) and its end is fixed
-            rate = flow.rate = flow.min_rate = 0.0 + capacity[link] / 1
+            # _solo(flow, detach=True) inline: alone on its one shared link, its rate is the link's
+            # capacity (what progressive filling gives it) and its end is fixed
+            rate = flow.rate = flow.min_rate = capacity[link]
             self._solo_adds += 1
             flow._end = now if megabits <= EPS_MBIT else now + megabits / rate
             flow.detached = True
@@ -498,8 +497,8 @@ class FlowNetwork:
             # alone on several finite links (detach only): what progressive filling gives it
             rate = self._fill([f.id])[f.id]
         elif self.contention:
-            # exactly what progressive filling gives a flow alone: 0.0 + its link's share
-            rate = 0.0 + cap[f.finite[0]] / 1 if f.finite else math.inf
+            # alone on its one finite link (or on none): that link's capacity
+            rate = cap[f.finite[0]] if f.finite else math.inf
             ops.links += len(f.finite)
         else:
             rate = min([cap[link] for link in f.links]) if f.links else math.inf
@@ -563,25 +562,25 @@ class FlowNetwork:
     def _fill(self, comp: list[int]) -> dict[int, float]:
         """Max-min fair rates of the component ``comp`` by progressive filling.
 
-        The float operations are those of the textbook loop (every unfrozen flow's rate grows by
-        each round's share, every link's headroom shrinks by share × its unfrozen flows, links in
-        ``repr`` order): an unfrozen rate is the running sum of the shares, and links without
-        unfrozen flows, whose headroom would shrink by 0, are skipped.
+        Each round, the share is the smallest headroom per unfrozen flow over the links that still
+        carry unfrozen flows (an exact ``min``); every unfrozen flow's rate (the running sum of the
+        shares, ``level``) grows by it and every such link's headroom shrinks by share × its unfrozen
+        flows. Then every link whose headroom is at most ``1e-9 × max(capacity, 1 Mbps)`` is
+        saturated and freezes its flows. That tolerance is a design choice, not a rounding fix for
+        one link only: the subtraction leaves a residue of a few ulps, and links that reach zero in
+        the same round up to rounding (equal bottlenecks reached by different sums) must freeze
+        together rather than leave a further round with a share of a few ulps. Nothing here depends on the order in which links are visited (the share is a ``min``,
+        the freezing is per link, the counts are integers), so the links are kept in the order the
+        flows of ``comp`` name them.
         """
         flows, cap, ops = self.flows, self.capacity, self.ops
         if len(comp) == 1:
-            # alone: one round; the share is its first link (repr order) clearly below the others,
-            # that link saturates exactly, and the rate is 0.0 + share
+            # alone: one round, the share is its bottleneck's capacity
             f = flows[comp[0]]
-            share = math.inf
-            for link in sorted(f.finite, key=self._link_repr) if len(f.finite) > 1 else f.finite:
-                s = cap[link] / 1
-                if s < share - 1e-15:
-                    share = s
             ops.links += len(f.finite)
-            return {f.id: 0.0 + share}
+            return {f.id: min([cap[link] for link in f.finite], default=math.inf)}
         in_comp = set(comp)
-        links = sorted({link for fid in comp for link in flows[fid].finite}, key=self._link_repr)
+        links = list(dict.fromkeys([link for fid in comp for link in flows[fid].finite]))
         left = {link: cap[link] for link in links}
         users = {link: [fid for fid in self.on_link[link] if fid in in_comp] for link in links}
         active = {link: len(users[link]) for link in links}
@@ -592,15 +591,9 @@ class FlowNetwork:
                 rate[fid] = math.inf
         level = 0.0
         live = [link for link in links if active[link]]
-        while len(rate) < len(comp):
-            share, bottleneck = math.inf, None
-            for link in live:
-                s = left[link] / active[link]
-                if s < share - 1e-15:
-                    share, bottleneck = s, link
+        while len(rate) < len(comp) and live:
+            share = min([left[link] / active[link] for link in live])
             ops.links += len(live)
-            if bottleneck is None:
-                break
             level += share
             for link in live:
                 left[link] -= share * active[link]
@@ -618,12 +611,6 @@ class FlowNetwork:
             if fid not in rate:
                 rate[fid] = level
         return rate
-
-    def _link_repr(self, link: Hashable) -> str:
-        r = self._repr.get(link)
-        if r is None:
-            r = self._repr[link] = repr(link)
-        return r
 
     @staticmethod
     def _note(f: Flow, sharing: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from json.encoder import encode_basestring_ascii as _string  # what the encoder below writes a str with
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,11 @@ from hierfl.output.jsonsafe import jsonable
 
 __all__ = ["TraceWriter", "CounterTrack", "LANES"]
 
-# Chrome-trace process ids of the three lane groups (pid, label).
-# json.dumps(event, separators=(",", ":")) builds this encoder on every call: one, built once
+# one compact encoder for every event (json.dumps with these separators would build one per call)
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _FLUSH_CHARS = 1 << 20  # events kept in memory before they are written anyway
 
+# Chrome-trace process ids of the three lane groups (pid, label).
 LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices")}
 
 
@@ -110,7 +109,7 @@ class TraceWriter:
 
     def counter_track(self, lane: tuple[str, int], name: str, field: str) -> CounterTrack:
         """One counter track (``name`` on ``lane``, one value ``field``) whose samples are formed from
-        cached text: :meth:`CounterTrack.sample` writes the bytes :meth:`counter` writes."""
+        cached text, for speed (:class:`CounterTrack`); they read as :meth:`counter`'s events."""
         return CounterTrack(self, lane, name, field)
 
     def flow(self, src: tuple[str, int], dst: tuple[str, int], start: float, end: float, name: str,
@@ -146,13 +145,14 @@ class TraceWriter:
 
 class CounterTrack:
     """A counter track of a :class:`TraceWriter` with one value field, its samples formed by
-    concatenation (issue 12: AHFL traces a queue length on every update arrival, and encoding each
-    event dict cost more than everything else the run writes).
+    concatenation, for speed: AHFL traces a queue length on every update arrival, and building and
+    encoding an event dict per sample cost more than everything else the run writes (4 to 6 µs a
+    sample through :meth:`TraceWriter.counter`, under 1 µs here).
 
-    ``sample(t, v)`` writes exactly the bytes of ``writer.counter(lane, name, t, **{field: v})``:
-    the event's fixed parts are the JSON text the encoder writes for them, formed once, and the two
-    varying numbers are written as ``json`` writes them (``float.__repr__`` for a finite float,
-    ``int.__repr__`` for an int). Any other value or time goes the general way.
+    The event's fixed parts are encoded once; the two varying numbers, a finite float time and an
+    int value, are written with ``repr``, which is how ``json`` writes them, so a sample's text is
+    the text :meth:`TraceWriter.counter` writes for it (tests/test_output_fastpath.py holds the two
+    paths to that). Any other value or time goes the general way.
 
     With the writer's ``counter_s`` > 0 (``output.trace_counter_s``, large runs), a sample less than
     ``counter_s`` after the last one written is held back, replacing any held before it, and is
@@ -169,9 +169,9 @@ class CounterTrack:
         self._every = writer.counter_s
         self._last = -math.inf                      # virtual time of the last sample written
         self._held: tuple[float, int] | None = None  # a sample within the window, not written yet
-        # the event dict of TraceWriter.counter, keys in its order, as _ENCODE writes it
-        self._head = f'{{"ph":"C","name":{_string(name)},"cat":{_string(lane[0])},"ts":'
-        self._middle = f',"pid":{LANES[lane[0]][0]},"tid":{int(lane[1])},"args":{{{_string(field)}:'
+        # the event dict of TraceWriter.counter, keys in its order, around the time and the value
+        self._head = f'{{"ph":"C","name":{json.dumps(name)},"cat":{json.dumps(lane[0])},"ts":'
+        self._middle = f',"pid":{LANES[lane[0]][0]},"tid":{int(lane[1])},"args":{{{json.dumps(field)}:'
 
     def sample(self, t: float, value: int) -> None:
         """The track holds ``value`` from virtual time ``t`` (seconds) on."""
@@ -209,7 +209,7 @@ class CounterTrack:
 
     def _write(self, t: float, value: int) -> None:
         ts = t * 1e6
-        if type(value) is int and type(ts) is float and ts - ts == 0.0:  # exact types: their repr is json's
+        if type(value) is int and type(ts) is float and ts - ts == 0.0:  # a plain int and a finite float
             w = self._writer  # TraceWriter._text, inlined
             text = f"{self._head}{ts!r}{self._middle}{value!r}}}}}" if w._first else \
                 f",\n{self._head}{ts!r}{self._middle}{value!r}}}}}"
@@ -218,5 +218,5 @@ class CounterTrack:
             w._first = False
             if w._pending_chars > _FLUSH_CHARS:
                 w.flush()
-        else:  # numpy numbers, bools, non-finite times: the encoder's own way
+        else:  # numpy numbers, bools, non-finite times: the general way
             self._writer.counter(self.lane, self.name, t, **{self.field: value})
