@@ -44,6 +44,24 @@ class FakeWorld:
         return len(self.samples)
 
 
+class FakeCloud:
+    """The cloud's aggregation point: a weighted average of numbers."""
+
+    def __init__(self, env: FakeEnv) -> None:
+        self.env = env
+
+    def add(self, update: float, weight: float, control_coef: Any = None) -> None:
+        self.env.cloud.append((update, weight))
+
+    def commit(self, participants: list[int], base: Any = None, source: str = "device",
+               pack_control: bool = False) -> float:
+        env = self.env
+        env.commits.append(participants)
+        total = sum(w for _, w in env.cloud)
+        model, env.cloud = sum(u * w for u, w in env.cloud) / total, []
+        return model
+
+
 class FakeEnv:
     """Just what FedAvg uses: a clock, transfers and jobs held for the test, and a cloud that averages numbers."""
 
@@ -83,14 +101,9 @@ class FakeEnv:
     def finish_training(self, job: Job) -> dict:
         return {}
 
-    def add_to_cloud(self, update: float, weight: float, control_coef: Any = None) -> None:
-        self.cloud.append((update, weight))
-
-    def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> float:
-        self.commits.append(participants)
-        total = sum(w for _, w in self.cloud)
-        model, self.cloud = sum(u * w for u, w in self.cloud) / total, []
-        return model
+    def tier(self, tier: str, entity: int = 0) -> FakeCloud:
+        assert (tier, entity) == ("cloud", 0), "FedAvg aggregates at the cloud only"
+        return FakeCloud(self)
 
     def set_global(self, handle: Any) -> None:
         self.global_model = handle

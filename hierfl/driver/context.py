@@ -26,6 +26,7 @@ from hierfl.output.telemetry import RunTelemetry
 from hierfl.driver.energy import energy_ledger
 from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.faults import Faults
+from hierfl.driver.aggregation import Layer, TierAggregator, compose
 from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
@@ -89,7 +90,7 @@ class Context:
         self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
         # Byzantine robustness (issue 16): None keeps every call exactly as without it
         setup = robust_setup(scenario, self.dyn)
-        self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
+        self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol)
         # per-device evaluation (issue 17): the run has evaluation sets
         self.device_eval = bool(getattr(built, "eval_sets", None))
         # evaluation.device_eval_cost: forward — devices are busy while they evaluate (None: free)
@@ -111,6 +112,9 @@ class Context:
         # send and queue_length reach Transfers and the telemetry without a frame of their own
         self.send = self.transfers.send  # type: ignore[method-assign]
         self.queue_length = telemetry.queue_length  # type: ignore[method-assign]
+        # aggregation points, made on first use (env.tier), and each tier's layer stack
+        self._tiers: dict[tuple[str, int], TierAggregator] = {}
+        self._stacks: dict[str, Layer] = {}
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -469,6 +473,19 @@ class Context:
         self.transfers.cancel_transfer(fid)
 
     # -- aggregation --------------------------------------------------------------------------------
+    def tier(self, tier: str, entity: int = 0) -> TierAggregator:
+        """The aggregation point ``(tier, entity)`` (``"cloud"`` or ``"edge"``), its stack composed
+        once per tier (:func:`~hierfl.driver.aggregation.compose`)."""
+        agg = self._tiers.get((tier, entity))
+        if agg is None:
+            stack = self._stacks.get(tier)
+            if stack is None:
+                if tier not in ("cloud", "edge", "device"):
+                    raise ValueError(f"no aggregation tier {tier!r}; tiers: cloud, edge, device")
+                stack = self._stacks[tier] = compose(self, tier)
+            agg = self._tiers[(tier, entity)] = TierAggregator(self, tier, entity, stack)
+        return agg
+
     @property
     def global_model(self) -> Any:
         """Handle of the cloud's model."""

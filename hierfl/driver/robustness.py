@@ -16,7 +16,7 @@ from typing import Any
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.work import TrainSpec
 from hierfl.env.records import RobustAggregate
-from hierfl.learn.robust import ASYNC_PROTOCOLS, QUEUE_PROTOCOLS, RULE_TIERS, RobustSetup
+from hierfl.learn.robust import RobustSetup
 
 __all__ = ["robust_setup", "RobustLedger"]
 
@@ -32,12 +32,14 @@ def robust_setup(scenario: Any, dyn: Dynamics | None) -> RobustSetup | None:
 class RobustLedger:
     """Tags of in-flight updates, and the totals of the run's robust aggregations."""
 
-    def __init__(self, setup: RobustSetup, dyn: Dynamics, telemetry: Any, protocol: str) -> None:
+    def __init__(self, setup: RobustSetup, dyn: Dynamics, telemetry: Any, protocol: Any) -> None:
         self.setup = setup
-        # only protocols that add updates to a synchronous aggregation hand them back (asynchronous
-        # ones combine terms): elsewhere no handle is kept, so none is held for the whole run
-        self.tracks = protocol in RULE_TIERS and (protocol not in ASYNC_PROTOCOLS or type(setup.cloud).asynchronous)
-        self.queues = protocol in QUEUE_PROTOCOLS
+        # only protocols that aggregate sets of updates hand them back (``protocol``: its config's
+        # hooks), one-at-a-time ones only to a screen: elsewhere no handle is kept, so none is held
+        # for the whole run
+        style = protocol.aggregation_style
+        self.tracks = bool(protocol.rule_tiers) and (style != "updates" or type(setup.cloud).asynchronous)
+        self.queues = style == "queue"
         self.dyn = dyn
         self.telemetry = telemetry
         self._handles: dict[int, tuple[Any, int, Any]] = {}  # id(handle) → (handle, source id, tag)

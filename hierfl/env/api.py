@@ -8,7 +8,8 @@ Five parts, nothing else:
   the straggler policies, which devices are online and how long their work would take now;
 * **training jobs** — start one on a device from a model and hear when it is done or lost;
 * **transfers** — send a model between two entities and hear when it arrives;
-* **aggregation** — fold updates at an edge or the cloud, combine handles, server optimizers;
+* **aggregation** — one :class:`Aggregator` per aggregation point (``env.tier(tier, entity)``),
+  which aggregates and does its own accounting;
 * and one :class:`Telemetry` object that owns counters, metric lines and trace events.
 
 The driver (:mod:`hierfl.driver`) implements it; a unit test can implement a fake in a few
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from hierfl.core.world import World
     from hierfl.env.records import ClustersRecord, Record
 
-__all__ = ["Env", "Telemetry", "Job", "Term", "Endpoint"]
+__all__ = ["Env", "Aggregator", "Telemetry", "Job", "Term", "Endpoint"]
 
 Endpoint = tuple[str, int]
 """``("device", i)``, ``("edge", e)`` or ``("cloud", 0)``."""
@@ -77,6 +78,52 @@ class Telemetry(Protocol):
 
     def devices(self, edge_of: np.ndarray) -> None:
         """Rewrite ``devices.csv`` with the protocol's own device → server map (FedCH)."""
+
+
+class Aggregator(Protocol):
+    """One aggregation point. It aggregates and accounts (counters, trace, metric lines, staleness,
+    queue lengths); the layers it steps a model through (plain combination or the tier's server
+    optimizer, robust rules, screens) were chosen once for the run from the scenario."""
+
+    # -- synchronous rounds: add each update as it arrives, then commit (or discard) ------------------
+    def add(self, update: Any, weight: float, control_coef: float | None = None) -> None:
+        """Fold an update into the running aggregation now."""
+
+    def commit(self, participants: list[int], base: Any = None, source: str = "device",
+               pack_control: bool = False) -> Any:
+        """Finish the round (counted, recorded; at the cloud it may end the run); the new model.
+        ``base``: the model the round started from; ``source``: devices or edge servers sent the
+        inputs; ``pack_control``: an edge returns ``[model; Σ κ Δc]`` for its upload (SCAFFOLD)."""
+
+    def discard(self) -> None:
+        """Forget what the running aggregation holds (an aborted round)."""
+
+    # -- queues and asynchronous updates --------------------------------------------------------------
+    def step(self, base: Any, deltas: list[Term], sources: list[int], staleness: list[int], version: int,
+             queue_len: int, source: str = "device") -> Any:
+        """``base`` stepped by ``Σ c·(a − b)``, accounted as one asynchronous aggregation (``version``:
+        the point's version after it); None if a screen rejected it."""
+
+    def drop(self, source: int, staleness: int) -> None:
+        """An update staler than allowed is discarded (counted, recorded)."""
+
+    def queue(self, length: int) -> None:
+        """The point's update queue holds ``length`` updates from now on."""
+
+    # -- models the protocol forms itself ---------------------------------------------------------------
+    def average(self, models: list[Any], weights: list[float], base: Any = None) -> Any:
+        """``Σ w·m / Σ w`` (or the tier's robust rule where the protocol declares one applies)."""
+
+    def combine(self, terms: list[Term]) -> Any:
+        """``Σ c·(a − b)`` over model handles, computed at this tier."""
+
+    def aggregated(self, participants: list[int], trace: dict[str, Any], extra: dict[str, Any] | None = None,
+                   lane: Endpoint | None = None) -> None:
+        """Account a synchronous aggregation the protocol formed (``aggregate`` instant, aggregate line)."""
+
+    def applied(self, sources: list[int], weights: list[float], staleness: list[int], version: int,
+                queue_len: int, source: str = "device") -> None:
+        """Account an asynchronous aggregation the protocol formed itself."""
 
 
 class Env(Protocol):
@@ -192,47 +239,10 @@ class Env(Protocol):
     def set_global(self, handle: Any) -> None:
         """The cloud's model changed."""
 
-    def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
-        """Fold an update into ``edge``'s running aggregation now."""
-
-    def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
-        """Finish ``edge``'s aggregation (counted and recorded); returns the edge model handle."""
-
-    def edge_aggregated(self, lane: Endpoint, edge: int, participants: list[int], trace: dict[str, Any],
-                        extra: dict[str, Any] | None = None) -> None:
-        """Account an edge-tier aggregation the protocol computed itself (e.g. with :meth:`average`):
-        counters, the ``aggregate`` trace instant on ``lane`` (``trace``: its args) and the
-        ``edge_aggregate`` line (``extra``: its fields after ``participants``)."""
-
-    def discard_edge(self, edge: int) -> None:
-        """Forget what ``edge``'s running aggregation holds (its round was aborted)."""
-
-    def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
-        """Fold an update into the cloud's running aggregation now."""
-
-    def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
-        """Finish the cloud aggregation (counted, recorded, may end the run); returns the new model."""
-
-    def combine(self, tier: str, terms: list[Term]) -> Any:
-        """``Σ c·(a − b)`` over model handles, computed at ``tier``."""
-
-    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
-        """Whether an asynchronous step ``base → candidate`` made from ``source``'s ``update`` is applied (Zeno++)."""
-
-    def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
-        """``base`` stepped by the ``tier`` rule's aggregate of the deltas (None: the rule is the mean)."""
-
-    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
-        """The ``tier`` rule's aggregate of ``models`` (FedCH's cluster leaders); None under the mean."""
-
-    def average(self, models: list[Any], weights: list[float]) -> Any:
-        """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role."""
-
-    def server_optimizer(self, tier: str) -> Any:
-        """The optimizer configured for ``tier``, or None for plain averaging."""
-
-    def server_step(self, tier: str, entity: int, base: Any, delta_terms: list[Term]) -> Any:
-        """The ``tier`` optimizer steps ``base`` with ``Δ = Σ c·(a − b)``."""
+    def tier(self, tier: str, entity: int = 0) -> Aggregator:
+        """The aggregation point ``(tier, entity)``: ``"cloud"`` (entity 0), ``"edge"`` (an edge server,
+        a cluster leader) or ``"device"`` (a device mixing models it received). Every aggregation a
+        protocol makes goes through it; it does its own accounting."""
 
     @property
     def control_variates(self) -> bool:
@@ -252,13 +262,3 @@ class Env(Protocol):
 
     def track_staleness(self, tier: str) -> None:
         """The protocol applies stale updates at ``tier``: report their staleness in the summary."""
-
-    def record_async_aggregation(self, tier: str, entity: int, participants: list[int], weights: list[float],
-                                 staleness: list[int], version: int, queue_len: int, source: str = "device") -> None:
-        """Account one asynchronous aggregation at a leader or the cloud (counted, recorded)."""
-
-    def drop_update(self, tier: str, entity: int, source: int, staleness: int) -> None:
-        """An update staler than allowed is discarded (counted, recorded)."""
-
-    def queue_length(self, tier: str, entity: int, length: int) -> None:
-        """The update queue of ``tier``/``entity`` holds ``length`` updates from now on."""

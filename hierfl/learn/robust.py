@@ -23,19 +23,10 @@ from hierfl.core import robust as R
 from hierfl.core.aggregate import WeightedSum
 
 __all__ = ["AGGREGATION_RULES", "BEHAVIORS", "RuleConfig", "BehaviorConfig", "AggregationSection", "EdgeBehavior",
-           "RobustSetup", "RuleOutcome", "RULE_TIERS"]
+           "RobustSetup", "RuleOutcome"]
 
 AGGREGATION_RULES: Registry = Registry("aggregation rule")
 BEHAVIORS: Registry = Registry("device behavior")
-
-# Which protocols aggregate a set of updates together at which tier (what a rule can replace).
-RULE_TIERS: dict[str, tuple[str, ...]] = {"fedavg": ("cloud",), "hierfavg": ("edge", "cloud"), "fedasync": ("cloud",),
-                                          "fedbuff": ("cloud",), "ahfl": ("edge", "cloud"), "fedch": ("edge",)}
-# Protocols that aggregate a buffer / queue of deltas together (a rule applies to the deltas).
-QUEUE_PROTOCOLS = ("fedbuff", "ahfl")
-# Protocols whose aggregations take one update at a time: only an asynchronous screen (Zeno++) applies.
-ASYNC_PROTOCOLS = ("fedasync",)
-
 
 @dataclass
 class RuleOutcome:
@@ -294,24 +285,6 @@ class NormClipRule(RuleConfig):
         return out
 
 
-def expected_inputs(protocol: Any, devices: int, edges: int) -> dict[str, int | None]:
-    """How many updates one aggregation of each tier combines when every selected participant arrives
-    (FedAvg: ``max(⌈C·N⌉, 1)``; HierFAVG: the edge servers at the cloud, ``⌈C·⌊N/E⌋⌉`` at an edge;
-    FedCH: ``⌊N/K⌋`` members per cluster leader; None: unknown)."""
-    import math
-
-    fraction = float(getattr(protocol, "fraction", 1.0))
-    if protocol.name == "fedavg":
-        return {"cloud": min(devices, max(math.ceil(fraction * devices - 1e-9), 1)), "edge": None}
-    if protocol.name == "hierfavg" and edges > 0:
-        per_edge = devices // edges
-        return {"cloud": edges, "edge": max(1, math.ceil(fraction * per_edge - 1e-9))}
-    k = getattr(protocol, "K", None)
-    if protocol.name == "fedch" and isinstance(k, int) and k > 0:  # cluster leaders: ~N/K members each
-        return {"cloud": None, "edge": max(1, devices // k)}
-    return {"cloud": None, "edge": None}
-
-
 def rule_needs_loss(rule: RuleConfig) -> bool:
     """Whether ``rule`` (or the rule it wraps) scores on a validation batch."""
     return bool(type(rule).needs_loss or (isinstance(rule, NormClipRule) and rule.needs_loss_inner))
@@ -443,10 +416,13 @@ class AggregationSection(ConfigModel):
         """The rule of ``tier``."""
         return self.cloud if tier == "cloud" else self.edge  # type: ignore[no-any-return]
 
-    def problems(self, protocol: str, num_edges: int, expected_m: dict[str, int | None]) -> list[Problem]:
-        """Rules only where the protocol aggregates a set of updates; Zeno only at the cloud; sizes fit."""
+    def problems(self, protocol: Any, num_edges: int, expected_m: dict[str, int | None]) -> list[Problem]:
+        """Rules only where ``protocol`` (its config) aggregates a set of updates (its ``rule_tiers``);
+        a screen only where it applies one update at a time; Zeno only at the cloud; sizes fit."""
         problems: list[Problem] = []
-        tiers = RULE_TIERS.get(protocol, ())
+        tiers = protocol.rule_tiers
+        style = protocol.aggregation_style
+        protocol = protocol.name  # for messages
         for tier in ("cloud", "edge"):
             rule = self.at(tier)
             key = f"aggregation.{tier}"
@@ -458,12 +434,12 @@ class AggregationSection(ConfigModel):
                                              f"can replace; tiers it supports: {allowed}", rule.name))
                 continue
             is_async = bool(type(rule).asynchronous)
-            if is_async != (protocol in ASYNC_PROTOCOLS):
+            if is_async != (style == "updates"):
                 problems.append(Problem(key, "zeno_pp screens single asynchronous updates (fedasync only)" if is_async
                                         else f"protocol {protocol!r} applies one update at a time; allowed: zeno_pp",
                                         rule.name))
                 continue
-            if protocol in QUEUE_PROTOCOLS and rule_needs_loss(rule):
+            if style == "queue" and rule_needs_loss(rule):
                 problems.append(Problem(key, f"{protocol}'s {tier} combines deltas of different ages: a rule that "
                                              "scores models on the validation batch (zeno) does not apply", rule.name))
                 continue

@@ -84,6 +84,8 @@ class AHFLConfig(ProtocolConfig):
     """``protocol: {name: ahfl, alpha: 0.6, staleness: {name: polynomial, a: 0.5}, reg: prox, ...}``."""
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
+    rule_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
+    aggregation_style: ClassVar[str] = "queue"
     supports_infra_faults: ClassVar[bool] = True
 
     name: Literal["ahfl"] = "ahfl"
@@ -195,11 +197,11 @@ class AHFL(Protocol):
     def start(self) -> None:
         """Every device pulls the initial model; leader and cloud timers start."""
         for e in self.leaders:
-            self.env.queue_length("edge", e, 0)
+            self.env.tier("edge", e).queue(0)
             for d in self.members[e]:
                 self._send(int(d))
             self.ticks[e] = self.env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
-        self.env.queue_length("cloud", 0, 0)
+        self.env.tier("cloud").queue(0)
         self.env.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
 
     def _send(self, device: int) -> None:
@@ -231,7 +233,7 @@ class AHFL(Protocol):
         queue.append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
                                    float(self._samples.item(device))))
         env = self.env
-        env.queue_length("edge", e, len(queue))
+        env.tier("edge", e).queue(len(queue))
         if not env.stopping:
             self._send(device)
 
@@ -254,12 +256,12 @@ class AHFL(Protocol):
         """Aggregate the leader's queue (if any survives ``max_staleness``) and push the progress."""
         env, e = self.env, event.payload.edge
         queue, self.queue[e] = self.queue[e], []
-        env.queue_length("edge", e, 0)  # applied or dropped, every queued update leaves now
+        env.tier("edge", e).queue(0)  # applied or dropped, every queued update leaves now
         kept = []
         for u in queue:
             tau = self.version[e] - u.version
             if self.cfg.max_staleness is not None and tau > self.cfg.max_staleness:
-                env.drop_update("edge", e, u.device, tau)
+                env.tier("edge", e).drop(u.device, tau)
             else:
                 kept.append((u, tau))
         if kept:
@@ -270,16 +272,9 @@ class AHFL(Protocol):
             coefs = [u.samples / total * alpha * (sig[tau] if tau in sig else sig.setdefault(tau, sigma(tau)))
                      for u, tau in kept]
             deltas = [(c, u.update, u.start) for c, (u, _) in zip(coefs, kept)]
-            robust = env.robust_combine("edge", e, self.model[e], deltas)  # aggregation.edge: a robust rule
-            if robust is not None:
-                self.model[e] = robust
-            elif env.server_optimizer("edge") is None:
-                self.model[e] = env.combine("edge", [(1.0, self.model[e], None)] + deltas)
-            else:  # the queue's weighted delta, stepped by the leader's server optimizer (§5.7)
-                self.model[e] = env.server_step("edge", e, self.model[e], deltas)
             self.version[e] += 1
-            env.record_async_aggregation("edge", e, [u.device for u, _ in kept], coefs, [t for _, t in kept],
-                                         self.version[e], queue_len=len(queue))
+            self.model[e] = env.tier("edge", e).step(self.model[e], deltas, [u.device for u, _ in kept],
+                                                     [t for _, t in kept], self.version[e], len(queue))
             if env.server_up(CLOUD):  # else the progress accumulates, pushed when the cloud is back
                 self._push(e)
         if not env.stopping:
@@ -295,7 +290,7 @@ class AHFL(Protocol):
     def on_leader_upload_done(self, event: Event) -> None:
         """A leader's progress reached the cloud queue."""
         self.cloud_queue.append(self.pushes.pop(event.payload.push))
-        self.env.queue_length("cloud", 0, len(self.cloud_queue))
+        self.env.tier("cloud").queue(len(self.cloud_queue))
 
     def on_leader_download_done(self, event: Event) -> None:
         """A new global model reached the leader: rebase the unpushed progress on it."""
@@ -305,7 +300,7 @@ class AHFL(Protocol):
             self._recovered(e, w, g)
             return
         if self.model[e] is not self.last[e]:
-            self.model[e] = self.env.combine("edge", [(1.0, w, None), (1.0, self.model[e], self.last[e])])
+            self.model[e] = self.env.tier("edge", e).combine([(1.0, w, None), (1.0, self.model[e], self.last[e])])
         else:
             self.model[e] = w
         self.last[e] = w
@@ -316,27 +311,20 @@ class AHFL(Protocol):
         """Apply the cloud queue in arrival order and broadcast the new global model."""
         env = self.env
         queue, self.cloud_queue = self.cloud_queue, []
-        env.queue_length("cloud", 0, 0)
+        env.tier("cloud").queue(0)
         kept = []
         for u in queue:
             tau = self.cloud_version - u.version
             if self.cfg.max_staleness is not None and tau > self.cfg.max_staleness:
-                env.drop_update("cloud", 0, u.leader, tau)
+                env.tier("cloud").drop(u.leader, tau)
             else:
                 kept.append((u, tau))
         if kept:
             coefs = [self.cfg.alpha * self.sigma(tau) * self.share[u.leader] for u, tau in kept]
             deltas = [(c, u.new, u.last) for c, (u, _) in zip(coefs, kept)]
-            robust = env.robust_combine("cloud", 0, env.global_model, deltas)  # aggregation.cloud: a robust rule
-            if robust is not None:
-                env.set_global(robust)
-            elif env.server_optimizer("cloud") is None:
-                env.set_global(env.combine("cloud", [(1.0, env.global_model, None)] + deltas))
-            else:
-                env.set_global(env.server_step("cloud", 0, env.global_model, deltas))
             self.cloud_version += 1
-            env.record_async_aggregation("cloud", 0, [u.leader for u, _ in kept], coefs, [t for _, t in kept],
-                                         self.cloud_version, queue_len=len(queue), source="edge")
+            env.set_global(env.tier("cloud").step(env.global_model, deltas, [u.leader for u, _ in kept],
+                                                  [t for _, t in kept], self.cloud_version, len(queue), source="edge"))
             if not env.stopping and env.server_up(CLOUD):  # else sent when the cloud is back
                 for e in self.leaders:
                     if self.down and (e in self.down or e in self.recovering):
@@ -364,7 +352,7 @@ class AHFL(Protocol):
             env.cancel(tick)
         updates = len(self.queue[e]) + count_lost(down.lost, ("upload_done", "leader_upload_done"))
         self.queue[e] = []
-        env.queue_length("edge", e, 0)
+        env.tier("edge", e).queue(0)
         for kind, msg in down.lost:
             if kind == "leader_upload_done":
                 self.pushes.pop(msg.push, None)

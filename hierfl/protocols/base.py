@@ -57,6 +57,19 @@ class ProtocolConfig(ConfigModel):
     # why its decisions (selections, clusters) depend on the trained models' values, if they do:
     # timing only (`training.trainer: none`) could then not reproduce a training run's times
     decides_on_models: ClassVar[str | None] = None
+    # the tiers where it aggregates a set of updates together, which an `aggregation.<tier>` rule can
+    # replace (the edge tier: edge servers, cluster leaders)
+    rule_tiers: ClassVar[tuple[str, ...]] = ()
+    # how those aggregations take their inputs: "round" (a synchronous round adds updates, then
+    # commits), "queue" (a buffer or queue of deltas of different ages steps the model), "updates"
+    # (one update at a time: only an asynchronous screen applies), "models" (it averages models it
+    # gathered itself)
+    aggregation_style: ClassVar[str] = "round"
+
+    def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
+        """How many updates one aggregation of each tier combines when every selected participant
+        arrives (None: unknown); robust rules check their parameters against it at load time."""
+        return {"cloud": None, "edge": None}
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""

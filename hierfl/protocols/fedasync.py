@@ -59,6 +59,8 @@ class FedAsyncConfig(ProtocolConfig):
     """``protocol: {name: fedasync, alpha: 0.6, staleness: {name: polynomial, a: 0.5}, rho: 0.005}``."""
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    aggregation_style: ClassVar[str] = "updates"
 
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
@@ -181,7 +183,7 @@ class FlatAsync(Protocol):
         self._idle(device)
         tau = self.version - start_version
         if self.max_staleness is not None and tau > self.max_staleness:
-            env.drop_update("cloud", 0, device, tau)
+            env.tier("cloud").drop(device, tau)
         else:
             self.apply(device, update, start_model, tau)
         if not env.stopping:
@@ -239,12 +241,10 @@ class FedAsync(FlatAsync):
         """The FedAsync server step (one update at a time, in arrival order)."""
         env = self.env
         a = self.cfg.alpha * self.sigma(tau)
-        if env.server_optimizer("cloud") is None:
-            new = env.combine("cloud", [(1.0 - a, env.global_model, None), (a, update, None)])
-        else:  # the same mix as a delta, Δ = α_t (x_new − x), stepped by the server optimizer (§5.7)
-            new = env.server_step("cloud", 0, env.global_model, [(a, update, env.global_model)])
-        if not env.screen_update("cloud", env.global_model, new, update, device):
+        # the mix (1 − α_t)·x + α_t·x_new as a step x + α_t·(x_new − x) (a server optimizer steps with it)
+        new = env.tier("cloud").step(env.global_model, [(a, update, env.global_model)], [device], [tau],
+                                     self.version + 1, 1)
+        if new is None:
             return  # rejected by the cloud's screen (aggregation.cloud: zeno_pp): dropped and counted
         self.version += 1
         env.set_global(new)
-        env.record_async_aggregation("cloud", 0, [device], [a], [tau], self.version, queue_len=1)

@@ -263,20 +263,21 @@ class FedAT(Protocol):
             env.telemetry.record(RoundEmpty({"tier": m, "round": t.round}))
         else:
             samples = env.world.samples
-            t.model = env.average([t.models[d] for d in arrived], [float(samples[d]) for d in arrived])
+            t.model = env.tier("edge", m).average([t.models[d] for d in arrived], [float(samples[d]) for d in arrived])
             t.models = {}
             t.count += 1
             weights = self.tier_weights()
-            env.edge_aggregated(("cloud", 0), m, arrived, {"tier": m, "participants": list(arrived)},
-                                {"tier": m, "round": t.round, "ids": list(arrived),
-                                 "tier_weights": weights, "tier_updates": [x.count for x in self.tiers]})
+            env.tier("edge", m).aggregated(arrived, {"tier": m, "participants": list(arrived)},
+                                           {"tier": m, "round": t.round, "ids": list(arrived),
+                                            "tier_weights": weights, "tier_updates": [x.count for x in self.tiers]},
+                                           lane=("cloud", 0))
             terms = [(w, x.model if x.model is not None else self.initial, None)
                      for w, x in zip(weights, self.tiers) if w > 0]
-            env.set_global(env.combine("cloud", terms))
+            cloud = env.tier("cloud")
+            env.set_global(cloud.combine(terms))
             tau = self.version - t.start_version
             self.version += 1
-            env.record_async_aggregation("cloud", 0, [m], [weights[m]], [tau], self.version, queue_len=1,
-                                         source="edge")
+            cloud.applied([m], [weights[m]], [tau], self.version, 1, source="edge")
         if not env.stopping:
             self._begin_round(m)
 

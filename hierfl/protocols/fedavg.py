@@ -50,11 +50,16 @@ class FedAvgConfig(ProtocolConfig):
     control_variates: ClassVar[bool] = True
 
     has_barriers: ClassVar[bool] = True
+    rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
     weighting: Literal["samples", "uniform"] = Field(
         default="samples", description="cloud average weighted by sample count (McMahan et al.) or uniform "
                                        "(Reddi et al.'s FedOpt average, ALGORITHMS.md §5.7)")
+
+    def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
+        """``max(⌈C·N⌉, 1)`` updates at the cloud."""
+        return {"cloud": min(devices, max(math.ceil(self.fraction * devices - 1e-9), 1)), "edge": None}
 
     def create(self, env: Env) -> FedAvg:
         """A FedAvg run."""
@@ -130,7 +135,7 @@ class FedAvg(Protocol):
         device = event.payload.device
         self.arrived.add(device)
         weight = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
-        env.add_to_cloud(self.jobs.pop(device).params, weight, env.control_coef(device))
+        env.tier("cloud").add(self.jobs.pop(device).params, weight, env.control_coef(device))
         self.barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -144,7 +149,7 @@ class FedAvg(Protocol):
     def _close(self, arrived: list[int]) -> None:
         env = self.env
         if arrived:
-            env.set_global(env.commit_cloud(participants=sorted(arrived), base=self.round_model))
+            env.set_global(env.tier("cloud").commit(sorted(arrived), base=self.round_model))
         else:
             env.telemetry.record(RoundEmpty({"round": self.round}))
         self.round += 1

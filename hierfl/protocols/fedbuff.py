@@ -36,6 +36,8 @@ class FedBuffConfig(ProtocolConfig):
     """``protocol: {name: fedbuff, K: 10, concurrency: 100, server_lr: 1.0}``."""
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    aggregation_style: ClassVar[str] = "queue"
 
     name: Literal["fedbuff"] = "fedbuff"
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
@@ -80,7 +82,7 @@ class FedBuff(FlatAsync):
 
     def start(self) -> None:
         """The buffer starts empty; then the first ``concurrency`` devices get the model."""
-        self.env.queue_length("cloud", 0, 0)
+        self.env.tier("cloud").queue(0)
         super().start()
 
     def excluded(self) -> set[int]:
@@ -95,24 +97,19 @@ class FedBuff(FlatAsync):
         (``fedavg``, η = 1) that is plain server SGD ``x + server_lr · Σ s(τ_i)Δ_i / K``.
         """
         self.buffer.append((device, self.sigma(tau) / self.norm, update, start_model, tau))
-        self.env.queue_length("cloud", 0, len(self.buffer))
+        self.env.tier("cloud").queue(len(self.buffer))
         if len(self.buffer) < self.cfg.K:
             return
         env = self.env
         scale = self.cfg.server_lr / self.cfg.K
         coefs = [scale * s for _, s, _, _, _ in self.buffer]
         deltas = [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, self.buffer)]
-        new = env.robust_combine("cloud", 0, env.global_model, deltas)  # aggregation.cloud: a robust rule
-        if new is None and env.server_optimizer("cloud") is None:
-            new = env.combine("cloud", [(1.0, env.global_model, None)] + deltas)
-        elif new is None:
-            new = env.server_step("cloud", 0, env.global_model, deltas)
         self.version += 1
-        env.set_global(new)
-        env.record_async_aggregation("cloud", 0, [d for d, *_ in self.buffer], coefs,
-                                     [t for *_, t in self.buffer], self.version, queue_len=len(self.buffer))
+        cloud = env.tier("cloud")
+        env.set_global(cloud.step(env.global_model, deltas, [d for d, *_ in self.buffer],
+                                  [t for *_, t in self.buffer], self.version, len(self.buffer)))
         self.buffer = []
-        env.queue_length("cloud", 0, 0)
+        cloud.queue(0)
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the buffer."""

@@ -208,7 +208,8 @@ class FedHiSyn(Protocol):
         elif self.cfg.arrival_policy == "latest":
             self.model[device] = arrived[-1]
         else:
-            self.model[device] = env.average([job.params, *arrived], [1.0] * (1 + len(arrived)))
+            # a device mixes what came round the ring with its own model (a device-tier aggregation)
+            self.model[device] = env.tier("device", device).average([job.params, *arrived], [1.0] * (1 + len(arrived)))
         self._next_unit(device)
 
     def on_ring_arrival(self, event: Event) -> None:
@@ -246,7 +247,7 @@ class FedHiSyn(Protocol):
     def on_upload_done(self, event: Event) -> None:
         """A last trained model reached the cloud: fold it in."""
         device = event.payload.device
-        self.env.add_to_cloud(self.last[device], self.weight(device))
+        self.env.tier("cloud").add(self.last[device], self.weight(device))
         self.submitters.append(device)
         self._report(device)
 
@@ -257,7 +258,7 @@ class FedHiSyn(Protocol):
             return
         env = self.env
         # T >= the fastest unit (checked at start), so there is always a submitter
-        env.set_global(env.commit_cloud(participants=sorted(self.submitters), base=self.round_model))
+        env.set_global(env.tier("cloud").commit(sorted(self.submitters), base=self.round_model))
         self.round += 1
         if not env.stopping:
             self._begin_round()

@@ -66,6 +66,7 @@ class HierFAVGConfig(ProtocolConfig):
     supports_infra_faults: ClassVar[bool] = True
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
+    rule_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
     control_variates: ClassVar[bool] = True
 
     name: Literal["hierfavg"] = "hierfavg"
@@ -78,6 +79,12 @@ class HierFAVGConfig(ProtocolConfig):
         if (scenario.topology.edge_servers or 0) < 1:
             return [Problem("topology.edge_servers", "hierfavg needs at least 1 edge server", 0)]
         return []
+
+    def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
+        """The edge servers at the cloud, ``⌈C·⌊N/E⌋⌉`` devices at an edge."""
+        if edges <= 0:
+            return {"cloud": None, "edge": None}
+        return {"cloud": edges, "edge": max(1, math.ceil(self.fraction * (devices // edges) - 1e-9))}
 
     def create(self, env: Env) -> HierFAVG:
         """A HierFAVG run."""
@@ -173,7 +180,7 @@ class HierFAVG(Protocol):
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
         env = self.env
         device, edge = event.payload.device, event.payload.edge
-        env.add_to_edge(edge, self.jobs.pop(device).params, float(env.world.samples[device]), env.control_coef(device))
+        env.tier("edge", edge).add(self.jobs.pop(device).params, float(env.world.samples[device]), env.control_coef(device))
         self.barrier[edge].arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -202,8 +209,8 @@ class HierFAVG(Protocol):
             upload = False
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
-            self.edge_model[edge] = env.commit_edge(edge, participants=sorted(arrived), base=self.edge_start[edge],
-                                                    pack_control=upload and env.control_variates)
+            self.edge_model[edge] = env.tier("edge", edge).commit(sorted(arrived), base=self.edge_start[edge],
+                                                                  pack_control=upload and env.control_variates)
         self.edge_round[edge] += 1
         if upload:
             self.owed.discard(edge)
@@ -236,7 +243,7 @@ class HierFAVG(Protocol):
         if barrier is not None and not barrier.closed:
             wasted = barrier.abort()
             if barrier.arrived:  # discard what the aborted round had folded in (nothing to discard: no-op)
-                env.discard_edge(edge)
+                env.tier("edge", edge).discard()
         return wasted
 
     def on_edge_upload_done(self, event: Event) -> None:
@@ -244,14 +251,14 @@ class HierFAVG(Protocol):
         env = self.env
         edge = event.payload.edge
         self.uploading.pop(edge, None)
-        env.add_to_cloud(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.control_variates else None)
+        env.tier("cloud").add(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.control_variates else None)
         assert self.cloud_barrier is not None
         self.cloud_barrier.arrive(edge)
 
     def _close_cloud_round(self, arrived: list[int]) -> None:
         env = self.env
         if arrived:
-            env.set_global(env.commit_cloud(participants=sorted(arrived), tier="edge", base=env.global_model))
+            env.set_global(env.tier("cloud").commit(sorted(arrived), base=env.global_model, source="edge"))
         self.cloud_round += 1
         if env.stopping:
             return
@@ -314,7 +321,7 @@ class HierFAVG(Protocol):
             updates += len(barrier.arrived)  # folded into its partial aggregation
             wasted = barrier.abort(stragglers=False)  # withdraws the jobs still training for it
             if barrier.arrived:
-                env.discard_edge(edge)
+                env.tier("edge", edge).discard()
         self.edge_model[edge] = None
         record_loss(env, ("edge", edge), updates, wasted, round=self.edge_round[edge], on_edge_fail=down.on_edge_fail)
         if down.on_edge_fail == "reattach":

@@ -253,8 +253,8 @@ class WSCC(Protocol):
             for c, members in enumerate(self.members):
                 got = [d for d in members if d in self.updates]
                 if got:
-                    self.models[c] = env.average([self.updates[d] for d in got],
-                                                 [float(env.world.samples[d]) for d in got])
+                    self.models[c] = env.tier("cloud").average([self.updates[d] for d in got],
+                                                               [float(env.world.samples[d]) for d in got])
                     self.at_edge.discard(c)  # (a relay round) the new model is at the cloud: sent down next round
             if self.cfg.recluster_every and self.round % self.cfg.recluster_every == 0 and len(self.updates) > 1:
                 self._recluster()
@@ -272,8 +272,9 @@ class WSCC(Protocol):
             if not got:  # every chosen member dropped: the cluster model stays as it was
                 continue
             e = self.cluster_edge[c]
-            self.models[c] = env.average([self.updates[d] for d in got], [float(env.world.samples[d]) for d in got])
-            env.edge_aggregated(("edge", e), e, got, {"participants": got, "cluster": c}, {"cluster": c})
+            server = env.tier("edge", e)
+            self.models[c] = server.average([self.updates[d] for d in got], [float(env.world.samples[d]) for d in got])
+            server.aggregated(got, {"participants": got, "cluster": c}, {"cluster": c})
             self.rising.add(c)
             env.send(("edge", e), ("cloud", 0), "cluster_upload_done", ClusterEdge(self.round, c, e), "upload")
         if len(self.closed) == len(self.plan) and not self.rising:
@@ -288,8 +289,8 @@ class WSCC(Protocol):
         """Re-cluster on this round's deltas from the models their clusters started the round with."""
         env = self.env
         devices = sorted(self.updates)
-        deltas = [env.combine("cloud", [(1.0, self.updates[d], self.round_models[int(self.cluster_of[d])])])
-                  for d in devices]
+        cloud = env.tier("cloud")
+        deltas = [cloud.combine([(1.0, self.updates[d], self.round_models[int(self.cluster_of[d])])]) for d in devices]
         self._cluster_from(env.similarity(deltas, None), devices, "recluster")
 
     def _cluster_from(self, sim: np.ndarray, devices: list[int], reason: str) -> None:
@@ -313,7 +314,8 @@ class WSCC(Protocol):
         for c, group in enumerate(members):
             self.cluster_of[group] = c
             got = [d for d in group if d in self.updates]  # every cluster has an AP member with an update
-            self.models.append(env.average([self.updates[d] for d in got], [float(env.world.samples[d]) for d in got]))
+            self.models.append(env.tier("cloud").average([self.updates[d] for d in got],
+                                                         [float(env.world.samples[d]) for d in got]))
         env.telemetry.clusters(ClustersRecord(
             env.now, reason, "wscc", [list(map(int, g)) for g in members], [f"cluster {c}" for c in range(len(members))],
             tail={"exemplars": [devices[i] for i in result.exemplars], "fallback": result.fallback,
@@ -326,9 +328,10 @@ class WSCC(Protocol):
         """The cloud's model: the sample-weighted average of the cluster models (one cloud aggregation).
         ``tier="edge"``: the updates were aggregated (and counted) at the edge servers."""
         env = self.env
+        cloud = env.tier("cloud")
         for c, group in enumerate(self.members):
-            env.add_to_cloud(self.models[c], float(sum(int(env.world.samples[d]) for d in group)))
-        env.set_global(env.commit_cloud(participants=sorted(self.updates), tier=tier))
+            cloud.add(self.models[c], float(sum(int(env.world.samples[d]) for d in group)))
+        env.set_global(cloud.commit(sorted(self.updates), source=tier))
         self.round += 1
         if not env.stopping:
             self._begin()

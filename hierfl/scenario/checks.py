@@ -104,14 +104,12 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
 
 def _robust_checks(scenario: Scenario) -> list[Problem]:
     """``aggregation:`` fits the protocol and the number of updates each of its aggregations combines."""
-    from hierfl.learn.robust import expected_inputs
-
     agg = scenario.aggregation
     if agg.default:
         return []
     edges = scenario.topology.edge_servers or 0
-    return agg.problems(scenario.protocol.name, edges, expected_inputs(scenario.protocol, scenario.devices.count,
-                                                                         edges))
+    protocol = scenario.protocol
+    return agg.problems(protocol, edges, protocol.expected_inputs(scenario.devices.count, edges))
 
 
 def _energy_checks(scenario: Scenario) -> list[Problem]:

@@ -68,7 +68,7 @@ class Reclustering:
                 env.cancel(c.waiting)
                 c.waiting = None
         for up in st.arrived:  # arrived this instant, not applied before the CLU
-            env.drop_update("cloud", 0, up.cid, st.version - up.version)
+            env.tier("cloud").drop(up.cid, st.version - up.version)
         st.arrived = []
         st.sent.clear()
         return wasted

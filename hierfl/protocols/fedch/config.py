@@ -41,6 +41,8 @@ class FedCHConfig(ProtocolConfig):
 
     # a cluster round is a synchronous barrier: `straggler:` policies apply to it
     has_barriers: ClassVar[bool] = True
+    rule_tiers: ClassVar[tuple[str, ...]] = ("edge",)  # its cluster leaders
+    aggregation_style: ClassVar[str] = "models"
     # edge_fail / cloud_fail: with edge-server leaders (the events' own checks refuse a scenario without edge servers)
     supports_infra_faults: ClassVar[bool] = True
     name: Literal["fedch"] = "fedch"
@@ -131,6 +133,11 @@ class FedCHConfig(ProtocolConfig):
                 problems.append(Problem("protocol.alpha_init", "fraction gives α = (K−1)/N = 0 with K = 1, so the "
                                         "cloud would never learn; allowed: one_minus, or K >= 2", self.alpha_init))
         return problems
+
+    def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
+        """About ``⌊N/K⌋`` members per cluster leader (unknown with ``K: auto``)."""
+        k = self.K
+        return {"cloud": None, "edge": max(1, devices // k) if isinstance(k, int) and k > 0 else None}
 
     def create(self, env: Env) -> FedCH:
         """A FedCH run."""

@@ -271,18 +271,17 @@ class FedCH(Protocol):
         flag, c.flag = flag or c.flag, False
         samples = env.world.samples
         members, weights = [c.models[d] for d in arrived], [float(samples[d]) for d in arrived]
-        model = env.robust_average("edge", c.cid, members, weights, base=c.model)  # aggregation.edge: a rule
-        if model is None:
-            model = env.average(members, weights)
+        leader = env.tier("edge", c.cid)
+        model = leader.average(members, weights, base=c.model)  # or the aggregation.edge rule
         c.models = {}
         c.local = model
         assert c.barrier is not None
         missing = len(c.barrier.selected) - len(arrived)
-        # the cluster model was formed here (a plain average), so the env only accounts for it
-        env.edge_aggregated(lane, c.cid, arrived,
-                            {"cluster": c.cid, "participants": list(arrived), "round_s": round_s, "straggler": flag},
-                            {"cluster": c.cid, "leader": c.leader, "ids": list(arrived), "round_s": round_s,
-                             "straggler": flag, "missing": missing})
+        # the cluster model was formed here, so the leader only accounts for it
+        leader.aggregated(arrived,
+                          {"cluster": c.cid, "participants": list(arrived), "round_s": round_s, "straggler": flag},
+                          {"cluster": c.cid, "leader": c.leader, "ids": list(arrived), "round_s": round_s,
+                           "straggler": flag, "missing": missing}, lane=lane)
         if not env.server_up(CLOUD):  # the cloud is away: keep aggregating from this model (flag rides along)
             c.model, c.flag = model, flag
             if not env.stopping:
@@ -300,7 +299,7 @@ class FedCH(Protocol):
         up = st.cluster_models.pop((msg.gen, msg.cluster, msg.round))
         if msg.gen != st.generation:
             # uploaded by a cluster of an older construction: discarded (ALGORITHMS.md §2.5 [D])
-            self.env.drop_update("cloud", 0, up.cid, st.version - up.version)
+            self.env.tier("cloud").drop(up.cid, st.version - up.version)
             return
         if not st.arrived:
             self.env.schedule(0.0, "cloud_apply", Timer(), Priority.AGGREGATE)
@@ -314,16 +313,16 @@ class FedCH(Protocol):
         for i, up in enumerate(batch):
             tau = st.version - up.version
             a_tau = st.alpha * self.cfg.sigma(tau)  # α·fedch(a, b)(τ) unless `staleness:` names another σ
-            env.set_global(env.combine("cloud", [(1.0 - a_tau, env.global_model, None), (a_tau, up.model, None)]))
+            cloud = env.tier("cloud")
+            env.set_global(cloud.combine([(1.0 - a_tau, env.global_model, None), (a_tau, up.model, None)]))
             st.version += 1
-            env.record_async_aggregation("cloud", 0, [up.cid], [a_tau], [tau], st.version,
-                                         queue_len=len(batch) - i, source="edge")
+            cloud.applied([up.cid], [a_tau], [tau], st.version, len(batch) - i, source="edge")
             fire = st.policy.aggregation_applied(up.cid, up.flag)
             if env.stopping:
                 return
             if fire:
                 for late in batch[i + 1:]:  # same instant, but after the re-clustering decision
-                    env.drop_update("cloud", 0, late.cid, st.version - late.version)
+                    env.tier("cloud").drop(late.cid, st.version - late.version)
                 self.faults.reclustered()
                 self.churn.recluster(st.policy.reason, st.policy.state())
                 return
