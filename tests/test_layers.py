@@ -189,3 +189,37 @@ def test_protocols_driver_and_local_executor_import_without_ray():
             "print(' '.join(sorted(sys.modules)))")
     mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert "ray" not in mods
+
+
+def _protocol_names() -> set[str]:
+    from hierfl.protocols.base import PROTOCOLS
+
+    return set(PROTOCOLS.names())
+
+
+def _strings(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return {s for elt in node.elts for s in _strings(elt)}
+    return set()
+
+
+@pytest.mark.parametrize("layer", ["learn", "driver", "runtime"])
+def test_no_protocol_name_branches_or_tables_below_the_protocols(layer):
+    # behaviour is a hook on the protocol's config (rule_tiers, aggregation_style, expected_inputs),
+    # never a check of its name: a new protocol is one file, with no table to extend elsewhere
+    names, bad = _protocol_names(), []
+    for path in sorted((ROOT / layer).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                text = ast.unparse(node)
+                consts = _strings(node.left).union(*(_strings(c) for c in node.comparators))
+                if consts & names and "protocol" in text:
+                    bad.append(f"{path.name}:{node.lineno}: {text}")
+            elif isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+                if len(keys & names) >= 2:
+                    bad.append(f"{path.name}:{node.lineno}: a table keyed by protocol names")
+    assert not bad, "\n".join(bad)
