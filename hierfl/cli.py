@@ -1,4 +1,4 @@
-"""``hierfl`` command line: run, resume, validate, plot, timeline, sweep, table, schema, data.
+"""``hierfl`` command line: run, resume, validate, plot, timeline, report, sweep, table, schema, data.
 
 User mistakes (bad scenario, missing file, bad ``--set``) print every problem without a
 traceback and exit with status 2.
@@ -255,6 +255,18 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from hierfl.viz.report import write_report
+
+    try:
+        path = write_report(args.dir, args.output, max_devices=args.max_devices, group_by=args.group_by)
+    except (OSError, ValueError) as exc:  # RunReadError is a ValueError: not a run, damaged files
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(path)
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from hierfl.sweep.run import run_sweep
 
@@ -430,6 +442,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--max-devices", type=int, default=40, help="device lanes to draw (default 40)")
     t.add_argument("--t-max", type=float, help="last virtual second to draw")
     t.set_defaults(func=_cmd_timeline)
+
+    rp = sub.add_parser("report", help="one self-contained HTML page of a run or a sweep directory (charts, "
+                                       "hierarchy, timeline, per-device tables, the scenario)")
+    rp.add_argument("dir", metavar="RUN_DIR|SWEEP_DIR", help="a run directory or a sweep directory")
+    rp.add_argument("-o", "--output", help="the HTML file to write (default DIR/report.html)")
+    rp.add_argument("--max-devices", type=int, default=48,
+                    help="device lanes drawn in a run's timeline, taken evenly from every group (default 48)")
+    rp.add_argument("--group-by", metavar="KEY.PATH",
+                    help="a sweep: group trials by this scenario key (default: the grid point)")
+    rp.set_defaults(func=_cmd_report)
     return p
 
 
