@@ -86,6 +86,7 @@ _JS = """
       rows.forEach(function(r){body.appendChild(r);});
     });});
   });
+  document.documentElement.setAttribute('data-js','ok');
 })();
 """
 
@@ -211,9 +212,12 @@ def _curve_figure(series: list[tuple[str, np.ndarray, np.ndarray, np.ndarray | N
     return _svg(fig)
 
 
-def _charts(figures: list[tuple[str, str]]) -> str:
+def _charts(figures: list[tuple[str, str]], bands: list[int] | None = None) -> str:
+    """Figures in a grid; ``bands`` (per figure) says how many series have a band (``data-bands``)."""
+    bands = bands or [0] * len(figures)
     return '<div class="charts">' + "".join(
-        f'<figure class="chart">{svg}<figcaption>{_esc(cap)}</figcaption></figure>' for cap, svg in figures) + "</div>"
+        f'<figure class="chart" data-bands="{b}">{svg}<figcaption>{_esc(cap)}</figcaption></figure>'
+        for (cap, svg), b in zip(figures, bands)) + "</div>"
 
 
 # -- a run ----------------------------------------------------------------------------------------------
@@ -625,6 +629,7 @@ def sweep_report_html(sweep_dir: Path, out: Path, group_by: str | None = None) -
     target = next(iter(targets)) if len(targets) == 1 else None
 
     figures = []
+    band_counts = []
     for m in dict.fromkeys([metric, "accuracy", "loss"]):
         for x in ("time", "round"):
             series = []
@@ -637,7 +642,8 @@ def sweep_report_html(sweep_dir: Path, out: Path, group_by: str | None = None) -
                 where = "emulated time" if x == "time" else "cloud rounds"
                 figures.append((f"{m} against {where}: mean over seeds, band from min to max",
                                 _curve_figure(series, m, x, target)))
-    curves = _charts(figures) if figures else '<p class="note">No trial has evaluated yet.</p>'
+                band_counts.append(sum(lo is not None for _, _, _, lo, _ in series))
+    curves = _charts(figures, band_counts) if figures else '<p class="note">No trial has evaluated yet.</p>'
 
     table_rows = sweep_table(sweep_dir, group_by=group_by, metric=metric)
     cols = list(table_rows[0]) if table_rows else []
