@@ -510,7 +510,25 @@ def _summary_cards(s: dict[str, Any], n_devices: int) -> str:
     if totals:
         out += ('<p class="note">Totals over the run (summary.json):</p>'
                 + _table(list(totals), [totals], "totals-table"))
-    extra = {k: s[k] for k in ("staleness", "energy", "queues", "robustness", "warnings", "error") if k in s}
+    staleness = s.get("staleness") if isinstance(s.get("staleness"), dict) else {}
+    figures = []
+    for tier, st in staleness.items():
+        hist = st.get("histogram") if isinstance(st, dict) else None
+        if not hist:
+            continue
+        from hierfl.viz.plot import new_figure
+
+        fig = new_figure(6.4, 2.8)
+        ax = fig.add_subplot()
+        ax.bar([int(k) for k in hist], list(hist.values()), width=1.0, color="tab:purple")
+        ax.set_xlabel("staleness τ (versions behind)")
+        ax.set_ylabel("applied updates")
+        ax.grid(True, axis="y", alpha=0.3)
+        figures.append((f"staleness of the updates applied at the {tier}: mean {_fmt(st.get('mean'))}, "
+                        f"max {_fmt(st.get('max'))}, {_fmt(st.get('count'))} updates", _svg(fig)))
+    if figures:
+        out += _charts(figures)
+    extra = {k: s[k] for k in ("energy", "queues", "robustness", "warnings", "error") if k in s}
     if extra:
         out += f"<pre>{_esc(yaml.safe_dump(extra, sort_keys=False, width=110))}</pre>"
     return out
