@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -41,7 +42,7 @@ def _is_sweep_file(path: str) -> bool:
         return False
 
 
-def _built_checks(scenario, source: str, prefix: str = ""):  # noqa: ANN001, ANN202 - Scenario -> Built
+def _built_checks(scenario: Any, source: str, prefix: str = "") -> Any:
     """Generate the data and model of ``scenario`` and run the checks that need them (``--build``)."""
     from hierfl.build import build
     from hierfl.config.errors import ConfigError, Problem
@@ -56,7 +57,7 @@ def _built_checks(scenario, source: str, prefix: str = ""):  # noqa: ANN001, ANN
     return built
 
 
-def _describe(scenario, built) -> str:  # noqa: ANN001 - Scenario, Built | None
+def _describe(scenario: Any, built: Any) -> str:
     return (f"{scenario.name}: protocol {scenario.protocol.name}, "
             f"{scenario.devices.count} devices, {scenario.topology.edge_servers} edge servers, "
             f"dataset {scenario.data.dataset.name}/{scenario.data.partition.name}, model {scenario.model.name}"

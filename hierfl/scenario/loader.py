@@ -12,7 +12,7 @@ import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union, get_args
+from typing import Any, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -92,7 +92,7 @@ def load_raw(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return deep_merge(merged, data)
 
 
-Overrides = Union[Sequence[str], Mapping[str, Any]]
+Overrides = Sequence[str] | Mapping[str, Any]
 """What ``overrides`` takes: ``KEY.PATH=VALUE`` strings (as ``--set``), or a mapping key path -> Python value."""
 
 _ACCEPTED_OVERRIDES = ("a mapping {'key.path': value} (e.g. {'stop.virtual_time_s': 10}) or a list of "

@@ -31,9 +31,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-from hierfl.viz.runs import RunReadError, eval_series, read_metrics, read_summary, read_trace
+from hierfl.viz.runs import (
+    RunReadError,
+    eval_series,
+    read_metrics,
+    read_summary,
+    read_trace,
+)
 
-__all__ = ["write_report", "run_report_html", "sweep_report_html", "device_groups"]
+__all__ = ["device_groups", "run_report_html", "sweep_report_html", "write_report"]
 
 _CSS = """
 :root{--fg:#1d2430;--muted:#5b6576;--line:#d9dee6;--bg:#fff;--soft:#f4f6f9;--accent:#2b6cb0}
@@ -524,8 +530,9 @@ def _summary_cards(s: dict[str, Any], n_devices: int) -> str:
         ax.set_xlabel("staleness τ (versions behind)")
         ax.set_ylabel("applied updates")
         ax.grid(True, axis="y", alpha=0.3)
-        figures.append((f"staleness of the updates applied at the {tier}: mean {_fmt(st.get('mean'))}, "
-                        f"max {_fmt(st.get('max'))}, {_fmt(st.get('count'))} updates", _svg(fig)))
+        caption = (f"staleness of the updates applied at the {tier}: mean {_fmt(st.get('mean'))}, "
+                   f"max {_fmt(st.get('max'))}, {_fmt(st.get('count'))} updates")
+        figures.append((caption, _svg(fig)))
     if figures:
         out += _charts(figures)
     extra = {k: s[k] for k in ("energy", "queues", "robustness", "warnings", "error") if k in s}
