@@ -1,7 +1,7 @@
 """The Python API: ``hierfl.run``, ``hierfl.load_run`` and ``hierfl.sweep``, with pandas data frames.
 
 >>> import hierfl
->>> r = hierfl.run("scenarios/quickstart.yaml", overrides=["stop.rounds=3"], seed=1)
+>>> r = hierfl.run("scenarios/quickstart.yaml", overrides={"stop.rounds": 3}, seed=1)
 >>> r.summary["final_accuracy"], r.evals[["t", "accuracy"]].tail(1)
 
 A run made here is the same run as ``hierfl run`` (same loader, same driver, same files); without
@@ -23,6 +23,7 @@ from hierfl.config.errors import ConfigError, Problem
 if TYPE_CHECKING:
     import pandas as pd
 
+    from hierfl.scenario.loader import Overrides
     from hierfl.scenario.schema import Scenario
 
 __all__ = ["RunResultFrames", "run", "load_run", "sweep", "load_sweep"]
@@ -96,14 +97,14 @@ def load_run(run_dir: str | Path) -> RunResultFrames:
                            _clusters_frame(run_dir))
 
 
-def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: list[str] | tuple[str, ...],
+def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides | None,
               seed: int | None) -> tuple[Scenario, str | None]:
     """Load a path, a raw mapping or a :class:`Scenario`, then apply ``overrides`` and ``seed``."""
     from hierfl.scenario.loader import apply_overrides, load_scenario, validate_raw
     from hierfl.scenario.schema import Scenario
 
     if isinstance(scenario, (str, Path)):
-        return load_scenario(scenario, list(overrides), seed=seed), str(scenario)
+        return load_scenario(scenario, overrides, seed=seed), str(scenario)
     if isinstance(scenario, Scenario):
         raw = scenario.model_dump(mode="json")
     elif isinstance(scenario, dict):
@@ -111,14 +112,14 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: list[
     else:
         raise ConfigError([Problem("", "expected a scenario file path, a mapping or a Scenario",
                                    type(scenario).__name__)], "hierfl.run")
-    raw = apply_overrides(raw, list(overrides))
+    raw = apply_overrides(raw, overrides)
     if seed is not None:
         raw["seed"] = seed
     raw.setdefault("name", "run")
     return validate_raw(raw), None
 
 
-def run(scenario: str | Path | dict[str, Any] | Scenario, overrides: list[str] | tuple[str, ...] = (),
+def run(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides | None = (),
         seed: int | None = None, out: str | Path | None = None) -> RunResultFrames:
     """Run a scenario and return its summary and frames.
 
@@ -127,8 +128,11 @@ def run(scenario: str | Path | dict[str, Any] | Scenario, overrides: list[str] |
     scenario : path, mapping or Scenario
         A scenario YAML (``extends`` resolved relative to it), a raw mapping as YAML would give,
         or a validated :class:`~hierfl.scenario.schema.Scenario`.
-    overrides : sequence of str
-        ``KEY.PATH=VALUE`` strings, exactly as ``--set`` takes them.
+    overrides : mapping or sequence of str
+        A mapping ``{"key.path": value}`` of Python values (``{"stop.virtual_time_s": 10,
+        "straggler": {"name": "deadline", "seconds": 4.0}}``), taken as they are; or
+        ``KEY.PATH=VALUE`` strings, exactly as ``--set`` takes them (values parsed as YAML).
+        Anything else (an int, a set) is a ConfigError saying what is accepted.
     seed : int, optional
         Replaces the scenario's seed.
     out : path, optional

@@ -1,4 +1,4 @@
-"""``hierfl`` command line: run, resume, validate, plot, timeline, sweep, table, schema, data.
+"""``hierfl`` command line: run, resume, validate, plot, timeline, report, sweep, table, schema, data.
 
 User mistakes (bad scenario, missing file, bad ``--set``) print every problem without a
 traceback and exit with status 2.
@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -30,24 +31,68 @@ def _load(args: argparse.Namespace):  # noqa: ANN202 - returns Scenario
     return load_scenario(args.scenario, overrides, seed=args.seed)
 
 
-def _cmd_validate(args: argparse.Namespace) -> int:
+def _is_sweep_file(path: str) -> bool:
+    """Whether ``path`` reads as a sweep file (a scenario, or anything unreadable, is left to the scenario loader)."""
+    from hierfl.config.yamlsafe import load_yaml
+    from hierfl.sweep.spec import looks_like_sweep
+
+    try:
+        return looks_like_sweep(load_yaml(Path(path).read_text(encoding="utf-8")))
+    except Exception:  # noqa: BLE001 - not readable here: the scenario loader says what is wrong
+        return False
+
+
+def _built_checks(scenario: Any, source: str, prefix: str = "") -> Any:
+    """Generate the data and model of ``scenario`` and run the checks that need them (``--build``)."""
     from hierfl.build import build
+    from hierfl.config.errors import ConfigError, Problem
+    from hierfl.driver.sanity import run_problems, run_warnings
 
+    built = build(scenario, source)
+    never = run_problems(scenario, built)
+    if never:
+        raise ConfigError([Problem(f"{prefix}{key}", msg) for key, msg in never], source)
+    for warning in run_warnings(scenario, built):
+        print(f"warning: {prefix}{warning}", file=sys.stderr)
+    return built
+
+
+def _describe(scenario: Any, built: Any) -> str:
+    return (f"{scenario.name}: protocol {scenario.protocol.name}, "
+            f"{scenario.devices.count} devices, {scenario.topology.edge_servers} edge servers, "
+            f"dataset {scenario.data.dataset.name}/{scenario.data.partition.name}, model {scenario.model.name}"
+            + (f", {built.num_params} parameters" if built else ""))
+
+
+def _validate_sweep(args: argparse.Namespace) -> int:
+    """``hierfl validate SWEEP_FILE``: the sweep file, then every trial it expands to, each named."""
+    from hierfl.config.errors import ConfigError, Problem
+    from hierfl.sweep.spec import check_trials, load_sweep
+
+    if args.seed is not None:
+        raise ConfigError([Problem("--seed", "a sweep file sets its trials' seeds (`seeds:`); leave out --seed")],
+                          "command line")
+    spec = load_sweep(args.scenario)
+    try:
+        trials, problems = check_trials(spec, args.scenario, extra=list(args.set or []))
+    except ConfigError as exc:  # a base scenario file not found
+        raise ConfigError(exc.problems, args.scenario) from None
+    if problems:
+        bad = sum(sc is None for _, sc in trials)
+        raise ConfigError([*problems, Problem("", f"{bad} of {len(trials)} trials invalid")], args.scenario)
+    for trial, scenario in trials:
+        built = _built_checks(scenario, args.scenario, f"trial {trial.id}: ") if args.build else None
+        print(f"  trial {trial.id}: OK — {_describe(scenario, built)}")
+    print(f"{args.scenario}: OK — sweep {spec.name}: all {len(trials)} trials valid")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    if _is_sweep_file(args.scenario):
+        return _validate_sweep(args)
     scenario = _load(args)
-    built = build(scenario, args.scenario) if args.build else None
-    if built is not None:
-        from hierfl.config.errors import ConfigError, Problem
-        from hierfl.driver.sanity import run_problems, run_warnings
-
-        never = run_problems(scenario, built)
-        if never:
-            raise ConfigError([Problem(key, msg) for key, msg in never], args.scenario)
-        for warning in run_warnings(scenario, built):
-            print(f"warning: {warning}", file=sys.stderr)
-    print(f"{args.scenario}: OK — {scenario.name}: protocol {scenario.protocol.name}, "
-          f"{scenario.devices.count} devices, {scenario.topology.edge_servers} edge servers, "
-          f"dataset {scenario.data.dataset.name}/{scenario.data.partition.name}, model {scenario.model.name}"
-          + (f", {built.num_params} parameters" if built else ""))
+    built = _built_checks(scenario, args.scenario) if args.build else None
+    print(f"{args.scenario}: OK — {_describe(scenario, built)}")
     return 0
 
 
@@ -211,6 +256,18 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from hierfl.viz.report import write_report
+
+    try:
+        path = write_report(args.dir, args.output, max_devices=args.max_devices, group_by=args.group_by)
+    except (OSError, ValueError) as exc:  # RunReadError is a ValueError: not a run, damaged files
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(path)
+    return 0
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from hierfl.sweep.run import run_sweep
 
@@ -326,7 +383,7 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("-q", "--quiet", action="store_true", help="no start message")
     rs.set_defaults(func=_cmd_resume)
 
-    v = sub.add_parser("validate", help="check a scenario without running it")
+    v = sub.add_parser("validate", help="check a scenario, or every trial of a sweep file, without running it")
     scenario_args(v)
     v.add_argument("--build", action="store_true", help="also generate the data and model (catches more errors)")
     v.set_defaults(func=_cmd_validate)
@@ -386,6 +443,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--max-devices", type=int, default=40, help="device lanes to draw (default 40)")
     t.add_argument("--t-max", type=float, help="last virtual second to draw")
     t.set_defaults(func=_cmd_timeline)
+
+    rp = sub.add_parser("report", help="one self-contained HTML page of a run or a sweep directory (charts, "
+                                       "hierarchy, timeline, per-device tables, the scenario)")
+    rp.add_argument("dir", metavar="RUN_DIR|SWEEP_DIR", help="a run directory or a sweep directory")
+    rp.add_argument("-o", "--output", help="the HTML file to write (default DIR/report.html)")
+    rp.add_argument("--max-devices", type=int, default=48,
+                    help="device lanes drawn in a run's timeline, taken evenly from every group (default 48)")
+    rp.add_argument("--group-by", metavar="KEY.PATH",
+                    help="a sweep: group trials by this scenario key (default: the grid point)")
+    rp.set_defaults(func=_cmd_report)
     return p
 
 

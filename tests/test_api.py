@@ -58,3 +58,39 @@ def test_the_walkthrough_example_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "RunResultFrames('hierfavg', status='completed'" in out and "first >= 0.5 at t =" in out
     assert (tmp_path / "runs" / "api_walkthrough" / "summary.json").is_file()
+
+
+def test_overrides_take_a_mapping_of_python_values(tmp_path):
+    # the same run as the --set strings; a mapping's values are taken as they are (no YAML round trip)
+    by_text = hierfl.run(TINY, overrides=["protocol.fraction=0.5", "stop.rounds=2"], seed=4)
+    by_map = hierfl.run(TINY, overrides={"protocol.fraction": np.float64(0.5), "stop.rounds": 2}, seed=4)
+    assert by_map.config["protocol"]["fraction"] == 0.5 and by_map.summary["rounds"] == 2
+    assert by_map.summary["final_accuracy"] == by_text.summary["final_accuracy"]
+    # from a file, with a whole section, None and a key that leads into a new section
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(TINY))
+    r = hierfl.run(path, overrides={"stop": {"rounds": None, "virtual_time_s": 3.0},
+                                    "straggler": {"name": "deadline", "seconds": 2.5}})
+    assert r.config["stop"]["virtual_time_s"] == 3.0 and r.config["stop"]["rounds"] is None
+    assert (r.config["straggler"]["name"], r.config["straggler"]["seconds"]) == ("deadline", 2.5)
+    from hierfl.scenario.loader import apply_overrides, load_scenario
+
+    # a str value stays a str (pydantic judges it), a tuple becomes a list, one string is one override
+    assert apply_overrides({}, {"a.b": "1e3", "c": (1, 2)}) == {"a": {"b": "1e3"}, "c": [1, 2]}
+    assert load_scenario(path, "stop.rounds=5").stop.rounds == 5
+
+
+@pytest.mark.parametrize("bad, words", [
+    (5, ["unsupported type int", "a mapping", "'KEY.PATH=VALUE' strings"]),
+    ({"stop.rounds=2"}, ["unsupported type set", "a mapping"]),
+    ({"stop.rounds": {1, 2}}, ["stop.rounds", "unsupported value type set", "None, bool, int, float, str"]),
+    ({"devices": {"speed_sps": object()}}, ["devices.speed_sps", "unsupported value type object"]),
+    ({3: 1}, ["dotted key path"]),
+    (["stop.rounds=2", 7], ["a list item must be a 'KEY.PATH=VALUE' string, got int 7", "a mapping"]),
+    ({"stop.rounds.x": 1}, ["stop.rounds.x", "stop.rounds is a value, not a section"]),
+])
+def test_bad_overrides_say_what_is_accepted(bad, words):
+    with pytest.raises(ConfigError) as info:
+        hierfl.run(TINY, overrides=bad)
+    text = info.value.report()
+    assert all(w in text for w in words), text

@@ -58,3 +58,26 @@ def test_quickstart_reaches_target_on_local_executor(tmp_path):
     summary = run_scenario(sc, tmp_path).summary
     assert sc.devices.count == 20 and sc.protocol.name == "fedavg"
     assert summary["final_accuracy"] >= 0.8 and summary["time_to_target_s"] is not None
+
+
+def test_validate_a_sweep_file_checks_every_trial(tmp_path, capsys):
+    shipped = ROOT / "scenarios" / "sweeps" / "stragglers_seeds.yaml"
+    assert main(["validate", str(shipped)]) == 0
+    out = capsys.readouterr().out
+    assert "all 9 trials valid" in out and "t004_straggler=deadline_seed=2: OK" in out
+    # one grid point is invalid: its trials are named, the others are not, exit 2
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(TINY))
+    sweep = {"name": "bad", "scenario": "base.yaml", "grid": {"protocol.fraction": [0.5, 1.5]}, "seeds": [1, 2]}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    assert main(["validate", str(tmp_path / "sweep.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "trial t002_protocol.fraction=1.5_seed=1: protocol.fraction" in err
+    assert "trial t003_protocol.fraction=1.5_seed=2: protocol.fraction" in err
+    assert "t000_" not in err and "2 of 4 trials invalid" in err and "required key is missing" not in err
+    # --set reaches every trial; --seed is refused; a missing base file is named
+    assert main(["validate", str(tmp_path / "sweep.yaml"), "--set", "protocol.fraction=0.25"]) == 0
+    assert main(["validate", str(shipped), "--seed", "3"]) == 2
+    sweep["scenario"] = "nowhere.yaml"
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    assert main(["validate", str(tmp_path / "sweep.yaml")]) == 2
+    assert "base scenario file not found" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -23,7 +23,7 @@ from hierfl.config.yamlsafe import YAMLLimitError, load_yaml
 from hierfl.scenario.checks import cross_checks, raw_cross_checks, resolve_files
 from hierfl.scenario.schema import Scenario
 
-__all__ = ["load_scenario", "load_raw", "apply_overrides", "validate_raw", "deep_merge", "dump_scenario"]
+__all__ = ["load_scenario", "load_raw", "apply_overrides", "override_items", "Overrides", "validate_raw", "deep_merge", "dump_scenario"]
 
 _DISCRIMINATORS = ("name", "dist")
 
@@ -92,10 +92,81 @@ def load_raw(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return deep_merge(merged, data)
 
 
-def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides (values parsed as YAML: numbers, lists, null, …)."""
-    out = copy.deepcopy(raw)
+Overrides = Sequence[str] | Mapping[str, Any]
+"""What ``overrides`` takes: ``KEY.PATH=VALUE`` strings (as ``--set``), or a mapping key path -> Python value."""
+
+_ACCEPTED_OVERRIDES = ("a mapping {'key.path': value} (e.g. {'stop.virtual_time_s': 10}) or a list of "
+                       "'KEY.PATH=VALUE' strings (e.g. ['stop.virtual_time_s=10'])")
+_ACCEPTED_VALUES = "None, bool, int, float, str, and lists / tuples / mappings (with str keys) of these"
+
+
+class _BadValue(TypeError):
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(message)
+        self.where, self.message = where, message
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A Python override value as YAML would give it (a deep copy; tuples become lists, NumPy scalars
+    Python scalars); a :class:`_BadValue` naming the key path ``where`` for anything a scenario cannot hold."""
+    if value is None:
+        return None
+    for kind in (bool, int, float, str):  # exact Python types: np.float64 (a float subclass) becomes a float
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise _BadValue(where, f"mapping keys must be str, got {type(k).__name__} {k!r}")
+            out[k] = _plain(v, f"{where}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    item = getattr(value, "item", None)  # a NumPy scalar (np.int64(3), np.bool_(True)): not an int/bool subclass
+    if callable(item) and getattr(value, "shape", None) == ():
+        return _plain(item(), where)
+    raise _BadValue(where, f"unsupported value type {type(value).__name__}; accepted: {_ACCEPTED_VALUES}")
+
+
+def override_items(overrides: Overrides | None) -> list[tuple[str, str, Any]]:
+    """``overrides`` as ``(label, key path, value)`` triples, in order; problems as one :class:`ConfigError`.
+
+    Strings are ``KEY.PATH=VALUE`` with the value parsed as YAML (exactly as ``--set``); a mapping's
+    values are Python values taken as they are (no text round trip: ``'1e3'`` stays a string, ``None``
+    is null). A single string is one override. Anything else (an int, a set, ...) is an error saying
+    what is accepted.
+    """
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):
+        overrides = [overrides]
     problems: list[Problem] = []
+    items: list[tuple[str, str, Any]] = []
+    if isinstance(overrides, Mapping):
+        for key, value in overrides.items():
+            if not isinstance(key, str) or not key.strip() or any(not p for p in key.strip().split(".")):
+                problems.append(Problem("", "a key must be a dotted key path as a str, e.g. 'protocol.fraction'",
+                                        key))
+                continue
+            key = key.strip()
+            try:
+                items.append((key, key, _plain(value, key)))
+            except _BadValue as exc:
+                problems.append(Problem(exc.where, exc.message))
+        if problems:
+            raise ConfigError(problems, "overrides")
+        return items
+    if isinstance(overrides, (set, frozenset)) or not isinstance(overrides, (Sequence, Iterable)) \
+            or isinstance(overrides, (bytes, bytearray)):
+        raise ConfigError([Problem("", f"unsupported type {type(overrides).__name__}; give "
+                                       f"{_ACCEPTED_OVERRIDES}")], "overrides")
+    overrides = list(overrides)
+    wrong = [item for item in overrides if not isinstance(item, str)]
+    if wrong:
+        raise ConfigError([Problem("", f"a list item must be a 'KEY.PATH=VALUE' string, got {type(item).__name__} "
+                                       f"{item!r}; for Python values give {_ACCEPTED_OVERRIDES.split(' or ')[0]}")
+                           for item in wrong], "overrides")
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -110,18 +181,32 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, 
             continue
         except yaml.YAMLError:
             value = text
+        items.append((f"--set {key}", key, value))
+    if problems:
+        raise ConfigError(problems, "command line")
+    return items
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Overrides | None) -> dict[str, Any]:
+    """Apply overrides: ``key.path=value`` strings (values parsed as YAML: numbers, lists, null, …)
+    or a mapping ``{key.path: python value}`` (see :func:`override_items`)."""
+    out = copy.deepcopy(raw)
+    problems: list[Problem] = []
+    mapping = isinstance(overrides, Mapping)
+    for label, key, value in override_items(overrides):
+        parts = key.split(".")
         node: Any = out
         for depth, part in enumerate(parts[:-1]):
             if not isinstance(node.get(part, {}), dict):
                 prefix = ".".join(parts[: depth + 1])
-                problems.append(Problem(f"--set {key}", f"{prefix} is a value, not a section", node[part]))
+                problems.append(Problem(label, f"{prefix} is a value, not a section", node[part]))
                 break
             node = node.setdefault(part, {})
         else:
             # same rule as `extends`: mappings merge, unless a plug-in's name changes
             node[parts[-1]] = deep_merge(node, {parts[-1]: value})[parts[-1]]
     if problems:
-        raise ConfigError(problems, "command line")
+        raise ConfigError(problems, "overrides" if mapping else "command line")
     return out
 
 
@@ -199,8 +284,8 @@ def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
     return scenario
 
 
-def load_scenario(path: str | Path, overrides: Sequence[str] = (), seed: int | None = None) -> Scenario:
-    """Load, merge, override and validate a scenario file."""
+def load_scenario(path: str | Path, overrides: Overrides | None = (), seed: int | None = None) -> Scenario:
+    """Load, merge, override and validate a scenario file (``overrides``: see :func:`override_items`)."""
     raw = apply_overrides(load_raw(path), overrides)
     if "name" not in raw:  # a run is named after its file unless it says otherwise
         raw["name"] = re.sub(r"[^A-Za-z0-9._-]", "-", Path(path).stem) or "run"

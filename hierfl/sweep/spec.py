@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -47,7 +48,7 @@ from hierfl.scenario.loader import load_scenario
 from hierfl.scenario.schema import Scenario
 
 __all__ = ["Base", "Resources", "SweepSpec", "Trial", "load_sweep", "expand", "trial_overrides", "bases",
-           "SCENARIO_KEY"]
+           "check_trials", "looks_like_sweep", "SCENARIO_KEY"]
 
 SCENARIO_KEY = "scenario"  # the changed key naming a trial's base scenario (``scenarios:`` sweeps)
 
@@ -238,15 +239,10 @@ def trial_overrides(spec: SweepSpec, changed: dict[str, Any]) -> list[str]:
     return out
 
 
-def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None, *,
-           sweep_dir: Path | None = None) -> tuple[list[Trial], list[Scenario]]:
-    """Every trial of ``spec`` (base scenarios × grid in file order × seeds) and its validated scenario.
-
-    ``base`` is the base scenario of a one-base sweep; the files of a ``scenarios:`` sweep are taken
-    relative to ``sweep_dir`` (default: the folder of ``source``). All trials are validated before
-    any runs; their problems are gathered into one :class:`ConfigError` whose key paths name the
-    grid point (``grid point (scenario=fedavg, straggler=deadline): ...``).
-    """
+def _points(spec: SweepSpec, base: Path | None, source: str | None,
+            sweep_dir: Path | None) -> list[tuple[Trial, Path, str]]:
+    """Every trial of ``spec`` (base scenarios × grid in file order × seeds), with its base scenario file and
+    its grid point as text (``scenario=fedavg, straggler=deadline``); nothing is loaded yet."""
     if spec.scenarios is None:
         if base is None:
             base = (sweep_dir or (Path(source).parent if source else Path("."))) / str(spec.scenario)
@@ -255,9 +251,7 @@ def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None,
         base_map = bases(spec, sweep_dir or (Path(source).parent if source else Path(".")))
     keys = list(spec.grid)
     points = list(itertools.product(*(spec.grid[k] for k in keys))) if keys else [()]
-    trials: list[Trial] = []
-    scenarios: list[Scenario] = []
-    problems: list[Problem] = []
+    out: list[tuple[Trial, Path, str]] = []
     for label, (base_path, base_sets), point in ((lb, bs, pt) for lb, bs in base_map.items() for pt in points):
         changed = ({SCENARIO_KEY: label} if label is not None else {}) | dict(zip(keys, point))
         overrides = trial_overrides(spec, changed)
@@ -268,22 +262,77 @@ def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None,
         where = ", ".join(f"{k}={_label(v)}" for k, v in changed.items()) or "every trial"
         for seed in spec.seed_list:
             parts = [f"{k.split('.')[-1] if isinstance(v, dict) else k}={_label(v)}" for k, v in changed.items()]
-            tid = _ID_UNSAFE.sub("_", "_".join([f"t{len(trials) + len(problems):03d}", *parts, f"seed={seed}"]))
-            try:
-                sc = load_scenario(base_path, overrides, seed=seed)
-            except ConfigError as exc:
-                # the same problem for every seed of a grid point is reported once, naming the point
-                problems += [Problem(f"grid point ({where}): {p.path}".rstrip(": "), p.message, p.value)
-                             if p.value is not _NO_VALUE else Problem(f"grid point ({where}): {p.path}".rstrip(": "),
-                                                                      p.message)
-                             for p in exc.problems]
-                continue
-            trials.append(Trial(tid, overrides, seed, changed, trial_base))
-            scenarios.append(sc)
+            tid = _ID_UNSAFE.sub("_", "_".join([f"t{len(out):03d}", *parts, f"seed={seed}"]))
+            out.append((Trial(tid, overrides, seed, changed, trial_base), base_path, where))
+    return out
+
+
+def _named(prefix: str, p: Problem) -> Problem:
+    """``p`` with ``prefix`` before its key path."""
+    path = f"{prefix}: {p.path}".rstrip(": ")
+    return Problem(path, p.message, p.value) if p.value is not _NO_VALUE else Problem(path, p.message)
+
+
+def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None, *,
+           sweep_dir: Path | None = None) -> tuple[list[Trial], list[Scenario]]:
+    """Every trial of ``spec`` (base scenarios × grid in file order × seeds) and its validated scenario.
+
+    ``base`` is the base scenario of a one-base sweep; the files of a ``scenarios:`` sweep are taken
+    relative to ``sweep_dir`` (default: the folder of ``source``). All trials are validated before
+    any runs; their problems are gathered into one :class:`ConfigError` whose key paths name the
+    grid point (``grid point (scenario=fedavg, straggler=deadline): ...``).
+    """
+    trials: list[Trial] = []
+    scenarios: list[Scenario] = []
+    problems: list[Problem] = []
+    for trial, base_path, where in _points(spec, base, source, sweep_dir):
+        try:
+            sc = load_scenario(base_path, trial.overrides, seed=trial.seed)
+        except ConfigError as exc:
+            # the same problem for every seed of a grid point is reported once, naming the point
+            problems += [_named(f"grid point ({where})", p) for p in exc.problems]
+            continue
+        trials.append(trial)
+        scenarios.append(sc)
     if problems:
         unique = {p.format(): p for p in problems}  # values may be unhashable (a section): key on the text
         raise ConfigError(list(unique.values()), source)
     return trials, scenarios
+
+
+def check_trials(spec: SweepSpec, source: str | Path, extra: Sequence[str] = ()
+                 ) -> tuple[list[tuple[Trial, Scenario | None]], list[Problem]]:
+    """Load and validate every trial of the sweep file ``source`` (``hierfl validate SWEEP_FILE``).
+
+    Returns each trial with its scenario (None where invalid) and every problem, its key path led by
+    the trial's id (``trial t003_straggler=deadline_seed=1: straggler.seconds: ...``), one per trial
+    and problem (not merged over seeds as :func:`expand` does). ``extra`` overrides go after the
+    trial's own. A missing base scenario file is a :class:`ConfigError`.
+    """
+    source = str(source)
+    base_map = bases(spec, Path(source).parent)
+    base = base_map.get(None, (None, []))[0]
+    out: list[tuple[Trial, Scenario | None]] = []
+    problems: list[Problem] = []
+    for trial, base_path, _ in _points(spec, base, source, Path(source).parent):
+        try:
+            sc: Scenario | None = load_scenario(base_path, [*trial.overrides, *extra], seed=trial.seed)
+        except ConfigError as exc:
+            problems += [_named(f"trial {trial.id}", p) for p in exc.problems]
+            sc = None
+        out.append((trial, sc))
+    return out, problems
+
+
+def looks_like_sweep(raw: Any) -> bool:
+    """Whether a YAML mapping is a sweep file rather than a scenario: it names a base scenario
+    (``scenario`` / ``scenarios``), or has ``grid`` / ``seeds`` and no scenario section."""
+    if not isinstance(raw, dict):
+        return False
+    if "scenario" in raw or "scenarios" in raw:
+        return True
+    sections = set(Scenario.model_fields) - {"name", "seed"}
+    return bool({"grid", "seeds"} & set(raw)) and not (sections & set(raw))
 
 
 _NO_VALUE = Problem("", "").value  # the sentinel of a Problem without a value
