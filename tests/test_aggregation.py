@@ -1,4 +1,4 @@
-"""Tier aggregators (hierfl/driver/aggregation.py): stacks composed once from the scenario, and a new
+"""Tier aggregators (hierfl/driver/tiers.py): stacks composed once from the scenario, and a new
 cross-cutting aggregation feature added as one wrapper class, with no protocol or driver edit."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import hierfl.driver.aggregation as agg
+import hierfl.driver.tiers as agg
 from hierfl.driver import run_scenario
-from hierfl.driver.aggregation import AsyncScreen, Plain, RobustQueue, ServerOptimizer, Wrapper
+from hierfl.driver.tiers import AsyncScreen, Plain, RobustQueue, ServerOptimizer, Wrapper
 from tests.conftest import tiny
 
 
@@ -47,13 +47,13 @@ def _stack(sc: Any, tier: str, tmp_path: Path) -> list[type]:
 
     agg.compose = spy
     try:
-        import hierfl.driver.context as context
+        import hierfl.driver.aggregation as service
 
-        context.compose = spy
+        service.compose = spy
         run_scenario(sc, tmp_path)
     finally:
         agg.compose = real
-        context.compose = real
+        service.compose = real
     assert seen, f"no {tier} stack was composed"
     return seen[0]
 

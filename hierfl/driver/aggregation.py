@@ -1,225 +1,343 @@
-"""Tier aggregators: the one aggregation interface a protocol calls, ``env.tier(tier, entity)``.
+"""The aggregation service: the cloud's model, every aggregation point (:mod:`hierfl.driver.tiers`),
+what their roles compute (through the executor) and what they account for.
 
-Each aggregation point (the cloud, or one edge server / cluster leader) has a
-:class:`TierAggregator`. It does the aggregation *and* its accounting (counters, trace instants,
-metric lines, staleness, queue lengths), so a protocol only says what it aggregates and when.
-
-How an aggregator steps a model with a set of updates is a stack of layers, composed once per
-tier when the run starts (:func:`compose`): at the bottom the plain combination
-``base + Σ c·(a − b)`` or the tier's server optimizer (Reddi et al., "Adaptive Federated
-Optimization", ICLR 2021), and above it the wrappers that apply to the scenario, outermost first:
-a robust aggregation rule over a queue of deltas (Byzantine robustness), an asynchronous screen
-(Zeno++: Xie et al., ICML 2020). A new cross-cutting feature (differential-privacy noise,
-compression, another screen) is one :class:`Wrapper` subclass decorated with
-:func:`register_wrapper`, in a module of its own: no protocol, driver or executor changes, in the
-way Flower wraps a strategy for differential privacy.
-
-Synchronous rounds (``add`` … ``commit``) run their rule and optimizer inside the aggregating role
-(:class:`~hierfl.runtime.roles.Aggregation`), next to the running sum that never leaves it.
+It owns the run's aggregation state: the global model's handle, the running aggregations' view of
+non-finite updates left out under ``robustness.on_nonfinite: drop``, and the Byzantine-robustness
+ledger's side of each aggregation (tags in, reports out). Protocols reach it only through
+``env.tier(tier, entity)``; the job pipeline tells it which results are non-finite.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from hierfl.driver.errors import DivergedError
+from hierfl.driver.tiers import Layer, TierAggregator, compose
+from hierfl.env.api import Endpoint, Job, Term
+from hierfl.env.records import CloudAggregate, EdgeAggregate, NonFiniteUpdate, UpdateDropped
 
 if TYPE_CHECKING:
-    from hierfl.driver.context import Context
-    from hierfl.env.api import Endpoint, Term
+    from hierfl.driver.robustness import RobustLedger
+    from hierfl.output.telemetry import RunTelemetry
+    from hierfl.scenario.schema import Scenario
 
-__all__ = ["Layer", "Wrapper", "TierAggregator", "WRAPPERS", "register_wrapper", "compose", "Plain", "ServerOptimizer"]
-
-
-class Layer:
-    """One layer of a tier's stack: ``base`` stepped by ``deltas`` (``Σ c·(a − b)``), or None when the
-    step is rejected (the model then stays as it was)."""
-
-    def __init__(self, ctx: Context, tier: str) -> None:
-        self.ctx = ctx
-        self.tier = tier
-
-    def step(self, entity: int, base: Any, deltas: list[Term], sources: list[int]) -> Any:
-        """The new model handle, or None (rejected)."""
-        raise NotImplementedError
+__all__ = ["Aggregation"]
 
 
-class Plain(Layer):
-    """``base + Σ c·(a − b)``, computed by the tier's role."""
+class Aggregation:
+    """Aggregation for one run (see the module docstring).
 
-    def step(self, entity: int, base: Any, deltas: list[Term], sources: list[int]) -> Any:
-        return self.ctx.combine(self.tier, [(1.0, base, None), *deltas])
-
-
-class ServerOptimizer(Layer):
-    """The tier's server optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (FedAdam, FedYogi, …)."""
-
-    def step(self, entity: int, base: Any, deltas: list[Term], sources: list[int]) -> Any:
-        return self.ctx.server_step(self.tier, entity, base, deltas)
-
-
-class Wrapper(Layer):
-    """A layer around another: override :meth:`step`, calling ``self.inner.step`` where the wrapped
-    stack should run. ``applies`` decides once per run and tier whether the wrapper is used;
-    ``rank`` orders wrappers (a larger rank is further out)."""
-
-    name: ClassVar[str] = ""
-    rank: ClassVar[int] = 0
-
-    def __init__(self, ctx: Context, tier: str, inner: Layer) -> None:
-        super().__init__(ctx, tier)
-        self.inner = inner
-
-    @classmethod
-    def applies(cls, ctx: Context, tier: str) -> bool:
-        """Whether this run's ``tier`` stack uses the wrapper."""
-        raise NotImplementedError
-
-
-WRAPPERS: dict[str, type[Wrapper]] = {}
-"""Registered wrappers by name."""
-
-
-def register_wrapper(cls: type[Wrapper]) -> type[Wrapper]:
-    """Class decorator: add ``cls`` to the wrappers every run's stacks are composed from."""
-    if not cls.name:
-        raise TypeError(f"{cls.__name__}: a wrapper needs a `name`")
-    if cls.name in WRAPPERS and WRAPPERS[cls.name] is not cls:
-        raise ValueError(f"aggregation wrapper {cls.name!r} is already registered")
-    WRAPPERS[cls.name] = cls
-    return cls
-
-
-@register_wrapper
-class RobustQueue(Wrapper):
-    """A robust rule (``aggregation.<tier>``) over a buffer or queue of deltas (FedBuff, AHFL): the rule
-    forms the aggregate delta, the server optimizer (if any) steps with it inside the role."""
-
-    name = "robust_queue"
-    rank = 10
-
-    @classmethod
-    def applies(cls, ctx: Context, tier: str) -> bool:
-        return ctx.robust is not None and ctx.robust.queues and tier in ctx.scenario.protocol.rule_tiers
-
-    def step(self, entity: int, base: Any, deltas: list[Term], sources: list[int]) -> Any:
-        handle = self.ctx.robust_combine(self.tier, entity, base, deltas)
-        return handle if handle is not None else self.inner.step(entity, base, deltas, sources)
-
-
-@register_wrapper
-class AsyncScreen(Wrapper):
-    """An asynchronous screen (``zeno_pp``): the stepped model is kept only if it passes (FedAsync)."""
-
-    name = "async_screen"
-    rank = 20
-
-    @classmethod
-    def applies(cls, ctx: Context, tier: str) -> bool:
-        return ctx.robust is not None and bool(type(ctx.robust.setup.rule(tier)).asynchronous)
-
-    def step(self, entity: int, base: Any, deltas: list[Term], sources: list[int]) -> Any:
-        candidate = self.inner.step(entity, base, deltas, sources)
-        _, update, _ = deltas[0]
-        return candidate if self.ctx.screen_update(self.tier, base, candidate, update, sources[0]) else None
-
-
-def compose(ctx: Context, tier: str) -> Layer:
-    """The ``tier`` stack of this run: the plain combination or the server optimizer, wrapped by
-    every registered wrapper that applies, innermost first (ascending ``rank``)."""
-    if tier == "device":  # a device mixing models: no optimizer or rule is configured for it
-        return Plain(ctx, tier)
-    layer: Layer = ServerOptimizer(ctx, tier) if ctx.server_optimizer(tier) is not None else Plain(ctx, tier)
-    for cls in sorted(WRAPPERS.values(), key=lambda c: (c.rank, c.name)):
-        if cls.applies(ctx, tier):
-            layer = cls(ctx, tier, layer)
-    return layer
-
-
-class TierAggregator:
-    """The aggregation point ``(tier, entity)``: ``("cloud", 0)``, ``("edge", e)`` (an edge server, a
-    cluster leader, a tier of FedAT) or ``("device", i)`` (a device mixing models it received).
-
-    Synchronous rounds: :meth:`add` each update as it arrives, then :meth:`commit` (or
-    :meth:`discard` an aborted round). Queues and asynchronous updates: :meth:`step` (with
-    :meth:`drop` for an update too stale and :meth:`queue` for the queue's length). Models the
-    protocol forms itself (FedCH's clusters, FedAT's tiers): :meth:`average` or :meth:`combine`,
-    then :meth:`aggregated` or :meth:`applied` to account for them.
+    Parameters
+    ----------
+    scenario
+        The run's scenario (server optimizers, the protocol's aggregation hooks, ``robustness``).
+    executor
+        Computes every aggregate in its roles; the service holds only handles.
+    telemetry
+        Counters, records and trace marks of the run.
+    robust
+        The Byzantine-robustness ledger, or None for a plain run.
+    clock
+        Reads ``now`` and ends the run when the cloud has aggregated ``stop.rounds`` times
+        (``request_stop``): the run's context.
     """
 
-    def __init__(self, ctx: Context, tier: str, entity: int, stack: Layer) -> None:
-        self.ctx = ctx
-        self.tier = tier
-        self.entity = entity
-        self.stack = stack
-        # bound once: AHFL reports a queue length on every arrival
-        self.queue: Callable[[int], None] = partial(ctx.telemetry.queue_length, tier, entity)
-        self.lane: Endpoint = ("cloud", 0) if tier == "cloud" else (tier, entity)
-        # the protocol averages models it gathered at this tier, and a rule can replace that average
-        protocol = ctx.scenario.protocol
-        self.robust_models = protocol.aggregation_style == "models" and tier in protocol.rule_tiers
+    def __init__(self, scenario: Scenario, executor: Any, telemetry: RunTelemetry, robust: RobustLedger | None,
+                 clock: Any) -> None:
+        self.scenario = scenario
+        self.executor = executor
+        self.telemetry = telemetry
+        self.counters = telemetry.counters
+        self.robust = robust
+        self._clock = clock
+        self._global: Any = executor.initial_model()
+        # non-finite updates: with `drop`, the handles of flagged jobs' results, left out of every
+        # aggregation they are given to, and per aggregator the updates kept / left out since its commit
+        self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
+        self._bad: dict[int, list[Any]] = {}
+        self._folded: dict[tuple[str, int], list[int]] = {}
+        # aggregation points, made on first use, and each tier's layer stack
+        self._tiers: dict[tuple[str, int], TierAggregator] = {}
+        self._stacks: dict[str, Layer] = {}
 
-    # -- synchronous rounds --------------------------------------------------------------------------
-    def add(self, update: Any, weight: float, control_coef: float | None = None) -> None:
-        """Fold an update into this point's running aggregation now."""
-        if self.tier == "cloud":
-            self.ctx.add_to_cloud(update, weight, control_coef)
+    @property
+    def now(self) -> float:
+        """The virtual time now."""
+        return float(self._clock.now)
+
+    def mark_nonfinite(self, job: Job) -> None:
+        """``job``'s result holds NaN or Inf and is left out of every aggregation it is given to."""
+        handle = job.params
+        try:  # a weak reference where the handle allows one: a dropped update is not kept alive by this
+            ref: Any = weakref.ref(handle)
+        except TypeError:
+            ref = lambda h=handle: h  # noqa: E731
+        self._bad[id(handle)] = [ref, job.device, job.job, False]
+
+    def _left_out(self, handle: Any, tier: str) -> bool:
+        """Whether ``handle`` is a dropped non-finite update (counted and reported the first time)."""
+        if not self._bad or handle is None:
+            return False
+        entry = self._bad.get(id(handle))
+        if entry is None:
+            return False
+        if entry[0]() is not handle:  # a new object at a recycled address
+            del self._bad[id(handle)]
+            return False
+        if not entry[3]:
+            entry[3] = True
+            self.counters["nonfinite_dropped"] = self.counters.get("nonfinite_dropped", 0) + 1
+            self.telemetry.instant(("device", entry[1]), "nonfinite_dropped", self.now, job=entry[2], tier=tier)
+            self.telemetry.record(NonFiniteUpdate(entry[1], entry[2], tier))
+        return True
+
+    def _fold(self, key: tuple[str, int], handle: Any) -> bool:
+        """Count an update given to aggregator ``key``; False if it is left out (non-finite, ``drop``)."""
+        if not self._drop_nonfinite:
+            return True
+        kept = not self._left_out(handle, key[0])
+        self._folded.setdefault(key, [0, 0])[0 if kept else 1] += 1
+        return kept
+
+    def _nothing_folded(self, key: tuple[str, int]) -> bool:
+        """Whether every update given to ``key`` since its last commit was left out (and resets the count)."""
+        kept, out = self._folded.pop(key, (0, 0))
+        return out > 0 and kept == 0
+
+    def _finite_terms(self, tier: str, terms: list[Term]) -> list[Term]:
+        """``terms`` without those built on a dropped update.
+
+        A delta term ``c·(a − b)`` is simply left out (as if that update never arrived). Plain terms
+        ``c·a`` form a mix (FedAsync's ``(1−α)·x + α·y``): the kept ones are rescaled to the mix's
+        total, so leaving ``y`` out gives ``x``, not ``(1−α)·x``.
+        """
+        if not self._bad:
+            return terms
+        keep: list[Term] = []
+        plain_total = plain_kept = 0.0
+        dropped = False
+        for c, a, b in terms:
+            out = self._left_out(a, tier) or self._left_out(b, tier)
+            if b is None:
+                plain_total += c
+            if out:
+                dropped = True
+                continue
+            if b is None:
+                plain_kept += c
+            keep.append((c, a, b))
+        if not dropped:
+            return terms
+        if plain_total != plain_kept:
+            if plain_kept == 0:
+                raise DivergedError(f"t={self.now:.6g}s {tier}: every model of an aggregation is a dropped non-finite "
+                                    "update; nothing finite is left to aggregate")
+            scale = plain_total / plain_kept
+            keep = [(c * scale, a, b) if b is None else (c, a, b) for c, a, b in keep]
+        return keep
+
+    def tier(self, tier: str, entity: int = 0) -> TierAggregator:
+        """The aggregation point ``(tier, entity)`` (``"cloud"`` or ``"edge"``), its stack composed
+        once per tier (:func:`~hierfl.driver.tiers.compose`)."""
+        agg = self._tiers.get((tier, entity))
+        if agg is None:
+            stack = self._stacks.get(tier)
+            if stack is None:
+                if tier not in ("cloud", "edge", "device"):
+                    raise ValueError(f"no aggregation tier {tier!r}; tiers: cloud, edge, device")
+                stack = self._stacks[tier] = compose(self, tier)
+            agg = self._tiers[(tier, entity)] = TierAggregator(self, tier, entity, stack)
+        return agg
+
+    @property
+    def global_model(self) -> Any:
+        """Handle of the cloud's model."""
+        return self._global
+
+    def set_global(self, handle: Any) -> None:
+        """The cloud's model changed."""
+        self._global = handle
+
+    def server_optimizer(self, tier: str) -> Any:
+        """The optimizer configured for ``tier`` (``cloud`` / ``edge``), or None for plain averaging."""
+        return self.scenario.server_optimizer.at(tier)
+
+    def server_step(self, tier: str, entity: int, base: Any, delta_terms: list[Term]) -> Any:
+        """The ``tier`` optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (asynchronous aggregations)."""
+        opt = self.server_optimizer(tier)
+        if opt is None:
+            raise RuntimeError(f"no server optimizer at the {tier} tier: combine the terms instead")
+        delta_terms = self._finite_terms(tier, delta_terms)
+        if not delta_terms:
+            return base  # every update left out: the model stays as it was
+        return self.executor.server_step(tier, entity, opt, base, delta_terms)
+
+    def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
+        """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+            self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
+            return
+        if self._fold(("edge", edge), update):
+            self.executor.add_edge(edge, weight, update, control_coef)
+
+    def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
+        """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
+
+        ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
+        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
+        """
+        if self._nothing_folded(("edge", edge)):  # every update of the round was non-finite and left out
+            if base is None or pack_control:
+                raise DivergedError(f"t={self.now:.6g}s edge {edge}: every update of the round is a dropped "
+                                    "non-finite update; nothing finite is left to aggregate")
+            handle = base  # the edge model stays the one the round started from
         else:
-            self.ctx.add_to_edge(self.entity, update, weight, control_coef)
+            handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+            if self.robust is not None:
+                self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
+                self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
+        self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
+        return handle
 
-    def commit(self, participants: list[int], base: Any = None, source: str = "device",
-               pack_control: bool = False) -> Any:
-        """Finish the round (counted and recorded; at the cloud it may end the run); the new model.
+    def edge_aggregated(self, lane: Endpoint, edge: int, participants: list[int], trace: dict[str, Any],
+                        extra: dict[str, Any] | None = None) -> None:
+        """Account one edge-tier aggregation: counters, trace instant, metric line."""
+        self.counters["edge_aggregations"] += 1
+        self.counters["device_updates"] += len(participants)
+        self.telemetry.instant(lane, "aggregate", self.now, **trace)
+        self.telemetry.record(EdgeAggregate(edge, len(participants), dict(extra or {})))
 
-        ``base``: the model the round started from (the server optimizer steps from it);
-        ``source``: whether the cloud's inputs came from devices or edge servers; ``pack_control``:
-        an edge returns ``[model; Σ κ Δc]`` for its upload (SCAFFOLD)."""
-        if self.tier == "cloud":
-            return self.ctx.commit_cloud(participants, source, base)
-        return self.ctx.commit_edge(self.entity, participants, base, pack_control)
+    def discard_edge(self, edge: int) -> None:
+        """Forget what ``edge``'s running aggregation holds."""
+        if not self._nothing_folded(("edge", edge)):  # (every update dropped: nothing was added)
+            self.executor.commit_edge(edge)
+        if self.robust is not None:  # an aborted round: its rule's report is no aggregation
+            self.executor.robust_reports("edge")
+            self.robust.drop_sources("edge", edge)
 
-    def discard(self) -> None:
-        """Forget what the running aggregation holds (an aborted edge round)."""
-        self.ctx.discard_edge(self.entity)
+    def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
+        """A model arrived at the cloud: fold it into the running aggregation now."""
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+            self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
+            return
+        if self._fold(("cloud", 0), update):
+            self.executor.add_cloud(weight, update, control_coef)
 
-    # -- queues and asynchronous updates -------------------------------------------------------------
-    def step(self, base: Any, deltas: list[Term], sources: list[int], staleness: list[int], version: int,
-             queue_len: int, source: str = "device") -> Any:
-        """``base`` stepped by ``Σ c·(a − b)`` through this tier's stack, and accounted as one
-        asynchronous aggregation (``version``: this point's version after it); None if a screen
-        rejected it (then nothing is accounted but the rejection)."""
-        new = self.stack.step(self.entity, base, deltas, sources)
-        if new is not None:
-            self.applied(sources, [c for c, _, _ in deltas], staleness, version, queue_len, source)
-        return new
+    def _cloud_round_done(self) -> None:
+        limit = self.scenario.stop.rounds
+        if limit is not None and int(self.counters["cloud_aggregations"]) >= limit:
+            self._clock.request_stop("rounds")
 
-    def drop(self, source: int, staleness: int) -> None:
-        """An update staler than allowed reached this point and is discarded (counted, recorded)."""
-        self.ctx.drop_update(self.tier, self.entity, source, staleness)
+    def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
+        """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
+        if self._nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
+            handle = base if base is not None else self._global  # the global model stays as it was
+        else:
+            handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
+            if self.robust is not None:
+                self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
+        self.counters["cloud_aggregations"] += 1
+        if tier == "device":
+            self.counters["device_updates"] += len(participants)
+        rounds = int(self.counters["cloud_aggregations"])
+        self.telemetry.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
+        self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
+        self._cloud_round_done()
+        return handle
 
-    # -- models the protocol forms itself -------------------------------------------------------------
-    def average(self, models: list[Any], weights: list[float], base: Any = None) -> Any:
-        """``Σ w·m / Σ w``, or this tier's robust rule over the models where one is set (``base``: the
-        model the round started from)."""
-        if self.robust_models:
-            robust = self.ctx.robust_average(self.tier, self.entity, models, weights, base)
-            if robust is not None:
-                return robust
-        return self.ctx.average(models, weights)
+    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
+        """Whether an asynchronous step from ``base`` to ``candidate`` (made from ``source``'s ``update``)
+        is applied: True unless the ``tier`` rule is a screen (Zeno++), which may reject it (counted)."""
+        if self.robust is None or not type(self.robust.setup.rule(tier)).asynchronous:
+            return True
+        tag = self.robust.take(update, tier, 0)
+        accepted = self.executor.screen(base, candidate, tag)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        if not accepted:
+            self.counters["updates_rejected"] = self.counters.get("updates_rejected", 0) + 1
+        return accepted
 
-    def combine(self, terms: list[Term]) -> Any:
-        """``Σ c·(a − b)`` over model handles, computed at this tier."""
-        return self.ctx.combine(self.tier, terms)
+    def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
+        """``base + Σc · rule(Δ)`` over a buffer / queue of deltas ``Δ_i = a_i − b_i`` weighted ``c_i``
+        (FedBuff, AHFL) when the ``tier`` rule is robust; None under the mean (the caller combines)."""
+        if self.robust is None or not self.robust.queues:
+            return None
+        tags = [self.robust.take(a, tier, entity) for _, a, _ in deltas]
+        rule = self.robust.setup.rule(tier)
+        if rule.is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
+        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        return handle
 
-    def aggregated(self, participants: list[int], trace: dict[str, Any], extra: dict[str, Any] | None = None,
-                   lane: Endpoint | None = None) -> None:
-        """Account a synchronous edge-tier aggregation formed by the protocol: counters, the
-        ``aggregate`` instant (``trace``: its args) on ``lane`` and the ``edge_aggregate`` line."""
-        self.ctx.edge_aggregated(lane or self.lane, self.entity, participants, trace, extra)
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
+        """The ``tier`` rule's aggregate of ``models`` weighted ``weights`` (``base``: the model the round
+        started from), computed by the cloud role; None when the rule is the mean (the caller averages)."""
+        if self.robust is None or not self.robust.tracks:
+            return None
+        tags = [self.robust.take(h, tier, entity) for h in models]
+        if self.robust.setup.rule(tier).is_mean:
+            self.robust.drop_sources(tier, entity)
+            return None
+        handle = self.executor.robust_average(tier, entity, models, weights, base, tags)
+        self.robust.reports(tier, self.executor.robust_reports("cloud"), self.now)
+        return handle
 
-    def applied(self, sources: list[int], weights: list[float], staleness: list[int], version: int,
-                queue_len: int, source: str = "device") -> None:
-        """Account one asynchronous aggregation (counters, staleness, the ``queue_aggregate`` instant
-        and the aggregate line; at the cloud it may end the run)."""
-        self.ctx.record_async_aggregation(self.tier, self.entity, sources, weights, staleness, version,
-                                          queue_len, source)
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
+        if self._bad:
+            kept = [(m, w) for m, w in zip(models, weights) if not self._left_out(m, "model")]
+            if not kept:
+                raise DivergedError(f"t={self.now:.6g}s: every model of an average is a dropped non-finite update; "
+                                    "nothing finite is left to average")
+            if len(kept) < len(models):
+                models, weights = [m for m, _ in kept], [w for _, w in kept]
+        return self.executor.average(models, weights)
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""
+        terms = self._finite_terms(tier, terms)
+        if not terms:
+            raise DivergedError(f"t={self.now:.6g}s {tier}: every term of an aggregation is a dropped non-finite "
+                                "update; nothing finite is left to combine")
+        return self.executor.combine(tier, terms)
+
+    def record_async_aggregation(self, tier: str, entity: int, participants: list[int], weights: list[float],
+                                 staleness: list[int], version: int, queue_len: int, source: str = "device") -> None:
+        """Account one asynchronous aggregation at a leader (``tier="edge"``) or the cloud.
+
+        ``participants`` are device ids (or leader ids when ``source="edge"``), ``weights`` the
+        coefficient each update got, ``staleness`` each update's τ, ``version`` the aggregator's
+        version after it, ``queue_len`` the updates waiting when it fired (dropped ones included).
+        """
+        self.telemetry.add_staleness(tier, staleness)
+        args = {"participants": list(participants), "weights": list(weights), "staleness": list(staleness),
+                "version": version, "queue_len": queue_len}
+        tail = {"weights": list(weights), "staleness": list(staleness), "version": version, "queue_len": queue_len,
+                "ids": list(participants)}
+        if tier == "edge":
+            self.counters["edge_aggregations"] += 1
+            self.counters["device_updates"] += len(participants)
+            self.telemetry.instant(("edge", entity), "queue_aggregate", self.now, **args)
+            self.telemetry.record(EdgeAggregate(entity, len(participants), tail))
+            return
+        self.counters["cloud_aggregations"] += 1
+        if source == "device":
+            self.counters["device_updates"] += len(participants)
+        rounds = int(self.counters["cloud_aggregations"])
+        self.telemetry.instant(("cloud", 0), "queue_aggregate", self.now, round=rounds, **args)
+        self.telemetry.record(CloudAggregate(rounds, source, len(participants), tail))
+        self._cloud_round_done()
+
+    def drop_update(self, tier: str, entity: int, source: int, staleness: int) -> None:
+        """An update older than ``max_staleness`` reached ``tier`` and is discarded (counted)."""
+        self.counters["updates_dropped"] += 1
+        lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
+        self.telemetry.instant(lane, "drop", self.now, source=source, staleness=staleness)
+        self.telemetry.record(UpdateDropped(tier, entity, source, staleness))
+
+    def queue_length(self, tier: str, entity: int, length: int) -> None:
+        """The queue of ``tier`` at ``entity`` holds ``length`` updates from now on."""
+        self.telemetry.queue_length(tier, entity, length)

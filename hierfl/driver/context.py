@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import weakref
 from typing import Any
 
 import numpy as np
@@ -20,31 +19,20 @@ from hierfl.core.dynamics import Dynamics, OnlineIndex, factor_at, finish_time
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, samples_processed
-from hierfl.env.api import Endpoint, Job, Term
-from hierfl.env.records import CloudAggregate, EdgeAggregate, NonFiniteUpdate, UpdateDropped
+from hierfl.env.api import Endpoint, Job
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.driver.energy import energy_ledger
 from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.faults import Faults
-from hierfl.driver.aggregation import Layer, TierAggregator, compose
+from hierfl.driver.aggregation import Aggregation
+from hierfl.driver.errors import DivergedError, RunError
+from hierfl.driver.tiers import TierAggregator
 from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
 __all__ = ["Context", "RunError", "DivergedError"]
 
 NONFINITE = "nonfinite"  # the key a device host sets in a job's stats when its update holds NaN/Inf
-
-
-class RunError(RuntimeError):
-    """A failure during a run, with the virtual time, entity and stage where it happened."""
-
-    status = "failed"
-
-
-class DivergedError(RunError):
-    """The run diverged: a non-finite update (``robustness.on_nonfinite: fail``) or global model."""
-
-    status = "diverged"
 
 
 _NO_MARK: dict[str, Any] = {}  # a job's trace marks when it has none (never modified)
@@ -65,7 +53,6 @@ class Context:
         self.queue = EventQueue()
         telemetry.clock = lambda: self.queue.now
         self.counters = telemetry.counters
-        self._global: Any = executor.initial_model()
         self._stopping = False
         self.stop_reason: str | None = None
         self._jobs_started = np.zeros(self._world.num_devices, dtype=np.int64)
@@ -103,8 +90,6 @@ class Context:
         # non-finite updates (issue 14): with `drop`, the handles of flagged jobs' results, left out of
         # every aggregation they are given to, and per aggregator the updates kept/left out since its commit
         self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
-        self._bad: dict[int, list[Any]] = {}
-        self._folded: dict[tuple[str, int], list[int]] = {}
         # device energy (`energy:`): None keeps every output as without it
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
@@ -112,9 +97,8 @@ class Context:
         # send and queue_length reach Transfers and the telemetry without a frame of their own
         self.send = self.transfers.send  # type: ignore[method-assign]
         self.queue_length = telemetry.queue_length  # type: ignore[method-assign]
-        # aggregation points, made on first use (env.tier), and each tier's layer stack
-        self._tiers: dict[tuple[str, int], TierAggregator] = {}
-        self._stacks: dict[str, Layer] = {}
+        # the cloud's model and every aggregation point (env.tier)
+        self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self)
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -337,7 +321,7 @@ class Context:
         if self.counters["cloud_aggregations"] < self._warmup_rounds:
             return dataclasses.replace(spec, personal=None)
         self._warmup_rounds = 0
-        self.executor.set_personal_base(self._global)
+        self.executor.set_personal_base(self.aggregation.global_model)
         return spec
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
@@ -382,74 +366,7 @@ class Context:
             raise DivergedError(f"t={self.now:.6g}s device {job.device} job {job.job}: the update is not finite "
                                 "(NaN or Inf), so the run diverged; lower training.lr, or set "
                                 "robustness.on_nonfinite: drop to leave such updates out")
-        handle = job.params
-        try:  # a weak reference where the handle allows one: a dropped update is not kept alive by this
-            ref: Any = weakref.ref(handle)
-        except TypeError:
-            ref = lambda h=handle: h  # noqa: E731
-        self._bad[id(handle)] = [ref, job.device, job.job, False]
-
-    def _left_out(self, handle: Any, tier: str) -> bool:
-        """Whether ``handle`` is a dropped non-finite update (counted and reported the first time)."""
-        if not self._bad or handle is None:
-            return False
-        entry = self._bad.get(id(handle))
-        if entry is None:
-            return False
-        if entry[0]() is not handle:  # a new object at a recycled address
-            del self._bad[id(handle)]
-            return False
-        if not entry[3]:
-            entry[3] = True
-            self.counters["nonfinite_dropped"] = self.counters.get("nonfinite_dropped", 0) + 1
-            self.telemetry.instant(("device", entry[1]), "nonfinite_dropped", self.now, job=entry[2], tier=tier)
-            self.telemetry.record(NonFiniteUpdate(entry[1], entry[2], tier))
-        return True
-
-    def _fold(self, key: tuple[str, int], handle: Any) -> bool:
-        """Count an update given to aggregator ``key``; False if it is left out (non-finite, ``drop``)."""
-        if not self._drop_nonfinite:
-            return True
-        kept = not self._left_out(handle, key[0])
-        self._folded.setdefault(key, [0, 0])[0 if kept else 1] += 1
-        return kept
-
-    def _nothing_folded(self, key: tuple[str, int]) -> bool:
-        """Whether every update given to ``key`` since its last commit was left out (and resets the count)."""
-        kept, out = self._folded.pop(key, (0, 0))
-        return out > 0 and kept == 0
-
-    def _finite_terms(self, tier: str, terms: list[Term]) -> list[Term]:
-        """``terms`` without those built on a dropped update.
-
-        A delta term ``c·(a − b)`` is simply left out (as if that update never arrived). Plain terms
-        ``c·a`` form a mix (FedAsync's ``(1−α)·x + α·y``): the kept ones are rescaled to the mix's
-        total, so leaving ``y`` out gives ``x``, not ``(1−α)·x``.
-        """
-        if not self._bad:
-            return terms
-        keep: list[Term] = []
-        plain_total = plain_kept = 0.0
-        dropped = False
-        for c, a, b in terms:
-            out = self._left_out(a, tier) or self._left_out(b, tier)
-            if b is None:
-                plain_total += c
-            if out:
-                dropped = True
-                continue
-            if b is None:
-                plain_kept += c
-            keep.append((c, a, b))
-        if not dropped:
-            return terms
-        if plain_total != plain_kept:
-            if plain_kept == 0:
-                raise DivergedError(f"t={self.now:.6g}s {tier}: every model of an aggregation is a dropped non-finite "
-                                    "update; nothing finite is left to aggregate")
-            scale = plain_total / plain_kept
-            keep = [(c * scale, a, b) if b is None else (c, a, b) for c, a, b in keep]
-        return keep
+        self.aggregation.mark_nonfinite(job)
 
     def _wait(self, job: Job) -> dict[str, float]:
         try:
@@ -473,31 +390,18 @@ class Context:
         self.transfers.cancel_transfer(fid)
 
     # -- aggregation --------------------------------------------------------------------------------
-    def tier(self, tier: str, entity: int = 0) -> TierAggregator:
-        """The aggregation point ``(tier, entity)`` (``"cloud"`` or ``"edge"``), its stack composed
-        once per tier (:func:`~hierfl.driver.aggregation.compose`)."""
-        agg = self._tiers.get((tier, entity))
-        if agg is None:
-            stack = self._stacks.get(tier)
-            if stack is None:
-                if tier not in ("cloud", "edge", "device"):
-                    raise ValueError(f"no aggregation tier {tier!r}; tiers: cloud, edge, device")
-                stack = self._stacks[tier] = compose(self, tier)
-            agg = self._tiers[(tier, entity)] = TierAggregator(self, tier, entity, stack)
-        return agg
-
     @property
     def global_model(self) -> Any:
         """Handle of the cloud's model."""
-        return self._global
+        return self.aggregation.global_model
 
     def set_global(self, handle: Any) -> None:
         """The cloud's model changed."""
-        self._global = handle
+        self.aggregation.set_global(handle)
 
-    def server_optimizer(self, tier: str) -> Any:
-        """The optimizer configured for ``tier`` (``cloud`` / ``edge``), or None for plain averaging."""
-        return self.scenario.server_optimizer.at(tier)
+    def tier(self, tier: str, entity: int = 0) -> TierAggregator:
+        """The aggregation point ``(tier, entity)`` (:meth:`Aggregation.tier`)."""
+        return self.aggregation.tier(tier, entity)
 
     @property
     def control_variates(self) -> bool:
@@ -520,185 +424,6 @@ class Context:
         """Test loss of ``model``."""
         return float(self.executor.evaluate(model)[1])
 
-    def server_step(self, tier: str, entity: int, base: Any, delta_terms: list[Term]) -> Any:
-        """The ``tier`` optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (asynchronous aggregations)."""
-        opt = self.server_optimizer(tier)
-        if opt is None:
-            raise RuntimeError(f"no server optimizer at the {tier} tier: combine the terms instead")
-        delta_terms = self._finite_terms(tier, delta_terms)
-        if not delta_terms:
-            return base  # every update left out: the model stays as it was
-        return self.executor.server_step(tier, entity, opt, base, delta_terms)
-
-    def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
-        """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
-        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
-            self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
-            return
-        if self._fold(("edge", edge), update):
-            self.executor.add_edge(edge, weight, update, control_coef)
-
-    def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
-        """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
-
-        ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
-        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
-        """
-        if self._nothing_folded(("edge", edge)):  # every update of the round was non-finite and left out
-            if base is None or pack_control:
-                raise DivergedError(f"t={self.now:.6g}s edge {edge}: every update of the round is a dropped "
-                                    "non-finite update; nothing finite is left to aggregate")
-            handle = base  # the edge model stays the one the round started from
-        else:
-            handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
-            if self.robust is not None:
-                self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
-                self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
-        self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
-        return handle
-
-    def edge_aggregated(self, lane: Endpoint, edge: int, participants: list[int], trace: dict[str, Any],
-                        extra: dict[str, Any] | None = None) -> None:
-        """Account one edge-tier aggregation: counters, trace instant, metric line."""
-        self.counters["edge_aggregations"] += 1
-        self.counters["device_updates"] += len(participants)
-        self.telemetry.instant(lane, "aggregate", self.now, **trace)
-        self.telemetry.record(EdgeAggregate(edge, len(participants), dict(extra or {})))
-
-    def discard_edge(self, edge: int) -> None:
-        """Forget what ``edge``'s running aggregation holds."""
-        if not self._nothing_folded(("edge", edge)):  # (every update dropped: nothing was added)
-            self.executor.commit_edge(edge)
-        if self.robust is not None:  # an aborted round: its rule's report is no aggregation
-            self.executor.robust_reports("edge")
-            self.robust.drop_sources("edge", edge)
-
-    def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
-        """A model arrived at the cloud: fold it into the running aggregation now."""
-        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
-            self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
-            return
-        if self._fold(("cloud", 0), update):
-            self.executor.add_cloud(weight, update, control_coef)
-
-    def _cloud_round_done(self) -> None:
-        limit = self.scenario.stop.rounds
-        if limit is not None and int(self.counters["cloud_aggregations"]) >= limit:
-            self.request_stop("rounds")
-
-    def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
-        """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
-        if self._nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
-            handle = base if base is not None else self._global  # the global model stays as it was
-        else:
-            handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
-            if self.robust is not None:
-                self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
-        self.counters["cloud_aggregations"] += 1
-        if tier == "device":
-            self.counters["device_updates"] += len(participants)
-        rounds = int(self.counters["cloud_aggregations"])
-        self.telemetry.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
-        self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
-        self._cloud_round_done()
-        return handle
-
-    def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
-        """Whether an asynchronous step from ``base`` to ``candidate`` (made from ``source``'s ``update``)
-        is applied: True unless the ``tier`` rule is a screen (Zeno++), which may reject it (counted)."""
-        if self.robust is None or not type(self.robust.setup.rule(tier)).asynchronous:
-            return True
-        tag = self.robust.take(update, tier, 0)
-        accepted = self.executor.screen(base, candidate, tag)
-        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
-        if not accepted:
-            self.counters["updates_rejected"] = self.counters.get("updates_rejected", 0) + 1
-        return accepted
-
-    def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
-        """``base + Σc · rule(Δ)`` over a buffer / queue of deltas ``Δ_i = a_i − b_i`` weighted ``c_i``
-        (FedBuff, AHFL) when the ``tier`` rule is robust; None under the mean (the caller combines)."""
-        if self.robust is None or not self.robust.queues:
-            return None
-        tags = [self.robust.take(a, tier, entity) for _, a, _ in deltas]
-        rule = self.robust.setup.rule(tier)
-        if rule.is_mean:
-            self.robust.drop_sources(tier, entity)
-            return None
-        handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
-        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
-        return handle
-
-    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
-        """The ``tier`` rule's aggregate of ``models`` weighted ``weights`` (``base``: the model the round
-        started from), computed by the cloud role; None when the rule is the mean (the caller averages)."""
-        if self.robust is None or not self.robust.tracks:
-            return None
-        tags = [self.robust.take(h, tier, entity) for h in models]
-        if self.robust.setup.rule(tier).is_mean:
-            self.robust.drop_sources(tier, entity)
-            return None
-        handle = self.executor.robust_average(tier, entity, models, weights, base, tags)
-        self.robust.reports(tier, self.executor.robust_reports("cloud"), self.now)
-        return handle
-
-    def average(self, models: list[Any], weights: list[float]) -> Any:
-        """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
-        if self._bad:
-            kept = [(m, w) for m, w in zip(models, weights) if not self._left_out(m, "model")]
-            if not kept:
-                raise DivergedError(f"t={self.now:.6g}s: every model of an average is a dropped non-finite update; "
-                                    "nothing finite is left to average")
-            if len(kept) < len(models):
-                models, weights = [m for m, _ in kept], [w for _, w in kept]
-        return self.executor.average(models, weights)
-
-    def combine(self, tier: str, terms: list[Term]) -> Any:
-        """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""
-        terms = self._finite_terms(tier, terms)
-        if not terms:
-            raise DivergedError(f"t={self.now:.6g}s {tier}: every term of an aggregation is a dropped non-finite "
-                                "update; nothing finite is left to combine")
-        return self.executor.combine(tier, terms)
-
     def track_staleness(self, tier: str) -> None:
         """Report the staleness of updates applied at ``tier`` in the summary."""
         self.telemetry.track_staleness(tier)
-
-    def record_async_aggregation(self, tier: str, entity: int, participants: list[int], weights: list[float],
-                                 staleness: list[int], version: int, queue_len: int, source: str = "device") -> None:
-        """Account one asynchronous aggregation at a leader (``tier="edge"``) or the cloud.
-
-        ``participants`` are device ids (or leader ids when ``source="edge"``), ``weights`` the
-        coefficient each update got, ``staleness`` each update's τ, ``version`` the aggregator's
-        version after it, ``queue_len`` the updates waiting when it fired (dropped ones included).
-        """
-        self.telemetry.add_staleness(tier, staleness)
-        args = {"participants": list(participants), "weights": list(weights), "staleness": list(staleness),
-                "version": version, "queue_len": queue_len}
-        tail = {"weights": list(weights), "staleness": list(staleness), "version": version, "queue_len": queue_len,
-                "ids": list(participants)}
-        if tier == "edge":
-            self.counters["edge_aggregations"] += 1
-            self.counters["device_updates"] += len(participants)
-            self.telemetry.instant(("edge", entity), "queue_aggregate", self.now, **args)
-            self.telemetry.record(EdgeAggregate(entity, len(participants), tail))
-            return
-        self.counters["cloud_aggregations"] += 1
-        if source == "device":
-            self.counters["device_updates"] += len(participants)
-        rounds = int(self.counters["cloud_aggregations"])
-        self.telemetry.instant(("cloud", 0), "queue_aggregate", self.now, round=rounds, **args)
-        self.telemetry.record(CloudAggregate(rounds, source, len(participants), tail))
-        self._cloud_round_done()
-
-    def drop_update(self, tier: str, entity: int, source: int, staleness: int) -> None:
-        """An update older than ``max_staleness`` reached ``tier`` and is discarded (counted)."""
-        self.counters["updates_dropped"] += 1
-        lane = ("edge", entity) if tier == "edge" else ("cloud", 0)
-        self.telemetry.instant(lane, "drop", self.now, source=source, staleness=staleness)
-        self.telemetry.record(UpdateDropped(tier, entity, source, staleness))
-
-    def queue_length(self, tier: str, entity: int, length: int) -> None:
-        """The queue of ``tier`` at ``entity`` holds ``length`` updates from now on."""
-        self.telemetry.queue_length(tier, entity, length)
