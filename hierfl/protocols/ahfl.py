@@ -458,8 +458,3 @@ class AHFL(Protocol):
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the leader queues (summed) and in the cloud queue."""
         return {"edge": sum(len(q) for q in self.queue.values()), "cloud": len(self.cloud_queue)}
-
-    def state(self) -> dict[str, Any]:
-        """Versions and queue lengths."""
-        return {"leader_version": dict(self.version), "cloud_version": self.cloud_version,
-                "queues": self.queue_lengths()}

@@ -180,7 +180,3 @@ class Protocol:
                 raise RuntimeError(f"{type(self).__name__} has no handler for event {kind!r}") from None
             self.__dict__.setdefault("_on", {})[kind] = handler
         handler(self, event)
-
-    def state(self) -> dict[str, Any]:
-        """Serialisable protocol state (model handles excluded)."""
-        return {}

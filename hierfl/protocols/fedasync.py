@@ -209,11 +209,6 @@ class FlatAsync(Protocol):
         """Apply one arriving update with staleness ``tau``."""
         raise NotImplementedError
 
-    def state(self) -> dict[str, Any]:
-        """Version, training devices and their start versions."""
-        return {"version": self.version, "training": {d: v for d, (_, v) in sorted(self.start_of.items())}}
-
-
 class FedAsync(FlatAsync):
     """Every arrival is mixed into the global model at once: ``x ← (1 − α·s(τ))·x + α·s(τ)·x_new``."""
 

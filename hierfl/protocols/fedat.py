@@ -280,8 +280,3 @@ class FedAT(Protocol):
             cloud.applied([m], [weights[m]], [tau], self.version, 1, source="edge")
         if not env.stopping:
             self._begin_round(m)
-
-    def state(self) -> dict[str, Any]:
-        """Global version, and per tier its devices, update count and round."""
-        return {"version": self.version,
-                "tiers": [{"members": t.members, "updates": t.count, "round": t.round} for t in self.tiers]}

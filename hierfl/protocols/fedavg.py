@@ -155,7 +155,3 @@ class FedAvg(Protocol):
         self.round += 1
         if not env.stopping:
             self._begin_round()
-
-    def state(self) -> dict[str, Any]:
-        """Round counter and in-flight participants."""
-        return {"round": self.round, "selected": self.selected, "arrived": sorted(self.arrived)}

@@ -262,8 +262,3 @@ class FedHiSyn(Protocol):
         self.round += 1
         if not env.stopping:
             self._begin_round()
-
-    def state(self) -> dict[str, Any]:
-        """Round counter, classes, rings and per-device progress in the round."""
-        return {"round": self.round, "rings": self.rings, "round_s": self.round_s,
-                "units": self.units.tolist(), "reported": sorted(self.reported)}

@@ -390,8 +390,3 @@ class HierFAVG(Protocol):
             return
         # only edges that lost the global model on its way are idle and waiting for it
         self._broadcast(sorted(e for e in self.hungry if e not in self.down))
-
-    def state(self) -> dict[str, Any]:
-        """Edge round counters and in-flight participants."""
-        return {"edge_round": dict(self.edge_round), "cloud_round": self.cloud_round, "selected": self.selected,
-                "arrived": {e: sorted(b.arrived) for e, b in self.barrier.items()}}

@@ -342,8 +342,3 @@ class WSCC(Protocol):
         if not self.clustered:
             return None
         return {d: self.models[int(self.cluster_of[d])] for d in range(self.env.world.num_devices)}
-
-    def state(self) -> dict[str, Any]:
-        """Round, clusters and in-flight devices."""
-        return {"round": self.round, "clusters": self.members, "expected": sorted(self.expected),
-                "arrived": sorted(self.updates), **({"cluster_edges": list(self.cluster_edge)} if self.hier else {})}

@@ -355,7 +355,3 @@ class FedCH(Protocol):
     def on_cloud_up(self, event: Event) -> None:
         """The cloud is back (see :class:`EdgeFaults`)."""
         self.faults.cloud_up()
-
-    def state(self) -> dict[str, Any]:  # type: ignore[override]
-        """Global version, construction count and each cluster's round."""
-        return self.st.summary()
