@@ -44,7 +44,7 @@ def _is_sweep_file(path: str) -> bool:
 
 def _built_checks(scenario: Any, source: str, prefix: str = "") -> Any:
     """Generate the data and model of ``scenario`` and run the checks that need them (``--build``)."""
-    from hierfl.build import build
+    from hierfl.assemble import build
     from hierfl.config.errors import ConfigError, Problem
     from hierfl.driver.sanity import run_problems, run_warnings
 
@@ -257,7 +257,7 @@ def _cmd_timeline(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from hierfl.viz.report import write_report
+    from hierfl.report import write_report
 
     try:
         path = write_report(args.dir, args.output, max_devices=args.max_devices, group_by=args.group_by)

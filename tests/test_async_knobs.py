@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.core.rng import stream, stream_seed

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec
 from hierfl.driver import run_scenario

@@ -66,7 +66,7 @@ def test_core_imports_no_config_pydantic_torch_or_ray():
 
 
 def test_loading_a_scenario_imports_neither_torch_nor_ray():
-    mods = _modules_after("import hierfl.scenario.loader, hierfl.build.world, hierfl.executors")
+    mods = _modules_after("import hierfl.scenario.loader, hierfl.assemble.world, hierfl.executors")
     assert "torch" not in mods and "ray" not in mods
 
 

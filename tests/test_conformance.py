@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hierfl.scenario  # noqa: F401  (assembles the schema: every plug-in is registered)
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.config.errors import ConfigError
 from hierfl.config.registry import Registry
 from hierfl.core.dynamics import Availability, Dynamics

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.driver import run_scenario
 from tests.conftest import TINY, tiny
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hierfl.build import build, tier_counts
+from hierfl.assemble import build, tier_counts
 from hierfl.config.errors import ConfigError
 from hierfl.core.dynamics import Availability, IntervalTimeline, MarkovTimeline, Window, finish_time
 from hierfl.core.rng import stream

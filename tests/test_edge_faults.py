@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.cli import main
 from hierfl.core.faults import FaultWindow, nearest_edge, outages
 from hierfl.driver import run_scenario

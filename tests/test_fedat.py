@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.config.errors import ConfigError
 from hierfl.driver import run_scenario
 from hierfl.protocols.fedat import cross_tier_weights

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.cli import main
 from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec

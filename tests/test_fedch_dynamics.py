@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.cli import main
 from hierfl.core.aggregate import weighted_average
 from hierfl.core.rng import stream_seed

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.core.aggregate import weighted_average

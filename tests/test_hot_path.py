@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.engine import EventQueue
 from hierfl.core.work import TrainSpec

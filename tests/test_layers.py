@@ -26,6 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "env": {"core"},
     "protocols": {"core", "env", "config", "policies", "protocols"},
     "output": {"core", "env"},
+    # the runtime runs jobs and aggregates below the protocol interface: never env, driver or protocols
+    "runtime": {"core", "learn", "models", "executors", "config"},
 }
 THIRD_PARTY_FORBIDDEN = {
     "core": {"pydantic", "torch", "ray", "yaml"},

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build, train_spec
+from hierfl.assemble import build, train_spec
 from hierfl.cli import main
 from hierfl.core.work import TrainSpec
 from hierfl.driver import run_scenario

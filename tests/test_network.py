@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.core.network import FlowNetwork
 from hierfl.driver import run_scenario
 from tests.conftest import tiny

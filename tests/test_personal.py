@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.core.personal import (LayerSplitError, device_accuracy_fields, layer_names, local_mask, resolve_layers,
                                   support_split, weighted_quantiles)
 from hierfl.driver import run_scenario

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.core.aggregate import weighted_average
 from hierfl.core.rng import stream_seed
 from hierfl.core.work import TrainSpec

@@ -69,7 +69,7 @@ def test_fedavg_drops_the_stragglers_and_fedprox_keeps_their_partial_epochs(tmp_
         assert sorted(e["tid"] for e in no_compute if drop_bounds[r] <= e["ts"] / 1e6 <= drop_bounds[r + 1]) == want
         assert dropped[r]["dropped"] == 0  # dropped before computing: not waited for, not late at the close
     # compute: samples per device × epochs / speed — the kept stragglers' epochs, drawn per device and round
-    from hierfl.build import build
+    from hierfl.assemble import build
 
     world = build(_scenario(True)).world
     straggler_compute = sum(int(world.samples[e["tid"]]) * e["args"]["epochs"] / float(world.speed_sps[e["tid"]])

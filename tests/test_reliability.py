@@ -123,12 +123,12 @@ def test_dist_mapping_is_replaced_whole_by_set_and_by_extends(tmp_path, capsys):
 # -- --out -----------------------------------------------------------------------------------------------
 
 def test_out_is_checked_before_the_build_and_never_clobbers(tmp_path, capsys, monkeypatch):
-    import hierfl.build
+    import hierfl.assemble
 
     scen = _write(tmp_path / "s.yaml", _with(stop={"rounds": 1}))
     built: list[int] = []
-    real_build = hierfl.build.build
-    monkeypatch.setattr(hierfl.build, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    real_build = hierfl.assemble.build
+    monkeypatch.setattr(hierfl.assemble, "build", lambda *a, **k: built.append(1) or real_build(*a, **k))
     a_file = _write(tmp_path / "file.txt", "keep me")
     for bad in (a_file, a_file / "sub"):
         assert main(["run", str(scen), "--out", str(bad), "-q"]) == 2
@@ -278,7 +278,7 @@ def test_lr_1e6_diverges_with_device_job_and_time(tmp_path, capsys):
 
 
 def test_lr_1e6_drop_leaves_every_update_out(tmp_path, capsys):
-    from hierfl.build import build
+    from hierfl.assemble import build
 
     out = tmp_path / "o"
     assert main(["run", QUICKSTART, *LR_1E6, "--set", "robustness.on_nonfinite=drop", "--out", str(out), "-q"]) == 0
@@ -360,7 +360,7 @@ def test_shipped_nonfinite_drop_scenario(tmp_path, capsys):
 
 
 def test_warnings_for_settings_that_cannot_work(tmp_path, capsys):
-    from hierfl.build import build
+    from hierfl.assemble import build
     from hierfl.driver.sanity import run_warnings
 
     sc = tiny(straggler={"name": "deadline", "seconds": 0.01}, stop={"rounds": None, "virtual_time_s": 500.0},

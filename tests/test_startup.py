@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.driver import run_scenario
 from hierfl.runtime.executor import RunData
 from hierfl.runtime.start import ExecutorStart, process_launch_time, start_executor

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.driver import run_scenario
 from hierfl.learn.local import init_params
 from hierfl.runtime.roles import Cloud

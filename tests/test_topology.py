@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.config.errors import ConfigError
 from hierfl.core.rng import stream
 from hierfl.core.topomath import pairwise_km, uniform_square

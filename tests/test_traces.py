@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build, train_spec
+from hierfl.assemble import build, train_spec
 from hierfl.config.errors import ConfigError
 from hierfl.core.rng import stream
 from hierfl.driver import run_scenario

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.cli import main
 from hierfl.core.wscc import affinity_clusters, cluster_servers, cosine_similarity, similarity_summary
 from hierfl.driver import run_scenario

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hierfl.build import build
+from hierfl.assemble import build
 from hierfl.core.rng import stream
 from hierfl.driver import run_scenario
 from hierfl.scenario.loader import validate_raw

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=4096)
     args = ap.parse_args(argv)
-    from hierfl.build import build
+    from hierfl.assemble import build
     from hierfl.core.rng import stream_seed
     from hierfl.learn.local import index_blocks
     from hierfl.runtime.roles import DeviceHost

@@ -46,7 +46,7 @@ if kind == "raw":
     sc = validate_raw(arg)
 else:
     sc = load_scenario(arg["path"], arg["set"])
-from hierfl.build import build
+from hierfl.assemble import build
 built = build(sc)
 data_bytes = built.dataset.x_train.nbytes + built.dataset.y_train.nbytes + sum(p.nbytes for p in built.parts)
 t1 = time.perf_counter()

@@ -184,7 +184,7 @@ def plain_main(path: str) -> None:
     sys.path.insert(0, str(HERE))
     from emulator_overhead import plain_pytorch
 
-    from hierfl.build import build
+    from hierfl.assemble import build
     from hierfl.scenario.loader import load_scenario
 
     built = build(load_scenario(path))

@@ -1,6 +1,6 @@
 """The emulated physical world: device profiles, links and the device → edge assignment.
 
-Plain numpy data drawn once from the scenario (see :mod:`hierfl.build`), plus the duration
+Plain numpy data drawn once from the scenario (see :mod:`hierfl.assemble`), plus the duration
 formulas of :mod:`hierfl.core.work` applied to it. Pure: no RNG, no I/O.
 """
 

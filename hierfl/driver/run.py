@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hierfl import __version__
-from hierfl.build import Built, build
+from hierfl.assemble import Built, build
 from hierfl.scenario.loader import dump_scenario
 from hierfl.scenario.schema import Scenario
 from hierfl.core.dynamics import Dynamics

@@ -18,8 +18,9 @@ lines. A protocol never holds the event queue, the recorder or the executor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from hierfl.core.jobs import Endpoint, Job, Term
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,28 +32,6 @@ if TYPE_CHECKING:
     from hierfl.env.records import ClustersRecord, Record
 
 __all__ = ["Env", "Aggregator", "Telemetry", "Job", "Term", "Endpoint"]
-
-Endpoint = tuple[str, int]
-"""``("device", i)``, ``("edge", e)`` or ``("cloud", 0)``."""
-
-Term = tuple[float, Any, Any]
-"""``(coefficient, handle, handle or None)``: ``c · (a − b)``, or ``c · a`` when the third is None."""
-
-
-@dataclass
-class Job:
-    """A submitted local training job."""
-
-    device: int
-    job: int
-    params: Any          # handle of the trained parameter vector
-    stats: Any           # handle of the small stats dict
-    compute_s: float     # its virtual duration
-    start: float         # virtual start time
-    host: int = 0
-    lost_at: float | None = None   # the device drops out (offline / dropout) at this time: no result
-    lost_reason: str | None = None
-    ran: bool = True               # False: timing only, nothing was submitted (params = the start model)
 
 
 class Telemetry(Protocol):

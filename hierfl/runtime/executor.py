@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.work import TrainSpec
-from hierfl.env.api import Job, Term
+from hierfl.core.jobs import Job, Term
 from hierfl.executors import EXECUTORS
 from hierfl.learn.batched import JobGroups
 from hierfl.learn.serveropt import ServerOptimizerConfig

@@ -42,7 +42,7 @@ class ExecutorStart:
 
     def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` where the executor's processes have torch: the build's model work (initial
-        parameters, layout, FLOPs; :data:`hierfl.build.assemble.ModelCall`). Here: in this process,
+        parameters, layout, FLOPs; :data:`hierfl.assemble.assemble.ModelCall`). Here: in this process,
         which trains with torch anyway."""
         return fn(*args)
 

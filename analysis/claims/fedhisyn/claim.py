@@ -70,7 +70,7 @@ def slow_tier_skew(run: Any) -> float:
     and of all its devices (the data rebuilt from base.yaml with the run's seed)."""
     import numpy as np
 
-    from hierfl.build import build
+    from hierfl.assemble import build
     from hierfl.scenario.loader import load_scenario
 
     tiers = json.loads((run.dir / "clusters.jsonl").read_text(encoding="utf-8").splitlines()[0])["members"]

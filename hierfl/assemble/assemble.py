@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.build.dynamics import availability_labels, build_dynamics
-from hierfl.build.world import build_world
+from hierfl.assemble.dynamics import availability_labels, build_dynamics
+from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.personal import LayerSplitError, local_mask, local_test_split, resolve_layers

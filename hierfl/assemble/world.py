@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hierfl.build.grouping import assign_edges
+from hierfl.assemble.grouping import assign_edges
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.rng import stream
 from hierfl.core.world import EdgeLink, World
