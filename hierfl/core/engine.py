@@ -9,7 +9,6 @@ Events are plain data: a kind and a small typed payload (a frozen dataclass, see
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Event", "EventQueue", "Priority"]
@@ -31,18 +30,46 @@ class Priority:
     STOP = 90         # end of the run
 
 
-@dataclass(order=True, frozen=True)
 class Event:
-    """One scheduled event; ordering uses only ``(time, priority, seq)``."""
+    """One scheduled event: ``on_<kind>(event)`` of its owner runs at ``time``.
 
-    time: float
-    priority: int
-    seq: int
-    kind: str = field(compare=False)
-    payload: Any = field(compare=False, default=None)
+    Events order, compare and hash by ``(time, priority, seq)`` only. Besides its five fields an
+    event carries what the driver needs to know about it, declared here rather than attached:
+    ``queued`` (it is in the queue and not cancelled), ``transfer`` (the id of the transfer whose
+    arrival it is) and ``device`` (the device whose pending job event it is).
+    """
 
+    __slots__ = ("time", "priority", "seq", "kind", "payload", "queued", "transfer", "device")
 
-_new_event = object.__new__
+    def __init__(self, time: float, priority: int, seq: int, kind: str, payload: Any = None) -> None:
+        self.time = time
+        self.priority = priority
+        self.seq = seq
+        self.kind = kind
+        self.payload = payload
+        self.queued = False
+        self.transfer: int | None = None
+        self.device: int | None = None
+
+    def key(self) -> tuple[float, int, int]:
+        """What orders events: ``(time, priority, seq)``."""
+        return (self.time, self.priority, self.seq)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Event) and self.key() == other.key()
+
+    def __lt__(self, other: Event) -> bool:
+        return self.key() < other.key()
+
+    def __le__(self, other: Event) -> bool:
+        return self.key() <= other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        return (f"Event(time={self.time!r}, priority={self.priority!r}, seq={self.seq!r}, kind={self.kind!r}, "
+                f"payload={self.payload!r})")
 
 
 class EventQueue:
@@ -64,11 +91,9 @@ class EventQueue:
 
     def cancel(self, event: Event) -> None:
         """Withdraw a pending event (it will never pop); cancelling a popped event does nothing."""
-        # an event in the heap carries ``_queued`` in its __dict__ (a flag on the object, not a
-        # population-sized set of pending seqs to update on every push and pop)
-        state = event.__dict__
-        if state.get("_queued"):
-            state["_queued"] = False
+        # a flag on the event, not a population-sized set of pending seqs updated on every push and pop
+        if event.queued:
+            event.queued = False
             self._cancelled.add(event.seq)
             self._prune()
 
@@ -84,16 +109,8 @@ class EventQueue:
             raise ValueError(f"cannot schedule {kind!r} at t={time!r} before now={self.now!r}")
         # a mapping is copied (the caller may reuse it); a frozen payload value is shared
         time, priority, seq = float(time), int(priority), self._seq
-        # Event(time, priority, seq, kind, payload) without the frozen dataclass's five guarded
-        # setattr calls (the same object: its fields live in its __dict__); several per local job
-        event = _new_event(Event)
-        state = event.__dict__  # (item by item: cheaper than update() with keywords)
-        state["time"] = time
-        state["priority"] = priority
-        state["seq"] = seq
-        state["kind"] = kind
-        state["payload"] = dict(payload) if isinstance(payload, dict) else payload
-        state["_queued"] = True
+        event = Event(time, priority, seq, kind, dict(payload) if isinstance(payload, dict) else payload)
+        event.queued = True
         self._seq = seq + 1
         heapq.heappush(self._heap, (time, priority, seq, event))
         return event
@@ -114,7 +131,7 @@ class EventQueue:
         """Remove the next event and advance the clock to its time."""
         self._prune()
         event = heapq.heappop(self._heap)[3]
-        event.__dict__["_queued"] = False
+        event.queued = False
         self.now = event.time
         return event
 
@@ -126,7 +143,7 @@ class EventQueue:
         if not heap:
             return None
         event = heapq.heappop(heap)[3]
-        event.__dict__["_queued"] = False
+        event.queued = False
         self.now = event.time
         return event
 
@@ -148,5 +165,5 @@ class EventQueue:
                    for t, p, s, k, pl in state["events"]]
         heapq.heapify(q._heap)
         for entry in q._heap:
-            entry[3].__dict__["_queued"] = True
+            entry[3].queued = True
         return q

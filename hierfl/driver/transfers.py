@@ -256,7 +256,7 @@ class Transfers:
             # the arrival, as the network's wake-up at its end would have scheduled it
             end = flow._end
             delivery = tr.delivery = queue.push((end if end > now else now) + latency_s, event, payload, priority)
-            delivery.__dict__["_fid"] = fid  # a transfer's arrival carries its id (before_dispatch)
+            delivery.transfer = fid  # a transfer's arrival carries its id (before_dispatch)
             if not self._attached:
                 return fid  # no flow of the shared schedule changed: its next finish is the same
         self._reschedule_net()
@@ -293,7 +293,7 @@ class Transfers:
                 net.remove(now, fid)
                 tr = self._transfers[fid]
                 tr.delivery = queue.push(now + tr.latency_s, tr.event, tr.payload, tr.priority)
-                tr.delivery.__dict__["_fid"] = fid
+                tr.delivery.transfer = fid
             nxt = net.next_finish()
         self._reschedule_net(nxt)   # nothing changed since that answer
 
@@ -348,13 +348,12 @@ class Transfers:
     def before_dispatch(self, event: Event) -> None:
         """Bookkeeping before a protocol event runs (a transfer's arrival closes its trace span)."""
         # what the event is to the driver is written on it: a transfer's arrival carries the transfer's
-        # id (``_fid``), a device's pending job event its device (``_device``, :meth:`track`)
-        state = event.__dict__
-        fid = state.get("_fid")
+        # id (``transfer``), a device's pending job event its device (``device``, :meth:`track`)
+        fid = event.transfer
         if fid is not None:
             self._finish_transfer(fid)
             return
-        device = state.get("_device")
+        device = event.device
         if device is not None:
             pending = self._device_events.get(device)
             if pending is None:  # (withdrawn with the device's other work)
@@ -452,7 +451,7 @@ class Transfers:
 
     def track(self, device: int, event: Event) -> Event:
         """Remember a pending event of ``device`` so :meth:`cancel_device` can withdraw it."""
-        event.__dict__["_device"] = device  # (before_dispatch: it leaves the list when it fires)
+        event.device = device  # (before_dispatch: it leaves the list when it fires)
         pending = self._device_events.get(device)
         if pending is None:
             self._device_events[device] = [event]
