@@ -30,7 +30,7 @@ from hierfl.driver.aggregation import Layer, TierAggregator, compose
 from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
-__all__ = ["Context", "RunError", "DivergedError"]
+__all__ = ["Context", "RunError", "DivergedError", "ClusterLostError"]
 
 NONFINITE = "nonfinite"  # the key a device host sets in a job's stats when its update holds NaN/Inf
 
@@ -47,11 +47,24 @@ class DivergedError(RunError):
     status = "diverged"
 
 
+class ClusterLostError(RunError):
+    """The Ray cluster under the run stopped answering (its raylet or GCS is gone): nothing is left to
+    recover the roles onto. ``announced``: its one line was printed already, when the loss was seen."""
+
+    status = "failed"
+    announced = False
+
+
 _NO_MARK: dict[str, Any] = {}  # a job's trace marks when it has none (never modified)
 
 
 class Context:
     """What a protocol can do (the :class:`~hierfl.env.api.Env` interface), backed by the real run."""
+
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""
+        return {"stop_reason": self.stop_reason, "virtual_time_s": self.now,
+                "rounds": int(self.counters["cloud_aggregations"]), "totals": dict(self.counters)}
 
     def __init__(self, scenario: Scenario, built: Any, executor: Any, telemetry: RunTelemetry) -> None:
         self.scenario = scenario
