@@ -193,6 +193,32 @@ def _init_with_retry(address: str | None, attempts: int = _INIT_ATTEMPTS) -> Non
             time.sleep(_INIT_RETRY_PAUSE_S)
 
 
+_RAY_MESSAGES = {"muted": False}
+
+
+def _filter_ray_messages() -> None:
+    """Ray's relay of cluster errors to the driver (``print_to_stdstream``, Ray's private module) drops
+    the raylet's death notice, the dead raylet's last log lines (about 8 KB): hierfl's cluster watch
+    reports the loss in one line (:mod:`hierfl.runtime.cluster_watch`). Everything after
+    :meth:`RayExecutor.silence` is dropped. Installed once per process; best effort."""
+    try:
+        worker = ray._private.worker
+        relay = worker.print_to_stdstream
+    except Exception:  # noqa: BLE001 - another Ray version: its messages stay
+        return
+    if getattr(relay, "hierfl_filter", False):
+        return
+
+    def filtered(data: Any, ignore_prefix: bool) -> None:
+        if _RAY_MESSAGES["muted"] or (data.get("pid") == "raylet" and any(
+                str(line).startswith("Raylet is terminated") for line in data.get("lines", ()))):
+            return
+        relay(data, ignore_prefix)
+
+    filtered.hierfl_filter = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = filtered
+
+
 def _probe_cluster(endpoints: tuple[tuple[str, tuple[str, int]], ...], timeout_s: float = 2.0) -> str | None:
     """None while every endpoint accepts a TCP connection; else which refused it. Only a refusal
     counts (nothing listens there any more): a slow answer on a busy machine is not a loss."""
@@ -350,6 +376,8 @@ class RayExecutor(Executor):
     def __init__(self, data: RunData, workers: int | str = "auto", address: str | None = None,
                  start: RayStart | None = None) -> None:
         self._start = (start or RayStart("ray", workers, address)).check()
+        _RAY_MESSAGES["muted"] = False
+        _filter_ray_messages()
         self.workers = self._start.workers
         self.hosts: list[Any] = self._start.hosts
         self.cloud: Any = self._start.cloud
@@ -824,9 +852,9 @@ class RayExecutor(Executor):
         try:
             worker = ray._private.worker
             worker.global_worker_stdstream_dispatcher.remove_handler("ray_print_logs")
-            worker.print_to_stdstream = lambda *args, **kwargs: None
         except Exception:  # noqa: BLE001 - another Ray version: its messages stay
             pass
+        _RAY_MESSAGES["muted"] = True
 
     def cluster_probe(self) -> Callable[[], str | None] | None:
         """TCP connections to this node's raylet and to the GCS (a refused one: that process is gone).
