@@ -12,7 +12,7 @@ A lost cluster (the raylet of the driver's node, or the GCS) is seen by a
 process itself the next time the driver touches the dead raylet's object store. The watch writes
 the summary at once, prints one line, interrupts the main thread (which then ends the run the
 usual way) and, should the process still be alive after :data:`LOST_GRACE_S`, exits it with
-status 1.
+status 1 (a run on another thread than the main one is neither interrupted nor exited).
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class RunSession:
         self._ending = threading.Lock()    # summary.json is written by one ending only, whole
         self._ended = False
         self._announced = False            # the loss's line was printed by the watch
+        # the watch interrupts the run's thread only where it is the main thread (KeyboardInterrupt
+        # reaches no other); elsewhere (a sweep's trial thread) the run ends at its next call into Ray
+        self._interruptible = threading.current_thread() is threading.main_thread()
 
     def execute(self, built: Built | None, start: ExecutorStart | None) -> Any:
         """Open, begin, drive and finish the run; any exception ends it through :meth:`fail`."""
@@ -236,6 +239,8 @@ class RunSession:
             self.executor.silence()
             print(f"hierfl: run failed: {err}", file=sys.stderr, flush=True)
             self._announced = True
+        if not self._interruptible:
+            return
         timer = threading.Timer(LOST_GRACE_S, self._exit_if_running)
         timer.daemon = True
         timer.start()
