@@ -170,10 +170,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built,
                                   start=start)
         except RunError as exc:
-            # escaped: messages carry brackets rich would take for markup (Ray's "pip install ray[client]")
-            status = "diverged" if getattr(exc, "status", None) == "diverged" else "failed"
-            console.print(f"[red]run {status}:[/red] {escape(str(exc))}\nmetrics so far are in {out}/metrics.jsonl")
-            return 1
+            return _run_failed(console, exc, out)
         except OutputWriteError as exc:
             console.print(f"[red]run failed:[/red] {escape(str(exc))}")
             return 1
@@ -209,12 +206,23 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     try:
         result = resume_run(run_dir)
     except RunError as exc:
-        console.print(f"[red]run failed:[/red] {exc}\nmetrics so far are in {run_dir}/metrics.jsonl")
-        return 1
+        return _run_failed(console, exc, run_dir)
     s = result.summary
     console.print(f"done: {s['rounds']} rounds, virtual {s['virtual_time_s']:.1f}s, "
                   f"final accuracy {_acc(s['final_accuracy'])} → {run_dir}")
     return 0
+
+
+def _run_failed(console: Any, exc: Exception, out: Path) -> int:
+    """A run that failed or diverged: one line saying why (unless the run printed it as it happened,
+    as it does for a lost Ray cluster), and where its files are; exit status 1."""
+    from rich.markup import escape
+
+    if not getattr(exc, "announced", False):
+        # escaped: messages carry brackets rich would take for markup (Ray's "pip install ray[client]")
+        status = "diverged" if getattr(exc, "status", None) == "diverged" else "failed"
+        console.print(f"[red]run {status}:[/red] {escape(str(exc))}\nmetrics so far are in {out}/metrics.jsonl")
+    return 1
 
 
 def _acc(value: float | None) -> str:

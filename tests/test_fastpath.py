@@ -209,7 +209,7 @@ def fast_path(monkeypatch):
 
 def _force_fast_path(monkeypatch):
     """Every executor made by ``run_scenario`` gets the fast path (the model spec's fifth element)."""
-    import hierfl.driver.run as run_mod
+    import hierfl.driver.opening as run_mod
 
     real = run_mod.RunData
 

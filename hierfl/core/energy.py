@@ -136,6 +136,10 @@ class EnergyLedger:
         """Per-device columns for ``devices.csv``."""
         return {"energy_compute_j": self.compute, "energy_comm_j": self.comm, "energy_j": self.compute + self.comm}
 
+    def summary_part(self, tiers: np.ndarray) -> dict[str, object]:
+        """``summary.json``'s part: the ``energy`` block (``tiers``: each device's tier)."""
+        return {"energy": self.summary(tiers)}
+
     def summary(self, tiers: np.ndarray) -> dict[str, object]:
         """``summary.json``'s ``energy``: totals, per-device mean/max and per-tier sums (joules)."""
         total = self.compute + self.comm

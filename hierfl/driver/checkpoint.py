@@ -216,6 +216,16 @@ class Checkpointer:
             os.kill(os.getpid(), signal.SIGKILL)  # test hook: die as a killed driver would
         return ckpt
 
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part: how often the run recovered from a lost Ray actor or node (if ever)."""
+        return {"recoveries": self.recoveries} if self.recoveries else {}
+
+    def resume_part(self) -> dict[str, Any]:
+        """``summary.json``'s part of a run that did not complete: how to resume it, and from when."""
+        if self.latest is None:
+            return {}
+        return {"resume": f"hierfl resume {self.out_dir}", "checkpoint_t": self.latest.t}
+
     def remove(self) -> None:
         """The run completed: its checkpoint is no longer needed."""
         (self.out_dir / CHECKPOINT_FILE).unlink(missing_ok=True)

@@ -25,12 +25,12 @@ from hierfl.driver.energy import energy_ledger
 from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.faults import Faults
 from hierfl.driver.aggregation import Aggregation
-from hierfl.driver.errors import DivergedError, RunError
+from hierfl.driver.errors import ClusterLostError, DivergedError, RunError
 from hierfl.driver.tiers import TierAggregator
 from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.transfers import Transfers, _JobLost
 
-__all__ = ["Context", "RunError", "DivergedError"]
+__all__ = ["Context", "RunError", "DivergedError", "ClusterLostError"]
 
 NONFINITE = "nonfinite"  # the key a device host sets in a job's stats when its update holds NaN/Inf
 
@@ -40,6 +40,11 @@ _NO_MARK: dict[str, Any] = {}  # a job's trace marks when it has none (never mod
 
 class Context:
     """What a protocol can do (the :class:`~hierfl.env.api.Env` interface), backed by the real run."""
+
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""
+        return {"stop_reason": self.stop_reason, "virtual_time_s": self.now,
+                "rounds": int(self.counters["cloud_aggregations"]), "totals": dict(self.counters)}
 
     def __init__(self, scenario: Scenario, built: Any, executor: Any, telemetry: RunTelemetry) -> None:
         self.scenario = scenario

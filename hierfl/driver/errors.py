@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["RunError", "DivergedError"]
+__all__ = ["RunError", "DivergedError", "ClusterLostError"]
 
 
 class RunError(RuntimeError):
@@ -16,3 +16,10 @@ class DivergedError(RunError):
 
     status = "diverged"
 
+
+class ClusterLostError(RunError):
+    """The Ray cluster under the run stopped answering (its raylet or GCS is gone): nothing is left to
+    recover the roles onto. ``announced``: its one line was printed already, when the loss was seen."""
+
+    status = "failed"
+    announced = False

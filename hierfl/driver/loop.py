@@ -40,6 +40,22 @@ class RunLoop:
         # called between two events, where a checkpoint can be taken (hierfl.driver.checkpoint)
         self.between_events: Callable[[RunLoop], None] | None = None
 
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part of a completed run: what was learned, and the events dispatched."""
+        last = self.evals[-1]
+        part: dict[str, Any] = {
+            "final_accuracy": last["accuracy"], "final_loss": last["loss"],
+            "best_accuracy": max((e["accuracy"] for e in self.evals if e["accuracy"] is not None), default=None)}
+        if "device_accuracy_mean" in last:
+            part["final_device_accuracy"] = last["device_accuracy_mean"]
+        part.update({"target_accuracy": self.target, "time_to_target_s": self.time_to_target,
+                     "rounds_to_target": self.rounds_to_target, "events": self.events})
+        return part
+
+    def ended_part(self) -> dict[str, Any]:
+        """``summary.json``'s part of a run that did not complete: the last accuracy measured, if any."""
+        return {"final_accuracy": self.evals[-1]["accuracy"]} if self.evals else {}
+
     def evaluate(self) -> None:
         """Evaluate the global model now (once per instant and model) and check the accuracy targets."""
         ctx = self.ctx

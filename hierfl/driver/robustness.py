@@ -117,6 +117,10 @@ class RobustLedger:
             if rep["dist_honest_mean"] is not None:
                 self._dists.setdefault(tier, []).append(float(rep["dist_honest_mean"]))
 
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part: the ``robustness`` block."""
+        return {"robustness": self.summary()}
+
     def summary(self) -> dict[str, Any]:
         """``summary.json``'s ``robustness`` block."""
         tiers: dict[str, Any] = {}

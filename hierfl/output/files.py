@@ -70,6 +70,7 @@ class LineFile:
         except OSError as exc:
             raise _write_error(path, exc) from None
         self.size = 0 if offset is None else offset  # bytes of whole lines written
+        self._tail = 0  # bytes of a tail written after them (a trace's closing bracket), replaced by the next append
 
     def sync(self) -> int:
         """Flush to disk (it survives a power cut); returns the file's size in bytes."""
@@ -82,13 +83,21 @@ class LineFile:
         """Whether the file is closed."""
         return self._fd is None
 
-    def append(self, text: str) -> None:
-        """Append ``text`` whole, or nothing of it (raising :class:`OutputWriteError`)."""
+    def append(self, text: str, tail: str = "") -> None:
+        """Append ``text`` whole, or nothing of it (raising :class:`OutputWriteError`).
+
+        ``tail``: text written after it that is not part of the content (:attr:`size`, the
+        checkpoint's offset, leaves it out): the next append writes over it, in the same write, so
+        the file always ends with one (``trace.json``'s closing bracket: the array parses whenever
+        the process ends)."""
         if self._fd is None:
             raise ValueError(f"{self.path} is closed")
-        data = memoryview(text.encode("utf-8"))
+        body = text.encode("utf-8")
+        data = memoryview(body + tail.encode("utf-8"))
         done = 0
         try:
+            if self._tail:
+                os.lseek(self._fd, self.size, os.SEEK_SET)
             while done < len(data):
                 done += os.write(self._fd, data[done:])
         except OSError as exc:
@@ -97,8 +106,10 @@ class LineFile:
                 os.lseek(self._fd, self.size, os.SEEK_SET)
             except OSError:
                 pass
+            self._tail = 0
             raise _write_error(self.path, exc) from None
-        self.size += done
+        self.size += len(body)
+        self._tail = done - len(body)
 
     def close(self) -> None:
         """Close the file (idempotent)."""

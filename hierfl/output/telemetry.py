@@ -127,6 +127,19 @@ class RunTelemetry:
         """Real seconds since the run started (reported, never used for decisions)."""
         return time.perf_counter() - self._wall0
 
+    def continue_wall(self, wall_s: float) -> None:
+        """Count wall seconds on from ``wall_s`` (a run rolled back to a checkpoint keeps its clock)."""
+        self._wall0 = time.perf_counter() - float(wall_s)
+
+    def summary_part(self, t_end: float) -> dict[str, Any]:
+        """``summary.json``'s part: staleness per tier and queue lengths up to ``t_end`` (each if any)."""
+        part: dict[str, Any] = {}
+        if self.staleness:
+            part["staleness"] = self.staleness_summary()
+        if self.queues.series:
+            part["queues"] = self.queues.summary(t_end)
+        return part
+
     def write_devices(self, world: World, availability: list[str], slowdowns: list[int]) -> None:
         """``devices.csv`` as built; a protocol may rewrite it later with its own map (:meth:`devices`)."""
         self._devices = lambda edge_of: write_devices(self.out_dir, world, availability, slowdowns, edge_of,
@@ -191,9 +204,8 @@ class RunTelemetry:
 
     def sync(self) -> dict[str, int]:
         """Flush every stream to disk; their sizes (a checkpoint's file offsets)."""
-        self.trace.flush()  # events gathered in memory go to the file first, whole
         return {"metrics.jsonl": sync(self._metrics._fh), "clusters.jsonl": sync(self._clusters._fh),
-                "trace.json": sync(self.trace._fh)}
+                "trace.json": self.trace.sync()}
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps besides the files: counters (the very dict the driver holds),

@@ -1,13 +1,16 @@
 """``trace.json``: Chrome trace-event array format (opens in Perfetto), in virtual time.
 
-The closing bracket is optional in that format, so a crashed run's trace still opens. This
-module is the only place a trace event is formed.
+The file is a JSON array whenever it is read: each flush writes its events and the closing
+bracket after them, over the previous closing bracket, in one write, so a run ended any way (an
+exception, Ctrl-C, a killed process) leaves a trace that ``json.loads`` parses. This module is the
+only place a trace event is formed.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ __all__ = ["TraceWriter", "CounterTrack", "LANES"]
 # one compact encoder for every event (json.dumps with these separators would build one per call)
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _FLUSH_CHARS = 1 << 20  # events kept in memory before they are written anyway
+_CLOSE = "\n]\n"  # the array's end, rewritten after the events of every flush
 
 # Chrome-trace process ids of the three lane groups (pid, label).
 LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices")}
@@ -44,8 +48,9 @@ class TraceWriter:
         # flush, all or none, so a full disk leaves a valid prefix of the array, never half an event
         # offset: a resumed run goes on from a checkpoint's size of the file (which has its "[")
         self._fh = LineFile(path, offset)
-        if offset is None:
-            self._fh.append("[\n")
+        # the array's start (a resumed run's file has it), and its end at once: a valid, empty array
+        self._fh.append("[\n" if offset is None else "", _CLOSE)
+        self.lock = threading.Lock()  # a flush is whole before another thread may end the process
         self._pending: list[str] = []
         self._pending_chars = 0
         self._first = offset is None
@@ -128,17 +133,26 @@ class TraceWriter:
         """Write the events gathered since the last flush, whole (raises ``OutputWriteError``)."""
         if self._pending:
             text, self._pending, self._pending_chars = "".join(self._pending), [], 0
-            self._fh.append(text)
+            with self.lock:
+                self._fh.append(text, _CLOSE)
+
+    def sync(self) -> int:
+        """Flush the events to disk; the size of the array without its closing bracket (where a
+        resumed run goes on writing events)."""
+        self.flush()
+        return self._fh.sync()
 
     def close(self) -> None:
-        """The array gets its closing bracket. Best effort, never raising: it runs while a failed
-        run unwinds, and the format does not need the bracket."""
+        """Write the events held, the array ending with its closing bracket. Best effort, never
+        raising: it runs while a failed run unwinds."""
         if not self._fh.closed:
             try:
                 self.flush()
-                self._fh.append("\n]\n")
             except OSError:
-                pass
+                try:  # a failed write cut the file back to its last whole event: end the array there
+                    self._fh.append("", _CLOSE)
+                except OSError:
+                    pass
             finally:
                 self._fh.close()
 

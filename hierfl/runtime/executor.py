@@ -7,6 +7,7 @@ so updates flow host → leader → cloud without passing through the driver.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,6 +211,33 @@ class Executor:
         """Whether ``exc`` (or its cause) means a role's process or node was lost, not a bug or bad input:
         the run can then go on from its last checkpoint on fresh roles, with identical results."""
         return False
+
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part: the executor's name and how many workers it ran."""
+        return {"executor": self.name, "workers": self.workers}
+
+    def cluster_probe(self) -> Callable[[], str | None] | None:
+        """A cheap check, safe to call from another thread, of the cluster the roles run on: it
+        returns None while the cluster answers, else one line saying what stopped answering. None
+        (no probe): the roles run in this process, nothing can be lost under them."""
+        return None
+
+    def cluster_lost(self) -> str | None:
+        """What of the cluster stopped answering (one line), or None: it answers, or there is none."""
+        probe = self.cluster_probe()
+        return None if probe is None else probe()
+
+    def silence(self) -> None:
+        """Stop relaying the cluster's own messages to this process's output (its loss was reported)."""
+
+    def hand_over_cluster(self) -> bool:
+        """Stop owning the cluster this executor's start began (closing leaves it up): a run rolled
+        back to a checkpoint keeps it for the next executor (:meth:`take_over_cluster`). Whether it
+        owned one."""
+        return False
+
+    def take_over_cluster(self, owned: bool) -> None:
+        """Own the cluster (close shuts it down) if ``owned``: what :meth:`hand_over_cluster` gave up."""
 
 
 @dataclass(eq=False)

@@ -42,6 +42,7 @@ address where nothing listens fails within seconds instead of Ray's minutes of r
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import socket
@@ -192,6 +193,45 @@ def _init_with_retry(address: str | None, attempts: int = _INIT_ATTEMPTS) -> Non
             time.sleep(_INIT_RETRY_PAUSE_S)
 
 
+_RAY_MESSAGES = {"muted": False}
+
+
+def _filter_ray_messages() -> None:
+    """Ray's relay of cluster errors to the driver (``print_to_stdstream``, Ray's private module) drops
+    the raylet's death notice, the dead raylet's last log lines (about 8 KB): hierfl's cluster watch
+    reports the loss in one line (:mod:`hierfl.runtime.cluster_watch`). Everything after
+    :meth:`RayExecutor.silence` is dropped. Installed once per process; best effort."""
+    try:
+        worker = ray._private.worker
+        relay = worker.print_to_stdstream
+    except Exception:  # noqa: BLE001 - another Ray version: its messages stay
+        return
+    if getattr(relay, "hierfl_filter", False):
+        return
+
+    def filtered(data: Any, ignore_prefix: bool) -> None:
+        if _RAY_MESSAGES["muted"] or (data.get("pid") == "raylet" and any(
+                str(line).startswith("Raylet is terminated") for line in data.get("lines", ()))):
+            return
+        relay(data, ignore_prefix)
+
+    filtered.hierfl_filter = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = filtered
+
+
+def _probe_cluster(endpoints: tuple[tuple[str, tuple[str, int]], ...], timeout_s: float = 2.0) -> str | None:
+    """None while every endpoint accepts a TCP connection; else which refused it. Only a refusal
+    counts (nothing listens there any more): a slow answer on a busy machine is not a loss."""
+    for name, (host, port) in endpoints:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except ConnectionRefusedError:
+            return f"the Ray {name} at {host}:{port} is gone"
+        except OSError:
+            continue
+    return None
+
+
 class RayStart(ExecutorStart):
     """Ray up (started or attached to) and the actors' processes starting, before the data exists.
 
@@ -264,6 +304,15 @@ class RayStart(ExecutorStart):
             raise self._error
         return self
 
+    def hand_over(self) -> bool:
+        """Stop owning Ray (:meth:`close` then leaves it up for another start); whether this start owned it."""
+        owned, self.owns_ray = self.owns_ray, False
+        return owned
+
+    def take_over(self, owned: bool) -> None:
+        """Own Ray (``close`` shuts it down) if ``owned``: what another start's :meth:`hand_over` gave up."""
+        self.owns_ray = self.owns_ray or bool(owned)
+
     def executor(self, data: RunData) -> RayExecutor:
         """Hand the data over; returns the executor (which now owns Ray and the actors)."""
         return RayExecutor(data, start=self)
@@ -327,6 +376,8 @@ class RayExecutor(Executor):
     def __init__(self, data: RunData, workers: int | str = "auto", address: str | None = None,
                  start: RayStart | None = None) -> None:
         self._start = (start or RayStart("ray", workers, address)).check()
+        _RAY_MESSAGES["muted"] = False
+        _filter_ray_messages()
         self.workers = self._start.workers
         self.hosts: list[Any] = self._start.hosts
         self.cloud: Any = self._start.cloud
@@ -786,6 +837,42 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
         self._start.close()
+
+    def hand_over_cluster(self) -> bool:
+        """Stop owning Ray (this executor's close leaves it up); whether it owned it."""
+        return self._start.hand_over()
+
+    def take_over_cluster(self, owned: bool) -> None:
+        """Own Ray (this executor's close shuts it down) if ``owned``."""
+        self._start.take_over(owned)
+
+    def silence(self) -> None:
+        """Ray's relays of worker logs and cluster errors print nothing more (after the cluster was lost,
+        they would print kilobytes of the dead raylet's log). Ray's private module: best effort."""
+        try:
+            worker = ray._private.worker
+            worker.global_worker_stdstream_dispatcher.remove_handler("ray_print_logs")
+        except Exception:  # noqa: BLE001 - another Ray version: its messages stay
+            pass
+        _RAY_MESSAGES["muted"] = True
+
+    def cluster_probe(self) -> Callable[[], str | None] | None:
+        """TCP connections to this node's raylet and to the GCS (a refused one: that process is gone).
+
+        Ray's core worker ends the driver's process itself (exit status 1, no Python exception) when
+        it next touches the object store of a raylet that died, so a loss must be seen from outside
+        the calls into Ray: :class:`~hierfl.runtime.cluster_watch.ClusterWatch` runs this probe on a
+        thread. None through a Ray client (``ray://``): this machine runs no raylet of the cluster."""
+        if self._start.client:
+            return None
+        try:
+            node = ray._private.worker.global_worker.node
+            raylet = (str(node.node_ip_address), int(node.node_manager_port))
+            gcs_host, _, gcs_port = str(node.gcs_address).rpartition(":")
+            gcs = (gcs_host.strip("[]") or "127.0.0.1", int(gcs_port))
+        except Exception:  # noqa: BLE001 - a Ray without these fields: nothing to watch
+            return None
+        return functools.partial(_probe_cluster, (("raylet", raylet), ("GCS", gcs)))
 
     # -- checkpoints and recovery -------------------------------------------------------------
     def _prune_unchecked(self) -> None:

@@ -49,6 +49,13 @@ class ExecutorStart:
     def close(self) -> None:
         """Release an unfinished start (nothing here)."""
 
+    def hand_over(self) -> bool:
+        """Stop owning the cluster this start began (``close`` leaves it up); whether it owned one."""
+        return False
+
+    def take_over(self, owned: bool) -> None:
+        """Own the cluster (``close`` shuts it down) if ``owned``: what another start's :meth:`hand_over` gave up."""
+
 
 def start_executor(kind: str, workers: int | str = "auto", address: str | None = None) -> ExecutorStart:
     """Begin starting the executor named by ``runtime.executor`` (a plug-in of

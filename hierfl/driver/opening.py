@@ -1,0 +1,132 @@
+"""What a run needs before its first event: the executor begun while the data is built, the run's
+data handed over, the start-up marks, the initial clusters record.
+
+:func:`start_and_build` is the one place a run's executor start-up and build are ordered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from typing import Any
+
+from hierfl import __version__
+from hierfl.assemble import Built, build
+from hierfl.core.dynamics import Dynamics
+from hierfl.driver.robustness import robust_setup
+from hierfl.env.records import ClustersRecord
+from hierfl.runtime.executor import Executor, RunData
+from hierfl.runtime.start import ExecutorStart, process_launch_time, start_executor
+from hierfl.scenario.schema import Scenario
+
+__all__ = ["package_versions", "start_and_build", "build_timed", "run_data", "share_dataset", "initial_clusters",
+           "startup_part", "world_part"]
+
+
+def package_versions() -> dict[str, str]:
+    """Versions recorded in ``config.yaml``."""
+    import importlib.metadata as md
+
+    out = {"hierfl": __version__, "python": platform.python_version()}
+    for pkg in ("numpy", "torch", "ray", "pydantic", "scipy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def start_and_build(scenario: Scenario, source: str | None = None) -> tuple[ExecutorStart, Built]:
+    """Begin the executor's start-up, then build the scenario while the executor's processes start.
+
+    ``ray.init`` runs first, on this thread; the actors it then requests start (each imports
+    torch) while the data is generated here. (The build does not run on a helper thread during
+    ``ray.init``: ``ray.init`` forks Ray's daemons, and a fork while another thread is inside
+    OpenBLAS deadlocks in OpenBLAS's fork handler.) Build errors
+    (:class:`~hierfl.config.errors.ConfigError`) are raised here, after the start-up has been
+    released.
+    """
+    rt = scenario.runtime
+    start = start_executor(rt.executor, rt.workers, rt.address)
+    return start, build_timed(scenario, source, start)
+
+
+def build_timed(scenario: Scenario, source: str | None, start: ExecutorStart) -> Built:
+    """Build ``scenario`` (marking ``data_built`` in ``start``); a failed build releases ``start``."""
+    try:
+        # the model's torch work runs where the executor has torch (Ray: a host actor), not here
+        built = build(scenario, source, model_call=start.model_call)
+    except BaseException:
+        start.close()
+        raise
+    start.marks["data_built"] = time.time()
+    return built
+
+
+def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
+    """What the executor is handed: the data, the model and the roles' settings."""
+    rt = scenario.runtime
+    return RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
+                   built.dataset.y_test, built.init_params,
+                   (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
+                    rt.fast_path),
+                   built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn),
+                   eval_sets=tuple(built.eval_sets))
+
+
+def share_dataset(built: Built, executor: Executor) -> None:
+    """Point ``built``'s dataset at the executor's copy (Ray: the object store), freeing the driver's own."""
+    views = getattr(executor, "data_views", lambda: None)()
+    if views is not None:
+        x, y, x_test, y_test = views
+        built.dataset = dataclasses.replace(built.dataset, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
+
+
+def initial_clusters(scenario: Scenario, world: Any, protocol: Any) -> ClustersRecord:
+    """The first ``clusters.jsonl`` line: the protocol's own grouping, else the topology's."""
+    rec = protocol.clusters_record()
+    if rec is not None:
+        return rec
+    if world.num_edges:
+        members = [world.edge_members(e).tolist() for e in range(world.num_edges)]
+        return ClustersRecord(0.0, "initial", scenario.topology.grouping, members,
+                              [f"edge {e}" for e in range(world.num_edges)])
+    return ClustersRecord(0.0, "initial", "flat", [list(range(world.num_devices))], ["cloud"])
+
+
+def world_part(built: Built) -> dict[str, Any]:
+    """``summary.json``'s part: the size of the world and of the model."""
+    world = built.world
+    return {"devices": world.num_devices, "edge_servers": world.num_edges, "num_params": built.num_params,
+            "model_bytes": world.model_bytes}
+
+
+def startup_part(executor: Executor, start: ExecutorStart, run_start: float, wall_s: float,
+                 startup_s: float) -> dict[str, Any]:
+    """``summary.json``'s part: the wall seconds, the start-up seconds (everything before the first
+    event, or the executor's warm-up end if later) and each start-up step's end since launch."""
+    marks = _startup_marks(executor, start, {"run_start": run_start})
+    return {"wall_s": wall_s, "startup_s": max(startup_s, _ready(marks) - run_start),
+            "startup": _since_launch(marks, run_start)}
+
+
+def _startup_marks(executor: Executor, start: ExecutorStart, driver: dict[str, float]) -> dict[str, float]:
+    """Epoch seconds at which the start-up steps ended (the actors' own, for a Ray executor)."""
+    marks = getattr(executor, "startup_marks", None)
+    return {**driver, **(marks() if marks is not None else start.marks)}
+
+
+def _ready(marks: dict[str, float]) -> float:
+    """When the executor could run jobs: the actors' warm-up end (Ray), else the executor's creation."""
+    warm = [marks[k] for k in ("hosts_warm", "cloud_warm") if k in marks]
+    return max(warm) if warm else marks["run_start"]
+
+
+def _since_launch(marks: dict[str, float], run_start: float) -> dict[str, float | str]:
+    """The marks in seconds since the process was launched (or, where that is unknown, since the run began)."""
+    launch = process_launch_time()
+    origin = launch if launch is not None and launch <= min(marks.values()) else run_start
+    out: dict[str, float | str] = {"since": "launch" if origin != run_start else "run_start"}
+    out.update({k: round(v - origin, 3) for k, v in sorted(marks.items(), key=lambda kv: kv[1])})
+    return out
