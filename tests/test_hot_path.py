@@ -1,6 +1,6 @@
-"""The driver's per-job shortcuts (issue 12, (b) timing only) give exactly what the long way gives.
+"""The driver's per-job shortcuts give exactly what the long way gives.
 
-* A job's nominal seconds come from one vectorised array per spec's work (epochs / steps / batch
+* A job's planned seconds come from one vectorised array per spec's work (epochs / steps / batch
   size): every value is the float ``World.compute_s`` gives, and a device it would refuse (no
   samples) still gets its error.
 * A device's route slot keeps the finite links ``FlowNetwork.add`` found; a capacity change (which
@@ -21,7 +21,7 @@ from hierfl.core.dynamics import Dynamics
 from hierfl.core.engine import EventQueue
 from hierfl.core.work import TrainSpec
 from hierfl.core.world import World
-from hierfl.driver.context import Context
+from hierfl.driver.jobs import Jobs
 from hierfl.driver.transfers import Transfers
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.scenario.loader import load_scenario
@@ -34,37 +34,38 @@ def _world(n: int = 300) -> World:
     return build(sc).world
 
 
+def _jobs(world: World) -> Jobs:
+    """A job pipeline over ``world`` with static dynamics (no jitter, slowdowns or losses)."""
+    ctx = SimpleNamespace(seed=1, dyn=Dynamics.static(world.num_devices), executor=None, telemetry=None,
+                          counters={}, queue=EventQueue(), transfers=None, robust=None, aggregation=None,
+                          scenario=SimpleNamespace(robustness=SimpleNamespace(on_nonfinite="fail")))
+    return Jobs(ctx, world, TrainSpec(epochs=1), None, None)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("spec", [TrainSpec(epochs=1, steps=None, batch_size=10),
                                   TrainSpec(epochs=3, steps=None, batch_size=None),
                                   TrainSpec(epochs=None, steps=7, batch_size=32),
                                   TrainSpec(epochs=None, steps=5, batch_size=None)])
-def test_nominal_job_seconds_are_world_compute_s_bit_for_bit(spec):
+def test_planned_job_seconds_are_world_compute_s_bit_for_bit(spec):
     world = _world()
     # uneven sample counts and speeds, so every branch of samples_processed is exercised
     rng = np.random.default_rng(3)
     world.samples[:] = rng.integers(1, 200, world.num_devices)
     world.speed_sps[:] = rng.lognormal(2.0, 1.5, world.num_devices)
-    ctx = SimpleNamespace(_world=world, _nominal_by_work={}, _nominal=None, _nominal_spec=None)
-    nominal = Context._nominal_for(ctx, spec)  # type: ignore[arg-type]
-    assert [nominal.item(d) for d in range(world.num_devices)] == [world.compute_s(d, spec)
-                                                                  for d in range(world.num_devices)]
-    assert ctx._nominal is nominal and ctx._nominal_spec is spec
-    # another spec object with the same work shares the array; a different work gets its own
-    same = TrainSpec(epochs=spec.epochs, steps=spec.steps, batch_size=spec.batch_size, lr=0.5)
-    assert Context._nominal_for(ctx, same) is nominal  # type: ignore[arg-type]
-    other = TrainSpec(epochs=(spec.epochs or 1) + 1, steps=None, batch_size=spec.batch_size)
-    assert Context._nominal_for(ctx, other) is not nominal  # type: ignore[arg-type]
+    jobs = _jobs(world)
+    for s in (spec, TrainSpec(epochs=spec.epochs, steps=spec.steps, batch_size=spec.batch_size, lr=0.5), spec):
+        assert [jobs.planned_compute_s(d, s) for d in range(world.num_devices)] == [
+            world.compute_s(d, s) for d in range(world.num_devices)]
 
 
-def test_a_device_without_samples_has_no_nominal_time_and_gets_compute_s_s_error():
+def test_a_device_without_samples_gets_compute_s_s_error_and_the_others_their_time():
     world = _world(50)
     world.samples[7] = 0
     spec = TrainSpec(epochs=1, steps=None, batch_size=10)
-    ctx = SimpleNamespace(_world=world, _nominal_by_work={}, _nominal=None, _nominal_spec=None)
-    nominal = Context._nominal_for(ctx, spec)  # type: ignore[arg-type]
-    assert np.isnan(nominal[7]) and np.isfinite(np.delete(nominal, 7)).all()
+    jobs = _jobs(world)
+    assert jobs.planned_compute_s(8, spec) == world.compute_s(8, spec)
     with pytest.raises(ValueError, match="at least one sample"):
-        world.compute_s(7, spec)  # what _duration falls back to for a NaN slot
+        jobs.planned_compute_s(7, spec)
 
 
 def _transfers(tmp_path) -> Transfers:

@@ -77,6 +77,14 @@ class FakeEnv:
     def rng(self, name: str, *ids: int) -> np.random.Generator:
         return stream(7, name, *ids)
 
+    @property
+    def live(self) -> FakeEnv:  # everyone is always online
+        return self
+
+    @property
+    def scaffold(self) -> FakeEnv:  # no SCAFFOLD
+        return self
+
     def online_count(self) -> int:
         return self.world.num_devices
 
@@ -86,7 +94,7 @@ class FakeEnv:
     def control(self) -> None:
         return None
 
-    def control_coef(self, device: int) -> None:
+    def coef(self, device: int) -> None:
         return None
 
     def send(self, src: Any, dst: Any, event: str, payload: Any, name: str, priority: int = 0, **kw: Any) -> int:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from hierfl.output.telemetry import RunTelemetry
     from hierfl.scenario.schema import Scenario
 
-__all__ = ["Aggregation"]
+__all__ = ["Aggregation", "ControlVariates"]
 
 
 class Aggregation:
@@ -341,3 +341,31 @@ class Aggregation:
     def queue_length(self, tier: str, entity: int, length: int) -> None:
         """The queue of ``tier`` at ``entity`` holds ``length`` updates from now on."""
         self.telemetry.queue_length(tier, entity, length)
+
+
+class ControlVariates:
+    """SCAFFOLD's control variates (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
+    Federated Learning", ICML 2020) as a protocol sees them (``env.scaffold``): whether jobs carry
+    them, the cloud's control ``c`` now, and each device's weight κ_i in the server's ``c`` step."""
+
+    def __init__(self, executor: Any, samples: Any, spec: Any, trainer: Any) -> None:
+        self._executor = executor
+        self._coefs = None
+        if spec.control_variates:
+            from hierfl.core.scaffold import control_weights
+
+            self._coefs = control_weights(samples, getattr(trainer, "control_weighting", "samples"))
+
+    @property
+    def on(self) -> bool:
+        """Whether jobs carry control variates (``training.trainer: scaffold``)."""
+        return self._coefs is not None
+
+    def control(self) -> Any:
+        """Handle of the cloud's control ``c`` now (None without SCAFFOLD)."""
+        return self._executor.control() if self._coefs is not None else None
+
+    def coef(self, device: int) -> float | None:
+        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
+        return None if self._coefs is None else float(self._coefs[device])
+

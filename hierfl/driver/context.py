@@ -1,50 +1,46 @@
-"""The driver's implementation of the protocol interface (:class:`~hierfl.env.api.Env`).
+"""The driver's implementation of the protocol interface (:class:`~hierfl.env.api.Env`): wiring.
 
-:class:`Context` owns the event queue, the executor, the run's :class:`~hierfl.output.RunTelemetry`
-and a composed :class:`~hierfl.driver.transfers.Transfers` (the network model). Every action is
-stamped with the current virtual time; durations come from the world.
+:class:`Context` builds the run's services and exposes them as the protocol interface:
+
+* the clock: the event queue and named random streams (here);
+* the world as it is now (:class:`~hierfl.driver.live.Live`);
+* the job pipeline (:class:`~hierfl.driver.jobs.Jobs`);
+* the network (:class:`~hierfl.driver.transfers.Transfers`);
+* aggregation (:class:`~hierfl.driver.aggregation.Aggregation`, ``env.tier``);
+* telemetry (:class:`~hierfl.output.RunTelemetry`).
+
+Every action is stamped with the current virtual time; durations come from the world.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import math
 from typing import Any
 
 import numpy as np
 
-from hierfl.scenario.schema import Scenario
-from hierfl.core.dynamics import Dynamics, OnlineIndex, factor_at, finish_time
+from hierfl.core.dynamics import Dynamics
 from hierfl.core.engine import Event, EventQueue, Priority
-from hierfl.core.rng import stream, stream_seed
-from hierfl.core.work import TrainSpec, samples_processed
-from hierfl.env.api import Endpoint, Job
-from hierfl.output.telemetry import RunTelemetry
+from hierfl.core.rng import stream
+from hierfl.core.work import TrainSpec
+from hierfl.driver.aggregation import Aggregation, ControlVariates
 from hierfl.driver.energy import energy_ledger
+from hierfl.driver.errors import ClusterLostError, DivergedError, RunError
 from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.faults import Faults
-from hierfl.driver.aggregation import Aggregation
-from hierfl.driver.errors import ClusterLostError, DivergedError, RunError
-from hierfl.driver.tiers import TierAggregator
+from hierfl.driver.jobs import Jobs
+from hierfl.driver.live import Live
 from hierfl.driver.robustness import RobustLedger, robust_setup
-from hierfl.driver.transfers import Transfers, _JobLost
+from hierfl.driver.tiers import TierAggregator
+from hierfl.driver.transfers import Transfers
+from hierfl.output.telemetry import RunTelemetry
+from hierfl.scenario.schema import Scenario
 
 __all__ = ["Context", "RunError", "DivergedError", "ClusterLostError"]
-
-NONFINITE = "nonfinite"  # the key a device host sets in a job's stats when its update holds NaN/Inf
-
-
-_NO_MARK: dict[str, Any] = {}  # a job's trace marks when it has none (never modified)
 
 
 class Context:
     """What a protocol can do (the :class:`~hierfl.env.api.Env` interface), backed by the real run."""
-
-    def summary_part(self) -> dict[str, Any]:
-        """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""
-        return {"stop_reason": self.stop_reason, "virtual_time_s": self.now,
-                "rounds": int(self.counters["cloud_aggregations"]), "totals": dict(self.counters)}
 
     def __init__(self, scenario: Scenario, built: Any, executor: Any, telemetry: RunTelemetry) -> None:
         self.scenario = scenario
@@ -60,50 +56,44 @@ class Context:
         self.counters = telemetry.counters
         self._stopping = False
         self.stop_reason: str | None = None
-        self._jobs_started = np.zeros(self._world.num_devices, dtype=np.int64)
-        # each device's nominal job seconds (world.compute_s) for the latest spec's work, formed at once
-        # on first use (8 B per device); speeds and sample counts never change during a run
-        self._nominal: np.ndarray | None = None
-        self._nominal_spec: TrainSpec | None = None
-        self._nominal_by_work: dict[tuple[Any, ...], np.ndarray] = {}
-        # learning plug-ins (issue 7): SCAFFOLD's per-device control step weights κ_i, or None
-        trainer = scenario.training.trainer
-        self._control_coefs: np.ndarray | None = None
-        if self._spec.control_variates:
-            from hierfl.core.scaffold import control_weights
-
-            self._control_coefs = control_weights(self._world.samples, getattr(trainer, "control_weighting", "samples"))
-        # everyone's online state, kept by a heap of state changes (None: nobody is ever offline)
-        n = self._world.num_devices
-        self._online = None if self.dyn.availability.trivial else OnlineIndex(self.dyn.availability, range(n))
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
         # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
         self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
         self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
-        # Byzantine robustness (issue 16): None keeps every call exactly as without it
+        # Byzantine robustness: None keeps every call exactly as without it
         setup = robust_setup(scenario, self.dyn)
-        self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol)
-        # per-device evaluation (issue 17): the run has evaluation sets
+        self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry,
+                                                                                  scenario.protocol)
+        # per-device evaluation: the run has evaluation sets; with evaluation.device_eval_cost: forward
+        # the devices are busy while they evaluate (None: free)
         self.device_eval = bool(getattr(built, "eval_sets", None))
-        # evaluation.device_eval_cost: forward — devices are busy while they evaluate (None: free)
-        self.eval_cost: DeviceEvalCost | None = None
+        eval_cost: DeviceEvalCost | None = None
         if self.device_eval and scenario.evaluation.device_eval_cost == "forward":
-            self.eval_cost = DeviceEvalCost(self._world.speed_sps, built.eval_sets, self.counters)
-        # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
-        personal = self._spec.personal
-        self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
-        # non-finite updates (issue 14): with `drop`, the handles of flagged jobs' results, left out of
-        # every aggregation they are given to, and per aggregator the updates kept/left out since its commit
-        self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
+            eval_cost = DeviceEvalCost(self._world.speed_sps, built.eval_sets, self.counters)
         # device energy (`energy:`): None keeps every output as without it
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
-        # the two per-job pass-throughs bound once (the methods below say what they do): a protocol's
-        # send and queue_length reach Transfers and the telemetry without a frame of their own
-        self.send = self.transfers.send  # type: ignore[method-assign]
-        self.queue_length = telemetry.queue_length  # type: ignore[method-assign]
-        # the cloud's model and every aggregation point (env.tier)
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self)
+        self.scaffold = ControlVariates(executor, self._world.samples, self._spec, scenario.training.trainer)
+        self.live = Live(self._world, self.dyn, self.queue, self.transfers, self._spec)
+        self.jobs = Jobs(self, self._world, self._spec, eval_cost, self.energy)
+        # the per-job calls bound once: a protocol reaches the service without a frame of its own
+        self.send = self.transfers.send  # type: ignore[method-assign]
+        self.cancel_transfer = self.transfers.cancel_transfer  # type: ignore[method-assign]
+        self.start_job = self.jobs.start_job  # type: ignore[method-assign]
+        self.finish_training = self.jobs.finish_training  # type: ignore[method-assign]
+        self.cancel_device = self.jobs.cancel_device  # type: ignore[method-assign]
+        self.planned_compute_s = self.jobs.planned_compute_s  # type: ignore[method-assign]
+
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""
+        return {"stop_reason": self.stop_reason, "virtual_time_s": self.now,
+                "rounds": int(self.counters["cloud_aggregations"]), "totals": dict(self.counters)}
+
+    @property
+    def eval_cost(self) -> DeviceEvalCost | None:
+        """What per-device evaluation costs the devices (None: free)."""
+        return self.jobs.eval_cost
 
     # -- clock and scheduling ------------------------------------------------------------------------
     @property
@@ -141,7 +131,7 @@ class Context:
         if not self._stopping:
             self._stopping, self.stop_reason = True, reason
 
-    # -- the world as it is now ----------------------------------------------------------------------
+    # -- the world ------------------------------------------------------------------------------------
     @property
     def world(self) -> Any:
         """The world (a private copy when link events change it)."""
@@ -167,233 +157,6 @@ class Context:
         """``stop.virtual_time_s``."""
         return self.scenario.stop.virtual_time_s
 
-    @property
-    def churn(self) -> bool:
-        """Whether any device can be offline at some time."""
-        return not self.dyn.availability.trivial
-
-    def is_up(self, device: int) -> bool:
-        """Whether ``device`` is available now."""
-        return self.dyn.availability.is_up(device, self.now)
-
-    def server_up(self, server: Endpoint) -> bool:
-        """Whether the edge server or cloud ``server`` is up now."""
-        return server not in self.transfers.down
-
-    def _everyone(self) -> OnlineIndex:
-        assert self._online is not None
-        self._online.advance(self.now)
-        return self._online
-
-    def available(self, devices: Any = None) -> list[int]:
-        """The devices (all, or those given) that are available now, sorted."""
-        if devices is None:
-            if self._online is None:
-                return list(range(self._world.num_devices))
-            return self._everyone().online()
-        if self._online is None:
-            return sorted(int(d) for d in devices)
-        return sorted(int(d) for d in devices if self.dyn.availability.is_up(int(d), self.now))
-
-    def online_count(self) -> int:
-        """How many devices are online now."""
-        return self._world.num_devices if self._online is None else self._everyone().count_online
-
-    def online_index(self, devices: Any = ()) -> OnlineIndex:
-        """An index of the online state of ``devices``, starting now."""
-        return OnlineIndex(self.dyn.availability, devices, now=self.now)
-
-    def next_up(self, devices: Any = None) -> float:
-        """The earliest time ≥ now at which one of ``devices`` (all by default) is available."""
-        if devices is None:
-            return self.now if self._online is None else self._everyone().next_online()
-        return min((self.dyn.availability.next_up(int(d), self.now) for d in devices), default=math.inf)
-
-    def compute_factor(self, device: int) -> float:
-        """``device``'s slowdown factor now."""
-        return factor_at(self.dyn.windows[device], self.now)
-
-    def current_compute_s(self, spec: TrainSpec | None = None) -> np.ndarray:
-        """(N,) seconds one job of ``spec`` would take on each device if started now (at today's slowdown)."""
-        spec = spec or self._spec
-        return np.array([self._world.compute_s(d, spec) * factor_at(self.dyn.windows[d], self.now)
-                         for d in range(self._world.num_devices)])
-
-    def current_upload_s(self) -> np.ndarray:
-        """(N,) seconds one model upload device → its server would take if started now (no contention)."""
-        return np.array([self._world.upload_s(d) for d in range(self._world.num_devices)])
-
-    # -- training jobs -------------------------------------------------------------------------------
-    def _duration(self, device: int, spec: TrainSpec, job_id: int) -> float:
-        """Virtual seconds job ``job_id`` of ``device`` takes if it starts now: nominal time × per-task
-        jitter (lognormal, mean 1), integrated over the device's slowdown windows."""
-        nominal = self._nominal if spec is self._nominal_spec else self._nominal_for(spec)
-        work = nominal.item(device)
-        if work != work:  # NaN: no nominal time (no samples or no speed); compute_s says why
-            work = self._world.compute_s(device, spec)
-        dyn = self.dyn
-        if dyn.jitter_sigma > 0:
-            z = float(stream(self.seed, "jitter", device, job_id).standard_normal())
-            work *= math.exp(dyn.jitter_sigma * z - dyn.jitter_sigma ** 2 / 2)
-        if self.eval_cost is not None:  # the job waits for the device's own evaluation to finish
-            start = self.now + self.eval_cost.wait(device, self.now)
-            return finish_time(start, work, dyn.windows[device]) - self.now
-        return finish_time(self.now, work, dyn.windows[device]) - self.now if dyn.windows[device] else work
-
-    def _nominal_for(self, spec: TrainSpec) -> np.ndarray:
-        """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
-        ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
-        rounded division per device, as in the per-device function, so every value is the same float."""
-        key = (spec.epochs, spec.steps, spec.batch_size)
-        nominal = self._nominal_by_work.get(key)
-        if nominal is None:
-            n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
-            if spec.epochs is not None:
-                work = spec.epochs * n
-            else:
-                work = spec.steps * (np.minimum(spec.batch_size, n) if spec.batch_size else n)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                nominal = work.astype(np.float64) / speed
-            nominal[(n < 1) | ~(speed > 0)] = np.nan
-            self._nominal_by_work[key] = nominal
-        self._nominal, self._nominal_spec = nominal, spec
-        return nominal
-
-    def charge_device_eval(self) -> None:
-        """An evaluation instant: with ``evaluation.device_eval_cost: forward`` the evaluated devices are
-        busy for their forward pass (:mod:`hierfl.driver.eval_cost`); free otherwise."""
-        if self.eval_cost is not None:
-            self.eval_cost.charge(self.now, self.dyn.windows, self.telemetry)
-
-    def start_training(self, device: int, params: Any, spec: TrainSpec | None = None, control: Any = None) -> Job:
-        """Submit ``device``'s next job now (see :meth:`start_job`, which also schedules its end).
-
-        The duration integrates the device's slowdown windows and a per-task lognormal jitter. If
-        the device will go offline, or the task fails (``devices.dropout``), before the job ends, the
-        job is not run at all: ``job.lost_at`` says when the protocol will hear of it.
-        """
-        now = self.queue.now
-        spec = spec or self._spec
-        if self._warmup_rounds:  # (personal_phase's own first test)
-            spec = self.personal_phase(spec)
-        behavior = None
-        if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
-            spec, behavior = self.robust.job_spec(device, now, spec)
-        mark = _NO_MARK if behavior is None else {"byzantine": behavior.name}
-        started = self._jobs_started
-        job_id = started.item(device)  # (ndarray.item: a Python int, no numpy scalar)
-        started[device] = job_id + 1
-        compute_s = self._duration(device, spec, job_id)
-        dyn = self.dyn
-        lost_at, reason = math.inf, None
-        if dyn.dropout > 0:
-            u = stream(self.seed, "dropout", device, job_id).random(2)
-            if u[0] < dyn.dropout:
-                lost_at, reason = now + float(u[1]) * compute_s, "dropout"
-        if not dyn.availability.trivial:
-            down = dyn.availability.next_down(device, now)
-            if down < now + compute_s and down < lost_at:
-                lost_at, reason = down, "offline"
-        t0 = now  # the job's compute begins (later while the device evaluates: device_eval_cost)
-        if self.eval_cost is not None:  # its next evaluation queues behind this job
-            t0 = self.eval_cost.job_started(device, job_id, now, min(lost_at, now + compute_s))
-        busy_s = compute_s if t0 == now else now + compute_s - t0  # (exactly compute_s unless it waited)
-        if math.isfinite(lost_at):
-            self.telemetry.span(("device", device), "train", t0, max(lost_at - t0, 0.0), job=job_id, lost=reason,
-                                **mark)
-            return Job(device, job_id, None, None, compute_s, now, -1, lost_at, reason)
-        if self.energy is not None:  # its training energy is charged when it finishes
-            self.energy.job_started(device, job_id, samples_processed(int(self._world.samples[device]), spec))
-        if not spec.train:  # timing only: the update is the model the job started from
-            kept = self.telemetry.trace.devices  # (telemetry.span's lane check first: most lanes of a large run are not kept)
-            if kept is None or device in kept:
-                self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
-            return Job(device, job_id, params, None, compute_s, now, -1, ran=False)
-        # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
-        seed = stream_seed(self.seed, "train", device, job_id)
-        new, stats, host = self.executor.train(device, seed, spec, params, control)
-        if self.robust is not None:
-            self.robust.remember(new, device, behavior)
-        self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id, **mark)
-        return Job(device, job_id, new, stats, compute_s, now, host)
-
-    def personal_phase(self, spec: TrainSpec) -> TrainSpec:
-        """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up
-        (``warmup_rounds`` cloud rounds) without personalisation — plain FedAvg jobs on the whole
-        model; when it ends, devices without state take their local layers from the global model."""
-        if not self._warmup_rounds or spec.personal is None:
-            return spec
-        if self.counters["cloud_aggregations"] < self._warmup_rounds:
-            return dataclasses.replace(spec, personal=None)
-        self._warmup_rounds = 0
-        self.executor.set_personal_base(self.aggregation.global_model)
-        return spec
-
-    def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
-        """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""
-        return self._duration(device, spec or self._spec, int(self._jobs_started[device]))
-
-    def start_job(self, device: int, model: Any, payload: Any, spec: TrainSpec | None = None,
-                  control: Any = None, done: str = "train_done", end: float | None = None) -> tuple[Job, Event]:
-        """Submit the job and schedule ``done`` (or, if the device drops out first, the loss)."""
-        job = self.start_training(device, model, spec, control)
-        if job.lost_at is not None:
-            event = self.queue.push(job.lost_at, "_job_lost", _JobLost(device, str(job.lost_reason), payload),
-                                    Priority.ARRIVAL)
-        elif end is not None:
-            event = self.queue.push(end, done, payload, Priority.ARRIVAL)
-        else:  # (push_after, inline: compute_s >= 0)
-            queue = self.queue
-            event = queue.push(queue.now + job.compute_s, done, payload, Priority.ARRIVAL)
-        self.transfers.track(device, event)
-        return job, event
-
-    def finish_training(self, job: Job) -> dict[str, float]:
-        """Collect a job whose virtual end has come (blocks only if it is still running for real)."""
-        if not job.ran:  # a timing-only job: nothing was submitted
-            stats: dict[str, float] = {}
-        else:
-            stats = self._wait(job)
-        self.counters["train_jobs"] += 1
-        if self.energy is not None:
-            self.energy.job_finished(job.device, job.job)
-        # (a wait for the device's own evaluation, device_eval_cost, is counted in device_eval_s instead)
-        self.counters["compute_s"] += job.compute_s - (0.0 if self.eval_cost is None else
-                                                       self.eval_cost.waited(job.device, job.job))
-        if stats.get(NONFINITE) and self.robust is None:  # with a robust rule, it screens NaN/Inf itself
-            self._nonfinite_update(job)
-        return stats
-
-    # -- non-finite updates (robustness.on_nonfinite) ---------------------------------------------------
-    def _nonfinite_update(self, job: Job) -> None:
-        """``job``'s result holds NaN or Inf: stop the run (``fail``) or remember its handle (``drop``)."""
-        if not self._drop_nonfinite:
-            raise DivergedError(f"t={self.now:.6g}s device {job.device} job {job.job}: the update is not finite "
-                                "(NaN or Inf), so the run diverged; lower training.lr, or set "
-                                "robustness.on_nonfinite: drop to leave such updates out")
-        self.aggregation.mark_nonfinite(job)
-
-    def _wait(self, job: Job) -> dict[str, float]:
-        try:
-            stats = self.executor.wait(job)
-        except Exception as exc:
-            raise RunError(f"t={self.now:.6g}s device {job.device} job {job.job}: training failed: {exc}") from exc
-        return stats
-
-    def cancel_device(self, device: int) -> None:
-        """Withdraw everything ``device`` has in flight."""
-        self.transfers.cancel_device(device)
-
-    # -- transfers ----------------------------------------------------------------------------------
-    def send(self, src: Endpoint, dst: Endpoint, event: str, payload: Any, name: str,
-             priority: int = Priority.ARRIVAL, size: int | None = None, **args: Any) -> int:
-        """Start a model transfer ``src → dst`` now (see :meth:`Transfers.send`)."""
-        return self.transfers.send(src, dst, event, payload, name, priority, size, **args)
-
-    def cancel_transfer(self, fid: int) -> None:
-        """Withdraw a transfer still in flight."""
-        self.transfers.cancel_transfer(fid)
-
     # -- aggregation --------------------------------------------------------------------------------
     @property
     def global_model(self) -> Any:
@@ -407,28 +170,3 @@ class Context:
     def tier(self, tier: str, entity: int = 0) -> TierAggregator:
         """The aggregation point ``(tier, entity)`` (:meth:`Aggregation.tier`)."""
         return self.aggregation.tier(tier, entity)
-
-    @property
-    def control_variates(self) -> bool:
-        """Whether jobs carry SCAFFOLD control variates (``training.trainer: scaffold``)."""
-        return self._control_coefs is not None
-
-    def control_coef(self, device: int) -> float | None:
-        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
-        return None if self._control_coefs is None else float(self._control_coefs[device])
-
-    def control(self) -> Any:
-        """Handle of the cloud's SCAFFOLD control ``c`` now (None without SCAFFOLD)."""
-        return self.executor.control() if self._control_coefs is not None else None
-
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
-        """Cosine similarity of ``models − base`` (WSCC), computed by the cloud role."""
-        return self.executor.similarity(models, base)
-
-    def evaluate_loss(self, model: Any) -> float:
-        """Test loss of ``model``."""
-        return float(self.executor.evaluate(model)[1])
-
-    def track_staleness(self, tier: str) -> None:
-        """Report the staleness of updates applied at ``tier`` in the summary."""
-        self.telemetry.track_staleness(tier)

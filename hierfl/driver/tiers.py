@@ -211,6 +211,18 @@ class TierAggregator:
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
         return self.agg.combine(self.tier, terms)
 
+    def similarity(self, models: list[Any], base: Any = None) -> Any:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC)."""
+        return self.agg.executor.similarity(models, base)
+
+    def evaluate_loss(self, model: Any) -> float:
+        """Test loss of ``model`` on the run's test set (FedCH's ``K: auto`` needs the initial gap)."""
+        return float(self.agg.executor.evaluate(model)[1])
+
+    def track_staleness(self) -> None:
+        """Updates applied at this tier can be stale: report their staleness in the summary."""
+        self.agg.telemetry.track_staleness(self.tier)
+
     def aggregated(self, participants: list[int], trace: dict[str, Any], extra: dict[str, Any] | None = None,
                    lane: Endpoint | None = None) -> None:
         """Account a synchronous edge-tier aggregation formed by the protocol: counters, the

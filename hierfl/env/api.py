@@ -1,15 +1,16 @@
 """The narrow interface a protocol is written against (ARCHITECTURE.md §4a, STYLE.md 13).
 
-Five parts, nothing else:
+Its parts, nothing else:
 
 * **clock and scheduling** — ``now``, named random streams, timers (``schedule``, ``at``,
   ``cancel``), whether the run is stopping;
-* **the world as it is now** — the static :class:`~hierfl.core.world.World`, the training spec,
-  the straggler policies, which devices are online and how long their work would take now;
+* **the world** — the static :class:`~hierfl.core.world.World`, the training spec, the straggler
+  policies and the time budget; ``live``, the world as it is now (who is online, which servers are
+  up, slowdowns);
 * **training jobs** — start one on a device from a model and hear when it is done or lost;
 * **transfers** — send a model between two entities and hear when it arrives;
 * **aggregation** — one :class:`Aggregator` per aggregation point (``env.tier(tier, entity)``),
-  which aggregates and does its own accounting;
+  which aggregates and does its own accounting; the cloud's model; SCAFFOLD's control variates;
 * and one :class:`Telemetry` object that owns counters, metric lines and trace events.
 
 The driver (:mod:`hierfl.driver`) implements it; a unit test can implement a fake in a few
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from hierfl.core.world import World
     from hierfl.env.records import ClustersRecord, Record
 
-__all__ = ["Env", "Aggregator", "Telemetry", "Job", "Term", "Endpoint"]
+__all__ = ["Env", "Live", "Aggregator", "ControlVariates", "Telemetry", "Job", "Term", "Endpoint"]
 
 
 class Telemetry(Protocol):
@@ -57,6 +58,57 @@ class Telemetry(Protocol):
 
     def devices(self, edge_of: np.ndarray) -> None:
         """Rewrite ``devices.csv`` with the protocol's own device → server map (FedCH)."""
+
+
+class Live(Protocol):
+    """The world as it is now (``env.live``)."""
+
+    @property
+    def churn(self) -> bool:
+        """Whether any device can be offline at some time (availability other than ``always``)."""
+
+    def available(self, devices: Any = None) -> list[int]:
+        """The devices (all, or those given) online now, sorted."""
+
+    def online_count(self) -> int:
+        """How many devices are online now (O(1))."""
+
+    def online_index(self, devices: Any = ()) -> OnlineIndex:
+        """A :class:`~hierfl.core.dynamics.OnlineIndex` over ``devices`` at now: keep it (``advance``
+        it to ``now``) instead of asking about every device of a pool on every event."""
+
+    def next_up(self, devices: Any = None) -> float:
+        """The earliest time ≥ now at which one of ``devices`` (all by default) is online."""
+
+    def is_up(self, device: int) -> bool:
+        """Whether ``device`` is online now."""
+
+    def server_up(self, server: Endpoint) -> bool:
+        """Whether the edge server or cloud ``server`` is up now (``edge_fail`` / ``cloud_fail`` events);
+        a transfer to or from a server that is down is refused."""
+
+    def compute_factor(self, device: int) -> float:
+        """``device``'s slowdown factor now (1 outside slowdown windows)."""
+
+    def current_compute_s(self, spec: TrainSpec | None = None) -> np.ndarray:
+        """(N,) seconds one job of ``spec`` would take on each device if started now."""
+
+    def current_upload_s(self) -> np.ndarray:
+        """(N,) seconds of one model upload device → its server now (no contention)."""
+
+
+class ControlVariates(Protocol):
+    """SCAFFOLD's control variates (``env.scaffold``)."""
+
+    @property
+    def on(self) -> bool:
+        """Whether jobs carry control variates."""
+
+    def control(self) -> Any:
+        """Handle of the cloud's control ``c`` now (None without SCAFFOLD)."""
+
+    def coef(self, device: int) -> float | None:
+        """κ_i of ``device``'s control delta, or None without SCAFFOLD."""
 
 
 class Aggregator(Protocol):
@@ -95,6 +147,15 @@ class Aggregator(Protocol):
 
     def combine(self, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC)."""
+
+    def evaluate_loss(self, model: Any) -> float:
+        """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""
+
+    def track_staleness(self) -> None:
+        """Updates applied at this tier can be stale: report their staleness in the summary."""
 
     def aggregated(self, participants: list[int], trace: dict[str, Any], extra: dict[str, Any] | None = None,
                    lane: Endpoint | None = None) -> None:
@@ -153,37 +214,9 @@ class Env(Protocol):
         """``stop.virtual_time_s`` (None: the run is bounded by rounds)."""
 
     @property
-    def churn(self) -> bool:
-        """Whether any device can be offline at some time (availability other than ``always``)."""
-
-    def available(self, devices: Any = None) -> list[int]:
-        """The devices (all, or those given) online now, sorted."""
-
-    def online_count(self) -> int:
-        """How many devices are online now (O(1))."""
-
-    def online_index(self, devices: Any = ()) -> OnlineIndex:
-        """A :class:`~hierfl.core.dynamics.OnlineIndex` over ``devices`` at now: keep it (``advance``
-        it to ``now``) instead of asking about every device of a pool on every event."""
-
-    def next_up(self, devices: Any = None) -> float:
-        """The earliest time ≥ now at which one of ``devices`` (all by default) is online."""
-
-    def is_up(self, device: int) -> bool:
-        """Whether ``device`` is online now."""
-
-    def server_up(self, server: Endpoint) -> bool:
-        """Whether the edge server or cloud ``server`` is up now (``edge_fail`` / ``cloud_fail`` events);
-        a transfer to or from a server that is down is refused."""
-
-    def compute_factor(self, device: int) -> float:
-        """``device``'s slowdown factor now (1 outside slowdown windows)."""
-
-    def current_compute_s(self, spec: TrainSpec | None = None) -> np.ndarray:
-        """(N,) seconds one job of ``spec`` would take on each device if started now."""
-
-    def current_upload_s(self) -> np.ndarray:
-        """(N,) seconds of one model upload device → its server now (no contention)."""
+    def live(self) -> Live:
+        """The world as it is now: who is online, which servers are up, slowdowns, what a job or an
+        upload would take if it started now."""
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
         """How long ``device``'s next job would take if started now (what :meth:`start_job` will use)."""
@@ -224,20 +257,5 @@ class Env(Protocol):
         protocol makes goes through it; it does its own accounting."""
 
     @property
-    def control_variates(self) -> bool:
-        """Whether jobs carry SCAFFOLD control variates."""
-
-    def control(self) -> Any:
-        """Handle of the cloud's SCAFFOLD control now (None without SCAFFOLD)."""
-
-    def control_coef(self, device: int) -> float | None:
-        """κ_i of ``device``'s control delta, or None without SCAFFOLD."""
-
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by a role (WSCC)."""
-
-    def evaluate_loss(self, model: Any) -> float:
-        """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""
-
-    def track_staleness(self, tier: str) -> None:
-        """The protocol applies stale updates at ``tier``: report their staleness in the summary."""
+    def scaffold(self) -> ControlVariates:
+        """SCAFFOLD's control variates: ``on``, the cloud's ``control()`` and each device's ``coef(i)``."""

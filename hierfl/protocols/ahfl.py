@@ -184,8 +184,8 @@ class AHFL(Protocol):
         self.recovering: set[int] = set()                 # back up, waiting for the global model
         self.recovery_sent: set[int] = set()              # ... which is on its way
         self.parked: dict[int, set[int]] = {}             # leader → devices waiting for it
-        env.track_staleness("edge")
-        env.track_staleness("cloud")
+        env.tier("edge").track_staleness()
+        env.tier("cloud").track_staleness()
 
     def _leader_period(self, edge: int) -> float:
         if self.cfg.leader_period != "auto":
@@ -242,7 +242,7 @@ class AHFL(Protocol):
         device = event.payload.device
         self.start_of.pop(device, None)
         self.busy_at.pop(device, None)
-        when = self.env.next_up([device])
+        when = self.env.live.next_up([device])
         if math.isfinite(when) and not self.env.stopping:
             self.env.at(when, "device_back", DeviceBack(device), Priority.CONTROL)
 
@@ -275,7 +275,7 @@ class AHFL(Protocol):
             self.version[e] += 1
             self.model[e] = env.tier("edge", e).step(self.model[e], deltas, [u.device for u, _ in kept],
                                                      [t for _, t in kept], self.version[e], len(queue))
-            if env.server_up(CLOUD):  # else the progress accumulates, pushed when the cloud is back
+            if env.live.server_up(CLOUD):  # else the progress accumulates, pushed when the cloud is back
                 self._push(e)
         if not env.stopping:
             self.ticks[e] = env.schedule(self.leader_period[e], "leader_tick", LeaderTick(e), Priority.CONTROL)
@@ -325,7 +325,7 @@ class AHFL(Protocol):
             self.cloud_version += 1
             env.set_global(env.tier("cloud").step(env.global_model, deltas, [u.leader for u, _ in kept],
                                                   [t for _, t in kept], self.cloud_version, len(queue), source="edge"))
-            if not env.stopping and env.server_up(CLOUD):  # else sent when the cloud is back
+            if not env.stopping and env.live.server_up(CLOUD):  # else sent when the cloud is back
                 for e in self.leaders:
                     if self.down and (e in self.down or e in self.recovering):
                         continue
@@ -389,7 +389,7 @@ class AHFL(Protocol):
         e = event.payload.server[1]
         self.down.discard(e)
         self.recovering.add(e)
-        if self.env.server_up(CLOUD) and not self.env.stopping:
+        if self.env.live.server_up(CLOUD) and not self.env.stopping:
             self._send_recovery(e)
 
     def _send_recovery(self, e: int) -> None:

@@ -94,22 +94,22 @@ class FlatAsync(Protocol):
         # O(log N) (a seeded uniform pick over the sorted pool, without sorting it on every dispatch)
         self.idle = RankedSet(n, range(n))
         self.ready = RankedSet(n, range(n))
-        self.watch = env.online_index(range(n))           # online state of the idle devices
+        self.watch = env.live.online_index(range(n))           # online state of the idle devices
         self.start_of: dict[int, tuple[Any, int]] = {}    # device → (model handle, version) it trains from
         self.dispatches = 0
-        env.track_staleness("cloud")
+        env.tier("cloud").track_staleness()
 
     def start(self) -> None:
         """``concurrency`` devices, drawn uniformly without replacement, get the initial model at t = 0."""
         n = self.env.world.num_devices
-        pool = self.env.available()
+        pool = self.env.live.available()
         if len(pool) == n:
             first = self.env.rng(self.select_stream, 0).choice(n, size=self.concurrency, replace=False)
         else:  # some devices are offline at t = 0: start those online; the rest of the slots wait
             k = min(self.concurrency, len(pool))
             first = self.env.rng(self.select_stream, 0).choice(np.asarray(pool, dtype=np.int64), size=k, replace=False)
             if k < self.concurrency:
-                when = self.env.next_up(sorted(set(range(n)) - set(pool)))
+                when = self.env.live.next_up(sorted(set(range(n)) - set(pool)))
                 if math.isfinite(when):
                     self.env.at(when, "dispatch_retry", Timer(), Priority.CONTROL)
         self.dispatches = 1

@@ -160,7 +160,7 @@ class FedAT(Protocol):
         self.version = 0            # global model updates so far
         self.seq = 0                # barrier ids, unique across tiers (the deadline event names one)
         self.initial: Any = None
-        env.track_staleness("cloud")
+        env.tier("cloud").track_staleness()
 
     def clusters_record(self) -> ClustersRecord:
         """The tiers (fastest first) and their devices' profiled response times."""
@@ -182,9 +182,9 @@ class FedAT(Protocol):
 
     def _begin_round(self, m: int) -> None:
         env, t = self.env, self.tiers[m]
-        pool = env.available(t.members)
+        pool = env.live.available(t.members)
         if not pool:  # the whole tier is offline: try again when one of it is back
-            when = env.next_up(t.members)
+            when = env.live.next_up(t.members)
             if math.isfinite(when):
                 env.at(when, "tier_retry", TierRetry(m), Priority.CONTROL)
             t.barrier = None

@@ -91,9 +91,9 @@ class FedAvg(Protocol):
     def _begin_round(self) -> None:
         env = self.env
         policy = env.straggler
-        online = env.online_count()
+        online = env.live.online_count()
         if not online:  # nobody online: try again when the first device comes back
-            when = env.next_up()
+            when = env.live.next_up()
             if math.isfinite(when):
                 env.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
             return
@@ -104,12 +104,12 @@ class FedAvg(Protocol):
         if online == n:  # O(selected) draw: the population is never listed
             chosen = rng.choice(n, size=k, replace=False)
         else:
-            chosen = rng.choice(np.asarray(env.available()), size=k, replace=False)
+            chosen = rng.choice(np.asarray(env.live.available()), size=k, replace=False)
         self.selected = sorted(int(i) for i in chosen)
         self.jobs, self.arrived = {}, set()
         self.round_model = env.global_model
         self.barrier = Barrier(self, policy, ("cloud", 0), self.round, self.selected, m, self._close)
-        self.round_control = env.control()
+        self.round_control = env.scaffold.control()
         for device in self.selected:
             self.send_model(device, "device_cloud", RoundMsg(device, self.round))
 
@@ -135,7 +135,7 @@ class FedAvg(Protocol):
         device = event.payload.device
         self.arrived.add(device)
         weight = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
-        env.tier("cloud").add(self.jobs.pop(device).params, weight, env.control_coef(device))
+        env.tier("cloud").add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
         self.barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:

@@ -106,7 +106,7 @@ class HierFAVG(Protocol):
         self.edge_weight = {e: float(world.edge_samples(e)) for e in self.edges}
         self.edge_model: dict[int, Any] = {e: env.global_model for e in self.edges}
         self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
-        self.control: Any = env.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
+        self.control: Any = env.scaffold.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
         self.barrier: dict[int, Barrier] = {}
@@ -141,9 +141,9 @@ class HierFAVG(Protocol):
     def _begin_edge_round(self, edge: int) -> None:
         env = self.env
         members = self.members[edge]
-        pool = env.available(members)
+        pool = env.live.available(members)
         if not pool:  # nobody of this edge is online: try again when one comes back
-            when = env.next_up(members)
+            when = env.live.next_up(members)
             if math.isfinite(when):
                 self.retry[edge] = env.at(when, "edge_retry", EdgeEvent(edge), Priority.CONTROL)
             return
@@ -180,7 +180,7 @@ class HierFAVG(Protocol):
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
         env = self.env
         device, edge = event.payload.device, event.payload.edge
-        env.tier("edge", edge).add(self.jobs.pop(device).params, float(env.world.samples[device]), env.control_coef(device))
+        env.tier("edge", edge).add(self.jobs.pop(device).params, float(env.world.samples[device]), env.scaffold.coef(device))
         self.barrier[edge].arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -204,13 +204,13 @@ class HierFAVG(Protocol):
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
         env = self.env
         upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0 or edge in self.owed
-        if upload and not env.server_up(CLOUD):  # the cloud is away: aggregate locally, push when it is back
+        if upload and not env.live.server_up(CLOUD):  # the cloud is away: aggregate locally, push when it is back
             self.owed.add(edge)
             upload = False
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
             self.edge_model[edge] = env.tier("edge", edge).commit(sorted(arrived), base=self.edge_start[edge],
-                                                                  pack_control=upload and env.control_variates)
+                                                                  pack_control=upload and env.scaffold.on)
         self.edge_round[edge] += 1
         if upload:
             self.owed.discard(edge)
@@ -251,7 +251,7 @@ class HierFAVG(Protocol):
         env = self.env
         edge = event.payload.edge
         self.uploading.pop(edge, None)
-        env.tier("cloud").add(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.control_variates else None)
+        env.tier("cloud").add(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.scaffold.on else None)
         assert self.cloud_barrier is not None
         self.cloud_barrier.arrive(edge)
 
@@ -262,7 +262,7 @@ class HierFAVG(Protocol):
         self.cloud_round += 1
         if env.stopping:
             return
-        self.control = env.control()  # travels down with the global model
+        self.control = env.scaffold.control()  # travels down with the global model
         self._next_cloud_round()
 
     def _next_cloud_round(self) -> None:
@@ -275,7 +275,7 @@ class HierFAVG(Protocol):
             self.cloud_barrier = None
             return
         self._begin_cloud_round()
-        if not self.env.server_up(CLOUD):
+        if not self.env.live.server_up(CLOUD):
             self.broadcast_owed = True
             return
         assert self.cloud_barrier is not None
@@ -341,7 +341,7 @@ class HierFAVG(Protocol):
         edge = event.payload.server[1]
         self.down.discard(edge)
         self.rejoin.add(edge)
-        if self.cloud_barrier is None and self.env.server_up(CLOUD) and not self.env.stopping:
+        if self.cloud_barrier is None and self.env.live.server_up(CLOUD) and not self.env.stopping:
             self._next_cloud_round()
 
     def _return_devices(self) -> None:

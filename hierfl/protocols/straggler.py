@@ -197,7 +197,7 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     n = int(world.samples[device])
     full = num_steps(n, spec)
     one = replace(spec, epochs=None, steps=1)
-    step_s = world.compute_s(device, one) * env.compute_factor(device)
+    step_s = world.compute_s(device, one) * env.live.compute_factor(device)
     left = barrier.deadline - env.now - (world.upload_s(device) if upload_s is None else upload_s)
     k = partial_steps(full, step_s, left)
     if k >= full:

@@ -143,9 +143,9 @@ class WSCC(Protocol):
     def _begin(self) -> None:
         env = self.env
         self.updates = {}
-        online = set(env.available())
+        online = set(env.live.available())
         if not online:
-            when = env.next_up()
+            when = env.live.next_up()
             if math.isfinite(when):
                 env.at(when, "cluster_retry", ClusterRetry(self.round), Priority.CONTROL)
             return
@@ -283,7 +283,7 @@ class WSCC(Protocol):
     def _cluster(self, reason: str, base: Any) -> None:
         """Affinity propagation on this round's updates (minus ``base``, the warm-up's w0)."""
         devices = sorted(self.updates)
-        self._cluster_from(self.env.similarity([self.updates[d] for d in devices], base), devices, reason)
+        self._cluster_from(self.env.tier("cloud").similarity([self.updates[d] for d in devices], base), devices, reason)
 
     def _recluster(self) -> None:
         """Re-cluster on this round's deltas from the models their clusters started the round with."""
@@ -291,7 +291,7 @@ class WSCC(Protocol):
         devices = sorted(self.updates)
         cloud = env.tier("cloud")
         deltas = [cloud.combine([(1.0, self.updates[d], self.round_models[int(self.cluster_of[d])])]) for d in devices]
-        self._cluster_from(env.similarity(deltas, None), devices, "recluster")
+        self._cluster_from(env.tier("cloud").similarity(deltas, None), devices, "recluster")
 
     def _cluster_from(self, sim: np.ndarray, devices: list[int], reason: str) -> None:
         """AP on ``sim`` over ``devices``; devices without an update join the largest cluster; each

@@ -130,7 +130,7 @@ class Reclustering:
         if c.waiting is not None:
             env.cancel(c.waiting)
             c.waiting = None
-        online = env.is_up(leader)
+        online = env.live.is_up(leader)
         env.telemetry.instant(("device", leader), "leader_lost", env.now, cluster=c.cid, stage=lost.stage,
                               reason=lost.reason)
         env.telemetry.record(LeaderLost(c.cid, leader, lost.stage, lost.reason, online, st.generation, wasted))
@@ -145,13 +145,13 @@ class Reclustering:
                 self.rounds.send_to_leader(c)
             return
         c.leader_down = True
-        if self.cfg.on_leader_lost == "recluster" and len(env.available()) >= st.k:
+        if self.cfg.on_leader_lost == "recluster" and len(env.live.available()) >= st.k:
             self.recluster("leader_lost", {"cluster": c.cid, "leader": leader})
             return
         self._await_leader(c)
 
     def _await_leader(self, c: Cluster) -> None:
-        when = self.env.next_up([c.leader])
+        when = self.env.live.next_up([c.leader])
         if math.isfinite(when):
             c.waiting = self.env.at(when, "leader_back", LeaderBack(c.cid, self.state.generation), Priority.CONTROL)
 
@@ -164,7 +164,7 @@ class Reclustering:
         c.waiting = None
         if not c.leader_down:
             return
-        if not env.is_up(c.leader):
+        if not env.live.is_up(c.leader):
             self._await_leader(c)
             return
         c.leader_down = False

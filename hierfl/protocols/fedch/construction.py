@@ -40,8 +40,8 @@ class ClusterBuilder:
         """Compute and communication times of the world now (what devices report at (re-)clustering):
         slowdown windows through ``current_compute_s``, link events through the world's links."""
         env, world = self.env, self.env.world
-        compute = env.current_compute_s(self.spec)
-        up = env.current_upload_s()
+        compute = env.live.current_compute_s(self.spec)
+        up = env.live.current_upload_s()
         out = {"compute": compute, "cloud": up}
         if self.edge_mode:
             # device i → edge e: its current upload time, re-based from its topology edge's latency to e's
@@ -62,7 +62,7 @@ class ClusterBuilder:
         m = self.measure()
         ks = cfg.kstar
         budget = float(ks.budget_s if ks.budget_s != "auto" else env.time_budget_s or 0.0)
-        f0 = float(ks.f0_gap) if ks.f0_gap != "auto" else env.evaluate_loss(env.global_model)
+        f0 = float(ks.f0_gap) if ks.f0_gap != "auto" else env.tier("cloud").evaluate_loss(env.global_model)
         params = {"budget_s": budget, "compute_s": float(np.median(m["compute"])),
                   "comm_s": float(np.median(m["cloud"])), "lr": self.spec.lr, "mu": ks.mu, "q": ks.q,
                   "f0_gap": f0, "local_steps": self.spec.steps, "rule": cfg.alpha_init}
@@ -92,9 +92,9 @@ class ClusterBuilder:
     def eligible_leaders(self, k: int) -> tuple[np.ndarray | None, list[int]]:
         """Devices that may lead: those online now, when at least K are (else all); and the offline ones."""
         env = self.env
-        if not env.churn:
+        if not env.live.churn:
             return None, []
-        online = env.available()
+        online = env.live.available()
         offline = sorted(set(range(self.n)) - set(online))
         if not offline or len(online) < k:
             return None, offline

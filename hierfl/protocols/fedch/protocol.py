@@ -71,10 +71,10 @@ class FedCH(Protocol):
     def send_to_leader(self, c: Cluster) -> None:
         """The cloud sends the current ``(w, t)`` to ``c``'s leader; its next round starts on arrival."""
         env, st = self.env, self.st
-        if st.edge_mode and not env.server_up(st.leader_lane(c)):  # a new construction while its server is down
+        if st.edge_mode and not env.live.server_up(st.leader_lane(c)):  # a new construction while its server is down
             c.leader_down = True
             return
-        if not env.server_up(CLOUD):  # the cloud is away: the cluster goes on from its own model
+        if not env.live.server_up(CLOUD):  # the cloud is away: the cluster goes on from its own model
             self.faults.go_local(c)
             return
         st.sent[c.cid] = (env.global_model, st.version)
@@ -98,9 +98,9 @@ class FedCH(Protocol):
         """Select the online members the round wants and open its barrier."""
         env, cfg, st = self.env, self.cfg, self.st
         c.waiting = None
-        pool = env.available(c.members)
+        pool = env.live.available(c.members)
         if not pool:  # every member is offline: start when the first one is back
-            when = env.next_up(c.members)
+            when = env.live.next_up(c.members)
             if math.isfinite(when):
                 c.waiting = env.at(when, "cluster_retry", ClusterRetry(c.cid, st.generation), Priority.CONTROL)
             return
@@ -282,7 +282,7 @@ class FedCH(Protocol):
                           {"cluster": c.cid, "participants": list(arrived), "round_s": round_s, "straggler": flag},
                           {"cluster": c.cid, "leader": c.leader, "ids": list(arrived), "round_s": round_s,
                            "straggler": flag, "missing": missing}, lane=lane)
-        if not env.server_up(CLOUD):  # the cloud is away: keep aggregating from this model (flag rides along)
+        if not env.live.server_up(CLOUD):  # the cloud is away: keep aggregating from this model (flag rides along)
             c.model, c.flag = model, flag
             if not env.stopping:
                 self.begin_round(c)
