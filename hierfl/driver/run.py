@@ -23,6 +23,7 @@ from hierfl.driver.context import Context, RunError
 from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdowns
 from hierfl.env.records import ClustersRecord, Recovered, RunEnd, RunStart
 from hierfl.driver.robustness import robust_setup
+from hierfl.output.contract import CONTRACT_VERSION
 from hierfl.output.files import write_config, write_model, write_summary
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.runtime.executor import Executor, RunData
@@ -197,8 +198,8 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
     tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
     if resume is None:
         tel.lanes(world.num_edges, world.num_devices)
-    summary: dict[str, Any] = {"name": scenario.name, "protocol": scenario.protocol.name, "seed": scenario.seed,
-                               "status": "running"}
+    summary: dict[str, Any] = {"contract_version": CONTRACT_VERSION, "name": scenario.name,
+                               "protocol": scenario.protocol.name, "seed": scenario.seed, "status": "running"}
     run: RunLoop | None = None
     ctx: Context | None = None
     ckpt: Checkpointer | None = None
