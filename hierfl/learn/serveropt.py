@@ -141,8 +141,8 @@ class ServerOptimizerSection(ConfigModel):
     shorthand for the cloud: ``server_optimizer: fedadam`` = ``{cloud: {name: fedadam}}``.
     """
 
-    cloud: SERVER_OPTIMIZERS.union() = FedAvgOpt()  # type: ignore[valid-type]
-    edge: SERVER_OPTIMIZERS.union() = FedAvgOpt()  # type: ignore[valid-type]
+    cloud: SERVER_OPTIMIZERS.union() = Field(default=FedAvgOpt(), description="server optimizer of the cloud's aggregation")  # type: ignore[valid-type]
+    edge: SERVER_OPTIMIZERS.union() = Field(default=FedAvgOpt(), description="server optimizer of the edge servers' aggregations")  # type: ignore[valid-type]
 
     @model_validator(mode="before")
     @classmethod

@@ -88,7 +88,7 @@ class AHFLConfig(ProtocolConfig):
 
     name: Literal["ahfl"] = "ahfl"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base weight α at leaders and cloud [D]")
-    staleness: STALENESS.union() = PolynomialStaleness(a=0.5)  # type: ignore[valid-type]
+    staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="σ(τ) weighting stale updates (a staleness function by name)")  # type: ignore[valid-type]
     reg: Literal["prox", "l2"] = Field(default="prox", description="local regulariser [D]/[B]")
     rho: float = Field(default=0.005, ge=0.0, description="ρ of reg=prox [D]")
     lam: float = Field(default=5e-4, ge=0.0, description="λ (weight decay) of reg=l2 [D]")

@@ -62,7 +62,7 @@ class FedAsyncConfig(ProtocolConfig):
 
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
-    staleness: STALENESS.union() = PolynomialStaleness(a=0.5)  # type: ignore[valid-type]
+    staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="s(τ) scaling the mixing weight α (a staleness function by name)")  # type: ignore[valid-type]
     rho: float = Field(default=0.005, ge=0.0, description="proximal coefficient ρ of local training [V3/D]")
     concurrency: PositiveInt | None = Field(default=None, description="devices training at once; null = all [D]")
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")

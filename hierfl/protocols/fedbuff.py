@@ -41,7 +41,7 @@ class FedBuffConfig(ProtocolConfig):
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
     concurrency: PositiveInt = Field(default=100, description="devices training at once, capped at N [D]")
     server_lr: float = Field(default=1.0, gt=0.0, description="η_g of the server SGD step [D]")
-    staleness: STALENESS.union() = FedBuffStaleness()  # type: ignore[valid-type]
+    staleness: STALENESS.union() = Field(default=FedBuffStaleness(), description="s(τ) weighting each buffered update (a staleness function by name)")  # type: ignore[valid-type]
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
     unique_per_buffer: bool = Field(default=False, description="a device contributes at most once per buffer [D]")
     normalize_staleness: bool = Field(
