@@ -45,7 +45,7 @@ def test_state_roundtrip_preserves_order_and_counter():
 
 
 def test_pushed_events_are_the_dataclass_s_events():
-    """push builds events without the frozen dataclass's __init__ (issue 12, per-event cost): they must
+    """push builds events without the frozen dataclass's __init__ (scale, per-event cost): they must
     be the same objects in every respect — equal, hashed, ordered, printed, frozen and pickled alike."""
     import dataclasses
     import pickle

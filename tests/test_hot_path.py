@@ -1,4 +1,4 @@
-"""The driver's per-job shortcuts (issue 12, (b) timing only) give exactly what the long way gives.
+"""The driver's per-job shortcuts (scale, (b) timing only) give exactly what the long way gives.
 
 * A job's nominal seconds come from one vectorised array per spec's work (epochs / steps / batch
   size): every value is the float ``World.compute_s`` gives, and a device it would refuse (no

@@ -73,7 +73,7 @@ class Context:
         self._nominal: np.ndarray | None = None
         self._nominal_spec: TrainSpec | None = None
         self._nominal_by_work: dict[tuple[Any, ...], np.ndarray] = {}
-        # learning plug-ins (issue 7): SCAFFOLD's per-device control step weights κ_i, or None
+        # learning plug-ins: SCAFFOLD's per-device control step weights κ_i, or None
         trainer = scenario.training.trainer
         self._control_coefs: np.ndarray | None = None
         if self._spec.control_variates:
@@ -87,10 +87,10 @@ class Context:
         # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
         self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
         self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
-        # Byzantine robustness (issue 16): None keeps every call exactly as without it
+        # Byzantine robustness: None keeps every call exactly as without it
         setup = robust_setup(scenario, self.dyn)
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry, scenario.protocol.name)
-        # per-device evaluation (issue 17): the run has evaluation sets
+        # per-device evaluation (personalisation): the run has evaluation sets
         self.device_eval = bool(getattr(built, "eval_sets", None))
         # evaluation.device_eval_cost: forward — devices are busy while they evaluate (None: free)
         self.eval_cost: DeviceEvalCost | None = None
@@ -99,7 +99,7 @@ class Context:
         # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
         personal = self._spec.personal
         self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
-        # non-finite updates (issue 14): with `drop`, the handles of flagged jobs' results, left out of
+        # non-finite updates (reliability): with `drop`, the handles of flagged jobs' results, left out of
         # every aggregation they are given to, and per aggregator the updates kept/left out since its commit
         self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
         self._bad: dict[int, list[Any]] = {}
@@ -515,7 +515,7 @@ class Context:
 
     def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
-        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (Byzantine robustness)
             self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
             return
         if self._fold(("edge", edge), update):
@@ -558,7 +558,7 @@ class Context:
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
-        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (Byzantine robustness)
             self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
             return
         if self._fold(("cloud", 0), update):

@@ -99,7 +99,7 @@ class MeanRule(RuleConfig):
 
 @AGGREGATION_RULES.register
 class GeoMedRule(RuleConfig):
-    """``{name: geomed, weighted: false}``: the geometric median by Weiszfeld (ALGORITHMS.md §5.8)."""
+    """``{name: geomed, weighted: false}``: the geometric median by Weiszfeld (docs/explanation/algorithms.md §5.8)."""
 
     name: Literal["geomed"] = "geomed"
     weighted: bool = Field(default=False, description="weight each input by its aggregation weight (data size)")

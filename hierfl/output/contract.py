@@ -74,7 +74,7 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "protocol": ("str", "", "the protocol's registered name"),
     "seed": ("int", "", "the scenario seed"),
     "status": ("str", "", "completed, failed or interrupted"),
-    "stop_reason": ("str", "", "which stop limit ended the run (virtual_time_s, rounds, target_accuracy, …)"),
+    "stop_reason": ("str", "", "which limit ended the run (virtual_time, rounds, target_accuracy, …)"),
     "final_accuracy": ("float|null", "fraction", "test accuracy of the last evaluation"),
     "final_loss": ("float|null", "", "test loss of the last evaluation"),
     "best_accuracy": ("float|null", "fraction", "the highest evaluated accuracy"),

@@ -105,7 +105,7 @@ class Deadline(StragglerPolicy):
     @field_validator("seconds")
     @classmethod
     def _floor(cls, value: float) -> float:
-        # a 1e-9 s deadline gave 87,000 empty rounds (issue 14)
+        # a 1e-9 s deadline gave 87,000 empty rounds (reliability)
         if value < MIN_INTERVAL_S:
             raise ValueError(f"must be at least {MIN_INTERVAL_S:g} s (one virtual millisecond); no update can arrive "
                              "in less")

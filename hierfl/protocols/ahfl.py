@@ -1,7 +1,7 @@
 """AHFL: asynchronous hierarchical federated learning with leader and cloud queues.
 
 Wang and Wang, "Asynchronous Hierarchical Federated Learning", arXiv 2206.00054 (2022).
-ALGORITHMS.md §4.3 (the paper body was not reachable; the queue mechanics are [B], the rest
+docs/explanation/algorithms.md §4.3 (the paper body was not reachable; the queue mechanics are [B], the rest
 [D], each a knob here):
 
 * devices train continuously on ``f_i(w) + reg(w)`` (``prox``: (ρ/2)‖w − w_pulled‖²; ``l2``:
@@ -174,7 +174,7 @@ class AHFL(Protocol):
         self.pushes: dict[int, _LeaderUpdate] = {}
         self.sent: dict[tuple[int, int], Any] = {}
         self._push_seq = 0
-        # edge-server and cloud faults (README "Edge-server and cloud faults")
+        # edge-server and cloud faults (the edge_fail and cloud_fail event kinds)
         self.ticks: dict[int, Event] = {}                 # leader → its pending leader_tick
         self.busy_at: dict[int, int] = {}                 # device → the leader its job in flight belongs to
         self.group = {e: {int(d) for d in m} for e, m in self.members.items()}  # leader → devices it serves now

@@ -1,7 +1,7 @@
 """FedAsync: asynchronous federated optimisation with staleness-weighted mixing.
 
 Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", arXiv 1903.03934 (OPT 2020).
-ALGORITHMS.md §5.3: a device trains on ``f(x) + (ρ/2)‖x − x_t‖²`` from the model ``x_t`` it
+docs/explanation/algorithms.md §5.3: a device trains on ``f(x) + (ρ/2)‖x − x_t‖²`` from the model ``x_t`` it
 downloaded at version ``t``; the server applies each update the moment it arrives, in
 virtual-time order: ``α_t = α·s(v − t)``, ``x ← (1 − α_t)·x + α_t·x_new``, ``v += 1``.
 Updates staler than ``max_staleness`` are dropped. ``concurrency`` devices train at any time;

@@ -77,7 +77,7 @@ class DataConfig(ConfigModel):
 
     dataset: DATASETS.union() = Field(description="the dataset plug-in (see Datasets)")  # type: ignore[valid-type]
     partition: PARTITIONERS.union() = Field(default=IIDConfig(), description="how samples are split across devices")  # type: ignore[valid-type]
-    # per-device evaluation (issue 17; README "Personalisation and clustered FL")
+    # per-device evaluation (personalisation; docs/howto/personalisation.md)
     local_test_fraction: float = Field(
         default=0.0, ge=0.0, lt=1.0,
         description="share of every device's own samples held out as its local test set (0 = none); eval "
@@ -266,7 +266,7 @@ class EvaluationConfig(ConfigModel):
 
     every_s: PositiveFloat | None = Field(default=None, description="null = only at start and end")
     target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0, description="accuracy for time_to_target_s")
-    # issue 17: what per-device evaluation (data.local_test_fraction) costs the devices in virtual time
+    # personalisation: what per-device evaluation (data.local_test_fraction) costs the devices in virtual time
     device_eval_cost: Literal["free", "forward"] = Field(
         default="free", description="free: per-device evaluation takes no virtual time; forward: each device is "
                                     "busy for a forward pass over its held-out rows (hierfl.driver.eval_cost)")
@@ -274,7 +274,7 @@ class EvaluationConfig(ConfigModel):
     @field_validator("every_s")
     @classmethod
     def _floor(cls, value: float | None) -> float | None:
-        # 1e-9 s means billions of evaluations: a typo, never a plan (issue 14)
+        # 1e-9 s means billions of evaluations: a typo, never a plan (reliability)
         if value is not None and value < MIN_INTERVAL_S:
             raise ValueError(f"must be at least {MIN_INTERVAL_S:g} s (one evaluation per virtual millisecond)")
         return value
@@ -432,7 +432,7 @@ class Scenario(ConfigModel):
         default=RobustnessConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")
     energy: EnergyConfig | None = Field(
         default=None, description="per-tier device energy model (J per FLOP, radio power per link type); "
-                                  "null = off (README \"Energy model\")")
+                                  "null = off (docs/explanation/energy.md)")
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )

@@ -1,6 +1,6 @@
 """FedCH's config model (``protocol: {name: fedch, ...}``) and its load-time cross-checks.
 
-Every [B]/[D] detail of ALGORITHMS.md §2 is a key here with the default given there; the protocol
+Every [B]/[D] detail of docs/explanation/algorithms.md §2 is a key here with the default given there; the protocol
 itself is :class:`hierfl.protocols.fedch.protocol.FedCH`.
 """
 
