@@ -356,7 +356,8 @@ def outputs_page() -> str:
              "Units: `t` and every `*_s` field are **virtual** seconds unless marked wall clock; "
              "`*_ms` milliseconds, `*_mbps` Mbit/s (10⁶ bit/s), `bytes*` bytes, `*_j` joules.", "",
              "## Files of a run directory", "", _table([(f"`{k}`", v) for k, v in c.FILES.items()], ("file", "content")),
-             "", "## `metrics.jsonl`", "", "Every line starts with:", "", _table(rows(c.LINE_FIELDS), head), "",
+             "", "Only in some situations:", "",
+             _table([(f"`{k}`", v) for k, v in c.OPTIONAL_FILES.items()], ("file", "content")), "", "## `metrics.jsonl`", "", "Every line starts with:", "", _table(rows(c.LINE_FIELDS), head), "",
              "then the fields of its `event`. Per-update lists longer than `output.list_limit` are written as "
              "`{count, min, max, mean}`. Events marked *open* append protocol-specific fields after the "
              "declared ones.", ""]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["CONTRACT_VERSION", "FILES", "LINE_FIELDS", "SUMMARY_KEYS", "DEVICES_COLUMNS", "CLUSTERS_FIELDS",
+__all__ = ["CONTRACT_VERSION", "FILES", "OPTIONAL_FILES", "LINE_FIELDS", "SUMMARY_KEYS", "DEVICES_COLUMNS", "CLUSTERS_FIELDS",
            "EVAL_EXTRA", "metric_events", "unit_of"]
 
 CONTRACT_VERSION = 1
@@ -41,6 +41,14 @@ FILES: dict[str, str] = {
                        "model's `state_dict` order",
 }
 """Every file of a run directory and what it holds."""
+
+OPTIONAL_FILES: dict[str, str] = {
+    "checkpoint.pkl": "while a run is going, or after it was interrupted or failed: its last checkpoint, for "
+                      "`hierfl resume`; deleted when the run completes",
+    "tensorboard/": "with `output.tensorboard: true`: the eval lines as TensorBoard scalars, by round and by "
+                    "virtual time",
+}
+"""Files written only in some situations."""
 
 LINE_FIELDS: dict[str, tuple[str, str, str]] = {
     "t": ("float", "s (virtual)", "virtual time of the event"),
