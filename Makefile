@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install native run test bench bench-scale claims clean lock
+.PHONY: install native run test docs bench bench-scale claims clean lock
 
 # the event path compiled with Cython (hierfl/_native.py): rebuilt when one of its sources changes;
 # without Cython or a C compiler the run uses the same modules as Python (identical results, slower)
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[test,native]" -c requirements.lock
+	$(BIN)/python -m pip install -q -e ".[test,native,docs]" -c requirements.lock
 	touch $(STAMP)
 
 # refresh requirements.lock: resolve pyproject.toml's ranges in a fresh environment, pin what came
@@ -32,8 +32,8 @@ lock:
 	rm -rf $(LOCKENV) && $(PY) -m venv $(LOCKENV)
 	$(LOCKENV)/bin/python -m pip install -q --upgrade pip
 	$(LOCKENV)/bin/python -m pip install -q torch==2.13.0
-	$(LOCKENV)/bin/python -m pip install -q ".[test,native]"
-	{ echo "# Exact versions of every dependency of hierfl[test,native] (make lock writes this file)."; \
+	$(LOCKENV)/bin/python -m pip install -q ".[test,native,docs]"
+	{ echo "# Exact versions of every dependency of hierfl[test,native,docs] (make lock writes this file)."; \
 	  echo "# make installs with it as constraints; torch's local build tag (+cpu) is dropped."; \
 	  $(LOCKENV)/bin/python -m pip freeze --exclude hierfl | sed -e 's/^torch==\([0-9.]*\)+.*/torch==\1/'; \
 	} > requirements.lock
@@ -52,6 +52,11 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest -q tests
+
+# the documentation site, strict: a warning or a broken cross-reference fails the build
+docs: install
+	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "documentation: docs/_build/html/index.html"
 
 bench: install
 	$(BIN)/python analysis/bench/emulator_overhead.py

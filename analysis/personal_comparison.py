@@ -1,4 +1,4 @@
-"""Personalisation compared (issue 17): FedAvg / FedAvgMeta / FedMeta-MAML / FedMeta-SGD, with and without
+"""Personalisation compared (personalisation): FedAvg / FedAvgMeta / FedMeta-MAML / FedMeta-SGD, with and without
 personal layers, plus FedPer, LG-FedAvg and WSCC, on MNIST- and CIFAR-shaped generated data.
 
 The sources' protocol in small (the Vietnamese study: 50 + 50 clients, 2 labels each, 20 % support):

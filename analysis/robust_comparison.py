@@ -1,4 +1,4 @@
-"""Byzantine robustness study (issue 16): every aggregation rule × every device behaviour, at 0/10/20/30 %
+"""Byzantine robustness study (Byzantine robustness): every aggregation rule × every device behaviour, at 0/10/20/30 %
 Byzantine devices, flat (FedAvg) and hierarchical (HierFAVG with the rule at the edge, the cloud or both).
 
 Each run is tiny so the whole grid runs in minutes: 50 devices, Blobs (10 features, 5 classes,

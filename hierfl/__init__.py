@@ -1,7 +1,7 @@
 """hierfl — an asynchronous hierarchical edge-computing emulator for federated learning.
 
 Virtual time is the only clock; a run is a pure function of (scenario, seed).
-See ``docs`` in the README and ARCHITECTURE.md for the design.
+See docs/explanation/architecture.md for the design.
 
 The Python API (:mod:`hierfl.api`) is imported on first use, so ``import hierfl`` stays cheap:
 ``hierfl.run(...)``, ``hierfl.load_run(dir)``, ``hierfl.sweep(...)``, ``hierfl.load_sweep(dir)``.

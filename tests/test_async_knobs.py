@@ -1,4 +1,4 @@
-"""Issue 5 leftovers, exact on tiny scenarios: FedAsync's per-job H ~ U[H_min, H_max] (§5.3),
+"""Asynchronous protocols leftovers, exact on tiny scenarios: FedAsync's per-job H ~ U[H_min, H_max] (§5.3),
 FedBuff's ``normalize_staleness`` (§5.4, FLSim), and queue lengths over time (AHFL, FedBuff).
 
 The tiny scenario of tests/test_async_protocols.py: 4 devices × 60 samples, 100 samples/s,

@@ -1,4 +1,4 @@
-"""Issue 18: every claims scenario and sweep validates, one round of each runs, and the claims
+"""Claims reproduction: every claims scenario and sweep validates, one round of each runs, and the claims
 plumbing (mean ± CI, paired ratios, the table) computes what it says."""
 
 from __future__ import annotations

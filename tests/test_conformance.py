@@ -411,7 +411,7 @@ def test_device_behavior_contract(name, tmp_path):
     attack = [{"at_s": 0.0, "attack": {"select": {"ids": [0]}, "behavior": cfg.model_dump()}}]
     base = run_scenario(tiny(stop={"rounds": 1}), out_dir=tmp_path / "h", progress=False)
     # a NaN/Inf update under the plain mean makes the global model non-finite, and such a run ends
-    # with status diverged (issue 14): a rule that screens non-finite rows keeps it out instead
+    # with status diverged (reliability): a rule that screens non-finite rows keeps it out instead
     screen = {} if np.isfinite(out).all() else {"aggregation": {"cloud": {"name": "geomed"}}}
     res = run_scenario(tiny(stop={"rounds": 1}, events=attack, **screen), out_dir=tmp_path / "b", progress=False)
     assert res.summary["virtual_time_s"] == base.summary["virtual_time_s"]

@@ -1,4 +1,4 @@
-"""Detached flows (issue 12): a transfer that shares no finite link gets its arrival scheduled when it
+"""Detached flows (scale): a transfer that shares no finite link gets its arrival scheduled when it
 starts, with no network wake-up at its end — one event per transfer instead of two.
 
 The network level: a detached flow keeps out of ``next_finish``; a flow joining one of its finite

@@ -1,4 +1,4 @@
-"""Per-device evaluation costs virtual time only if the scenario says so (issue 17, ``evaluation.device_eval_cost``)."""
+"""Per-device evaluation costs virtual time only if the scenario says so (personalisation, ``evaluation.device_eval_cost``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Edge-server and cloud faults (``edge_fail`` / ``cloud_fail`` events, issue 14 part 3).
+"""Edge-server and cloud faults (``edge_fail`` / ``cloud_fail`` events, reliability part 3).
 
 Hand-timed world (tests/conftest.py TINY, as in tests/test_protocols.py): 4 devices of 60 samples
 behind 2 edge servers by ``round_robin`` (devices 0, 2 → edge 0; 1, 3 → edge 1), device ↔ edge

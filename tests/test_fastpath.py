@@ -1,4 +1,4 @@
-"""Small-model fast path (issue 12, item 4).
+"""Small-model fast path (scale, item 4).
 
 * Always on, bit-identical: ``LocalTrainer.train`` (``ExactSGD``, ``LinearChain``, rows indexed
   once, results written in place) gives the same bits as the reference trainer (``torch.optim.SGD``

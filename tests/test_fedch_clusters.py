@@ -1,5 +1,5 @@
 """FedCH construction math (hierfl.core.fedch_clusters) and re-clustering policies: hand-computed
-cases and a brute-force optimality property (ALGORITHMS.md §2.3–2.5)."""
+cases and a brute-force optimality property (docs/explanation/algorithms.md §2.3–2.5)."""
 
 import itertools
 import math

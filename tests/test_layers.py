@@ -1,4 +1,4 @@
-"""Layers point inward (STYLE.md 1, issue 13): every rule is checked on the source, statically.
+"""Layers point inward (STYLE.md 1, layering): every rule is checked on the source, statically.
 
 Imports are read from every module's syntax tree — at module level and inside functions — except
 those under ``if TYPE_CHECKING:`` (type names only, never executed). A module's *package* is the

@@ -33,7 +33,7 @@ CASES = [
                                                               "cloud_period": 1.1},
                                          "training": {"epochs": 1},
                                          "server_optimizer": {"edge": "fedavgm", "cloud": "fedyogi"}}, (2,)),
-    # personalised trainers (issue 17): device state travels with the jobs, pooled over 1 or 2 hosts;
+    # personalised trainers (personalisation): device state travels with the jobs, pooled over 1 or 2 hosts;
     # per-device evaluation on held-out rows and held-out devices is in every eval line
     ("fedper+device-eval", {"training": {"trainer": "fedper"}, "model": {"name": "mlp", "hidden": [6]},
                             "data": {"local_test_fraction": 0.25, "test_devices": 2}, "protocol": {"fraction": 0.5}},

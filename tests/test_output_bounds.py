@@ -1,4 +1,4 @@
-"""Outputs that stay bounded at scale (issue 12, item 3): long per-update lists become summaries
+"""Outputs that stay bounded at scale (scale, item 3): long per-update lists become summaries
 (``output.list_limit``), queue-length counters are coalesced in time (``output.trace_counter_s``),
 and staleness is kept as a histogram; a resumed run writes the same bytes."""
 

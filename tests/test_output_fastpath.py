@@ -1,4 +1,4 @@
-"""The output side's fast paths (issue 12) write exactly the bytes of the general paths they skip.
+"""The output side's fast paths (scale) write exactly the bytes of the general paths they skip.
 
 * ``jsonsafe.jsonable`` skips ``clean`` for plain values: the JSON text must be that of
   ``clean(value)`` for every value, and the skip must actually happen for plain ones;
@@ -184,7 +184,7 @@ def test_queue_tracker_matches_step_series():
 
 
 def _reference_devices_csv(path: Path, world, availability, slowdowns, columns=None) -> None:
-    """devices.csv as it was written before issue 12's column-wise writer: row by row, scalar calls."""
+    """devices.csv as it was written before the scale work's column-wise writer: row by row, scalar calls."""
     import csv
 
     edges = world.edge_of

@@ -1,4 +1,4 @@
-"""Personalisation (issue 17): layer splits, device-held state, MAML / Meta-SGD math, per-device evaluation."""
+"""Personalisation: layer splits, device-held state, MAML / Meta-SGD math, per-device evaluation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""W1a's peak memory (issue 12, goal (c)): fewer processes in a Ray run, nothing held that is not needed.
+"""W1a's peak memory (scale, goal (c)): fewer processes in a Ray run, nothing held that is not needed.
 
 * A Ray run's own instance leaves out the autoscaler monitor, the log monitor and the dashboard
   head (:mod:`hierfl.runtime.ray_head`).

@@ -1,4 +1,4 @@
-"""The Ray executor's job traffic (issue 12, goal (b) with training): jobs travel in batches and a
+"""The Ray executor's job traffic (scale, goal (b) with training): jobs travel in batches and a
 batch's stats are fetched once, whatever the number of jobs in it, with results identical to the
 local executor on 1 and 2 hosts (exact path and fast path).
 

@@ -1,4 +1,4 @@
-"""Checkpoints, ``hierfl resume`` and recovery from lost Ray actors (issue 14, parts 1 and 2).
+"""Checkpoints, ``hierfl resume`` and recovery from lost Ray actors (reliability, parts 1 and 2).
 
 Every test compares against an uninterrupted run of the same scenario: metrics (wall-clock
 fields and ``recovered`` lines aside), trace, clusters, devices, summary and the final model's bits.

@@ -1,4 +1,4 @@
-"""Issue 14, parts 4 and 5: non-finite updates, and the input and signal defects.
+"""Reliability, parts 4 and 5: non-finite updates, and the input and signal defects.
 
 Hostile input is table-driven through the CLI: exit 2, the key path in stderr, no traceback,
 nothing written. Signals, full disks, run directories, addresses and divergence each get a test
@@ -385,7 +385,7 @@ def test_warnings_for_settings_that_cannot_work(tmp_path, capsys):
 
 
 def test_byzantine_nonfinite_sender_under_the_plain_mean_diverges(tmp_path):
-    # with Byzantine senders the robust layer owns update screening (issue 16); the plain mean screens
+    # with Byzantine senders the robust layer owns update screening (Byzantine robustness); the plain mean screens
     # nothing, so the global model turns NaN and the global-model check ends the run
     from hierfl.driver import RunError, run_scenario
 

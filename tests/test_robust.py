@@ -1,4 +1,4 @@
-"""Byzantine robustness (issue 16): rules against brute force and hand values, invariances, breakdown,
+"""Byzantine robustness: rules against brute force and hand values, invariances, breakdown,
 Zeno/Zeno++ on a toy problem, behaviours, runs with attacks (records, determinism) and bad input."""
 
 from __future__ import annotations

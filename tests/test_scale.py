@@ -1,4 +1,4 @@
-"""Scale (issue 12): a 100,000-device run in the suite, per-event work independent of N, memory per device.
+"""Scale: a 100,000-device run in the suite, per-event work independent of N, memory per device.
 
 Counts, not wall time (machines here are shared): the per-device availability checks and the
 network model's inner-loop steps per training job, and traced memory per device.

@@ -1,8 +1,8 @@
-"""Issue 12, core models: the work per event does not grow with the population, and nothing changed a bit.
+"""Scale, core models: the work per event does not grow with the population, and nothing changed a bit.
 
 * The flow network and availability give bit-for-bit the answers of the algorithms they replace
   (``LegacyFlowNetwork`` and ``LegacyAvailability`` in ``analysis/bench/core_scale.py``, copies of
-  main before issue 12) on seeded random operation sequences.
+  main before the scale work) on seeded random operation sequences.
 * Operation counts (inner-loop steps, not wall time) of the same work are equal with 1k and 10k
   other devices or flows around, and stay under a fixed bound per event.
 """

@@ -1,4 +1,4 @@
-"""Server optimizers (ALGORITHMS.md §5.7) and SCAFFOLD's option-II control step (§5.6): hand-computed steps."""
+"""Server optimizers (docs/explanation/algorithms.md §5.7) and SCAFFOLD's option-II control step (§5.6): hand-computed steps."""
 
 from __future__ import annotations
 

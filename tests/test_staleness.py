@@ -1,4 +1,4 @@
-"""Staleness functions (ALGORITHMS.md §1.4): hand-computed values and properties."""
+"""Staleness functions (docs/explanation/algorithms.md §1.4): hand-computed values and properties."""
 
 import math
 

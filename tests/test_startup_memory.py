@@ -1,4 +1,4 @@
-"""Start-up memory (issue 12, item 5): a Ray run's driver and cloud actor hold no torch, with identical results.
+"""Start-up memory (scale, item 5): a Ray run's driver and cloud actor hold no torch, with identical results.
 
 The driver imported torch only to make the initial model, and the cloud actor only to evaluate:
 about 1.6 CPU s and 0.2 GB each. Now the build's model work runs in a host actor

@@ -1,4 +1,4 @@
-"""Timing-only mode (``training.trainer: none``, issue 12): the same times, selections and counters as training.
+"""Timing-only mode (``training.trainer: none``, scale): the same times, selections and counters as training.
 
 For every protocol, a shipped scenario runs twice — training, and timing only — and every output
 is compared: metrics lines without wall-clock fields and without accuracy/loss, the trace without

@@ -1,4 +1,4 @@
-"""WSCC (issue 17; ALGORITHMS.md §5.9): cosine similarity, affinity propagation, a planted two-group population."""
+"""WSCC (personalisation; docs/explanation/algorithms.md §5.9): cosine similarity, affinity propagation, a planted two-group population."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_wscc_reclustering_writes_a_line_per_reclustering(tmp_path):
     assert reasons == ["initial", "warmup", "recluster", "recluster"] and res.summary["rounds"] == 5
 
 
-# -- clusters on edge servers (ALGORITHMS.md §5.9 step 6) -------------------------------------------------
+# -- clusters on edge servers (docs/explanation/algorithms.md §5.9 step 6) -------------------------------------------------
 
 def test_cluster_server_is_the_home_of_most_members():
     edge_of = np.array([1, 1, 1, 0, 0, 0, 2, -1])

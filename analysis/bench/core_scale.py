@@ -1,4 +1,4 @@
-"""Per-event cost of the two core world models against the population (issue 12, "Scale").
+"""Per-event cost of the two core world models against the population (the scale goals).
 
 Prints, side by side in one run, microseconds per event of
 
@@ -13,7 +13,7 @@ Prints, side by side in one run, microseconds per event of
   now / when is one back" over the whole population as time moves, against the plain scan over
   every device a driver does without it,
 
-at N = 1k, 10k, 100k, **before** (the algorithms of main before issue 12, kept below as
+at N = 1k, 10k, 100k, **before** (the algorithms of main before the scale work, kept below as
 :class:`LegacyFlowNetwork` and :class:`LegacyAvailability`) and **after**. ``LegacyAvailability``
 and :class:`PlainFlowNetwork` (the legacy network's scans with closed-form progress) are the
 bit-for-bit references of ``tests/test_scale_core.py``; ``LegacyFlowNetwork`` (which folds every
@@ -37,10 +37,10 @@ from hierfl.core.rng import stream
 EPS_MBIT = 1e-12
 
 
-# -- the network model before issue 12 (main at b12e380), verbatim but for names --------------------
+# -- the network model before the scale work (main at b12e380), verbatim but for names --------------------
 @dataclass
 class LegacyFlow:
-    """One transfer in progress (before issue 12)."""
+    """One transfer in progress (before the scale work)."""
 
     id: int
     links: tuple[Hashable, ...]
@@ -55,7 +55,7 @@ class LegacyFlow:
 
 
 class LegacyFlowNetwork:
-    """The flow network before issue 12: every advance and next_finish walks every flow."""
+    """The flow network before the scale work: every advance and next_finish walks every flow."""
 
     def __init__(self, capacity: dict[Hashable, float] | None = None, contention: bool = True) -> None:
         self.capacity: dict[Hashable, float] = dict(capacity or {})
@@ -252,10 +252,10 @@ class PlainFlowNetwork(LegacyFlowNetwork):
                 f.remaining, self.t0[fid] = left, self.now
 
 
-# -- availability before issue 12 ----------------------------------------------------------------------
+# -- availability before the scale work ----------------------------------------------------------------------
 @dataclass
 class LegacyAvailability:
-    """Availability before issue 12: ``trivial`` scans every device, ``away`` windows are scanned."""
+    """Availability before the scale work: ``trivial`` scans every device, ``away`` windows are scanned."""
 
     base: list[IntervalTimeline | MarkovTimeline | None]
     away: list[list[tuple[float, float]]] = field(default_factory=list)
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
                      availability_workload(Availability, n, args.events),
                      scan, idx, idx / changes if changes else math.nan))
         print(f"N = {n} done", flush=True)
-    print("µs per event (before = main before issue 12, after = this tree)")
+    print("µs per event (before = main before the scale work, after = this tree)")
     print(f"{'N':>8} | {'network before':>14} {'after':>7} | {'availability before':>19} {'after':>7} | "
           f"{'online: scan':>12} {'index':>7} {'index per change':>16}")
     for n, nb, na, ab, aa, ob, oa, oc in rows:

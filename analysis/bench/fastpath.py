@@ -1,4 +1,4 @@
-"""Small-model fast path benchmark (issue 12, item 4): per-job wall time, old trainer vs new, side by side.
+"""Small-model fast path benchmark (scale, item 4): per-job wall time, old trainer vs new, side by side.
 
 Workloads (one device host, one torch thread, jobs over 50 devices in turn):
 

@@ -1,4 +1,4 @@
-"""Where a small-model training job's time goes on a device host (issue 12, goal (b) with training).
+"""Where a small-model training job's time goes on a device host (scale, goal (b) with training).
 
     .venv/bin/python analysis/bench/jobcost.py [--jobs 4096]
 

@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 12): the same work at growing populations, AHFL at 10,000 devices, W1a.
+"""Scale benchmark: the same work at growing populations, AHFL at 10,000 devices, W1a.
 
     .venv/bin/python analysis/bench/scale.py            # (a) and (b); `make bench-scale`
     .venv/bin/python analysis/bench/scale.py --quick    # shorter windows

@@ -1,4 +1,4 @@
-"""Before/after of the scale benchmark's part (b) in one invocation (issue 12, driver side).
+"""Before/after of the scale benchmark's part (b) in one invocation (scale, driver side).
 
     .venv/bin/python analysis/bench/scale_ab.py --before /work/main --after . [--window 10] [--runs 3]
 

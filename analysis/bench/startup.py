@@ -1,4 +1,4 @@
-"""Start-up and memory benchmark, workload W1a (issue 12, item 5).
+"""Start-up and memory benchmark, workload W1a (scale, item 5).
 
 W1a: 100 devices × 600 samples of 784 N(0, 1) features labelled by a random linear teacher, MLP
 784-200-200-10, SGD lr 0.05, batch 32, one local epoch, FedAvg with 10 devices per round for 10

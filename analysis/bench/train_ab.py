@@ -1,4 +1,4 @@
-"""(b) with training, before and after, side by side in one invocation (issue 12).
+"""(b) with training, before and after, side by side in one invocation (scale).
 
     .venv/bin/python analysis/bench/train_ab.py --before /path/to/other/checkout [--rounds 3] [--window 10]
 

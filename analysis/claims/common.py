@@ -1,4 +1,4 @@
-"""Shared plumbing of the claims scripts (issue 18).
+"""Shared plumbing of the claims scripts (claims reproduction).
 
 Each claim lives in ``analysis/claims/<id>/``: the scenario and sweep files of the paper's setting
 (every setting cited, our own choices tagged [D]) and a ``claim.py`` that

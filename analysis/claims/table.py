@@ -1,4 +1,4 @@
-"""Build ``analysis/results/claims.md`` from ``analysis/results/claims/*.json`` (issue 18).
+"""Build ``analysis/results/claims.md`` from ``analysis/results/claims/*.json`` (claims reproduction).
 
     .venv/bin/python analysis/claims/table.py
 

@@ -15,7 +15,7 @@ class ConfigModel(BaseModel):
     Every float field of every configuration model is finite: ``allow_inf_nan=False`` here is the
     one place that rejects ``.nan``/``.inf`` (YAML) for speeds, latencies, jitter, distribution
     parameters, time budgets and every plug-in's numbers alike, at load time with the key path,
-    instead of a run that never ends or computes NaN times (issue 14).
+    instead of a run that never ends or computes NaN times (reliability).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

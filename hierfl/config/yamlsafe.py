@@ -1,6 +1,6 @@
 """A hardened YAML reader for scenario files and ``--set`` values.
 
-``yaml.safe_load`` has two traps for a configuration file (issue 14):
+``yaml.safe_load`` has two traps for a configuration file (reliability):
 
 * **duplicate keys** in one mapping are accepted silently, the last one winning, so a key set
   twice (an edit that forgot the first one) changes a run without a word;

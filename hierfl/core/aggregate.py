@@ -70,7 +70,7 @@ def normalised_weights(weights: Sequence[float]) -> np.ndarray:
 
 
 def weighted_average(vectors: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
-    """``wavg(models, weights) = Σ_k w_k · models_k / Σ_k w_k`` (ALGORITHMS.md §1.3), as float32.
+    """``wavg(models, weights) = Σ_k w_k · models_k / Σ_k w_k`` (docs/explanation/algorithms.md §1.3), as float32.
 
     Parameters
     ----------
@@ -91,7 +91,7 @@ def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | Non
                        dtype: type = np.float32) -> np.ndarray:
     """``Σ_j c_j · (a_j − b_j)`` (or ``c_j · a_j`` when ``b_j`` is None) as float32 (or ``dtype``).
 
-    The one primitive of the asynchronous protocols (ALGORITHMS.md §4.3, §5.3, §5.4): a
+    The one primitive of the asynchronous protocols (docs/explanation/algorithms.md §4.3, §5.3, §5.4): a
     FedAsync mix is ``[(1−α, w), (α, w_k)]``, a FedBuff step ``[(1, x), (η·s_i/K, y_i, y0_i)]``,
     an AHFL rebase ``[(1, w), (1, w_k, w_last)]``. Accumulation is float64 in the given order
     (the virtual-time order), so every executor gets the same bits; differences are taken in

@@ -2,7 +2,7 @@
 
 Pure math (no torch, no Ray). The driver charges every finished training job and every model
 transfer of a device to an :class:`EnergyLedger` (``hierfl.driver.energy``); the scenario's
-``energy:`` section sets the figures (README "Energy model").
+``energy:`` section sets the figures (docs/explanation/energy.md).
 
 * **Training**: ``E_cmp = J/FLOP(tier) × FLOPs``, ``FLOPs = 3 × F_fwd × samples processed``
   (training ≈ 3 × forward, the same rule the tiers' GFLOP/s use, DEVICE_TIERS.md).

@@ -3,7 +3,7 @@
 Z. Wang, H. Xu, J. Liu, Y. Xu, H. Huang, Y. Zhao, "Accelerating Federated Learning with Cluster
 Construction and Hierarchical Aggregation", IEEE TMC 22(7):3805–3822, 2023; conference precursor
 "Resource-Efficient Federated Learning with Hierarchical Aggregation in Edge Computing",
-INFOCOM 2021. ALGORITHMS.md §2.3 (construction) and §2.4 (K*):
+INFOCOM 2021. docs/explanation/algorithms.md §2.3 (construction) and §2.4 (K*):
 
 1. balanced slot capacities ``q, r = divmod(N, K)``: clusters ``0..r−1`` get ``q + 1`` slots,
    the rest ``q`` (N slots in all);
@@ -248,7 +248,7 @@ def _standardise(features: np.ndarray) -> np.ndarray:
 
 def construct_balanced_kmeans(features: np.ndarray, seeds: list[int], leader_score: np.ndarray,
                               max_iter: int = 20, eligible: np.ndarray | None = None) -> Construction:
-    """The conference version's construction (ALGORITHMS.md §2.1): balanced k-means, then leaders.
+    """The conference version's construction (docs/explanation/algorithms.md §2.1): balanced k-means, then leaders.
 
     Features are standardised (z-score per column); centroids start at the ``seeds`` devices and
     are recomputed as member means; each round solves the same balanced slot assignment on the

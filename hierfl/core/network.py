@@ -12,7 +12,7 @@ asks :meth:`FlowNetwork.next_finish` after each change and schedules one wake-up
 With ``contention=False`` every flow runs at the bottleneck capacity of its own path, as if
 alone (the plain ``latency + bytes / bandwidth`` model), still following capacity changes.
 
-Cost per event, independent of how many flows are in flight (issue 12):
+Cost per event, independent of how many flows are in flight (scale):
 
 * Progress is closed-form. A flow keeps ``(r0, t0)``: the megabits it had left when its rate
   last changed (or it started) and that instant; from then on ``remaining(t) = max(r0 - rate ·

@@ -4,7 +4,7 @@ A :class:`PersonalSpec` travels inside :class:`~hierfl.core.work.TrainSpec` (``T
 to the device hosts, which run it with :mod:`hierfl.learn.personal`. It is frozen and hashable,
 like the rest of the spec (executors group jobs by spec).
 
-Layer splits (ALGORITHMS.md §5.10). A *layer* is a module that owns parameters directly: the
+Layer splits (docs/explanation/algorithms.md §5.10). A *layer* is a module that owns parameters directly: the
 prefix of a parameter name up to its last dot (``"2.weight"`` → ``"2"``), in the order of the
 flat vector. ``local_layers`` names the layers that stay on the device:
 

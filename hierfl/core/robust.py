@@ -8,7 +8,7 @@ can be applied to models as well as to deltas, except :func:`norm_clip`, which c
 distance from a reference model (the model the round started from).
 
 Sources: GeoMed / MarMed / MeaMed — Xie, Koyejo, Gupta, "Generalized Byzantine-tolerant SGD",
-arXiv 1802.10116 (ALGORITHMS.md §5.8); trimmed mean — Yin, Chen, Ramchandran, Bartlett,
+arXiv 1802.10116 (docs/explanation/algorithms.md §5.8); trimmed mean — Yin, Chen, Ramchandran, Bartlett,
 "Byzantine-Robust Distributed Learning: Towards Optimal Statistical Rates", ICML 2018;
 Krum / Multi-Krum — Blanchard, El Mhamdi, Guerraoui, Stainer, "Machine Learning with
 Adversaries: Byzantine Tolerant Gradient Descent", NeurIPS 2017; norm clipping — Sun, Kairouz,
@@ -28,7 +28,7 @@ __all__ = ["finite_rows", "weighted_mean", "geomed", "marmed", "meamed", "trimme
            "multi_krum", "clip_rows", "zeno_scores", "zeno_select", "zeno_pp_accept", "sign_flip", "scale_update",
            "gaussian_update", "alie_vector", "GEOMED_EPS", "GEOMED_TOL", "GEOMED_MAX_ITER"]
 
-GEOMED_EPS = 1e-8      # ALGORITHMS.md §5.8: smoothing of the Weiszfeld weights
+GEOMED_EPS = 1e-8      # docs/explanation/algorithms.md §5.8: smoothing of the Weiszfeld weights
 GEOMED_TOL = 1e-6      # relative stopping tolerance
 GEOMED_MAX_ITER = 100
 
@@ -51,7 +51,7 @@ def weighted_mean(V: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def geomed(V: np.ndarray, w: np.ndarray | None = None, eps: float = GEOMED_EPS, tol: float = GEOMED_TOL,
            max_iter: int = GEOMED_MAX_ITER) -> np.ndarray:
-    """Geometric median ``argmin_z Σ a_i ‖v_i − z‖`` by (weighted) Weiszfeld iterations (ALGORITHMS.md §5.8).
+    """Geometric median ``argmin_z Σ a_i ‖v_i − z‖`` by (weighted) Weiszfeld iterations (docs/explanation/algorithms.md §5.8).
 
     Starts from the coordinate-wise median; ``z ← Σ a_i v_i / max(‖v_i − z‖, ε) / Σ a_i / max(‖v_i − z‖, ε)``
     until ``‖z⁺ − z‖ ≤ tol · max(1, ‖z‖)`` or ``max_iter`` steps. ``w=None``: unweighted.

@@ -1,7 +1,7 @@
 """SCAFFOLD control variates, option II (pure numpy).
 
 Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, "SCAFFOLD: Stochastic Controlled Averaging for
-Federated Learning", ICML 2020. ALGORITHMS.md §5.6. A device with control ``c_i`` training from
+Federated Learning", ICML 2020. docs/explanation/algorithms.md §5.6. A device with control ``c_i`` training from
 ``x`` with the server control ``c`` takes ``K`` steps ``y ← y − η_l (g_i(y) − c_i + c)``; then
 
 * option II: ``c_i⁺ = c_i − c + (x − y) / (K · η_l)``, ``Δc_i = c_i⁺ − c_i``;

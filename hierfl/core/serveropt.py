@@ -1,6 +1,6 @@
 """Server optimizers: how an aggregator turns an aggregated delta into its next model (pure numpy).
 
-ALGORITHMS.md §5.7 — the FedOpt family of Reddi et al., "Adaptive Federated Optimization",
+docs/explanation/algorithms.md §5.7 — the FedOpt family of Reddi et al., "Adaptive Federated Optimization",
 ICLR 2021 (arXiv 2003.00295), and FedAvgM of Hsu, Qi, Brown, "Measuring the Effects of
 Non-Identical Data Distribution for Federated Visual Classification" (arXiv 1909.06335). The
 aggregator receives ``Δ_t`` (the protocol's aggregate minus the model it started from, e.g.

@@ -1,13 +1,13 @@
 """Staleness functions σ(τ): how much an update computed τ versions ago still counts (pure).
 
-ALGORITHMS.md §1.4, the library shared by FedCH, FedAsync, FedBuff and AHFL:
+docs/explanation/algorithms.md §1.4, the library shared by FedCH, FedAsync, FedBuff and AHFL:
 
 * ``constant``        σ(τ) = 1                                   (Xie et al., FedAsync, arXiv 1903.03934)
 * ``polynomial(a)``   σ(τ) = (τ + 1)^(−a)                        (FedAsync; Plato, APPFL, FLSim)
 * ``hinge(a, b)``     σ(τ) = 1 if τ ≤ b else 1 / (a·(τ − b) + 1)  (FedAsync; Plato, APPFL)
 * ``fedbuff``         σ(τ) = 1 / √(1 + τ)                        (Nguyen et al., FedBuff, arXiv 2106.06639; FLSim)
 * ``fedch(a, b)``     σ(τ) = 1 if τ ≤ a else τ^(−b)              (Wang et al., FedCH, INFOCOM'21)
-* ``exponential(lam)`` σ(τ) = e^(−lam·τ)                         (issue 5; [D])
+* ``exponential(lam)`` σ(τ) = e^(−lam·τ)                         (asynchronous protocols; [D])
 
 Staleness ``τ = v_now − v_start`` is a non-negative integer measured at the aggregator that
 applies the update. Every function returns a value in (0, 1], non-increasing in τ, with

@@ -7,7 +7,7 @@ changes it is constant. The time-weighted mean over ``[t0, t_end]`` is therefore
 
 Several changes at the same instant (a buffer that fills and is flushed by the same arrival)
 make zero-length segments: they count for the maximum, not for the mean. Used by the emulator
-for the queues of AHFL's leaders and cloud and FedBuff's buffer (issue 5, "queue lengths over
+for the queues of AHFL's leaders and cloud and FedBuff's buffer (asynchronous protocols, "queue lengths over
 time").
 """
 

@@ -1,6 +1,6 @@
 """How much work a local training job is, and how long jobs and transfers take (pure formulas).
 
-The emulator's timing model (documented in the README):
+The emulator's timing model (docs/explanation/timing.md):
 
 * compute time  = samples processed / speed_sps
 * transfer time = latency_ms / 1000 + bytes · 8 / (bandwidth_mbps · 10⁶)

@@ -116,7 +116,7 @@ class World:
         """One-way latency of a device ``src`` → device ``dst`` hop.
 
         With a topology's device ↔ device rule (``d2d_link``): ``latency_ms + ms_per_km · distance``
-        (the distance term needs ``device_xy``). Otherwise ALGORITHMS.md §1.2's fallback: both
+        (the distance term needs ``device_xy``). Otherwise docs/explanation/algorithms.md §1.2's fallback: both
         access links are crossed, ``latency_src + latency_dst``.
         """
         rule = self.d2d_link

@@ -1,7 +1,7 @@
 """WSCC's clustering math: cosine similarity of client updates and affinity propagation (pure).
 
 Tian, Liao, Yu, Blasch, "WSCC: A Weight-Similarity-Based Client Clustering Approach for Non-IID
-Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149); ALGORITHMS.md §5.9.
+Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149); docs/explanation/algorithms.md §5.9.
 Clients are grouped by the cosine similarity of their weights (by default of their warm-up
 *updates* ``w_i − w0``: raw weights are dominated by the shared initialisation), with
 scikit-learn's ``AffinityPropagation`` on the precomputed similarity; AP chooses the number of
@@ -101,7 +101,7 @@ def similarity_summary(similarity: np.ndarray, labels: np.ndarray) -> dict[str, 
 
 
 def cluster_servers(members: list[list[int]], edge_of: np.ndarray, num_edges: int) -> list[int]:
-    """Each cluster's edge aggregator (ALGORITHMS.md §5.9 step 6): the edge server that is the home
+    """Each cluster's edge aggregator (docs/explanation/algorithms.md §5.9 step 6): the edge server that is the home
     (``edge_of``) of most of its members, the lowest id on a tie; several clusters may share one.
     A cluster none of whose members has a home server goes to server 0."""
     servers = []

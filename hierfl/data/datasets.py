@@ -13,7 +13,7 @@ References
 Synthetic(α, β): T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi, A. Talwalkar, V. Smith,
 "Federated Optimization in Heterogeneous Networks" (FedProx), MLSys 2020, arXiv 1812.06127;
 reference generator ``litian96/FedProx`` ``data/synthetic_*/generate_synthetic.py`` and
-``data/synthetic_iid/generate_iid.py``. See ALGORITHMS.md §6.3.
+``data/synthetic_iid/generate_iid.py``. See docs/explanation/algorithms.md §6.3.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def generate_synthetic(
     num_classes: int,
     rng: np.random.Generator,
 ) -> SyntheticUsers:
-    """Draw the Synthetic(α, β) users of Li et al. (FedProx), ALGORITHMS.md §6.3.
+    """Draw the Synthetic(α, β) users of Li et al. (FedProx), docs/explanation/algorithms.md §6.3.
 
     Follows ``litian96/FedProx`` ``generate_synthetic.py`` / ``generate_iid.py`` step by step,
     with ``rng`` in place of the global numpy state. Draw order:
@@ -265,7 +265,7 @@ class SyntheticConfig(DatasetConfig):
 
     Each user k gets ``n_k = int(LogNormal(4, 2)) + 50`` samples ``x ~ N(v_k, diag(j^-1.2))``
     labelled by its own model ``argmax(x W_k + b_k)``; α controls how much the models differ,
-    β how much the inputs differ (see :func:`generate_synthetic` and ALGORITHMS.md §6.3).
+    β how much the inputs differ (see :func:`generate_synthetic` and docs/explanation/algorithms.md §6.3).
     Each user's samples are shuffled and split: the first ``int(train_fraction · n_k)`` go to
     training (one ``natural_groups`` entry per user), the rest to the common test set.
 

@@ -3,7 +3,7 @@
 Nothing is downloaded at run time: every dataset reads the files under its ``root`` directory
 (default ``data/<name>``, relative to the working directory) and, when one is missing or
 malformed, raises a :class:`~hierfl.data.datasets.DataError` naming the file and what was
-expected. The README lists where each dataset's files come from.
+expected. docs/howto/file-datasets.md lists where each dataset's files come from.
 
 Formats
 -------

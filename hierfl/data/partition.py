@@ -9,7 +9,7 @@ Dirichlet ("noniid-labeldir"): Q. Li, Y. Diao, Q. Chen, B. He, "Federated Learni
 Data Silos: An Experimental Study" (NIID-Bench), ICDE 2022; ``Xtra-Computing/NIID-Bench``
 ``partition.py``. Shards: H. B. McMahan et al., "Communication-Efficient Learning of Deep
 Networks from Decentralized Data", AISTATS 2017; ``shaoxiongji/federated-learning``
-``utils/sampling.py``. See ALGORITHMS.md §6.1–6.2.
+``utils/sampling.py``. See docs/explanation/algorithms.md §6.1–6.2.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ class NaturalConfig(PartitionConfig):
 class GaussianSizesConfig(PartitionConfig):
     """IID labels, Gaussian-skewed data sizes (the FedCH INFOCOM'21 precursor's non-uniform setting).
 
-    Wang et al. (INFOCOM 2021, the conference version of FedCH, ALGORITHMS.md §2.7) train on IID
+    Wang et al. (INFOCOM 2021, the conference version of FedCH, docs/explanation/algorithms.md §2.7) train on IID
     data whose per-device sizes follow a Gaussian; the mean and spread are not published, so both
     are knobs [D]. Device i draws a relative size ``s_i = max(N(1, sigma²), floor)``; every device
     gets ``min_size`` samples and the remaining ``n − P·min_size`` are dealt in proportion to

@@ -52,7 +52,7 @@ class ConstantDist(DistConfig):
     """Every device gets ``value``."""
 
     dist: Literal["constant"] = "constant"
-    value: float
+    value: float = Field(description="the value every device gets")
 
     @classmethod
     def example(cls) -> ConstantDist:
@@ -73,8 +73,8 @@ class UniformDist(DistConfig):
     """Uniform on ``[low, high]``."""
 
     dist: Literal["uniform"] = "uniform"
-    low: float
-    high: float
+    low: float = Field(description="lower bound (inclusive)")
+    high: float = Field(description="upper bound")
 
     @classmethod
     def example(cls) -> UniformDist:
@@ -101,8 +101,8 @@ class LogNormalDist(DistConfig):
     """``median · exp(sigma · N(0, 1))`` — heavy-tailed speeds as in FedScale's lognormal option."""
 
     dist: Literal["lognormal"] = "lognormal"
-    median: PositiveFloat
-    sigma: NonNegativeFloat
+    median: PositiveFloat = Field(description="median of the lognormal (median·e^(σZ))")
+    sigma: NonNegativeFloat = Field(description="σ of the underlying normal (0 = constant)")
 
     @classmethod
     def example(cls) -> LogNormalDist:
@@ -123,8 +123,8 @@ class ChoiceDist(DistConfig):
     """One of ``values``, with probabilities ``weights`` (uniform if omitted)."""
 
     dist: Literal["choice"] = "choice"
-    values: list[float] = Field(min_length=1)
-    weights: list[NonNegativeFloat] | None = None
+    values: list[float] = Field(min_length=1, description="the values to choose from")
+    weights: list[NonNegativeFloat] | None = Field(default=None, description="their probabilities (null = equal; normalised)")
 
     @classmethod
     def example(cls) -> ChoiceDist:

@@ -21,12 +21,12 @@ class TierSpec(ConfigModel):
     """One device tier: training throughput and access link (figures in ``hierfl/profiles/tiers.yaml``)."""
 
     gflops: PositiveFloat = Field(description="effective training GFLOP/s")
-    uplink_mbps: PositiveFloat
-    downlink_mbps: PositiveFloat
+    uplink_mbps: PositiveFloat = Field(description="access uplink of the tier, Mbit/s")
+    downlink_mbps: PositiveFloat = Field(description="access downlink of the tier, Mbit/s")
     rtt_ms: NonNegativeFloat = Field(description="round trip to the edge; one-way latency = rtt_ms / 2")
-    gflops_range: tuple[PositiveFloat, PositiveFloat] | None = None
-    link: str | None = None
-    availability: str | None = None
+    gflops_range: tuple[PositiveFloat, PositiveFloat] | None = Field(default=None, description="measured spread (low, high) of the tier's training GFLOP/s, for reference")
+    link: str | None = Field(default=None, description="radio link type for the energy model (4g, wifi_fixed, …)")
+    availability: str | None = Field(default=None, description="a note on how available such devices are")
 
 
 @lru_cache(maxsize=1)

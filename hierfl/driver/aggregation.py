@@ -175,7 +175,7 @@ class Aggregation:
 
     def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
-        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself
             self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
             return
         if self._fold(("edge", edge), update):
@@ -218,7 +218,7 @@ class Aggregation:
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
-        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself (issue 16)
+        if self.robust is not None:  # the robust rule screens NaN/Inf rows itself
             self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
             return
         if self._fold(("cloud", 0), update):

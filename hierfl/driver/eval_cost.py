@@ -1,6 +1,6 @@
 """What per-device evaluation costs the devices in virtual time (``evaluation.device_eval_cost``).
 
-Issue 17: "evaluation of many devices ... costs virtual time only if the scenario says so". With
+Personalisation: "evaluation of many devices ... costs virtual time only if the scenario says so". With
 ``device_eval_cost: free`` (the default) nothing here exists and evaluation takes no virtual time.
 With ``forward``, at every evaluation instant ``t`` each device ``d`` of the world that holds out
 ``m_d`` local test rows (``data.local_test_fraction``) is busy evaluating for

@@ -73,7 +73,7 @@ class RunLoop:
             except Exception as exc:
                 raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
         diverged = loss is not None and not math.isfinite(loss)
-        if diverged:  # a NaN/Inf global model has no accuracy and never reaches a target (issue 14)
+        if diverged:  # a NaN/Inf global model has no accuracy and never reaches a target (reliability)
             acc = None
         device_fields: dict[str, Any] = {}
         if ctx.spec.train and ctx.device_eval and not diverged:  # data.local_test_fraction / data.test_devices

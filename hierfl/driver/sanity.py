@@ -1,4 +1,4 @@
-"""Warnings about settings that are valid but almost surely not meant (issue 14).
+"""Warnings about settings that are valid but almost surely not meant (reliability).
 
 A straggler deadline of 1e-9 s passed validation and gave 87,000 empty rounds. Hard floors
 (``evaluation.every_s`` and a deadline's ``seconds`` are at least :data:`MIN_INTERVAL_S`) reject

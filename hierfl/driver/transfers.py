@@ -150,7 +150,7 @@ class Transfers:
             extra = lat.item(d, e) if lat.shape[1] > e else 0.0
             return "device_edge", links, (w.latency_ms.item(d) + extra) / 1000.0, (d,)
         if a == "device" and b == "device":
-            # both access links are crossed (ALGORITHMS.md §1.2); a topology's d2d rule sets the latency
+            # both access links are crossed (docs/explanation/algorithms.md §1.2); a topology's d2d rule sets the latency
             # and may cap the hop's bandwidth: a private link per (src, dst) pair, shared only by
             # concurrent hops between the same two devices
             links_dd: list[Any] = [("up", i), ("down", j)]

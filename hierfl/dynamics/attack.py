@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import PositiveFloat
+from pydantic import Field, PositiveFloat
 
 from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft
 from hierfl.learn.robust import BEHAVIORS, SignFlip
@@ -23,8 +23,8 @@ class AttackEvent(DeviceEvent):
 
     name: ClassVar[str] = "attack"
 
-    behavior: BEHAVIORS.union()  # type: ignore[valid-type]
-    for_s: PositiveFloat | None = None
+    behavior: BEHAVIORS.union() = Field(description="what the selected devices send instead of their honest update")  # type: ignore[valid-type]
+    for_s: PositiveFloat | None = Field(default=None, description="duration in virtual seconds (null = to the end of the run)")
 
     @classmethod
     def example(cls) -> AttackEvent:

@@ -82,8 +82,8 @@ class MarkovAvailability(AvailabilityConfig):
     """Two-state on/off Markov process per device: exponential up and down periods."""
 
     name: Literal["markov"] = "markov"
-    mean_up_s: PositiveFloat
-    mean_down_s: PositiveFloat
+    mean_up_s: PositiveFloat = Field(description="mean online period, virtual seconds (exponential)")
+    mean_down_s: PositiveFloat = Field(description="mean offline period, virtual seconds (exponential)")
     start: Literal["stationary", "up"] = Field(
         default="stationary", description="first state: drawn with P(up) = up/(up+down), or up")
     tiers: list[str] | None = Field(default=None, description="only devices of these tiers churn (null = all)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import PositiveFloat
+from pydantic import Field, PositiveFloat
 
 from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft
 
@@ -19,7 +19,7 @@ class LeaveEvent(DeviceEvent):
     churn: ClassVar[bool] = True
     takes_devices_offline: ClassVar[bool] = True
 
-    for_s: PositiveFloat | None = None
+    for_s: PositiveFloat | None = Field(default=None, description="how long the devices stay away (null = until a join event)")
 
     @classmethod
     def example(cls) -> LeaveEvent:

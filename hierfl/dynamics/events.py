@@ -39,11 +39,11 @@ EVENTS: Registry = Registry("event kind")
 class Selector(ConfigModel):
     """Which devices an event touches: the intersection of the given criteria, then a seeded sample."""
 
-    ids: list[NonNegativeInt] | None = None
-    tier: str | list[str] | None = None
+    ids: list[NonNegativeInt] | None = Field(default=None, description="device ids")
+    tier: str | list[str] | None = Field(default=None, description="a tier name or a list of them")
     edge: NonNegativeInt | list[NonNegativeInt] | None = Field(default=None, description="edge server (cluster) ids")
-    fraction: float | None = Field(default=None, gt=0.0, le=1.0)
-    count: PositiveInt | None = None
+    fraction: float | None = Field(default=None, gt=0.0, le=1.0, description="then a seeded sample of this share of the matching devices")
+    count: PositiveInt | None = Field(default=None, description="then a seeded sample of this many")
 
     @model_validator(mode="before")
     @classmethod
@@ -169,7 +169,7 @@ class DeviceEvent(EventKind):
 class EventEntry(ConfigModel):
     """One entry of ``events:``: at ``at_s`` exactly one registered kind happens."""
 
-    at_s: NonNegativeFloat
+    at_s: NonNegativeFloat = Field(description="virtual time the event happens at (before stop.virtual_time_s)")
 
     @model_validator(mode="before")
     @classmethod
@@ -200,13 +200,19 @@ class EventEntry(ConfigModel):
         return getattr(self, self.kind)  # type: ignore[no-any-return]
 
 
+def _summary(cls: type) -> str:
+    """The first line of a class's docstring (an event kind's description in the schema)."""
+    return (cls.__doc__ or "").strip().split("\n")[0]
+
+
 @lru_cache(maxsize=1)
 def event_entry_model() -> type[EventEntry]:
     """The ``events:`` entry model: ``at_s`` plus one optional field per registered kind (registration order).
 
     Built once, when the scenario schema is assembled (after every kind has been registered).
     """
-    fields: dict[str, Any] = {cls.name: (cls | None, None) for cls in EVENTS.classes()}
+    fields: dict[str, Any] = {cls.name: (cls | None, Field(default=None, description=_summary(cls)))
+                              for cls in EVENTS.classes()}
     model = create_model("EventConfig", __base__=EventEntry, __module__=__name__, **fields)
     globals()["EventConfig"] = model  # importable (and picklable) by its name
     return model

@@ -5,7 +5,7 @@ for ``for_s`` virtual seconds: what it held (queued device updates, a partial ag
 model) and every transfer to or from it is lost; its devices re-attach to the nearest live edge
 server (``reattach``, the default) or wait for it (``wait``). ``cloud_fail: {for_s: 60}`` — the
 cloud is unreachable: transfers to and from it are lost, and the edge servers keep aggregating
-locally. What each protocol does is its own (README, "Edge-server and cloud faults"); the
+locally. What each protocol does is its own (the edge_fail and cloud_fail event kinds in docs/reference); the
 protocol must declare ``supports_infra_faults``.
 """
 

@@ -17,9 +17,9 @@ __all__ = ["LinkEvent", "EdgeLinkEvent"]
 class _LinkChange(ConfigModel):
     """New link figures: absolute values and/or a bandwidth factor, for ``for_s`` seconds (null = for good)."""
 
-    uplink_mbps: PositiveFloat | None = None
-    downlink_mbps: PositiveFloat | None = None
-    latency_ms: NonNegativeFloat | None = None
+    uplink_mbps: PositiveFloat | None = Field(default=None, description="new uplink bandwidth, Mbit/s (null = unchanged)")
+    downlink_mbps: PositiveFloat | None = Field(default=None, description="new downlink bandwidth, Mbit/s (null = unchanged)")
+    latency_ms: NonNegativeFloat | None = Field(default=None, description="new one-way latency, ms (null = unchanged)")
     bandwidth_factor: PositiveFloat | None = Field(default=None, description="multiplies up and down bandwidth")
     for_s: PositiveFloat | None = Field(default=None, description="revert after this long (null = permanent)")
 
@@ -59,7 +59,7 @@ class LinkEvent(_LinkChange, DeviceEvent):
 
 
 class _EdgeTargets(EventKind):
-    edges: list[NonNegativeInt] | None = None
+    edges: list[NonNegativeInt] | None = Field(default=None, description="edge-server ids (null = every edge server)")
 
 
 @EVENTS.register

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import PositiveFloat
+from pydantic import Field, PositiveFloat
 
 from hierfl.core.dynamics import Window
 from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft
@@ -18,8 +18,8 @@ class SlowdownEvent(DeviceEvent):
 
     name: ClassVar[str] = "slowdown"
 
-    factor: PositiveFloat
-    for_s: PositiveFloat | None = None
+    factor: PositiveFloat = Field(description="compute becomes this many times slower (< 1 = faster)")
+    for_s: PositiveFloat | None = Field(default=None, description="duration in virtual seconds (null = to the end of the run)")
 
     @classmethod
     def example(cls) -> SlowdownEvent:

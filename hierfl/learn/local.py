@@ -209,8 +209,8 @@ class LocalTrainer:
           weight_decay, foreach=False)`` arithmetic, fresh per call (no state is carried between
           jobs), replayed without ``torch.optim`` by :class:`~hierfl.learn.sgd.ExactSGD`.
           ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the loss (FedAsync/AHFL's ρ,
-          FedProx's μ: Li et al., MLSys 2020, ALGORITHMS.md §5.5).
-        - ``correction`` (SCAFFOLD's ``c − c_i``, ALGORITHMS.md §5.6), when given, is added to
+          FedProx's μ: Li et al., MLSys 2020, docs/explanation/algorithms.md §5.5).
+        - ``correction`` (SCAFFOLD's ``c − c_i``, docs/explanation/algorithms.md §5.6), when given, is added to
           every step's gradient before the optimiser step.
         - Exactly ``num_steps(n, spec)`` steps over ``samples_processed(n, spec)`` samples.
         - Inputs may be read-only (zero-copy from Ray's object store); they are never written.

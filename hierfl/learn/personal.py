@@ -3,7 +3,7 @@
 The methods (their configs are trainer plug-ins in :mod:`hierfl.learn.trainers`):
 
 * **FedPer** — Arivazhagan, Aggarwal, Singh, Choudhary, "Federated Learning with Personalization
-  Layers", arXiv 1912.00818 (ALGORITHMS.md §5.10): the base is global, the head stays local.
+  Layers", arXiv 1912.00818 (docs/explanation/algorithms.md §5.10): the base is global, the head stays local.
 * **LG-FedAvg** — Liang, Liu, Ziyin, Allen, Auerbach, Brent, Salakhutdinov, Morency, "Think Locally,
   Act Globally", arXiv 2001.01523 (§5.10): the lower layers stay local, the top layers are global.
 * **FedMeta** — Chen, Luo, Dong, Li, He, "Federated Meta-Learning with Fast Convergence and Efficient

@@ -90,7 +90,7 @@ class MeanRule(RuleConfig):
 
 @AGGREGATION_RULES.register
 class GeoMedRule(RuleConfig):
-    """``{name: geomed, weighted: false}``: the geometric median by Weiszfeld (ALGORITHMS.md §5.8)."""
+    """``{name: geomed, weighted: false}``: the geometric median by Weiszfeld (docs/explanation/algorithms.md §5.8)."""
 
     name: Literal["geomed"] = "geomed"
     weighted: bool = Field(default=False, description="weight each input by its aggregation weight (data size)")
@@ -260,7 +260,7 @@ class NormClipRule(RuleConfig):
 
     name: Literal["norm_clip"] = "norm_clip"
     bound: PositiveFloat = Field(default=1.0, description="L2 bound on each update (model − start model)")
-    then: AGGREGATION_RULES.union() = MeanRule()  # type: ignore[valid-type]
+    then: AGGREGATION_RULES.union() = Field(default=MeanRule(), description="the rule that aggregates the clipped updates")  # type: ignore[valid-type]
 
     @property
     def needs_loss_inner(self) -> bool:
@@ -387,8 +387,8 @@ class NonFinite(BehaviorConfig):
 class EdgeBehavior(ConfigModel):
     """``{edges: [0], behavior: {name: sign_flip}}``: compromised edge servers apply ``behavior`` to their aggregate."""
 
-    edges: list[NonNegativeInt] = Field(min_length=1)
-    behavior: BEHAVIORS.union()  # type: ignore[valid-type]
+    edges: list[NonNegativeInt] = Field(min_length=1, description="the compromised edge servers")
+    behavior: BEHAVIORS.union() = Field(description="what a compromised edge server sends to the cloud")  # type: ignore[valid-type]
 
 
 class AggregationSection(ConfigModel):
@@ -398,9 +398,9 @@ class AggregationSection(ConfigModel):
     compromised edge servers. A bare name or a single rule mapping is shorthand for the cloud.
     """
 
-    cloud: AGGREGATION_RULES.union() = MeanRule()  # type: ignore[valid-type]
-    edge: AGGREGATION_RULES.union() = MeanRule()  # type: ignore[valid-type]
-    edge_behavior: EdgeBehavior | None = None
+    cloud: AGGREGATION_RULES.union() = Field(default=MeanRule(), description="rule of the cloud's aggregation")  # type: ignore[valid-type]
+    edge: AGGREGATION_RULES.union() = Field(default=MeanRule(), description="rule of the edge servers' aggregations")  # type: ignore[valid-type]
+    edge_behavior: EdgeBehavior | None = Field(default=None, description="compromised edge servers and what they send (null = none)")
 
     @model_validator(mode="before")
     @classmethod
@@ -468,8 +468,8 @@ class AggregationSection(ConfigModel):
 class RobustSetup:
     """What the aggregating roles need (travels to the actors): the rule per tier, compromised edges."""
 
-    cloud: RuleConfig
-    edge: RuleConfig
+    cloud: RuleConfig = Field(description="rule of the cloud's aggregation")
+    edge: RuleConfig = Field(description="rule of the edge servers' aggregations")
     edge_behaviors: dict[int, BehaviorConfig] = field(default_factory=dict)
     validation: int = 0  # validation samples the cloud keeps for Zeno (0: none)
 

@@ -1,6 +1,6 @@
 """Server-optimizer plug-ins (``server_optimizer: {cloud: …, edge: …}``): FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi.
 
-ALGORITHMS.md §5.7 — the FedOpt family of Reddi et al., "Adaptive Federated Optimization",
+docs/explanation/algorithms.md §5.7 — the FedOpt family of Reddi et al., "Adaptive Federated Optimization",
 ICLR 2021 (arXiv 2003.00295), and FedAvgM of Hsu, Qi, Brown (arXiv 1909.06335). The math is in
 :mod:`hierfl.core.serveropt`; each config here selects it by name and steps through it.
 """
@@ -141,8 +141,8 @@ class ServerOptimizerSection(ConfigModel):
     shorthand for the cloud: ``server_optimizer: fedadam`` = ``{cloud: {name: fedadam}}``.
     """
 
-    cloud: SERVER_OPTIMIZERS.union() = FedAvgOpt()  # type: ignore[valid-type]
-    edge: SERVER_OPTIMIZERS.union() = FedAvgOpt()  # type: ignore[valid-type]
+    cloud: SERVER_OPTIMIZERS.union() = Field(default=FedAvgOpt(), description="server optimizer of the cloud's aggregation")  # type: ignore[valid-type]
+    edge: SERVER_OPTIMIZERS.union() = Field(default=FedAvgOpt(), description="server optimizer of the edge servers' aggregations")  # type: ignore[valid-type]
 
     @model_validator(mode="before")
     @classmethod

@@ -7,8 +7,8 @@ operations of ``torch/optim/sgd.py::_single_tensor_sgd`` (torch 2.13, ``dampenin
 ``nesterov=False``, ``maximize=False``), per parameter tensor, with the same shapes, so every
 element goes through the same kernel path and the results are identical in every bit:
 
-* proximal term (FedProx's μ, FedAsync/AHFL's ρ; ALGORITHMS.md §5.5): ``g += ρ (w − w_start)``;
-* SCAFFOLD's correction (ALGORITHMS.md §5.6): ``g += c − c_i``;
+* proximal term (FedProx's μ, FedAsync/AHFL's ρ; docs/explanation/algorithms.md §5.5): ``g += ρ (w − w_start)``;
+* SCAFFOLD's correction (docs/explanation/algorithms.md §5.6): ``g += c − c_i``;
 * weight decay: ``g ← g + wd·w`` (a new tensor in torch; here a preallocated one);
 * momentum: ``buf ← g`` on the first step of a job, then ``buf ← m·buf + g``; ``g ← buf``;
 * ``w ← w − lr·g``.

@@ -2,10 +2,10 @@
 
 * ``sgd`` — minibatch SGD with ``training.momentum`` and ``training.weight_decay`` (the default).
 * ``fedprox`` — Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, "Federated Optimization in
-  Heterogeneous Networks", MLSys 2020 (arXiv 1812.06127), ALGORITHMS.md §5.5: the local objective
+  Heterogeneous Networks", MLSys 2020 (arXiv 1812.06127), docs/explanation/algorithms.md §5.5: the local objective
   gets ``(μ/2)‖w − w_t‖²``, i.e. ``μ (w − w_t)`` is added to every gradient. Works with every
   protocol; with FedAsync/AHFL's own ρ the two coefficients add up.
-* ``scaffold`` — Karimireddy et al., ICML 2020, option II (ALGORITHMS.md §5.6; math in
+* ``scaffold`` — Karimireddy et al., ICML 2020, option II (docs/explanation/algorithms.md §5.6; math in
   :mod:`hierfl.core.scaffold`). Each device's control ``c_i`` lives in its device host and
   persists across rounds; the cloud keeps ``c``, stepped ``c ← c + Σ_{i∈S} κ_i Δc_i``. The paper
   averages ``Δy`` uniformly and uses ``κ_i = 1/N``; hierfl's FedAvg/HierFAVG average models by
@@ -16,7 +16,7 @@
   up ``[y; Δc]`` (an edge server relays ``[x_ℓ; Σ κ_i Δc_i]``), so every transfer is twice the
   model's bytes. Needs a synchronous protocol that supports it (``fedavg``, ``hierfavg``).
 
-* ``fedper``, ``lg_fedavg``, ``fedmeta``, ``fedavgmeta`` — personalisation (issue 17; ALGORITHMS.md
+* ``fedper``, ``lg_fedavg``, ``fedmeta``, ``fedavgmeta`` — personalisation (docs/explanation/algorithms.md
   §5.10, FedMeta arXiv 1802.07876): see :mod:`hierfl.learn.personal`. What stays on a device is
   never sent: a message carries only the global parameters (``message_params``).
 
@@ -153,7 +153,7 @@ class FedPerTrainer(_PersonalBase):
     """``trainer: {name: fedper, head_layers: 1}``: FedPer (arXiv 1912.00818) — global base, local head.
 
     ``head_layers``: the last k layers (modules owning parameters), or a list of module names
-    (``num_head_layers`` is an alias) [D: 1, ALGORITHMS.md §5.10]."""
+    (``num_head_layers`` is an alias) [D: 1, docs/explanation/algorithms.md §5.10]."""
 
     name: Literal["fedper"] = "fedper"
     layer_key: ClassVar[str | None] = "training.trainer.head_layers"

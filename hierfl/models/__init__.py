@@ -138,7 +138,7 @@ class MLPConfig(ModelConfig):
     """Multi-layer perceptron: ``Linear+ReLU`` blocks of sizes ``hidden``, then a linear output."""
 
     name: Literal["mlp"] = "mlp"
-    hidden: list[PositiveInt] = Field(default_factory=lambda: [200, 200])
+    hidden: list[PositiveInt] = Field(default_factory=lambda: [200, 200], description="units per hidden layer")
 
     def _construct(self, input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
         from hierfl.models.nets import MLP
@@ -153,8 +153,8 @@ class CNNConfig(ModelConfig):
     a linear output. Accepts any ``(C, H, W)`` input with ``H`` and ``W`` divisible by 4."""
 
     name: Literal["cnn"] = "cnn"
-    channels: tuple[PositiveInt, PositiveInt] = (32, 64)
-    hidden: PositiveInt = 512
+    channels: tuple[PositiveInt, PositiveInt] = Field(default=(32, 64), description="output channels of the two conv layers")
+    hidden: PositiveInt = Field(default=512, description="units per hidden layer")
 
     def check_input(self, input_shape: tuple[int, ...]) -> str | None:
         """``None`` for ``(C, H, W)`` input with ``H``, ``W`` divisible by 4, else the reason."""

@@ -1,4 +1,4 @@
-"""Bounded output lines (issue 12, "no metrics line grows with N").
+"""Bounded output lines (scale, "no metrics line grows with N").
 
 An aggregation line lists what each update contributed (``ids``, ``weights``, ``staleness``,
 ``participants``, a round's ``dropped_ids``): with 10^5 devices behind 20 edge servers that is

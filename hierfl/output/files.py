@@ -47,7 +47,7 @@ def _write_error(path: Path, exc: OSError) -> OutputWriteError:
 
 
 class LineFile:
-    """An append-only text file that only ever holds whole lines (issue 14: a full disk cut a metric
+    """An append-only text file that only ever holds whole lines (reliability: a full disk cut a metric
     line mid-JSON).
 
     Each :meth:`append` writes its text with unbuffered ``os.write`` calls; if one fails part-way
@@ -215,7 +215,7 @@ def _devices_block(world: World, lo: int, hi: int, tiers: list[Any], labels: lis
     """The ``devices.csv`` fields of devices ``lo``..``hi − 1``, column by column: numbers as text,
     tier names and availability labels as given.
 
-    Whole columns at once (issue 12: the row-by-row scalar calls cost ~8 µs a device, 8 s at 10^6
+    Whole columns at once (scale: the row-by-row scalar calls cost ~8 µs a device, 8 s at 10^6
     devices), with the same IEEE operations in the same order as ``World.link_latency_ms`` /
     ``download_s`` / ``upload_s`` and ``transfer_time_s``, element-wise, so every value has the same
     bits; ``.tolist()`` gives the Python numbers that numpy's scalars format as, so every field has

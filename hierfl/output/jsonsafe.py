@@ -3,7 +3,7 @@
 :func:`clean` rebuilds a value recursively. Most values the run writes (trace arguments, metric
 lines) are already plain — Python ints, finite floats, strings, lists of them — and for those the
 rebuilt value encodes to exactly the same JSON text as the value itself. :func:`is_plain` says so
-cheaply (C-level scans for lists), and :func:`jsonable` skips the rebuild then (issue 12: on the
+cheaply (C-level scans for lists), and :func:`jsonable` skips the rebuild then (scale: on the
 timing-only AHFL benchmark ``clean`` cost more than the JSON encoding it prepared).
 """
 

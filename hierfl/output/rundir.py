@@ -1,6 +1,6 @@
 """The run directory (``--out``): checked before anything is built, never clobbering a user's files.
 
-Rules (issue 14):
+Rules (reliability):
 
 * ``--out`` naming an existing file, or a place that cannot be created or written, is a
   configuration error (exit 2) reported *before* the data and model are built;

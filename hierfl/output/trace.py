@@ -44,7 +44,7 @@ class TraceWriter:
         writes at most about one sample per that many virtual seconds (0: every sample)."""
         self.list_limit = list_limit
         self.counter_s = counter_s
-        # whole events only (issue 14): events gather in memory and go to disk together at each
+        # whole events only (reliability): events gather in memory and go to disk together at each
         # flush, all or none, so a full disk leaves a valid prefix of the array, never half an event
         # offset: a resumed run goes on from a checkpoint's size of the file (which has its "[")
         self._fh = LineFile(path, offset)

@@ -1,5 +1,5 @@
 """Re-clustering plug-ins of FedCH (``protocol.recluster: {name: …}``): configs that make a policy of
-:mod:`hierfl.core.recluster` (Wang et al., INFOCOM 2021 / IEEE TMC 2023; ALGORITHMS.md §2.5)."""
+:mod:`hierfl.core.recluster` (Wang et al., INFOCOM 2021 / IEEE TMC 2023; docs/explanation/algorithms.md §2.5)."""
 
 from __future__ import annotations
 

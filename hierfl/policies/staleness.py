@@ -1,6 +1,6 @@
 """Staleness-function plug-ins (``staleness: {name: …}``): configs selecting a σ(τ) of :mod:`hierfl.core.staleness`.
 
-ALGORITHMS.md §1.4; the math and its citations are in :mod:`hierfl.core.staleness`. A config is
+docs/explanation/algorithms.md §1.4; the math and its citations are in :mod:`hierfl.core.staleness`. A config is
 called like the function it selects: ``σ = cfg(τ)``.
 """
 

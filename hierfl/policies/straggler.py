@@ -100,12 +100,12 @@ class Deadline(StragglerPolicy):
 
     name: Literal["deadline"] = "deadline"
     seconds: PositiveFloat = Field(description=f"at least {MIN_INTERVAL_S:g} s (a shorter one is a typo: every round empty)")
-    partial: bool = False
+    partial: bool = Field(default=False, description="true: devices plan the local steps that fit before the deadline and are aggregated")
 
     @field_validator("seconds")
     @classmethod
     def _floor(cls, value: float) -> float:
-        # a 1e-9 s deadline gave 87,000 empty rounds (issue 14)
+        # a 1e-9 s deadline gave 87,000 empty rounds (reliability)
         if value < MIN_INTERVAL_S:
             raise ValueError(f"must be at least {MIN_INTERVAL_S:g} s (one virtual millisecond); no update can arrive "
                              "in less")
@@ -132,7 +132,7 @@ class OverSelect(StragglerPolicy):
     """Select ``⌈factor × K⌉`` participants and keep the first K to arrive (FedScale's over-commitment)."""
 
     name: Literal["over_select"] = "over_select"
-    factor: float = Field(default=1.3, gt=1.0)
+    factor: float = Field(default=1.3, gt=1.0, description="select ⌈factor·K⌉ devices and keep the first K")
 
     def select_count(self, m: int) -> int:
         """``⌈factor · m⌉``."""
@@ -150,8 +150,8 @@ class FirstK(StragglerPolicy):
     at_cloud: ClassVar[bool] = True
 
     name: Literal["first_k"] = "first_k"
-    k: PositiveInt | None = None
-    fraction: float | None = Field(default=None, gt=0.0, le=1.0)
+    k: PositiveInt | None = Field(default=None, description="keep the first k arrivals")
+    fraction: float | None = Field(default=None, gt=0.0, le=1.0, description="keep the first share of the selected devices (instead of k)")
 
     @classmethod
     def example(cls) -> FirstK:

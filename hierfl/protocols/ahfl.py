@@ -1,7 +1,7 @@
 """AHFL: asynchronous hierarchical federated learning with leader and cloud queues.
 
 Wang and Wang, "Asynchronous Hierarchical Federated Learning", arXiv 2206.00054 (2022).
-ALGORITHMS.md §4.3 (the paper body was not reachable; the queue mechanics are [B], the rest
+docs/explanation/algorithms.md §4.3 (the paper body was not reachable; the queue mechanics are [B], the rest
 [D], each a knob here):
 
 * devices train continuously on ``f_i(w) + reg(w)`` (``prox``: (ρ/2)‖w − w_pulled‖²; ``l2``:
@@ -90,7 +90,7 @@ class AHFLConfig(ProtocolConfig):
 
     name: Literal["ahfl"] = "ahfl"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base weight α at leaders and cloud [D]")
-    staleness: STALENESS.union() = PolynomialStaleness(a=0.5)  # type: ignore[valid-type]
+    staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="σ(τ) weighting stale updates (a staleness function by name)")  # type: ignore[valid-type]
     reg: Literal["prox", "l2"] = Field(default="prox", description="local regulariser [D]/[B]")
     rho: float = Field(default=0.005, ge=0.0, description="ρ of reg=prox [D]")
     lam: float = Field(default=5e-4, ge=0.0, description="λ (weight decay) of reg=l2 [D]")
@@ -176,7 +176,7 @@ class AHFL(Protocol):
         self.pushes: dict[int, _LeaderUpdate] = {}
         self.sent: dict[tuple[int, int], Any] = {}
         self._push_seq = 0
-        # edge-server and cloud faults (README "Edge-server and cloud faults")
+        # edge-server and cloud faults (the edge_fail and cloud_fail event kinds)
         self.ticks: dict[int, Event] = {}                 # leader → its pending leader_tick
         self.busy_at: dict[int, int] = {}                 # device → the leader its job in flight belongs to
         self.group = {e: {int(d) for d in m} for e, m in self.members.items()}  # leader → devices it serves now

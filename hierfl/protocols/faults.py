@@ -1,6 +1,6 @@
 """Bookkeeping shared by the protocols that survive edge-server and cloud faults (HierFAVG, AHFL, FedCH).
 
-What each protocol does when a server fails is its own (README, "Edge-server and cloud faults");
+What each protocol does when a server fails is its own (the edge_fail and cloud_fail event kinds in docs/reference);
 the accounting is the same everywhere and lives here: the lost work of a failure (a
 ``fault_loss`` line, the ``fault_updates_lost`` counter, a ``fault_loss`` trace instant) and the
 devices that move between edge servers (``reattach`` lines, ``devices_reattached``).

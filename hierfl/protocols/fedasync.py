@@ -1,7 +1,7 @@
 """FedAsync: asynchronous federated optimisation with staleness-weighted mixing.
 
 Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", arXiv 1903.03934 (OPT 2020).
-ALGORITHMS.md §5.3: a device trains on ``f(x) + (ρ/2)‖x − x_t‖²`` from the model ``x_t`` it
+docs/explanation/algorithms.md §5.3: a device trains on ``f(x) + (ρ/2)‖x − x_t‖²`` from the model ``x_t`` it
 downloaded at version ``t``; the server applies each update the moment it arrives, in
 virtual-time order: ``α_t = α·s(v − t)``, ``x ← (1 − α_t)·x + α_t·x_new``, ``v += 1``.
 Updates staler than ``max_staleness`` are dropped. ``concurrency`` devices train at any time;
@@ -64,7 +64,7 @@ class FedAsyncConfig(ProtocolConfig):
 
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
-    staleness: STALENESS.union() = PolynomialStaleness(a=0.5)  # type: ignore[valid-type]
+    staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="s(τ) scaling the mixing weight α (a staleness function by name)")  # type: ignore[valid-type]
     rho: float = Field(default=0.005, ge=0.0, description="proximal coefficient ρ of local training [V3/D]")
     concurrency: PositiveInt | None = Field(default=None, description="devices training at once; null = all [D]")
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")

@@ -1,7 +1,7 @@
 """FedAvg: synchronous federated averaging.
 
 McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep
-Networks from Decentralized Data", AISTATS 2017. ALGORITHMS.md §5.1: each round samples
+Networks from Decentralized Data", AISTATS 2017. docs/explanation/algorithms.md §5.1: each round samples
 ``m = max(⌈C·K⌉, 1)`` devices uniformly without replacement; each runs ``E`` local epochs of
 minibatch SGD (batch ``B``; ``B = null`` with ``E = 1`` is FedSGD) from the global model; the
 server waits for all of them and sets ``w ← Σ n_k w_k / Σ n_k``.
@@ -55,7 +55,7 @@ class FedAvgConfig(ProtocolConfig):
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
     weighting: Literal["samples", "uniform"] = Field(
         default="samples", description="cloud average weighted by sample count (McMahan et al.) or uniform "
-                                       "(Reddi et al.'s FedOpt average, ALGORITHMS.md §5.7)")
+                                       "(Reddi et al.'s FedOpt average, docs/explanation/algorithms.md §5.7)")
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """``max(⌈C·N⌉, 1)`` updates at the cloud."""

@@ -1,7 +1,7 @@
 """FedBuff: buffered asynchronous aggregation.
 
 Nguyen, Malik, Zhan, Yousefpour, Rabbat, Malek, Huba, "Federated Learning with Buffered
-Asynchronous Aggregation", AISTATS 2022 (arXiv 2106.06639). ALGORITHMS.md §5.4: ``concurrency``
+Asynchronous Aggregation", AISTATS 2022 (arXiv 2106.06639). docs/explanation/algorithms.md §5.4: ``concurrency``
 devices train at any time from the model version they downloaded; each arrival adds
 ``s(τ)·Δ_i`` (``Δ_i = y_i − y_start``, ``τ = v − v_start``, ``s(τ) = 1/√(1+τ)`` by default) to
 a buffer; when it holds ``K`` updates the server steps ``x ← x + η_g·Σ s(τ_i)Δ_i / K``,
@@ -43,7 +43,7 @@ class FedBuffConfig(ProtocolConfig):
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
     concurrency: PositiveInt = Field(default=100, description="devices training at once, capped at N [D]")
     server_lr: float = Field(default=1.0, gt=0.0, description="η_g of the server SGD step [D]")
-    staleness: STALENESS.union() = FedBuffStaleness()  # type: ignore[valid-type]
+    staleness: STALENESS.union() = Field(default=FedBuffStaleness(), description="s(τ) weighting each buffered update (a staleness function by name)")  # type: ignore[valid-type]
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
     unique_per_buffer: bool = Field(default=False, description="a device contributes at most once per buffer [D]")
     normalize_staleness: bool = Field(
@@ -92,7 +92,7 @@ class FedBuff(FlatAsync):
     def apply(self, device: int, update: Any, start_model: Any, tau: int) -> None:
         """Buffer ``s(τ)·Δ``; on the K-th, step the server model.
 
-        The server step goes through the ``cloud`` server optimizer (ALGORITHMS.md §5.4: "any FedOpt
+        The server step goes through the ``cloud`` server optimizer (docs/explanation/algorithms.md §5.4: "any FedOpt
         server optimizer fed with Δ̄/K"), fed ``Δ = server_lr · Σ s(τ_i)Δ_i / K``; with the default
         (``fedavg``, η = 1) that is plain server SGD ``x + server_lr · Σ s(τ_i)Δ_i / K``.
         """

@@ -2,10 +2,10 @@
 
 G. Li, Y. Hu, M. Zhang, J. Liu, Q. Yin, Y. Peng, D. Dou, "FedHiSyn: A Hierarchical Synchronous
 Federated Learning Framework for Resource and Data Heterogeneity", ICPP 2022 (arXiv 2206.10546).
-ALGORITHMS.md §3: devices are put into ``k`` classes by the time ``t_i`` of one local training
+docs/explanation/algorithms.md §3: devices are put into ``k`` classes by the time ``t_i`` of one local training
 unit; each class is a ring ordered fastest → slowest (the slowest sends back to the fastest).
 
-One round (ALGORITHMS.md §3.3; [D] unless noted)::
+One round (docs/explanation/algorithms.md §3.3; [D] unless noted)::
 
     the cloud broadcasts w_r; device i trains from its arrival for T virtual seconds:
       it runs units back to back and never waits; after each unit it forwards its model to

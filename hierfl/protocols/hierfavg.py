@@ -1,7 +1,7 @@
 """HierFAVG: client–edge–cloud hierarchical federated averaging.
 
 Liu, Zhang, Song, Letaief, "Client-Edge-Cloud Hierarchical Federated Learning", ICC 2020
-(arXiv 1905.06641); reference code LuminLiu/HierFL. ALGORITHMS.md §5.2: every device of an
+(arXiv 1905.06641); reference code LuminLiu/HierFL. docs/explanation/algorithms.md §5.2: every device of an
 edge runs ``κ1`` local SGD steps from the edge model; the edge waits for all its (sampled)
 devices and averages them weighted by samples; after every ``κ2`` edge aggregations each
 edge sends its model to the cloud, which waits for all edges and averages them weighted by
@@ -114,7 +114,7 @@ class HierFAVG(Protocol):
         self.cloud_barrier: Barrier | None = None
         self.uploading: dict[int, int] = {}       # edge → its in-flight transfer to the cloud
         self.retry: dict[int, Event] = {}          # edge → pending edge_retry (no member online)
-        # edge-server and cloud faults (README "Edge-server and cloud faults")
+        # edge-server and cloud faults (the edge_fail and cloud_fail event kinds)
         self.attached = world.edge_of.copy()      # device → the edge server it works with now
         self.down: set[int] = set()                # edge servers down now
         self.rejoin: set[int] = set()              # back up, waiting for the next cloud broadcast

@@ -1,7 +1,7 @@
 """WSCC: weight-similarity client clustering, one model per cluster.
 
 Tian, Liao, Yu, Blasch, "WSCC: A Weight-Similarity-Based Client Clustering Approach for Non-IID
-Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149). ALGORITHMS.md §5.9 [D]:
+Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149). docs/explanation/algorithms.md §5.9 [D]:
 
 1. warm-up: every online device trains ``warmup_epochs`` (1) epoch from the initial model ``w0``
    and uploads;
@@ -23,7 +23,7 @@ is tested with its cluster's model.
 **Without edge servers** (``topology.edge_servers: 0``) the clusters are aggregated at the cloud and
 every transfer goes device ↔ cloud.
 
-**With edge servers**, each cluster is mapped to an edge aggregator (ALGORITHMS.md §5.9 step 6):
+**With edge servers**, each cluster is mapped to an edge aggregator (docs/explanation/algorithms.md §5.9 step 6):
 cluster ``c`` → the edge server that is the topology's home (``edge_of``) of most of its members,
 the lowest id on a tie. As many clusters as AP finds, so several clusters may share one server (each
 keeps its own model there); a server may serve none. The map is recorded in ``clusters.jsonl``

@@ -172,7 +172,7 @@ def probe_address(address: str, timeout_s: float = _PROBE_TIMEOUT_S) -> None:
 def _init_with_retry(address: str | None, attempts: int = _INIT_ATTEMPTS) -> None:
     """``ray.init``, tried again (after a shutdown and a pause) when it fails for a reason other than
     an unreachable address: on a busy machine Ray's daemons sometimes miss their start-up deadline
-    (issue 14). The last failure is raised, naming the attempts."""
+    (reliability). The last failure is raised, naming the attempts."""
     for attempt in range(1, attempts + 1):
         try:
             if address:
@@ -276,7 +276,7 @@ class RayStart(ExecutorStart):
         host_cpus = min(1.0, total_cpus / self.workers)
         # on a run's own (one-machine) instance only the first host imports torch at once (it makes
         # the initial model: model_call); the others import it with their set-up, after the data's
-        # put, the run's memory peak, which they would raise by about 0.14 GB each (issue 12, goal
+        # put, the run's memory peak, which they would raise by about 0.14 GB each (scale, goal
         # (c)). On a cluster a host's import may overlap the driver's build as before.
         self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
             h == 0 or not self.owns_ray) for h in range(self.workers)]

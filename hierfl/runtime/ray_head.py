@@ -2,7 +2,7 @@
 
 ``ray.init()`` on a machine without a cluster starts, besides the GCS and the raylet (and the
 raylet's two agents, which it fate-shares with), three Python daemons that a hierfl run does not
-need (issue 12, goal (c)):
+need (scale, goal (c)):
 
 * the autoscaler **monitor** (``monitor.py``): it scales a cluster up and down; a local
   instance has nothing to scale;

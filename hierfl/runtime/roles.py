@@ -93,7 +93,7 @@ class Aggregation:
     * the weighted sum of the models arriving in this round (float64, in arrival order);
     * SCAFFOLD: the sum ``Σ κ_i Δc_i`` of the control deltas that came with them (float64) —
       an update with a ``control_coef`` is a packed ``[model; Δc]`` vector of twice the length;
-    * the server optimizer's state (ALGORITHMS.md §5.7), kept across rounds;
+    * the server optimizer's state (docs/explanation/algorithms.md §5.7), kept across rounds;
     * with a robust ``rule`` (``aggregation:`` set, or attacks on): the updates themselves, kept
       until the commit, where the rule combines them (:mod:`hierfl.learn.robust`), and one report
       per commit (accepted / rejected, honest / Byzantine, distance from the honest mean).

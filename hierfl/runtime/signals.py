@@ -1,4 +1,4 @@
-"""SIGTERM handled exactly like Ctrl-C (issue 14).
+"""SIGTERM handled exactly like Ctrl-C (reliability).
 
 A batch scheduler, ``timeout`` or ``kill`` ends a run with SIGTERM. Python's default action kills
 the process at once: no ``summary.json``, a ``trace.json`` without its closing bracket, and on

@@ -6,7 +6,7 @@ type), writes per-device joules to ``devices.csv``, the totals ``energy_device_j
 ``energy_compute_j``, ``energy_comm_j`` to every evaluation line and to ``summary.json``'s
 ``totals``, and a breakdown to ``summary.json``'s ``energy``. Without it, nothing is written and
 every output is byte-identical to a run of the same scenario before the model existed.
-Formulas, defaults and their sources: :mod:`hierfl.core.energy`, README "Energy model".
+Formulas, defaults and their sources: :mod:`hierfl.core.energy`, docs/explanation/energy.md.
 """
 
 from __future__ import annotations

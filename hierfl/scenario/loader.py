@@ -34,7 +34,7 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     A plug-in section whose ``name`` changes is replaced whole, so keys of the old plug-in
     do not leak into the new one. A distribution given in full (a mapping with ``dist:``) always
     replaces the old one whole: ``{dist: uniform, low: 10, high: 50}`` over a lognormal must not
-    keep its ``median`` (issue 14); a mapping without ``dist`` (``--set devices.speed_sps.high=60``)
+    keep its ``median`` (reliability); a mapping without ``dist`` (``--set devices.speed_sps.high=60``)
     still edits the distribution key by key.
     """
     out = copy.deepcopy(base)
@@ -254,7 +254,7 @@ def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list
         path = _strip_tags(tuple(err["loc"]), raw)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (misspelled? see the README for the allowed keys)"
+            msg = "unknown key (misspelled? the scenario reference in docs/ lists the allowed keys)"
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif err["type"] == "union_tag_not_found":  # a plug-in section without `name`

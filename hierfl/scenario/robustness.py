@@ -1,4 +1,4 @@
-"""``robustness:`` — what the run does with a non-finite (NaN or Inf) update (issue 14).
+"""``robustness:`` — what the run does with a non-finite (NaN or Inf) update (reliability).
 
 One NaN from one device makes every later global model NaN under every protocol, so every
 device update is checked before it is aggregated, at whatever tier it arrives (the driver's

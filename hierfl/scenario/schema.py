@@ -75,9 +75,9 @@ def _require_positive(value: Any, what: str) -> Any:
 class DataConfig(ConfigModel):
     """Which dataset to generate or load and how to split it across devices."""
 
-    dataset: DATASETS.union()  # type: ignore[valid-type]
-    partition: PARTITIONERS.union() = IIDConfig()  # type: ignore[valid-type]
-    # per-device evaluation (issue 17; README "Personalisation and clustered FL")
+    dataset: DATASETS.union() = Field(description="the dataset plug-in (see Datasets)")  # type: ignore[valid-type]
+    partition: PARTITIONERS.union() = Field(default=IIDConfig(), description="how samples are split across devices")  # type: ignore[valid-type]
+    # per-device evaluation (personalisation; docs/howto/personalisation.md)
     local_test_fraction: float = Field(
         default=0.0, ge=0.0, lt=1.0,
         description="share of every device's own samples held out as its local test set (0 = none); eval "
@@ -90,11 +90,11 @@ class DataConfig(ConfigModel):
 class DevicesConfig(ConfigModel):
     """How many devices, and the distributions their profiles are drawn from (seeded)."""
 
-    count: PositiveInt
+    count: PositiveInt = Field(description="number of devices")
     speed_sps: Dist = Field(default=ConstantDist(value=100.0),
                             description="training throughput, samples per second")
-    uplink_mbps: Dist = ConstantDist(value=10.0)
-    downlink_mbps: Dist = ConstantDist(value=50.0)
+    uplink_mbps: Dist = Field(default=ConstantDist(value=10.0), description="access uplink bandwidth, Mbit/s")
+    downlink_mbps: Dist = Field(default=ConstantDist(value=50.0), description="access downlink bandwidth, Mbit/s")
     latency_ms: Dist = Field(default=ConstantDist(value=20.0),
                              description="one-way latency of the device's access link")
     tiers: dict[str, PositiveFloat] | None = Field(
@@ -105,7 +105,7 @@ class DevicesConfig(ConfigModel):
                                  description="per-device lognormal σ around its tier's GFLOP/s (median kept)")
     jitter_sigma: float = Field(default=0.0, ge=0.0,
                                 description="per-task lognormal σ on compute time (mean 1)")
-    availability: AVAILABILITY.union() = AlwaysAvailability()  # type: ignore[valid-type]
+    availability: AVAILABILITY.union() = Field(default=AlwaysAvailability(), description="when devices are online: always, markov, trace")  # type: ignore[valid-type]
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="probability a task fails part-way")
 
     @model_validator(mode="after")
@@ -133,9 +133,9 @@ class DevicesConfig(ConfigModel):
 class LinkConfig(ConfigModel):
     """A fixed link (edge server ↔ cloud)."""
 
-    uplink_mbps: PositiveFloat = 1000.0
-    downlink_mbps: PositiveFloat = 1000.0
-    latency_ms: float = Field(default=20.0, ge=0)
+    uplink_mbps: PositiveFloat = Field(default=1000.0, description="edge server → cloud bandwidth, Mbit/s")
+    downlink_mbps: PositiveFloat = Field(default=1000.0, description="cloud → edge server bandwidth, Mbit/s")
+    latency_ms: float = Field(default=20.0, ge=0, description="one-way latency of the link, ms")
 
 
 _GENERATOR = TypeAdapter(GENERATORS.union())
@@ -163,7 +163,7 @@ class TopologyConfig(ConfigModel):
     )
     edge_cloud: LinkConfig = LinkConfig()
     file: str | None = Field(default=None, description="topology file (YAML or GraphML), e.g. topologies/metro-3edge.yaml")
-    generator: GENERATORS.union() | None = Field(default=None)  # type: ignore[valid-type]
+    generator: GENERATORS.union() | None = Field(default=None, description="a generated topology: star, tree, random_geometric")  # type: ignore[valid-type]
     _path: str | None = PrivateAttr(default=None)
 
     @field_validator("edge_latency_ms")
@@ -233,13 +233,13 @@ class TopologyConfig(ConfigModel):
 class TrainingConfig(ConfigModel):
     """Local training on each device: minibatch SGD."""
 
-    epochs: PositiveInt | None = None
-    steps: PositiveInt | None = None
+    epochs: PositiveInt | None = Field(default=None, description="local epochs per job (1 when neither epochs nor steps is set)")
+    steps: PositiveInt | None = Field(default=None, description="local SGD steps per job instead of epochs")
     batch_size: PositiveInt | None = Field(default=32, description="null = full batch (FedSGD)")
-    lr: PositiveFloat = 0.01
-    momentum: float = Field(default=0.0, ge=0.0, lt=1.0)
-    weight_decay: float = Field(default=0.0, ge=0.0)
-    optimizer: Literal["sgd"] = "sgd"
+    lr: PositiveFloat = Field(default=0.01, description="local learning rate")
+    momentum: float = Field(default=0.0, ge=0.0, lt=1.0, description="SGD momentum")
+    weight_decay: float = Field(default=0.0, ge=0.0, description="L2 weight decay")
+    optimizer: Literal["sgd"] = Field(default="sgd", description="local optimizer (sgd)")
     trainer: TRAINERS.union() = Field(  # type: ignore[valid-type]
         default=SGDTrainer(), description="local trainer plug-in: sgd, fedprox (mu), scaffold")
 
@@ -265,8 +265,8 @@ class EvaluationConfig(ConfigModel):
     """When the global model is evaluated on the held-out test set."""
 
     every_s: PositiveFloat | None = Field(default=None, description="null = only at start and end")
-    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0)
-    # issue 17: what per-device evaluation (data.local_test_fraction) costs the devices in virtual time
+    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0, description="accuracy for time_to_target_s")
+    # personalisation: what per-device evaluation (data.local_test_fraction) costs the devices in virtual time
     device_eval_cost: Literal["free", "forward"] = Field(
         default="free", description="free: per-device evaluation takes no virtual time; forward: each device is "
                                     "busy for a forward pass over its held-out rows (hierfl.driver.eval_cost)")
@@ -274,7 +274,7 @@ class EvaluationConfig(ConfigModel):
     @field_validator("every_s")
     @classmethod
     def _floor(cls, value: float | None) -> float | None:
-        # 1e-9 s means billions of evaluations: a typo, never a plan (issue 14)
+        # 1e-9 s means billions of evaluations: a typo, never a plan (reliability)
         if value is not None and value < MIN_INTERVAL_S:
             raise ValueError(f"must be at least {MIN_INTERVAL_S:g} s (one evaluation per virtual millisecond)")
         return value
@@ -283,9 +283,9 @@ class EvaluationConfig(ConfigModel):
 class StopConfig(ConfigModel):
     """When the run ends: whichever limit is reached first."""
 
-    virtual_time_s: PositiveFloat | None = None
+    virtual_time_s: PositiveFloat | None = Field(default=None, description="virtual seconds to emulate")
     rounds: PositiveInt | None = Field(default=None, description="cloud aggregations")
-    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0)
+    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0, description="accuracy for time_to_target_s")
 
     @model_validator(mode="after")
     def _some_limit(self) -> StopConfig:
@@ -317,9 +317,9 @@ class RuntimeConfig(ConfigModel):
 
     executor: EXECUTORS.name_field() = Field(  # type: ignore[valid-type]
         default="ray", description="a registered executor (hierfl.executors): ray, local")
-    workers: PositiveInt | Literal["auto"] = "auto"
+    workers: PositiveInt | Literal["auto"] = Field(default="auto", description="training processes (auto = the CPUs the Ray cluster offers)")
     address: str | None = Field(default=None, description="an existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
-    torch_threads: PositiveInt = 1
+    torch_threads: PositiveInt = Field(default=1, description="torch threads per training job")
     fast_path: bool = Field(
         default=False, description="train a host's logreg/MLP jobs in groups on stacked parameters (12-15x faster "
                                    "for small models); numbers differ from the default path in the last bits "
@@ -409,20 +409,20 @@ class OutputConfig(ConfigModel):
 class Scenario(ConfigModel):
     """A complete, validated scenario."""
 
-    name: str
-    seed: NonNegativeInt = 0
+    name: str = Field(description="names the run directory (letters, digits, . _ -); default: the file's stem")
+    seed: NonNegativeInt = Field(default=0, description="the only source of randomness; --seed overrides")
     data: DataConfig
-    model: MODELS.union()  # type: ignore[valid-type]
+    model: MODELS.union() = Field(description="the model plug-in")  # type: ignore[valid-type]
     devices: DevicesConfig
     topology: TopologyConfig = TopologyConfig()
-    protocol: PROTOCOLS.union()  # type: ignore[valid-type]
+    protocol: PROTOCOLS.union() = Field(description="the protocol plug-in")  # type: ignore[valid-type]
     training: TrainingConfig = TrainingConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     stop: StopConfig
     runtime: RuntimeConfig = RuntimeConfig()
     events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")  # type: ignore[valid-type]
     network: NetworkConfig = NetworkConfig()
-    straggler: device_policy_field() = default_policy()  # type: ignore[valid-type]
+    straggler: device_policy_field() = Field(default=default_policy(), description="policy of every synchronous barrier (and, with cloud:, of HierFAVG's cloud round)")  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
     aggregation: AggregationSection = Field(
@@ -432,7 +432,7 @@ class Scenario(ConfigModel):
         default=RobustnessConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")
     energy: EnergyConfig | None = Field(
         default=None, description="per-tier device energy model (J per FLOP, radio power per link type); "
-                                  "null = off (README \"Energy model\")")
+                                  "null = off (docs/explanation/energy.md)")
     versions: dict[str, str] | None = Field(
         default=None, description="informational: package versions recorded in a run's config.yaml"
     )

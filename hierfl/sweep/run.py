@@ -60,7 +60,7 @@ def _check_address(address: str | None) -> None:
         raise ConfigError([Problem("--address", "ray:// (Ray Client) is not supported for sweeps: the trials write "
                                    "their run directories on the cluster. Submit the sweep as a Ray job instead: "
                                    "ray job submit --address http://HEAD:8265 --working-dir . -- hierfl sweep FILE "
-                                   "(see the README, 'From a laptop to a cluster'), or give the GCS address "
+                                   "(see docs/howto/ray-cluster.md), or give the GCS address "
                                    "HEAD:6379 from a cluster node", address)], "command line")
 
 

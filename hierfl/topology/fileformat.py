@@ -3,7 +3,7 @@
 Both formats become the same mapping, validated by :class:`TopologyFile` (unknown keys are
 errors) and then checked for meaning (names, link ends, a path to the cloud from every edge
 server) by :func:`spec_from_mapping`. Every error names the file and, where it can, the line: YAML
-nodes carry their marks (GraphML: :mod:`hierfl.topology.graphml`). The README documents both.
+nodes carry their marks (GraphML: :mod:`hierfl.topology.graphml`). docs/howto/traces-topologies.md documents both.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def _validate(raw: Any, where: str, line_of: LineOf) -> TopologyFile:
         loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith(("function-", "list["))))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (see the README's topology file format for the allowed keys)"
+            msg = "unknown key (docs/howto/traces-topologies.md describes the topology file format)"
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif not isinstance(err.get("input"), (dict, list)):

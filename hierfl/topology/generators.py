@@ -46,9 +46,9 @@ def _inf(value: float | None) -> float:
 class HopLink(ConfigModel):
     """One hop of a generated tree."""
 
-    uplink_mbps: float = Field(default=1000.0, gt=0)
-    downlink_mbps: float = Field(default=1000.0, gt=0)
-    latency_ms: float = Field(default=5.0, ge=0, allow_inf_nan=False)
+    uplink_mbps: float = Field(default=1000.0, gt=0, description="edge → cloud bandwidth, Mbit/s")
+    downlink_mbps: float = Field(default=1000.0, gt=0, description="cloud → edge bandwidth, Mbit/s")
+    latency_ms: float = Field(default=5.0, ge=0, allow_inf_nan=False, description="one-way latency of the hop, ms")
 
 
 class GeneratorConfig(ConfigModel):
@@ -57,8 +57,8 @@ class GeneratorConfig(ConfigModel):
     name: str
     edge_ingress_mbps: float | None = Field(default=None, gt=0, description="each edge server, device uploads")
     edge_egress_mbps: float | None = Field(default=None, gt=0, description="each edge server, device downloads")
-    cloud_ingress_mbps: float | None = Field(default=None, gt=0)
-    cloud_egress_mbps: float | None = Field(default=None, gt=0)
+    cloud_ingress_mbps: float | None = Field(default=None, gt=0, description="capacity shared by every transfer into the cloud (null = unlimited)")
+    cloud_egress_mbps: float | None = Field(default=None, gt=0, description="capacity shared by every transfer out of the cloud (null = unlimited)")
 
     @property
     def num_edges(self) -> int:
@@ -82,7 +82,7 @@ class StarGenerator(GeneratorConfig):
     """Cloud + ``edges`` edge servers, each directly linked to the cloud by ``topology.edge_cloud``."""
 
     name: Literal["star"] = "star"
-    edges: PositiveInt
+    edges: PositiveInt = Field(description="number of edge servers")
 
     @classmethod
     def example(cls) -> StarGenerator:
@@ -106,8 +106,8 @@ class TreeGenerator(GeneratorConfig):
     """Cloud → regional aggregation nodes → edge servers (two tiers)."""
 
     name: Literal["tree"] = "tree"
-    regions: PositiveInt
-    edges_per_region: PositiveInt
+    regions: PositiveInt = Field(description="regional aggregation points")
+    edges_per_region: PositiveInt = Field(description="edge servers under each region")
     edge_link: HopLink = HopLink()
     region_link: HopLink | None = Field(default=None, description="aggregation → cloud; null = topology.edge_cloud")
     region_shares: list[float] | None = Field(default=None, description="share of devices per region; null = equal")
@@ -161,14 +161,14 @@ class RandomGeometricGenerator(GeneratorConfig):
     """Edge servers and devices uniform in a square; latency from distance; nearest attachment."""
 
     name: Literal["random_geometric"] = "random_geometric"
-    edges: PositiveInt
-    area_km: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    edges: PositiveInt = Field(description="number of edge servers")
+    area_km: float = Field(default=10.0, gt=0, allow_inf_nan=False, description="side of the square the nodes are placed in, km")
     base_ms: float = Field(default=1.0, ge=0, allow_inf_nan=False, description="device ↔ edge latency at 0 km")
-    ms_per_km: float = Field(default=0.01, ge=0, allow_inf_nan=False)
+    ms_per_km: float = Field(default=0.01, ge=0, allow_inf_nan=False, description="extra latency per km of distance")
     cloud_km: tuple[float, float] | None = Field(default=None, description="null = the centre of the square")
     d2d_latency_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False,
                                          description="device ↔ device latency at 0 km; null = no d2d rule")
-    d2d_bandwidth_mbps: float | None = Field(default=None, gt=0)
+    d2d_bandwidth_mbps: float | None = Field(default=None, gt=0, description="cap of a device-to-device hop, Mbit/s (null = the devices' own links)")
 
     @classmethod
     def example(cls) -> RandomGeometricGenerator:

@@ -2,7 +2,7 @@
 
 Nodes carry ``kind`` = cloud | edge | router | device; device nodes attach devices explicitly.
 Lines in messages come from finding each node's and edge's tag in the text by id (networkx does
-not keep positions). The README documents the attribute names.
+not keep positions). docs/howto/traces-topologies.md documents the attribute names.
 """
 
 from __future__ import annotations

@@ -84,9 +84,9 @@ class TraceFileConfig(ConfigModel):
 
     reader: ClassVar[Callable[[Path, str], dict[ClientId, Any]]] = staticmethod(load_capacity)
 
-    file: str = Field(min_length=1)
-    format: Literal["fedscale", "csv"] | None = None
-    mapping: Mapping = "first"
+    file: str = Field(min_length=1, description="the trace file (relative to the scenario)")
+    format: Literal["fedscale", "csv"] | None = Field(default=None, description="fedscale or csv (null = by the file's extension)")
+    mapping: Mapping = Field(default="first", description="how trace rows map to devices: first, random (seeded), cycle")
     _path: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")

@@ -1,7 +1,7 @@
 """AHFL vs flat FedAvg (time to target) and flat FedAsync (cloud traffic to target).
 
 Wang & Wang, "Asynchronous Hierarchical Federated Learning", arXiv 2206.00054: the abstract says
-only that experiments on CIFAR-10 "demonstrate the effectiveness" (ALGORITHMS.md §4.4: check the
+only that experiments on CIFAR-10 "demonstrate the effectiveness" (docs/explanation/algorithms.md §4.4: check the
 shape — less virtual time to a target than flat FedAvg, less cloud traffic than flat FedAsync, with
 heterogeneous device speeds). Setting: ahfl.yaml (100 devices, 5 edge servers, an intercontinental
 WAN to the cloud), sweep.yaml (AHFL, a diagnostic AHFL with α = 1, flat FedAvg, flat FedAsync).
@@ -115,7 +115,7 @@ def main() -> None:
 
     details = "\n".join([
         f"Setting ({rel(HERE / 'ahfl.yaml')}, {rel(HERE / 'sweep.yaml')}): the paper gives no numbers and its "
-        "body was unavailable (ALGORITHMS.md §4.4), so the world is ours [D]: 100 devices with lognormal "
+        "body was unavailable (docs/explanation/algorithms.md §4.4), so the world is ours [D]: 100 devices with lognormal "
         "speeds (σ = 0.6, FedScale's spread: §4.4 needs heterogeneous speeds), 4G/5G phone links "
         "(DEVICE_TIERS.md [i][j]), 5 edge servers in the devices' metro (1–5 ms), the cloud behind an "
         "intercontinental WAN (75 ms one way, DEVICE_TIERS.md [k]) whose 50 Mbps ingress/egress every "
@@ -140,7 +140,7 @@ def main() -> None:
         "queue) and the cloud applies `w += α·σ·(n_k/N)·Δ_e` (an α-damped average over leaders), so per "
         "cloud period the global model moves about α² ≈ 0.36 of one averaged device step per leader "
         "period, further shrunk by σ(τ) < 1 for stale entries — whereas a FedAvg round moves one whole "
-        "averaged step. α = 0.6 is a [D] of ALGORITHMS.md §4.3 borrowed from FedAsync, where α mixes one "
+        "averaged step. α = 0.6 is a [D] of docs/explanation/algorithms.md §4.3 borrowed from FedAsync, where α mixes one "
         "device's model into the global one; in AHFL it is applied on top of averages. The α = 1 arm "
         "(same seeds, everything else equal) isolates that choice. Flat FedAvg with C = 0.1 is also frugal "
         "with the cloud (10 devices per round), so AHFL's traffic advantage is over FedAsync, as the "
@@ -154,7 +154,7 @@ def main() -> None:
         id="ahfl",
         claim="AHFL reaches a target accuracy in less time than flat FedAvg and with less cloud traffic than "
               "flat FedAsync (heterogeneous devices, costly cloud path)",
-        source="Wang & Wang, arXiv 2206.00054 (abstract, qualitative); ALGORITHMS.md §4.4",
+        source="Wang & Wang, arXiv 2206.00054 (abstract, qualitative); docs/explanation/algorithms.md §4.4",
         paper="qualitative only: 'effective' vs flat FL on CIFAR-10 (no numbers published in the abstract)",
         ours=ours,
         agrees=agrees,

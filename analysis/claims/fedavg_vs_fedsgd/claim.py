@@ -1,7 +1,7 @@
 """FedAvg needs 10-100x fewer communication rounds than FedSGD to reach a target accuracy (McMahan et al. 2017).
 
 McMahan, Moore, Ramage, Hampson, Agüera y Arcas, "Communication-Efficient Learning of Deep Networks
-from Decentralized Data", AISTATS 2017 (ALGORITHMS.md §5.1): K = 100 clients, C = 0.1, FedSGD = one
+from Decentralized Data", AISTATS 2017 (docs/explanation/algorithms.md §5.1): K = 100 clients, C = 0.1, FedSGD = one
 full-batch gradient step per selected client per round (E = 1, B = ∞), FedAvg = E epochs of
 minibatch SGD (here E = 5, B = 10); the abstract reports a 10-100x reduction in rounds.
 

@@ -2,7 +2,7 @@
 
 Nguyen et al., "Federated Learning with Buffered Asynchronous Aggregation", AISTATS 2022
 (arXiv 2106.06639), abstract: FedBuff is "3.3x more efficient than synchronous FL and up to 2.5x
-more efficient than asynchronous FL" (ALGORITHMS.md §5.4, §7). Setting (fedbuff.yaml, sweep.yaml):
+more efficient than asynchronous FL" (docs/explanation/algorithms.md §5.4, §7). Setting (fedbuff.yaml, sweep.yaml):
 10,000 devices, 1,000 training at once, K = 10, heavy-tailed (lognormal) job times; FedBuff,
 FedAsync, FedAvg and FedAvgM (the paper's synchronous baseline) over seeds 1–3.
 
@@ -114,10 +114,10 @@ def main() -> None:
     details = "\n".join([
         f"Setting ({rel(HERE / 'fedbuff.yaml')}, {rel(HERE / 'sweep.yaml')}): 10,000 devices, 1,000 "
         "training at any time (FedBuff, FedAsync) or per round (FedAvg, FedAvgM, C = 0.1), FedBuff K = 10 "
-        "with s(τ) = 1/√(1+τ) and η_g = 1 (the paper's settings, ALGORITHMS.md §5.4); FedAsync with "
+        "with s(τ) = 1/√(1+τ) and η_g = 1 (the paper's settings, docs/explanation/algorithms.md §5.4); FedAsync with "
         "§5.3's defaults (α = 0.6, polynomial a = 0.5, ρ = 0.005); FedAvgM with β = 0.9, server lr 1. "
         "Device speeds lognormal (median 10 samples/s, σ = 0.6, FedScale's spread), so job times are "
-        "lognormal: issue 18 allows half-normal or lognormal; the paper's exact law was not verified [D]. Blobs (20 features, 10 classes, "
+        "lognormal: the claims brief allows half-normal or lognormal; the paper's exact law was not verified [D]. Blobs (20 features, 10 classes, "
         "separation 0.6), Dirichlet(1.0) label skew, 20 samples per device on average (at least 2), logistic regression, one "
         f"local epoch of batch 10 at lr 0.2 [D: no CelebA/Sent140 offline; a CNN over 10,000 devices "
         f"would not fit the claims budget]. Target {TARGET} (~93 % of the ~0.77 plateau) [D]. Runs stop "
@@ -162,7 +162,7 @@ def main() -> None:
         id="fedbuff",
         claim="FedBuff reaches a target accuracy faster than synchronous FL (FedAvg/FedAvgM) and "
               "asynchronous FL (FedAsync) at concurrency 1,000 over 10,000 devices",
-        source="Nguyen et al., AISTATS 2022, arXiv 2106.06639 (abstract); ALGORITHMS.md §5.4, §7",
+        source="Nguyen et al., AISTATS 2022, arXiv 2106.06639 (abstract); docs/explanation/algorithms.md §5.4, §7",
         paper="3.3× vs synchronous FL; up to 2.5× vs asynchronous FL",
         ours=ours,
         agrees=agrees,

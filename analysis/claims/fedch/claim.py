@@ -1,8 +1,8 @@
-"""Claim `fedch`: FedCH vs FedAvg and FedAsync — completion time and network traffic (issue 18).
+"""Claim `fedch`: FedCH vs FedAvg and FedAsync — completion time and network traffic (claims reproduction).
 
     .venv/bin/python analysis/claims/fedch/claim.py [--resume] [--no-write]
 
-Paper (Wang et al., IEEE TMC 22(7) 2023, abstract; ALGORITHMS.md §2.7): FedCH reduces the
+Paper (Wang et al., IEEE TMC 22(7) 2023, abstract; docs/explanation/algorithms.md §2.7): FedCH reduces the
 completion time by 49.5–79.5 % and the network traffic by 57.4–80.8 % against existing FL
 mechanisms; the INFOCOM'21 precursor compares with FedAvg and FedAsync (H = 10, a = 5, b = 1,
 lr 0.01, best K in 10–25, IID data with Gaussian-skewed sizes) and reports that DCFL keeps training
@@ -12,7 +12,7 @@ when 30 % of the devices fail. Three sweeps:
   FedCH K = 10 and 25 against FedAvg and FedAsync, per seed (paired ratios);
 * ``failures.yaml`` — 30 % of the devices leave for good at t = 10 s: FedAvg, static CFL, DCFL;
 * ``noniid.yaml`` — the investigation the issue asks for: the shipped ``scenarios/fedch.yaml`` on
-  non-IID Synthetic(0.5, 0.5), one [D] choice of ALGORITHMS.md changed at a time. For each run the
+  non-IID Synthetic(0.5, 0.5), one [D] choice of docs/explanation/algorithms.md changed at a time. For each run the
   script also measures how the final global model weighs the devices' data (``mixing``), which is
   what explains the outcome.
 """
@@ -247,7 +247,7 @@ def main() -> None:
     result = ClaimResult(
         id="fedch",
         claim="FedCH cuts completion time and network traffic against FedAvg and FedAsync",
-        source="Wang et al., IEEE TMC 22(7) 2023 abstract; INFOCOM'21 precursor (ALGORITHMS.md §2.7)",
+        source="Wang et al., IEEE TMC 22(7) 2023 abstract; INFOCOM'21 precursor (docs/explanation/algorithms.md §2.7)",
         paper="completion time −49.5 … −79.5 %; network traffic −57.4 … −80.8 %",
         ours=ours,
         agrees=agrees,
@@ -295,7 +295,7 @@ def reading_cmp(v: dict) -> str:
                 "the INFOCOM cost units).")
     if t["fedasync"] <= t["fedch K=10"]:
         text.append("Against FedAsync the time claim does not hold here: with every device training at once "
-                    "(ALGORITHMS.md §5.3 default, concurrency = N) FedAsync mixes ~140 updates per virtual second, "
+                    "(docs/explanation/algorithms.md §5.3 default, concurrency = N) FedAsync mixes ~140 updates per virtual second, "
                     "each discounted by polynomial(0.5) staleness, and on this linear task that is at least as "
                     "fast as FedCH's cluster rounds; the paper's FedAsync configuration (concurrency, α) was not "
                     "recovered.")
@@ -319,7 +319,7 @@ def reading_fail(v: dict) -> str:
                 else "; DCFL ends above static CFL") + ". In the emulator FedAvg does not stall when devices fail: "
             "a synchronous round stops waiting for a lost device and the next round selects only online devices "
             "(README, Dynamics), so the paper's FedAvg plateau (which waits for failed devices) is not reproduced. "
-            "Static CFL loses every cluster whose device leader left (on_leader_lost: wait, ALGORITHMS.md §2.5), "
+            "Static CFL loses every cluster whose device leader left (on_leader_lost: wait, docs/explanation/algorithms.md §2.5), "
             "DCFL rebuilds the clusters over the online devices at its next periodic re-clustering.")
 
 

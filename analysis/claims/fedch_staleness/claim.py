@@ -1,8 +1,8 @@
-"""Claim `fedch_staleness`: FedCH's staleness-aware weighting vs the same scheme without it (issue 18).
+"""Claim `fedch_staleness`: FedCH's staleness-aware weighting vs the same scheme without it (claims reproduction).
 
     .venv/bin/python analysis/claims/fedch_staleness/claim.py [--resume] [--no-write]
 
-Paper (INFOCOM'21 precursor of FedCH, ALGORITHMS.md §2.7): "staleness-aware weighting improves
+Paper (INFOCOM'21 precursor of FedCH, docs/explanation/algorithms.md §2.7): "staleness-aware weighting improves
 accuracy by about 26 % over the same scheme without it". ``staleness.yaml`` runs FedCH in the
 claim setting of ``analysis/claims/fedch/fedch.yaml`` for 60 virtual seconds with σ(τ) = fedch(5, 1)
 (b = 1) and with σ ≡ 1 (b = 0, which is exactly the constant function), 3 seeds; the figure is the
@@ -85,7 +85,7 @@ def main() -> None:
     result = ClaimResult(
         id="fedch_staleness",
         claim="FedCH's staleness-aware weighting improves accuracy over the same scheme without it",
-        source="FedCH INFOCOM'21 precursor (ALGORITHMS.md §2.7, §1.4)",
+        source="FedCH INFOCOM'21 precursor (docs/explanation/algorithms.md §2.7, §1.4)",
         paper="≈ +26 % accuracy",
         ours=f"final accuracy {fmt(d_final, 1, ' %')} (absolute {fmt(d_abs, 3)}) at 60 s",
         agrees=agrees,
@@ -104,7 +104,7 @@ def main() -> None:
 SETTING = """**Setting**: FedCH exactly as in the `fedch` claim (analysis/claims/fedch/fedch.yaml: K = 10 of 50
 devices, H = 10, lr 0.01, α = 1 − (K−1)/N = 0.82, a = 5, IID labels with Gaussian-skewed sizes, logistic
 regression on Synthetic-IID [D for MNIST]) for a fixed 60 virtual s; b = 1 is the paper's fedch(5, 1),
-b = 0 turns the rule into σ ≡ 1 (ALGORITHMS.md §2.6), i.e. `staleness: {name: constant}`."""
+b = 0 turns the rule into σ ≡ 1 (docs/explanation/algorithms.md §2.6), i.e. `staleness: {name: constant}`."""
 
 def reading(with_w, without, d_final) -> str:
     """What the comparison says, from its numbers."""

@@ -1,7 +1,7 @@
 """Claim `fedhisyn`: FedHiSyn beats FedAvg, SCAFFOLD and FedAT in accuracy and efficiency under strong
-speed heterogeneity (Li et al., ICPP 2022, arXiv 2206.10546; ALGORITHMS.md §3.4).
+speed heterogeneity (Li et al., ICPP 2022, arXiv 2206.10546; docs/explanation/algorithms.md §3.4).
 
-The paper's abstract gives no numbers (ALGORITHMS.md §3.4: check the ordering). We run the five
+The paper's abstract gives no numbers (docs/explanation/algorithms.md §3.4: check the ordering). We run the five
 entries of sweep.yaml (FedAvg, SCAFFOLD, FedAT, FedHiSyn, and FedAT with uniform tier weights as an
 ablation) on base.yaml over 5 seeds and report, per protocol,
 
@@ -161,13 +161,13 @@ def main() -> None:
              "last: the paper's cross-tier weights hand ~70 % of the global model to the slowest tier; with uniform "
              "tier weights it matches FedHiSyn's time to target.")
     details = f"""**Setting** (`analysis/claims/fedhisyn/base.yaml`, `sweep.yaml`). The paper's body (device count,
-speed distribution, datasets' split, model) could not be retrieved (ALGORITHMS.md §0), so the setting is ours
+speed distribution, datasets' split, model) could not be retrieved (docs/explanation/algorithms.md §0), so the setting is ours
 [D]: 24 devices with lognormal speeds (σ = 1.2), 10-class Gaussian blobs split by label-Dirichlet α = 0.3,
 an MLP (64 hidden units) trained for real (accuracy is the claim, so no timing-only mode), one local epoch
 per job at lr 0.05 for every protocol (not tuned: no tuning sweep), every device taking part in every
 round of every protocol, evaluation every 5 emulated s, budget 150 s, target 80 %. FedHiSyn: k = 3
 capacity classes with rings, T auto (every device finishes one unit per round), time weighting
-(ALGORITHMS.md §3.2 defaults). FedAT: 3 equal-size tiers by profiled response time, the paper's weights
+(docs/explanation/algorithms.md §3.2 defaults). FedAT: 3 equal-size tiers by profiled response time, the paper's weights
 `T_(M+1-m)/T`, no constraint term, no compression (`hierfl/protocols/fedat.py`). Seeds {seeds}: the seed
 draws the data, the split and the devices.
 
@@ -217,7 +217,7 @@ then); the time-to-target differences carry the claim.
     result = ClaimResult(
         id="fedhisyn",
         claim="FedHiSyn beats FedAvg, SCAFFOLD and FedAT in accuracy and efficiency under strong speed heterogeneity",
-        source="Li et al., ICPP 2022 (arXiv 2206.10546), abstract; ALGORITHMS.md §3.4",
+        source="Li et al., ICPP 2022 (arXiv 2206.10546), abstract; docs/explanation/algorithms.md §3.4",
         paper="better accuracy and training efficiency than FedAvg, SCAFFOLD, FedAT (no numbers in the abstract)",
         ours=ours, agrees=agrees, scenario=[rel(HERE / "base.yaml"), rel(HERE / "sweep.yaml")],
         notes=notes, seeds=seeds, values=json.loads(json.dumps(values, default=float)), details=details, order=60)

@@ -1,7 +1,7 @@
 """FedProx vs FedAvg under systems heterogeneity: +22 % absolute test accuracy on average (Li et al., MLSys 2020).
 
 Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, "Federated Optimization in Heterogeneous Networks",
-MLSys 2020, arXiv 1812.06127 (ALGORITHMS.md §5.5): "in highly heterogeneous settings, FedProx
+MLSys 2020, arXiv 1812.06127 (docs/explanation/algorithms.md §5.5): "in highly heterogeneous settings, FedProx
 demonstrates significantly more stable and accurate convergence behavior relative to FedAvg —
 improving absolute test accuracy by 22 % on average". Setting (paper §5.1-5.2, reference scripts
 litian96/FedProx): 30 devices of Synthetic(α, β), multinomial logistic regression, 10 devices per

@@ -3,7 +3,7 @@
 Liu, Zhang, Song, Letaief, "Client-Edge-Cloud Hierarchical Federated Learning", ICC 2020
 (arXiv 1905.06641), abstract: "by introducing the intermediate edge servers, the model training time
 and the energy consumption of the end devices can be simultaneously reduced compared to cloud-based
-Federated Learning" (ALGORITHMS.md §5.2, §7). Setting: hierfavg.yaml and hierfavg_sweep.yaml (every
+Federated Learning" (docs/explanation/algorithms.md §5.2, §7). Setting: hierfavg.yaml and hierfavg_sweep.yaml (every
 setting cited there, our own choices tagged [D]). No hyper-parameter is tuned: lr, batch, kappa1/kappa2
 are the official repo's reference run; the target (0.7) was picked from one run on seed 100, which
 is not evaluated (seeds 1-3 are).
@@ -147,7 +147,7 @@ not measured on an idle machine."""
     result = ClaimResult(
         id="hierfavg",
         claim="HierFAVG: lower training time and lower end-device energy to a target accuracy than cloud-based FL",
-        source="Liu et al., ICC 2020 (arXiv 1905.06641), abstract; ALGORITHMS.md §5.2, §7",
+        source="Liu et al., ICC 2020 (arXiv 1905.06641), abstract; docs/explanation/algorithms.md §5.2, §7",
         paper="time and device energy both reduced vs cloud-based FL (qualitative; numbers not retrieved)",
         ours=f"cloud FL / HierFAVG (κ1=60, κ2=1) to acc {TARGET}: time {fmt(t_ratio, 2, '×')}, "
              f"device energy {fmt(e_ratio, 2, '×')}",

@@ -1,6 +1,6 @@
 """FedCH re-clustering and churn: tear down and rebuild the clusters; lost and returning leaders.
 
-Z. Wang et al., IEEE TMC 22(7), 2023 (DCFL re-clustering, ALGORITHMS.md §2.5): at re-clustering
+Z. Wang et al., IEEE TMC 22(7), 2023 (DCFL re-clustering, docs/explanation/algorithms.md §2.5): at re-clustering
 time every open round is withdrawn and the clusters are rebuilt from the world as it is now; a
 device leader found offline stalls its cluster until it is back or, with
 ``on_leader_lost: recluster``, makes the cloud re-cluster at once. :class:`Reclustering` works on

@@ -1,6 +1,6 @@
 """FedCH's config model (``protocol: {name: fedch, ...}``) and its load-time cross-checks.
 
-Every [B]/[D] detail of ALGORITHMS.md §2 is a key here with the default given there; the protocol
+Every [B]/[D] detail of docs/explanation/algorithms.md §2 is a key here with the default given there; the protocol
 itself is :class:`hierfl.protocols.fedch.protocol.FedCH`.
 """
 
@@ -63,7 +63,7 @@ class FedCHConfig(ProtocolConfig):
                                   "(§2.1); any staleness function of the library is accepted")
     alpha_init: Literal["one_minus", "fraction"] = Field(
         default="one_minus", description="α = 1 − (K−1)/N [V: conference], or the (K−1)/N reading")
-    recluster: RECLUSTER.union() = NeverRecluster()  # type: ignore[valid-type]
+    recluster: RECLUSTER.union() = Field(default=NeverRecluster(), description="when the cloud rebuilds the clusters: never, periodic, adaptive")  # type: ignore[valid-type]
     recompute_k: bool = Field(default=False, description="recompute K* at every re-clustering [D]")
     leader_trains: bool = Field(default=True, description="a device leader trains as a member too [D]")
     fraction: float = Field(

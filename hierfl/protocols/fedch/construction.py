@@ -1,4 +1,4 @@
-"""FedCH cluster construction: measure the world now, choose K, build balanced clusters (ALGORITHMS.md §2.3–2.4).
+"""FedCH cluster construction: measure the world now, choose K, build balanced clusters (docs/explanation/algorithms.md §2.3–2.4).
 
 Z. Wang et al., "Accelerating Federated Learning with Cluster Construction and Hierarchical
 Aggregation", IEEE TMC 22(7), 2023. The math is in :mod:`hierfl.core.fedch_clusters`; a

@@ -1,6 +1,6 @@
 """FedCH (edge-server leaders) under edge-server and cloud faults (``edge_fail`` / ``cloud_fail``).
 
-Semantics (README, "Edge-server and cloud faults"), all [D]:
+Semantics (the edge_fail and cloud_fail event kinds in docs/reference), all [D]:
 
 * an edge server fails: its cluster's round is withdrawn (the member models that reached it and
   those on their way are lost, the jobs training for it are withdrawn and their compute counted

@@ -1,6 +1,6 @@
 """FedCH's protocol object: synchronous cluster rounds under a straggler policy, an asynchronous cloud.
 
-Z. Wang et al., IEEE TMC 22(7):3805–3822, 2023, ALGORITHMS.md §2.5 (see :mod:`hierfl.protocols.fedch`).
+Z. Wang et al., IEEE TMC 22(7):3805–3822, 2023, docs/explanation/algorithms.md §2.5 (see :mod:`hierfl.protocols.fedch`).
 One cluster round, as this module runs it::
 
     cloud --LeaderDownload--> leader            on_leader_download_done → begin_round
@@ -298,7 +298,7 @@ class FedCH(Protocol):
         st = self.st
         up = st.cluster_models.pop((msg.gen, msg.cluster, msg.round))
         if msg.gen != st.generation:
-            # uploaded by a cluster of an older construction: discarded (ALGORITHMS.md §2.5 [D])
+            # uploaded by a cluster of an older construction: discarded (docs/explanation/algorithms.md §2.5 [D])
             self.env.tier("cloud").drop(up.cid, st.version - up.version)
             return
         if not st.arrived:
