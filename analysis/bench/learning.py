@@ -127,27 +127,28 @@ def e2e(rounds: int, device: str, threads: int) -> list[dict[str, Any]]:
     import tempfile
 
     from hierfl.driver.run import run_scenario
-    from hierfl.scenario.loader import validate_scenario
+    from hierfl.scenario.loader import validate_raw
 
     out = []
     for fast in (False, True):
         raw = {
             "name": "pfl_cifar10_shape",
             "seed": 1,
-            "data": {"dataset": {"name": "synthetic_images", "input_shape": [3, 32, 32], "num_classes": 10,
-                                 "train_samples": 50_000, "test_samples": 10_000},
-                     "partition": {"name": "iid", "samples_per_device": 50}},
+            # CIFAR-shaped synthetic data: 1,000 devices x 50 samples (IID), 10,000 test samples
+            "data": {"dataset": {"name": "blobs", "shape": [3, 32, 32], "num_classes": 10,
+                                 "num_samples": 50_000, "test_samples": 10_000},
+                     "partition": {"name": "iid"}},
             "model": {"name": "cnn"},
             "devices": {"count": 1000, "speed_sps": 100, "uplink_mbps": 10, "downlink_mbps": 50, "latency_ms": 20},
             "topology": {"edge_servers": 0},
-            "protocol": {"name": "fedavg", "clients_per_round": 50},
+            "protocol": {"name": "fedavg", "fraction": 0.05},  # 50 of 1,000 per round
             "training": {"batch_size": 10, "epochs": 1, "lr": 0.1},
-            "evaluation": {"every_rounds": rounds},
-            "stop": {"cloud_rounds": rounds},
+            "evaluation": {"every_s": None},  # at start and end only
+            "stop": {"rounds": rounds},
             "runtime": {"executor": "local", "torch_threads": threads, "fast_path": fast, "device": device,
                         "checkpoint": {"enabled": False}},
         }
-        scenario = validate_scenario(raw)
+        scenario = validate_raw(raw)
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             run_scenario(scenario, tmp)

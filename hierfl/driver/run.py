@@ -76,7 +76,7 @@ def start_and_build(scenario: Scenario, source: str | None = None) -> tuple[Exec
     released.
     """
     rt = scenario.runtime
-    start = start_executor(rt.executor, rt.workers, rt.address)
+    start = start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
     try:
         built, start.marks["data_built"] = _build_timed(scenario, source, start)
     except BaseException:
@@ -157,9 +157,9 @@ def _run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
     return RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
                    built.dataset.y_test, built.init_params,
                    (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
-                    rt.fast_path),
+                    rt.fast_path, rt.device),
                    built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn),
-                   eval_sets=tuple(built.eval_sets))
+                   eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host)
 
 
 def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source: str | None,
@@ -179,7 +179,7 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
             except BaseException:
                 start.close()
                 raise
-    start = start or start_executor(rt.executor, rt.workers, rt.address)
+    start = start or start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
     executor: Executor | None = None
     trace_devices = scenario.output.trace_devices(built.world.num_devices, scenario.seed)
     bounds = {"list_limit": scenario.output.list_limit, "counter_s": scenario.output.counter_s(trace_devices)}
@@ -253,7 +253,7 @@ def _execute(scenario: Scenario, out: Path, progress: ProgressFn | None, source:
                                    **bounds)
                 tel.write_devices(world, built.availability_labels, [len(w) for w in dyn.windows])
                 try:
-                    start = start_executor(rt.executor, rt.workers, rt.address)
+                    start = start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
                     executor = start.executor(_run_data(scenario, built, dyn))
                 except Exception as err:
                     raise RunError(f"runtime: cannot restart the {rt.executor} executor "

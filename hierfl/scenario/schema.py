@@ -324,6 +324,13 @@ class RuntimeConfig(ConfigModel):
         default=False, description="train a host's logreg/MLP jobs in groups on stacked parameters (12-15x faster "
                                    "for small models); numbers differ from the default path in the last bits "
                                    "(~6e-8) but stay identical across executors and worker counts")
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        default="cpu", description="torch device of batched training (runtime.fast_path) and evaluation: cpu, cuda, "
+                                   "or auto (cuda where torch.cuda.is_available(), else cpu); emulated times never "
+                                   "depend on it, the numbers agree within float tolerance")
+    gpus_per_host: NonNegativeFloat = Field(
+        default=0.0, description="Ray executor: GPUs reserved by each device host actor (fractions share a GPU); "
+                                 "0 = none")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="resumable checkpoints (hierfl resume) and recovery")
 
