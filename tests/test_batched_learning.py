@@ -187,6 +187,14 @@ def test_host_group_of_unequal_devices_is_close_to_train():
     assert chain.batched is not None and chain.vmapped is None
 
 
+def test_gpus_per_host_is_ignored_by_the_local_executor():
+    from hierfl.runtime.start import ExecutorStart, start_executor
+
+    start = start_executor("local", gpus_per_host=0.5)
+    assert type(start) is ExecutorStart
+    start.close()
+
+
 def test_device_setting():
     assert resolve_device("cpu") == "cpu"
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -216,10 +224,24 @@ def test_cuda_without_cuda_is_a_load_time_error(tmp_path):
 def test_cuda_is_close_to_single_job(cfg, shape, classes):
     spec = SPECS["momentum-wd"]
     trainer, x, y, rows, params, _ = _group(cfg, shape, classes, spec)
-    out = np.empty((len(SIZES), trainer.num_params), dtype=np.float32)
-    VmapTrainer(trainer, "cuda").train_group(params, x, y, rows, spec, SEEDS, out)
+    outs = []
+    for _ in range(2):
+        out = np.empty((len(SIZES), trainer.num_params), dtype=np.float32)
+        VmapTrainer(trainer, "cuda").train_group(params, x, y, rows, spec, SEEDS, out)
+        outs.append(out)
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))  # run to run, same GPU
     for k in range(len(SIZES)):
-        assert np.abs(out[k] - trainer.train(params[k], x, y, spec, SEEDS[k], rows=rows[k])[0]).max() <= TOL
+        assert np.abs(outs[0][k] - trainer.train(params[k], x, y, spec, SEEDS[k], rows=rows[k])[0]).max() <= TOL
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_evaluation_is_close_to_cpu():
+    cfg, shape, classes = CNNConfig(channels=(4, 8), hidden=32), (1, 8, 8), 10
+    x, y, _ = _data(shape, classes, False, n=5000)
+    p0 = init_params(cfg, shape, classes, 2)
+    acc_c, loss_c = LocalTrainer(cfg, shape, classes).evaluate(p0, x, y)
+    acc_g, loss_g = LocalTrainer(cfg, shape, classes, device="cuda").evaluate(p0, x, y)
+    assert abs(acc_c - acc_g) <= 2 / len(y) and loss_g == pytest.approx(loss_c, abs=1e-5)
 
 
 def _timeline(run_dir: Path) -> list[dict]:

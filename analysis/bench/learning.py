@@ -153,8 +153,12 @@ def e2e(rounds: int, device: str, threads: int) -> list[dict[str, Any]]:
             t0 = time.perf_counter()
             run_scenario(scenario, tmp)
             wall = time.perf_counter() - t0
+            events = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+        # training rounds only: from the first evaluation's end to the last event before the final one
+        evals = [k for k, e in enumerate(events) if e.get("event") == "eval"]
+        first, last = events[evals[0]]["wall_s"], events[evals[-1] - 1]["wall_s"]
         out.append({"mode": "e2e", "fast_path": fast, "device": device if fast else "cpu", "rounds": rounds,
-                    "wall_s": wall, "s_per_round": wall / rounds})
+                    "wall_s": wall, "train_s": last - first, "s_per_round": (last - first) / rounds})
     return out
 
 
@@ -183,7 +187,8 @@ def main() -> None:
         rows = e2e(args.rounds, args.device, args.threads)
         for r in rows:
             print(f"e2e fast_path={r['fast_path']!s:5} device={r['device']:4} rounds={r['rounds']} "
-                  f"wall={r['wall_s']:.1f}s  {r['s_per_round']:.2f} s/round")
+                  f"run wall={r['wall_s']:.1f}s (build, 2 evaluations included)  rounds: {r['train_s']:.1f}s, "
+                  f"{r['s_per_round']:.2f} s/round")
     else:
         print(f"{'model':7} {'path':10} {'K':>4} {'S':>3} {'B':>3} {'steps/s':>10} {'x seq':>7} {'max|diff|':>10}")
         for name in args.models.split(","):
