@@ -171,7 +171,7 @@ class VmapTrainer:
         # LSTM: the fused kernels (mkldnn / cuDNN) have no vmap batching rule, the composite does
         self._has_rnn = any(isinstance(m, torch.nn.RNNBase) for m in self.module.modules())
         self._grad_fn = self._make_grad_fn()
-        self._x_cache: tuple[Any, Any, Any] | None = None  # (x array, its device tensor, labels)
+        self._x_cache: tuple[Any, Any, Any, Any] | None = None  # (x, y, their device tensors)
 
     def _make_grad_fn(self) -> Any:
         import torch.nn.functional as F
@@ -209,11 +209,11 @@ class VmapTrainer:
             raise ValueError(f"samples have {x2d.shape[1]} features, model expects {self.in_features}")
         if self.device == "cpu":
             return x2d, np.asarray(y)
-        if self._x_cache is None or self._x_cache[0] is not x:
+        if self._x_cache is None or self._x_cache[0] is not x or self._x_cache[1] is not y:
             xt = torch.from_numpy(np.ascontiguousarray(x2d, dtype=np.float32)).to(self.device)
             yt = torch.from_numpy(np.asarray(y).astype(np.int64)).to(self.device)
-            self._x_cache = (x, xt, yt)
-        return self._x_cache[1], self._x_cache[2]
+            self._x_cache = (x, y, xt, yt)
+        return self._x_cache[2], self._x_cache[3]
 
     def train_group(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray, rows: list[np.ndarray],
                     spec: TrainSpec, seeds: list[int], out: np.ndarray,
