@@ -39,11 +39,15 @@ class ExecutorConfig(ConfigModel):
         """Start the executor for one run (``data``: its :class:`~hierfl.runtime.executor.RunData`)."""
         raise NotImplementedError
 
-    def start(self, workers: int | str = "auto", address: str | None = None) -> Any:
+    def start(self, workers: int | str = "auto", address: str | None = None, **options: Any) -> Any:
         """Begin this executor's start-up before the run's data exists (an
         :class:`~hierfl.runtime.start.ExecutorStart`). The default begins nothing early: the
-        executor is made when the data is handed over."""
-        return self._implementation(self.start_implementation)(self.name, workers, address)  # type: ignore[attr-defined]
+        executor is made when the data is handed over. ``options``: executor-specific start
+        options (the Ray executor's ``gpus_per_host``); an executor without them ignores them."""
+        cls = self._implementation(self.start_implementation)
+        if options and self.start_implementation == ExecutorConfig.start_implementation:
+            options = {}
+        return cls(self.name, workers, address, **options)  # type: ignore[attr-defined]
 
 
 @EXECUTORS.register

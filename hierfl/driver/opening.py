@@ -48,7 +48,7 @@ def start_and_build(scenario: Scenario, source: str | None = None) -> tuple[Exec
     released.
     """
     rt = scenario.runtime
-    start = start_executor(rt.executor, rt.workers, rt.address)
+    start = start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
     return start, build_timed(scenario, source, start)
 
 
@@ -70,9 +70,9 @@ def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
     return RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
                    built.dataset.y_test, built.init_params,
                    (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
-                    rt.fast_path),
+                    rt.fast_path, rt.device),
                    built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn),
-                   eval_sets=tuple(built.eval_sets))
+                   eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host)
 
 
 def share_dataset(built: Built, executor: Executor) -> None:

@@ -95,7 +95,7 @@ class RunSession:
         sc, rt = self.scenario, self.scenario.runtime
         if built is None:
             start, built = start_and_build(sc, self.source) if start is None else (start, build_timed(sc, self.source, start))
-        self.built, self.start = built, start or start_executor(rt.executor, rt.workers, rt.address)
+        self.built, self.start = built, start or start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
         self.dyn = built.dynamics or Dynamics.static(built.world.num_devices)
         self.trace_devices = sc.output.trace_devices(built.world.num_devices, sc.seed)
         if self.resume is None:
@@ -193,7 +193,7 @@ class RunSession:
         old_tel.close()
         self.tel = self._telemetry(ckpt.latest.offsets)
         try:
-            self.start = start_executor(rt.executor, rt.workers, rt.address)
+            self.start = start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
             self.executor = self.start.executor(run_data(self.scenario, self.built, self.dyn))
         except Exception as err:
             raise RunError(f"runtime: cannot restart the {rt.executor} executor "

@@ -1,4 +1,4 @@
-"""Opt-in fast path (``runtime.fast_path``): several local jobs of one ``logreg``/``mlp`` trained together.
+"""Opt-in fast path (``runtime.fast_path``): several local jobs of one ``logreg``/``mlp`` trained together on CPU.
 
 Jobs of the same specification on the same number of samples take the same steps with the same
 batch sizes, so they can run in lockstep: their parameters are stacked into one ``(K, P)``
@@ -12,8 +12,10 @@ one-job-at-a-time path in the last bits, and may differ with the group a job is 
 
 Determinism therefore rests on the groups: they are decided by the executors from the driver's
 sequence of calls only (:mod:`hierfl.runtime.executor`), never by hosts, workers or timing, and
-a group is always trained whole by one host, in order. SCAFFOLD jobs (per-device state) and
-models other than Linear/ReLU chains are never grouped.
+a group is always trained whole by one host, in order. SCAFFOLD jobs (per-device state) are never
+grouped. The host trains a group of any other model (and of any model on CUDA) with
+:class:`hierfl.learn.vmapped.VmapTrainer`; Linear/ReLU chains on CPU use this trainer, which is
+faster there (``analysis/bench/learning.py``).
 """
 
 from __future__ import annotations

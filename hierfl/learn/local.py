@@ -143,7 +143,8 @@ class LocalTrainer:
         ``(name, shape)`` per parameter, in vector order.
     """
 
-    def __init__(self, model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, torch_threads: int = 1) -> None:
+    def __init__(self, model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, torch_threads: int = 1,
+                 device: str = "cpu") -> None:
         import torch
 
         if torch_threads < 1:
@@ -166,6 +167,9 @@ class LocalTrainer:
         # Linear/ReLU chains (both bit-identical to torch.optim.SGD and autograd).
         self._sgd = ExactSGD(self._params, self._flat)
         self._chain = LinearChain.of(self.module)
+        # evaluation's torch device ("cpu" or "cuda"; training one job at a time is always on CPU)
+        self.device = str(device)
+        self._eval_module: torch.nn.Module | None = None  # the model on self.device (made on first use)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -309,25 +313,50 @@ class LocalTrainer:
             result = out
         return result, {"loss": loss_sum / steps, "steps": steps, "samples": samples}
 
-    def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch_size: int = 4096) -> tuple[float, float]:
-        """``(accuracy, mean cross-entropy loss)`` of the model with ``params`` on ``(x, y)``."""
+    def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch_size: int | None = None) -> tuple[float, float]:
+        """``(accuracy, mean cross-entropy loss)`` of the model with ``params`` on ``(x, y)``.
+
+        Large batches (``batch_size``; default 4096 on CPU, 16384 on CUDA) under
+        ``torch.inference_mode``, with the trainer's thread count, on the trainer's ``device``
+        (CUDA: the parameters are copied to a model on the GPU; the loss sum and the count of
+        correct predictions are read back once).
+        """
         import torch
         import torch.nn.functional as F
 
+        if batch_size is None:
+            batch_size = 4096 if self.device == "cpu" else 16384
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         x2d, y = self._check_data(x, y)
         self._load(params)
         n = x2d.shape[0]
         module = self.module
+        if self.device != "cpu":
+            if self._eval_module is None:
+                self._eval_module = self.model_cfg.build(self.input_shape, self.num_classes).to(self.device)
+            module = self._eval_module
+            with torch.no_grad():
+                torch.nn.utils.vector_to_parameters(self._flat.to(self.device), list(module.parameters()))
         module.eval()
         loss_sum = 0.0
         correct = 0
         with torch.inference_mode():
-            for start in range(0, n, batch_size):
-                xb = torch.from_numpy(np.array(x2d[start : start + batch_size], dtype=np.float32))
-                yb = torch.from_numpy(np.array(y[start : start + batch_size], dtype=np.int64))
-                logits = module(xb)
-                loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
-                correct += int((logits.argmax(dim=1) == yb).sum().item())
+            if self.device == "cpu":
+                for start in range(0, n, batch_size):
+                    xb = torch.from_numpy(np.array(x2d[start : start + batch_size], dtype=np.float32))
+                    yb = torch.from_numpy(np.array(y[start : start + batch_size], dtype=np.int64))
+                    logits = module(xb)
+                    loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
+                    correct += int((logits.argmax(dim=1) == yb).sum().item())
+            else:
+                loss_t = torch.zeros((), dtype=torch.float64, device=self.device)
+                correct_t = torch.zeros((), dtype=torch.int64, device=self.device)
+                for start in range(0, n, batch_size):
+                    xb = torch.from_numpy(np.array(x2d[start : start + batch_size], dtype=np.float32)).to(self.device)
+                    yb = torch.from_numpy(np.array(y[start : start + batch_size], dtype=np.int64)).to(self.device)
+                    logits = module(xb)
+                    loss_t += F.cross_entropy(logits, yb, reduction="sum").double()
+                    correct_t += (logits.argmax(dim=1) == yb).sum()
+                loss_sum, correct = float(loss_t.item()), int(correct_t.item())
         return correct / n, loss_sum / n

@@ -124,6 +124,30 @@ class Personaliser:
         update = new_theta if new_alpha is None else np.concatenate([new_theta, new_alpha])
         return update.astype(np.float32, copy=False), stats, new_state
 
+    def train_group(self, devices: list[int], params: list[np.ndarray], x: np.ndarray, y: np.ndarray,
+                    rows: list[np.ndarray], spec: TrainSpec, seeds: list[int], states: list[np.ndarray | None],
+                    batched: Any) -> list[tuple[np.ndarray, dict[str, float], np.ndarray]]:
+        """Several split-layer jobs (FedPer, LG-FedAvg, FedAvgMeta's training) trained together by
+        ``batched`` (a :class:`~hierfl.learn.vmapped.VmapTrainer`): each job is :meth:`train`'s —
+        start from the global θ with the device's local layers put in, train every layer, send the
+        global part (local layers zeroed), keep the local part — within float tolerance.
+        Meta-learning jobs (``fedmeta``) are trained one at a time (:meth:`train`)."""
+        if self.spec.meta:
+            raise ValueError("meta-learning jobs (support/query steps) are trained one at a time")
+        for p in params:
+            if np.shape(p) != (self.width,):
+                raise ValueError(f"expected a global vector of {self.width}, got {np.shape(p)}")
+        thetas = [self.start_theta(np.asarray(p), s) for p, s in zip(params, states)]
+        out = np.empty((len(thetas), self.num_params), dtype=np.float32)
+        stats = batched.train_group(thetas, x, y, rows, spec, seeds, out)
+        results = []
+        for k in range(len(thetas)):
+            new_theta = out[k].copy()
+            new_state = new_theta[self.mask].copy()
+            new_theta[self.mask] = 0.0  # the local layers never leave the device
+            results.append((new_theta, stats[k], new_state))
+        return results
+
     def _tensors(self, flat: np.ndarray, grad: bool) -> list[torch.Tensor]:
         import torch
 

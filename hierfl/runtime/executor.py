@@ -39,6 +39,7 @@ class RunData:
     robust: Any = None  # hierfl.learn.robust.RobustSetup: robust rules / attacks on (None: plain averaging)
     # per-device evaluation sets (device, training rows, held-out rows or None): see Built.eval_sets
     eval_sets: tuple[tuple[int, np.ndarray, np.ndarray | None], ...] = ()
+    gpus_per_host: float = 0.0  # runtime.gpus_per_host: GPUs reserved by each Ray device host actor
 
 
 class Executor:

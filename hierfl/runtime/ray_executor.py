@@ -243,8 +243,11 @@ class RayStart(ExecutorStart):
     kind = "ray"
 
     def __init__(self, kind: str = "ray", workers: int | str = "auto", address: str | None = None,
-                 cloud: str = "auto") -> None:
+                 cloud: str = "auto", gpus_per_host: float = 0.0) -> None:
         super().__init__(kind)
+        if gpus_per_host < 0:
+            raise ValueError(f"gpus_per_host must be >= 0, got {gpus_per_host}")
+        self.gpus_per_host = float(gpus_per_host)  # runtime.gpus_per_host: each host actor's num_gpus
         self.owns_ray = False
         self.client = bool(address and "://" in address)  # a Ray client: the object store is remote
         if cloud not in ("auto", "driver", "actor"):
@@ -278,7 +281,8 @@ class RayStart(ExecutorStart):
         # the initial model: model_call); the others import it with their set-up, after the data's
         # put, the run's memory peak, which they would raise by about 0.14 GB each (scale, goal
         # (c)). On a cluster a host's import may overlap the driver's build as before.
-        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD").remote(
+        gpus = {"num_gpus": self.gpus_per_host} if self.gpus_per_host > 0 else {}
+        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
             h == 0 or not self.owns_ray) for h in range(self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
                       else RayCloud.options(num_cpus=0).remote())
@@ -375,7 +379,7 @@ class RayExecutor(Executor):
 
     def __init__(self, data: RunData, workers: int | str = "auto", address: str | None = None,
                  start: RayStart | None = None) -> None:
-        self._start = (start or RayStart("ray", workers, address)).check()
+        self._start = (start or RayStart("ray", workers, address, gpus_per_host=data.gpus_per_host)).check()
         _RAY_MESSAGES["muted"] = False
         _filter_ray_messages()
         self.workers = self._start.workers

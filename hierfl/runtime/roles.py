@@ -19,26 +19,35 @@ from hierfl.core.scaffold import correction, option2_control
 from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
+from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
 from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
-           "delta_packed", "fast_path_of", "NONFINITE", "flag_nonfinite"]
+           "delta_packed", "device_of", "fast_path_of", "NONFINITE", "flag_nonfinite"]
 
 ModelSpec = tuple[Any, ...]
-"""(model config, input shape, number of classes, torch threads[, fast path]).
+"""(model config, input shape, number of classes, torch threads[, fast path[, device]]).
 
 The optional fifth element (``runtime.fast_path``, default ``False``) turns on the opt-in batched
-fast path (:mod:`hierfl.learn.batched`): executors group jobs and hosts train a group's
-``logreg``/``mlp`` jobs together; the numbers then differ from the one-job-at-a-time path.
+fast path: executors group jobs and hosts train a group's jobs together (``logreg``/``mlp`` on CPU:
+:mod:`hierfl.learn.batched`; every other model, and every model on CUDA: :mod:`hierfl.learn.vmapped`);
+the numbers then differ from the one-job-at-a-time path within float tolerance. The optional sixth
+(``runtime.device``: ``cpu``, ``cuda`` or ``auto``, default ``cpu``) is the torch device of batched
+training and evaluation, resolved in each host's own process.
 """
 
 
 def fast_path_of(model: ModelSpec) -> bool:
     """Whether a :data:`ModelSpec` turns the batched fast path on (its optional fifth element)."""
     return bool(model[4]) if len(model) > 4 else False
+
+
+def device_of(model: ModelSpec) -> str:
+    """The :data:`ModelSpec`'s ``runtime.device`` (its optional sixth element; ``cpu`` without one)."""
+    return str(model[5]) if len(model) > 5 and model[5] else "cpu"
 
 
 NONFINITE = "nonfinite"
@@ -240,13 +249,23 @@ class DeviceHost:
         self.y = y_train
         self.parts = parts
         self.eval_sets = list(eval_sets or [])
-        self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads)
+        self.device = resolve_device(device_of(model))
+        self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
+                                    device=self.device)
         self.controls: dict[int, np.ndarray] = {}
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
-        # opt-in fast path: groups of logreg/mlp jobs trained together (None: every job alone)
-        self.batched = BatchedTrainer.of(self.trainer) if fast_path_of(model) else None
+        # opt-in fast path: groups of jobs trained together (None: every job alone). Linear/ReLU
+        # chains on CPU: the hand-written group trainer (faster there than vmap); every other model,
+        # and every model on CUDA: torch.func's vmap (refuses batch norm, dropout, buffers)
+        self.batched: BatchedTrainer | None = None
+        self.vmapped: VmapTrainer | None = None
+        if fast_path_of(model):
+            if self.device == "cpu":
+                self.batched = BatchedTrainer.of(self.trainer)
+            if self.batched is None:
+                self.vmapped = VmapTrainer(self.trainer, self.device)
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
@@ -403,28 +422,36 @@ class DeviceHost:
                     params: list[np.ndarray]) -> tuple[np.ndarray, list[dict[str, float]]]:
         """The jobs of one fast-path group (formed by the executor; see :mod:`hierfl.learn.batched`).
 
-        The group is cut into sub-groups of devices with the same sample count (in order of first
-        appearance), which run in lockstep; a job alone in its sub-group, any job without the fast
-        path or of a model that is not a Linear/ReLU chain is exactly :meth:`train`. Returns the
-        results as rows of one array, in job order, and each job's stats.
+        Linear/ReLU chains on CPU (:class:`BatchedTrainer`): the group is cut into sub-groups of
+        devices with the same sample count (in order of first appearance), which run in lockstep.
+        Other models, and every model on CUDA (:class:`VmapTrainer`): the whole group runs in
+        lockstep, unequal sample counts padded and masked. On CPU a job alone in its (sub-)group,
+        and without the fast path every job, is exactly :meth:`train`. Returns the results as rows
+        of one array, in job order, and each job's stats.
         """
         out = np.empty((len(devices), self.trainer.num_params), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
-        if self.batched is None or spec.control_variates or spec.attack is not None:
+        if (self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None:
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
             return out, stats
-        by_size: dict[int, list[int]] = {}
-        for k, device in enumerate(devices):
-            by_size.setdefault(int(self.parts[device].size), []).append(k)
-        for ks in by_size.values():
-            if len(ks) == 1:
+        subgroups: list[list[int]]
+        if self.batched is not None:
+            by_size: dict[int, list[int]] = {}
+            for k, device in enumerate(devices):
+                by_size.setdefault(int(self.parts[device].size), []).append(k)
+            subgroups = list(by_size.values())
+        else:
+            subgroups = [list(range(len(devices)))]
+        for ks in subgroups:
+            if len(ks) == 1 and self.device == "cpu":
                 k = ks[0]
                 _, stats[k] = self.train(devices[k], seeds[k], spec, params[k], out=out[k])
                 continue
             rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
-            st = self.batched.train_group([params[k] for k in ks], self.x, self.y,
-                                          [self.parts[devices[k]] for k in ks], spec, [seeds[k] for k in ks], rows)
+            trainer: Any = self.batched if self.batched is not None else self.vmapped
+            st = trainer.train_group([params[k] for k in ks], self.x, self.y,
+                                     [self.parts[devices[k]] for k in ks], spec, [seeds[k] for k in ks], rows)
             out[ks] = rows
             for j, (k, one) in enumerate(zip(ks, st)):
                 stats[k] = flag_nonfinite(rows[j], one)
@@ -454,7 +481,7 @@ class DeviceHost:
                           momentum=spec.momentum, weight_decay=spec.weight_decay)
         params = np.asarray(params)[: self.trainer.num_params]  # Meta-SGD's [θ; α]: θ
         self.train(0, 0, short, params)
-        if self.batched is not None:  # the batched kernels' first call, too
+        if self.batched is not None or self.vmapped is not None:  # the batched kernels' first call, too
             self.train_group([0, 0], [0, 1], short, [params, params])
         return True
 
@@ -565,7 +592,7 @@ class Cloud:
         self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
         self.x_test = x_test
         self.y_test = y_test
-        self._model_spec = (model_cfg, tuple(input_shape), num_classes, threads)
+        self._model_spec = (model_cfg, tuple(input_shape), num_classes, threads, device_of(model))
         self._trainer: LocalTrainer | None = None
 
     @property
@@ -573,8 +600,9 @@ class Cloud:
         """The evaluator, made on first use: aggregation is numpy only, so a cloud that never evaluates
         (the Ray executor evaluates on a host) never imports torch (about 0.2 GB and 1.6 CPU s less)."""
         if self._trainer is None:
-            model_cfg, input_shape, num_classes, threads = self._model_spec
-            self._trainer = LocalTrainer(model_cfg, input_shape, num_classes, torch_threads=threads)
+            model_cfg, input_shape, num_classes, threads, device = self._model_spec
+            self._trainer = LocalTrainer(model_cfg, input_shape, num_classes, torch_threads=threads,
+                                         device=resolve_device(device))
         return self._trainer
 
     def add(self, weight: float, vector: np.ndarray, control_coef: float | None = None, tag: Any = None) -> None:

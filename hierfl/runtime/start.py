@@ -57,7 +57,8 @@ class ExecutorStart:
         """Own the cluster (``close`` shuts it down) if ``owned``: what another start's :meth:`hand_over` gave up."""
 
 
-def start_executor(kind: str, workers: int | str = "auto", address: str | None = None) -> ExecutorStart:
+def start_executor(kind: str, workers: int | str = "auto", address: str | None = None,
+                   gpus_per_host: float = 0.0) -> ExecutorStart:
     """Begin starting the executor named by ``runtime.executor`` (a plug-in of
     :data:`hierfl.executors.EXECUTORS`); returns without waiting. An unknown name raises
     ``ValueError`` listing the allowed ones."""
@@ -65,6 +66,8 @@ def start_executor(kind: str, workers: int | str = "auto", address: str | None =
         config = EXECUTORS.get(kind)(name=kind)
     except KeyError as exc:
         raise ValueError(exc.args[0]) from None
+    if gpus_per_host:  # only the Ray executor places hosts on GPUs
+        return config.start(workers=workers, address=address, gpus_per_host=gpus_per_host)  # type: ignore[no-any-return]
     return config.start(workers=workers, address=address)  # type: ignore[no-any-return]
 
 

@@ -99,7 +99,26 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
                                                     scenario.protocol.name))
     problems.extend(_robust_checks(scenario))
     problems.extend(_energy_checks(scenario))
+    problems.extend(_runtime_checks(scenario))
     return problems
+
+
+def _cuda_available() -> bool:
+    """``torch.cuda.is_available()`` (torch is imported only for ``runtime.device: cuda``)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _runtime_checks(scenario: Scenario) -> list[Problem]:
+    rt = scenario.runtime
+    if rt.device == "cuda" and not _cuda_available():
+        return [Problem("runtime.device", "CUDA is not available on this machine (torch.cuda.is_available() is "
+                        "false); allowed: cpu, cuda (where CUDA is available), auto (cuda if available, else cpu)",
+                        rt.device)]
+    return []
 
 
 def _robust_checks(scenario: Scenario) -> list[Problem]:

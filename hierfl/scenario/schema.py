@@ -313,7 +313,9 @@ class CheckpointConfig(ConfigModel):
 
 
 class RuntimeConfig(ConfigModel):
-    """Where the emulation runs. Results do not depend on these settings, except ``fast_path`` (opt-in)."""
+    """Where the emulation runs. Results do not depend on these settings, except ``fast_path`` (opt-in) and
+    ``device``, whose numbers agree with the default path's within float tolerance; emulated times, event
+    order and counters never depend on any of them (docs/how-to/batched-learning.md)."""
 
     executor: EXECUTORS.name_field() = Field(  # type: ignore[valid-type]
         default="ray", description="a registered executor (hierfl.executors): ray, local")
@@ -321,9 +323,17 @@ class RuntimeConfig(ConfigModel):
     address: str | None = Field(default=None, description="an existing Ray cluster, e.g. 'auto' or 'ray://host:10001'")
     torch_threads: PositiveInt = Field(default=1, description="torch threads per training job")
     fast_path: bool = Field(
-        default=False, description="train a host's logreg/MLP jobs in groups on stacked parameters (12-15x faster "
-                                   "for small models); numbers differ from the default path in the last bits "
-                                   "(~6e-8) but stay identical across executors and worker counts")
+        default=False, description="train a host's jobs in groups on stacked parameters (logreg/MLP on CPU: "
+                                   "hand-written, 12-15x faster for small models; any model, and every model on "
+                                   "CUDA: torch.func vmap); numbers differ from the default path within float "
+                                   "tolerance but stay identical across executors and worker counts")
+    device: Literal["cpu", "cuda", "auto"] = Field(
+        default="cpu", description="torch device of batched training (runtime.fast_path) and evaluation: cpu, cuda, "
+                                   "or auto (cuda where torch.cuda.is_available(), else cpu); emulated times never "
+                                   "depend on it, the numbers agree within float tolerance")
+    gpus_per_host: NonNegativeFloat = Field(
+        default=0.0, description="Ray executor: GPUs reserved by each device host actor (fractions share a GPU); "
+                                 "0 = none")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="resumable checkpoints (hierfl resume) and recovery")
 

@@ -1,0 +1,312 @@
+"""Batched local training for any registered model: ``torch.func`` (``functional_call`` + ``grad`` + ``vmap``).
+
+A group of ``K`` jobs of one :class:`~hierfl.core.work.TrainSpec` runs in lockstep on stacked
+parameters: the ``K`` parameter vectors are the rows of one ``(K, P)`` tensor, every step computes
+the ``K`` jobs' gradients with one ``vmap(grad_and_value(loss))`` call over the stacked parameters
+and their own minibatches, and the SGD step is a few operations on the ``(K, P)`` tensor.
+
+Per job the semantics are those of :meth:`hierfl.learn.local.LocalTrainer.train`:
+
+* the same data order: each job's ``np.random.default_rng(seed)`` and
+  :func:`~hierfl.learn.local.index_blocks`, so job ``k``'s minibatches are those the single-job
+  path takes for the same (seed, device, job);
+* the same loss (cross-entropy, mean over the batch), the same number of steps and samples;
+* the same optimiser arithmetic, in the same order as :class:`~hierfl.learn.sgd.ExactSGD`:
+  proximal term ``g += ρ (w − w_start)``, SCAFFOLD's ``g += c − c_i`` (per job), weight decay
+  ``g ← g + wd·w``, momentum (``buf ← g`` on the first step, then ``buf ← m·buf + g``), ``w ← w − lr·g``.
+
+Jobs of unequal sample counts batch together: every step gathers a ``(K, B_max)`` block of sample
+indices, padded ones get weight 0 in the loss (a real sample of a batch of ``b`` gets ``1/b``,
+so the weighted sum is the batch mean) and a job that has taken all its steps stops updating (its
+rows are masked out of the step). The floating-point operations differ from the single-job path
+(batched kernels, a weighted sum instead of a mean), so results agree within float tolerance, not
+in every bit (the contract: ``docs/how-to/batched-learning.md``); run to run they are identical for
+the same device, thread count and groups.
+
+Models: any ``nn.Module`` whose forward is a pure function of its parameters and input. Modules
+with batch normalisation (running statistics: per-job buffers), dropout (random masks: the
+single-job path draws them from torch's global RNG) or any other buffer are refused with
+:class:`UnsupportedModel`. None of the registry's models (logreg, mlp, cnn, char_lstm) has one.
+
+Devices: ``cpu`` or ``cuda`` (see :func:`resolve_device`). On CUDA the host's samples are copied
+to the GPU once and gathered there; TF32 is turned off and cuDNN made deterministic, so a GPU run
+is repeatable and within the same tolerance of the CPU single-job path.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierfl.core.work import TrainSpec, effective_batch
+from hierfl.learn.local import index_blocks
+
+if TYPE_CHECKING:
+    import torch
+
+    from hierfl.learn.local import LocalTrainer
+
+__all__ = ["DEVICES", "UnsupportedModel", "VmapTrainer", "resolve_device", "step_plan"]
+
+DEVICES = ("cpu", "cuda", "auto")
+"""Allowed values of ``runtime.device``."""
+
+
+class UnsupportedModel(ValueError):
+    """A module the batched trainer cannot train as the single-job path does (batch norm, dropout, buffers)."""
+
+
+def resolve_device(device: str | None) -> str:
+    """``cpu`` or ``cuda``: ``auto`` is ``cuda`` where ``torch.cuda.is_available()``, else ``cpu``.
+
+    ``cuda`` where CUDA is not available raises ``ValueError`` (the scenario loader reports it first).
+    """
+    device = device or "cpu"
+    if device not in DEVICES:
+        raise ValueError(f"runtime.device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise ValueError("runtime.device is cuda but torch.cuda.is_available() is false on this machine; "
+                         f"allowed: {', '.join(DEVICES)}")
+    return "cpu"
+
+
+def check_module(module: torch.nn.Module) -> None:
+    """Raise :class:`UnsupportedModel` for layers whose training is not a function of parameters and input."""
+    from torch import nn
+
+    for name, sub in module.named_modules():
+        if isinstance(sub, (nn.modules.batchnorm._NormBase, nn.modules.dropout._DropoutNd, nn.AlphaDropout)):
+            raise UnsupportedModel(
+                f"batched training does not support {type(sub).__name__} (layer {name!r}): batch norm keeps "
+                "running statistics per job and dropout draws random masks; use a model without them, or "
+                "runtime.fast_path: false")
+        if isinstance(sub, (nn.RNNBase,)) and sub.dropout > 0:
+            raise UnsupportedModel(f"batched training does not support recurrent dropout (layer {name!r})")
+    for name, _ in module.named_buffers():
+        raise UnsupportedModel(f"batched training does not support modules with buffers (buffer {name!r})")
+
+
+def step_plan(sizes: list[int], spec: TrainSpec, seeds: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """Every job's minibatches, padded into lockstep.
+
+    Job ``k`` has ``sizes[k]`` samples; its batches are cut from :func:`index_blocks` with
+    ``np.random.default_rng(seeds[k])`` exactly as the single-job path cuts them. Returns
+
+    * ``pos``: ``(T, K, B)`` int64 positions into each job's rows (padding: position 0);
+    * ``weight``: ``(T, K, B)`` float32, ``1/b`` for the ``b`` real samples of a batch, 0 for padding;
+    * ``active``: ``(T, K)`` bool, whether job ``k`` takes step ``t``;
+    * the number of samples of each job's steps, summed (its ``samples``).
+
+    ``T`` is the largest step count, ``B`` the largest batch.
+    """
+    per_job: list[list[np.ndarray]] = []
+    for n, seed in zip(sizes, seeds):
+        b = effective_batch(n, spec)
+        steps: list[np.ndarray] = []
+        for block in index_blocks(n, b, spec, np.random.default_rng(seed)):
+            steps.extend(block[start: start + b] for start in range(0, block.size, b))
+        per_job.append(steps)
+    k_jobs = len(sizes)
+    t_max = max(len(s) for s in per_job)
+    b_max = max(int(st.size) for s in per_job for st in s)
+    pos = np.zeros((t_max, k_jobs, b_max), dtype=np.int64)
+    weight = np.zeros((t_max, k_jobs, b_max), dtype=np.float32)
+    active = np.zeros((t_max, k_jobs), dtype=bool)
+    samples = []
+    for k, steps in enumerate(per_job):
+        total = 0
+        for t, st in enumerate(steps):
+            m = st.size
+            pos[t, k, :m] = st
+            weight[t, k, :m] = np.float32(1.0) / np.float32(m)
+            active[t, k] = True
+            total += m
+        samples.append(total)
+    return pos, weight, active, samples
+
+
+class VmapTrainer:
+    """Trains groups of jobs of any (supported) model together (see the module docstring).
+
+    Parameters
+    ----------
+    trainer
+        The host's :class:`~hierfl.learn.local.LocalTrainer` (model, layout, thread count).
+    device
+        ``cpu``, ``cuda`` or ``auto`` (:func:`resolve_device`).
+
+    Raises
+    ------
+    UnsupportedModel
+        For modules with batch norm, dropout or buffers.
+    """
+
+    def __init__(self, trainer: LocalTrainer, device: str = "cpu") -> None:
+        import torch
+
+        check_module(trainer.module)
+        self.trainer = trainer
+        self.device = resolve_device(device)
+        self.num_params = trainer.num_params
+        self.in_features = trainer.in_features
+        if self.device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+        # a module of the same architecture on the device; functional_call supplies every parameter
+        self.module = trainer.model_cfg.build(trainer.input_shape, trainer.num_classes).to(self.device)
+        self.names = [name for name, _ in trainer.layout]
+        self.shapes = [shape for _, shape in trainer.layout]
+        self.sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
+        self.offsets = [int(o) for o in np.cumsum([0] + self.sizes[:-1])]
+        # LSTM: the fused kernels (mkldnn / cuDNN) have no vmap batching rule, the composite does
+        self._has_rnn = any(isinstance(m, torch.nn.RNNBase) for m in self.module.modules())
+        self._grad_fn = self._make_grad_fn()
+        self._x_cache: tuple[Any, Any, Any, Any] | None = None  # (x, y, their device tensors)
+
+    def _make_grad_fn(self) -> Any:
+        import torch.nn.functional as F
+        from torch.func import functional_call, grad_and_value, vmap
+
+        module = self.module
+
+        def loss(params: dict[str, Any], x: Any, y: Any, w: Any) -> Any:
+            logits = functional_call(module, params, (x,))
+            return (F.cross_entropy(logits, y, reduction="none") * w).sum()
+
+        return vmap(grad_and_value(loss), in_dims=(0, 0, 0, 0))
+
+    def _backend_flags(self) -> Any:
+        import contextlib
+
+        import torch
+
+        if not self._has_rnn:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message="There is a performance drop")
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+        stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+        return stack
+
+    def _data(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+        """The host's samples as tensors on the device (CUDA: copied once per array and kept)."""
+        import torch
+
+        x2d = np.asarray(x).reshape(np.asarray(x).shape[0], -1)
+        if x2d.shape[1] != self.in_features:
+            raise ValueError(f"samples have {x2d.shape[1]} features, model expects {self.in_features}")
+        if self.device == "cpu":
+            return x2d, np.asarray(y)
+        if self._x_cache is None or self._x_cache[0] is not x or self._x_cache[1] is not y:
+            xt = torch.from_numpy(np.ascontiguousarray(x2d, dtype=np.float32)).to(self.device)
+            yt = torch.from_numpy(np.asarray(y).astype(np.int64)).to(self.device)
+            self._x_cache = (x, y, xt, yt)
+        return self._x_cache[2], self._x_cache[3]
+
+    def train_group(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray, rows: list[np.ndarray],
+                    spec: TrainSpec, seeds: list[int], out: np.ndarray,
+                    corrections: list[np.ndarray] | None = None) -> list[dict[str, float]]:
+        """Train ``K = len(params)`` jobs in lockstep; job ``k`` starts from ``params[k]`` on ``x[rows[k]]``.
+
+        ``rows[k]`` may have different lengths. ``corrections`` (SCAFFOLD): job ``k``'s flat
+        ``c − c_i``, added to each of its gradients. Results go to ``out[k]`` (``(K, P)`` float32);
+        returns each job's ``{'loss', 'steps', 'samples'}`` like the single-job trainer.
+        """
+        import torch
+
+        k_jobs = len(params)
+        if not (k_jobs == len(rows) == len(seeds) == out.shape[0]) or k_jobs < 1:
+            raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
+        if corrections is not None and len(corrections) != k_jobs:
+            raise ValueError("corrections must have one vector per job")
+        rows = [np.asarray(r) for r in rows]
+        if any(r.ndim != 1 or r.size < 1 for r in rows):
+            raise ValueError("every job needs a non-empty 1-d array of rows")
+        if torch.get_num_threads() != self.trainer.torch_threads:
+            torch.set_num_threads(self.trainer.torch_threads)
+        dev = self.device
+        P = self.num_params
+        host = np.empty((k_jobs, P), dtype=np.float32)
+        for k, p in enumerate(params):
+            vec = np.asarray(p)
+            if vec.shape != (P,):
+                raise ValueError(f"expected a flat parameter vector of shape ({P},), got {vec.shape}")
+            host[k] = vec
+        flat = torch.from_numpy(host).to(dev)
+        corr = None
+        if corrections is not None:
+            corr = torch.from_numpy(np.stack([np.asarray(c, dtype=np.float32) for c in corrections])).to(dev)
+            if corr.shape != (k_jobs, P):
+                raise ValueError(f"corrections must have shape ({P},) each")
+        xs_all, ys_all = self._data(x, y)
+        pos, weight, active, samples = step_plan([int(r.size) for r in rows], spec, seeds)
+        t_max = pos.shape[0]
+        # absolute sample indices of every step: rows[k][pos[t, k, :]]
+        width = max(r.size for r in rows)
+        padded_rows = np.zeros((k_jobs, width), dtype=np.int64)
+        for k, r in enumerate(rows):
+            padded_rows[k, : r.size] = r
+        index = padded_rows[np.arange(k_jobs)[None, :, None], pos]  # (T, K, B)
+        weight_t = torch.from_numpy(weight).to(dev)
+        all_active = active.all(axis=1)
+        active_t = torch.from_numpy(active).to(dev)
+        index_t = torch.from_numpy(index).to(dev) if dev != "cpu" else None
+        views = {name: flat[:, o: o + n].view(k_jobs, *shape)
+                 for name, o, n, shape in zip(self.names, self.offsets, self.sizes, self.shapes)}
+        prox, wd, mom, lr = spec.proximal, spec.weight_decay, spec.momentum, spec.lr
+        anchor = flat.clone() if prox > 0 else None
+        buf = torch.empty_like(flat) if mom != 0 else None
+        grad = torch.empty_like(flat)
+        losses = torch.empty((t_max, k_jobs), dtype=torch.float32, device=dev)
+        grad_fn = self._grad_fn
+        with self._backend_flags():
+            for t in range(t_max):
+                if dev == "cpu":
+                    sel = index[t]
+                    xb = torch.from_numpy(np.ascontiguousarray(xs_all[sel], dtype=np.float32))
+                    yb = torch.from_numpy(ys_all[sel].astype(np.int64, copy=False))
+                else:
+                    assert index_t is not None
+                    xb = xs_all[index_t[t]]
+                    yb = ys_all[index_t[t]]
+                grads, loss = grad_fn(views, xb, yb, weight_t[t])
+                losses[t] = loss
+                with torch.no_grad():
+                    torch.cat([grads[name].reshape(k_jobs, -1) for name in self.names], dim=1, out=grad)
+                    g = grad
+                    if prox > 0:
+                        assert anchor is not None
+                        g.add_(flat - anchor, alpha=prox)
+                    if corr is not None:
+                        g.add_(corr)
+                    if wd != 0:
+                        g = torch.add(g, flat, alpha=wd)
+                    if mom != 0:
+                        assert buf is not None
+                        if t == 0:
+                            buf.copy_(g)
+                        else:
+                            buf.mul_(mom).add_(g, alpha=1)
+                        g = buf
+                    if all_active[t]:
+                        flat.add_(g, alpha=-lr)
+                    else:  # jobs past their last step keep their parameters (where: no NaN·0)
+                        flat.copy_(torch.where(active_t[t].unsqueeze(1), flat - lr * g, flat))
+        out[...] = flat.cpu().numpy() if dev != "cpu" else host
+        loss_np = losses.cpu().numpy().astype(np.float64)
+        loss_np[~active] = 0.0
+        steps = active.sum(axis=0)
+        return [{"loss": float(loss_np[:, k].sum()) / int(steps[k]), "steps": int(steps[k]), "samples": samples[k]}
+                for k in range(k_jobs)]
