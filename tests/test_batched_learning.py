@@ -1,6 +1,6 @@
 """Batched local training for every model (torch.func vmap over stacked parameters).
 
-The numerical contract (docs/how-to/batched-learning.md): within float tolerance of the
+The numerical contract (docs/howto/batched-learning.md): within float tolerance of the
 single-job path (max abs diff <= 1e-4 after a few local epochs, for every registry model, with
 momentum, weight decay, FedProx, SCAFFOLD corrections and unequal sample counts), the same data
 order, steps and samples per job, bit-identical run to run for the same groups; emulated times,
@@ -9,7 +9,6 @@ event order and counters never depend on the path or the device.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -257,15 +256,14 @@ def _timeline(run_dir: Path) -> list[dict]:
 
 
 def test_emulated_times_do_not_depend_on_the_batched_path(tmp_path, monkeypatch):
-    import hierfl.driver.run as run_mod
     from hierfl.driver import run_scenario
     from hierfl.learn import vmapped
     from hierfl.scenario.loader import load_scenario
 
-    def scenario():
+    def scenario(*extra: str):
         return load_scenario(ROOT / "scenarios" / "digits_cnn.yaml",
                              ["runtime.executor=local", "stop.virtual_time_s=6", "evaluation.every_s=3",
-                              "evaluation.target_accuracy=null", "runtime.checkpoint.enabled=false"])
+                              "evaluation.target_accuracy=null", "runtime.checkpoint.enabled=false", *extra])
 
     exact = run_scenario(scenario(), tmp_path / "exact")
     calls = []
@@ -276,10 +274,7 @@ def test_emulated_times_do_not_depend_on_the_batched_path(tmp_path, monkeypatch)
         return real_group(self, params, *args, **kw)
 
     monkeypatch.setattr(vmapped.VmapTrainer, "train_group", spy)
-    real = run_mod.RunData
-    monkeypatch.setattr(run_mod, "RunData",
-                        lambda *a, **kw: dataclasses.replace(real(*a, **kw), model=(*real(*a, **kw).model[:4], True, "cpu")))
-    fast = run_scenario(scenario(), tmp_path / "fast")
+    fast = run_scenario(scenario("runtime.fast_path=true", "runtime.device=cpu"), tmp_path / "fast")
     assert calls and max(calls) > 1  # CNN jobs were trained in groups
     assert _timeline(tmp_path / "fast") == _timeline(tmp_path / "exact")
     assert not np.array_equal(fast.final_params, exact.final_params)

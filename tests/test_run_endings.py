@@ -4,7 +4,7 @@ Completed, interrupted (SIGINT), diverged, failed (an exception in a protocol) a
 (the run's raylet killed): each leaves ``summary.json`` with its ``status`` and a reason
 (``stop_reason`` or ``error``), a ``trace.json`` that ``json.loads`` parses, whole
 ``metrics.jsonl`` lines, and the documented exit status (0 completed, 130 interrupted, 1
-otherwise; docs/how-to/run-endings.md).
+otherwise; docs/howto/run-endings.md).
 """
 
 from __future__ import annotations

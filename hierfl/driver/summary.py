@@ -24,12 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hierfl.output.contract import CONTRACT_VERSION
+
 __all__ = ["COMPLETED_KEYS", "ENDED_KEYS", "CLUSTER_LOST", "Summary", "header"]
 
 CLUSTER_LOST = "cluster_lost"
 """``stop_reason`` of a run whose Ray cluster was lost (status ``failed``)."""
 
-HEADER_KEYS = ("name", "protocol", "seed", "status")
+HEADER_KEYS = ("contract_version", "name", "protocol", "seed", "status")
 
 COMPLETED_KEYS = (
     *HEADER_KEYS, "stop_reason",
@@ -54,8 +56,10 @@ ENDED_KEYS = (*HEADER_KEYS, "error", "wall_s", "stop_reason", "virtual_time_s", 
 
 
 def header(scenario: Any, status: str) -> dict[str, Any]:
-    """The part every summary begins with: the scenario's name, protocol and seed, and the status."""
-    return {"name": scenario.name, "protocol": scenario.protocol.name, "seed": scenario.seed, "status": status}
+    """The part every summary begins with: the output contract's version, the scenario's name,
+    protocol and seed, and the status."""
+    return {"contract_version": CONTRACT_VERSION, "name": scenario.name, "protocol": scenario.protocol.name,
+            "seed": scenario.seed, "status": status}
 
 
 class Summary:

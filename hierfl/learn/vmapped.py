@@ -20,7 +20,7 @@ indices, padded ones get weight 0 in the loss (a real sample of a batch of ``b``
 so the weighted sum is the batch mean) and a job that has taken all its steps stops updating (its
 rows are masked out of the step). The floating-point operations differ from the single-job path
 (batched kernels, a weighted sum instead of a mean), so results agree within float tolerance, not
-in every bit (the contract: ``docs/how-to/batched-learning.md``); run to run they are identical for
+in every bit (the contract: ``docs/howto/batched-learning.md``); run to run they are identical for
 the same device, thread count and groups.
 
 Models: any ``nn.Module`` whose forward is a pure function of its parameters and input. Modules

@@ -315,7 +315,7 @@ class CheckpointConfig(ConfigModel):
 class RuntimeConfig(ConfigModel):
     """Where the emulation runs. Results do not depend on these settings, except ``fast_path`` (opt-in) and
     ``device``, whose numbers agree with the default path's within float tolerance; emulated times, event
-    order and counters never depend on any of them (docs/how-to/batched-learning.md)."""
+    order and counters never depend on any of them (docs/howto/batched-learning.md)."""
 
     executor: EXECUTORS.name_field() = Field(  # type: ignore[valid-type]
         default="ray", description="a registered executor (hierfl.executors): ray, local")
