@@ -225,3 +225,12 @@ def test_no_protocol_name_branches_or_tables_below_the_protocols(layer):
                 if len(keys & names) >= 2:
                     bad.append(f"{path.name}:{node.lineno}: a table keyed by protocol names")
     assert not bad, "\n".join(bad)
+
+
+def test_the_architecture_page_lists_every_package_and_only_those():
+    # the package table of docs/explanation/architecture.md is the map a newcomer reads: it must match the tree
+    page = (ROOT.parent / "docs" / "explanation" / "architecture.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`hierfl/([a-z_]+)/`", page))
+    tree = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+            and (any(p.glob("*.py")) or any(p.glob("*.yaml")))}
+    assert listed == tree, f"listed but absent: {sorted(listed - tree)}; present but not listed: {sorted(tree - listed)}"
