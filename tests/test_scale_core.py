@@ -1,8 +1,7 @@
 """Scale, core models: the work per event does not grow with the population, and nothing changed a bit.
 
 * The flow network and availability give bit-for-bit the answers of the algorithms they replace
-  (``LegacyFlowNetwork`` and ``LegacyAvailability`` in ``analysis/bench/core_scale.py``, copies of
-  main before the scale work) on seeded random operation sequences.
+  (``LegacyFlowNetwork`` and ``LegacyAvailability`` in ``tests/oracles.py``) on seeded random operation sequences.
 * Operation counts (inner-loop steps, not wall time) of the same work are equal with 1k and 10k
   other devices or flows around, and stay under a fixed bound per event.
 """
@@ -16,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.bench.core_scale import LegacyAvailability, LegacyFlowNetwork, PlainFlowNetwork
+from tests.oracles import LegacyAvailability, LegacyFlowNetwork, PlainFlowNetwork
 from hierfl.core.dynamics import Availability, IntervalTimeline, MarkovTimeline, OnlineIndex
 from hierfl.core.network import FlowNetwork
 from hierfl.core.rng import stream
