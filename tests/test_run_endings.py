@@ -166,3 +166,51 @@ def test_lost_cluster_when_the_raylet_is_killed(tmp_path):
     summary = _evidence(out, "failed")
     assert summary["stop_reason"] == "cluster_lost" and "ClusterLostError" in summary["error"]
     assert summary["resume"] == f"hierfl resume {out}" and (out / "checkpoint.pkl").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_killed_run_still_leaves_its_summary(tmp_path):
+    # SIGKILL: no handler of the run's own can write anything; its undertaker process does
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "hierfl.cli", "run", QUICKSTART, "--set", "runtime.executor=ray",
+                             "--set", "runtime.workers=2", "--set", "stop.virtual_time_s=100000",
+                             "--set", "stop.rounds=null", "--out", str(out), "-q"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_rounds(proc, out, 3)
+        proc.kill()
+        _, err = proc.communicate(timeout=60)  # (stderr closes when the undertaker, which shares it, is done)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    summary = _evidence(out, "failed")
+    assert summary["stop_reason"] == "killed" and "without writing its summary" in summary["error"], summary
+    assert summary["rounds"] >= 3 and summary["virtual_time_s"] > 0 and summary["contract_version"] == 1
+    lines = [line for line in err.splitlines() if line.startswith("hierfl:")]
+    assert len(lines) == 1 and "without writing its summary" in lines[0], err
+
+
+def test_the_undertaker_leaves_a_final_summary_alone_and_names_a_lost_cluster(tmp_path):
+    import io
+
+    from hierfl.driver import undertaker
+
+    spec = {"out": str(tmp_path), "header": {"contract_version": 1, "name": "x", "status": "failed"},
+            "keys": ["contract_version", "name", "status", "error", "stop_reason"], "endpoints": []}
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed"}))
+    assert not undertaker.bury(spec, io.StringIO(), None)
+    assert json.loads((tmp_path / "summary.json").read_text()) == {"status": "completed"}
+    (tmp_path / "summary.json").unlink()
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"t": 2.5, "event": "eval", "cloud_aggregations": 4,
+                                                        "train_jobs": 9, "accuracy": 0.5}) + "\n{\"t\": 3")
+    (tmp_path / "checkpoint.pkl").write_bytes(b"")
+    err = io.StringIO()
+    assert undertaker.bury(spec, err, "the Ray raylet at 127.0.0.1:1 is gone")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert list(summary)[:5] == ["contract_version", "name", "status", "error", "stop_reason"]
+    assert summary["stop_reason"] == "cluster_lost" and summary["status"] == "failed"
+    assert summary["virtual_time_s"] == 2.5 and summary["rounds"] == 4 and summary["totals"]["train_jobs"] == 9
+    assert summary["resume"] == f"hierfl resume {tmp_path}"
+    assert err.getvalue().startswith("hierfl: run failed: the run lost its Ray cluster at t=2.5s: the Ray raylet")

@@ -38,6 +38,7 @@ from hierfl.driver.summary import CLUSTER_LOST, COMPLETED_KEYS, ENDED_KEYS, Summ
 from hierfl.env.records import Recovered, RunEnd, RunStart
 from hierfl.output.files import write_config, write_model, write_summary
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.driver import undertaker
 from hierfl.runtime.cluster_watch import ClusterWatch
 from hierfl.runtime.executor import Executor
 from hierfl.runtime.start import ExecutorStart, start_executor
@@ -68,6 +69,7 @@ class RunSession:
         self.startup_s = 0.0
         self.lost: str | None = None       # what of the cluster stopped answering (the watch's line)
         self._watch: ClusterWatch | None = None
+        self._undertaker: Any = None        # hierfl.driver.undertaker's process, for a Ray run
         self._ending = threading.Lock()    # summary.json is written by one ending only, whole
         self._ended = False
         self._announced = False            # the loss's line was printed by the watch
@@ -212,6 +214,9 @@ class RunSession:
         probe = self.executor.cluster_probe()
         if probe is not None:
             self._watch = ClusterWatch(probe, self._on_cluster_lost).start()
+            if self._undertaker is None:  # writes the summary should Ray end this process first
+                endpoints = getattr(probe, "args", ((),))[0]
+                self._undertaker = undertaker.start(self.out, header(self.scenario, "failed"), ENDED_KEYS, endpoints)
 
     def _stop_watch(self) -> None:
         if self._watch is not None:
@@ -320,6 +325,8 @@ class RunSession:
         self._stop_watch()
         if self.tel is not None:
             self.tel.close()
+        undertaker.release(self._undertaker)  # the summary is written: it only checks and exits
+        self._undertaker = None
         if self.lost is not None:
             return  # nothing of the cluster answers: shutting it down could wait forever
         (self.executor if self.executor is not None else self.start).close()
