@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 # the event path compiled with Cython (hierfl/_native.py): rebuilt when one of its sources changes;
 # without Cython or a C compiler the run uses the same modules as Python (identical results, slower)
 NATIVE_SRC := hierfl/_native.py $(addprefix hierfl/,core/aggregate.py core/dynamics.py core/engine.py core/network.py \
-              core/timeseries.py driver/aggregation.py driver/context.py driver/loop.py driver/tiers.py driver/transfers.py output/bounded.py \
+              core/timeseries.py driver/aggregation.py driver/context.py driver/loop.py driver/nonfinite.py driver/tiers.py driver/transfers.py output/bounded.py \
               output/telemetry.py output/trace.py runtime/executor.py)
 NATIVE  := hierfl/_native/manifest.json
 

@@ -48,6 +48,7 @@ HOT = (
     "hierfl.driver.aggregation",
     "hierfl.driver.context",
     "hierfl.driver.loop",
+    "hierfl.driver.nonfinite",
     "hierfl.driver.tiers",
     "hierfl.driver.transfers",
     "hierfl.output.bounded",

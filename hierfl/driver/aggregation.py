@@ -9,13 +9,13 @@ ledger's side of each aggregation (tags in, reports out). Protocols reach it onl
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from hierfl.driver.errors import DivergedError
+from hierfl.driver.nonfinite import NonFinite
 from hierfl.driver.tiers import Layer, TierAggregator, compose
-from hierfl.env.api import Endpoint, Job, Term
-from hierfl.env.records import CloudAggregate, EdgeAggregate, NonFiniteUpdate, UpdateDropped
+from hierfl.env.api import Endpoint, Term
+from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 
 if TYPE_CHECKING:
     from hierfl.driver.robustness import RobustLedger
@@ -54,9 +54,7 @@ class Aggregation:
         self._global: Any = executor.initial_model()
         # non-finite updates: with `drop`, the handles of flagged jobs' results, left out of every
         # aggregation they are given to, and per aggregator the updates kept / left out since its commit
-        self._drop_nonfinite = scenario.robustness.on_nonfinite == "drop"
-        self._bad: dict[int, list[Any]] = {}
-        self._folded: dict[tuple[str, int], list[int]] = {}
+        self.nonfinite = NonFinite(scenario.robustness.on_nonfinite == "drop", telemetry, clock)
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
         self._stacks: dict[str, Layer] = {}
@@ -65,77 +63,6 @@ class Aggregation:
     def now(self) -> float:
         """The virtual time now."""
         return float(self._clock.now)
-
-    def mark_nonfinite(self, job: Job) -> None:
-        """``job``'s result holds NaN or Inf and is left out of every aggregation it is given to."""
-        handle = job.params
-        try:  # a weak reference where the handle allows one: a dropped update is not kept alive by this
-            ref: Any = weakref.ref(handle)
-        except TypeError:
-            ref = lambda h=handle: h  # noqa: E731
-        self._bad[id(handle)] = [ref, job.device, job.job, False]
-
-    def _left_out(self, handle: Any, tier: str) -> bool:
-        """Whether ``handle`` is a dropped non-finite update (counted and reported the first time)."""
-        if not self._bad or handle is None:
-            return False
-        entry = self._bad.get(id(handle))
-        if entry is None:
-            return False
-        if entry[0]() is not handle:  # a new object at a recycled address
-            del self._bad[id(handle)]
-            return False
-        if not entry[3]:
-            entry[3] = True
-            self.counters["nonfinite_dropped"] = self.counters.get("nonfinite_dropped", 0) + 1
-            self.telemetry.instant(("device", entry[1]), "nonfinite_dropped", self.now, job=entry[2], tier=tier)
-            self.telemetry.record(NonFiniteUpdate(entry[1], entry[2], tier))
-        return True
-
-    def _fold(self, key: tuple[str, int], handle: Any) -> bool:
-        """Count an update given to aggregator ``key``; False if it is left out (non-finite, ``drop``)."""
-        if not self._drop_nonfinite:
-            return True
-        kept = not self._left_out(handle, key[0])
-        self._folded.setdefault(key, [0, 0])[0 if kept else 1] += 1
-        return kept
-
-    def _nothing_folded(self, key: tuple[str, int]) -> bool:
-        """Whether every update given to ``key`` since its last commit was left out (and resets the count)."""
-        kept, out = self._folded.pop(key, (0, 0))
-        return out > 0 and kept == 0
-
-    def _finite_terms(self, tier: str, terms: list[Term]) -> list[Term]:
-        """``terms`` without those built on a dropped update.
-
-        A delta term ``c·(a − b)`` is simply left out (as if that update never arrived). Plain terms
-        ``c·a`` form a mix (FedAsync's ``(1−α)·x + α·y``): the kept ones are rescaled to the mix's
-        total, so leaving ``y`` out gives ``x``, not ``(1−α)·x``.
-        """
-        if not self._bad:
-            return terms
-        keep: list[Term] = []
-        plain_total = plain_kept = 0.0
-        dropped = False
-        for c, a, b in terms:
-            out = self._left_out(a, tier) or self._left_out(b, tier)
-            if b is None:
-                plain_total += c
-            if out:
-                dropped = True
-                continue
-            if b is None:
-                plain_kept += c
-            keep.append((c, a, b))
-        if not dropped:
-            return terms
-        if plain_total != plain_kept:
-            if plain_kept == 0:
-                raise DivergedError(f"t={self.now:.6g}s {tier}: every model of an aggregation is a dropped non-finite "
-                                    "update; nothing finite is left to aggregate")
-            scale = plain_total / plain_kept
-            keep = [(c * scale, a, b) if b is None else (c, a, b) for c, a, b in keep]
-        return keep
 
     def tier(self, tier: str, entity: int = 0) -> TierAggregator:
         """The aggregation point ``(tier, entity)`` (``"cloud"`` or ``"edge"``), its stack composed
@@ -168,7 +95,7 @@ class Aggregation:
         opt = self.server_optimizer(tier)
         if opt is None:
             raise RuntimeError(f"no server optimizer at the {tier} tier: combine the terms instead")
-        delta_terms = self._finite_terms(tier, delta_terms)
+        delta_terms = self.nonfinite.finite_terms(tier, delta_terms)
         if not delta_terms:
             return base  # every update left out: the model stays as it was
         return self.executor.server_step(tier, entity, opt, base, delta_terms)
@@ -178,7 +105,7 @@ class Aggregation:
         if self.robust is not None:  # the robust rule screens NaN/Inf rows itself
             self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
             return
-        if self._fold(("edge", edge), update):
+        if self.nonfinite.fold(("edge", edge), update):
             self.executor.add_edge(edge, weight, update, control_coef)
 
     def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
@@ -187,7 +114,7 @@ class Aggregation:
         ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
         ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
         """
-        if self._nothing_folded(("edge", edge)):  # every update of the round was non-finite and left out
+        if self.nonfinite.nothing_folded(("edge", edge)):  # every update of the round was non-finite and left out
             if base is None or pack_control:
                 raise DivergedError(f"t={self.now:.6g}s edge {edge}: every update of the round is a dropped "
                                     "non-finite update; nothing finite is left to aggregate")
@@ -210,7 +137,7 @@ class Aggregation:
 
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds."""
-        if not self._nothing_folded(("edge", edge)):  # (every update dropped: nothing was added)
+        if not self.nonfinite.nothing_folded(("edge", edge)):  # (every update dropped: nothing was added)
             self.executor.commit_edge(edge)
         if self.robust is not None:  # an aborted round: its rule's report is no aggregation
             self.executor.robust_reports("edge")
@@ -221,7 +148,7 @@ class Aggregation:
         if self.robust is not None:  # the robust rule screens NaN/Inf rows itself
             self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
             return
-        if self._fold(("cloud", 0), update):
+        if self.nonfinite.fold(("cloud", 0), update):
             self.executor.add_cloud(weight, update, control_coef)
 
     def _cloud_round_done(self) -> None:
@@ -231,7 +158,7 @@ class Aggregation:
 
     def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
         """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
-        if self._nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
+        if self.nonfinite.nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
             handle = base if base is not None else self._global  # the global model stays as it was
         else:
             handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
@@ -287,8 +214,8 @@ class Aggregation:
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Handle of the weighted average of model handles, computed by a role (never in the driver)."""
-        if self._bad:
-            kept = [(m, w) for m, w in zip(models, weights) if not self._left_out(m, "model")]
+        if self.nonfinite:
+            kept = [(m, w) for m, w in zip(models, weights) if not self.nonfinite.left_out(m, "model")]
             if not kept:
                 raise DivergedError(f"t={self.now:.6g}s: every model of an average is a dropped non-finite update; "
                                     "nothing finite is left to average")
@@ -298,7 +225,7 @@ class Aggregation:
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""
-        terms = self._finite_terms(tier, terms)
+        terms = self.nonfinite.finite_terms(tier, terms)
         if not terms:
             raise DivergedError(f"t={self.now:.6g}s {tier}: every term of an aggregation is a dropped non-finite "
                                 "update; nothing finite is left to combine")

@@ -209,7 +209,7 @@ class Jobs:
             raise DivergedError(f"t={self.now:.6g}s device {job.device} job {job.job}: the update is not finite "
                                 "(NaN or Inf), so the run diverged; lower training.lr, or set "
                                 "robustness.on_nonfinite: drop to leave such updates out")
-        self.aggregation.mark_nonfinite(job)
+        self.aggregation.nonfinite.mark(job)
 
     def _wait(self, job: Job) -> dict[str, float]:
         try:
