@@ -155,3 +155,22 @@ def test_with_the_token_file_and_token_mode_a_run_joins_by_address_and_completes
     # the documented way for a node: the head's token in ~/.ray/auth_token, and RAY_AUTH_MODE=token
     proc, wall, out = _run(head, tmp_path, "file", token_file=True, RAY_AUTH_MODE="token")
     _completed(proc, out)
+
+
+def test_without_the_token_a_sweep_fails_fast_too(head, tmp_path):
+    base = copy.deepcopy(TINY)
+    base["runtime"] = {"executor": "local"}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(base))
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "auth", "scenario": "tiny.yaml", "seeds": [1]}))
+    home = tmp_path / "sweep-home"
+    home.mkdir()
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "hierfl.cli", "sweep", str(sweep), "--address", head["address"],
+                           "--out", str(tmp_path / "sw"), "-q"], capture_output=True, text=True,
+                          env=_clean_env(home), cwd=REPO, timeout=300)
+    wall = time.perf_counter() - t0
+    flat = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and wall < 10, (wall, proc.stderr)
+    assert "sweep failed: cannot join the Ray cluster" in flat and "RAY_AUTH_MODE=token" in flat, proc.stderr
+    assert "Unauthenticated" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
