@@ -10,7 +10,8 @@ address it was merely given. Such a driver is refused (``Unauthenticated``), and
 retries for about 20 seconds, printing a line a second, before it gives up with "Failed to
 connect to Ray cluster" and no word about tokens.
 
-Two things here, both before ``ray.init``:
+Two things here, both before ``ray.init`` (:func:`prepare`), for a cluster that refuses a call
+without a token (a cluster without authentication is joined as before):
 
 * :func:`enable_token_mode` switches token mode on for an explicit address when the user gave a
   token on purpose (``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH`` set), or when the address is
@@ -29,7 +30,7 @@ import os
 import socket
 from pathlib import Path
 
-__all__ = ["ClusterAuthError", "enable_token_mode", "check_token", "token_source", "prepare"]
+__all__ = ["ClusterAuthError", "enable_token_mode", "check_token", "requires_token", "token_source", "prepare"]
 
 MODE_VAR, TOKEN_VAR, PATH_VAR = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 DEFAULT_TOKEN_FILE = "~/.ray/auth_token"
@@ -173,9 +174,46 @@ def check_token(address: str, timeout_s: float = _CHECK_TIMEOUT_S) -> None:
         channel.close()
 
 
+def requires_token(address: str, timeout_s: float = _CHECK_TIMEOUT_S) -> bool | None:
+    """Whether the GCS at ``address`` refuses a call that carries no token: True, False, or None
+    (not a GCS address, TLS, no answer, or Ray's internals missing: unknown)."""
+    target = _gcs_target(address)
+    if target is None or os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return None
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return None
+    channel = grpc.insecure_channel(target)  # no interceptor: nothing is sent but the request
+    try:
+        gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(gcs_service_pb2.GetClusterIdRequest(),
+                                                                          timeout=timeout_s)
+        return False
+    except grpc.RpcError as exc:
+        return True if exc.code() == grpc.StatusCode.UNAUTHENTICATED else None
+    except Exception:  # noqa: BLE001 - unknown: ray.init finds out
+        return None
+    finally:
+        channel.close()
+
+
 def prepare(address: str | None) -> None:
-    """Before ``ray.init(address=...)``: token mode where the user meant it, then the token checked."""
-    if not address:
+    """Before ``ray.init(address=...)``: token mode where the cluster requires a token and the user
+    meant to give one, then the token checked (:class:`ClusterAuthError` if refused).
+
+    A cluster without authentication is joined without token mode, whatever token this node has:
+    a driver in token mode attached to such a cluster has its actors cancelled before they run
+    (seen with Ray 2.60), so an explicit ``RAY_AUTH_MODE=token`` there is reported too."""
+    if not address or _gcs_target(address) is None:
         return
-    enable_token_mode(address)
+    required = requires_token(address)
+    if required is False:
+        if token_mode():
+            raise ClusterAuthError(f"the Ray cluster at {address} does not use token authentication, but this "
+                                   f"process is in token mode ({MODE_VAR}=token): unset {MODE_VAR} (or set "
+                                   f"{MODE_VAR}=disabled) to join it. See docs/howto/ray-cluster.md")
+        return
+    if required:
+        enable_token_mode(address)
     check_token(address)
