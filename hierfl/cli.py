@@ -282,7 +282,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if (args.sweep is None) == (args.resume is None):
         print("error: give a sweep file, or --resume SWEEP_DIR (not both)", file=sys.stderr)
         return EXIT_USAGE
-    result = run_sweep(args.sweep, args.out, resume=args.resume, address=args.address, quiet=args.quiet)
+    from hierfl.runtime.ray_auth import ClusterAuthError
+
+    try:
+        result = run_sweep(args.sweep, args.out, resume=args.resume, address=args.address, quiet=args.quiet)
+    except ClusterAuthError as exc:  # a start-up failure, as for `hierfl run`: one line, status 1
+        print(f"sweep failed: cannot join the Ray cluster: {exc}", file=sys.stderr)
+        return 1
     c = result["counts"]
     print(f"sweep: {c['completed']} completed, {c['failed']} failed, {c['not run']} not run "
           f"→ {result['dir']}/sweep.csv", file=sys.stderr)

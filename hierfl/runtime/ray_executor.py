@@ -37,7 +37,8 @@ puts the data into the object store once, sends each actor its references (``set
 warm-up job (torch's lazy start-up), and returns without waiting: an actor runs its calls in the
 order they were sent, so the first jobs simply queue behind the warm-up. Nothing here changes what
 a job computes. Attaching to a running cluster (``address``) skips ``ray.init``'s daemons; an
-address where nothing listens fails within seconds instead of Ray's minutes of retries.
+address where nothing listens fails within seconds instead of Ray's minutes of retries, and so
+does a cluster that refuses this process's authentication token (:mod:`hierfl.runtime.ray_auth`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -59,7 +61,7 @@ from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import Executor, Job, RunData, Term
 from hierfl.learn.batched import JobGroups
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
-from hierfl.runtime import signals
+from hierfl.runtime import ray_auth, signals
 from hierfl.runtime.driver_cloud import DriverCloud
 from hierfl.runtime.ray_head import lean_init
 from hierfl.runtime.start import ExecutorStart
@@ -270,6 +272,9 @@ class RayStart(ExecutorStart):
             # also when this process is already connected: an address that answers nothing is an error
             probe_address(address)
         if not ray.is_initialized():
+            # a token-protected cluster named by its address (or RAY_ADDRESS, as in a job): token mode
+            # where the user meant it, and a refused token reported now, not after Ray's retries
+            ray_auth.prepare(address or os.environ.get("RAY_ADDRESS"))
             _init_with_retry(address)
             self.owns_ray = True
             signals.reassert()  # ray.init installs its own SIGTERM handler: SIGTERM must stay Ctrl-C

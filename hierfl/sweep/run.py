@@ -310,6 +310,11 @@ def _init_ray(address: str | None) -> None:
     # instance: a bare ray.init() would attach to whatever cluster this machine last started (another
     # sweep's, say), and hang when that one shuts down
     address = address or os.environ.get("RAY_ADDRESS") or "local"
+    # a token-protected cluster by its address: token mode where the user meant it, and a refused
+    # token reported at once (ClusterAuthError) instead of after Ray's 20 s of retries
+    from hierfl.runtime.ray_auth import prepare
+
+    prepare(address)
     ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
 
 
