@@ -137,16 +137,21 @@ def _children(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def _long_ray_run(out: Path) -> subprocess.Popen:
+    """``hierfl run`` of the quickstart on its own Ray instance, with no end in sight."""
+    return subprocess.Popen([sys.executable, "-m", "hierfl.cli", "run", QUICKSTART, "--set", "runtime.executor=ray",
+                             "--set", "runtime.workers=2", "--set", "stop.virtual_time_s=100000",
+                             "--set", "stop.rounds=null", "--out", str(out), "-q"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the run's raylet in /proc")
 def test_lost_cluster_when_the_raylet_is_killed(tmp_path):
     out = tmp_path / "out"
     # the run's own Ray instance (no --address): its raylet is a child of the driver, and only that one is killed
-    proc = subprocess.Popen([sys.executable, "-m", "hierfl.cli", "run", QUICKSTART, "--set", "runtime.executor=ray",
-                             "--set", "runtime.workers=2", "--set", "stop.virtual_time_s=100000",
-                             "--set", "stop.rounds=null", "--out", str(out), "-q"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _long_ray_run(out)
     try:
         _wait_for_rounds(proc, out, 3)
         raylets = [pid for pid, cmd in _children(proc.pid) if "raylet/raylet" in cmd]
@@ -173,10 +178,7 @@ def test_lost_cluster_when_the_raylet_is_killed(tmp_path):
 def test_a_killed_run_still_leaves_its_summary(tmp_path):
     # SIGKILL: no handler of the run's own can write anything; its undertaker process does
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "hierfl.cli", "run", QUICKSTART, "--set", "runtime.executor=ray",
-                             "--set", "runtime.workers=2", "--set", "stop.virtual_time_s=100000",
-                             "--set", "stop.rounds=null", "--out", str(out), "-q"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _long_ray_run(out)
     try:
         _wait_for_rounds(proc, out, 3)
         proc.kill()
