@@ -2,7 +2,7 @@
 # # hierfl from Python: runs and sweeps as pandas frames
 #
 # A notebook in the "percent" format (VS Code, PyCharm and Jupytext open each `# %%` block as a
-# cell); `python examples/api_walkthrough.py` runs it top to bottom, and tests/test_api.py runs it
+# cell); `python examples/api_walkthrough.py` runs it top to bottom, and tests/interface/test_api.py runs it
 # in the suite. Run it from the repository root.
 
 # %%

@@ -5,7 +5,7 @@ the context, the run loop, the local executor, aggregation, telemetry and the tr
 compiled by Cython into C extensions (``hierfl native build``, run by ``make``). Nothing in the source changes: Cython compiles the
 plain Python modules with Python's semantics kept (no annotation typing, no type inference,
 ``-ffp-contract=off``), so every output is bit-identical to the pure-Python run's
-(``tests/test_native.py`` compares both in one session). About 15 % off the per-event
+(``tests/runtime/test_native.py`` compares both in one session). About 15 % off the per-event
 cost (``analysis/bench/scale.py`` prints both side by side).
 
 A compiled module is used only if it was compiled from exactly the source file that is there now

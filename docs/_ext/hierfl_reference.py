@@ -5,7 +5,7 @@ config model: type, default, constraints, ``Field(description=…)``); the plug-
 registries (``hierfl.config.registry.Registry.instances()``: one page per kind, one section per
 registered name, from its docstrings and config model); the output contract from
 ``hierfl.output.contract``. A new plug-in, key or metrics event therefore documents itself, and
-:func:`undocumented` lists what has no description (``tests/test_docs.py`` fails on it).
+:func:`undocumented` lists what has no description (``tests/interface/test_docs.py`` fails on it).
 
 Sphinx is needed only by :func:`setup`; the rest runs without it.
 """
@@ -352,7 +352,7 @@ def outputs_page() -> str:
              "The version changes when a documented field is removed, renamed, or changes meaning or unit; "
              "new fields and events may appear without a change, so readers ignore what they do not know. "
              "Generated from `hierfl/output/contract.py` and the typed records of `hierfl/env/records.py`; "
-             "`tests/test_output_contract.py` checks real runs against it.", "",
+             "`tests/output/test_output_contract.py` checks real runs against it.", "",
              "Units: `t` and every `*_s` field are **virtual** seconds unless marked wall clock; "
              "`*_ms` milliseconds, `*_mbps` Mbit/s (10⁶ bit/s), `bytes*` bytes, `*_j` joules.", "",
              "## Files of a run directory", "", _table([(f"`{k}`", v) for k, v in c.FILES.items()], ("file", "content")),

@@ -24,6 +24,7 @@ import select
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,7 +35,8 @@ def start(out: Path, header: dict[str, Any], keys: tuple[str, ...],
           endpoints: tuple[tuple[str, tuple[str, int]], ...]) -> subprocess.Popen[bytes] | None:
     """Start the undertaker of the run writing to ``out`` (None where it cannot be started: the run
     goes on without it). Close its ``stdin`` when the run has ended (:func:`release`)."""
-    spec = json.dumps({"out": str(out), "header": header, "keys": list(keys),
+    spec = json.dumps({"out": str(out), "header": header, "keys": list(keys), "raylet_pid": own_raylet(),
+                       "driver_logs": _driver_logs(),
                        "endpoints": [[name, host, port] for name, (host, port) in endpoints]})
     try:
         # its own session: a Ctrl-C at the terminal reaches the run, which then writes its own summary
@@ -42,6 +44,55 @@ def start(out: Path, header: dict[str, Any], keys: tuple[str, ...],
                                 stdout=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None
+
+
+def _driver_logs() -> str | None:
+    """The glob of this process's Ray core-worker log (where Ray writes why it ends the process)."""
+    ray = sys.modules.get("ray")
+    try:
+        session = ray._private.worker.global_worker.node.get_session_dir_path()  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - no Ray here, or not connected: nothing to read later
+        return None
+    return os.path.join(session, "logs", f"python-core-driver-*_{os.getpid()}.log")
+
+
+def _ray_ended_it(pattern: str | None) -> bool:
+    """Whether Ray's own log says it ended the run's process because its raylet's store was gone."""
+    import glob
+
+    for path in glob.glob(pattern) if pattern else []:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, os.path.getsize(path) - 65536))
+                if b"plasma store is failed. Terminate the process" in fh.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def own_raylet() -> int | None:
+    """The pid of the raylet this process started (its own Ray instance), from Linux's /proc; None
+    elsewhere or for a cluster joined by address."""
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+            if int(stat[stat.rindex(")") + 2:].split()[1]) != me:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if b"raylet/raylet" in fh.read():
+                    return int(entry)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def release(proc: subprocess.Popen[bytes] | None) -> None:
@@ -68,21 +119,29 @@ def _refused(endpoints: list[list[Any]]) -> str | None:
 
 
 def _last_progress(out: Path) -> dict[str, Any]:
-    """Virtual time, cloud rounds and totals of the last whole metrics line that has them."""
+    """How far the run got by its whole metrics lines: the virtual time of the last one, the cloud
+    rounds of the last cloud aggregation, and the totals of the last line that carries them."""
     try:
         lines = (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     except OSError:
         return {}
+    progress: dict[str, Any] = {}
     for line in reversed(lines):
         try:
             rec = json.loads(line)
         except ValueError:
-            continue
-        if "cloud_aggregations" in rec:  # an evaluation line carries the counters
-            totals = {k: v for k, v in rec.items() if k not in ("t", "wall_s", "event", "round", "accuracy", "loss")
-                      and isinstance(v, (int, float))}
-            return {"virtual_time_s": rec.get("t"), "rounds": rec.get("cloud_aggregations"), "totals": totals}
-    return {}
+            continue  # a line cut by the end of the process
+        if "virtual_time_s" not in progress and isinstance(rec.get("t"), (int, float)):
+            progress["virtual_time_s"] = rec["t"]
+        if "rounds" not in progress and rec.get("event") == "cloud_aggregate":
+            progress["rounds"] = rec.get("round")
+        if "totals" not in progress and "cloud_aggregations" in rec:  # an evaluation line carries the counters
+            progress["totals"] = {k: v for k, v in rec.items() if isinstance(v, (int, float))
+                                  and k not in ("t", "wall_s", "round", "accuracy", "loss")}
+            progress.setdefault("rounds", rec.get("cloud_aggregations"))
+        if len(progress) == 3:
+            break
+    return {k: progress[k] for k in ("virtual_time_s", "rounds", "totals") if k in progress}
 
 
 def bury(spec: dict[str, Any], err: TextIO, gone: str | None) -> bool:
@@ -120,22 +179,54 @@ def bury(spec: dict[str, Any], err: TextIO, gone: str | None) -> bool:
     return True
 
 
-def wait(spec: dict[str, Any], every_s: float = 0.2) -> str | None:
-    """Until the run's end of the pipe closes (nothing is ever sent on it), probe the cluster every
-    ``every_s`` s; what was gone while the run's process was still alive, or None. A cluster that
-    goes away only after the process died went with it (Ray's processes share its fate): that
-    process was killed, it did not lose its cluster."""
+def _pidfd(pid: Any) -> int | None:
+    """A descriptor that becomes readable when process ``pid`` exits (Linux), or None."""
+    if not isinstance(pid, int) or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def wait(spec: dict[str, Any], every_s: float = 0.2, settle_s: float = 1.0) -> str | None:
+    """Until the run's end of the pipe closes (nothing is ever sent on it), watch the cluster; what
+    of it was lost while the run's process was alive, or None (the process was killed).
+
+    Ray's processes share their driver's fate, so when the run's process is killed its raylet ends
+    too, within a few milliseconds of it. A cluster therefore counts as lost when Ray's own log says
+    it ended the run's process for it, or when it was seen gone (the run's raylet through a process
+    descriptor, which wakes this process the instant it exits; the raylet and GCS addresses by a
+    probe every ``every_s`` s) at least ``settle_s`` before the run's process ended."""
     stdin = sys.stdin.buffer
+    watched = [stdin]
+    raylet = _pidfd(spec.get("raylet_pid"))
+    if raylet is not None:
+        watched.append(raylet)
     gone: str | None = None
+    gone_at = 0.0
     while True:
         try:
-            ready, _, _ = select.select([stdin], [], [], every_s)
-            if ready and not os.read(stdin.fileno(), 4096):
-                return gone
+            ready, _, _ = select.select(watched, [], [], every_s)
         except (OSError, KeyboardInterrupt):
-            return gone
+            ready = [stdin]
+        closed = False
+        if stdin in ready:
+            try:
+                closed = not os.read(stdin.fileno(), 4096)
+            except OSError:
+                closed = True
+        if closed:
+            if _ray_ended_it(spec.get("driver_logs")):
+                return gone or "the Ray raylet of this node is gone"
+            return gone if gone is not None and time.monotonic() - gone_at >= settle_s else None
+        if raylet is not None and raylet in ready:
+            gone, gone_at = f"the Ray raylet (process {spec['raylet_pid']}) is gone", time.monotonic()
+            watched.remove(raylet)
+            raylet = None
         if gone is None and spec["endpoints"]:
             gone = _refused(spec["endpoints"])
+            gone_at = time.monotonic()
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ the same argument layouts (torch 2.13, CPU, float32):
   ``threshold_backward(·, relu output, 0)``.
 
 So the gradients (values and strides) and the loss are the same bits as autograd's;
-``tests/test_fastpath.py`` checks it on many random shapes and seeds.
+``tests/learn/test_fastpath.py`` checks it on many random shapes and seeds.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 a fresh ``torch.optim.SGD(foreach=False)`` per job, ``module(x)`` + ``F.cross_entropy`` +
 ``loss.backward()`` per step, the device's samples gathered by the caller. It is the
 specification :meth:`hierfl.learn.local.LocalTrainer.train` must match bit for bit
-(``tests/test_fastpath.py``) and the "old" column of ``analysis/bench/fastpath.py``; runs never use it.
+(``tests/learn/test_fastpath.py``) and the "old" column of ``analysis/bench/fastpath.py``; runs never use it.
 """
 
 from __future__ import annotations

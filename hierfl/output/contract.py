@@ -1,7 +1,7 @@
 """The output contract: every file a run writes, every ``metrics.jsonl`` event and ``summary.json`` key.
 
 One machine-readable description that the documentation page (``docs/reference/outputs.md``,
-generated at build time) and the conformance test (``tests/test_output_contract.py``) both read,
+generated at build time) and the conformance test (``tests/output/test_output_contract.py``) both read,
 so the page cannot describe a file the runs do not write, nor the runs write a key the page does
 not describe.
 

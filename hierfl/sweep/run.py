@@ -6,7 +6,7 @@ the retries (``FailureConfig(max_failures=retries)``) and the restore of an inte
 ``--set`` overrides and seed and calls :func:`hierfl.driver.run_scenario` with the local executor,
 writing the normal run directory ``SWEEP_DIR/runs/<trial id>/``. Since a run is a pure function of
 (scenario, seed) and the executor does not change results, a trial's files are identical to
-``hierfl run BASE --set ... --seed S`` (tests/test_sweep.py checks it bit for bit).
+``hierfl run BASE --set ... --seed S`` (tests/interface/test_sweep.py checks it bit for bit).
 
 Layout of a sweep directory::
 

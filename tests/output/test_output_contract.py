@@ -1,0 +1,97 @@
+"""Real run directories conform to the documented output contract (``hierfl/output/contract.py``).
+
+The contract is what ``docs/reference/generated/outputs.md`` shows; here two short runs (flat
+synchronous FedAvg, hierarchical asynchronous AHFL) are read back and every file, line, key and
+column is checked against it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from hierfl.driver import run_scenario
+from hierfl.output import contract
+from hierfl.scenario.loader import load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = {"quickstart": ["stop.virtual_time_s=12"], "ahfl": ["stop.virtual_time_s=15", "devices.count=20"]}
+_PY = {"int": int, "float": (int, float), "str": str, "bool": bool, "list": list, "dict": dict}
+
+
+def _allows(declared: str, value: object) -> bool:
+    """Whether ``value`` fits a declared type written as text (``float | None``, ``list[int]``, …)."""
+    alternatives = [a.strip() for a in declared.split("|")]
+    if value is None:
+        return "None" in alternatives or "null" in alternatives or "Any" in alternatives
+    for alt in alternatives:
+        base = alt.split("[")[0]
+        if base == "Any" or (base in _PY and isinstance(value, _PY[base]) and not (base == "int" and isinstance(value, bool))):
+            return True
+        if base == "list" and isinstance(value, dict) and "count" in value:
+            return True  # a long list written as its summary {count, min, max, mean} (output.list_limit)
+    return False
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def run_dir(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param)
+    sc = load_scenario(ROOT / "scenarios" / f"{request.param}.yaml", [*RUNS[request.param], "runtime.executor=local"])
+    run_scenario(sc, out)
+    return out
+
+
+def test_every_contract_file_is_written(run_dir):
+    for name in contract.FILES:
+        assert (run_dir / name).is_file(), name
+
+
+def test_summary_keys_are_documented(run_dir):
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    assert summary["contract_version"] == contract.CONTRACT_VERSION
+    assert set(summary) <= set(contract.SUMMARY_KEYS), set(summary) - set(contract.SUMMARY_KEYS)
+    assert set(summary["totals"]) >= set(contract.EVAL_EXTRA)
+
+
+def test_metrics_lines_follow_their_event(run_dir):
+    events = contract.metric_events()
+    seen = set()
+    for raw in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        line = json.loads(raw)
+        assert list(line)[:3] == list(contract.LINE_FIELDS), line
+        spec = events.get(line["event"])
+        assert spec is not None, f"undocumented event {line['event']!r}"
+        seen.add(line["event"])
+        for name, (declared, _unit) in spec["fields"].items():
+            if name in spec["optional"] and name not in line:
+                continue
+            assert name in line, f"{line['event']}: missing {name}"
+            assert _allows(declared, line[name]), f"{line['event']}.{name} = {line[name]!r} is not {declared}"
+        extra = set(line) - set(contract.LINE_FIELDS) - set(spec["fields"])
+        assert spec["open"] or not extra, f"{line['event']}: undocumented fields {extra}"
+        if line["event"] == "eval":
+            assert set(contract.EVAL_EXTRA) <= set(line)
+    assert {"run_start", "eval", "run_end"} <= seen
+
+
+def test_devices_csv_columns(run_dir):
+    with open(run_dir / "devices.csv", newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh))
+    documented = list(contract.DEVICES_COLUMNS)
+    assert header == [c for c in documented if c in header], header
+    assert set(header) <= set(documented)
+
+
+def test_clusters_lines(run_dir):
+    for raw in (run_dir / "clusters.jsonl").read_text(encoding="utf-8").splitlines():
+        line = json.loads(raw)
+        assert set(contract.CLUSTERS_FIELDS) <= set(line), line.keys()
+
+
+def test_trace_is_chrome_trace_events(run_dir):
+    trace = json.loads((run_dir / "trace.json").read_text(encoding="utf-8"))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert events and all("ph" in e for e in events)
