@@ -23,12 +23,8 @@ BASE = load_golden("quickstart")
 
 
 def _changed(path: list, value) -> dict:  # noqa: ANN001
-    snap = copy.deepcopy(BASE)
-    node = snap
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value(node[path[-1]]) if callable(value) else value
-    return snap
+    """A copy of the quickstart's snapshot with the field at ``path`` set (or mapped by ``value``)."""
+    return _changed_in(BASE, path, value)
 
 
 def _fatal(diffs: list[Difference]) -> list[str]:
