@@ -4,16 +4,9 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install native run test docs bench bench-scale claims clean lock
+.PHONY: install run test docs bench bench-scale claims clean lock
 
-# the event path compiled with Cython (hierfl/_native.py): rebuilt when one of its sources changes;
-# without Cython or a C compiler the run uses the same modules as Python (identical results, slower)
-NATIVE_SRC := hierfl/_native.py $(addprefix hierfl/,core/aggregate.py core/dynamics.py core/engine.py core/network.py \
-              core/timeseries.py driver/aggregation.py driver/context.py driver/loop.py driver/nonfinite.py driver/tiers.py driver/transfers.py output/bounded.py \
-              output/telemetry.py output/trace.py runtime/executor.py)
-NATIVE  := hierfl/_native/manifest.json
-
-install: $(STAMP) $(NATIVE)
+install: $(STAMP)
 
 # torch is pinned and installed first: the local CPU wheel for exactly 2.13.0 is found here;
 # any looser spec would pull the CUDA build with gigabytes of extra packages.
@@ -23,7 +16,7 @@ $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[test,native,docs]" -c requirements.lock
+	$(BIN)/python -m pip install -q -e ".[test,docs]" -c requirements.lock
 	touch $(STAMP)
 
 # refresh requirements.lock: resolve pyproject.toml's ranges in a fresh environment, pin what came
@@ -32,18 +25,12 @@ lock:
 	rm -rf $(LOCKENV) && $(PY) -m venv $(LOCKENV)
 	$(LOCKENV)/bin/python -m pip install -q --upgrade pip
 	$(LOCKENV)/bin/python -m pip install -q torch==2.13.0
-	$(LOCKENV)/bin/python -m pip install -q ".[test,native,docs]"
-	{ echo "# Exact versions of every dependency of hierfl[test,native,docs] (make lock writes this file)."; \
+	$(LOCKENV)/bin/python -m pip install -q ".[test,docs]"
+	{ echo "# Exact versions of every dependency of hierfl[test,docs] (make lock writes this file)."; \
 	  echo "# make installs with it as constraints; torch's local build tag (+cpu) is dropped."; \
 	  $(LOCKENV)/bin/python -m pip freeze --exclude hierfl | sed -e 's/^torch==\([0-9.]*\)+.*/torch==\1/'; \
 	} > requirements.lock
 	rm -rf $(LOCKENV)
-
-$(NATIVE): $(STAMP) $(NATIVE_SRC)
-	$(BIN)/hierfl native build -q || echo "hierfl: the event path stays pure Python (same results)"
-
-native: $(STAMP)
-	$(BIN)/hierfl native build
 
 run: install
 	$(BIN)/hierfl run scenarios/quickstart.yaml --out runs/quickstart
@@ -69,4 +56,4 @@ claims: install
 	$(BIN)/python analysis/claims/run_all.py
 
 clean:
-	rm -rf $(VENV) $(LOCKENV) runs .pytest_cache .hypothesis hierfl/_native
+	rm -rf $(VENV) $(LOCKENV) runs .pytest_cache .hypothesis

@@ -10,7 +10,6 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
 sys.path.insert(0, str(DOCS / "_ext"))
-os.environ.setdefault("HIERFL_NATIVE", "0")  # import the package's plain modules, whatever is compiled
 
 project = "hierfl"
 author = "the hierfl authors"

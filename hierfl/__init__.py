@@ -9,12 +9,6 @@ The Python API (:mod:`hierfl.api`) is imported on first use, so ``import hierfl`
 
 from typing import Any
 
-from hierfl import _native
-
-# the event path's compiled modules, when built for exactly the sources here (``hierfl native build``;
-# same outputs, bit for bit): installed before any of them is imported
-_native.install()
-
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "run", "load_run", "sweep", "load_sweep", "RunResultFrames"]

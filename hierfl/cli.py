@@ -323,39 +323,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_native(args: argparse.Namespace) -> int:
-    import importlib
-
-    from hierfl import _native
-
-    if args.native_command == "clean":
-        _native.clean()
-        print(f"removed {_native.NATIVE_DIR}: every module is imported from its source")
-        return 0
-    if args.native_command == "build":
-        try:
-            manifest = _native.build(jobs=args.jobs, quiet=args.quiet)
-        except BaseException as exc:  # noqa: BLE001 - reported, never fatal: pure Python gives the same results
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            print(f"hierfl native: not built ({type(exc).__name__}: {exc}); every module is used from its "
-                  "source: the same results, about 15 % slower per event (`make native` retries)", file=sys.stderr)
-            return 1
-        print(f"compiled {len(manifest['modules'])} modules with Cython {manifest.get('cython')} into "
-              f"{_native.NATIVE_DIR}")
-        return 0
-    for name in _native.HOT:  # status: import them, then say where each came from
-        importlib.import_module(name)
-    st = _native.status()
-    print(f"compiled event path: {'on' if st['enabled'] else 'off'}"
-          + (" (HIERFL_NATIVE=0)" if st["disabled_by_env"] else "")
-          + (f"; last build failed: {st['error']}" if st.get("error") else "")
-          + ("" if st["built"] or st.get("error") else "; not built (hierfl native build)"))
-    for name, state in st["modules"].items():
-        print(f"  {name:28s} {state}")
-    return 0
-
-
 def _cmd_data_fetch(args: argparse.Namespace) -> int:
     from hierfl.data.fetch import FetchError, fetch
 
@@ -441,15 +408,6 @@ def _parser() -> argparse.ArgumentParser:
     fe.add_argument("--from", dest="source", metavar="DIR|URL", help="a mirror: a local directory or a base URL")
     fe.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     fe.set_defaults(func=_cmd_data_fetch)
-
-    na = sub.add_parser("native", help="the event path compiled with Cython: build, status, clean (same results)")
-    nsub = na.add_subparsers(dest="native_command", required=True)
-    nb = nsub.add_parser("build", help="compile the event path's modules (needs Cython and a C compiler)")
-    nb.add_argument("-j", "--jobs", type=int, default=2, help="parallel compile jobs (default 2)")
-    nb.add_argument("-q", "--quiet", action="store_true", help="no compiler output")
-    nsub.add_parser("status", help="which modules this interpreter imports compiled")
-    nsub.add_parser("clean", help="remove the compiled modules")
-    na.set_defaults(func=_cmd_native)
 
     t = sub.add_parser("timeline", help="Gantt picture of devices, leaders and the cloud over virtual time")
     t.add_argument("run", help="run directory")

@@ -2,7 +2,7 @@
 
 A protocol runs against it exactly as against the driver, but everything is checkable by hand:
 
-* the clock is a real :class:`~hierfl.core.engine.EventQueue` (so ``schedule``/``at``/``cancel``
+* the clock is a real :class:`~hierfl.kernel.engine.EventQueue` (so ``schedule``/``at``/``cancel``
   and the ``(time, priority, seq)`` order are the real ones);
 * a job on device ``d`` lasts ``unit_s[d]`` seconds per unit of work (one unit per epoch, or per
   local step when the spec counts steps; by default ``unit_s[d] = 1 + 0.5·d``, so times stay exact
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.dynamics import Availability, OnlineIndex
-from hierfl.core.engine import Event, EventQueue, Priority
+from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.jobs import Job
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec

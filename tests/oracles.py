@@ -1,7 +1,7 @@
 """Reference models the tests compare the core's world models with, bit for bit or within rounding.
 
 * :class:`PlainFlowNetwork`: max-min fair sharing by plain scans over every flow and link, with
-  closed-form progress; the flow network (:class:`hierfl.core.network.FlowNetwork`) must give its
+  closed-form progress; the flow network (:class:`hierfl.kernel.network.FlowNetwork`) must give its
   rates and finish times bit for bit.
 * :class:`LegacyFlowNetwork`: the same model folding every flow's progress over every step of the
   clock, the network's algorithm before its per-event cost was made independent of the
@@ -195,7 +195,7 @@ class PlainFlowNetwork(LegacyFlowNetwork):
     """The plain model with closed-form progress: :class:`LegacyFlowNetwork`'s scans and rates, but a
     flow's ``remaining`` is ``max(r0 - rate · (t - t0), 0)`` since its last rate change at ``t0``
     instead of a fold over every step of the network's clock. The bit-for-bit reference of
-    :class:`hierfl.core.network.FlowNetwork` (which computes the same without scanning)."""
+    :class:`hierfl.kernel.network.FlowNetwork` (which computes the same without scanning)."""
 
     def __init__(self, capacity: dict[Hashable, float] | None = None, contention: bool = True) -> None:
         super().__init__(capacity, contention)

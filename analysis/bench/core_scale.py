@@ -2,7 +2,7 @@
 
 Prints, side by side in one run, microseconds per event of
 
-* the **network** model (:class:`hierfl.core.network.FlowNetwork`): N flows in flight on private
+* the **network** model (:class:`hierfl.kernel.network.FlowNetwork`): N flows in flight on private
   device links (long downloads), while a stream of 2,000 short transfers on other devices starts
   and finishes — each event is what the emulator does for a transfer (``add`` + ``next_finish``,
   then at its finish ``advance`` + ``next_finish`` + ``remove`` + ``next_finish``);
@@ -30,7 +30,7 @@ from collections.abc import Hashable
 from pathlib import Path
 
 from hierfl.core.dynamics import Availability, IntervalTimeline, MarkovTimeline, OnlineIndex
-from hierfl.core.network import FlowNetwork
+from hierfl.kernel.network import FlowNetwork
 from hierfl.core.rng import stream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.oracles

@@ -13,8 +13,10 @@ invocation, and the table prints ratios against the goals of the issue:
     (logreg: the exact path and runtime.fast_path, local and on Ray with 2 device hosts) and timing
     only, over a window of virtual time from t = 0 (10 s with training, 60 s timing only; --window,
     --timing-window; --timing-window 3600 runs the issue's whole hour): jobs/s and events/s (wall
-    after start-up). Timing only runs with the compiled event path (``hierfl native build``) and
-    with ``HIERFL_NATIVE=0``, 3 runs each, interleaved; the fastest of each and their ratio print;
+    after start-up). Timing only runs 3 times, interleaved with the same run of every ``--against DIR``
+    (another checkout of hierfl, e.g. ``git worktree add DIR <commit>``: the code before a change;
+    where that checkout has the Cython-compiled event path of older versions, it runs both compiled
+    and with ``HIERFL_NATIVE=0``); the fastest of each and their ratios print;
 (c) W1a (the README's W1 workload, 10 rounds of 10 devices) is measured by
     analysis/bench/startup.py: whole-process wall and peak tree memory.
 """
@@ -28,9 +30,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from hierfl._native import read_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,14 +62,12 @@ print(json.dumps({"wall_s": wall, "startup_s": s["startup_s"], "rounds_s": t2 - 
 """
 
 
-def child(kind: str, arg: object, trace: bool = False, native: bool = True) -> dict:
-    """Run one measurement in a fresh interpreter; returns its JSON line.
-
-    ``native=False``: with ``HIERFL_NATIVE=0`` (the event path from its Python source)."""
-    env = {**os.environ, "HIERFL_NATIVE": "1" if native else "0"}
+def child(kind: str, arg: object, trace: bool = False, tree: Path = ROOT, env_extra: dict | None = None) -> dict:
+    """Run one measurement in a fresh interpreter with the hierfl of ``tree``; returns its JSON line."""
+    env = {**os.environ, "PYTHONPATH": str(tree), **(env_extra or {})}
     with tempfile.TemporaryDirectory() as out:
         res = subprocess.run([sys.executable, "-c", CHILD, kind, json.dumps(arg), out, "1" if trace else "0"],
-                             capture_output=True, text=True, cwd=ROOT, check=False, env=env)
+                             capture_output=True, text=True, cwd=tree, check=False, env=env)
     if res.returncode != 0:
         raise SystemExit(f"measurement failed:\n{res.stderr[-2000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -98,10 +95,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--timing-window", type=float, default=None,
                     help="(b) virtual seconds of the timing-only run (default 60; 4 with --quick; 3600: the "
                          "issue's whole virtual hour, about 15 minutes)")
+    ap.add_argument("--against", action="append", default=[], metavar="DIR",
+                    help="another hierfl checkout whose timing-only row runs interleaved with this one's "
+                         "(repeatable; e.g. a git worktree of an older commit)")
     args = ap.parse_args(argv)
-    built = sorted((read_manifest() or {}).get("modules", {}))
-    print(f"event path: {'compiled (' + str(len(built)) + ' modules, hierfl native build)' if built else 'pure Python'}"
-          " in every row but the one marked pure Python\n")
 
     print("(a) FedAvg, the same work (100 devices x 10 rounds, logreg) at growing N, local executor")
     print("| N | whole wall (s) | rounds-only wall (s, fastest of 3) | ratio to 1k | peak RSS (MB) |")
@@ -141,37 +138,43 @@ def main(argv: list[str]) -> int:
               3000),
              ("with training, Ray, 2 hosts, runtime.fast_path",
               ["training.trainer=sgd", "runtime.executor=ray", "runtime.workers=2", "runtime.fast_path=true"], 3000),
-             ("timing only", ["training.trainer=none"], 20000),
-             # the same run with the event path from its Python source, for the side-by-side ratio
-             ("timing only, pure Python (HIERFL_NATIVE=0)", ["training.trainer=none"], 20000))
+             ("timing only", ["training.trainer=none"], 20000))
     rates: dict[str, float] = {}
     path = str(ROOT / "scenarios" / "scale_ahfl_10k.yaml")
-    for mode, sets, goal in modes[:-2]:  # with training: one run each
+    for mode, sets, goal in modes[:-1]:  # with training: one run each
         r = child("file", {"path": path, "set": [f"stop.virtual_time_s={window:g}", "evaluation.every_s=null", *sets]})
         run_s = r["rounds_s"]
         print(f"| {mode} | {window:g} | {r['jobs']:,} | {r['events']:,} | {run_s:.1f} | {r['jobs'] / run_s:,.0f} | "
               f"{r['events'] / run_s:,.0f} | >= {goal:,} jobs/s |")
-    # timing only: compiled and pure Python, 3 runs each, interleaved (this machine's speed drifts by
-    # 10-20 % within minutes: one run of each, one after the other, can show either order); the
-    # fastest of each counts (as in (a)), the median is printed beside it
-    timing = [m for m in modes[-2:] if built or "HIERFL_NATIVE=0" not in m[0]]
-    tries: dict[str, list[dict]] = {m[0]: [] for m in timing}
+    # timing only: this tree and every --against tree, 3 runs each, interleaved (this machine's speed
+    # drifts by 10-20 % within minutes: one run of each, one after the other, can show either order);
+    # the fastest of each counts (as in (a)), the median is printed beside it
+    mode, sets, goal = modes[-1]
+    trees: list[tuple[str, Path, dict]] = [("timing only", ROOT, {})]
+    for other in args.against:
+        tree = Path(other).resolve()
+        if (tree / "hierfl" / "_native.py").is_file():  # an older version with the compiled event path
+            trees.append((f"timing only, {tree.name}, compiled where built", tree, {"HIERFL_NATIVE": "1"}))
+            trees.append((f"timing only, {tree.name}, pure Python", tree, {"HIERFL_NATIVE": "0"}))
+        else:
+            trees.append((f"timing only, {tree.name}", tree, {}))
+    tries: dict[str, list[dict]] = {label: [] for label, _, _ in trees}
     for _ in range(3):
-        for mode, sets, _goal in timing:
-            tries[mode].append(child("file", {"path": path, "set": [f"stop.virtual_time_s={timing_window:g}",
-                                                                   "evaluation.every_s=null", *sets]},
-                                     native="HIERFL_NATIVE=0" not in mode))
-    for mode, _sets, goal in timing:
-        runs_ = sorted(tries[mode], key=lambda r: r["rounds_s"])
+        for label, tree, extra in trees:
+            tries[label].append(child("file", {"path": path, "set": [f"stop.virtual_time_s={timing_window:g}",
+                                                                    "evaluation.every_s=null", *sets]},
+                                      tree=tree, env_extra=extra))
+    for label, _tree, _extra in trees:
+        runs_ = sorted(tries[label], key=lambda r: r["rounds_s"])
         r, med = runs_[0], runs_[len(runs_) // 2]
         run_s = r["rounds_s"]
-        rates[mode] = r["jobs"] / run_s
-        print(f"| {mode}, fastest of 3 (median) | {timing_window:g} | {r['jobs']:,} | {r['events']:,} | {run_s:.1f} | "
+        rates[label] = r["jobs"] / run_s
+        print(f"| {label}, fastest of 3 (median) | {timing_window:g} | {r['jobs']:,} | {r['events']:,} | {run_s:.1f} | "
               f"{r['jobs'] / run_s:,.0f} ({med['jobs'] / med['rounds_s']:,.0f}) | {r['events'] / run_s:,.0f} | "
               f">= {goal:,} jobs/s |")
-    if len(rates) == 2:
-        print(f"\ncompiled event path / pure Python, timing only, side by side (fastest of 3 each, interleaved): "
-              f"{rates['timing only'] / rates[modes[-1][0]]:.2f}x (identical outputs)")
+    for label in list(rates)[1:]:
+        print(f"this tree / {label}: {rates['timing only'] / rates[label]:.2f}x the jobs/s "
+              "(fastest of 3 each, interleaved)")
     print("\n(c) W1a: see analysis/bench/startup.py (whole-process wall, steady round, peak tree memory)")
     return 0
 

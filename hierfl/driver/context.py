@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.dynamics import Dynamics
-from hierfl.core.engine import Event, EventQueue, Priority
+from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
 from hierfl.driver.aggregation import Aggregation, ControlVariates

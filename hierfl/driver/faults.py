@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hierfl.core.dynamics import Dynamics
-from hierfl.core.engine import Event, EventQueue, Priority
+from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.faults import Outage, outages
 from hierfl.driver.transfers import Transfers
 from hierfl.env.events import ServerDown, ServerUp

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierfl.core.dynamics import finish_time
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.core.jobs import Job
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, samples_processed

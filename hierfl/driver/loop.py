@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hierfl.core.engine import Priority
+from hierfl.kernel.engine import Priority
 from hierfl.core.personal import device_accuracy_fields
 from hierfl.driver.context import Context, DivergedError, RunError
 from hierfl.env.events import describe

@@ -1,6 +1,6 @@
 """The network half of the driver: transfers as flows, link events, devices dropping out.
 
-A model transfer is a flow in :class:`~hierfl.core.network.FlowNetwork` (max-min fair sharing of
+A model transfer is a flow in :class:`~hierfl.kernel.network.FlowNetwork` (max-min fair sharing of
 finite-capacity links), then its latency, then the protocol's event. Link events change capacities
 during the run; a device going offline withdraws its transfers and pending job events and tells
 the protocol (``device_lost``). :class:`Transfers` is composed into the driver's
@@ -18,8 +18,8 @@ import numpy as np
 
 from hierfl.core.dynamics import Dynamics, link_value
 from hierfl.core.energy import EnergyLedger
-from hierfl.core.engine import Event, EventQueue, Priority
-from hierfl.core.network import FlowNetwork, index_add
+from hierfl.kernel.engine import Event, EventQueue, Priority
+from hierfl.kernel.network import FlowNetwork, index_add
 from hierfl.core.world import World
 from hierfl.env.api import Endpoint
 from hierfl.env.events import DeviceLost

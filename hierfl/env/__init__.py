@@ -4,7 +4,7 @@ This layer imports only :mod:`hierfl.core`; protocols import only it and the cor
 config base for their config models). See :mod:`hierfl.env.api`.
 """
 
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.env.api import Endpoint, Env, Job, Telemetry, Term
 from hierfl.env.events import DRIVER_EVENTS, DeviceLost, Payload, ServerDown, ServerUp, Timer, describe
 from hierfl.env.records import (ClustersRecord, CloudAggregate, DeviceLostRecord, EdgeAggregate, Eval, LeaderLost,

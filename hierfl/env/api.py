@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from hierfl.core.dynamics import OnlineIndex
-    from hierfl.core.engine import Event
+    from hierfl.kernel.engine import Event
     from hierfl.core.work import TrainSpec
     from hierfl.core.world import World
     from hierfl.env.records import ClustersRecord, Record

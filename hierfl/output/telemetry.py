@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.timeseries import QueueTracker, StepSeries
+from hierfl.kernel.timeseries import QueueTracker, StepSeries
 from hierfl.core.world import World
 from hierfl.env.api import Endpoint
 from hierfl.env.records import ClustersRecord, Record

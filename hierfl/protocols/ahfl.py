@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, field_validator
 
 from hierfl.config.errors import Problem
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload, Timer
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig

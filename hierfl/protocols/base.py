@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.env.api import Env, Job
 from hierfl.env.events import Payload
 from hierfl.env.records import ClustersRecord

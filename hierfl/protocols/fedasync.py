@@ -24,8 +24,8 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
-from hierfl.core.engine import Event, Priority
-from hierfl.core.rankedset import RankedSet
+from hierfl.kernel.engine import Event, Priority
+from hierfl.kernel.rankedset import RankedSet
 from hierfl.core.work import TrainSpec
 from hierfl.env import Env, Timer
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness, StalenessConfig

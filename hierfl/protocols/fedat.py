@@ -44,7 +44,7 @@ from pydantic import Field
 
 from hierfl.config.errors import Problem
 from hierfl.core.capacity import capacity_classes
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.env import ClustersRecord, Env, Payload, RoundEmpty
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec

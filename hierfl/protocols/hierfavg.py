@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from hierfl.config.errors import Problem
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.faults import CLOUD, count_lost, record_loss, record_moves, reattach_plan

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.core.work import TrainSpec, num_steps
 from hierfl.env.events import Payload
 from hierfl.env.records import RoundClose

@@ -53,7 +53,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.core.wscc import Clustering, affinity_clusters, cluster_servers, similarity_summary
 from hierfl.env import Env, Payload
 from hierfl.env.records import ClustersRecord

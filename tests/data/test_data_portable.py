@@ -73,7 +73,6 @@ def _run(env_extra: dict[str, str]) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")}
     env.update(env_extra)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("HIERFL_NATIVE", "0")
     return subprocess.Popen([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierfl.core.network import FlowNetwork
+from hierfl.kernel.network import FlowNetwork
 from hierfl.driver.transfers import Transfers
 from tests.golden import bit_differences, contract_outputs, overrides
 
@@ -163,5 +163,5 @@ def test_detaching_changes_no_output(case, tmp_path, monkeypatch):
     assert not bit_differences(detached, plain), "\n".join(bit_differences(detached, plain))
     assert events_detached < events_plain  # fewer events: network wake-ups saved
 
-# (hand-computed driver times through attached flows: tests/core/test_network.py's shared-ingress and
+# (hand-computed driver times through attached flows: tests/kernel/test_network.py's shared-ingress and
 # link-event cases, which start detached and are attached by the second flow / the capacity change)

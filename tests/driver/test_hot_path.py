@@ -18,7 +18,7 @@ import pytest
 
 from hierfl.assemble import build
 from hierfl.core.dynamics import Dynamics
-from hierfl.core.engine import EventQueue
+from hierfl.kernel.engine import EventQueue
 from hierfl.core.work import TrainSpec
 from hierfl.core.world import World
 from hierfl.driver.jobs import Jobs

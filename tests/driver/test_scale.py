@@ -63,7 +63,7 @@ class _Counter:
 
 def _counts(monkeypatch: pytest.MonkeyPatch, sc, out: Path) -> tuple[int, int, int]:
     """(train jobs, per-device availability checks, network inner-loop steps) of one run."""
-    from hierfl.core import network
+    from hierfl.kernel import network
 
     counter = _Counter(monkeypatch)
     nets = []

@@ -34,7 +34,6 @@ def _env() -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("HIERFL_NATIVE", "0")
     env["MPLBACKEND"] = "Agg"
     return env
 

@@ -2,7 +2,7 @@
 
 Imports are read from every module's syntax tree — at module level and inside functions — except
 those under ``if TYPE_CHECKING:`` (type names only, never executed). A module's *package* is the
-second component of its name (``hierfl.core.engine`` → ``core``; ``hierfl.cli`` → ``cli``).
+second component of its name (``hierfl.kernel.engine`` → ``core``; ``hierfl.cli`` → ``cli``).
 """
 
 from __future__ import annotations
@@ -21,15 +21,18 @@ ROOT = Path(__file__).resolve().parents[2] / "hierfl"
 # errors, registry and file helpers; the scenario schema (top) lives in hierfl.scenario.
 CONFIG_BOTTOM = {"hierfl.config"}
 ALLOWED: dict[str, set[str]] = {
+    # the simulation kernel (event queue, flows, online index, time series): the standard library only
+    "kernel": set(),
     "core": set(),
     "config": set(),
-    "env": {"core"},
-    "protocols": {"core", "env", "config", "policies", "protocols"},
-    "output": {"core", "env"},
+    "env": {"core", "kernel"},
+    "protocols": {"core", "kernel", "env", "config", "policies", "protocols"},
+    "output": {"core", "kernel", "env"},
     # the runtime runs jobs and aggregates below the protocol interface: never env, driver or protocols
     "runtime": {"core", "learn", "models", "executors", "config"},
 }
 THIRD_PARTY_FORBIDDEN = {
+    "kernel": {"numpy", "pydantic", "torch", "ray", "yaml"},
     "core": {"pydantic", "torch", "ray", "yaml"},
     "env": {"pydantic", "torch", "ray", "yaml"},
     "config": {"torch", "ray"},
@@ -84,7 +87,7 @@ MODULES = _modules()
 
 
 def package_of(module: str) -> str | None:
-    """``hierfl.core.engine`` → ``core``; None outside hierfl or for the root package."""
+    """``hierfl.kernel.engine`` → ``kernel``; None outside hierfl or for the root package."""
     parts = module.split(".")
     return parts[1] if parts[0] == "hierfl" and len(parts) > 1 else None
 
@@ -179,8 +182,8 @@ def test_protocols_never_touch_the_driver_recorder_queue_or_executor():
 
 
 def test_core_and_interface_import_without_ray_torch_or_pydantic():
-    code = ("import sys\nimport hierfl.core.engine, hierfl.core.rng, hierfl.core.aggregate, hierfl.core.work, "
-            "hierfl.core.world, hierfl.core.grouping, hierfl.core.topomath, hierfl.core.network, "
+    code = ("import sys\nimport hierfl.kernel.engine, hierfl.core.rng, hierfl.core.aggregate, hierfl.core.work, "
+            "hierfl.core.world, hierfl.core.grouping, hierfl.core.topomath, hierfl.kernel.network, "
             "hierfl.core.dynamics, hierfl.env\nprint(' '.join(sorted(sys.modules)))")
     mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
     assert not mods & {"ray", "torch", "pydantic"}

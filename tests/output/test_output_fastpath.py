@@ -19,7 +19,7 @@ import pytest
 
 import hierfl.output.jsonsafe as jsonsafe
 import hierfl.output.trace as trace_mod
-from hierfl.core.timeseries import QueueTracker, StepSeries
+from hierfl.kernel.timeseries import QueueTracker, StepSeries
 from hierfl.output.jsonsafe import clean, is_plain, jsonable
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.output.trace import TraceWriter

@@ -32,7 +32,7 @@ def fedch(**protocol):
     stop = protocol.pop("stop", {"rounds": 4})
     extra = protocol.pop("extra", {})
     # hand-computed times below assume uncontended links: a device leader's uplink would otherwise be
-    # shared by its simultaneous hops to the members (tests/core/test_network.py covers contention)
+    # shared by its simultaneous hops to the members (tests/kernel/test_network.py covers contention)
     extra.setdefault("network", {"contention": False})
     return tiny(protocol={"name": "fedch", "K": 2, "H": 3, "lr": 0.1, **protocol}, stop=stop,
                 evaluation={"every_s": None}, **extra)

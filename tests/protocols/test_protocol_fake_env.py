@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
 from hierfl.env import Job, Record

@@ -41,7 +41,7 @@ def _port() -> int:
 def _clean_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
-    return {**env, "HOME": str(home), "HIERFL_NATIVE": os.environ.get("HIERFL_NATIVE", "0")}
+    return {**env, "HOME": str(home)}
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import math
 import typing
 from typing import TYPE_CHECKING, Any
 
-from hierfl.core.engine import Priority
+from hierfl.kernel.engine import Priority
 from hierfl.env import DeviceLost, Env, LeaderLost, Recluster
 from hierfl.protocols.fedch.construction import ClusterBuilder
 from hierfl.protocols.fedch.messages import ClusterUpload, LeaderBack

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierfl.core.engine import Event, Priority
+from hierfl.kernel.engine import Event, Priority
 from hierfl.core.work import TrainSpec, transfer_time_s
 from hierfl.env import ClustersRecord, Env, RoundEmpty, Timer
 from hierfl.protocols.base import Protocol

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.engine import Event
+from hierfl.kernel.engine import Event
 from hierfl.core.recluster import ReclusterPolicy
 from hierfl.protocols.straggler import Barrier
 

@@ -1,10 +1,10 @@
-"""Piecewise-constant series (hierfl.core.timeseries): hand-computed means and properties."""
+"""Piecewise-constant series (hierfl.kernel.timeseries): hand-computed means and properties."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hierfl.core.timeseries import QueueTracker, StepSeries, time_weighted_mean
+from hierfl.kernel.timeseries import QueueTracker, StepSeries, time_weighted_mean
 
 
 def test_hand_computed_mean():

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hierfl.assemble import build
-from hierfl.core.network import FlowNetwork
+from hierfl.kernel.network import FlowNetwork
 from hierfl.driver import run_scenario
 from tests.conftest import tiny
 
@@ -129,7 +129,7 @@ def test_max_min_rates_are_exact_for_hand_computed_components():
 _HASHSEED_SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from tests.core.test_network import _random_network
+from tests.kernel.test_network import _random_network
 print(json.dumps([[float.hex(t), [[i, float.hex(r)] for i, r in rates],
                    None if nf is None else [float.hex(nf[0]), nf[1]]]
                   for t, rates, nf in _random_network(7, lambda i: ("up", f"device-{i}"))]))
@@ -147,7 +147,7 @@ def test_rates_are_the_same_bits_in_processes_with_different_hash_seeds(tmp_path
     root = str(Path(__file__).resolve().parents[2])
     outs = []
     for seed in ("1", "4242"):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "HIERFL_NATIVE": "0"}
+        env = {**os.environ, "PYTHONHASHSEED": seed}
         proc = subprocess.run([sys.executable, "-c", _HASHSEED_SCRIPT, root], capture_output=True, text=True,
                               env=env, cwd=root, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]

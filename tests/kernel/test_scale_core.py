@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.oracles import LegacyAvailability, LegacyFlowNetwork, PlainFlowNetwork
 from hierfl.core.dynamics import Availability, IntervalTimeline, MarkovTimeline, OnlineIndex
-from hierfl.core.network import FlowNetwork
+from hierfl.kernel.network import FlowNetwork
 from hierfl.core.rng import stream
 
 

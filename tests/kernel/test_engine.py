@@ -2,7 +2,7 @@
 
 import pytest
 
-from hierfl.core.engine import Event, EventQueue, Priority
+from hierfl.kernel.engine import Event, EventQueue, Priority
 
 
 def test_exact_trace_time_then_priority_then_insertion():
