@@ -46,8 +46,8 @@ class Faults:
         for name in FAULT_COUNTERS:  # only runs with faults carry these totals (others' outputs are unchanged)
             self.counters.setdefault(name, 0)
         for o in outages(dyn.faults):
-            queue.push(o.start, "_fault", _Fault(o, True), Priority.WORLD)
-            queue.push(o.end, "_fault", _Fault(o, False), Priority.WORLD)
+            queue.push(o.start, "_fault", _Fault(o, True), Priority.WORLD, handler=self.handle)
+            queue.push(o.end, "_fault", _Fault(o, False), Priority.WORLD, handler=self.handle)
 
     def handle(self, event: Event) -> Event:
         """A server goes down or comes back now; returns the protocol's event (``edge_down``, ``edge_up``,

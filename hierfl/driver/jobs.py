@@ -19,7 +19,6 @@ from hierfl.core.jobs import Job
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, samples_processed
 from hierfl.driver.errors import DivergedError, RunError
-from hierfl.driver.transfers import _JobLost
 
 if TYPE_CHECKING:
     from hierfl.driver.context import Context
@@ -177,9 +176,8 @@ class Jobs:
         """Submit the job and schedule ``done`` (or, if the device drops out first, the loss)."""
         job = self.start_training(device, model, spec, control)
         if job.lost_at is not None:
-            event = self.queue.push(job.lost_at, "_job_lost", _JobLost(device, str(job.lost_reason), payload),
-                                    Priority.ARRIVAL)
-        elif end is not None:
+            return job, self.transfers.job_lost(device, job.lost_at, str(job.lost_reason), payload)
+        if end is not None:
             event = self.queue.push(end, done, payload, Priority.ARRIVAL)
         else:  # (push_after, inline: compute_s >= 0)
             queue = self.queue

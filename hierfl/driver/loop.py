@@ -145,12 +145,12 @@ class RunLoop:
                 break
             self.events += 1
             try:
-                if kind[0] == "_":  # the world's own events
-                    if kind != "_fault":
-                        net.handle_internal(event)
+                world = event.handler
+                if world is not None:  # the world's own events (the network, links, losses, faults)
+                    # a server failing or back returns the protocol's event: the protocol hears it at once
+                    event = world(event)
+                    if event is None:
                         continue
-                    assert ctx.faults is not None  # a server fails or is back: the protocol hears it at once
-                    event = ctx.faults.handle(event)
                 before(event)
                 handle(event)
             except RunError:

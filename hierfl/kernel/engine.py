@@ -2,13 +2,15 @@
 
 Modelled on SimPy's core (one heap, a tiny API): ``seq`` is a monotonically increasing
 counter, so events at equal time and priority pop in insertion order, identically every run.
-Events are plain data: a kind and a small typed payload (a frozen dataclass, see
-:mod:`hierfl.env.events`), so the whole queue can be checkpointed.
+An event is a kind and a small typed payload (a frozen dataclass, see :mod:`hierfl.env.events`)
+for the protocol's ``on_<kind>`` handler, or carries its own ``handler`` (the world's events: the
+network's wake-ups, link changes, devices going offline), which the run loop calls instead.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Event", "EventQueue", "Priority"]
@@ -31,22 +33,25 @@ class Priority:
 
 
 class Event:
-    """One scheduled event: ``on_<kind>(event)`` of its owner runs at ``time``.
+    """One scheduled event: at ``time``, its ``handler(event)`` runs, or, without one, the protocol's
+    ``on_<kind>(event)``.
 
-    Events order, compare and hash by ``(time, priority, seq)`` only. Besides its five fields an
-    event carries what the driver needs to know about it, declared here rather than attached:
-    ``queued`` (it is in the queue and not cancelled), ``transfer`` (the id of the transfer whose
-    arrival it is) and ``device`` (the device whose pending job event it is).
+    Events order, compare and hash by ``(time, priority, seq)`` only. Besides its fields an event
+    carries what the driver needs to know about it, declared here rather than attached: ``queued``
+    (it is in the queue and not cancelled), ``transfer`` (the id of the transfer whose arrival it
+    is) and ``device`` (the device whose pending job event it is).
     """
 
-    __slots__ = ("time", "priority", "seq", "kind", "payload", "queued", "transfer", "device")
+    __slots__ = ("time", "priority", "seq", "kind", "payload", "handler", "queued", "transfer", "device")
 
-    def __init__(self, time: float, priority: int, seq: int, kind: str, payload: Any = None) -> None:
+    def __init__(self, time: float, priority: int, seq: int, kind: str, payload: Any = None,
+                 handler: Callable[[Event], Any] | None = None) -> None:
         self.time = time
         self.priority = priority
         self.seq = seq
         self.kind = kind
         self.payload = payload
+        self.handler = handler
         self.queued = False
         self.transfer: int | None = None
         self.device: int | None = None
@@ -103,13 +108,16 @@ class EventQueue:
             cancelled.discard(heapq.heappop(heap)[2])
 
     def push(self, time: float, kind: str, payload: Any = None,
-             priority: int = Priority.CONTROL) -> Event:
-        """Schedule ``kind`` at absolute virtual ``time`` (seconds); never in the past."""
+             priority: int = Priority.CONTROL, handler: Callable[[Event], Any] | None = None) -> Event:
+        """Schedule ``kind`` at absolute virtual ``time`` (seconds); never in the past.
+
+        ``handler``: what handles the event when it pops (the run loop calls it); None: the protocol.
+        """
         if not time >= self.now:  # also rejects NaN
             raise ValueError(f"cannot schedule {kind!r} at t={time!r} before now={self.now!r}")
         # a mapping is copied (the caller may reuse it); a frozen payload value is shared
         time, priority, seq = float(time), int(priority), self._seq
-        event = Event(time, priority, seq, kind, dict(payload) if isinstance(payload, dict) else payload)
+        event = Event(time, priority, seq, kind, dict(payload) if isinstance(payload, dict) else payload, handler)
         event.queued = True
         self._seq = seq + 1
         heapq.heappush(self._heap, (time, priority, seq, event))
@@ -146,24 +154,3 @@ class EventQueue:
         event.queued = False
         self.now = event.time
         return event
-
-    def state(self) -> dict[str, Any]:
-        """A plain, serialisable snapshot (for checkpoints)."""
-        return {
-            "now": self.now,
-            "seq": self._seq,
-            "events": [[e.time, e.priority, e.seq, e.kind, e.payload] for *_, e in sorted(self._heap)
-                       if e.seq not in self._cancelled],
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> EventQueue:
-        """Rebuild a queue from :meth:`state`."""
-        q = cls(state["now"])
-        q._seq = int(state["seq"])
-        q._heap = [(float(t), int(p), int(s), Event(float(t), int(p), int(s), k, pl))
-                   for t, p, s, k, pl in state["events"]]
-        heapq.heapify(q._heap)
-        for entry in q._heap:
-            entry[3].queued = True
-        return q

@@ -113,6 +113,11 @@ class Flow:
         self.detached = False             # its end is the caller's to schedule (FlowNetwork.add(detach=True))
 
     @property
+    def end(self) -> float:
+        """When it ends at its current rate (``inf`` at rate 0); fixed while the rate stays."""
+        return self._end
+
+    @property
     def remaining(self) -> float:
         """Megabits still to send at the network's current time."""
         if self._net is None:
@@ -197,7 +202,7 @@ class FlowNetwork:
         """Start a flow of ``megabits`` over ``links`` at ``now``.
 
         ``detach``: if the flow shares no finite link with another flow (its rate is its path's
-        bottleneck), it is kept out of :meth:`next_finish`: its end, ``flow._end``, is fixed and the
+        bottleneck), it is kept out of :meth:`next_finish`: its end, ``flow.end``, is fixed and the
         caller schedules what follows it directly (one event per transfer instead of two). It
         stays so until another flow joins one of its finite links or a capacity on its path
         changes while it is in flight; then it is *attached* (filed for :meth:`next_finish` with the
@@ -230,42 +235,10 @@ class FlowNetwork:
             except KeyError:
                 raise KeyError(f"unknown link {next(link for link in links if link not in capacity)!r}") from None
         self.now = now
-        on_link, contention = self.on_link, self.contention
-        if contention and len(finite) == 1:
-            # the common case: one shared link (a device's access link), looked up once
-            link = finite[0]
-            users = on_link.get(link)
-            if users is not None and self._detached and len(users) == 1:
-                g = self.flows[next(iter(users))]
-                if g.detached:  # a detached flow is alone on its link: joining it settles it first
-                    self._settle(g)
-                    users = on_link.get(link)
-            if users is not None or not detach or self._watched is None or self._watched:
-                flow = self._new_flow(flow_id, links, megabits, now, tag, finite)
-                if users is not None:
-                    users.add(flow_id)
-                    self._recompute([flow_id], new=flow)
-                    return flow
-                on_link[link] = {flow_id}
-                if not detach:
-                    self._solo(flow)  # alone on its shared link: its rate is that link's capacity
-                    return flow
-            else:  # _new_flow inline (no by-link index to keep): one flow per transfer
-                flow = Flow(flow_id, links, megabits, megabits, now, 0.0, 1, inf, tag, finite)
-                flow._net = self
-                flow._order = order = self._order
-                self._order = order + 1
-                self.flows[flow_id] = flow
-                on_link[link] = {flow_id}
-            # _solo(flow, detach=True) inline: alone on its one shared link, its rate is the link's
-            # capacity (what progressive filling gives it) and its end is fixed
-            rate = flow.rate = flow.min_rate = capacity[link]
-            self._solo_adds += 1
-            flow._end = now if megabits <= EPS_MBIT else now + megabits / rate
-            flow.detached = True
-            self._detached += 1
-            return flow
-        if self._detached and contention:
+        if self.contention and len(finite) == 1:
+            return self._add_on_one_link(now, flow_id, links, megabits, tag, detach, finite)
+        on_link = self.on_link
+        if self._detached and self.contention:
             # a detached flow is alone on its finite links: joining one of them settles it first
             for link in finite:
                 users = on_link.get(link)
@@ -275,12 +248,50 @@ class FlowNetwork:
                         self._settle(g)
         flow = self._new_flow(flow_id, links, megabits, now, tag, finite)
         alone = index_add(on_link, finite, flow_id)  # on every finite link of its path
-        if not contention or alone and (detach or len(finite) <= 1):
+        if not self.contention or alone and (detach or len(finite) <= 1):
             # alone on its shared links (or no sharing at all): its rate is its bottleneck's capacity,
             # nobody else's changes, and the component search would find only itself
             self._solo(flow, detach)
         else:
             self._recompute([flow_id], new=flow)
+        return flow
+
+    def _add_on_one_link(self, now: float, flow_id: int, links: tuple[Hashable, ...], megabits: float, tag: object,
+                         detach: bool, finite: tuple[Hashable, ...]) -> Flow:
+        """:meth:`add` of a flow with exactly one finite link (a device's access link), with contention:
+        the common case, looked up once."""
+        link = finite[0]
+        on_link = self.on_link
+        users = on_link.get(link)
+        if users is not None and self._detached and len(users) == 1:
+            g = self.flows[next(iter(users))]
+            if g.detached:  # a detached flow is alone on its link: joining it settles it first
+                self._settle(g)
+                users = on_link.get(link)
+        if users is not None or not detach or self._watched is None or self._watched:
+            flow = self._new_flow(flow_id, links, megabits, now, tag, finite)
+            if users is not None:
+                users.add(flow_id)
+                self._recompute([flow_id], new=flow)
+                return flow
+            on_link[link] = {flow_id}
+            if not detach:
+                self._solo(flow)  # alone on its shared link: its rate is that link's capacity
+                return flow
+        else:  # _new_flow inline (no by-link index to keep): one flow per transfer
+            flow = Flow(flow_id, links, megabits, megabits, now, 0.0, 1, math.inf, tag, finite)
+            flow._net = self
+            flow._order = order = self._order
+            self._order = order + 1
+            self.flows[flow_id] = flow
+            on_link[link] = {flow_id}
+        # _solo(flow, detach=True) inline: alone on its one shared link, its rate is the link's
+        # capacity (what progressive filling gives it) and its end is fixed
+        rate = flow.rate = flow.min_rate = self.capacity[link]
+        self._solo_adds += 1
+        flow._end = now if megabits <= EPS_MBIT else now + megabits / rate
+        flow.detached = True
+        self._detached += 1
         return flow
 
     def _new_flow(self, flow_id: int, links: tuple[Hashable, ...], megabits: float, now: float, tag: object,

@@ -33,15 +33,19 @@ def test_push_after_is_relative_to_now_and_past_is_rejected():
         q.push(float("nan"), "nan")
 
 
-def test_state_roundtrip_preserves_order_and_counter():
+def test_a_pickled_queue_keeps_order_counter_and_cancellations():
+    # checkpoints pickle the queue with the run
+    import pickle
+
     q = EventQueue()
     for t, k in [(5.0, "e"), (1.0, "a"), (1.0, "b"), (3.0, "c")]:
         q.push(t, k, {"k": k})
+    q.cancel(q.push(2.0, "gone"))
     q.pop()
-    r = EventQueue.from_state(q.state())
+    r = pickle.loads(pickle.dumps(q))
     assert r.now == 1.0
     assert [r.pop().kind for _ in range(3)] == ["b", "c", "e"]
-    assert r.push(9.0, "new").seq == 4  # the sequence counter continues
+    assert r.push(9.0, "new").seq == 5  # the sequence counter continues
 
 
 def test_pushed_events_equal_built_events_and_declare_the_driver_s_fields():
