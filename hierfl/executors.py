@@ -70,7 +70,7 @@ class RayExecutorConfig(ExecutorConfig):
 
     implementation: ClassVar[str] = "hierfl.runtime.ray_executor:RayExecutor"
     # Ray up and the actors' processes starting (importing torch) while the driver generates the data
-    start_implementation: ClassVar[str] = "hierfl.runtime.ray_executor:RayStart"
+    start_implementation: ClassVar[str] = "hierfl.runtime.ray_cluster:RayStart"
 
     name: Literal["ray"] = "ray"
 

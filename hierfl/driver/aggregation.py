@@ -98,15 +98,16 @@ class Aggregation:
         delta_terms = self.nonfinite.finite_terms(tier, delta_terms)
         if not delta_terms:
             return base  # every update left out: the model stays as it was
-        return self.executor.server_step(tier, entity, opt, base, delta_terms)
+        return self.executor.servers.server_step(tier, entity, opt, base, delta_terms)
 
     def add_to_edge(self, edge: int, update: Any, weight: float, control_coef: float | None = None) -> None:
         """An update arrived at ``edge``: fold it into the edge's running aggregation now."""
         if self.robust is not None:  # the robust rule screens NaN/Inf rows itself
-            self.executor.add_edge(edge, weight, update, control_coef, tag=self.robust.take(update, "edge", edge))
+            tag = self.robust.take(update, "edge", edge)
+            self.executor.servers.add_edge(edge, weight, update, control_coef, tag=tag)
             return
         if self.nonfinite.fold(("edge", edge), update):
-            self.executor.add_edge(edge, weight, update, control_coef)
+            self.executor.servers.add_edge(edge, weight, update, control_coef)
 
     def commit_edge(self, edge: int, participants: list[int], base: Any = None, pack_control: bool = False) -> Any:
         """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
@@ -120,9 +121,9 @@ class Aggregation:
                                     "non-finite update; nothing finite is left to aggregate")
             handle = base  # the edge model stays the one the round started from
         else:
-            handle = self.executor.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+            handle = self.executor.servers.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
             if self.robust is not None:
-                self.robust.reports("edge", self.executor.robust_reports("edge"), self.now)
+                self.robust.reports("edge", self.executor.servers.robust_reports("edge"), self.now)
                 self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
         self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
         return handle
@@ -138,18 +139,18 @@ class Aggregation:
     def discard_edge(self, edge: int) -> None:
         """Forget what ``edge``'s running aggregation holds."""
         if not self.nonfinite.nothing_folded(("edge", edge)):  # (every update dropped: nothing was added)
-            self.executor.commit_edge(edge)
+            self.executor.servers.commit_edge(edge)
         if self.robust is not None:  # an aborted round: its rule's report is no aggregation
-            self.executor.robust_reports("edge")
+            self.executor.servers.robust_reports("edge")
             self.robust.drop_sources("edge", edge)
 
     def add_to_cloud(self, update: Any, weight: float, control_coef: float | None = None) -> None:
         """A model arrived at the cloud: fold it into the running aggregation now."""
         if self.robust is not None:  # the robust rule screens NaN/Inf rows itself
-            self.executor.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
+            self.executor.servers.add_cloud(weight, update, control_coef, tag=self.robust.take(update, "cloud", 0))
             return
         if self.nonfinite.fold(("cloud", 0), update):
-            self.executor.add_cloud(weight, update, control_coef)
+            self.executor.servers.add_cloud(weight, update, control_coef)
 
     def _cloud_round_done(self) -> None:
         limit = self.scenario.stop.rounds
@@ -161,9 +162,9 @@ class Aggregation:
         if self.nonfinite.nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
             handle = base if base is not None else self._global  # the global model stays as it was
         else:
-            handle = self.executor.commit_cloud(self.server_optimizer("cloud"), base)
+            handle = self.executor.servers.commit_cloud(self.server_optimizer("cloud"), base)
             if self.robust is not None:
-                self.robust.reports("cloud", self.executor.robust_reports("cloud"), self.now)
+                self.robust.reports("cloud", self.executor.servers.robust_reports("cloud"), self.now)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)
@@ -179,8 +180,8 @@ class Aggregation:
         if self.robust is None or not type(self.robust.setup.rule(tier)).asynchronous:
             return True
         tag = self.robust.take(update, tier, 0)
-        accepted = self.executor.screen(base, candidate, tag)
-        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        accepted = self.executor.servers.screen(base, candidate, tag)
+        self.robust.reports(tier, self.executor.servers.robust_reports(tier), self.now)
         if not accepted:
             self.counters["updates_rejected"] = self.counters.get("updates_rejected", 0) + 1
         return accepted
@@ -195,8 +196,8 @@ class Aggregation:
         if rule.is_mean:
             self.robust.drop_sources(tier, entity)
             return None
-        handle = self.executor.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
-        self.robust.reports(tier, self.executor.robust_reports(tier), self.now)
+        handle = self.executor.servers.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
+        self.robust.reports(tier, self.executor.servers.robust_reports(tier), self.now)
         return handle
 
     def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
@@ -208,8 +209,8 @@ class Aggregation:
         if self.robust.setup.rule(tier).is_mean:
             self.robust.drop_sources(tier, entity)
             return None
-        handle = self.executor.robust_average(tier, entity, models, weights, base, tags)
-        self.robust.reports(tier, self.executor.robust_reports("cloud"), self.now)
+        handle = self.executor.servers.robust_average(tier, entity, models, weights, base, tags)
+        self.robust.reports(tier, self.executor.servers.robust_reports("cloud"), self.now)
         return handle
 
     def average(self, models: list[Any], weights: list[float]) -> Any:
@@ -221,7 +222,7 @@ class Aggregation:
                                     "nothing finite is left to average")
             if len(kept) < len(models):
                 models, weights = [m for m, _ in kept], [w for _, w in kept]
-        return self.executor.average(models, weights)
+        return self.executor.servers.average(models, weights)
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at ``tier`` by the executor."""
@@ -229,7 +230,7 @@ class Aggregation:
         if not terms:
             raise DivergedError(f"t={self.now:.6g}s {tier}: every term of an aggregation is a dropped non-finite "
                                 "update; nothing finite is left to combine")
-        return self.executor.combine(tier, terms)
+        return self.executor.servers.combine(tier, terms)
 
     def record_async_aggregation(self, tier: str, entity: int, participants: list[int], weights: list[float],
                                  staleness: list[int], version: int, queue_len: int, source: str = "device") -> None:
@@ -290,7 +291,7 @@ class ControlVariates:
 
     def control(self) -> Any:
         """Handle of the cloud's control ``c`` now (None without SCAFFOLD)."""
-        return self._executor.control() if self._coefs is not None else None
+        return self._executor.servers.control() if self._coefs is not None else None
 
     def coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""

@@ -11,7 +11,7 @@ A checkpoint is taken between two events (where the driver's state is consistent
   but named (``persistent_id``) and re-attached on load; executor handles (Ray object refs,
   job slots) are stored by value and put back into the new executor's object store;
 * the roles' state — device-held state (SCAFFOLD's ``c_i``), each leader's and the cloud's model,
-  running aggregation and optimizer moments — from :meth:`Executor.export_roles`;
+  running aggregation and optimizer moments — from :meth:`ExecutorState.export_roles` (``executor.state``);
 * the byte sizes of ``metrics.jsonl``, ``clusters.jsonl`` and ``trace.json`` (flushed and
   fsync'ed first) and the content of ``devices.csv``: a resumed run cuts the files back to those
   sizes and appends, so its files are the uninterrupted run's (wall-clock fields aside).
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hierfl.driver.context import RunError
-from hierfl.runtime.executor import Executor
+from hierfl.runtime.executor import ExecutorState
 
 __all__ = ["CHECKPOINT_FILE", "KILL_AFTER_ENV", "Checkpoint", "Checkpointer", "load_checkpoint"]
 
@@ -56,10 +56,10 @@ class _StatePickler(pickle.Pickler):
             self._named[id(progress)] = "progress"
         if hook is not None:  # the checkpointer itself (it holds the previous checkpoint): re-attached
             self._named[id(hook)] = "hook"
-        self._executor = executor
+        self._state = executor.state
         # an executor without handles (the base class's is_handle: always False) is not asked about
         # each of the ~100 objects per device a checkpoint pickles
-        self._has_handles = getattr(type(executor), "is_handle", None) is not Executor.is_handle
+        self._has_handles = type(self._state).is_handle is not ExecutorState.is_handle
         self._handles: dict[int, int] = {}  # id(handle) -> index: one handle, one value, one identity
         self._keep: list[Any] = []  # keeps ids valid while pickling
 
@@ -67,13 +67,13 @@ class _StatePickler(pickle.Pickler):
         name = self._named.get(id(obj))
         if name is not None:
             return name
-        if self._has_handles and self._executor.is_handle(obj):
+        if self._has_handles and self._state.is_handle(obj):
             index = self._handles.get(id(obj))
             if index is not None:
                 return ("handle", index, None)
             index = self._handles[id(obj)] = len(self._handles)
             self._keep.append(obj)
-            return ("handle", index, self._executor.export_handle(obj))
+            return ("handle", index, self._state.export_handle(obj))
         return None
 
 
@@ -83,7 +83,7 @@ class _StateUnpickler(pickle.Unpickler):
     def __init__(self, fh: io.BytesIO, executor: Any, telemetry: Any, progress: Any) -> None:
         super().__init__(fh)
         self._named = {"executor": executor, "telemetry": telemetry, "progress": progress, "hook": None}
-        self._executor = executor
+        self._state = executor.state
         self._handles: dict[int, Any] = {}
 
     def persistent_load(self, pid: Any) -> Any:
@@ -91,7 +91,7 @@ class _StateUnpickler(pickle.Unpickler):
             return self._named[pid]
         _, index, value = pid
         if index not in self._handles:
-            self._handles[index] = self._executor.import_handle(value)
+            self._handles[index] = self._state.import_handle(value)
         return self._handles[index]
 
 
@@ -104,7 +104,7 @@ class Checkpoint:
     t: float                 # virtual time
     rounds: int              # cloud aggregations so far
     count: int               # checkpoints taken so far in this run (this one included)
-    roles: dict[str, Any]    # Executor.export_roles()
+    roles: dict[str, Any]    # executor.state.export_roles()
     state: bytes             # the pickled driver state (_StatePickler)
     offsets: dict[str, int]  # output stream sizes
     devices_csv: bytes       # devices.csv as it was
@@ -115,10 +115,10 @@ class Checkpoint:
     def restore(self, executor: Any, telemetry: Any, progress: Any) -> Any:
         """The checkpoint's :class:`RunLoop`, on ``executor`` (fresh roles) and ``telemetry``
         (opened at :attr:`offsets`); the roles get their state first."""
-        executor.import_roles(self.roles)
+        executor.state.import_roles(self.roles)
         run, tel_state, executor_state = _StateUnpickler(io.BytesIO(self.state), executor, telemetry,
                                                          progress).load()
-        executor.set_driver_state(executor_state)
+        executor.state.set_driver_state(executor_state)
         telemetry.set_state(tel_state)
         ctx = run.ctx
         ctx.counters = telemetry.counters  # one dict, as in a fresh run (pickle kept the identity)
@@ -199,9 +199,10 @@ class Checkpointer:
         """Checkpoint ``run`` now (between two events) and write it atomically."""
         ctx = run.ctx
         executor, tel = ctx.executor, ctx.telemetry
-        roles = executor.export_roles()  # first: it checks every earlier call succeeded
+        roles = executor.state.export_roles()  # first: it checks every earlier call succeeded
         buf = io.BytesIO()
-        _StatePickler(buf, executor, tel, run.progress, run.between_events).dump((run, tel.state(), executor.driver_state()))
+        pickler = _StatePickler(buf, executor, tel, run.progress, run.between_events)
+        pickler.dump((run, tel.state(), executor.state.driver_state()))
         offsets = tel.sync()
         devices = tel.out_dir / "devices.csv"
         self.count += 1

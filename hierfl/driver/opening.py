@@ -77,7 +77,7 @@ def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
 
 def share_dataset(built: Built, executor: Executor) -> None:
     """Point ``built``'s dataset at the executor's copy (Ray: the object store), freeing the driver's own."""
-    views = getattr(executor, "data_views", lambda: None)()
+    views = executor.data_views()
     if views is not None:
         x, y, x_test, y_test = views
         built.dataset = dataclasses.replace(built.dataset, x_train=x, y_train=y, x_test=x_test, y_test=y_test)
@@ -113,8 +113,8 @@ def startup_part(executor: Executor, start: ExecutorStart, run_start: float, wal
 
 def _startup_marks(executor: Executor, start: ExecutorStart, driver: dict[str, float]) -> dict[str, float]:
     """Epoch seconds at which the start-up steps ended (the actors' own, for a Ray executor)."""
-    marks = getattr(executor, "startup_marks", None)
-    return {**driver, **(marks() if marks is not None else start.marks)}
+    marks = executor.startup_marks()
+    return {**driver, **(marks if marks is not None else start.marks)}
 
 
 def _ready(marks: dict[str, float]) -> float:

@@ -170,7 +170,7 @@ class RunSession:
                 self.run.loop(self.protocol, resumed=resumed)
                 return self.executor.fetch(self.ctx.global_model)
             except BaseException as exc:
-                if self.lost is not None or self.ckpt.latest is None or not self.executor.is_lost(exc):
+                if self.lost is not None or self.ckpt.latest is None or not self.executor.cluster.is_lost(exc):
                     raise
                 self.recover(exc)
                 resumed = True
@@ -179,7 +179,7 @@ class RunSession:
         """Recreate every role and go back to the last checkpoint: what was lost is recomputed, bit
         for bit (a job is a pure function of its inputs). Raises when nothing can be recovered onto."""
         rt, ckpt = self.scenario.runtime, self.ckpt
-        gone = self.executor.cluster_lost()
+        gone = self.executor.cluster.lost()
         if gone is not None:  # not an actor: the cluster itself; no role can be made again
             self.lost = gone
             raise ClusterLostError(self._lost_text(gone)) from exc
@@ -189,7 +189,7 @@ class RunSession:
                            f"{type(exc).__name__}: {exc}") from exc
         lost_t, old_tel = self.ctx.now, self.tel
         self._stop_watch()
-        owned = self.executor.hand_over_cluster()  # Ray stays up: the dataset arrays are views of its store
+        owned = self.executor.cluster.hand_over()  # Ray stays up: the dataset arrays are views of its store
         self.executor.close()
         self.executor = None
         old_tel.close()
@@ -200,7 +200,7 @@ class RunSession:
         except Exception as err:
             raise RunError(f"runtime: cannot restart the {rt.executor} executor "
                            f"({type(err).__name__}: {err}) after {_loss_text(exc)}") from exc
-        self.executor.take_over_cluster(owned)
+        self.executor.cluster.take_over(owned)
         self.run = ckpt.latest.restore(self.executor, self.tel, self.progress)
         self.tel.continue_wall(old_tel.wall_s())  # wall_s keeps counting across the rollback
         self.ctx, self.protocol = self.run.ctx, self.run.protocol
@@ -211,7 +211,7 @@ class RunSession:
 
     # -- the cluster watch ---------------------------------------------------------------------
     def _watch_cluster(self) -> None:
-        probe = self.executor.cluster_probe()
+        probe = self.executor.cluster.probe()
         if probe is not None:
             self._watch = ClusterWatch(probe, self._on_cluster_lost).start()
             if self._undertaker is None:  # writes the summary should Ray end this process first
@@ -241,7 +241,7 @@ class RunSession:
                 write_summary(self.out, self._ended_summary("failed", err))
             except Exception:  # noqa: BLE001 - the main thread writes it again as it ends
                 pass
-            self.executor.silence()
+            self.executor.cluster.silence()
             print(f"hierfl: run failed: {err}", file=sys.stderr, flush=True)
             self._announced = True
         if not self._interruptible:

@@ -5,7 +5,8 @@ same classes as Ray actors. Both give identical results. :func:`start_executor` 
 executor's start-up before the run's data exists (Ray's processes start while it is generated).
 """
 
-from hierfl.runtime.executor import Executor, Job, LocalExecutor, make_executor
+from hierfl.runtime.executor import ClusterLink, Executor, ExecutorState, Job, LocalExecutor, Servers, make_executor
 from hierfl.runtime.start import ExecutorStart, start_executor
 
-__all__ = ["Executor", "ExecutorStart", "Job", "LocalExecutor", "make_executor", "start_executor"]
+__all__ = ["ClusterLink", "Executor", "ExecutorStart", "ExecutorState", "Job", "LocalExecutor", "Servers",
+           "make_executor", "start_executor"]

@@ -4,8 +4,9 @@ When the raylet of the driver's node dies, Ray's core worker ends the driver's p
 time it touches that raylet's object store: exit status 1, no Python exception, no ``finally``, no
 ``atexit`` (its log says "The connection to the plasma store is failed. Terminate the process").
 A loss must therefore be seen from outside the calls into Ray: :class:`ClusterWatch` runs the
-executor's :meth:`~hierfl.runtime.executor.Executor.cluster_probe` every ``every_s`` seconds on a
-daemon thread and calls ``on_lost`` once, with the probe's line, when the cluster stops answering.
+probe of the executor's cluster (:meth:`~hierfl.runtime.executor.ClusterLink.probe`) every
+``every_s`` seconds on a daemon thread and calls ``on_lost`` once, with the probe's line, when the
+cluster stops answering.
 """
 
 from __future__ import annotations

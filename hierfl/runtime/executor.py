@@ -3,12 +3,21 @@
 A *handle* is whatever the executor uses to refer to a parameter vector: a numpy array here,
 a Ray ``ObjectRef`` in the Ray executor. Protocols pass handles around and never look inside,
 so updates flow host → leader → cloud without passing through the driver.
+
+The interface is split by concern, so that each caller sees only its part:
+
+* :class:`Executor` itself: jobs (``train``, ``wait``), evaluation and the run's life cycle;
+* ``executor.servers`` (:class:`Servers`): what the leader and cloud roles aggregate, as the
+  driver's aggregation service calls it;
+* ``executor.state`` (:class:`ExecutorState`): what a checkpoint takes from the executor and gives
+  back to a fresh one;
+* ``executor.cluster`` (:class:`ClusterLink`): the cluster the roles run on (none in-process).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,7 +29,8 @@ from hierfl.learn.batched import JobGroups
 from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
 
-__all__ = ["Job", "Executor", "LocalExecutor", "RunData", "make_executor", "Term"]
+__all__ = ["Job", "Executor", "Servers", "ExecutorState", "ClusterLink", "DeviceStates", "LocalExecutor", "RunData",
+           "eval_groups", "make_executor", "Term"]
 
 
 @dataclass(frozen=True)
@@ -42,31 +52,8 @@ class RunData:
     gpus_per_host: float = 0.0  # runtime.gpus_per_host: GPUs reserved by each Ray device host actor
 
 
-class Executor:
-    """Runs role work; results are identical whichever executor is used."""
-
-    name = "abstract"
-    workers = 1
-
-    def initial_model(self) -> Any:
-        """Handle of the initial global model."""
-        raise NotImplementedError
-
-    def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
-        """Submit a job; returns (params handle, stats handle, host index) without waiting.
-
-        ``control``: handle of SCAFFOLD's server control ``c`` (jobs with ``spec.control_variates``);
-        such a job's result is the packed ``[y; Δc]``.
-        """
-        raise NotImplementedError
-
-    def wait(self, job: Job) -> dict[str, float]:
-        """Block until ``job`` has finished; return its stats."""
-        raise NotImplementedError
-
-    def average(self, models: list[Any], weights: list[float]) -> Any:
-        """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role (does not wait)."""
-        raise NotImplementedError
+class Servers:
+    """The leader and cloud roles' aggregation (``executor.servers``); every result is a new handle."""
 
     def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
                  tag: Any = None) -> None:
@@ -90,6 +77,10 @@ class Executor:
         """Fold an arriving model into the cloud's running aggregation (does not wait)."""
         raise NotImplementedError
 
+    def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
+        """Finish the cloud aggregation; returns the new global-model handle (``opt``: see :meth:`commit_edge`)."""
+        raise NotImplementedError
+
     def robust_reports(self, tier: str) -> list[dict[str, Any]]:
         """The robust-aggregation reports of ``tier``'s commits since the last call (blocking)."""
         raise NotImplementedError
@@ -108,8 +99,12 @@ class Executor:
         """``base`` stepped by the ``tier`` rule's aggregate of the deltas ``terms`` (a new handle)."""
         raise NotImplementedError
 
-    def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
-        """Finish the cloud aggregation; returns the new global-model handle (``opt``: see :meth:`commit_edge`)."""
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """Handle of ``Σ w_k m_k / Σ w_k`` over model handles, computed by a role (does not wait)."""
+        raise NotImplementedError
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """``Σ c·(a − b)`` computed at ``tier`` (``edge``: the leader host, ``cloud``): a new model handle."""
         raise NotImplementedError
 
     def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
@@ -120,66 +115,14 @@ class Executor:
         """Handle of the cloud's SCAFFOLD control ``c`` as of the last commit."""
         raise NotImplementedError
 
-    def combine(self, tier: str, terms: list[Term]) -> Any:
-        """``Σ c·(a − b)`` computed at ``tier`` (``edge``: the leader host, ``cloud``): a new model handle."""
-        raise NotImplementedError
 
-    def evaluate(self, params: Any) -> tuple[float, float]:
-        """(accuracy, loss) of a model handle on the test set (blocking)."""
-        raise NotImplementedError
+class ExecutorState:
+    """What a checkpoint takes from the executor and gives back to a fresh one (``executor.state``;
+    :mod:`hierfl.driver.checkpoint`)."""
 
-    def fetch(self, params: Any) -> np.ndarray:
-        """The parameter vector behind a handle."""
-        raise NotImplementedError
-
-    # -- device-held state (personalised trainers) -----------------------------------------------
-    # The one place a device's state lives: the executor keeps, per device, the handle of the state
-    # its last personalised job returned; the next job of the device takes it, on whichever host it
-    # runs. A device without state starts from the initial global vector's local layers.
-    def device_state(self, device: int) -> np.ndarray | None:
-        """The device's state as it is after its last submitted job (None: it has none yet)."""
-        raise NotImplementedError
-
-    def set_device_state(self, device: int, state: np.ndarray) -> None:
-        """Put a device's state back (e.g. after a host was lost and restarted)."""
-        raise NotImplementedError
-
-    def set_personal_base(self, params: Any) -> None:
-        """From now on, a device without state takes its local layers from ``params`` (LG-FedAvg's warm-up
-        model) instead of the initial model."""
-        raise NotImplementedError
-
-    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
-        """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
-        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
-        ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
-        raise NotImplementedError
-
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the cloud role (blocking)."""
-        raise NotImplementedError
-
-    def _eval_groups(self, num_evals: int, eval_devices: list[int], params: Any,
-                     per_device: dict[int, Any] | None) -> list[tuple[Any, list[int]]]:
-        """Evaluation slots grouped by the model they are tested with, in order of first slot."""
-        groups: list[tuple[Any, list[int]]] = []
-        for k in range(num_evals):
-            model = params if per_device is None else per_device.get(eval_devices[k], params)
-            for handle, slots in groups:
-                if handle is model:
-                    slots.append(k)
-                    break
-            else:
-                groups.append((model, [k]))
-        return groups
-
-    def close(self) -> None:
-        """Release resources."""
-
-    # -- checkpoints and recovery (hierfl.driver.checkpoint) ------------------------------------
     def driver_state(self) -> Any:
-        """The executor's own driver-side state that results depend on (the open fast-path group),
-        pickled with the driver's state so its jobs keep their identity."""
+        """The executor's own driver-side state that results depend on (the open fast-path group, the
+        device states of personalised trainers), pickled with the driver's state so its jobs keep their identity."""
         return None
 
     def set_driver_state(self, state: Any) -> None:
@@ -208,38 +151,144 @@ class Executor:
         """A handle, of this executor, of a value :meth:`export_handle` gave."""
         raise NotImplementedError
 
+
+class ClusterLink:
+    """The cluster the roles run on (``executor.cluster``). This base: none, the roles run in this
+    process and nothing can be lost under them."""
+
     def is_lost(self, exc: BaseException) -> bool:
         """Whether ``exc`` (or its cause) means a role's process or node was lost, not a bug or bad input:
         the run can then go on from its last checkpoint on fresh roles, with identical results."""
         return False
 
-    def summary_part(self) -> dict[str, Any]:
-        """``summary.json``'s part: the executor's name and how many workers it ran."""
-        return {"executor": self.name, "workers": self.workers}
-
-    def cluster_probe(self) -> Callable[[], str | None] | None:
-        """A cheap check, safe to call from another thread, of the cluster the roles run on: it
-        returns None while the cluster answers, else one line saying what stopped answering. None
-        (no probe): the roles run in this process, nothing can be lost under them."""
+    def probe(self) -> Callable[[], str | None] | None:
+        """A cheap check, safe to call from another thread, of the cluster: it returns None while the
+        cluster answers, else one line saying what stopped answering. None: there is nothing to probe."""
         return None
 
-    def cluster_lost(self) -> str | None:
+    def lost(self) -> str | None:
         """What of the cluster stopped answering (one line), or None: it answers, or there is none."""
-        probe = self.cluster_probe()
+        probe = self.probe()
         return None if probe is None else probe()
 
     def silence(self) -> None:
         """Stop relaying the cluster's own messages to this process's output (its loss was reported)."""
 
-    def hand_over_cluster(self) -> bool:
+    def hand_over(self) -> bool:
         """Stop owning the cluster this executor's start began (closing leaves it up): a run rolled
-        back to a checkpoint keeps it for the next executor (:meth:`take_over_cluster`). Whether it
-        owned one."""
+        back to a checkpoint keeps it for the next executor (:meth:`take_over`). Whether it owned one."""
         return False
 
-    def take_over_cluster(self, owned: bool) -> None:
-        """Own the cluster (close shuts it down) if ``owned``: what :meth:`hand_over_cluster` gave up."""
+    def take_over(self, owned: bool) -> None:
+        """Own the cluster (close shuts it down) if ``owned``: what :meth:`hand_over` gave up."""
 
+
+class Executor:
+    """Runs role work; results are identical whichever executor is used.
+
+    ``servers``, ``state`` and ``cluster`` are its parts for aggregation, checkpoints and the
+    cluster (see the module docstring); every implementation sets them.
+    """
+
+    name = "abstract"
+    workers = 1
+    servers: Servers
+    state: ExecutorState
+    cluster: ClusterLink
+
+    def initial_model(self) -> Any:
+        """Handle of the initial global model."""
+        raise NotImplementedError
+
+    def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
+        """Submit a job; returns (params handle, stats handle, host index) without waiting.
+
+        ``control``: handle of SCAFFOLD's server control ``c`` (jobs with ``spec.control_variates``);
+        such a job's result is the packed ``[y; Δc]``.
+        """
+        raise NotImplementedError
+
+    def wait(self, job: Job) -> dict[str, float]:
+        """Block until ``job`` has finished; return its stats."""
+        raise NotImplementedError
+
+    # The one place a device's state (personalised trainers) lives: the executor keeps, per device,
+    # the handle of the state its last personalised job returned; the next job of the device takes
+    # it, on whichever host it runs. A device without state starts from the base's local layers.
+    def set_personal_base(self, params: Any) -> None:
+        """From now on, a device without state takes its local layers from ``params`` (LG-FedAvg's warm-up
+        model) instead of the initial model."""
+        raise NotImplementedError
+
+    def evaluate(self, params: Any) -> tuple[float, float]:
+        """(accuracy, loss) of a model handle on the test set (blocking)."""
+        raise NotImplementedError
+
+    def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
+        """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
+        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
+        ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
+        raise NotImplementedError
+
+    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the cloud role (blocking)."""
+        raise NotImplementedError
+
+    def fetch(self, params: Any) -> np.ndarray:
+        """The parameter vector behind a handle."""
+        raise NotImplementedError
+
+    def data_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """(x_train, y_train, x_test, y_test) as the executor holds them, for the driver to use instead
+        of its own copy; None: the executor holds no copy of its own."""
+        return None
+
+    def startup_marks(self) -> dict[str, float] | None:
+        """Epoch seconds at which the executor's start-up steps ended; None: its start's marks are all."""
+        return None
+
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s part: the executor's name and how many workers it ran."""
+        return {"executor": self.name, "workers": self.workers}
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+@dataclass
+class DeviceStates:
+    """Personalised trainers' device state, as the executor keeps it: each device's state handle, and
+    the model a device without state takes its local layers from (``base``, else ``init``)."""
+
+    init: Any
+    states: dict[int, Any] = field(default_factory=dict)
+    base: Any = None
+
+    def of(self, device: int) -> Any:
+        """The handle ``device``'s next job starts from."""
+        return self.states.get(device, self.base if self.base is not None else self.init)
+
+    def base_model(self) -> Any:
+        """Where a device without state takes its local layers from."""
+        return self.init if self.base is None else self.base
+
+
+def eval_groups(num_evals: int, eval_devices: list[int], params: Any,
+                per_device: dict[int, Any] | None) -> list[tuple[Any, list[int]]]:
+    """Evaluation slots grouped by the model they are tested with, in order of first slot."""
+    groups: list[tuple[Any, list[int]]] = []
+    for k in range(num_evals):
+        model = params if per_device is None else per_device.get(eval_devices[k], params)
+        for handle, slots in groups:
+            if handle is model:
+                slots.append(k)
+                break
+        else:
+            groups.append((model, [k]))
+    return groups
+
+
+# -- the local executor ---------------------------------------------------------------------------
 
 @dataclass(eq=False)
 class _Pending:
@@ -251,6 +300,175 @@ class _Pending:
     params: Any
     value: np.ndarray | None = None
     stats: dict[str, float] | None = None
+
+
+def _value(handle: Any) -> Any:
+    """The array behind a local handle (a trained fast-path job's row, or the array itself)."""
+    if isinstance(handle, _Pending):
+        if handle.value is None:
+            raise RuntimeError("a job's result was used before its group was trained")
+        return handle.value
+    return handle
+
+
+class _Handles:
+    """The arrays behind the local executor's handles, and its fast-path groups
+    (:class:`~hierfl.learn.batched.JobGroups`, None: off): a group is trained when it closes, i.e.
+    when a call needs one of its results (or it is full)."""
+
+    def __init__(self, host: DeviceHost, groups: JobGroups | None) -> None:
+        self.host = host
+        self.groups = groups
+
+    def need(self, *handles: Any) -> None:
+        """Close and train the open group if one of ``handles`` is one of its jobs."""
+        if self.groups is not None and any(isinstance(h, _Pending) and h.value is None for h in handles):
+            self.run(self.groups.seal())
+
+    def run(self, jobs: list[_Pending]) -> None:
+        """Train a closed group on the host, in one call."""
+        out, stats = self.host.train_group([j.device for j in jobs], [j.seed for j in jobs], jobs[0].spec,
+                                           [_value(j.params) for j in jobs])
+        for k, job in enumerate(jobs):
+            job.value, job.stats = out[k], stats[k]
+
+    def values(self, handles: list[Any]) -> list[Any]:
+        """The arrays behind ``handles``, their groups trained first if need be."""
+        self.need(*handles)
+        return [_value(h) for h in handles]
+
+    def pack(self, terms: list[Term]) -> tuple[list[int], list[int], list[Any]]:
+        """(positions of the ``a``, of the ``b`` or -1, arrays) of ``Σ c·(a − b)`` for a role's call."""
+        arrays = self.values([a for _, p, m in terms for a in (p, m) if a is not None])
+        plus, minus, k = [], [], 0
+        for _, p, m in terms:
+            plus.append(k)
+            k += 1
+            if m is None:
+                minus.append(-1)
+            else:
+                minus.append(k)
+                k += 1
+        return plus, minus, arrays
+
+
+class _LocalServers(Servers):
+    """In-process, on the same role classes the Ray executor uses."""
+
+    def __init__(self, leaders: LeaderHost, cloud: Cloud, handles: _Handles) -> None:
+        self.leaders, self.cloud, self._handles = leaders, cloud, handles
+
+    def _one(self, handle: Any) -> Any:
+        return self._handles.values([handle])[0]
+
+    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
+                 tag: Any = None) -> None:
+        """In-process."""
+        self.leaders.add(edge, weight, self._one(update), control_coef, tag)
+
+    def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
+                    pack_control: bool = False) -> Any:
+        """In-process."""
+        return self.leaders.commit(edge, opt, self._one(base), pack_control)
+
+    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
+        """In-process."""
+        self.cloud.add(weight, self._one(update), control_coef, tag)
+
+    def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
+        """In-process."""
+        return self.cloud.commit(opt, self._one(base))
+
+    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
+        """In-process."""
+        return (self.leaders if tier == "edge" else self.cloud).take_reports()
+
+    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
+        """In-process."""
+        base, candidate = self._handles.values([base, candidate])
+        return self.cloud.screen(base, candidate, tag)
+
+    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
+                       tags: list[Any]) -> Any:
+        """In-process, by the cloud role."""
+        arrays = self._handles.values(list(models) + ([] if base is None else [base]))
+        n = len(models)
+        return self.cloud.robust_average(tier, entity, list(weights), list(range(n)), [None] * n, tags,
+                                         -1 if base is None else n, *arrays)
+
+    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
+                       terms: list[Term], tags: list[Any]) -> Any:
+        """In-process; the base model is ``arrays[0]`` for the role."""
+        coefs, plus, minus, none, arrays = self._step_args(terms)
+        if tier == "edge":
+            return self.leaders.robust_combine(entity, opt, coefs, plus, none, minus, none, tags, _value(base),
+                                               *arrays)
+        return self.cloud.robust_combine(opt, coefs, plus, none, minus, none, tags, _value(base), *arrays)
+
+    def average(self, models: list[Any], weights: list[float]) -> Any:
+        """In-process, by the cloud role (as the Ray executor does it)."""
+        models = self._handles.values(models)
+        return self.cloud.average(list(weights), list(range(len(models))), [None] * len(models), *models)
+
+    def combine(self, tier: str, terms: list[Term]) -> Any:
+        """In-process, on the same role classes the Ray executor uses."""
+        role = self.leaders if tier == "edge" else self.cloud
+        plus, minus, arrays = self._handles.pack(terms)
+        none: list[int | None] = [None] * len(terms)
+        return role.combine([c for c, _, _ in terms], plus, none, minus, none, *arrays)
+
+    def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
+        """In-process; the base model is ``arrays[0]`` for the role."""
+        coefs, plus, minus, none, arrays = self._step_args(terms)
+        base = _value(base)
+        if tier == "edge":
+            return self.leaders.server_step(entity, opt, coefs, plus, none, minus, none, base, *arrays)
+        return self.cloud.server_step(opt, coefs, plus, none, minus, none, base, *arrays)
+
+    def _step_args(self, terms: list[Term]) -> tuple[list[float], list[int], list[int], list[int | None], list[Any]]:
+        """A step's arguments: the terms' positions shifted by one (the base is ``arrays[0]`` for the role)."""
+        plus, minus, arrays = self._handles.pack(terms)
+        plus = [p + 1 for p in plus]
+        minus = [m + 1 if m >= 0 else -1 for m in minus]
+        none: list[int | None] = [None] * len(terms)
+        return [c for c, _, _ in terms], plus, minus, none, arrays
+
+    def control(self) -> Any:
+        """The cloud's current control vector (replaced, never changed in place, by a commit)."""
+        return self.cloud.get_control()
+
+
+class _LocalState(ExecutorState):
+    """The local executor's state: its role objects, and what the driver's state refers to."""
+
+    def __init__(self, ex: LocalExecutor) -> None:
+        self._ex = ex
+
+    def driver_state(self) -> Any:
+        """The fast-path groups, open one included (its jobs are untrained: they stay so, and are
+        trained on resume in the same group, so sealing never happens early), and the device states
+        of personalised trainers with their base model."""
+        personal = self._ex.personal
+        return {"groups": self._ex.handles.groups, "states": personal.states, "base": personal.base}
+
+    def set_driver_state(self, state: Any) -> None:
+        """The groups, with the very job objects the driver's state refers to; the device states."""
+        personal = self._ex.personal
+        self._ex.handles.groups, personal.states, personal.base = state["groups"], state["states"], state["base"]
+
+    def export_roles(self) -> dict[str, Any]:
+        """The role objects' state (in-process: nothing can have failed unseen)."""
+        ex = self._ex
+        return {"hosts": ex.host.export_state(), "leaders": ex.leaders.export_state(),
+                "cloud": ex.cloud.export_state()}
+
+    def import_roles(self, state: dict[str, Any]) -> None:
+        """Into the role objects."""
+        ex = self._ex
+        ex.host.import_state(state["hosts"])
+        if state["leaders"] is not None:
+            ex.leaders.import_state(state["leaders"])
+        ex.cloud.import_state(state["cloud"])
 
 
 class LocalExecutor(Executor):
@@ -266,226 +484,82 @@ class LocalExecutor(Executor):
 
     def __init__(self, data: RunData) -> None:
         self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model, list(data.eval_sets))
-        self._states: dict[int, np.ndarray] = {}
-        self._base: Any = None  # where stateless devices take their local layers (None: the initial model)
         self.leaders = LeaderHost(data.robust)
         self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model, data.robust)
         self._init = np.asarray(data.init_params, dtype=np.float32)
-        self._groups: JobGroups | None = JobGroups() if fast_path_of(data.model) else None
+        self.personal = DeviceStates(self._init)  # where stateless devices take their local layers: init
+        self.handles = _Handles(self.host, JobGroups() if fast_path_of(data.model) else None)
+        self.servers = _LocalServers(self.leaders, self.cloud, self.handles)
+        self.state = _LocalState(self)
+        self.cluster = ClusterLink()
         self.host.warmup(data.spec, self._init)
 
-    # -- fast path: groups --------------------------------------------------------------------
-    def _need(self, *handles: Any) -> None:
-        """Close and train the open group if one of ``handles`` is one of its jobs."""
-        if self._groups is not None and any(isinstance(h, _Pending) and h.value is None for h in handles):
-            self._run_group(self._groups.seal())
-
-    def _run_group(self, jobs: list[_Pending]) -> None:
-        out, stats = self.host.train_group([j.device for j in jobs], [j.seed for j in jobs], jobs[0].spec,
-                                           [self._val(j.params) for j in jobs])
-        for k, job in enumerate(jobs):
-            job.value, job.stats = out[k], stats[k]
-
-    @staticmethod
-    def _val(handle: Any) -> Any:
-        """The array behind a handle (a trained fast-path job's row, or the array itself)."""
-        if isinstance(handle, _Pending):
-            if handle.value is None:
-                raise RuntimeError("a job's result was used before its group was trained")
-            return handle.value
-        return handle
-
-    def _vals(self, handles: list[Any]) -> list[Any]:
-        self._need(*handles)
-        return [self._val(h) for h in handles]
-
-    # -- executor interface -------------------------------------------------------------------
     def initial_model(self) -> Any:
         """The initial vector itself."""
         return self._init
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Runs the job immediately (its virtual time is accounted by the emulator); fast path: joins a group."""
+        handles = self.handles
         if spec.personal is not None:  # device state in, new device state out (kept here)
-            new, stats, self._states[device] = self.host.train_personal(
-                device, seed, spec, self._vals([params])[0], self._states.get(device, self._base_model()))
+            states = self.personal.states
+            new, stats, states[device] = self.host.train_personal(
+                device, seed, spec, handles.values([params])[0], states.get(device, self.personal.base_model()))
             return new, stats, 0
-        if self._groups is not None and not spec.control_variates and control is None:
+        if handles.groups is not None and not spec.control_variates and control is None:
             job = _Pending(device, seed, spec, params)
-            _, closed = self._groups.add(job, spec, params)
+            _, closed = handles.groups.add(job, spec, params)
             if closed:
-                self._run_group(closed)
+                handles.run(closed)
             return job, job, 0
-        params, control = self._vals([params, control])
+        params, control = handles.values([params, control])
         new, stats = self.host.train(device, seed, spec, params, control)
         return new, stats, 0
 
     def wait(self, job: Job) -> dict[str, float]:
         """Already done (fast path: its group is trained now if it was still open)."""
-        self._need(job.stats)
+        self.handles.need(job.stats)
         stats = job.stats
         if isinstance(stats, _Pending):
             assert stats.stats is not None
             stats = stats.stats
         return dict(stats)
 
-    def average(self, models: list[Any], weights: list[float]) -> Any:
-        """In-process, by the cloud role (as the Ray executor does it)."""
-        models = self._vals(models)
-        return self.cloud.average(list(weights), list(range(len(models))), [None] * len(models), *models)
-
-    def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
-                 tag: Any = None) -> None:
-        """In-process."""
-        self.leaders.add(edge, weight, self._vals([update])[0], control_coef, tag)
-
-    def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
-                    pack_control: bool = False) -> Any:
-        """In-process."""
-        return self.leaders.commit(edge, opt, self._vals([base])[0], pack_control)
-
-    def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
-        """In-process."""
-        self.cloud.add(weight, self._vals([update])[0], control_coef, tag)
-
-    def robust_reports(self, tier: str) -> list[dict[str, Any]]:
-        """In-process."""
-        return (self.leaders if tier == "edge" else self.cloud).take_reports()
-
-    def robust_combine(self, tier: str, entity: int, opt: ServerOptimizerConfig | None, base: Any,
-                       terms: list[Term], tags: list[Any]) -> Any:
-        """In-process; the base model is ``arrays[0]`` for the role."""
-        plus, minus, arrays = self._pack(terms)
-        plus = [p + 1 for p in plus]
-        minus = [m + 1 if m >= 0 else -1 for m in minus]
-        coefs = [c for c, _, _ in terms]
-        none: list[int | None] = [None] * len(terms)
-        if tier == "edge":
-            return self.leaders.robust_combine(entity, opt, coefs, plus, none, minus, none, tags, self._val(base),
-                                               *arrays)
-        return self.cloud.robust_combine(opt, coefs, plus, none, minus, none, tags, self._val(base), *arrays)
-
-    def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
-                       tags: list[Any]) -> Any:
-        """In-process, by the cloud role."""
-        arrays = self._vals(list(models) + ([] if base is None else [base]))
-        n = len(models)
-        return self.cloud.robust_average(tier, entity, list(weights), list(range(n)), [None] * n, tags,
-                                         -1 if base is None else n, *arrays)
-
-    def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
-        """In-process."""
-        base, candidate = self._vals([base, candidate])
-        return self.cloud.screen(base, candidate, tag)
-
-    def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
-        """In-process."""
-        return self.cloud.commit(opt, self._vals([base])[0])
-
-    def _pack(self, terms: list[Term]) -> tuple[list[int], list[int], list[Any]]:
-        arrays = self._vals([a for _, p, m in terms for a in (p, m) if a is not None])
-        plus, minus, k = [], [], 0
-        for _, p, m in terms:
-            plus.append(k)
-            k += 1
-            if m is None:
-                minus.append(-1)
-            else:
-                minus.append(k)
-                k += 1
-        return plus, minus, arrays
-
-    def combine(self, tier: str, terms: list[Term]) -> Any:
-        """In-process, on the same role classes the Ray executor uses."""
-        role = self.leaders if tier == "edge" else self.cloud
-        plus, minus, arrays = self._pack(terms)
-        none: list[int | None] = [None] * len(terms)
-        return role.combine([c for c, _, _ in terms], plus, none, minus, none, *arrays)
-
-    def server_step(self, tier: str, entity: int, opt: ServerOptimizerConfig, base: Any, terms: list[Term]) -> Any:
-        """In-process; the base model is ``arrays[0]`` for the role."""
-        plus, minus, arrays = self._pack(terms)
-        base = self._val(base)
-        plus = [p + 1 for p in plus]
-        minus = [m + 1 if m >= 0 else -1 for m in minus]
-        none: list[int | None] = [None] * len(terms)
-        coefs = [c for c, _, _ in terms]
-        if tier == "edge":
-            return self.leaders.server_step(entity, opt, coefs, plus, none, minus, none, base, *arrays)
-        return self.cloud.server_step(opt, coefs, plus, none, minus, none, base, *arrays)
-
-    def control(self) -> Any:
-        """The cloud's current control vector (replaced, never changed in place, by a commit)."""
-        return self.cloud.get_control()
+    def set_personal_base(self, params: Any) -> None:
+        """In-process: the vector itself."""
+        self.personal.base = np.asarray(self.handles.values([params])[0])
 
     def evaluate(self, params: Any) -> tuple[float, float]:
         """In-process evaluation."""
-        return self.cloud.evaluate(self._vals([params])[0])
-
-    def fetch(self, params: Any) -> np.ndarray:
-        """The handle is the vector."""
-        return np.asarray(self._vals([params])[0])
-
-    def _base_model(self) -> np.ndarray:
-        return self._init if self._base is None else self._base
-
-    def set_personal_base(self, params: Any) -> None:
-        """In-process: the vector itself."""
-        self._base = np.asarray(self._vals([params])[0])
-
-    def device_state(self, device: int) -> np.ndarray | None:
-        """The state kept for ``device`` (a copy)."""
-        state = self._states.get(device)
-        return None if state is None else np.array(state)
-
-    def set_device_state(self, device: int, state: np.ndarray) -> None:
-        """Replace ``device``'s state."""
-        self._states[device] = np.array(state, dtype=np.float32)
+        return self.cloud.evaluate(self.handles.values([params])[0])
 
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """In-process, on the host role (one call per model the devices are tested with)."""
         sets = self.host.eval_sets
         out = np.zeros((len(sets), 3))
-        arrays = [self._base_model()] + list(self._states.values())
-        pos = {d: k + 1 for k, d in enumerate(self._states)}
-        for model, slots in self._eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
+        states = self.personal.states
+        arrays = [self.personal.base_model()] + list(states.values())
+        pos = {d: k + 1 for k, d in enumerate(states)}
+        for model, slots in eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
             index = [pos.get(sets[k][0], 0) for k in slots]
             out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
-                                                    self._vals([model])[0], *arrays)
+                                                    self.handles.values([model])[0], *arrays)
         return out
 
     def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
         """In-process, by the cloud role."""
-        arrays = self._vals(list(models) + ([] if base is None else [base]))
+        arrays = self.handles.values(list(models) + ([] if base is None else [base]))
         k = len(models)
         return self.cloud.similarity(-1 if base is None else k, list(range(k)), [None] * k, *arrays)
 
+    def fetch(self, params: Any) -> np.ndarray:
+        """The handle is the vector."""
+        return np.asarray(self.handles.values([params])[0])
+
     def close(self) -> None:
         """Nothing to release (an open group is dropped)."""
-        if self._groups is not None:
-            self._groups.seal()
-
-    def driver_state(self) -> Any:
-        """The fast-path groups, open one included (its jobs are untrained: they stay so, and are
-        trained on resume in the same group, so sealing never happens early), and the device states
-        of personalised trainers with their base model."""
-        return {"groups": self._groups, "states": self._states, "base": self._base}
-
-    def set_driver_state(self, state: Any) -> None:
-        """The groups, with the very job objects the driver's state refers to; the device states."""
-        self._groups, self._states, self._base = state["groups"], state["states"], state["base"]
-
-    def export_roles(self) -> dict[str, Any]:
-        """The role objects' state (in-process: nothing can have failed unseen)."""
-        return {"hosts": self.host.export_state(), "leaders": self.leaders.export_state(),
-                "cloud": self.cloud.export_state()}
-
-    def import_roles(self, state: dict[str, Any]) -> None:
-        """Into the role objects."""
-        self.host.import_state(state["hosts"])
-        if state["leaders"] is not None:
-            self.leaders.import_state(state["leaders"])
-        self.cloud.import_state(state["cloud"])
+        if self.handles.groups is not None:
+            self.handles.groups.seal()
 
 
 def make_executor(kind: str, data: RunData, workers: int | str = "auto", address: str | None = None) -> Executor:

@@ -189,9 +189,9 @@ def test_local_executor_fast_path_groups_and_defers():
     spec = TrainSpec(epochs=1, batch_size=4, lr=0.1)
     ex = LocalExecutor(RunData(x, y, parts, x[:10], y[:10], init, model, 0, spec))
     jobs = [ex.train(dev, 100 + dev, spec, init) for dev in range(4)]
-    assert ex._groups is not None and len(ex._groups.open) == 4  # nothing trained yet
+    assert ex.handles.groups is not None and len(ex.handles.groups.open) == 4  # nothing trained yet
     st = ex.wait(SimpleNamespace(stats=jobs[2][1], params=jobs[2][0]))
-    assert ex._groups.open == [] and st["steps"] == 3
+    assert ex.handles.groups.open == [] and st["steps"] == 3
     host = DeviceHost(x, y, parts, model)
     want, _ = host.train_group([0, 1, 2, 3], [100, 101, 102, 103], spec, [init] * 4)
     for k, (handle, _, _) in enumerate(jobs):

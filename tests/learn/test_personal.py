@@ -116,15 +116,18 @@ def test_fedper_head_stays_on_the_device_and_its_state_follows_it():
     assert b.world.model_bytes == 4 * 36  # a message carries the base only
     up, _, _ = ex.train(0, 7, b.spec, b.init_params)
     assert not up[head].any() and up[~head].any()  # the upload's head is zeros
-    state = ex.device_state(0)
+    saved = copy.deepcopy(ex.state.driver_state())  # what a checkpoint keeps of the device states
+    state = saved["states"][0]
     assert state.shape == (21,) and not np.array_equal(state, b.init_params[head])
     # the next job starts from the device's own head: putting the same state back gives the same job
     up2, _, _ = ex.train(0, 8, b.spec, up)
-    after = ex.device_state(0)
-    ex.set_device_state(0, state)
+    after = np.array(ex.state.driver_state()["states"][0])
+    ex.state.set_driver_state(copy.deepcopy(saved))
     up3, _, _ = ex.train(0, 8, b.spec, up)
-    assert np.array_equal(up2, up3) and np.array_equal(ex.device_state(0), after)
-    ex.set_device_state(0, np.zeros(21, dtype=np.float32))
+    assert np.array_equal(up2, up3) and np.array_equal(ex.state.driver_state()["states"][0], after)
+    zeroed = copy.deepcopy(saved)
+    zeroed["states"][0] = np.zeros(21, dtype=np.float32)
+    ex.state.set_driver_state(zeroed)
     assert not np.array_equal(ex.train(0, 8, b.spec, up)[0], up2)
 
 

@@ -85,14 +85,14 @@ def has_torch(pid):
 
 # a lost actor is still noticed without the monitors (the run's recovery relies on it)
 import signal
-from hierfl.runtime.ray_executor import RayDeviceHost, RayExecutor
+from hierfl.runtime.ray_executor import RayDeviceHost, is_lost
 extra = RayDeviceHost.options(num_cpus=0).remote(False)
 os.kill(ray.get(extra.pid.remote()), signal.SIGKILL)
 try:
     ray.get(extra.ready.remote(), timeout=60)
     print("LOST no")
 except Exception as exc:
-    print("LOST", RayExecutor.is_lost(None, exc))
+    print("LOST", is_lost(exc))
 pids = ray.get([h.pid.remote() for h in start.hosts])
 print("TORCH", [has_torch(p) for p in pids])  # before any set-up: only the first host imported it
 import numpy as np

@@ -29,7 +29,7 @@ def _ahfl(**kw):
 @pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast-path"])
 def test_ray_batches_jobs_and_fetches_stats_once_per_batch(tmp_path, ray_session, monkeypatch, fast):
     from hierfl.driver import run_scenario
-    from hierfl.runtime import ray_executor
+    from hierfl.runtime import ray_batches, ray_executor
 
     local = run_scenario(_ahfl(runtime={"executor": "local", "fast_path": fast}), tmp_path / "local")
     jobs = local.summary["totals"]["train_jobs"]
@@ -44,10 +44,10 @@ def test_ray_batches_jobs_and_fetches_stats_once_per_batch(tmp_path, ray_session
         return real_get(self, refs)
 
     monkeypatch.setattr(ray_executor.RayExecutor, "_get", counting_get)
-    real_flush = ray_executor.RayExecutor._flush_jobs
+    real_flush = ray_batches.Batches.flush_jobs
 
     def counting_flush(self):
-        pending = list(self._jobs)
+        pending = list(self.jobs)
         real_flush(self)
         sizes: dict[int, int] = {}
         for slot in pending:  # the jobs this flush sent, by the host task (batch array) they went in
@@ -55,7 +55,7 @@ def test_ray_batches_jobs_and_fetches_stats_once_per_batch(tmp_path, ray_session
                 sizes[id(slot.ref)] = sizes.get(id(slot.ref), 0) + 1
         batches.extend(sizes.values())
 
-    monkeypatch.setattr(ray_executor.RayExecutor, "_flush_jobs", counting_flush)
+    monkeypatch.setattr(ray_batches.Batches, "flush_jobs", counting_flush)
     for workers in (1, 2):
         gets.clear()
         batches.clear()

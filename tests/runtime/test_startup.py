@@ -146,7 +146,7 @@ def test_building_a_model_imports_neither_sympy_nor_dynamo():
 
 def test_ray_init_is_tried_again_when_the_daemons_miss_their_deadline(monkeypatch):
     """Reliability: once, on a busy machine, Ray's start failed; a second attempt is made, then the error is named."""
-    import hierfl.runtime.ray_executor as rx
+    import hierfl.runtime.ray_cluster as rx
 
     calls: list[dict] = []
 
