@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.dynamics import Dynamics, link_value
-from hierfl.core.energy import EnergyLedger
 from hierfl.core.engine import Event, EventQueue, Priority
 from hierfl.core.network import FlowNetwork, index_add
 from hierfl.core.world import World
+from hierfl.energy.math import EnergyLedger
 from hierfl.env.api import Endpoint
 from hierfl.env.events import DeviceLost
 from hierfl.env.records import DeviceLostRecord, LinkChange

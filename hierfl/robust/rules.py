@@ -1,7 +1,7 @@
 """Byzantine robustness as plug-ins: aggregation rules (``aggregation: {edge: …, cloud: …}``) and device
 behaviours (the ``attack`` event kind, ``aggregation.edge_behavior``).
 
-The math is in :mod:`hierfl.core.robust` (sources cited there). A rule combines the updates of one
+The math is in :mod:`hierfl.robust.math` (sources cited there). A rule combines the updates of one
 synchronous aggregation (a FedAvg / HierFAVG round at the cloud, a HierFAVG edge round) into the
 aggregate; the tier's server optimizer then steps on it exactly as on the plain average. A
 behaviour changes what a device (or a compromised edge server) sends, never when.
@@ -19,8 +19,8 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_va
 from hierfl.config.base import ConfigModel, cloud_shorthand
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
-from hierfl.core import robust as R
 from hierfl.core.aggregate import WeightedSum
+from hierfl.robust import math as R
 
 __all__ = ["AGGREGATION_RULES", "BEHAVIORS", "RuleConfig", "BehaviorConfig", "AggregationSection", "EdgeBehavior",
            "RobustSetup", "RuleOutcome"]
