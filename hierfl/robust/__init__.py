@@ -13,9 +13,10 @@ One module per layer role; each obeys the rules of its role's layer (tests/inter
 module                    layer        holds
 ========================  ===========  ==============================================================
 ``math.py``               core         the rules and transforms on the rows of one aggregation (numpy only)
-``rules.py``              learn        the plug-ins: aggregation rules (``AGGREGATION_RULES``), device
-                                       behaviours (``BEHAVIORS``), the ``aggregation:`` section and
-                                       :class:`~hierfl.robust.rules.RobustSetup`, what the roles receive
+``rules.py``              learn        the aggregation rules as plug-ins (``AGGREGATION_RULES``)
+``behaviours.py``         learn        the device behaviours as plug-ins (``BEHAVIORS``)
+``config.py``             scenario     the ``aggregation:`` section and
+                                       :class:`~hierfl.robust.config.RobustSetup`, what the roles receive
 ``events.py``             dynamics     the ``attack`` event kind (registered by :mod:`hierfl.dynamics`)
 ``driver.py``             driver       who is Byzantine when, the tags that travel with updates, the
                                        roles' reports turned into records and ``summary.json``'s

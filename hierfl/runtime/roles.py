@@ -493,7 +493,7 @@ class LeaderHost:
         self.models: dict[int, np.ndarray] = {}
         self.versions: dict[int, int] = {}
         self._agg: dict[int, Aggregation] = {}
-        self.robust = robust  # a hierfl.robust.rules.RobustSetup, or None (plain averaging)
+        self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
 
     def _at(self, leader: int) -> Aggregation:
         agg = self._agg.get(leader)
@@ -587,7 +587,7 @@ class Cloud:
         model_cfg, input_shape, num_classes, threads = model[:4]
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
-        self.robust = robust  # a hierfl.robust.rules.RobustSetup, or None (plain averaging)
+        self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
         self._agg = Aggregation(None if robust is None else robust.cloud)
         self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
         self.x_test = x_test

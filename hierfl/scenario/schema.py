@@ -42,7 +42,7 @@ from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
 from hierfl.policies.straggler import MIN_INTERVAL_S, default_policy, device_policy_field
 from hierfl.protocols import PROTOCOLS
-from hierfl.robust.rules import AggregationSection
+from hierfl.robust.config import AggregationSection
 from hierfl.scenario.nonfinite import NonFiniteConfig
 from hierfl.topology import GENERATORS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig

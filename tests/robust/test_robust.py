@@ -18,7 +18,9 @@ from scipy.optimize import minimize
 from hierfl.config.errors import ConfigError
 from hierfl.driver import run_scenario
 from hierfl.robust import math as R
-from hierfl.robust.rules import AGGREGATION_RULES, BEHAVIORS, RobustSetup
+from hierfl.robust.behaviours import BEHAVIORS
+from hierfl.robust.config import RobustSetup
+from hierfl.robust.rules import AGGREGATION_RULES
 from hierfl.runtime.roles import Aggregation
 from tests.conftest import tiny
 

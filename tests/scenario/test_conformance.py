@@ -39,7 +39,8 @@ from hierfl.policies.recluster import RECLUSTER
 from hierfl.policies.staleness import STALENESS
 from hierfl.policies.straggler import STRAGGLERS
 from hierfl.protocols import PROTOCOLS
-from hierfl.robust.rules import AGGREGATION_RULES, BEHAVIORS
+from hierfl.robust.behaviours import BEHAVIORS
+from hierfl.robust.rules import AGGREGATION_RULES
 from hierfl.runtime.executor import RunData, make_executor
 from hierfl.scenario.loader import deep_merge, validate_raw
 from hierfl.topology import GENERATORS
