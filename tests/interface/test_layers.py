@@ -63,7 +63,7 @@ ROLES: dict[str, str] = {
     "rules": "learn",        # plug-ins the aggregating roles run: aggregation rules
     "behaviours": "learn",   # plug-ins the device hosts run: device behaviours
     "driver": "driver",      # the driver's service: plays the feature, counts and reports it
-    "protocol": "protocols", # helpers the protocols share
+    "protocol": "protocols",  # helpers the protocols share
 }
 # the words that name each feature: no module or package elsewhere carries one in its name
 FEATURE_WORDS = {"robust": ("robust", "attack", "byzantine"), "faults": ("fault", "outage"), "energy": ("energy",)}
@@ -220,7 +220,8 @@ def homeless(paths: list[str]) -> list[str]:
     for rel in paths:
         parts = Path(rel).with_suffix("").parts
         for feature, words in FEATURE_WORDS.items():
-            named = [p for p in parts[1:] if any(w in p.lower() for w in words)]
+            # a word starts one of the ``_``-separated tokens of a name (``edge_faults``, not ``defaults``)
+            named = [p for p in parts[1:] if any(t.startswith(w) for t in p.lower().split("_") for w in words)]
             if named and not (len(parts) > 1 and parts[1] == feature) and rel not in HOME_EXCEPTIONS:
                 bad.append(f"{rel}: a {feature} module outside hierfl/{feature}/")
     return bad
@@ -304,10 +305,12 @@ def test_the_feature_checker_flags_strays():
                                         + ", ".join(ROLES) + ")",
                                         "hierfl.robust.driver imports hierfl.faults.driver (another feature)"]
     assert homeless(["hierfl/driver/faults.py", "hierfl/faults/driver.py", "hierfl/learn/robust.py",
-                     "hierfl/dynamics/attack.py", "hierfl/core/engine.py", "hierfl/protocols/fedch/outages.py"]) == [
+                     "hierfl/dynamics/attack.py", "hierfl/core/engine.py", "hierfl/protocols/fedch/outages.py",
+                     "hierfl/config/defaults.py", "hierfl/scenario/edge_faults.py"]) == [
         "hierfl/driver/faults.py: a faults module outside hierfl/faults/",
         "hierfl/learn/robust.py: a robust module outside hierfl/robust/",
-        "hierfl/dynamics/attack.py: a robust module outside hierfl/robust/"]
+        "hierfl/dynamics/attack.py: a robust module outside hierfl/robust/",
+        "hierfl/scenario/edge_faults.py: a faults module outside hierfl/faults/"]
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
@@ -327,9 +330,9 @@ def test_each_feature_has_one_home():
                   if (p.suffix == ".py" or p.is_dir()) and "__pycache__" not in p.parts and not p.name.startswith("."))
     bad = homeless(tree)
     assert not bad, "\n".join(bad)
-    for feature in FEATURES:
-        assert (ROOT / feature / "__init__.py").is_file(), feature
-        assert (ast.get_docstring(ast.parse((ROOT / feature / "__init__.py").read_text(encoding="utf-8"))) or ""), feature
+    for feature in FEATURES:  # each home says what the feature is and maps its modules
+        init = ROOT / feature / "__init__.py"
+        assert init.is_file() and ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), feature
     stale = [rel for rel in HOME_EXCEPTIONS if not (ROOT.parent / rel).is_file()]
     assert not stale, f"exceptions for files that are gone: {stale}"
 
