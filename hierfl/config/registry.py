@@ -11,7 +11,7 @@ hook on the plug-in class, never a check of its name.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar, Union
 
 from pydantic import BaseModel, BeforeValidator, Field
@@ -37,12 +37,18 @@ class Registry:
     shorthand:
         Extra input shorthand applied before the name shorthand (distributions: a number is
         ``constant``).
+    order:
+        Names whose classes :meth:`classes` lists first, in this order, whichever module was
+        imported first (event kinds: a feature package's kinds register when it is imported, so
+        the order of registration alone could depend on the caller's first import).
     """
 
-    def __init__(self, kind: str, key: str = "name", shorthand: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, kind: str, key: str = "name", shorthand: Callable[[Any], Any] | None = None,
+                 order: Sequence[str] = ()) -> None:
         self.kind = kind
         self.key = key
         self._shorthand = shorthand
+        self._order = tuple(order)
         self._entries: dict[str, Any] = {}
         _INSTANCES.append(self)
 
@@ -67,8 +73,9 @@ class Registry:
         return sorted(self._entries)
 
     def classes(self) -> list[Any]:
-        """Registered classes in registration order."""
-        return list(self._entries.values())
+        """Registered classes: those named in ``order`` first (in that order), then the others in registration order."""
+        first = [self._entries[n] for n in self._order if n in self._entries]
+        return first + [cls for n, cls in self._entries.items() if n not in self._order]
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.faults import FaultWindow
+from hierfl.faults.math import FaultWindow
 
 __all__ = ["Window", "finish_time", "factor_at", "Availability", "OnlineIndex", "MarkovTimeline",
            "IntervalTimeline", "merge_intervals"]

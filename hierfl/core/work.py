@@ -48,7 +48,7 @@ class TrainSpec:
     # timing only (``training.trainer: none``): the job takes its virtual time but is not run; its
     # update is the model it started from
     train: bool = True
-    # a Byzantine device's behaviour (a ``hierfl.learn.robust`` behaviour config, hashable): the host
+    # a Byzantine device's behaviour (a ``hierfl.robust.behaviours`` config, hashable): the host
     # trains on flipped labels or transforms the result; None for an honest job
     attack: Any = None
     # personalisation (``training.trainer``: fedper, lg_fedavg, fedmeta, fedavgmeta): what stays on

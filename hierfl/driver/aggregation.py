@@ -18,8 +18,8 @@ from hierfl.env.api import Endpoint, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 
 if TYPE_CHECKING:
-    from hierfl.driver.robustness import RobustLedger
     from hierfl.output.telemetry import RunTelemetry
+    from hierfl.robust.driver import RobustLedger
     from hierfl.scenario.schema import Scenario
 
 __all__ = ["Aggregation", "ControlVariates"]

@@ -24,16 +24,16 @@ from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
 from hierfl.driver.aggregation import Aggregation, ControlVariates
-from hierfl.driver.energy import energy_ledger
 from hierfl.driver.errors import ClusterLostError, DivergedError, RunError
 from hierfl.driver.eval_cost import DeviceEvalCost
-from hierfl.driver.faults import Faults
 from hierfl.driver.jobs import Jobs
 from hierfl.driver.live import Live
-from hierfl.driver.robustness import RobustLedger, robust_setup
 from hierfl.driver.tiers import TierAggregator
 from hierfl.driver.transfers import Transfers
+from hierfl.energy.driver import energy_ledger
+from hierfl.faults.driver import Faults
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.robust.driver import RobustLedger, robust_setup
 from hierfl.scenario.schema import Scenario
 
 __all__ = ["Context", "RunError", "DivergedError", "ClusterLostError"]

@@ -1,4 +1,4 @@
-"""Non-finite updates left out under ``robustness.on_nonfinite: drop``.
+"""Non-finite updates left out under ``robustness.on_nonfinite: drop`` (the section: :mod:`hierfl.scenario.nonfinite`).
 
 A job whose result holds NaN or Inf is remembered by its handle (weakly, where the handle allows);
 every aggregation it is given to leaves it out, counts it once and reports it once. An aggregation

@@ -14,8 +14,8 @@ from typing import Any
 from hierfl import __version__
 from hierfl.assemble import Built, build
 from hierfl.core.dynamics import Dynamics
-from hierfl.driver.robustness import robust_setup
 from hierfl.env.records import ClustersRecord
+from hierfl.robust.driver import robust_setup
 from hierfl.runtime.executor import Executor, RunData
 from hierfl.runtime.start import ExecutorStart, process_launch_time, start_executor
 from hierfl.scenario.schema import Scenario

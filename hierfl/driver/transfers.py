@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hierfl.core.dynamics import Dynamics
-from hierfl.core.energy import EnergyLedger
 from hierfl.core.world import World
 from hierfl.driver.links import LinkEvents
 from hierfl.driver.routes import Route, Routes
+from hierfl.energy.math import EnergyLedger
 from hierfl.env.api import Endpoint
 from hierfl.env.events import DeviceLost
 from hierfl.env.records import DeviceLostRecord
@@ -98,7 +98,7 @@ class Transfers:
         self._device_transfers: dict[int, set[int]] = {}  # device → its transfers in flight
         self._server_transfers: dict[Endpoint, set[int]] = {}  # edge server / cloud → its transfers in flight
         self.track_servers = True  # kept only where servers can fail (the Context turns it off otherwise)
-        self.down: set[Endpoint] = set()                        # servers down now (driver.faults keeps it)
+        self.down: set[Endpoint] = set()                        # servers down now (hierfl.faults.driver keeps it)
         self._device_events: dict[int, list[Event]] = {}  # pending train_done / lost events per device
         self._next_flow = 0
         self._net_event: Event | None = None

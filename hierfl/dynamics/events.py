@@ -33,7 +33,10 @@ from hierfl.core.world import World
 __all__ = ["EVENTS", "EventKind", "DeviceEvent", "Selector", "Facts", "DynamicsDraft", "EventEntry",
            "event_entry_model", "resolve_selector"]
 
-EVENTS: Registry = Registry("event kind")
+# the order in which an ``events:`` entry lists its kinds (its fields, as written to config.yaml),
+# kept whatever module registers first (the fault and attack kinds live in their feature packages)
+EVENTS: Registry = Registry("event kind", order=("slowdown", "link", "edge_link", "leave", "join",
+                                                 "edge_fail", "cloud_fail", "attack"))
 
 
 class Selector(ConfigModel):

@@ -33,9 +33,9 @@ from pydantic import Field, NonNegativeInt, field_validator
 from hierfl.config.errors import Problem
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload, Timer
+from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
-from hierfl.protocols.faults import CLOUD, count_lost, record_loss, record_moves, reattach_plan
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario

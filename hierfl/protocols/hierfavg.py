@@ -25,8 +25,8 @@ from pydantic import Field, PositiveInt
 from hierfl.config.errors import Problem
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload
+from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
-from hierfl.protocols.faults import CLOUD, count_lost, record_loss, record_moves, reattach_plan
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:

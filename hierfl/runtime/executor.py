@@ -46,7 +46,7 @@ class RunData:
     model: ModelSpec
     num_edges: int
     spec: TrainSpec
-    robust: Any = None  # hierfl.learn.robust.RobustSetup: robust rules / attacks on (None: plain averaging)
+    robust: Any = None  # hierfl.robust.config.RobustSetup: robust rules / attacks on (None: plain averaging)
     # per-device evaluation sets (device, training rows, held-out rows or None): see Built.eval_sets
     eval_sets: tuple[tuple[int, np.ndarray, np.ndarray | None], ...] = ()
     gpus_per_host: float = 0.0  # runtime.gpus_per_host: GPUs reserved by each Ray device host actor

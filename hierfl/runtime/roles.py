@@ -104,7 +104,7 @@ class Aggregation:
       an update with a ``control_coef`` is a packed ``[model; Δc]`` vector of twice the length;
     * the server optimizer's state (docs/explanation/algorithms.md §5.7), kept across rounds;
     * with a robust ``rule`` (``aggregation:`` set, or attacks on): the updates themselves, kept
-      until the commit, where the rule combines them (:mod:`hierfl.learn.robust`), and one report
+      until the commit, where the rule combines them (:mod:`hierfl.robust.rules`), and one report
       per commit (accepted / rejected, honest / Byzantine, distance from the honest mean).
     """
 
@@ -143,7 +143,7 @@ class Aggregation:
 
     def _robust(self, base: np.ndarray | None, loss: Any, tier: str, entity: int) -> np.ndarray:
         """The rule's aggregate of the kept updates (float32) and its report."""
-        from hierfl.core.robust import alie_vector, finite_rows
+        from hierfl.robust.math import alie_vector, finite_rows
 
         if not self._rows:
             raise ValueError("aggregation with no update")
@@ -493,7 +493,7 @@ class LeaderHost:
         self.models: dict[int, np.ndarray] = {}
         self.versions: dict[int, int] = {}
         self._agg: dict[int, Aggregation] = {}
-        self.robust = robust  # a hierfl.learn.robust.RobustSetup, or None (plain averaging)
+        self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
 
     def _at(self, leader: int) -> Aggregation:
         agg = self._agg.get(leader)
@@ -587,7 +587,7 @@ class Cloud:
         model_cfg, input_shape, num_classes, threads = model[:4]
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
-        self.robust = robust  # a hierfl.learn.robust.RobustSetup, or None (plain averaging)
+        self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
         self._agg = Aggregation(None if robust is None else robust.cloud)
         self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
         self.x_test = x_test

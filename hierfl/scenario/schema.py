@@ -35,15 +35,15 @@ from hierfl.config.files import resolve_file
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
 from hierfl.devices import ConstantDist, Dist, TierSpec
 from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_model
+from hierfl.energy.config import EnergyConfig
 from hierfl.executors import EXECUTORS
-from hierfl.learn.robust import AggregationSection
 from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.models import MODELS
 from hierfl.policies.straggler import MIN_INTERVAL_S, default_policy, device_policy_field
 from hierfl.protocols import PROTOCOLS
-from hierfl.scenario.energy import EnergyConfig
-from hierfl.scenario.robustness import RobustnessConfig
+from hierfl.robust.config import AggregationSection
+from hierfl.scenario.nonfinite import NonFiniteConfig
 from hierfl.topology import GENERATORS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
 from hierfl.traces import CapacityTraceConfig
@@ -438,8 +438,8 @@ class Scenario(ConfigModel):
     aggregation: AggregationSection = Field(
         default=AggregationSection(), description="Byzantine-robust rule of the cloud and edge aggregations (mean)")
     output: OutputConfig = OutputConfig()
-    robustness: RobustnessConfig = Field(
-        default=RobustnessConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")
+    robustness: NonFiniteConfig = Field(
+        default=NonFiniteConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")
     energy: EnergyConfig | None = Field(
         default=None, description="per-tier device energy model (J per FLOP, radio power per link type); "
                                   "null = off (docs/explanation/energy.md)")

@@ -1,9 +1,11 @@
 """Config at both ends: the layer rules of the config bottom, the core, the scenario top and the plug-ins.
 
 * ``hierfl.config`` (base, errors, registry, files) imports nothing of hierfl outside itself;
-* the core imports neither config, pydantic, the registry, torch nor Ray;
+* the core — and every feature's ``math`` module, which is core — imports neither config,
+  pydantic, the registry, torch nor Ray;
 * loading a scenario imports neither torch nor Ray;
-* there are no import cycles between hierfl's packages (``if TYPE_CHECKING:`` imports aside).
+* there are no import cycles between hierfl's packages (``if TYPE_CHECKING:`` imports aside); a
+  module of a feature package counts as the layer of its role (``tests/interface/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from pathlib import Path
 
 import networkx as nx
 
+from tests.interface.test_layers import FEATURES, layer_of
+
 PACKAGE = Path(__file__).resolve().parents[2] / "hierfl"
+CORE_FILES = sorted((PACKAGE / "core").glob("*.py")) + [PACKAGE / f / "math.py" for f in FEATURES]
 
 
 def _imports(path: Path, type_checking: bool = False) -> list[str]:
@@ -29,6 +34,9 @@ def _imports(path: Path, type_checking: bool = False) -> list[str]:
             if not tc or type_checking:
                 if isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
                     out.append(child.module)
+                    # ``from hierfl.robust import math``: the submodule
+                    out.extend(f"{child.module}.{a.name}" for a in child.names
+                               if PACKAGE.parent.joinpath(*child.module.split("."), a.name).with_suffix(".py").is_file())
                 elif isinstance(child, ast.Import):
                     out.extend(a.name for a in child.names)
             visit(child, tc)
@@ -38,8 +46,9 @@ def _imports(path: Path, type_checking: bool = False) -> list[str]:
 
 
 def _package(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
+    """The module's package; for a module of a feature package, the layer of its role."""
+    layer = layer_of(module)
+    return layer if layer is not None else module  # the root package, a feature package's docstring
 
 
 def _modules_after(imports: str) -> set[str]:
@@ -57,10 +66,11 @@ def test_config_bottom_imports_nothing_of_hierfl_outside_config():
 
 def test_core_imports_no_config_pydantic_torch_or_ray():
     banned = ("hierfl.config", "hierfl.scenario", "pydantic", "torch", "ray")
-    for path in (PACKAGE / "core").glob("*.py"):
+    for path in CORE_FILES:
         bad = [m for m in _imports(path, type_checking=True) if m.startswith(banned) or m == "hierfl.registry"]
-        assert not bad, f"core/{path.name} imports {bad}"
-    core = ", ".join(f"hierfl.core.{p.stem}" for p in sorted((PACKAGE / "core").glob("*.py")) if p.stem != "__init__")
+        assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"
+    core = ", ".join(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts) for p in CORE_FILES
+                     if p.stem != "__init__")
     mods = _modules_after(f"import {core}")
     assert not {m for m in mods if m.split(".")[0] in ("pydantic", "torch", "ray") or m.startswith("hierfl.config")}
 

@@ -28,11 +28,10 @@ from hierfl.core.work import TrainSpec
 from hierfl.core.world import EdgeLink, World
 from hierfl.data import DATASETS, PARTITIONERS, DataError, Dataset
 from hierfl.devices import DISTRIBUTIONS
-from hierfl.dynamics import AVAILABILITY, EVENTS, DynamicsDraft, Facts
 from hierfl.driver import run_scenario
+from hierfl.dynamics import AVAILABILITY, EVENTS, DynamicsDraft, Facts
 from hierfl.executors import EXECUTORS
 from hierfl.learn.local import LocalTrainer, count_params, init_params
-from hierfl.learn.robust import AGGREGATION_RULES, BEHAVIORS
 from hierfl.learn.serveropt import SERVER_OPTIMIZERS
 from hierfl.learn.trainers import TRAINERS
 from hierfl.models import MODELS, LogRegConfig
@@ -40,6 +39,8 @@ from hierfl.policies.recluster import RECLUSTER
 from hierfl.policies.staleness import STALENESS
 from hierfl.policies.straggler import STRAGGLERS
 from hierfl.protocols import PROTOCOLS
+from hierfl.robust.behaviours import BEHAVIORS
+from hierfl.robust.rules import AGGREGATION_RULES
 from hierfl.runtime.executor import RunData, make_executor
 from hierfl.scenario.loader import deep_merge, validate_raw
 from hierfl.topology import GENERATORS

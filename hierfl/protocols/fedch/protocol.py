@@ -26,13 +26,12 @@ import numpy as np
 from hierfl.kernel.engine import Event, Priority
 from hierfl.core.work import TrainSpec, transfer_time_s
 from hierfl.env import ClustersRecord, Env, RoundEmpty, Timer
+from hierfl.faults.protocol import CLOUD
 from hierfl.protocols.base import Protocol
-from hierfl.protocols.faults import CLOUD
 from hierfl.protocols.fedch.churn import Reclustering
 from hierfl.protocols.fedch.construction import ClusterBuilder
-from hierfl.protocols.fedch.faults import EdgeFaults
-from hierfl.protocols.fedch.messages import (ClusterRetry, ClusterTimeout, ClusterUpload, LeaderDownload,
-                                             MemberMsg)
+from hierfl.protocols.fedch.messages import ClusterRetry, ClusterTimeout, ClusterUpload, LeaderDownload, MemberMsg
+from hierfl.protocols.fedch.outages import EdgeFaults
 from hierfl.protocols.fedch.state import Cluster, ClusterModel
 from hierfl.protocols.straggler import Barrier, planned_spec
 

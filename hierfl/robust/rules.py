@@ -1,32 +1,30 @@
-"""Byzantine robustness as plug-ins: aggregation rules (``aggregation: {edge: …, cloud: …}``) and device
-behaviours (the ``attack`` event kind, ``aggregation.edge_behavior``).
+"""Byzantine-robust aggregation rules as plug-ins (``aggregation: {edge: …, cloud: …}``).
 
-The math is in :mod:`hierfl.core.robust` (sources cited there). A rule combines the updates of one
+The math is in :mod:`hierfl.robust.math` (sources cited there). A rule combines the updates of one
 synchronous aggregation (a FedAvg / HierFAVG round at the cloud, a HierFAVG edge round) into the
-aggregate; the tier's server optimizer then steps on it exactly as on the plain average. A
-behaviour changes what a device (or a compromised edge server) sends, never when.
+aggregate; the tier's server optimizer then steps on it exactly as on the plain average. The
+aggregating roles apply it (:class:`hierfl.runtime.roles.Aggregation`); the scenario section that
+picks a rule per tier is :mod:`hierfl.robust.config`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from hierfl.config.base import ConfigModel, cloud_shorthand
+from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
-from hierfl.core import robust as R
 from hierfl.core.aggregate import WeightedSum
+from hierfl.robust import math as R
 
-__all__ = ["AGGREGATION_RULES", "BEHAVIORS", "RuleConfig", "BehaviorConfig", "AggregationSection", "EdgeBehavior",
-           "RobustSetup", "RuleOutcome"]
+__all__ = ["AGGREGATION_RULES", "RuleConfig", "RuleOutcome", "rule_needs_loss"]
 
 AGGREGATION_RULES: Registry = Registry("aggregation rule")
-BEHAVIORS: Registry = Registry("device behavior")
 
 @dataclass
 class RuleOutcome:
@@ -288,203 +286,3 @@ class NormClipRule(RuleConfig):
 def rule_needs_loss(rule: RuleConfig) -> bool:
     """Whether ``rule`` (or the rule it wraps) scores on a validation batch."""
     return bool(type(rule).needs_loss or (isinstance(rule, NormClipRule) and rule.needs_loss_inner))
-
-
-# -- behaviours --------------------------------------------------------------------------------------
-class BehaviorConfig(ConfigModel):
-    """Base of the device behaviours: what a Byzantine device sends instead of its honest model.
-
-    ``transform`` (device host or edge server) maps the honest result ``v`` trained from ``start``
-    to what is sent; ``flips_labels`` trains on permuted labels instead; ``colluding`` behaviours
-    (ALIE) are formed at the aggregator from the honest updates of the same aggregation.
-    """
-
-    name: str
-    flips_labels: ClassVar[bool] = False
-    colluding: ClassVar[bool] = False
-
-    def transform(self, v: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The vector sent (float32); the identity for data-poisoning and colluding behaviours."""
-        return v
-
-
-@BEHAVIORS.register
-class SignFlip(BehaviorConfig):
-    """``{name: sign_flip, s: 1.0}``: send ``start − s·(v − start)``."""
-
-    name: Literal["sign_flip"] = "sign_flip"
-    s: PositiveFloat = Field(default=1.0, description="scale of the reversed update")
-
-    def transform(self, v: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Reverse the update."""
-        return R.sign_flip(v.astype(np.float64), start.astype(np.float64), self.s).astype(np.float32)
-
-
-@BEHAVIORS.register
-class Gaussian(BehaviorConfig):
-    """``{name: gaussian, sigma: 1.0}``: send ``start + N(0, σ²I)`` (seeded by the job)."""
-
-    name: Literal["gaussian"] = "gaussian"
-    sigma: PositiveFloat = Field(default=1.0, description="σ of the noise that replaces the update")
-
-    def transform(self, v: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Noise instead of the update."""
-        return R.gaussian_update(start.astype(np.float64), self.sigma, rng).astype(np.float32)
-
-
-@BEHAVIORS.register
-class Scale(BehaviorConfig):
-    """``{name: scale, s: 10.0}``: send ``start + s·(v − start)`` (model replacement)."""
-
-    name: Literal["scale"] = "scale"
-    s: PositiveFloat = Field(default=10.0, description="boost of the update")
-
-    def transform(self, v: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Boost the update."""
-        return R.scale_update(v.astype(np.float64), start.astype(np.float64), self.s).astype(np.float32)
-
-
-@BEHAVIORS.register
-class LabelFlip(BehaviorConfig):
-    """``{name: label_flip}``: train on labels ``C − 1 − y`` (data poisoning)."""
-
-    name: Literal["label_flip"] = "label_flip"
-    flips_labels: ClassVar[bool] = True
-
-
-@BEHAVIORS.register
-class Alie(BehaviorConfig):
-    """``{name: alie, z: 1.0}``: colluders send ``μ − z·σ`` (per coordinate) of the honest updates of the
-    same aggregation (Baruch et al. 2019; the omniscient variant: the aggregator forms it)."""
-
-    name: Literal["alie"] = "alie"
-    colluding: ClassVar[bool] = True
-    z: float = Field(default=1.0, ge=0.0, description="how many standard deviations from the mean")
-
-
-@BEHAVIORS.register
-class FreeRider(BehaviorConfig):
-    """``{name: free_rider}``: send the start model back (no work, full weight)."""
-
-    name: Literal["free_rider"] = "free_rider"
-
-    def transform(self, v: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The start model."""
-        return np.array(start, dtype=np.float32, copy=True)
-
-
-@BEHAVIORS.register
-class NonFinite(BehaviorConfig):
-    """``{name: nonfinite}``: send NaN everywhere."""
-
-    name: Literal["nonfinite"] = "nonfinite"
-
-    def transform(self, v: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """NaN."""
-        return np.full(v.shape, np.nan, dtype=np.float32)
-
-
-class EdgeBehavior(ConfigModel):
-    """``{edges: [0], behavior: {name: sign_flip}}``: compromised edge servers apply ``behavior`` to their aggregate."""
-
-    edges: list[NonNegativeInt] = Field(min_length=1, description="the compromised edge servers")
-    behavior: BEHAVIORS.union() = Field(description="what a compromised edge server sends to the cloud")  # type: ignore[valid-type]
-
-
-class AggregationSection(ConfigModel):
-    """``aggregation: {edge: {name: …}, cloud: {name: …}, edge_behavior: …}``.
-
-    The rule of each tier (default ``mean``: today's aggregation, bit for bit) and, optionally,
-    compromised edge servers. A bare name or a single rule mapping is shorthand for the cloud.
-    """
-
-    cloud: AGGREGATION_RULES.union() = Field(default=MeanRule(), description="rule of the cloud's aggregation")  # type: ignore[valid-type]
-    edge: AGGREGATION_RULES.union() = Field(default=MeanRule(), description="rule of the edge servers' aggregations")  # type: ignore[valid-type]
-    edge_behavior: EdgeBehavior | None = Field(default=None, description="compromised edge servers and what they send (null = none)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _cloud_shorthand(cls, value: Any) -> Any:
-        return cloud_shorthand(value)
-
-    @property
-    def default(self) -> bool:
-        """Mean at both tiers and no compromised edge server."""
-        return self.cloud.is_mean and self.edge.is_mean and self.edge_behavior is None
-
-    def at(self, tier: str) -> RuleConfig:
-        """The rule of ``tier``."""
-        return self.cloud if tier == "cloud" else self.edge  # type: ignore[no-any-return]
-
-    def problems(self, protocol: Any, num_edges: int, expected_m: dict[str, int | None]) -> list[Problem]:
-        """Rules only where ``protocol`` (its config) aggregates a set of updates (its ``rule_tiers``);
-        a screen only where it applies one update at a time; Zeno only at the cloud; sizes fit."""
-        problems: list[Problem] = []
-        tiers = protocol.rule_tiers
-        style = protocol.aggregation_style
-        protocol = protocol.name  # for messages
-        for tier in ("cloud", "edge"):
-            rule = self.at(tier)
-            key = f"aggregation.{tier}"
-            if rule.is_mean:
-                continue
-            if tier not in tiers:
-                allowed = ", ".join(tiers) if tiers else "none"
-                problems.append(Problem(key, f"protocol {protocol!r} has no synchronous {tier} aggregation a rule "
-                                             f"can replace; tiers it supports: {allowed}", rule.name))
-                continue
-            is_async = bool(type(rule).asynchronous)
-            if is_async != (style == "updates"):
-                problems.append(Problem(key, "zeno_pp screens single asynchronous updates (fedasync only)" if is_async
-                                        else f"protocol {protocol!r} applies one update at a time; allowed: zeno_pp",
-                                        rule.name))
-                continue
-            if style == "queue" and rule_needs_loss(rule):
-                problems.append(Problem(key, f"{protocol}'s {tier} combines deltas of different ages: a rule that "
-                                             "scores models on the validation batch (zeno) does not apply", rule.name))
-                continue
-            if tier == "edge" and rule_needs_loss(rule):  # (FedCH's cluster leaders are its edge tier)
-                problems.append(Problem(key, "zeno scores on the cloud's validation batch: cloud tier only",
-                                        rule.name))
-            problems.extend(rule.problems(key, expected_m.get(tier)))
-        eb = self.edge_behavior
-        if eb is not None:
-            if "edge" not in tiers:
-                problems.append(Problem("aggregation.edge_behavior", f"protocol {protocol!r} has no edge servers "
-                                        "that aggregate (use hierfavg)", None))
-            for e in eb.edges:
-                if e >= num_edges:
-                    problems.append(Problem("aggregation.edge_behavior.edges",
-                                            f"no such edge server; allowed: 0..{num_edges - 1}" if num_edges
-                                            else "the scenario has no edge servers", e))
-            if type(eb.behavior).flips_labels or type(eb.behavior).colluding:
-                problems.append(Problem("aggregation.edge_behavior.behavior.name",
-                                        "an edge server transforms its aggregate; allowed: sign_flip, gaussian, "
-                                        "scale, free_rider, nonfinite", eb.behavior.name))
-        return problems
-
-
-@dataclass(frozen=True)
-class RobustSetup:
-    """What the aggregating roles need (travels to the actors): the rule per tier, compromised edges."""
-
-    cloud: RuleConfig = Field(description="rule of the cloud's aggregation")
-    edge: RuleConfig = Field(description="rule of the edge servers' aggregations")
-    edge_behaviors: dict[int, BehaviorConfig] = field(default_factory=dict)
-    validation: int = 0  # validation samples the cloud keeps for Zeno (0: none)
-
-    @classmethod
-    def of(cls, section: AggregationSection) -> RobustSetup:
-        """From the scenario's ``aggregation:`` section."""
-        eb = section.edge_behavior
-        edges = {int(e): eb.behavior for e in eb.edges} if eb is not None else {}
-        batch = 0
-        for rule in (section.cloud, section.edge):
-            inner = rule.then if isinstance(rule, NormClipRule) else rule
-            if isinstance(inner, (ZenoRule, ZenoPPRule)):
-                batch = max(batch, inner.batch)
-        return cls(section.cloud, section.edge, edges, batch)
-
-    def rule(self, tier: str) -> RuleConfig:
-        """The rule of ``tier``."""
-        return self.cloud if tier == "cloud" else self.edge

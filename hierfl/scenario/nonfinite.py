@@ -11,6 +11,11 @@ aggregation entry points), and the global model at every evaluation:
 
 A non-finite global model (e.g. a server optimizer that overflowed) always ends the run with
 status ``diverged``, and its evaluation reports no accuracy (it can never reach a target).
+
+This module is the section's schema; the driver's side is :mod:`hierfl.driver.nonfinite`. The YAML
+key keeps its name ``robustness`` (scenario files use it); Byzantine robustness — aggregation
+rules, attacks and ``summary.json``'s ``robustness`` block — is another feature, in
+:mod:`hierfl.robust`.
 """
 
 from __future__ import annotations
@@ -21,11 +26,11 @@ from pydantic import Field
 
 from hierfl.config.base import ConfigModel
 
-__all__ = ["RobustnessConfig"]
+__all__ = ["NonFiniteConfig"]
 
 
-class RobustnessConfig(ConfigModel):
-    """Handling of non-finite updates (kept a section of its own: robust aggregation rules live elsewhere)."""
+class NonFiniteConfig(ConfigModel):
+    """Handling of non-finite updates (a section of its own: robust aggregation rules are ``aggregation:``)."""
 
     on_nonfinite: Literal["fail", "drop"] = Field(
         default="fail", description="a NaN/Inf update: fail = stop the run (status diverged); "

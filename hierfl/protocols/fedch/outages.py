@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hierfl.env import Env
-from hierfl.protocols.faults import CLOUD, count_lost, record_loss, record_moves, reattach_plan
+from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
 from hierfl.protocols.fedch.state import Cluster, FedCHState
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """``attack`` events: from ``at_s`` on (for ``for_s`` seconds, or for good) the selected devices are
-Byzantine and send what their ``behavior`` makes of their update (:data:`~hierfl.learn.robust.BEHAVIORS`).
+Byzantine and send what their ``behavior`` makes of their update (:data:`~hierfl.robust.behaviours.BEHAVIORS`).
 
 Only the update changes: the jobs take the same virtual time and the transfers the same bytes, so
 an attack never moves an event (the timing of a run with and without it is identical).
@@ -12,7 +12,7 @@ from typing import ClassVar
 from pydantic import Field, PositiveFloat
 
 from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft
-from hierfl.learn.robust import BEHAVIORS, SignFlip
+from hierfl.robust.behaviours import BEHAVIORS, SignFlip
 
 __all__ = ["AttackEvent"]
 

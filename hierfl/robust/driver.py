@@ -16,7 +16,7 @@ from typing import Any
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.work import TrainSpec
 from hierfl.env.records import RobustAggregate
-from hierfl.learn.robust import RobustSetup
+from hierfl.robust.config import RobustSetup
 
 __all__ = ["robust_setup", "RobustLedger"]
 

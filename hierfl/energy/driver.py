@@ -5,7 +5,7 @@ hierfl/profiles/tiers.yaml, ``energy.tier_links`` overriding it, ``energy.device
 devices drawn without a tier). The driver charges the ledger where it already counts work:
 finished jobs in :meth:`Context.finish_training` (beside ``compute_s``) and transfers when they
 arrive or are cut off in :class:`~hierfl.driver.transfers.Transfers` (beside the ``bytes_*``
-counters). Formulas: :mod:`hierfl.core.energy`.
+counters). Formulas: :mod:`hierfl.energy.math`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.energy import EnergyLedger
 from hierfl.devices import shipped_tiers
+from hierfl.energy.math import EnergyLedger
 
 __all__ = ["energy_ledger"]
 

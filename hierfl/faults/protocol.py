@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hierfl.core.faults import nearest_edge
 from hierfl.env import Env, FaultLoss, Reattach
+from hierfl.faults.math import nearest_edge
 
 __all__ = ["CLOUD", "record_loss", "reattach_plan", "record_moves", "count_lost"]
 

@@ -16,9 +16,11 @@ from hypothesis.extra.numpy import arrays
 from scipy.optimize import minimize
 
 from hierfl.config.errors import ConfigError
-from hierfl.core import robust as R
 from hierfl.driver import run_scenario
-from hierfl.learn.robust import AGGREGATION_RULES, BEHAVIORS, RobustSetup
+from hierfl.robust import math as R
+from hierfl.robust.behaviours import BEHAVIORS
+from hierfl.robust.config import RobustSetup
+from hierfl.robust.rules import AGGREGATION_RULES
 from hierfl.runtime.roles import Aggregation
 from tests.conftest import tiny
 

@@ -1,7 +1,7 @@
 """Device energy: joules of local training (per FLOP) and of model transfers (per bit and per second on air).
 
 Pure math (no torch, no Ray). The driver charges every finished training job and every model
-transfer of a device to an :class:`EnergyLedger` (``hierfl.driver.energy``); the scenario's
+transfer of a device to an :class:`EnergyLedger` (``hierfl.energy.driver``); the scenario's
 ``energy:`` section sets the figures (docs/explanation/energy.md).
 
 * **Training**: ``E_cmp = J/FLOP(tier) × FLOPs``, ``FLOPs = 3 × F_fwd × samples processed``

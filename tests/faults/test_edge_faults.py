@@ -16,8 +16,8 @@ import pytest
 
 from hierfl.assemble import build
 from hierfl.cli import main
-from hierfl.core.faults import FaultWindow, nearest_edge, outages
 from hierfl.driver import run_scenario
+from hierfl.faults.math import FaultWindow, nearest_edge, outages
 from tests.conftest import tiny
 from tests.determinism.test_determinism import metrics_without_wall
 

@@ -6,7 +6,7 @@ type), writes per-device joules to ``devices.csv``, the totals ``energy_device_j
 ``energy_compute_j``, ``energy_comm_j`` to every evaluation line and to ``summary.json``'s
 ``totals``, and a breakdown to ``summary.json``'s ``energy``. Without it, nothing is written and
 every output is byte-identical to a run of the same scenario before the model existed.
-Formulas, defaults and their sources: :mod:`hierfl.core.energy`, docs/explanation/energy.md.
+Formulas, defaults and their sources: :mod:`hierfl.energy.math`, docs/explanation/energy.md.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pydantic import Field, NonNegativeFloat, PositiveFloat, ValidationInfo, field_validator
 
 from hierfl.config.base import ConfigModel
-from hierfl.core.energy import CUSTOM_TIER, J_PER_FLOP_DEFAULTS, RADIO_DEFAULTS, RadioPower
+from hierfl.energy.math import CUSTOM_TIER, J_PER_FLOP_DEFAULTS, RADIO_DEFAULTS, RadioPower
 
 __all__ = ["EnergyConfig", "RadioConfig"]
 
@@ -32,7 +32,7 @@ class RadioConfig(ConfigModel):
 
 
 class EnergyConfig(ConfigModel):
-    """Device energy figures; every key has a documented default (hierfl.core.energy)."""
+    """Device energy figures; every key has a documented default (hierfl.energy.math)."""
 
     j_per_flop: dict[str, PositiveFloat] = Field(
         default_factory=dict,

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from hierfl.core.dynamics import Dynamics
 from hierfl.kernel.engine import Event, EventQueue, Priority
-from hierfl.core.faults import Outage, outages
 from hierfl.driver.transfers import Transfers
 from hierfl.env.events import ServerDown, ServerUp
 from hierfl.env.records import ServerFail, ServerRecover
+from hierfl.faults.math import Outage, outages
 from hierfl.output.telemetry import RunTelemetry
 
 __all__ = ["Faults", "FAULT_COUNTERS"]

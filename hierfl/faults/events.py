@@ -16,8 +16,8 @@ from typing import ClassVar, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, field_validator
 
 from hierfl.config.errors import Problem
-from hierfl.core.faults import FaultWindow
 from hierfl.dynamics.events import EVENTS, DynamicsDraft, EventKind, Facts
+from hierfl.faults.math import FaultWindow
 
 __all__ = ["EdgeFailEvent", "CloudFailEvent"]
 

@@ -1,4 +1,4 @@
-"""The device energy model (``energy:``, hierfl.core.energy): hand-computed joules, outputs, off by default, bad input."""
+"""The device energy model (``energy:``, hierfl.energy.math): hand-computed joules, outputs, off by default, bad input."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hierfl.core.energy import RADIO_DEFAULTS, EnergyLedger, RadioPower, compute_j, job_flops, transfer_j
 from hierfl.driver import run_scenario
+from hierfl.energy.math import RADIO_DEFAULTS, EnergyLedger, RadioPower, compute_j, job_flops, transfer_j
 from hierfl.scenario.loader import load_scenario, validate_raw
 from tests.badinput import assert_refused
 
