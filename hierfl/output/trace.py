@@ -165,7 +165,7 @@ class CounterTrack:
 
     The event's fixed parts are encoded once; the two varying numbers, a finite float time and an
     int value, are written with ``repr``, which is how ``json`` writes them, so a sample's text is
-    the text :meth:`TraceWriter.counter` writes for it (tests/output/test_output_fastpath.py holds the two
+    the text :meth:`TraceWriter.counter` writes for it (tests/output/test_output_encoding.py holds the two
     paths to that). Any other value or time goes the general way.
 
     With the writer's ``counter_s`` > 0 (``output.trace_counter_s``, large runs), a sample less than

@@ -29,7 +29,7 @@ the run is then only bigger, never different. Attaching to a cluster (``--addres
 affected: the cluster's own daemons are whatever ``ray start`` started.
 
 Nothing an emulation run needs changes: actors, the object store, lost-actor detection and
-recovery are the GCS's and the raylet's work (``tests/runtime/test_pss.py`` SIGKILLs an actor of a
+recovery are the GCS's and the raylet's work (``tests/runtime/test_ray_memory.py`` SIGKILLs an actor of a
 lean instance, sees it reported lost, and runs a scenario on one with the local executor's bits).
 """
 

@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_lone_flow_is_detached_with_its_exact_end_and_stays_out_of_next_finish():
     net = FlowNetwork({"up": 8.0, "in": float("inf")})
     f = net.add(1.0, 0, ["up", "in"], 4.0, detach=True)
-    assert f.detached and f.rate == 8.0 and f._end == 1.5
+    assert f.detached and f.rate == 8.0 and f.end == 1.5
     assert net.next_finish() is None  # its end is the caller's to schedule
     g = net.add(1.0, 1, ["in"], 1.0, detach=True)  # infinite links only: ends at once, detached too
-    assert g.detached and g._end == 1.0
+    assert g.detached and g.end == 1.0
 
 
 def test_a_flow_joining_its_link_attaches_it_with_the_end_it_had_and_both_share():
@@ -58,7 +58,7 @@ def test_a_detached_flow_whose_end_has_passed_is_removed_not_attached():
     net.add(0.0, 0, ["L"], 5.0, detach=True)        # ends at 0.5; its arrival (latency) is still ahead
     b = net.add(0.7, 1, ["L"], 10.0, detach=True)   # joins after that end
     assert attached == [] and 0 not in net.flows
-    assert b.detached and b.rate == 10.0 and b._end == pytest.approx(1.7, abs=1e-15)
+    assert b.detached and b.rate == 10.0 and b.end == pytest.approx(1.7, abs=1e-15)
 
 
 def test_a_capacity_change_on_its_path_attaches_it():
@@ -78,7 +78,7 @@ def test_several_finite_links_alone_get_the_progressive_filling_rate():
     f = det.add(0.0, 0, ["b", "a"], 6.0, detach=True)
     ref.add(0.0, 0, ["b", "a"], 6.0)
     assert f.detached and f.rate == ref.flows[0].rate == 3.0
-    assert f._end == ref.next_finish()[0] == 2.0
+    assert f.end == ref.next_finish()[0] == 2.0
 
 
 
@@ -93,7 +93,7 @@ def test_a_detached_flow_gets_exactly_the_rate_and_end_of_progressive_filling(ca
     f = det.add(now, 0, path, size, detach=True)
     g = ref.add(now, 0, path, size)
     assert f.detached and f.rate == g.rate == min(caps) == ref._fill([0])[0]
-    assert f._end == g._end == (now if size <= 1e-12 else now + size / min(caps))
+    assert f.end == g.end == (now if size <= 1e-12 else now + size / min(caps))
 
 def test_without_contention_flows_on_one_link_are_all_detached_until_its_capacity_changes():
     attached: list[int] = []
@@ -101,7 +101,7 @@ def test_without_contention_flows_on_one_link_are_all_detached_until_its_capacit
     net.on_attach = attached.append
     a = net.add(0.0, 0, ["L", "M"], 4.0, detach=True)
     b = net.add(0.0, 1, ["L"], 5.0, detach=True)
-    assert a.detached and b.detached and (a._end, b._end) == (1.0, 0.5)
+    assert a.detached and b.detached and (a.end, b.end) == (1.0, 0.5)
     net.set_capacity(0.2, "L", 2.0)   # both cross L: both attached, each at its new bottleneck
     assert sorted(attached) == [0, 1]
     # flow 1: 3 Mbit left at 0.2, then 2 Mbps; flow 0: 3.2 Mbit left, then min(2, 4) = 2 Mbps
