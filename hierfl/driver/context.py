@@ -54,7 +54,7 @@ class Context:
         self.queue = EventQueue()
         telemetry.clock = lambda: self.queue.now
         self.counters = telemetry.counters
-        self._stopping = False
+        self.stopping = False   # the run ends after the current event (request_stop sets it)
         self.stop_reason: str | None = None
         self.transfers = Transfers(self._world, self.dyn, self.queue, telemetry, scenario.network.contention)
         # edge-server / cloud outages (edge_fail, cloud_fail events); None when there are none
@@ -101,11 +101,6 @@ class Context:
         """Current virtual time in seconds."""
         return self.queue.now
 
-    @property
-    def stopping(self) -> bool:
-        """Whether the run ends after the current event."""
-        return self._stopping
-
     def wall_s(self) -> float:
         """Real seconds since the run started (reported, never used for decisions)."""
         return self.telemetry.wall_s()
@@ -128,8 +123,8 @@ class Context:
 
     def request_stop(self, reason: str) -> None:
         """End the run after the current event."""
-        if not self._stopping:
-            self._stopping, self.stop_reason = True, reason
+        if not self.stopping:
+            self.stopping, self.stop_reason = True, reason
 
     # -- the world ------------------------------------------------------------------------------------
     @property

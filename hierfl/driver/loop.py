@@ -126,7 +126,7 @@ class RunLoop:
         progress = self.progress or None  # (a falsy value, e.g. progress=False: no progress)
         tick = 0
         pop, before, handle = q.pop_next, net.before_dispatch, protocol.handle
-        while not ctx._stopping:  # (Context.stopping's field: read once per event)
+        while not ctx.stopping:
             if hook is not None:
                 if tick % stride == 0:
                     hook(self)

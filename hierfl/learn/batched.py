@@ -183,7 +183,7 @@ class JobGroups:
         self.open: list[Any] = []
         self.open_id = -1
         self._spec: TrainSpec | None = None
-        self._next_id = 0
+        self.next_id = 0
 
     def add(self, job: Any, spec: TrainSpec, params: Any) -> tuple[int, list[Any]]:
         """Put ``job`` (an executor's handle) in a group: ``(group id, jobs of a group closed to make room)``."""
@@ -191,7 +191,7 @@ class JobGroups:
         if self.open and (len(self.open) >= GROUP_MAX or spec != self._spec or any(params is j for j in self.open)):
             closed = self.seal()
         if not self.open:
-            self.open_id, self._next_id = self._next_id, self._next_id + 1
+            self.open_id, self.next_id = self.next_id, self.next_id + 1
             self._spec = spec
         self.open.append(job)
         return self.open_id, closed

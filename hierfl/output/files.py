@@ -118,11 +118,6 @@ class LineFile:
             os.close(fd)
 
 
-def sync(fh: LineFile) -> int:
-    """Flush ``fh`` to disk and return its size in bytes (what a checkpoint records)."""
-    return fh.sync()
-
-
 class MetricsWriter:
     """``metrics.jsonl``: one JSON object per line, each written whole as it happens."""
 
@@ -138,6 +133,10 @@ class MetricsWriter:
         self._fh.append(json.dumps(jsonable(line)) + "\n")  # the bytes of json.dumps(clean(line))
         return line
 
+    def sync(self) -> int:
+        """Flush the stream to disk; its size in bytes (what a checkpoint records)."""
+        return self._fh.sync()
+
     def close(self) -> None:
         """Close the stream."""
         self._fh.close()
@@ -152,6 +151,10 @@ class ClustersWriter:
     def write(self, rec: ClustersRecord) -> None:
         """Append one membership record."""
         self._fh.append(json.dumps(jsonable(rec.line())) + "\n")
+
+    def sync(self) -> int:
+        """Flush the stream to disk; its size in bytes (what a checkpoint records)."""
+        return self._fh.sync()
 
     def close(self) -> None:
         """Close the stream."""

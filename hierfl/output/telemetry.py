@@ -20,7 +20,7 @@ from hierfl.kernel.timeseries import QueueTracker, StepSeries
 from hierfl.core.world import World
 from hierfl.env.api import Endpoint
 from hierfl.env.records import ClustersRecord, Record
-from hierfl.output.files import ClustersWriter, MetricsWriter, prepare_dir, sync, write_devices
+from hierfl.output.files import ClustersWriter, MetricsWriter, prepare_dir, write_devices
 from hierfl.output.trace import CounterTrack, TraceWriter
 
 __all__ = ["COUNTERS", "RunTelemetry"]
@@ -204,21 +204,21 @@ class RunTelemetry:
 
     def sync(self) -> dict[str, int]:
         """Flush every stream to disk; their sizes (a checkpoint's file offsets)."""
-        return {"metrics.jsonl": sync(self._metrics._fh), "clusters.jsonl": sync(self._clusters._fh),
+        return {"metrics.jsonl": self._metrics.sync(), "clusters.jsonl": self._clusters.sync(),
                 "trace.json": self.trace.sync()}
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps besides the files: counters (the very dict the driver holds),
         staleness, queue series, whether the trace has an event yet, and the wall seconds so far."""
         return {"counters": self.counters, "staleness": self.staleness, "queues": self.queues,
-                "trace_first": self.trace._first, "wall_s": self.wall_s(), "edge_of": self._edge_of,
+                "trace_first": not self.trace.started, "wall_s": self.wall_s(), "edge_of": self._edge_of,
                 "queue_tracks": {key: track.state() for key, track in self._queue_tracks.items()}}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Take over :meth:`state` (a resumed run's wall seconds go on from the checkpoint's)."""
         self.counters, self.staleness, self.queues = state["counters"], state["staleness"], state["queues"]
         self._queue_hits = {}  # (the series are the checkpoint's objects now)
-        self.trace._first = state["trace_first"]
+        self.trace.started = not state["trace_first"]
         self._edge_of = state.get("edge_of")
         for (tier, entity), track_state in state.get("queue_tracks", {}).items():
             self._queue_track(tier, entity).set_state(track_state)
@@ -226,7 +226,7 @@ class RunTelemetry:
 
     def close(self) -> None:
         """Close every stream (the trace gets its held counter samples and its closing bracket)."""
-        if not self.trace._fh.closed:
+        if not self.trace.closed:
             for track in self._queue_tracks.values():
                 try:
                     track.close()

@@ -136,6 +136,20 @@ class TraceWriter:
             with self.lock:
                 self._fh.append(text, _CLOSE)
 
+    @property
+    def started(self) -> bool:
+        """Whether the trace holds an event yet (the next one is written after a separator)."""
+        return not self._first
+
+    @started.setter
+    def started(self, value: bool) -> None:
+        self._first = not value
+
+    @property
+    def closed(self) -> bool:
+        """Whether the trace file is closed."""
+        return self._fh.closed
+
     def sync(self) -> int:
         """Flush the events to disk; the size of the array without its closing bracket (where a
         resumed run goes on writing events)."""

@@ -171,7 +171,7 @@ class Batches:
     def reopen(self, slots: list[Slot], next_id: int) -> None:
         """Re-form the open fast-path group from restored (undispatched) job slots, in their order."""
         assert self.groups is not None
-        self.groups._next_id = next_id
+        self.groups.next_id = next_id
         for slot in slots:
             slot.group, closed = self.groups.add(slot, slot.spec, slot.params)
             assert not closed, "a restored open group closed while being re-formed"

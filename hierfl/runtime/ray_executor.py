@@ -178,7 +178,7 @@ class RayState(ExecutorState):
         out: dict[str, Any] = {"states": self._personal.states, "base": self._personal.base}
         groups = self._b.groups
         if groups is not None:
-            out.update({"open": list(groups.open), "next_id": groups._next_id})
+            out.update({"open": list(groups.open), "next_id": groups.next_id})
         return out
 
     def set_driver_state(self, state: Any) -> None:

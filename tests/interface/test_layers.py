@@ -486,3 +486,50 @@ def test_no_class_in_the_driver_runtime_or_kernel_is_wide_or_long_nor_any_functi
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and lines > MAX_FUNCTION_LINES:
                 bad.append(f"{rel}:{node.name}(): {lines} lines")
     assert not bad, "\n".join(bad)
+
+
+# -- services reach each other only through their interfaces --------------------------------------------
+
+# the layers whose objects are services with private state (the driver's services, the runtime, the
+# kernel, the output writers, the feature packages' services)
+SERVICE_LAYERS = ("driver", "runtime", "kernel", "output", "env", "robust", "faults", "energy")
+# private names of third-party modules a service may use (Ray's private API, os._exit)
+FOREIGN_PRIVATE = {"_private", "_exit"}
+
+
+def _private_reach(tree: ast.Module) -> list[tuple[int, str]]:
+    """``obj._name`` uses in a module where ``obj`` is not ``self``/``cls`` and no class of the module
+    owns ``_name`` (assigns ``self._name`` or declares it in ``__slots__``): one service reading
+    another's private state."""
+    owned: set[str] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                and isinstance(node.ctx, ast.Store)):
+            owned.add(node.attr)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            owned |= _strings(node.value)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            owned.add(node.name)
+    bad = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if node.attr in owned or node.attr in FOREIGN_PRIVATE:
+            continue
+        bad.append((node.lineno, ast.unparse(node)))
+    return bad
+
+
+def test_services_reach_each_other_only_through_their_interfaces():
+    bad = []
+    for rel, tree in _sized_files(*SERVICE_LAYERS):
+        bad += [f"{rel}:{line}: {text}" for line, text in _private_reach(tree)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_private_reach_checker_flags_a_reach_into_another_class():
+    tree = ast.parse("class A:\n    def __init__(self):\n        self._mine = 1\n"
+                     "    def f(self, other, b):\n        return other._mine + b._theirs\n")
+    assert _private_reach(tree) == [(5, "b._theirs")]
