@@ -62,7 +62,10 @@ class BatchedTrainer:
 
     @classmethod
     def of(cls, trainer: LocalTrainer) -> BatchedTrainer | None:
-        """A batched trainer for ``trainer``'s model, or ``None`` if the model is not a Linear/ReLU chain."""
+        """A batched trainer for ``trainer``'s model, or ``None`` if the model is not a Linear/ReLU chain
+        or the trainer's precision is not ``fp32`` (bf16 groups train with vmap under autocast)."""
+        if trainer.precision != "fp32":
+            return None
         chain = LinearChain.of(trainer.module)
         return None if chain is None else cls(trainer, chain)
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch, num_steps, samples_processed
 from hierfl.learn.chain import LinearChain
+from hierfl.learn.precision import autocast, check_precision
 from hierfl.learn.sgd import ExactSGD
 
 if TYPE_CHECKING:
@@ -141,10 +142,14 @@ class LocalTrainer:
         Length of the flat parameter vector.
     layout
         ``(name, shape)`` per parameter, in vector order.
+    device
+        Evaluation's torch device, ``cpu`` or ``cuda`` (training one job at a time is on CPU).
+    precision
+        ``fp32`` or ``bf16`` (``runtime.precision``, :mod:`hierfl.learn.precision`).
     """
 
     def __init__(self, model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, torch_threads: int = 1,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", precision: str = "fp32") -> None:
         import torch
 
         if torch_threads < 1:
@@ -166,9 +171,12 @@ class LocalTrainer:
         # Per-job machinery built once: the optimiser's buffers, and hand-written gradients for
         # Linear/ReLU chains (both bit-identical to torch.optim.SGD and autograd).
         self._sgd = ExactSGD(self._params, self._flat)
-        self._chain = LinearChain.of(self.module)
         # evaluation's torch device ("cpu" or "cuda"; training one job at a time is always on CPU)
         self.device = str(device)
+        # runtime.precision (hierfl.learn.precision): bf16 autocasts every forward pass; the hand-written
+        # chain gradients reproduce autograd's float32 bits only, so bf16 takes autograd for every model
+        self.precision = check_precision(precision, self.device)
+        self._chain = LinearChain.of(self.module) if self.precision == "fp32" else None
         self._eval_module: torch.nn.Module | None = None  # the model on self.device (made on first use)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -224,6 +232,9 @@ class LocalTrainer:
           (no autograd graph), other models from autograd; both are the same bits.
         - Bit-identical for the same (params, x, y, rows, spec, seed, torch_threads), and to
           :func:`hierfl.learn.reference.reference_train` (``torch.optim.SGD`` and autograd).
+        - ``precision`` ``bf16`` (:mod:`hierfl.learn.precision`): every model's forward pass runs
+          under CPU bfloat16 autocast and its gradients come from autograd; the loss, gradients,
+          optimiser state and parameters stay float32. Still bit-identical run to run.
 
         Parameters
         ----------
@@ -275,6 +286,7 @@ class LocalTrainer:
         chain = self._chain
         module = self.module
         params_list = self._params
+        bf16 = self.precision == "bf16"
         if chain is None:
             module.train()
         loss_sum = 0.0
@@ -297,7 +309,12 @@ class LocalTrainer:
                 else:
                     for p in params_list:
                         p.grad = None
-                    loss = F.cross_entropy(module(xb), yb)
+                    if bf16:  # forward in autocast, loss in float32 from the logits (precision.py)
+                        with autocast("bf16", "cpu"):
+                            logits = module(xb)
+                        loss = F.cross_entropy(logits.float(), yb)
+                    else:
+                        loss = F.cross_entropy(module(xb), yb)
                     loss.backward()
                     with no_grad:
                         sgd.step([p.grad for p in params_list])
@@ -319,7 +336,8 @@ class LocalTrainer:
         Large batches (``batch_size``; default 4096 on CPU, 16384 on CUDA) under
         ``torch.inference_mode``, with the trainer's thread count, on the trainer's ``device``
         (CUDA: the parameters are copied to a model on the GPU; the loss sum and the count of
-        correct predictions are read back once).
+        correct predictions are read back once). ``precision`` ``bf16``: the forward passes run
+        under bfloat16 autocast, the loss is computed from float32 logits.
         """
         import torch
         import torch.nn.functional as F
@@ -341,12 +359,14 @@ class LocalTrainer:
         module.eval()
         loss_sum = 0.0
         correct = 0
-        with torch.inference_mode():
+        # bf16: the forward passes autocast, the logits come back as float32 (fp32: no region at all)
+        cast = (lambda t: t) if self.precision == "fp32" else (lambda t: t.float())
+        with torch.inference_mode(), autocast(self.precision, self.device):
             if self.device == "cpu":
                 for start in range(0, n, batch_size):
                     xb = torch.from_numpy(np.array(x2d[start : start + batch_size], dtype=np.float32))
                     yb = torch.from_numpy(np.array(y[start : start + batch_size], dtype=np.int64))
-                    logits = module(xb)
+                    logits = cast(module(xb))
                     loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
                     correct += int((logits.argmax(dim=1) == yb).sum().item())
             else:
@@ -355,7 +375,7 @@ class LocalTrainer:
                 for start in range(0, n, batch_size):
                     xb = torch.from_numpy(np.array(x2d[start : start + batch_size], dtype=np.float32)).to(self.device)
                     yb = torch.from_numpy(np.array(y[start : start + batch_size], dtype=np.int64)).to(self.device)
-                    logits = module(xb)
+                    logits = cast(module(xb))
                     loss_t += F.cross_entropy(logits, yb, reduction="sum").double()
                     correct_t += (logits.argmax(dim=1) == yb).sum()
                 loss_sum, correct = float(loss_t.item()), int(correct_t.item())

@@ -31,6 +31,7 @@ import numpy as np
 
 from hierfl.core.personal import PersonalSpec, local_mask, resolve_layers, support_split
 from hierfl.core.work import TrainSpec, effective_batch, num_steps
+from hierfl.learn.precision import autocast
 
 if TYPE_CHECKING:
     import torch
@@ -168,8 +169,14 @@ class Personaliser:
         xb = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(len(y), -1)))
         yb = torch.from_numpy(np.asarray(y, dtype=np.int64))
 
-        def loss(plist: list[Any]) -> Any:
-            return F.cross_entropy(functional_call(module, dict(zip(names, plist)), (xb,)), yb)
+        if self.trainer.precision == "fp32":
+            def loss(plist: list[Any]) -> Any:
+                return F.cross_entropy(functional_call(module, dict(zip(names, plist)), (xb,)), yb)
+        else:  # runtime.precision bf16: the forward under autocast, the loss from float32 logits
+            def loss(plist: list[Any]) -> Any:
+                with autocast("bf16", "cpu"):
+                    logits = functional_call(module, dict(zip(names, plist)), (xb,))
+                return F.cross_entropy(logits.float(), yb)
 
         return loss
 

@@ -28,6 +28,10 @@ with batch normalisation (running statistics: per-job buffers), dropout (random 
 single-job path draws them from torch's global RNG) or any other buffer are refused with
 :class:`UnsupportedModel`. None of the registry's models (logreg, mlp, cnn, char_lstm) has one.
 
+Precision: the trainer's ``precision`` (``runtime.precision``, :mod:`hierfl.learn.precision`);
+``bf16`` runs the forward pass inside the vmapped function under bfloat16 autocast, parameters,
+gradients and optimiser state stay float32.
+
 Devices: ``cpu`` or ``cuda`` (see :func:`resolve_device`). On CUDA the host's samples are copied
 to the GPU once and gathered there; TF32 is turned off and cuDNN made deterministic, so a GPU run
 is repeatable and within the same tolerance of the CPU single-job path.
@@ -42,6 +46,7 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch
 from hierfl.learn.local import index_blocks
+from hierfl.learn.precision import autocast, check_precision
 
 if TYPE_CHECKING:
     import torch
@@ -155,6 +160,8 @@ class VmapTrainer:
         check_module(trainer.module)
         self.trainer = trainer
         self.device = resolve_device(device)
+        # the trainer's runtime.precision, checked again for this trainer's device (bf16 on a GPU)
+        self.precision = check_precision(trainer.precision, self.device)
         self.num_params = trainer.num_params
         self.in_features = trainer.in_features
         if self.device == "cuda":
@@ -178,10 +185,20 @@ class VmapTrainer:
         from torch.func import functional_call, grad_and_value, vmap
 
         module = self.module
+        device = self.device
 
-        def loss(params: dict[str, Any], x: Any, y: Any, w: Any) -> Any:
-            logits = functional_call(module, params, (x,))
-            return (F.cross_entropy(logits, y, reduction="none") * w).sum()
+        if self.precision == "fp32":
+            def loss(params: dict[str, Any], x: Any, y: Any, w: Any) -> Any:
+                logits = functional_call(module, params, (x,))
+                return (F.cross_entropy(logits, y, reduction="none") * w).sum()
+        else:
+            # autocast inside the function vmap and grad transform: it covers the forward only
+            # (grad's backward runs after the function returns, outside the region), and the
+            # weighted loss is computed from float32 logits (hierfl.learn.precision)
+            def loss(params: dict[str, Any], x: Any, y: Any, w: Any) -> Any:
+                with autocast("bf16", device):
+                    logits = functional_call(module, params, (x,))
+                return (F.cross_entropy(logits.float(), y, reduction="none") * w).sum()
 
         return vmap(grad_and_value(loss), in_dims=(0, 0, 0, 0))
 

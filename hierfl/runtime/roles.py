@@ -26,17 +26,19 @@ from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
-           "delta_packed", "device_of", "fast_path_of", "NONFINITE", "flag_nonfinite"]
+           "delta_packed", "device_of", "fast_path_of", "precision_of", "NONFINITE", "flag_nonfinite"]
 
 ModelSpec = tuple[Any, ...]
-"""(model config, input shape, number of classes, torch threads[, fast path[, device]]).
+"""(model config, input shape, number of classes, torch threads[, fast path[, device[, precision]]]).
 
 The optional fifth element (``runtime.fast_path``, default ``False``) turns on the opt-in batched
 fast path: executors group jobs and hosts train a group's jobs together (``logreg``/``mlp`` on CPU:
 :mod:`hierfl.learn.batched`; every other model, and every model on CUDA: :mod:`hierfl.learn.vmapped`);
 the numbers then differ from the one-job-at-a-time path within float tolerance. The optional sixth
 (``runtime.device``: ``cpu``, ``cuda`` or ``auto``, default ``cpu``) is the torch device of batched
-training and evaluation, resolved in each host's own process.
+training and evaluation, resolved in each host's own process. The optional seventh
+(``runtime.precision``: ``fp32`` or ``bf16``, default ``fp32``) is the precision of every forward
+pass, one job, a group or an evaluation (:mod:`hierfl.learn.precision`).
 """
 
 
@@ -48,6 +50,11 @@ def fast_path_of(model: ModelSpec) -> bool:
 def device_of(model: ModelSpec) -> str:
     """The :data:`ModelSpec`'s ``runtime.device`` (its optional sixth element; ``cpu`` without one)."""
     return str(model[5]) if len(model) > 5 and model[5] else "cpu"
+
+
+def precision_of(model: ModelSpec) -> str:
+    """The :data:`ModelSpec`'s ``runtime.precision`` (its optional seventh element; ``fp32`` without one)."""
+    return str(model[6]) if len(model) > 6 and model[6] else "fp32"
 
 
 NONFINITE = "nonfinite"
@@ -251,14 +258,15 @@ class DeviceHost:
         self.eval_sets = list(eval_sets or [])
         self.device = resolve_device(device_of(model))
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
-                                    device=self.device)
+                                    device=self.device, precision=precision_of(model))
         self.controls: dict[int, np.ndarray] = {}
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
         # opt-in fast path: groups of jobs trained together (None: every job alone). Linear/ReLU
-        # chains on CPU: the hand-written group trainer (faster there than vmap); every other model,
-        # and every model on CUDA: torch.func's vmap (refuses batch norm, dropout, buffers)
+        # chains on CPU in fp32: the hand-written group trainer (faster there than vmap); every other
+        # model, every model on CUDA and every bf16 run: torch.func's vmap (refuses batch norm,
+        # dropout, buffers)
         self.batched: BatchedTrainer | None = None
         self.vmapped: VmapTrainer | None = None
         if fast_path_of(model):
@@ -422,9 +430,9 @@ class DeviceHost:
                     params: list[np.ndarray]) -> tuple[np.ndarray, list[dict[str, float]]]:
         """The jobs of one fast-path group (formed by the executor; see :mod:`hierfl.learn.batched`).
 
-        Linear/ReLU chains on CPU (:class:`BatchedTrainer`): the group is cut into sub-groups of
+        Linear/ReLU chains on CPU in fp32 (:class:`BatchedTrainer`): the group is cut into sub-groups of
         devices with the same sample count (in order of first appearance), which run in lockstep.
-        Other models, and every model on CUDA (:class:`VmapTrainer`): the whole group runs in
+        Other models, every model on CUDA and every bf16 run (:class:`VmapTrainer`): the whole group runs in
         lockstep, unequal sample counts padded and masked. On CPU a job alone in its (sub-)group,
         and without the fast path every job, is exactly :meth:`train`. Returns the results as rows
         of one array, in job order, and each job's stats.
@@ -592,7 +600,7 @@ class Cloud:
         self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
         self.x_test = x_test
         self.y_test = y_test
-        self._model_spec = (model_cfg, tuple(input_shape), num_classes, threads, device_of(model))
+        self._model_spec = (model_cfg, tuple(input_shape), num_classes, threads, device_of(model), precision_of(model))
         self._trainer: LocalTrainer | None = None
 
     @property
@@ -600,9 +608,9 @@ class Cloud:
         """The evaluator, made on first use: aggregation is numpy only, so a cloud that never evaluates
         (the Ray executor evaluates on a host) never imports torch (about 0.2 GB and 1.6 CPU s less)."""
         if self._trainer is None:
-            model_cfg, input_shape, num_classes, threads, device = self._model_spec
+            model_cfg, input_shape, num_classes, threads, device, precision = self._model_spec
             self._trainer = LocalTrainer(model_cfg, input_shape, num_classes, torch_threads=threads,
-                                         device=resolve_device(device))
+                                         device=resolve_device(device), precision=precision)
         return self._trainer
 
     def add(self, weight: float, vector: np.ndarray, control_coef: float | None = None, tag: Any = None) -> None:

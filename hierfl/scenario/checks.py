@@ -112,12 +112,24 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def _cuda_bf16() -> bool:
+    """``torch.cuda.is_bf16_supported()`` (called only where CUDA is available)."""
+    import torch
+
+    return bool(torch.cuda.is_bf16_supported())
+
+
 def _runtime_checks(scenario: Scenario) -> list[Problem]:
     rt = scenario.runtime
     if rt.device == "cuda" and not _cuda_available():
         return [Problem("runtime.device", "CUDA is not available on this machine (torch.cuda.is_available() is "
                         "false); allowed: cpu, cuda (where CUDA is available), auto (cuda if available, else cpu)",
                         rt.device)]
+    # torch's CUDA autocast silently falls back to fp32 on a GPU without bfloat16: refuse instead
+    # (device auto is resolved on each host; the host refuses it there, hierfl.learn.precision)
+    if rt.device == "cuda" and rt.precision == "bf16" and not _cuda_bf16():
+        return [Problem("runtime.precision", "this GPU does not support bfloat16 (torch.cuda.is_bf16_supported() "
+                        "is false); allowed here: fp32", rt.precision)]
     return []
 
 

@@ -314,8 +314,9 @@ class CheckpointConfig(ConfigModel):
 
 class RuntimeConfig(ConfigModel):
     """Where the emulation runs. Results do not depend on these settings, except ``fast_path`` (opt-in) and
-    ``device``, whose numbers agree with the default path's within float tolerance; emulated times, event
-    order and counters never depend on any of them (docs/howto/batched-learning.md)."""
+    ``device``, whose numbers agree with the default path's within float tolerance, and ``precision``
+    (``bf16``: accuracy within a stated tolerance of ``fp32``'s); emulated times, event order and counters
+    never depend on any of them (docs/howto/batched-learning.md)."""
 
     executor: EXECUTORS.name_field() = Field(  # type: ignore[valid-type]
         default="ray", description="a registered executor (hierfl.executors): ray, local")
@@ -331,6 +332,12 @@ class RuntimeConfig(ConfigModel):
         default="cpu", description="torch device of batched training (runtime.fast_path) and evaluation: cpu, cuda, "
                                    "or auto (cuda where torch.cuda.is_available(), else cpu); emulated times never "
                                    "depend on it, the numbers agree within float tolerance")
+    precision: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="arithmetic of every forward pass (training, one job or batched, and "
+                                    "evaluation): fp32, or bf16 (torch.autocast to bfloat16; parameters, "
+                                    "gradients and optimizer state stay fp32); bf16 is faster on GPUs with "
+                                    "bfloat16 tensor cores and on CPUs with AMX, changes accuracy within a "
+                                    "stated tolerance, never emulated times")
     gpus_per_host: NonNegativeFloat = Field(
         default=0.0, description="Ray executor: GPUs reserved by each device host actor (fractions share a GPU); "
                                  "0 = none")
