@@ -63,9 +63,10 @@ SCENARIO_OVERRIDES: dict[str, tuple[str, ...]] = {
     # test samples are too big for the suite even for two rounds; 100 devices x 50 (5 jobs a round,
     # one batched group) and 500 test samples keep its shape and take a few seconds on one CPU.
     # device cpu: `auto` would train on a GPU where the local run sees one, but not in Ray actors
-    # that reserve none (Ray hides the GPUs from them), and the Ray run must give the local bits
+    # that reserve none (Ray hides the GPUs from them), and the Ray run must give the local bits;
+    # cpu_batching vmap: the CNN's jobs still train batched on the CPU, the path a GPU takes
     "gpu_cifar10_fedavg": ("devices.count=100", "data.dataset.num_samples=5000", "data.dataset.test_samples=500",
-                           "runtime.device=cpu"),
+                           "runtime.device=cpu", "runtime.cpu_batching=vmap"),
 }
 # fields that depend on the machine, the executor or the wall clock, never on the emulation
 VOLATILE = frozenset({"wall_s", "startup_s", "startup", "executor", "workers", "checkpoint_t", "resume"})

@@ -19,6 +19,7 @@ from hierfl.core.scaffold import correction, option2_control
 from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
+from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
@@ -26,10 +27,10 @@ from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
-           "delta_packed", "device_of", "fast_path_of", "precision_of", "NONFINITE", "flag_nonfinite"]
+           "delta_packed", "device_of", "fast_path_of", "precision_of", "cpu_batching_of", "NONFINITE", "flag_nonfinite"]
 
 ModelSpec = tuple[Any, ...]
-"""(model config, input shape, number of classes, torch threads[, fast path[, device[, precision]]]).
+"""(model config, input shape, number of classes, torch threads[, fast path[, device[, precision[, CPU batching]]]]).
 
 The optional fifth element (``runtime.fast_path``, default ``False``) turns on the opt-in batched
 fast path: executors group jobs and hosts train a group's jobs together (``logreg``/``mlp`` on CPU:
@@ -38,7 +39,9 @@ the numbers then differ from the one-job-at-a-time path within float tolerance. 
 (``runtime.device``: ``cpu``, ``cuda`` or ``auto``, default ``cpu``) is the torch device of batched
 training and evaluation, resolved in each host's own process. The optional seventh
 (``runtime.precision``: ``fp32`` or ``bf16``, default ``fp32``) is the precision of every forward
-pass, one job, a group or an evaluation (:mod:`hierfl.learn.precision`).
+pass, one job, a group or an evaluation (:mod:`hierfl.learn.precision`). The optional eighth
+(``runtime.cpu_batching``: ``auto`` or ``vmap``, default ``auto``) says which models a CPU host
+trains in groups: ``auto`` only Linear/ReLU chains, every other model job by job.
 """
 
 
@@ -50,6 +53,11 @@ def fast_path_of(model: ModelSpec) -> bool:
 def device_of(model: ModelSpec) -> str:
     """The :data:`ModelSpec`'s ``runtime.device`` (its optional sixth element; ``cpu`` without one)."""
     return str(model[5]) if len(model) > 5 and model[5] else "cpu"
+
+
+def cpu_batching_of(model: ModelSpec) -> str:
+    """The :data:`ModelSpec`'s ``runtime.cpu_batching`` (its optional eighth element; ``auto`` without one)."""
+    return str(model[7]) if len(model) > 7 and model[7] else "auto"
 
 
 def precision_of(model: ModelSpec) -> str:
@@ -272,7 +280,11 @@ class DeviceHost:
         if fast_path_of(model):
             if self.device == "cpu":
                 self.batched = BatchedTrainer.of(self.trainer)
-            if self.batched is None:
+            # on a CPU, vmap's grouped convolutions and LSTMs run slower than one job after another
+            # (measured: docs/howto/batched-learning.md), so only Linear/ReLU chains are grouped there
+            # unless runtime.cpu_batching asks for vmap; bf16 chains group with vmap (no hand-written bf16)
+            chain = LinearChain.of(self.trainer.module) is not None
+            if self.batched is None and (self.device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
                 self.vmapped = VmapTrainer(self.trainer, self.device)
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,

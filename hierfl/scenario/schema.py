@@ -338,6 +338,12 @@ class RuntimeConfig(ConfigModel):
                                     "gradients and optimizer state stay fp32); bf16 is faster on GPUs with "
                                     "bfloat16 tensor cores and on CPUs with AMX, changes accuracy within a "
                                     "stated tolerance, never emulated times")
+    cpu_batching: Literal["auto", "vmap"] = Field(
+        default="auto", description="with runtime.fast_path on a CPU: auto trains Linear/ReLU chains (logreg, "
+                                    "mlp) in groups and every other model (cnn, char_lstm) job by job, exactly as "
+                                    "without the fast path, because vmap's grouped convolutions and LSTMs are "
+                                    "slower than one job after another on CPU kernels; vmap batches every model "
+                                    "with torch.func on the CPU as on a GPU (for tests and benchmarks)")
     gpus_per_host: NonNegativeFloat = Field(
         default=0.0, description="Ray executor: GPUs reserved by each device host actor (fractions share a GPU); "
                                  "0 = none")

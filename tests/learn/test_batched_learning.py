@@ -173,7 +173,7 @@ def test_host_group_of_unequal_devices_is_close_to_train():
     x, y, rows = _data(shape, classes, False)
     spec = SPECS["momentum-wd"]
     exact = DeviceHost(x, y, rows, (cfg, shape, classes, 1))
-    fast = DeviceHost(x, y, rows, (cfg, shape, classes, 1, True, "cpu"))
+    fast = DeviceHost(x, y, rows, (cfg, shape, classes, 1, True, "cpu", "fp32", "vmap"))
     assert fast.vmapped is not None and fast.batched is None
     p0 = init_params(cfg, shape, classes, 1)
     devices = [0, 1, 2, 3, 4]
@@ -184,6 +184,26 @@ def test_host_group_of_unequal_devices_is_close_to_train():
     # Linear chains on CPU keep the hand-written group trainer
     chain = DeviceHost(x, y, rows, (MLPConfig(hidden=[8]), shape, classes, 1, True, "cpu"))
     assert chain.batched is not None and chain.vmapped is None
+
+
+def test_a_cpu_host_trains_a_cnn_group_job_by_job_unless_asked_for_vmap():
+    # on CPU kernels vmap's grouped convolutions are slower than one job after another, so by default
+    # (cpu_batching auto) a CNN group is trained job by job: exactly the bits of the path without groups
+    cfg, shape, classes = CNNConfig(channels=(4, 8), hidden=32), (1, 8, 8), 10
+    x, y, rows = _data(shape, classes, False)
+    spec = SPECS["momentum-wd"]
+    exact = DeviceHost(x, y, rows, (cfg, shape, classes, 1))
+    auto = DeviceHost(x, y, rows, (cfg, shape, classes, 1, True, "cpu"))
+    assert auto.vmapped is None and auto.batched is None
+    p0 = init_params(cfg, shape, classes, 1)
+    out, stats = auto.train_group([0, 1, 2], SEEDS[:3], spec, [p0] * 3)
+    for k in range(3):
+        ref, st = exact.train(k, SEEDS[k], spec, p0)
+        assert np.array_equal(out[k], ref) and stats[k] == st
+    with pytest.raises(Exception, match="cpu_batching"):
+        from hierfl.scenario.loader import load_scenario
+
+        load_scenario(ROOT / "scenarios" / "digits_cnn.yaml", ["runtime.cpu_batching=always"])
 
 
 def test_gpus_per_host_is_ignored_by_the_local_executor():
@@ -274,7 +294,8 @@ def test_emulated_times_do_not_depend_on_the_batched_path(tmp_path, monkeypatch)
         return real_group(self, params, *args, **kw)
 
     monkeypatch.setattr(vmapped.VmapTrainer, "train_group", spy)
-    fast = run_scenario(scenario("runtime.fast_path=true", "runtime.device=cpu"), tmp_path / "fast")
+    fast = run_scenario(scenario("runtime.fast_path=true", "runtime.device=cpu", "runtime.cpu_batching=vmap"),
+                        tmp_path / "fast")
     assert calls and max(calls) > 1  # CNN jobs were trained in groups
     assert _timeline(tmp_path / "fast") == _timeline(tmp_path / "exact")
     assert not np.array_equal(fast.final_params, exact.final_params)

@@ -160,7 +160,8 @@ def _run(stem: str, out: Path, *extra: str) -> dict:
 
 @pytest.mark.parametrize(("stem", "extra"), [
     pytest.param("digits_mlp", (), id="digits_mlp-one-job"),        # autograd instead of the chain gradients
-    pytest.param("digits_cnn", ("runtime.fast_path=true", "runtime.device=cpu"), id="digits_cnn-vmap"),
+    pytest.param("digits_cnn", ("runtime.fast_path=true", "runtime.device=cpu", "runtime.cpu_batching=vmap"),
+                 id="digits_cnn-vmap"),
 ])
 def test_bf16_accuracy_and_emulated_times(tmp_path, stem, extra):
     fp32 = _run(stem, tmp_path / "fp32", *extra)
