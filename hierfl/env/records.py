@@ -11,9 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-__all__ = ["Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
+__all__ = ["OPEN_FIELDS", "Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
            "UpdateDropped", "NonFiniteUpdate", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster",
            "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach", "Recovered"]
+
+# the field of a record whose mapping is spread into the line (a record with one is open)
+OPEN_FIELDS = frozenset({"extra"})
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Record:
         out: list[tuple[str, Any]] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "extra":
+            if f.name in OPEN_FIELDS:  # its items are fields of the line
                 out.extend(value.items())
             elif not (f.name in self.OPTIONAL and value is None):
                 out.append((f.name, value))

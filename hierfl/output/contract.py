@@ -176,13 +176,15 @@ def metric_events() -> dict[str, dict[str, Any]]:
     ``open``: the record carries ``extra`` fields (protocol-specific, appended after the declared
     ones); ``optional``: declared fields omitted from the line when unset.
     """
+    from hierfl.env.records import OPEN_FIELDS
+
     events: dict[str, dict[str, Any]] = {}
     for cls in sorted(_records(), key=lambda c: c.EVENT):
-        declared = [f for f in dataclasses.fields(cls) if f.name != "extra"]
+        declared = [f for f in dataclasses.fields(cls) if f.name not in OPEN_FIELDS]
         events[cls.EVENT] = {
             "doc": " ".join((cls.__doc__ or "").split()),
             "fields": {f.name: (str(f.type), unit_of(f.name)) for f in declared},
             "optional": tuple(cls.OPTIONAL),
-            "open": any(f.name == "extra" for f in dataclasses.fields(cls)),
+            "open": any(f.name in OPEN_FIELDS for f in dataclasses.fields(cls)),
         }
     return events
