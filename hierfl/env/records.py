@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 __all__ = ["Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
            "UpdateDropped", "NonFiniteUpdate", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster",
-           "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach", "Recovered"]
+           "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach", "Recovered", "Regroup"]
 
 
 @dataclass(frozen=True)
@@ -271,6 +271,23 @@ class Reattach(Record):
     from_edge: int
     to_edge: int
     reason: str
+
+
+@dataclass(frozen=True)
+class Regroup(Record):
+    """A re-clustering policy re-formed the groups of a hierarchical protocol (``recluster:``): which devices
+    moved (``moved[i]`` from ``from_edge[i]`` to ``to_edge[i]``), and the bytes their migration transfers
+    cost; ``extra``: what the trigger saw."""
+
+    EVENT: ClassVar[str] = "regroup"
+    reason: str
+    generation: int
+    grouping: str
+    moved: list[int]
+    from_edge: list[int]
+    to_edge: list[int]
+    migration_bytes: int
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

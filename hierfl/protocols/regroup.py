@@ -1,0 +1,141 @@
+"""Re-grouping as a policy of the grouping (``protocol.recluster:``), shared by the hierarchical protocols.
+
+A :class:`Regrouping` is composed into a protocol whose devices are grouped under edge servers
+(HierFAVG, AHFL). The protocol tells it what happens — a group's round closed after ``round_s``
+(:meth:`Regrouping.round_closed`), a group's model was applied at the cloud
+(:meth:`Regrouping.applied`) — and asks it, at each of its decision points, whether to re-group
+(:meth:`Regrouping.due`). The policy (:mod:`hierfl.core.recluster`) decides when; the config's
+grouping plug-in forms the new groups from the world as it is now (:meth:`Regrouping.plan`); and
+:meth:`Regrouping.migrate` accounts the move: a ``regroup`` metric line, a ``clusters.jsonl``
+record, a ``regroup`` trace instant, the ``devices_migrated`` counter and, per moved device
+that is online, a model transfer from its new edge server (``migrate``, counted in
+``bytes_device_tier`` and ``bytes_migration``). The protocol then moves its own state.
+
+The triggers generalise the dynamic clustering of FedCH (Wang et al., "Accelerating Federated
+Learning with Cluster Construction and Hierarchical Aggregation", IEEE TMC 2023, §2.5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hierfl.core.recluster import WorldSnapshot, moved_devices
+from hierfl.env import ClustersRecord, Env, Regroup
+from hierfl.kernel.engine import Priority
+from hierfl.protocols.base import DeviceMsg
+
+if TYPE_CHECKING:
+    from hierfl.policies.recluster import ReclusterConfig
+
+__all__ = ["Regrouping", "Migrate", "OWN_GROUPING"]
+
+OWN_GROUPING = "kmeans"
+"""The grouping an edge-server protocol re-groups with when ``recluster.grouping`` is null [D]: k-means on
+each device's compute and upload time now, the grouping that sees a slowdown (the topology's own
+assignment is fixed, so it could never move anyone)."""
+
+
+@dataclass(frozen=True)
+class Migrate(DeviceMsg):
+    """The new edge server's model on its way to a device that moved to it."""
+
+    edge: int
+    from_edge: int
+
+
+class Regrouping:
+    """When and how a protocol's edge groups are re-formed, and the accounting of the moves."""
+
+    def __init__(self, cfg: ReclusterConfig, env: Env, groups: list[int], fallback: str = OWN_GROUPING) -> None:
+        self.cfg = cfg
+        self.env = env
+        self.groups = list(groups)   # the edge servers that hold a group
+        self.fallback = fallback
+        self.policy = cfg.make(len(self.groups), env.world.num_devices)
+        self.generation = 0
+        self.pending = False          # a trigger fired; the re-grouping happens at the next decision point
+        self.flags: dict[int, bool] = {}  # group → flagged a round since its last model reached the cloud
+        self.active = not self.policy.static
+        # only a policy that watches the world pays for snapshots (O(N), one per decision point)
+        self.snapshot = self._snapshot() if self.policy.watches_world else None
+
+    def _snapshot(self) -> WorldSnapshot:
+        live, n = self.env.live, self.env.world.num_devices
+        return WorldSnapshot(np.asarray(live.current_compute_s(), dtype=np.float64),
+                             np.asarray(live.current_upload_s(), dtype=np.float64),
+                             np.array([live.is_up(d) for d in range(n)], dtype=bool))
+
+    # -- what the protocol reports ------------------------------------------------------------------
+    def round_closed(self, group: int, round_s: float) -> None:
+        """Group ``group``'s round closed after ``round_s``; its straggler flag rides on its next upload."""
+        if self.policy.round_closed(group, round_s):
+            self.flags[group] = True
+
+    def applied(self, group: int) -> None:
+        """Group ``group``'s model was applied at the cloud (with the flag it carried)."""
+        if self.policy.aggregation_applied(group, self.flags.pop(group, False)):
+            self.pending = True
+
+    def due(self) -> bool:
+        """At a decision point: whether to re-group now (a fired trigger, or a watched world change)."""
+        if not self.active:
+            return False
+        if self.pending:
+            return True
+        if self.snapshot is None:
+            return False
+        return self.policy.world_changed(self.snapshot.changes(self._snapshot()))
+
+    # -- the re-grouping ----------------------------------------------------------------------------
+    def plan(self) -> np.ndarray:
+        """Each device's new edge server, from the world now. A label outside ``groups`` (an edge server that had
+        no members at start takes no part) maps onto the groups in order."""
+        env = self.env
+        n = env.world.num_devices
+        factors = np.array([env.live.compute_factor(d) for d in range(n)], dtype=np.float64)
+        labels = self.cfg.regroup(env.world, factors, env.rng("recluster.grouping", self.generation + 1),
+                                  self.fallback)
+        edges = np.asarray(self.groups, dtype=np.int64)
+        # a grouping labels 0..E-1; a protocol whose groups are a subset of the edges maps label i → i-th group
+        new = np.where(np.isin(labels, edges), labels, edges[np.minimum(labels, edges.size - 1)])
+        return new.astype(np.int64)
+
+    def migrate(self, current: np.ndarray, new: np.ndarray) -> dict[int, tuple[int, int]]:
+        """Account the move from ``current`` to ``new`` (metric line, clusters record, trace, counters, one
+        model transfer per moved online device); returns ``{device: (from, to)}``. The protocol moves its state."""
+        env, tel = self.env, self.env.telemetry
+        self.generation += 1
+        moves = moved_devices(current, new)
+        trigger = dict(self.policy.state())
+        sent = 0
+        if self.cfg.migration.transfer:
+            for d, (src, dst) in moves.items():
+                if env.live.is_up(d):  # an offline device moves without a transfer: it gets a model when selected
+                    env.send(("edge", dst), ("device", d), "migrate_done", Migrate(d, dst, src), "migrate",
+                             Priority.START)
+                    sent += 1
+        size = int(env.world.model_bytes) * sent
+        tel.count("devices_migrated", len(moves))
+        tel.count("bytes_migration", size)
+        grouping = self.cfg.grouping or self.fallback
+        tel.instant(("cloud", 0), "regroup", env.now, reason=self.policy.reason, generation=self.generation,
+                    moved=sorted(moves), **trigger)
+        tel.record(Regroup(self.policy.reason, self.generation, grouping, sorted(moves),
+                           [moves[d][0] for d in sorted(moves)], [moves[d][1] for d in sorted(moves)], size,
+                           trigger))
+        tel.clusters(ClustersRecord(env.now, self.policy.reason, grouping,
+                                    [[int(d) for d in np.flatnonzero(new == e)] for e in self.groups],
+                                    [f"edge {e}" for e in self.groups], head={"generation": self.generation}))
+        self.pending = False
+        self.flags.clear()
+        self.policy.reset()
+        if self.snapshot is not None:
+            self.snapshot = self._snapshot()
+        return moves
+
+    def trace(self) -> dict[str, Any]:
+        """What to add to the protocol's state summary: the generation of the groups."""
+        return {"generation": self.generation}
