@@ -59,6 +59,9 @@ class Regrouping:
         self.pending = False          # a trigger fired; the re-grouping happens at the next decision point
         self.flags: dict[int, bool] = {}  # group → flagged a round since its last model reached the cloud
         self.active = not self.policy.static
+        if self.active:  # a run that may re-group carries the migration totals from the start
+            env.telemetry.count("devices_migrated", 0)
+            env.telemetry.count("bytes_migration", 0)
         # only a policy that watches the world pays for snapshots (O(N), one per decision point)
         self.snapshot = self._snapshot() if self.policy.watches_world else None
 
@@ -96,8 +99,9 @@ class Regrouping:
         env = self.env
         n = env.world.num_devices
         factors = np.array([env.live.compute_factor(d) for d in range(n)], dtype=np.float64)
-        labels = self.cfg.regroup(env.world, factors, env.rng("recluster.grouping", self.generation + 1),
-                                  self.fallback)
+        # the initial grouping's own stream: re-grouping an unchanged world gives the groups it started with, so
+        # nobody moves without a cause (a fresh seed would let k-means land on another optimum)
+        labels = self.cfg.regroup(env.world, factors, env.rng("topology.grouping"), self.fallback)
         edges = np.asarray(self.groups, dtype=np.int64)
         # a grouping labels 0..E-1; a protocol whose groups are a subset of the edges maps label i → i-th group
         new = np.where(np.isin(labels, edges), labels, edges[np.minimum(labels, edges.size - 1)])
