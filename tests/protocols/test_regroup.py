@@ -13,7 +13,7 @@ import math
 import pytest
 
 from hierfl.env import Regroup
-from hierfl.protocols import HierFAVGConfig
+from hierfl.protocols import AHFLConfig, HierFAVGConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 MODEL_BYTES = 1000
@@ -86,7 +86,7 @@ def test_hierfavg_never_and_no_change_move_nobody():
     for recluster, slow in (({"name": "never"}, SLOW), ({"name": "on_event"}, {})):
         env = _env(rounds=2, slow=slow)
         log = env.run(HierFAVGConfig(kappa1=1, kappa2=1, recluster=recluster).create(env))
-        assert not _regroups(env) and "devices_migrated" not in env.telemetry.counts
+        assert not _regroups(env) and env.telemetry.counts.get("devices_migrated", 0) == 0
         assert not any(line[1] == "migrate_done" for line in log)
 
 
@@ -97,3 +97,51 @@ def test_hierfavg_without_migration_transfer():
     [rec] = _regroups(env)
     assert rec.moved == [0] and rec.migration_bytes == 0
     assert not any(line[1] == "migrate_done" for line in log)
+
+
+# -- AHFL ----------------------------------------------------------------------------------------------------
+# leader periods (auto): median of compute + upload over the members, 1.25 s (edge 0) and 4.25 s (edge 1);
+# cloud period: 2 × median(1.25, 4.25) = 5.5 s. Device 0's second job starts at 1.75 at 4× (4 s): it is
+# still training for edge 0 when the cloud tick at 5.5 re-forms the groups.
+
+def _ahfl(recluster, until=12.0):
+    env = _env(rounds=None)
+    log = env.run(AHFLConfig(recluster=recluster).create(env), until=until)
+    return env, [line for line in log if not (line[1] == "tier" and line[4] == "queue")]
+
+
+def test_ahfl_on_event_finish_delivers_the_job_in_flight_to_the_old_leader():
+    env, log = _ahfl({"name": "on_event"})
+    [rec] = _regroups(env)
+    assert (rec.moved, rec.from_edge, rec.to_edge, rec.migration_bytes) == ([0], [0], [1], MODEL_BYTES)
+    assert _at(log, 5.75)[-1] == (5.75, "migrate_done", "device=0 edge=1 from_edge=0")
+    # its update still goes to edge 0 (arrives 6.0, applied at edge 0's tick at 6.25); its next job comes
+    # from edge 1 (download 6.0 → 6.25) and its update goes there (6.25 + 4 + 0.25 = 10.5)
+    assert (6.0, "upload_done", "device=0 edge=0 version=0") in log
+    assert (6.25, "train_start", "device=0 edge=1 version=0") in log
+    assert (10.5, "upload_done", "device=0 edge=1 version=0") in log
+    assert env.telemetry.counts.get("wasted_compute_s", 0) == 0
+    # the cloud weights follow the data served now: α·σ(0)·n_k/N = 0.6 · 48/128 and 0.6 · 80/128
+    [cloud] = [line for line in log if line[0] == 11.0 and line[1] == "tier"]
+    assert [round(c, 12) for c, _, _ in cloud[6]] == [0.225, 0.225, 0.375, 0.225]
+
+
+def test_ahfl_on_event_abort_withdraws_the_job_and_restarts_from_the_new_leader():
+    env, log = _ahfl({"name": "on_event", "migration": {"in_flight": "abort"}})
+    # the job started at 1.75 is withdrawn at 5.5: 3.75 s of compute wasted; the restart's download and
+    # the migration transfer both leave edge 1 at 5.5
+    assert env.telemetry.counts["wasted_compute_s"] == 3.75
+    assert _at(log, 5.75)[-2:] == [(5.75, "migrate_done", "device=0 edge=1 from_edge=0"),
+                                   (5.75, "train_start", "device=0 edge=1 version=0")]
+    assert not any(line[1] == "upload_done" and line[2].startswith("device=0 edge=0") and line[0] > 5.5
+                   for line in log)
+
+
+def test_ahfl_adaptive_flags_the_leader_round_with_the_slow_round_trip():
+    env, log = _ahfl({"name": "adaptive"}, until=11.5)
+    # edge 0's aggregations apply round trips of 1.5, 1.5, 1.25 s, then at 6.25 device 0's 1.75 → 6.0 (4.25 s,
+    # > 1.5 × median 1.5 s): flagged; that push reaches the cloud queue at 6.75, applied at the tick of 11.0
+    [rec] = _regroups(env)
+    assert (rec.reason, rec.moved, rec.to_edge) == ("adaptive", [0], [1])
+    assert rec.extra["flagged"] == [0]
+    assert (11.25, "migrate_done", "device=0 edge=1 from_edge=0") in log
