@@ -109,11 +109,23 @@ class Regrouping:
 
     def migrate(self, current: np.ndarray, new: np.ndarray) -> dict[int, tuple[int, int]]:
         """Account the move from ``current`` to ``new`` (metric line, clusters record, trace, counters, one
-        model transfer per moved online device); returns ``{device: (from, to)}``. The protocol moves its state."""
+        model transfer per moved online device); returns ``{device: (from, to)}``. The protocol moves its state.
+
+        A re-grouping that moves nobody only leaves a trace instant: the trigger starts afresh, the groups and
+        their generation stay (no line in ``metrics.jsonl`` or ``clusters.jsonl``)."""
         env, tel = self.env, self.env.telemetry
-        self.generation += 1
         moves = moved_devices(current, new)
         trigger = dict(self.policy.state())
+        self.pending = False
+        self.flags.clear()
+        self.policy.reset()
+        if self.snapshot is not None:
+            self.snapshot = self._snapshot()
+        if not moves:
+            tel.instant(("cloud", 0), "regroup", env.now, reason=self.policy.reason, generation=self.generation,
+                        moved=[], **trigger)
+            return moves
+        self.generation += 1
         sent = 0
         if self.cfg.migration.transfer:
             for d, (src, dst) in moves.items():
@@ -133,11 +145,6 @@ class Regrouping:
         tel.clusters(ClustersRecord(env.now, self.policy.reason, grouping,
                                     [[int(d) for d in np.flatnonzero(new == e)] for e in self.groups],
                                     [f"edge {e}" for e in self.groups], head={"generation": self.generation}))
-        self.pending = False
-        self.flags.clear()
-        self.policy.reset()
-        if self.snapshot is not None:
-            self.snapshot = self._snapshot()
         return moves
 
     def trace(self) -> dict[str, Any]:
