@@ -30,12 +30,21 @@ from hierfl.protocols.base import DeviceMsg
 if TYPE_CHECKING:
     from hierfl.policies.recluster import ReclusterConfig
 
-__all__ = ["Regrouping", "Migrate", "OWN_GROUPING"]
+__all__ = ["Regrouping", "Migrate", "OWN_GROUPING", "world_snapshot"]
 
 OWN_GROUPING = "kmeans"
 """The grouping an edge-server protocol re-groups with when ``recluster.grouping`` is null [D]: k-means on
 each device's compute and upload time now, the grouping that sees a slowdown (the topology's own
 assignment is fixed, so it could never move anyone)."""
+
+
+def world_snapshot(env: Env) -> WorldSnapshot:
+    """The world now, as an ``on_event`` policy compares it: per device, one job's compute seconds, one
+    upload's seconds and whether it is online (O(N): taken only for a policy that watches the world)."""
+    live, n = env.live, env.world.num_devices
+    return WorldSnapshot(np.asarray(live.current_compute_s(), dtype=np.float64),
+                         np.asarray(live.current_upload_s(), dtype=np.float64),
+                         np.array([live.is_up(d) for d in range(n)], dtype=bool))
 
 
 @dataclass(frozen=True)
@@ -66,10 +75,7 @@ class Regrouping:
         self.snapshot = self._snapshot() if self.policy.watches_world else None
 
     def _snapshot(self) -> WorldSnapshot:
-        live, n = self.env.live, self.env.world.num_devices
-        return WorldSnapshot(np.asarray(live.current_compute_s(), dtype=np.float64),
-                             np.asarray(live.current_upload_s(), dtype=np.float64),
-                             np.array([live.is_up(d) for d in range(n)], dtype=bool))
+        return world_snapshot(self.env)
 
     # -- what the protocol reports ------------------------------------------------------------------
     def round_closed(self, group: int, round_s: float) -> None:

@@ -12,8 +12,11 @@ import math
 
 import pytest
 
+from hierfl.config.errors import ConfigError
 from hierfl.env import Regroup
 from hierfl.protocols import AHFLConfig, HierFAVGConfig
+from hierfl.protocols.fedch import FedCHConfig
+from tests.conftest import tiny
 from tests.fakeenv import FakeEnv, FakeWorld
 
 MODEL_BYTES = 1000
@@ -145,3 +148,28 @@ def test_ahfl_adaptive_flags_the_leader_round_with_the_slow_round_trip():
     assert (rec.reason, rec.moved, rec.to_edge) == ("adaptive", [0], [1])
     assert rec.extra["flagged"] == [0]
     assert (11.25, "migrate_done", "device=0 edge=1 from_edge=0") in log
+
+
+# -- FedCH ---------------------------------------------------------------------------------------------------
+
+def test_fedch_on_event_rebuilds_at_the_first_cloud_update_after_the_slowdown():
+    env = _env(rounds=3)
+    log = env.run(FedCHConfig(K=2, H=1, recluster={"name": "on_event"}).create(env))
+    # cluster 0's first model is applied at 2.5 (> 1.0, the slowdown): the cloud re-clusters there. FedCH's
+    # own migration: cluster 1's round in flight is withdrawn (devices 2 and 3 trained 0.75 → 2.5: 3.5 s
+    # wasted) and the cloud sends (w, t) to both leaders again (0.5 s each)
+    [rec] = [r for r in env.telemetry.records if type(r).__name__ == "Recluster"]
+    assert (rec.reason, rec.generation, rec.version, rec.extra) == ("on_event", 1, 1, {"wasted_compute_s": 3.5})
+    assert _at(log, 3.0) == [(3.0, "leader_download_done", "cluster=0 gen=1"),
+                             (3.0, "leader_download_done", "cluster=1 gen=1")]
+    [clusters] = [c[1][0] for c in env.telemetry.calls if c[0] == "clusters"]
+    # measured now: device 0 computes 4 s; the balanced assignment (two per edge) keeps {0, 1} and {2, 3}
+    assert clusters.tail["compute_s"] == [4.0, 1.0, 4.0, 4.0] and clusters.members == [[0, 1], [2, 3]]
+    assert clusters.tail["trigger"]["changes"] == ["slowdown"]
+
+
+def test_fedch_refuses_a_grouping_or_migration_of_its_own():
+    with pytest.raises(ConfigError) as err:
+        tiny(protocol={"name": "fedch", "recluster": {"name": "on_event", "grouping": "kmeans"}},
+             topology={"edge_servers": 2})
+    assert "protocol.recluster.grouping" in str(err.value)
