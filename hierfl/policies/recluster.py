@@ -85,6 +85,17 @@ class ReclusterConfig(ConfigModel):
         """The policy for ``k`` clusters over ``n`` devices."""
         raise NotImplementedError
 
+    def own_keys_set(self) -> list[str]:
+        """``grouping`` / ``migration`` where they differ from their defaults (a protocol that forms and moves
+        its groups its own way refuses them)."""
+        out = ["grouping"] if self.grouping is not None else []
+        return out + (["migration"] if self.migration != MigrationConfig() else [])
+
+    def every_rounds(self) -> int | None:
+        """A fixed period in synchronous rounds, for a protocol that must know before a round whether it
+        re-clusters (WSCC: that round relays every update to the cloud); None: no fixed period."""
+        return None
+
     def regroup(self, world: World, slowdown: np.ndarray, rng: np.random.Generator, fallback: str) -> np.ndarray:
         """New group (edge id) of every device, by ``grouping`` (or ``fallback``, the protocol's own) on the
         world as it is now: each device's throughput divided by its ``slowdown`` factor now, the links as
@@ -117,6 +128,10 @@ class PeriodicRecluster(ReclusterConfig):
     def make(self, k: int, n: int) -> ReclusterPolicy:
         """``T_b = ϱ·K``, or ∞ for K ∈ {1, N}."""
         return PeriodicPolicy(None if k in (1, n) else self.rho * k)
+
+    def every_rounds(self) -> int | None:
+        """ϱ rounds (a synchronous round applies every group's model once: ϱ·K group models)."""
+        return self.rho
 
 
 @RECLUSTER.register

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from hierfl.config.errors import ConfigError
 from hierfl.env import Regroup
 from hierfl.protocols import AHFLConfig, HierFAVGConfig
 from hierfl.protocols.fedch import FedCHConfig
+from hierfl.protocols.wscc import WSCCConfig
 from tests.conftest import tiny
 from tests.fakeenv import FakeEnv, FakeWorld
 
@@ -173,3 +175,42 @@ def test_fedch_refuses_a_grouping_or_migration_of_its_own():
         tiny(protocol={"name": "fedch", "recluster": {"name": "on_event", "grouping": "kmeans"}},
              topology={"edge_servers": 2})
     assert "protocol.recluster.grouping" in str(err.value)
+
+
+# -- WSCC ----------------------------------------------------------------------------------------------------
+# 4 devices at the cloud, the cloud's similarity fixed ({0, 1} alike, {2, 3} alike); device 0 slows down 4× at
+# t = 5. Warm-up 0 → 4.5; round 1 4.5 → 9.0 (cluster 0's last update arrives at 6.0); round 2 begins at 9.0
+WSCC_SIM = np.array([[1, 1, -1, -1], [1, 1, -1, -1], [-1, -1, 1, 1], [-1, -1, 1, 1]], dtype=float)
+
+
+def _wscc(recluster):
+    env = FakeEnv(FakeWorld(SAMPLES, unit_s=UNIT_S), rounds=4, similarity=WSCC_SIM,
+                  slow={0: [(5.0, math.inf, 4.0)]})
+    log = env.run(WSCCConfig(recluster=recluster).create(env))
+    clusters = [c[1][0] for c in env.telemetry.calls if c[0] == "clusters"]
+    return env, log, clusters
+
+
+def test_wscc_on_event_makes_the_next_round_a_reclustering_round():
+    env, log, clusters = _wscc({"name": "on_event"})
+    # round 2 begins at 9.0 after the slowdown: it relays every update to the cloud and re-clusters at its close
+    # (13.5: device 0's 4 s job from 9.25 and its upload)
+    assert [(c.t, c.reason) for c in clusters] == [(4.5, "warmup"), (13.5, "recluster")]
+    assert clusters[1].tail["trigger"] == {"reason": "on_event", "changes": ["slowdown"]}
+    assert (13.5, "tier", "cloud", 0, "similarity", [1.0, 2.0, 3.0, 4.0]) in log
+
+
+def test_wscc_adaptive_flags_the_slow_cluster_round_and_reclusters_the_round_after():
+    env, log, clusters = _wscc({"name": "adaptive"})
+    # cluster 0's round time (round begin → its last update): round 1 4.5 → 6.0 = 1.5 s (the baseline), round 2
+    # 9.0 → 13.5 = 4.5 s > 1.5 × 1.5 s → flagged at its close; round 3 is the re-clustering round (closes 18.0)
+    assert [(c.t, c.reason) for c in clusters] == [(4.5, "warmup"), (18.0, "recluster")]
+    assert clusters[1].tail["trigger"] == {"reason": "adaptive", "flagged": [0], "gamma": 1.5, "k_tilde": 1}
+
+
+def test_wscc_recluster_every_is_periodic():
+    cfg = WSCCConfig(recluster_every=2)
+    assert cfg.recluster.name == "periodic" and cfg.recluster.rho == 2
+    assert WSCCConfig.model_validate(cfg.model_dump()).recluster == cfg.recluster  # a resolved config reloads
+    with pytest.raises(ValueError, match="not both"):
+        WSCCConfig(recluster_every=2, recluster="adaptive")

@@ -125,7 +125,7 @@ class FedCHConfig(ProtocolConfig):
                 problems.append(Problem("protocol.construction", "with edge servers as fixed leaders the "
                                         "construction is a balanced assignment; allowed: hungarian",
                                         self.construction))
-        for key in sorted({"grouping", "migration"} & self.recluster.model_fields_set):
+        for key in self.recluster.own_keys_set():
             problems.append(Problem(f"protocol.recluster.{key}", "FedCH re-clusters with its own construction (§2.3) "
                                     "and its own migration: every round in flight is withdrawn and every cluster "
                                     "restarts from the global model; leave it out",
