@@ -276,7 +276,8 @@ class Reattach(Record):
 @dataclass(frozen=True)
 class Regroup(Record):
     """A re-clustering policy re-formed the groups of a hierarchical protocol (``recluster:``): which devices
-    moved (``moved[i]`` from ``from_edge[i]`` to ``to_edge[i]``), and the bytes their migration transfers
+    moved (``moved[i]`` from group ``from_group[i]`` to ``to_group[i]``: edge servers, or
+    a protocol's own groups such as FedAT's tiers), and the bytes their migration transfers
     cost; ``extra``: what the trigger saw."""
 
     EVENT: ClassVar[str] = "regroup"
@@ -284,8 +285,8 @@ class Regroup(Record):
     generation: int
     grouping: str
     moved: list[int]
-    from_edge: list[int]
-    to_edge: list[int]
+    from_group: list[int]
+    to_group: list[int]
     migration_bytes: int
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -17,13 +17,14 @@ Learning with Cluster Construction and Hierarchical Aggregation", IEEE TMC 2023,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hierfl.core.recluster import WorldSnapshot, moved_devices
-from hierfl.env import ClustersRecord, Env, Regroup
+from hierfl.env import ClustersRecord, Endpoint, Env, Regroup
 from hierfl.kernel.engine import Priority
 from hierfl.protocols.base import DeviceMsg
 
@@ -51,18 +52,26 @@ def world_snapshot(env: Env) -> WorldSnapshot:
 class Migrate(DeviceMsg):
     """The new edge server's model on its way to a device that moved to it."""
 
-    edge: int
-    from_edge: int
+    group: int        # its new group: an edge server, or the protocol's own group (FedAT's tier, …)
+    from_group: int
 
 
 class Regrouping:
     """When and how a protocol's edge groups are re-formed, and the accounting of the moves."""
 
-    def __init__(self, cfg: ReclusterConfig, env: Env, groups: list[int], fallback: str = OWN_GROUPING) -> None:
+    def __init__(self, cfg: ReclusterConfig, env: Env, groups: list[int], fallback: str = OWN_GROUPING,
+                 own: Callable[[], np.ndarray] | None = None, server: Endpoint | None = None,
+                 label: str = "edge") -> None:
         self.cfg = cfg
         self.env = env
-        self.groups = list(groups)   # the edge servers that hold a group
+        self.groups = list(groups)   # the edge servers (or a protocol's own group ids) that hold a group
         self.fallback = fallback
+        # a protocol with groups of its own (FedAT's tiers, FedHiSyn's classes) forms them itself: ``own``
+        # gives the new group of every device, ``server`` the one endpoint a moved device's model comes from
+        # (None: its new edge server); a bound method and a tuple, so a checkpoint can pickle them
+        self.own = own
+        self.server = server
+        self.label = label
         self.policy = cfg.make(len(self.groups), env.world.num_devices)
         self.generation = 0
         self.pending = False          # a trigger fired; the re-grouping happens at the next decision point
@@ -103,6 +112,8 @@ class Regrouping:
         """Each device's new edge server, from the world now. A label outside ``groups`` (an edge server that had
         no members at start takes no part) maps onto the groups in order."""
         env = self.env
+        if self.own is not None and self.cfg.grouping is None:
+            return np.asarray(self.own(), dtype=np.int64)
         n = env.world.num_devices
         factors = np.array([env.live.compute_factor(d) for d in range(n)], dtype=np.float64)
         # the initial grouping's own stream: re-grouping an unchanged world gives the groups it started with, so
@@ -136,7 +147,7 @@ class Regrouping:
         if self.cfg.migration.transfer:
             for d, (src, dst) in moves.items():
                 if env.live.is_up(d):  # an offline device moves without a transfer: it gets a model when selected
-                    env.send(("edge", dst), ("device", d), "migrate_done", Migrate(d, dst, src), "migrate",
+                    env.send(self.server or ("edge", dst), ("device", d), "migrate_done", Migrate(d, dst, src), "migrate",
                              Priority.START)
                     sent += 1
         size = int(env.world.model_bytes) * sent
@@ -150,7 +161,7 @@ class Regrouping:
                            trigger))
         tel.clusters(ClustersRecord(env.now, self.policy.reason, grouping,
                                     [[int(d) for d in np.flatnonzero(new == e)] for e in self.groups],
-                                    [f"edge {e}" for e in self.groups], head={"generation": self.generation}))
+                                    [f"{self.label} {e}" for e in self.groups], head={"generation": self.generation}))
         return moves
 
     def trace(self) -> dict[str, Any]:

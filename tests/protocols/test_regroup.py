@@ -16,6 +16,7 @@ import pytest
 from hierfl.config.errors import ConfigError
 from hierfl.env import Regroup
 from hierfl.protocols import AHFLConfig, HierFAVGConfig
+from hierfl.protocols.fedat import FedATConfig
 from hierfl.protocols.fedch import FedCHConfig
 from hierfl.protocols.wscc import WSCCConfig
 from tests.conftest import tiny
@@ -50,11 +51,11 @@ def test_hierfavg_on_event_regroups_after_the_slowdown_between_cloud_rounds():
     # cloud round 0 closes at 5.0 (edge 1: download 0.25 + 4 s + upload 0.25, then 0.5 s to the cloud): the
     # first decision point after the slowdown (t = 1). Device 0 moves to edge 1; its migration transfer
     # (edge 1 → device 0, 0.25 s) arrives at 5.25, before the global model reaches the edges (5.5)
-    assert _at(log, 5.25) == [(5.25, "migrate_done", "device=0 edge=1 from_edge=0")]
+    assert _at(log, 5.25) == [(5.25, "migrate_done", "device=0 group=1 from_group=0")]
     assert _at(log, 5.75) == [(5.75, "train_start", "device=1 edge=0"), (5.75, "train_start", "device=0 edge=1"),
                               (5.75, "train_start", "device=2 edge=1"), (5.75, "train_start", "device=3 edge=1")]
     [rec] = _regroups(env)
-    assert (rec.reason, rec.generation, rec.grouping, rec.moved, rec.from_edge, rec.to_edge) == \
+    assert (rec.reason, rec.generation, rec.grouping, rec.moved, rec.from_group, rec.to_group) == \
         ("on_event", 1, "kmeans", [0], [0], [1])
     assert rec.migration_bytes == MODEL_BYTES and rec.extra == {"changes": ["slowdown"]}
     assert env.telemetry.counts["devices_migrated"] == 1 and env.telemetry.counts["bytes_migration"] == MODEL_BYTES
@@ -74,9 +75,9 @@ def test_hierfavg_adaptive_flags_the_slow_edge_round():
     # devices, device 0 now 4 s, 0.25 s up: 4.5 s > 1.5 × 1.5 s → flagged, carried by its upload (arrives
     # 10.5); the cloud round closes at 10.5 and the groups are re-formed there
     [rec] = _regroups(env)
-    assert (rec.reason, rec.moved, rec.from_edge, rec.to_edge) == ("adaptive", [0], [0], [1])
+    assert (rec.reason, rec.moved, rec.from_group, rec.to_group) == ("adaptive", [0], [0], [1])
     assert rec.extra == {"flagged": [0], "gamma": 1.5, "k_tilde": 1}
-    assert _at(log, 10.75)[0] == (10.75, "migrate_done", "device=0 edge=1 from_edge=0")
+    assert _at(log, 10.75)[0] == (10.75, "migrate_done", "device=0 group=1 from_group=0")
 
 
 def test_hierfavg_periodic_regroups_every_rho_cloud_rounds():
@@ -118,8 +119,8 @@ def _ahfl(recluster, until=12.0):
 def test_ahfl_on_event_finish_delivers_the_job_in_flight_to_the_old_leader():
     env, log = _ahfl({"name": "on_event"})
     [rec] = _regroups(env)
-    assert (rec.moved, rec.from_edge, rec.to_edge, rec.migration_bytes) == ([0], [0], [1], MODEL_BYTES)
-    assert _at(log, 5.75)[-1] == (5.75, "migrate_done", "device=0 edge=1 from_edge=0")
+    assert (rec.moved, rec.from_group, rec.to_group, rec.migration_bytes) == ([0], [0], [1], MODEL_BYTES)
+    assert _at(log, 5.75)[-1] == (5.75, "migrate_done", "device=0 group=1 from_group=0")
     # its update still goes to edge 0 (arrives 6.0, applied at edge 0's tick at 6.25); its next job comes
     # from edge 1 (download 6.0 → 6.25) and its update goes there (6.25 + 4 + 0.25 = 10.5)
     assert (6.0, "upload_done", "device=0 edge=0 version=0") in log
@@ -136,7 +137,7 @@ def test_ahfl_on_event_abort_withdraws_the_job_and_restarts_from_the_new_leader(
     # the job started at 1.75 is withdrawn at 5.5: 3.75 s of compute wasted; the restart's download and
     # the migration transfer both leave edge 1 at 5.5
     assert env.telemetry.counts["wasted_compute_s"] == 3.75
-    assert _at(log, 5.75)[-2:] == [(5.75, "migrate_done", "device=0 edge=1 from_edge=0"),
+    assert _at(log, 5.75)[-2:] == [(5.75, "migrate_done", "device=0 group=1 from_group=0"),
                                    (5.75, "train_start", "device=0 edge=1 version=0")]
     assert not any(line[1] == "upload_done" and line[2].startswith("device=0 edge=0") and line[0] > 5.5
                    for line in log)
@@ -147,9 +148,9 @@ def test_ahfl_adaptive_flags_the_leader_round_with_the_slow_round_trip():
     # edge 0's aggregations apply round trips of 1.5, 1.5, 1.25 s, then at 6.25 device 0's 1.75 → 6.0 (4.25 s,
     # > 1.5 × median 1.5 s): flagged; that push reaches the cloud queue at 6.75, applied at the tick of 11.0
     [rec] = _regroups(env)
-    assert (rec.reason, rec.moved, rec.to_edge) == ("adaptive", [0], [1])
+    assert (rec.reason, rec.moved, rec.to_group) == ("adaptive", [0], [1])
     assert rec.extra["flagged"] == [0]
-    assert (11.25, "migrate_done", "device=0 edge=1 from_edge=0") in log
+    assert (11.25, "migrate_done", "device=0 group=1 from_group=0") in log
 
 
 # -- FedCH ---------------------------------------------------------------------------------------------------
@@ -214,3 +215,42 @@ def test_wscc_recluster_every_is_periodic():
     assert WSCCConfig.model_validate(cfg.model_dump()).recluster == cfg.recluster  # a resolved config reloads
     with pytest.raises(ValueError, match="not both"):
         WSCCConfig(recluster_every=2, recluster="adaptive")
+
+
+# -- FedAT ---------------------------------------------------------------------------------------------------
+# devices at the cloud; response times 0.25 + unit_s + 0.25 = 1.5, 1.5, 4.5, 4.5 s: k-means tiers {0, 1} and
+# {2, 3}; fraction 1 (every member per tier round). Device 0 becomes 4× slower at t = 1.
+
+def _fedat(recluster):
+    world = FakeWorld(SAMPLES, unit_s=UNIT_S)
+    world.model_bytes = MODEL_BYTES
+    env = FakeEnv(world, rounds=6, slow=SLOW)
+    cfg = FedATConfig(tiers=2, tiering="kmeans", fraction=1.0, recluster=recluster)
+    return env, env.run(cfg.create(env))
+
+
+def test_fedat_on_event_retiers_when_the_fast_tier_round_closes():
+    env, log = _fedat({"name": "on_event"})
+    # tier 0's first round closes at 1.5 (after the slowdown): response times now 4.5, 1.5, 4.5, 4.5 s → tiers
+    # {1} and {0, 2, 3}; device 0's migration transfer is the global model from the cloud (0.25 s)
+    [rec] = _regroups(env)
+    assert (rec.grouping, rec.moved, rec.from_group, rec.to_group) == ("fedat_tiers", [0], [0], [1])
+    assert rec.migration_bytes == MODEL_BYTES
+    assert _at(log, 1.75) == [(1.75, "migrate_done", "device=0 group=1 from_group=0"),
+                              (1.75, "train_start", "device=1 tier=0 round=1")]
+    # tier 1's second round (after its first closes at 4.5) has device 0
+    assert (4.75, "train_start", "device=0 tier=1 round=1") in log
+
+
+def test_fedat_adaptive_flags_the_tier_round_slowed_by_device_0():
+    env, log = _fedat({"name": "adaptive"})
+    # tier 0: round 0 lasts 1.5 s; round 1 (1.5 → 6.0: device 0 computes 4 s) 4.5 s > 1.5 × 1.5 → re-tiered at 6.0
+    [rec] = _regroups(env)
+    assert (rec.reason, rec.moved, rec.to_group) == ("adaptive", [0], [1])
+    assert (6.25, "migrate_done", "device=0 group=1 from_group=0") in log
+
+
+def test_fedat_refuses_an_edge_grouping():
+    with pytest.raises(ConfigError) as err:
+        tiny(protocol={"name": "fedat", "tiers": 2, "recluster": {"name": "on_event", "grouping": "kmeans"}})
+    assert "protocol.recluster.grouping" in str(err.value)
