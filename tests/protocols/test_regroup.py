@@ -18,6 +18,7 @@ from hierfl.env import Regroup
 from hierfl.protocols import AHFLConfig, HierFAVGConfig
 from hierfl.protocols.fedat import FedATConfig
 from hierfl.protocols.fedch import FedCHConfig
+from hierfl.protocols.fedhisyn import FedHiSynConfig
 from hierfl.protocols.wscc import WSCCConfig
 from tests.conftest import tiny
 from tests.fakeenv import FakeEnv, FakeWorld
@@ -254,3 +255,36 @@ def test_fedat_refuses_an_edge_grouping():
     with pytest.raises(ConfigError) as err:
         tiny(protocol={"name": "fedat", "tiers": 2, "recluster": {"name": "on_event", "grouping": "kmeans"}})
     assert "protocol.recluster.grouping" in str(err.value)
+
+
+# -- FedHiSyn ------------------------------------------------------------------------------------------------
+# devices at the cloud; unit times 1, 1, 4, 4 s: k-means classes {0, 1} and {2, 3}, rings of two; T = auto =
+# max(unit + ring hop 0.125 s) = 4.125 s. Device 0 becomes 4× slower at t = 1.
+
+def _fedhisyn(recluster):
+    world = FakeWorld(SAMPLES, unit_s=UNIT_S)
+    world.model_bytes = MODEL_BYTES
+    env = FakeEnv(world, rounds=3, slow=SLOW)
+    return env, env.run(FedHiSynConfig(k=2, recluster=recluster).create(env))
+
+
+def test_fedhisyn_on_event_reclasses_between_rounds():
+    env, log = _fedhisyn({"name": "on_event"})
+    # round 0: windows 0.25 → 4.375, uploads arrive 4.625, where the round closes: device 0's unit time is 4 s
+    # now → classes {1} and {0, 2, 3}; its migration transfer (the global model from the cloud) arrives with
+    # the round's download at 4.875
+    [rec] = _regroups(env)
+    assert (rec.grouping, rec.moved, rec.from_group, rec.to_group) == ("capacity_classes", [0], [0], [1])
+    assert rec.migration_bytes == MODEL_BYTES and env.telemetry.counts["bytes_migration"] == MODEL_BYTES
+    assert _at(log, 4.875)[0] == (4.875, "migrate_done", "device=0 group=1 from_group=0")
+    [clusters] = [c[1][0] for c in env.telemetry.calls if c[0] == "clusters"]
+    assert (clusters.t, clusters.members) == (4.625, [[1], [0, 2, 3]])
+
+
+def test_fedhisyn_adaptive_flags_the_class_whose_unit_time_grew():
+    env, log = _fedhisyn({"name": "adaptive"})
+    # class 0's longest mean unit time: round 0 1 s (device 0's second unit, 4 s, would overrun the window and is
+    # discarded); round 1 4 s > 1.5 × 1 s → flagged; re-classed when round 1 closes (9.25)
+    [rec] = _regroups(env)
+    assert (rec.reason, rec.moved, rec.to_group, rec.extra["flagged"]) == ("adaptive", [0], [1], [0])
+    assert (9.5, "migrate_done", "device=0 group=1 from_group=0") in log
