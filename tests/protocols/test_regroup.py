@@ -288,3 +288,14 @@ def test_fedhisyn_adaptive_flags_the_class_whose_unit_time_grew():
     [rec] = _regroups(env)
     assert (rec.reason, rec.moved, rec.to_group, rec.extra["flagged"]) == ("adaptive", [0], [1], [0])
     assert (9.5, "migrate_done", "device=0 group=1 from_group=0") in log
+
+
+# -- which protocols take it ---------------------------------------------------------------------------------
+
+def test_every_hierarchical_protocol_takes_a_recluster_policy():
+    from hierfl.protocols import PROTOCOLS  # noqa: PLC0415
+    takes = {n for n in PROTOCOLS.names() if "recluster" in PROTOCOLS.get(n).model_fields}
+    assert takes == {"hierfavg", "ahfl", "fedat", "fedhisyn", "fedch", "wscc"}
+    with pytest.raises(ConfigError) as err:  # a protocol without groups refuses the key
+        tiny(protocol={"name": "fedavg", "recluster": "periodic"})
+    assert "recluster" in err.value.report()
