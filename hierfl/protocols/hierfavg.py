@@ -86,9 +86,12 @@ class HierFAVGConfig(ProtocolConfig):
                     "between cloud rounds")
 
     def check(self, scenario: Scenario) -> list[Problem]:
-        """HierFAVG needs edge servers."""
+        """HierFAVG needs edge servers; its re-grouping has no work in flight to abort."""
         if (scenario.topology.edge_servers or 0) < 1:
             return [Problem("topology.edge_servers", "hierfavg needs at least 1 edge server", 0)]
+        if self.recluster.migration.in_flight != "finish":
+            return [Problem("protocol.recluster.migration.in_flight", "hierfavg re-groups between cloud rounds, "
+                            "when no work is in flight; allowed: finish", self.recluster.migration.in_flight)]
         return []
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:

@@ -299,3 +299,28 @@ def test_every_hierarchical_protocol_takes_a_recluster_policy():
     with pytest.raises(ConfigError) as err:  # a protocol without groups refuses the key
         tiny(protocol={"name": "fedavg", "recluster": "periodic"})
     assert "recluster" in err.value.report()
+
+
+# -- bad input: exit 2, the key path, the allowed values ------------------------------------------------------
+
+@pytest.mark.parametrize(("protocol", "extra", "key"), [
+    ({"name": "hierfavg", "recluster": "bogus"}, {"topology": {"edge_servers": 2}}, "protocol.recluster"),
+    ({"name": "hierfavg", "recluster": {"name": "on_event", "grouping": "topology"}},
+     {"topology": {"edge_servers": 2}}, "protocol.recluster"),
+    ({"name": "hierfavg", "recluster": {"name": "on_event", "watch": ["weather"]}},
+     {"topology": {"edge_servers": 2}}, "protocol.recluster"),
+    ({"name": "hierfavg", "recluster": {"name": "periodic", "migration": {"in_flight": "abort"}}},
+     {"topology": {"edge_servers": 2}}, "protocol.recluster.migration.in_flight"),
+    ({"name": "ahfl", "recluster": {"name": "adaptive", "k_tilde": 2, "share": 0.5}},
+     {"topology": {"edge_servers": 2}}, "protocol.recluster"),
+    ({"name": "fedhisyn", "k": 2, "recluster": {"name": "periodic", "grouping": "nearest"}}, {},
+     "protocol.recluster.grouping"),
+    ({"name": "wscc", "recluster_every": 2, "recluster": "on_event"}, {}, "protocol"),
+])
+def test_bad_recluster_input_exits_2_with_the_key_path(tmp_path, capsys, protocol, extra, key):
+    import copy  # noqa: PLC0415
+
+    from hierfl.scenario.loader import deep_merge  # noqa: PLC0415
+    from tests.badinput import assert_refused  # noqa: PLC0415
+    from tests.conftest import TINY  # noqa: PLC0415
+    assert_refused(tmp_path, capsys, deep_merge(copy.deepcopy(TINY), {"protocol": protocol, **extra}), key)
