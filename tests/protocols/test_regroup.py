@@ -8,6 +8,7 @@ compute times take only two values, so its clusters are plain to see.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -324,3 +325,27 @@ def test_bad_recluster_input_exits_2_with_the_key_path(tmp_path, capsys, protoco
     from tests.badinput import assert_refused  # noqa: PLC0415
     from tests.conftest import TINY  # noqa: PLC0415
     assert_refused(tmp_path, capsys, deep_merge(copy.deepcopy(TINY), {"protocol": protocol, **extra}), key)
+
+
+# -- a checkpoint keeps the re-grouping state ------------------------------------------------------------------
+
+@pytest.mark.parametrize("stop_at", [1, 3])
+def test_resume_gives_the_uninterrupted_run_with_its_regroupings(tmp_path, stop_at):
+    from pathlib import Path  # noqa: PLC0415
+
+    from hierfl.driver import resume_run, run_scenario  # noqa: PLC0415
+    from hierfl.scenario.loader import load_scenario  # noqa: PLC0415
+    from tests.driver.test_recovery import _stop_at, assert_same_run  # noqa: PLC0415
+
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "ahfl_recluster.yaml"
+    overrides = ["stop.rounds=6", "stop.target_accuracy=null", "runtime.executor=local",
+                 "runtime.checkpoint.every_cloud_aggregations=1", "devices.count=20"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(str(path), overrides), ref)
+    lines = [json.loads(x) for x in (ref / "metrics.jsonl").read_text().splitlines()]
+    assert any(x["event"] == "regroup" for x in lines)  # at the first cloud tick: before one stop, after the other
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(str(path), overrides), out, progress=_stop_at(stop_at))
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)
