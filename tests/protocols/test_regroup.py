@@ -8,20 +8,26 @@ compute times take only two values, so its clusters are plain to see.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hierfl.config.errors import ConfigError
+from hierfl.driver import resume_run, run_scenario
 from hierfl.env import Regroup
-from hierfl.protocols import AHFLConfig, HierFAVGConfig
+from hierfl.protocols import PROTOCOLS, AHFLConfig, HierFAVGConfig
 from hierfl.protocols.fedat import FedATConfig
 from hierfl.protocols.fedch import FedCHConfig
 from hierfl.protocols.fedhisyn import FedHiSynConfig
 from hierfl.protocols.wscc import WSCCConfig
-from tests.conftest import tiny
+from hierfl.scenario.loader import deep_merge, load_scenario
+from tests.badinput import assert_refused
+from tests.conftest import TINY, tiny
+from tests.driver.test_recovery import _stop_at, assert_same_run
 from tests.fakeenv import FakeEnv, FakeWorld
 
 MODEL_BYTES = 1000
@@ -195,7 +201,7 @@ def _wscc(recluster):
 
 
 def test_wscc_on_event_makes_the_next_round_a_reclustering_round():
-    env, log, clusters = _wscc({"name": "on_event"})
+    _, log, clusters = _wscc({"name": "on_event"})
     # round 2 begins at 9.0 after the slowdown: it relays every update to the cloud and re-clusters at its close
     # (13.5: device 0's 4 s job from 9.25 and its upload)
     assert [(c.t, c.reason) for c in clusters] == [(4.5, "warmup"), (13.5, "recluster")]
@@ -204,7 +210,7 @@ def test_wscc_on_event_makes_the_next_round_a_reclustering_round():
 
 
 def test_wscc_adaptive_flags_the_slow_cluster_round_and_reclusters_the_round_after():
-    env, log, clusters = _wscc({"name": "adaptive"})
+    _, _, clusters = _wscc({"name": "adaptive"})
     # cluster 0's round time (round begin → its last update): round 1 4.5 → 6.0 = 1.5 s (the baseline), round 2
     # 9.0 → 13.5 = 4.5 s > 1.5 × 1.5 s → flagged at its close; round 3 is the re-clustering round (closes 18.0)
     assert [(c.t, c.reason) for c in clusters] == [(4.5, "warmup"), (18.0, "recluster")]
@@ -294,7 +300,6 @@ def test_fedhisyn_adaptive_flags_the_class_whose_unit_time_grew():
 # -- which protocols take it ---------------------------------------------------------------------------------
 
 def test_every_hierarchical_protocol_takes_a_recluster_policy():
-    from hierfl.protocols import PROTOCOLS  # noqa: PLC0415
     takes = {n for n in PROTOCOLS.names() if "recluster" in PROTOCOLS.get(n).model_fields}
     assert takes == {"hierfavg", "ahfl", "fedat", "fedhisyn", "fedch", "wscc"}
     with pytest.raises(ConfigError) as err:  # a protocol without groups refuses the key
@@ -319,11 +324,6 @@ def test_every_hierarchical_protocol_takes_a_recluster_policy():
     ({"name": "wscc", "recluster_every": 2, "recluster": "on_event"}, {}, "protocol"),
 ])
 def test_bad_recluster_input_exits_2_with_the_key_path(tmp_path, capsys, protocol, extra, key):
-    import copy  # noqa: PLC0415
-
-    from hierfl.scenario.loader import deep_merge  # noqa: PLC0415
-    from tests.badinput import assert_refused  # noqa: PLC0415
-    from tests.conftest import TINY  # noqa: PLC0415
     assert_refused(tmp_path, capsys, deep_merge(copy.deepcopy(TINY), {"protocol": protocol, **extra}), key)
 
 
@@ -331,12 +331,6 @@ def test_bad_recluster_input_exits_2_with_the_key_path(tmp_path, capsys, protoco
 
 @pytest.mark.parametrize("stop_at", [1, 3])
 def test_resume_gives_the_uninterrupted_run_with_its_regroupings(tmp_path, stop_at):
-    from pathlib import Path  # noqa: PLC0415
-
-    from hierfl.driver import resume_run, run_scenario  # noqa: PLC0415
-    from hierfl.scenario.loader import load_scenario  # noqa: PLC0415
-    from tests.driver.test_recovery import _stop_at, assert_same_run  # noqa: PLC0415
-
     path = Path(__file__).resolve().parents[2] / "scenarios" / "ahfl_recluster.yaml"
     overrides = ["stop.rounds=6", "stop.target_accuracy=null", "runtime.executor=local",
                  "runtime.checkpoint.every_cloud_aggregations=1", "devices.count=20"]
