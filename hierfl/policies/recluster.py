@@ -22,15 +22,8 @@ from pydantic import Field, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
-from hierfl.core.recluster import (
-    WORLD_CHANGES,
-    AdaptivePolicy,
-    EventPolicy,
-    NeverPolicy,
-    PeriodicPolicy,
-    ReclusterPolicy,
-    share_threshold,
-)
+from hierfl.core.recluster import (WORLD_CHANGES, AdaptivePolicy, EventPolicy, NeverPolicy, PeriodicPolicy,
+                                   ReclusterPolicy, share_threshold)
 from hierfl.topology.grouping import GROUPINGS, GroupingInputs
 
 if TYPE_CHECKING:

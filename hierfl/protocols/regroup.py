@@ -7,7 +7,8 @@ A :class:`Regrouping` is composed into a protocol whose devices are grouped unde
 (:meth:`Regrouping.due`). The policy (:mod:`hierfl.core.recluster`) decides when; the config's
 grouping plug-in forms the new groups from the world as it is now (:meth:`Regrouping.plan`); and
 :meth:`Regrouping.migrate` accounts the move: a ``regroup`` metric line, a ``clusters.jsonl``
-record, a ``regroup`` trace instant, the ``devices_migrated`` counter and, per moved device
+record, a ``regroup`` trace instant, ``devices.csv`` rewritten (edge servers), the ``devices_migrated``
+counter and, per moved device
 that is online, a model transfer from its new edge server (``migrate``, counted in
 ``bytes_device_tier`` and ``bytes_migration``). The protocol then moves its own state.
 
@@ -159,6 +160,8 @@ class Regrouping:
         tel.record(Regroup(self.policy.reason, self.generation, grouping, sorted(moves),
                            [moves[d][0] for d in sorted(moves)], [moves[d][1] for d in sorted(moves)], size,
                            trigger))
+        if self.server is None:  # devices.csv: each device's edge server is its new one
+            tel.devices(np.asarray(new, dtype=np.int64))
         tel.clusters(ClustersRecord(env.now, self.policy.reason, grouping,
                                     [[int(d) for d in np.flatnonzero(new == e)] for e in self.groups],
                                     [f"{self.label} {e}" for e in self.groups], head={"generation": self.generation}))

@@ -343,3 +343,15 @@ def test_resume_gives_the_uninterrupted_run_with_its_regroupings(tmp_path, stop_
         run_scenario(load_scenario(str(path), overrides), out, progress=_stop_at(stop_at))
     assert resume_run(out).summary["status"] == "completed"
     assert_same_run(ref, out)
+
+
+def test_hierfavg_on_event_churn_fires_but_a_speed_grouping_moves_nobody():
+    # device 3 goes offline at 4.75, after its update arrived (4.5): at the first cloud boundary (5.0) the world
+    # differs in who is online; k-means on speeds gives the same groups, so nobody moves: a trace instant only
+    world = FakeWorld(SAMPLES, EDGE_OF, unit_s=UNIT_S)
+    env = FakeEnv(world, rounds=2, away={3: [(4.75, math.inf)]})
+    cfg = HierFAVGConfig(kappa1=1, kappa2=1, recluster={"name": "on_event", "watch": ["churn"]})
+    env.run(cfg.create(env))
+    instants = [c for c in env.telemetry.calls if c[0] == "instant" and c[1][1] == "regroup"]
+    assert [(c[1][2], c[2]["moved"], c[2]["changes"]) for c in instants] == [(5.0, [], ["churn"])]
+    assert not _regroups(env)
