@@ -1,16 +1,17 @@
-"""Re-grouping as a policy of the grouping (``protocol.recluster:``), shared by the hierarchical protocols.
+"""Re-grouping as a policy of the grouping (``protocol.recluster:``), shared by the grouping protocols.
 
-A :class:`Regrouping` is composed into a protocol whose devices are grouped under edge servers
-(HierFAVG, AHFL). The protocol tells it what happens — a group's round closed after ``round_s``
-(:meth:`Regrouping.round_closed`), a group's model was applied at the cloud
-(:meth:`Regrouping.applied`) — and asks it, at each of its decision points, whether to re-group
-(:meth:`Regrouping.due`). The policy (:mod:`hierfl.core.recluster`) decides when; the config's
-grouping plug-in forms the new groups from the world as it is now (:meth:`Regrouping.plan`); and
-:meth:`Regrouping.migrate` accounts the move: a ``regroup`` metric line, a ``clusters.jsonl``
-record, a ``regroup`` trace instant, ``devices.csv`` rewritten (edge servers), the ``devices_migrated``
-counter and, per moved device
-that is online, a model transfer from its new edge server (``migrate``, counted in
-``bytes_device_tier`` and ``bytes_migration``). The protocol then moves its own state.
+A :class:`Regrouping` is composed into a protocol whose devices are grouped: under edge servers
+(HierFAVG, AHFL) or into groups of its own (FedAT's tiers, FedHiSyn's capacity classes). The protocol
+tells it what happens — a group's round closed after ``round_s`` (:meth:`Regrouping.round_closed`),
+a group's model was applied at the cloud (:meth:`Regrouping.applied`) — and asks it, at each of its
+decision points, whether to re-group (:meth:`Regrouping.due`). The policy
+(:mod:`hierfl.core.recluster`) decides when; the config's grouping plug-in, or the protocol's own
+grouping, forms the new groups from the world as it is now (:meth:`Regrouping.plan`); and
+:meth:`Regrouping.migrate` accounts the move: a ``regroup`` metric line, a ``clusters.jsonl`` record,
+a ``regroup`` trace instant, ``devices.csv`` rewritten (edge servers), the ``devices_migrated``
+counter and, per moved device that is online, one model transfer from its new server (``migrate``,
+counted in the tier's byte counters and in ``bytes_migration``). The protocol then moves its own
+state.
 
 The triggers generalise the dynamic clustering of FedCH (Wang et al., "Accelerating Federated
 Learning with Cluster Construction and Hierarchical Aggregation", IEEE TMC 2023, §2.5).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def world_snapshot(env: Env) -> WorldSnapshot:
 
 @dataclass(frozen=True)
 class Migrate(DeviceMsg):
-    """The new edge server's model on its way to a device that moved to it."""
+    """The new group's model on its way to a device that moved to it (its migration transfer)."""
 
     group: int        # its new group: an edge server, or the protocol's own group (FedAT's tier, …)
     from_group: int
@@ -148,8 +149,8 @@ class Regrouping:
         if self.cfg.migration.transfer:
             for d, (src, dst) in moves.items():
                 if env.live.is_up(d):  # an offline device moves without a transfer: it gets a model when selected
-                    env.send(self.server or ("edge", dst), ("device", d), "migrate_done", Migrate(d, dst, src), "migrate",
-                             Priority.START)
+                    env.send(self.server or ("edge", dst), ("device", d), "migrate_done", Migrate(d, dst, src),
+                             "migrate", Priority.START)
                     sent += 1
         size = int(env.world.model_bytes) * sent
         tel.count("devices_migrated", len(moves))
@@ -166,7 +167,3 @@ class Regrouping:
                                     [[int(d) for d in np.flatnonzero(new == e)] for e in self.groups],
                                     [f"{self.label} {e}" for e in self.groups], head={"generation": self.generation}))
         return moves
-
-    def trace(self) -> dict[str, Any]:
-        """What to add to the protocol's state summary: the generation of the groups."""
-        return {"generation": self.generation}
