@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["ReclusterPolicy", "NeverPolicy", "PeriodicPolicy", "AdaptivePolicy", "EventPolicy", "WorldSnapshot",
-           "WORLD_CHANGES", "share_threshold", "moved_devices"]
+           "WORLD_CHANGES", "share_threshold", "moved_devices", "match_labels"]
 
 WORLD_CHANGES = ("slowdown", "link", "churn")
 """The kinds of world change an ``on_event`` policy can watch."""
@@ -50,6 +50,31 @@ def moved_devices(before: np.ndarray, after: np.ndarray) -> dict[int, tuple[int,
     if old.shape != new.shape:
         raise ValueError(f"assignments of different sizes: {old.shape} and {new.shape}")
     return {int(d): (int(old[d]), int(new[d])) for d in np.flatnonzero(old != new)}
+
+
+def match_labels(current: np.ndarray, new: np.ndarray, groups: int) -> np.ndarray:
+    """``new`` with its group ids renumbered to keep as many devices as possible where ``current`` has them.
+
+    For a grouping whose ids are arbitrary (k-means numbers its groups by speed rank): after a slowdown
+    the slow group may become the slowest and every rank shift by one, which would move almost every
+    device to another edge server for nothing. The renumbering is the permutation of ``0..groups-1``
+    that maximises the devices whose id stays (a linear assignment on the overlap counts; ties: the
+    lower ids first, as ``linear_sum_assignment`` breaks them).
+    """
+    from scipy.optimize import linear_sum_assignment  # noqa: PLC0415  (scipy only where it is needed)
+
+    old = np.asarray(current, dtype=np.int64)
+    lab = np.asarray(new, dtype=np.int64)
+    if old.shape != lab.shape:
+        raise ValueError(f"assignments of different sizes: {old.shape} and {lab.shape}")
+    if lab.size and (lab.min() < 0 or lab.max() >= groups or old.min() < 0 or old.max() >= groups):
+        raise ValueError(f"group ids must lie in 0..{groups - 1}")
+    overlap = np.zeros((groups, groups), dtype=np.int64)   # [new id, old id] → devices
+    np.add.at(overlap, (lab, old), 1)
+    rows, cols = linear_sum_assignment(-overlap)
+    rename = np.empty(groups, dtype=np.int64)
+    rename[rows] = cols
+    return rename[lab]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pydantic import Field, PositiveInt, model_validator
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
 from hierfl.core.recluster import (WORLD_CHANGES, AdaptivePolicy, EventPolicy, NeverPolicy, PeriodicPolicy,
-                                   ReclusterPolicy, share_threshold)
+                                   ReclusterPolicy, match_labels, share_threshold)
 from hierfl.topology.grouping import GROUPINGS, GroupingInputs
 
 if TYPE_CHECKING:
@@ -96,14 +96,21 @@ class ReclusterConfig(ConfigModel):
         re-clusters (WSCC: that round relays every update to the cloud); None: no fixed period."""
         return None
 
-    def regroup(self, world: World, slowdown: np.ndarray, rng: np.random.Generator, fallback: str) -> np.ndarray:
+    def regroup(self, world: World, slowdown: np.ndarray, rng: np.random.Generator, fallback: str,
+                current: np.ndarray) -> np.ndarray:
         """New group (edge id) of every device, by ``grouping`` (or ``fallback``, the protocol's own) on the
         world as it is now: each device's throughput divided by its ``slowdown`` factor now, the links as
-        link events left them. ``rng``: the re-grouping's stream (random and k-means seeding)."""
+        link events left them. ``rng``: the re-grouping's stream (random and k-means seeding). A grouping
+        whose ids are arbitrary is renumbered to keep as many devices as possible on their ``current``
+        edge server [D]."""
         name = self.grouping or fallback
         inputs = _RegroupInputs(world.samples, world.speed_sps / np.asarray(slowdown, dtype=np.float64),
                                 world.uplink_mbps, world.latency_ms, world.edge_latency_ms, None, 0, rng)
-        return GROUPINGS.get(name).model_validate({"name": name}).assign(inputs)  # type: ignore[no-any-return]
+        grouper = GROUPINGS.get(name).model_validate({"name": name})
+        labels = np.asarray(grouper.assign(inputs), dtype=np.int64)
+        if grouper.arbitrary_ids:
+            labels = match_labels(current, labels, inputs.num_edges)
+        return labels
 
 
 @RECLUSTER.register

@@ -361,7 +361,7 @@ class AHFL(Protocol):
         withdrawn (then restarted from the new one); shares and ``auto`` periods follow the new groups."""
         env = self.env
         old = np.array([self.leader_of[d] for d in range(env.world.num_devices)], dtype=np.int64)
-        new = self.regroup.plan()
+        new = self.regroup.plan(old)
         moves = moved_devices(old, new)
         restart = []
         if self.regroup.cfg.migration.in_flight == "abort":

@@ -321,7 +321,7 @@ class FedAT(Protocol):
         """Form the tiers again; a moved device's round in flight finishes in its old tier or is withdrawn; a tier
         that was idle (it had no device) and has some now begins a round."""
         old = self.tier_of.copy()
-        new = self.regroup.plan()
+        new = self.regroup.plan(old)
         moves = moved_devices(old, new)
         withdrawn = []
         if self.regroup.cfg.migration.in_flight == "abort":

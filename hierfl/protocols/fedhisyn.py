@@ -313,7 +313,7 @@ class FedHiSyn(Protocol):
     def _regroup(self) -> None:
         """Form the classes and rings again (between rounds: nothing is in flight)."""
         old = np.asarray(self.labels, dtype=np.int64).copy()
-        new = self.regroup.plan()
+        new = self.regroup.plan(old)
         self.regroup.migrate(old, new)
         self.labels = new
         self._rings()

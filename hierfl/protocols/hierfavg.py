@@ -321,7 +321,7 @@ class HierFAVG(Protocol):
     def _regroup(self) -> None:
         """Re-form the edge groups (every edge is idle): devices move with the migration the policy accounts;
         the new groups are also the ones recovered edge servers take back."""
-        new = self.regroup.plan()
+        new = self.regroup.plan(self.attached)
         self.regroup.migrate(self.attached.copy(), new)
         for e in self.edges:
             self._set_members(e, np.flatnonzero(new == e))

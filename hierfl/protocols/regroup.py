@@ -110,9 +110,9 @@ class Regrouping:
         return self.policy.world_changed(self.snapshot.changes(self._snapshot()))
 
     # -- the re-grouping ----------------------------------------------------------------------------
-    def plan(self) -> np.ndarray:
-        """Each device's new edge server, from the world now. A label outside ``groups`` (an edge server that had
-        no members at start takes no part) maps onto the groups in order."""
+    def plan(self, current: np.ndarray) -> np.ndarray:
+        """Each device's new edge server (``current``: each one's now), from the world now. A label outside
+        ``groups`` (an edge server that had no members at start takes no part) maps onto the groups in order."""
         env = self.env
         if self.own is not None and self.cfg.grouping is None:
             return np.asarray(self.own(), dtype=np.int64)
@@ -120,7 +120,7 @@ class Regrouping:
         factors = np.array([env.live.compute_factor(d) for d in range(n)], dtype=np.float64)
         # the initial grouping's own stream: re-grouping an unchanged world gives the groups it started with, so
         # nobody moves without a cause (a fresh seed would let k-means land on another optimum)
-        labels = self.cfg.regroup(env.world, factors, env.rng("topology.grouping"), self.fallback)
+        labels = self.cfg.regroup(env.world, factors, env.rng("topology.grouping"), self.fallback, current)
         edges = np.asarray(self.groups, dtype=np.int64)
         # a grouping labels 0..E-1; a protocol whose groups are a subset of the edges maps label i → i-th group
         new = np.where(np.isin(labels, edges), labels, edges[np.minimum(labels, edges.size - 1)])

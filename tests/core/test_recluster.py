@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hierfl.core.recluster import (AdaptivePolicy, EventPolicy, NeverPolicy, PeriodicPolicy, WorldSnapshot,
-                                   moved_devices, share_threshold)
+                                   match_labels, moved_devices, share_threshold)
 
 
 def test_share_threshold_is_the_ceiling_of_share_times_k():
@@ -58,3 +58,13 @@ def test_periodic_and_never():
     assert not p.aggregation_applied(0, False)
     n = NeverPolicy()
     assert n.static and not n.aggregation_applied(0, True) and not n.world_changed({"slowdown"})
+
+
+def test_match_labels_renumbers_groups_to_move_the_fewest_devices():
+    current = np.array([0, 0, 1, 1, 2, 2])
+    # the same three groups, numbered by another rank: nobody needs to move
+    assert match_labels(current, np.array([2, 2, 0, 0, 1, 1]), 3).tolist() == [0, 0, 1, 1, 2, 2]
+    # device 1 joins the group of 2 and 3; group ids shifted by one: only device 1 moves
+    assert match_labels(current, np.array([1, 2, 2, 2, 0, 0]), 3).tolist() == [0, 1, 1, 1, 2, 2]
+    with pytest.raises(ValueError, match="0..2"):
+        match_labels(current, np.array([0, 0, 1, 1, 2, 3]), 3)
