@@ -155,7 +155,8 @@ class AdaptiveRecluster(ReclusterConfig):
 
     @model_validator(mode="after")
     def _one_threshold(self) -> AdaptiveRecluster:
-        if self.share is not None and "k_tilde" in self.model_fields_set:
+        # (k_tilde at its default 1 with a share is what a resolved config holds: accepted, share decides)
+        if self.share is not None and self.k_tilde != 1:
             raise ValueError("give k_tilde or share, not both")
         return self
 

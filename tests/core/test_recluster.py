@@ -68,3 +68,12 @@ def test_match_labels_renumbers_groups_to_move_the_fewest_devices():
     assert match_labels(current, np.array([1, 2, 2, 2, 0, 0]), 3).tolist() == [0, 1, 1, 1, 2, 2]
     with pytest.raises(ValueError, match="0..2"):
         match_labels(current, np.array([0, 0, 1, 1, 2, 3]), 3)
+
+
+def test_adaptive_share_survives_a_resolved_config_and_sets_the_threshold():
+    from hierfl.policies.recluster import AdaptiveRecluster  # noqa: PLC0415  (the config layer, above the core)
+    cfg = AdaptiveRecluster(share=0.5)
+    again = AdaptiveRecluster.model_validate(cfg.model_dump())
+    assert again == cfg and again.make(4, 20).k_tilde == 2 and cfg.make(3, 20).k_tilde == 2   # ⌈0.5·4⌉, ⌈1.5⌉
+    with pytest.raises(ValueError, match="not both"):
+        AdaptiveRecluster(share=0.5, k_tilde=2)
