@@ -180,6 +180,7 @@ class FedAT(Protocol):
         env.tier("cloud").track_staleness()
         self.regroup = Regrouping(cfg.recluster, env, list(range(cfg.tiers)), fallback="fedat_tiers",
                                   own=self._retier, server=("cloud", 0), label="tier")
+        self.held: set[int] = set()  # tiers whose online members were all still in another tier's round
 
     def _retier(self) -> np.ndarray:
         """The tiers again, from each device's response time now (slowdowns, links as they are)."""
@@ -211,6 +212,13 @@ class FedAT(Protocol):
     def _begin_round(self, m: int) -> None:
         env, t = self.env, self.tiers[m]
         pool = env.live.available(t.members)
+        if pool and self.regroup.generation:  # after a re-tiering: a device still in its old tier's round waits
+            busy = self._busy_elsewhere(m)
+            pool = [d for d in pool if d not in busy]
+            if not pool:  # every online member is finishing elsewhere: that round's close begins this one
+                t.barrier = None
+                self.held.add(m)
+                return
         if not pool:  # the whole tier is offline: try again when one of it is back
             when = env.live.next_up(t.members)
             if math.isfinite(when):
@@ -230,6 +238,15 @@ class FedAT(Protocol):
                             functools.partial(self._close, m), info={"tier": m, "tier_round": t.round})
         for device in selected:
             self.send_model(device, "device_cloud", TierMsg(device, m, t.round))
+
+    def _busy_elsewhere(self, m: int) -> set[int]:
+        """Devices another tier's open round still waits for (moved here by a re-tiering, their old round
+        in flight): a device runs one job at a time."""
+        busy: set[int] = set()
+        for x, t in enumerate(self.tiers):
+            if x != m and t.open and t.barrier is not None:
+                busy |= t.barrier.waiting
+        return busy
 
     def _current(self, msg: TierMsg) -> Tier | None:
         t = self.tiers[msg.tier]
@@ -316,6 +333,9 @@ class FedAT(Protocol):
             if self.regroup.due():
                 self._regroup()
             self._begin_round(m)
+            for x in sorted(self.held - {m}):  # tiers that waited for devices finishing a round can begin now
+                self.held.discard(x)
+                self._begin_round(x)
 
     def _regroup(self) -> None:
         """Form the tiers again; a moved device's round in flight finishes in its old tier or is withdrawn; a tier

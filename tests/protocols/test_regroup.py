@@ -355,3 +355,21 @@ def test_hierfavg_on_event_churn_fires_but_a_speed_grouping_moves_nobody():
     instants = [c for c in env.telemetry.calls if c[0] == "instant" and c[1][1] == "regroup"]
     assert [(c[1][2], c[2]["moved"], c[2]["changes"]) for c in instants] == [(5.0, [], ["churn"])]
     assert not _regroups(env)
+
+
+def test_fedat_a_device_finishing_its_old_tier_round_joins_the_new_tier_after():
+    # device 2 becomes 4× faster at t = 1 (unit 1 s): at 1.5 (tier 0's close) it moves to tier 0 while its tier-1
+    # job (0.25 → 4.25, started before the speed-up) is in flight. `finish`: that job still goes to tier 1
+    # (arrives 4.5); tier 0's rounds at 1.5 and 3.0 leave it out (one job at a time); the round at 4.5 has it
+    world = FakeWorld(SAMPLES, unit_s=UNIT_S)
+    world.model_bytes = MODEL_BYTES
+    env = FakeEnv(world, rounds=8, slow={2: [(1.0, math.inf, 0.25)]})
+    cfg = FedATConfig(tiers=2, tiering="kmeans", fraction=1.0, recluster={"name": "on_event"})
+    log = env.run(cfg.create(env))
+    [rec] = _regroups(env)
+    assert (rec.moved, rec.from_group, rec.to_group) == ([2], [1], [0])
+    starts = [(t, p) for t, kind, p, *_ in log if kind == "train_start" and p.startswith("device=2")]
+    assert starts[:2] == [(0.25, "device=2 tier=1 round=0"), (4.75, "device=2 tier=0 round=3")]
+    assert (4.5, "upload_done", "device=2 tier=1 round=0") in log
+    assert (1.75, "train_start", "device=0 tier=0 round=1") in log and \
+        not any(p == "device=2 tier=0 round=1" or p == "device=2 tier=0 round=2" for _, _, p, *_ in log)
