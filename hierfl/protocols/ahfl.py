@@ -201,6 +201,7 @@ class AHFL(Protocol):
         self.parked: dict[int, set[int]] = {}             # leader → devices waiting for it
         self.regroup = Regrouping(cfg.recluster, env, self.leaders)  # recluster:
         self.sent_at: dict[int, float] = {}               # device → when its current job's download was sent
+        self.timing = self.regroup.active                 # only a policy that can fire pays for the round trips
         env.tier("edge").track_staleness()
         env.tier("cloud").track_staleness()
 
@@ -227,7 +228,8 @@ class AHFL(Protocol):
             self.parked.setdefault(e, set()).add(device)
             return
         self.busy_at[device] = e
-        self.sent_at[device] = self.env.now
+        if self.timing:
+            self.sent_at[device] = self.env.now
         version = self.version[e]
         self.start_of[device] = (self.model[e], version)
         # send_model(device, "device_edge", msg), without its two frames (one download per job)
@@ -293,7 +295,8 @@ class AHFL(Protocol):
             self.version[e] += 1
             self.model[e] = env.tier("edge", e).step(self.model[e], deltas, [u.device for u, _ in kept],
                                                      [t for _, t in kept], self.version[e], len(queue))
-            self.regroup.round_closed(e, max(u.trip_s for u, _ in kept))
+            if self.timing:
+                self.regroup.round_closed(e, max(u.trip_s for u, _ in kept))
             if env.live.server_up(CLOUD):  # else the progress accumulates, pushed when the cloud is back
                 self._push(e)
         if not env.stopping:
