@@ -11,7 +11,9 @@ A protocol runs against it exactly as against the driver, but everything is chec
   0.5 s, device ↔ device 0.125 s; a pair can be overridden) and fires ``on_<event>`` on arrival;
 * models are Python floats and every aggregation point (:class:`FakeAggregator`) does the float
   arithmetic: ``add``/``commit`` a weighted mean, ``step`` ``base + Σ c·(a − b)`` and so on;
-* everyone is online (unless ``away`` windows say otherwise), servers are up, SCAFFOLD is off.
+* everyone is online (unless ``away`` windows say otherwise), servers are up, SCAFFOLD is off;
+  devices compute at their ``unit_s`` unless ``slow`` windows ``(start, end, factor)`` say otherwise
+  (a job takes its time at the factor in force when it starts).
 
 :class:`FakeEnv` keeps an **event log**: one ``(t, kind, payload)`` line per dispatched event and one
 ``(t, "tier", tier, entity, method, summary)`` line per aggregation call, in the order they happen.
@@ -58,6 +60,9 @@ class FakeWorld:
         self.latency_ms = np.zeros(n)
         self.edge_latency_ms = np.zeros((n, e))
         self.model_bytes = 0
+        # what a grouping reads (re-grouping): throughput such that samples / speed = unit_s; equal links
+        self.speed_sps = self.samples / self.unit_s
+        self.uplink_mbps = np.ones(n)
 
     @property
     def num_devices(self) -> int:
@@ -132,8 +137,10 @@ class FakeTelemetry:
 class FakeLive:
     """Who is online (everyone, minus ``away`` windows), which servers are down (none), no slowdowns."""
 
-    def __init__(self, env: FakeEnv, away: dict[int, list[tuple[float, float]]] | None = None) -> None:
+    def __init__(self, env: FakeEnv, away: dict[int, list[tuple[float, float]]] | None = None,
+                 slow: dict[int, list[tuple[float, float, float]]] | None = None) -> None:
         self.env = env
+        self.slow = dict(slow or {})
         n = env.world.num_devices
         self.availability = Availability([None] * n, [list((away or {}).get(d, [])) for d in range(n)])
         self.down: set[tuple[str, int]] = set()
@@ -163,11 +170,13 @@ class FakeLive:
         return tuple(server) not in self.down
 
     def compute_factor(self, device: int) -> float:
-        return 1.0
+        now = self.env.now
+        return math.prod(f for a, b, f in self.slow.get(int(device), []) if a <= now < b)
 
     def current_compute_s(self, spec: TrainSpec | None = None) -> np.ndarray:
         world = self.env.world
-        return np.array([world.compute_s(d, spec or self.env.spec) for d in range(world.num_devices)])
+        return np.array([world.compute_s(d, spec or self.env.spec) * self.compute_factor(d)
+                         for d in range(world.num_devices)])
 
     def current_upload_s(self) -> np.ndarray:
         world = self.env.world
@@ -285,7 +294,8 @@ class FakeEnv:
     def __init__(self, world: FakeWorld, *, spec: TrainSpec | None = None, straggler: Any = None,
                  cloud_straggler: Any = None, rounds: int | None = None, time_budget_s: float | None = None,
                  global_model: float = 0.0, seed: int = 7, away: dict[int, list[tuple[float, float]]] | None = None,
-                 similarity: Any = None, loss: float = 1.0) -> None:
+                 similarity: Any = None, loss: float = 1.0,
+                 slow: dict[int, list[tuple[float, float, float]]] | None = None) -> None:
         self.world = world
         self.spec = spec or TrainSpec(epochs=1)
         self.straggler = straggler or WaitAll()
@@ -297,7 +307,7 @@ class FakeEnv:
         self.loss = loss
         self.queue = EventQueue()
         self.telemetry = FakeTelemetry()
-        self.live = FakeLive(self, away)
+        self.live = FakeLive(self, away, slow)
         self.scaffold = NoScaffold()
         self.global_model: Any = global_model
         self.stopping = False
@@ -327,7 +337,7 @@ class FakeEnv:
 
     # -- jobs
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:
-        return self.world.compute_s(device, spec or self.spec)
+        return self.world.compute_s(device, spec or self.spec) * self.live.compute_factor(device)
 
     def start_job(self, device: int, model: Any, payload: Any, spec: TrainSpec | None = None,
                   control: Any = None, done: str = "train_done", end: float | None = None) -> tuple[Job, Event]:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 __all__ = ["OPEN_FIELDS", "Record", "RunStart", "RunEnd", "Eval", "EdgeAggregate", "CloudAggregate", "RoundClose", "RoundEmpty",
            "UpdateDropped", "NonFiniteUpdate", "RobustAggregate", "DeviceLostRecord", "LinkChange", "Recluster",
-           "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach", "Recovered"]
+           "LeaderLost", "ClustersRecord", "ServerFail", "ServerRecover", "FaultLoss", "Reattach", "Recovered", "Regroup"]
 
 # the field of a record whose mapping is spread into the line (a record with one is open)
 OPEN_FIELDS = frozenset({"extra"})
@@ -274,6 +274,24 @@ class Reattach(Record):
     from_edge: int
     to_edge: int
     reason: str
+
+
+@dataclass(frozen=True)
+class Regroup(Record):
+    """A re-clustering policy re-formed the groups of a hierarchical protocol (``recluster:``): which devices
+    moved (``moved[i]`` from group ``from_group[i]`` to ``to_group[i]``: edge servers, or
+    a protocol's own groups such as FedAT's tiers), and the bytes their migration transfers
+    cost; ``extra``: what the trigger saw."""
+
+    EVENT: ClassVar[str] = "regroup"
+    reason: str
+    generation: int
+    grouping: str
+    moved: list[int]
+    from_group: list[int]
+    to_group: list[int]
+    migration_bytes: int
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

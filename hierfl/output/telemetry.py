@@ -23,11 +23,14 @@ from hierfl.env.records import ClustersRecord, Record
 from hierfl.output.files import ClustersWriter, MetricsWriter, prepare_dir, write_devices
 from hierfl.output.trace import CounterTrack, TraceWriter
 
-__all__ = ["COUNTERS", "RunTelemetry"]
+__all__ = ["COUNTERS", "OPTIONAL_COUNTERS", "RunTelemetry"]
 
 COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_jobs", "compute_s",
             "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d",
             "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
+# counters a feature adds on its first count (only the runs that use it carry them, so others' totals
+# stay as they were): re-grouping (``protocol.recluster``) counts the devices it moved and their transfers
+OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration"})
 
 
 def _hist_mean(hist: dict[int, int]) -> float | None:
@@ -76,8 +79,13 @@ class RunTelemetry:
 
     # -- the Telemetry interface -----------------------------------------------------------------
     def count(self, name: str, by: float = 1) -> None:
-        """Add ``by`` to counter ``name``."""
-        self.counters[name] += by
+        """Add ``by`` to counter ``name`` (an optional one starts at 0 on its first count)."""
+        try:
+            self.counters[name] += by
+        except KeyError:
+            if name not in OPTIONAL_COUNTERS:
+                raise
+            self.counters[name] = by
 
     def record(self, rec: Record) -> dict[str, Any]:
         """Append one metric line now (the trace is flushed with it); returns the line."""

@@ -18,6 +18,13 @@ docs/explanation/algorithms.md §4.3 (the paper body was not reachable; the queu
 Leaders are the edge servers of ``topology`` (grouping ``nearest`` / ``random`` /
 ``round_robin``); versions only move on applied aggregations, so staleness is bounded by the
 number of aggregations at the aggregator that measures it.
+
+Re-grouping (``recluster:``, :mod:`hierfl.protocols.regroup`): a leader aggregation's "round time" is
+the longest round trip (download sent → update arrived) among the updates it applies [D]; each leader
+push applied at the cloud counts for the ``periodic`` trigger; the groups are re-formed at a cloud tick
+(while no leader is down or recovering [D]). A moved device's job in flight finishes for its old leader
+or is withdrawn (``migration.in_flight``); its next job starts from its new leader, and the cloud
+weights ``n_k/N`` and ``auto`` leader periods follow the new groups.
 """
 
 from __future__ import annotations
@@ -31,11 +38,14 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, field_validator
 
 from hierfl.config.errors import Problem
+from hierfl.core.recluster import moved_devices
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload, Timer
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
+from hierfl.policies.recluster import RECLUSTER, NeverRecluster
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.regroup import Regrouping
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -100,6 +110,10 @@ class AHFLConfig(ProtocolConfig):
         default="auto", description="seconds; auto = 2 × median of the leader periods [D]")
     cloud_weight: Literal["samples", "devices"] = Field(default="samples", description="n_k/N counts [D]")
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
+    recluster: RECLUSTER.union() = Field(  # type: ignore[valid-type]
+        default=NeverRecluster(),
+        description="when and how the leader groups are re-formed (never, periodic, adaptive, on_event); applied "
+                    "at a cloud tick")
 
     @field_validator("leader_period", "cloud_period", mode="before")
     @classmethod
@@ -128,6 +142,7 @@ class _DeviceUpdate:
     start: Any
     version: int
     samples: float
+    trip_s: float = 0.0   # download sent → update arrived (the adaptive re-grouping trigger's round time)
 
 
 @dataclass
@@ -184,6 +199,9 @@ class AHFL(Protocol):
         self.recovering: set[int] = set()                 # back up, waiting for the global model
         self.recovery_sent: set[int] = set()              # ... which is on its way
         self.parked: dict[int, set[int]] = {}             # leader → devices waiting for it
+        self.regroup = Regrouping(cfg.recluster, env, self.leaders)  # recluster:
+        self.sent_at: dict[int, float] = {}               # device → when its current job's download was sent
+        self.timing = self.regroup.active                 # only a policy that can fire pays for the round trips
         env.tier("edge").track_staleness()
         env.tier("cloud").track_staleness()
 
@@ -210,6 +228,8 @@ class AHFL(Protocol):
             self.parked.setdefault(e, set()).add(device)
             return
         self.busy_at[device] = e
+        if self.timing:
+            self.sent_at[device] = self.env.now
         version = self.version[e]
         self.start_of[device] = (self.model[e], version)
         # send_model(device, "device_edge", msg), without its two frames (one download per job)
@@ -230,9 +250,9 @@ class AHFL(Protocol):
         start, version = self.start_of.pop(device)
         self.busy_at.pop(device, None)
         queue = self.queue[e]
-        queue.append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
-                                   float(self._samples.item(device))))
         env = self.env
+        queue.append(_DeviceUpdate(device, self.jobs.pop(device).params, start, version,
+                                   float(self._samples.item(device)), env.now - self.sent_at.get(device, env.now)))
         env.tier("edge", e).queue(len(queue))
         if not env.stopping:
             self._send(device)
@@ -275,6 +295,8 @@ class AHFL(Protocol):
             self.version[e] += 1
             self.model[e] = env.tier("edge", e).step(self.model[e], deltas, [u.device for u, _ in kept],
                                                      [t for _, t in kept], self.version[e], len(queue))
+            if self.timing:
+                self.regroup.round_closed(e, max(u.trip_s for u, _ in kept))
             if env.live.server_up(CLOUD):  # else the progress accumulates, pushed when the cloud is back
                 self._push(e)
         if not env.stopping:
@@ -325,13 +347,48 @@ class AHFL(Protocol):
             self.cloud_version += 1
             env.set_global(env.tier("cloud").step(env.global_model, deltas, [u.leader for u, _ in kept],
                                                   [t for _, t in kept], self.cloud_version, len(queue), source="edge"))
+            for u, _ in kept:
+                self.regroup.applied(u.leader)
             if not env.stopping and env.live.server_up(CLOUD):  # else sent when the cloud is back
                 for e in self.leaders:
                     if self.down and (e in self.down or e in self.recovering):
                         continue
                     self._send_global(e)
+        if not env.stopping and not self.down and not self.recovering and self.regroup.due():
+            self._regroup()
         if not env.stopping:
             env.schedule(self.cloud_period, "cloud_tick", Timer(), Priority.CONTROL)
+
+    def _regroup(self) -> None:
+        """Re-form the leader groups now: moved devices' jobs in flight finish for their old leader or are
+        withdrawn (then restarted from the new one); shares and ``auto`` periods follow the new groups."""
+        env = self.env
+        old = np.array([self.leader_of[d] for d in range(env.world.num_devices)], dtype=np.int64)
+        new = self.regroup.plan(old)
+        moves = moved_devices(old, new)
+        restart = []
+        if self.regroup.cfg.migration.in_flight == "abort":
+            for d in moves:
+                if d in self.busy_at:  # withdrawn before the migration transfer starts (which it would cancel)
+                    self.abandon(d)
+                    self.start_of.pop(d, None)
+                    del self.busy_at[d]
+                    restart.append(d)
+        self.regroup.migrate(old, new)
+        for d, (src, dst) in moves.items():
+            self.leader_of[d] = dst
+            self.group[src].discard(d)
+            self.group[dst].add(d)
+        self.members = {e: np.asarray(sorted(self.group[e]), dtype=np.int64) for e in self.leaders}
+        size = {e: float(self._samples[m].sum()) if self.cfg.cloud_weight == "samples" else float(m.size)
+                for e, m in self.members.items()}
+        total = sum(size.values())
+        self.share = {e: size[e] / total for e in self.leaders}
+        if self.cfg.leader_period == "auto":  # an empty group keeps its period (its ticks find no updates)
+            self.leader_period = {e: self._leader_period(e) if self.members[e].size else self.leader_period[e]
+                                  for e in self.leaders}
+        for d in restart:
+            self._send(d)
 
     def _send_global(self, e: int) -> None:
         self.sent[(e, self.cloud_version)] = self.env.global_model

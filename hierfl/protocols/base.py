@@ -134,6 +134,10 @@ class Protocol:
     def on_device_lost(self, event: Event) -> None:
         """A device dropped out (offline, dropout); override to react. Its work is already accounted."""
 
+    def on_migrate_done(self, event: Event) -> None:
+        """A re-grouped device has its new edge server's model (:mod:`hierfl.protocols.regroup`); the transfer
+        is its cost, already counted. A protocol whose devices wait for it overrides this."""
+
     # a protocol that declares `supports_infra_faults` overrides these four; no other protocol gets them
     # (the scenario checks refuse edge_fail / cloud_fail events for it)
     def on_edge_down(self, event: Event) -> None:

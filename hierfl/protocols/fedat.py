@@ -30,6 +30,13 @@ remembered, not re-checked; [D]: our choice, a knob where it matters):
 
 Timing: a tier round lasts ``max over its selected devices of (download + compute + upload)``
 (straggler policies of ``straggler:`` apply inside a tier); server aggregation is instantaneous.
+
+Re-tiering (``recluster:``, :mod:`hierfl.protocols.regroup`; beyond the paper, whose tiering module
+re-profiles periodically): the groups are the tiers, formed again by the same ``tiering`` from each
+device's response time *now* (slowdowns, link changes). A tier round's duration feeds the
+``adaptive`` trigger and each tier model applied the ``periodic`` one; the decision is taken when a
+tier's round closes. A moved device's round in flight in its old tier finishes there or is withdrawn
+(``migration.in_flight``); its migration transfer is the global model from the cloud [D].
 """
 
 from __future__ import annotations
@@ -44,9 +51,12 @@ from pydantic import Field
 
 from hierfl.config.errors import Problem
 from hierfl.core.capacity import capacity_classes
+from hierfl.core.recluster import moved_devices
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import ClustersRecord, Env, Payload, RoundEmpty
+from hierfl.policies.recluster import RECLUSTER, NeverRecluster
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.regroup import Regrouping
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -124,6 +134,10 @@ class FedATConfig(ProtocolConfig):
     lam: float = Field(default=0.0, ge=0.0, description="λ of the local constraint term (λ/2)‖w − w_global‖² [K/D]")
     compression: Literal["none"] = Field(
         default="none", description="the paper's polyline-encoding compression is not implemented")
+    recluster: RECLUSTER.union() = Field(  # type: ignore[valid-type]
+        default=NeverRecluster(),
+        description="when the tiers are formed again from the response times now (never, periodic, adaptive, "
+                    "on_event); decided when a tier round closes")
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """M within 1..N; devices talk to the cloud directly, so no edge servers."""
@@ -135,6 +149,9 @@ class FedATConfig(ProtocolConfig):
             problems.append(Problem("topology.edge_servers",
                                     "fedat's devices talk to the cloud directly; allowed: 0",
                                     scenario.topology.edge_servers))
+        if self.recluster.grouping is not None:
+            problems.append(Problem("protocol.recluster.grouping", "fedat's groups are its tiers, formed by its "
+                                    "tiering from response times; allowed: null", self.recluster.grouping))
         return problems
 
     def create(self, env: Env) -> FedAT:
@@ -161,6 +178,18 @@ class FedAT(Protocol):
         self.seq = 0                # barrier ids, unique across tiers (the deadline event names one)
         self.initial: Any = None
         env.tier("cloud").track_staleness()
+        self.regroup = Regrouping(cfg.recluster, env, list(range(cfg.tiers)), fallback="fedat_tiers",
+                                  own=self._retier, server=("cloud", 0), label="tier")
+        self.held: set[int] = set()  # tiers whose online members were all still in another tier's round
+
+    def _retier(self) -> np.ndarray:
+        """The tiers again, from each device's response time now (slowdowns, links as they are)."""
+        env = self.env
+        world = env.world
+        self.response_s = np.array([world.download_s(i) for i in range(world.num_devices)], dtype=np.float64) + \
+            np.asarray(env.live.current_compute_s(self.spec), dtype=np.float64) + \
+            np.asarray(env.live.current_upload_s(), dtype=np.float64)
+        return capacity_classes(self.response_s, self.cfg.tiers, self.cfg.tiering).astype(np.int64)
 
     def clusters_record(self) -> ClustersRecord:
         """The tiers (fastest first) and their devices' profiled response times."""
@@ -183,6 +212,13 @@ class FedAT(Protocol):
     def _begin_round(self, m: int) -> None:
         env, t = self.env, self.tiers[m]
         pool = env.live.available(t.members)
+        if pool and self.regroup.generation:  # after a re-tiering: a device still in its old tier's round waits
+            busy = self._busy_elsewhere(m)
+            pool = [d for d in pool if d not in busy]
+            if not pool:  # every online member is finishing elsewhere: that round's close begins this one
+                t.barrier = None
+                self.held.add(m)
+                return
         if not pool:  # the whole tier is offline: try again when one of it is back
             when = env.live.next_up(t.members)
             if math.isfinite(when):
@@ -202,6 +238,15 @@ class FedAT(Protocol):
                             functools.partial(self._close, m), info={"tier": m, "tier_round": t.round})
         for device in selected:
             self.send_model(device, "device_cloud", TierMsg(device, m, t.round))
+
+    def _busy_elsewhere(self, m: int) -> set[int]:
+        """Devices another tier's open round still waits for (moved here by a re-tiering, their old round
+        in flight): a device runs one job at a time."""
+        busy: set[int] = set()
+        for x, t in enumerate(self.tiers):
+            if x != m and t.open and t.barrier is not None:
+                busy |= t.barrier.waiting
+        return busy
 
     def _current(self, msg: TierMsg) -> Tier | None:
         t = self.tiers[msg.tier]
@@ -239,8 +284,11 @@ class FedAT(Protocol):
         t.barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
-        """A selected device dropped out: its tier's round no longer waits for it."""
-        t = self.tiers[int(self.tier_of[event.payload.device])]
+        """A selected device dropped out: its tier's round no longer waits for it (the tier of the round it was in:
+        after a re-tiering that may be its old one)."""
+        origin = event.payload.origin
+        m = origin.tier if isinstance(origin, TierMsg) else int(self.tier_of[event.payload.device])
+        t = self.tiers[m]
         if t.open:
             assert t.barrier is not None
             t.barrier.drop(event.payload.device)
@@ -278,5 +326,34 @@ class FedAT(Protocol):
             tau = self.version - t.start_version
             self.version += 1
             cloud.applied([m], [weights[m]], [tau], self.version, 1, source="edge")
+            assert t.barrier is not None
+            self.regroup.round_closed(m, env.now - t.barrier.started)
+            self.regroup.applied(m)
         if not env.stopping:
+            if self.regroup.due():
+                self._regroup()
             self._begin_round(m)
+            for x in sorted(self.held - {m}):  # tiers that waited for devices finishing a round can begin now
+                self.held.discard(x)
+                self._begin_round(x)
+
+    def _regroup(self) -> None:
+        """Form the tiers again; a moved device's round in flight finishes in its old tier or is withdrawn; a tier
+        that was idle (it had no device) and has some now begins a round."""
+        old = self.tier_of.copy()
+        new = self.regroup.plan(old)
+        moves = moved_devices(old, new)
+        withdrawn = []
+        if self.regroup.cfg.migration.in_flight == "abort":
+            for d, (src, _) in moves.items():
+                t = self.tiers[src]
+                if t.open and t.barrier is not None and d in t.barrier.waiting:
+                    self.abandon(d)  # before the migration transfer, which abandoning would cancel
+                    withdrawn.append((d, t))
+        self.regroup.migrate(old, new)
+        self.tier_of = new
+        for m, t in enumerate(self.tiers):
+            t.members = [int(d) for d in np.flatnonzero(new == m)]
+        for d, t in withdrawn:
+            if t.barrier is not None:
+                t.barrier.drop(d)  # may close that tier's round (and begin its next)

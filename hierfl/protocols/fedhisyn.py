@@ -19,6 +19,14 @@ One round (docs/explanation/algorithms.md §3.3; [D] unless noted)::
 
 ``T = auto`` is ``max_i (t_i + C_com(i, succ(i)))`` so every device finishes at least one unit.
 Uploads go device → cloud directly (the [D] default); a class leader is not implemented.
+
+Re-classing (``recluster:``, :mod:`hierfl.protocols.regroup`; beyond the paper): the groups are the
+capacity classes, formed again by the same ``classing`` from each device's unit time *now*
+(slowdowns), with new rings (and a new ``T`` when it is ``auto``) [D]. A class's round time for the
+``adaptive`` trigger is the longest mean unit time among its members that round [D] (a round itself
+always lasts ``T``); each class counts once per round for ``periodic``. The decision is taken
+between rounds, when nothing is in flight; a moved device's migration transfer is the global
+model from the cloud [D].
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ from pydantic import Field, PositiveInt, field_validator
 
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.capacity import capacity_classes, ring_orders, ring_successors
+from hierfl.policies.recluster import RECLUSTER, NeverRecluster
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import ClustersRecord, Env, Job
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.regroup import Regrouping
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -79,6 +89,10 @@ class FedHiSynConfig(ProtocolConfig):
     arrival_policy: Literal["latest", "average"] = Field(
         default="latest", description="after a unit: adopt the newest arrived model, or average own + arrived")
     upload: Literal["direct"] = Field(default="direct", description="device → cloud (a class leader is not implemented)")
+    recluster: RECLUSTER.union() = Field(  # type: ignore[valid-type]
+        default=NeverRecluster(),
+        description="when the capacity classes and rings are formed again from the unit times now (never, "
+                    "periodic, adaptive, on_event); decided between rounds")
 
     @field_validator("T", mode="before")
     @classmethod
@@ -99,6 +113,12 @@ class FedHiSynConfig(ProtocolConfig):
             problems.append(Problem("topology.edge_servers",
                                     "fedhisyn uploads device → cloud directly (protocol.upload: direct); allowed: 0",
                                     scenario.topology.edge_servers))
+        if self.recluster.grouping is not None:
+            problems.append(Problem("protocol.recluster.grouping", "fedhisyn's groups are its capacity classes, "
+                                    "formed by its classing from unit times; allowed: null", self.recluster.grouping))
+        if self.recluster.migration.in_flight != "finish":
+            problems.append(Problem("protocol.recluster.migration.in_flight", "fedhisyn re-classes between rounds, "
+                                    "when no work is in flight; allowed: finish", self.recluster.migration.in_flight))
         return problems
 
     def create(self, env: Env) -> FedHiSyn:
@@ -117,10 +137,7 @@ class FedHiSyn(Protocol):
         n = world.num_devices
         self.unit_s = np.array([world.compute_s(i, self.unit_spec) for i in range(n)], dtype=np.float64)
         self.labels = capacity_classes(self.unit_s, cfg.k, cfg.classing)
-        self.rings = ring_orders(self.labels, self.unit_s)
-        self.succ = ring_successors(self.rings, n)
-        self.hop_s = np.array([world.d2d_s(i, int(self.succ[i])) if self.succ[i] != i else 0.0 for i in range(n)])
-        self.round_s = float(np.max(self.unit_s + self.hop_s)) if cfg.T == "auto" else float(cfg.T)
+        self._rings()
         if self.round_s < float(self.unit_s.min()):
             raise ConfigError([Problem("protocol.T", f"no device can finish a unit: the fastest needs "
                                        f"{self.unit_s.min():.6g} s; allowed: >= that, or 'auto'", cfg.T)])
@@ -129,6 +146,22 @@ class FedHiSyn(Protocol):
         self._hop_seq = 0
         self._hops: dict[int, Any] = {}  # model handles travelling on ring links, by hop id
         self._reset_round()
+        self.regroup = Regrouping(cfg.recluster, env, list(range(cfg.k)), fallback="capacity_classes",
+                                  own=self._reclass, server=("cloud", 0), label="class")
+
+    def _rings(self) -> None:
+        """Rings (fastest → slowest) of the classes ``labels``, ring successors, hop times and ``T`` (auto)."""
+        world, cfg = self.env.world, self.cfg
+        n = world.num_devices
+        self.rings = ring_orders(self.labels, self.unit_s)
+        self.succ = ring_successors(self.rings, n)
+        self.hop_s = np.array([world.d2d_s(i, int(self.succ[i])) if self.succ[i] != i else 0.0 for i in range(n)])
+        self.round_s = float(np.max(self.unit_s + self.hop_s)) if cfg.T == "auto" else float(cfg.T)
+
+    def _reclass(self) -> np.ndarray:
+        """The capacity classes again, from each device's unit time now."""
+        self.unit_s = np.asarray(self.env.live.current_compute_s(self.unit_spec), dtype=np.float64)
+        return capacity_classes(self.unit_s, self.cfg.k, self.cfg.classing).astype(np.int64)
 
     def _reset_round(self) -> None:
         n = self.env.world.num_devices
@@ -261,4 +294,26 @@ class FedHiSyn(Protocol):
         env.set_global(env.tier("cloud").commit(sorted(self.submitters), base=self.round_model))
         self.round += 1
         if not env.stopping:
+            self._classes_closed()
+            if self.regroup.due():
+                self._regroup()
             self._begin_round()
+
+    def _classes_closed(self) -> None:
+        """Tell the trigger each class's round time (the longest mean unit time among its members) and that
+        its models were applied."""
+        if self.regroup.policy.static:
+            return
+        for c, ring in enumerate(self.rings):
+            done = [d for d in ring if self.units[d] > 0]
+            if done:
+                self.regroup.round_closed(c, max(float(self.busy_s[d] / self.units[d]) for d in done))
+                self.regroup.applied(c)
+
+    def _regroup(self) -> None:
+        """Form the classes and rings again (between rounds: nothing is in flight)."""
+        old = np.asarray(self.labels, dtype=np.int64).copy()
+        new = self.regroup.plan(old)
+        self.regroup.migrate(old, new)
+        self.labels = new
+        self._rings()

@@ -10,6 +10,11 @@ edge sends its model to the cloud, which waits for all edges and averages them w
 With ``fraction < 1`` an edge samples ``max(⌊frac·|C_ℓ|⌋, 1)`` devices per edge round without
 replacement with probability ∝ sample count (as the reference code does). Training
 ``epochs``/``steps`` are ignored: the local budget is ``kappa1`` steps.
+
+Re-grouping (``recluster:``, :mod:`hierfl.protocols.regroup`): an edge round's duration feeds the
+``adaptive`` trigger and each edge model applied at the cloud the ``periodic`` one; the groups are
+re-formed only between cloud rounds, when every edge is idle, so no work is in flight when a device
+moves [D]. An edge left without devices sits out the cloud rounds until a re-grouping gives it some.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from hierfl.config.errors import Problem
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
+from hierfl.policies.recluster import RECLUSTER, NeverRecluster
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.regroup import Regrouping
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -73,11 +80,18 @@ class HierFAVGConfig(ProtocolConfig):
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
     kappa2: PositiveInt = Field(default=1, description="edge aggregations per cloud aggregation")
     fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="fraction of an edge's devices per edge round")
+    recluster: RECLUSTER.union() = Field(  # type: ignore[valid-type]
+        default=NeverRecluster(),
+        description="when and how the edge groups are re-formed (never, periodic, adaptive, on_event); applied "
+                    "between cloud rounds")
 
     def check(self, scenario: Scenario) -> list[Problem]:
-        """HierFAVG needs edge servers."""
+        """HierFAVG needs edge servers; its re-grouping has no work in flight to abort."""
         if (scenario.topology.edge_servers or 0) < 1:
             return [Problem("topology.edge_servers", "hierfavg needs at least 1 edge server", 0)]
+        if self.recluster.migration.in_flight != "finish":
+            return [Problem("protocol.recluster.migration.in_flight", "hierfavg re-groups between cloud rounds, "
+                            "when no work is in flight; allowed: finish", self.recluster.migration.in_flight)]
         return []
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
@@ -121,6 +135,10 @@ class HierFAVG(Protocol):
         self.owed: set[int] = set()                # must push to the cloud at their next edge round's close
         self.hungry: set[int] = set()              # lost the global model on its way: sent again when the cloud is back
         self.broadcast_owed = False                # a cloud round closed while the cloud was unreachable
+        # re-grouping (recluster:): edge round start times feed its adaptive trigger
+        self.regroup = Regrouping(cfg.recluster, env, self.edges)
+        self.round_began: dict[int, float] = {}
+        self.benched: set[int] = set()             # edges a re-grouping left without devices
 
     def start(self) -> None:
         """Every edge starts its first round from the initial model at t = 0."""
@@ -155,6 +173,7 @@ class HierFAVG(Protocol):
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
                                      functools.partial(self._close_edge_round, edge))
         self.edge_start[edge] = self.edge_model[edge]
+        self.round_began[edge] = env.now
         for device in self.selected[edge]:
             self.send_model(device, "device_edge", EdgeMsg(device, edge))
 
@@ -212,6 +231,7 @@ class HierFAVG(Protocol):
             self.edge_model[edge] = env.tier("edge", edge).commit(sorted(arrived), base=self.edge_start[edge],
                                                                   pack_control=upload and env.scaffold.on)
         self.edge_round[edge] += 1
+        self.regroup.round_closed(edge, env.now - self.round_began.get(edge, env.now))
         if upload:
             self.owed.discard(edge)
             self.uploading[edge] = env.send(("edge", edge), ("cloud", 0), "edge_upload_done",
@@ -221,8 +241,9 @@ class HierFAVG(Protocol):
 
     # -- the cloud round -----------------------------------------------------------------------------
     def _live(self) -> list[int]:
-        """The edge servers that are up."""
-        return [e for e in self.edges if e not in self.down] if self.down else list(self.edges)
+        """The edge servers that are up (and have devices)."""
+        out = [e for e in self.edges if e not in self.down] if self.down else list(self.edges)
+        return [e for e in out if e not in self.benched] if self.benched else out
 
     def _begin_cloud_round(self) -> None:
         policy = self.env.cloud_straggler
@@ -252,6 +273,7 @@ class HierFAVG(Protocol):
         edge = event.payload.edge
         self.uploading.pop(edge, None)
         env.tier("cloud").add(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.scaffold.on else None)
+        self.regroup.applied(edge)
         assert self.cloud_barrier is not None
         self.cloud_barrier.arrive(edge)
 
@@ -269,6 +291,8 @@ class HierFAVG(Protocol):
         """Every edge is idle now: recovered edges take their devices back, the next cloud round opens over
         the live edges and the global model goes down to them (once the cloud is reachable)."""
         self._return_devices()
+        if not self.down and self.regroup.due():  # [D] a re-grouping waits until no edge server is down
+            self._regroup()
         self.broadcast_owed = False  # this broadcast supersedes any owed one and any lost global model
         self.hungry.clear()
         if not self._live():  # every edge server is down: the cloud waits for one to come back
@@ -293,6 +317,16 @@ class HierFAVG(Protocol):
         self.edge_round[edge] = self.cloud_round * self.cfg.kappa2
         if not self.env.stopping:
             self._begin_edge_round(edge)
+
+    def _regroup(self) -> None:
+        """Re-form the edge groups (every edge is idle): devices move with the migration the policy accounts;
+        the new groups are also the ones recovered edge servers take back."""
+        new = self.regroup.plan(self.attached)
+        self.regroup.migrate(self.attached.copy(), new)
+        for e in self.edges:
+            self._set_members(e, np.flatnonzero(new == e))
+        self.home = {e: self.members[e] for e in self.edges}
+        self.benched = {e for e in self.edges if self.members[e].size == 0}
 
     # -- edge-server and cloud faults ------------------------------------------------------------
     def _set_members(self, edge: int, devices: Any) -> None:

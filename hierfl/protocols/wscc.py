@@ -12,8 +12,12 @@ Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149). docs/expla
    → a single cluster (FedAvg), reported in ``clusters.jsonl``;
 4. then synchronous rounds: each cluster samples ``fraction`` of its members, which train from the
    cluster's model; the cluster's model becomes the sample-weighted average of their updates
-   ("client clustering aggregation"). Optional re-clustering every ``recluster_every`` rounds on
-   that round's updates (needs ``fraction: 1``).
+   ("client clustering aggregation"). Optional re-clustering (``recluster:``) on a round's updates
+   (needs ``fraction: 1``): ``periodic`` every ϱ rounds (``recluster_every: R`` is shorthand for
+   ``{name: periodic, rho: R}``), ``adaptive`` when a cluster's round (its last member's arrival)
+   took more than γ × its running median, ``on_event`` after a world change. The decision is made
+   when a round begins, because a re-clustering round relays every update to the cloud: a flag
+   raised at a round's close makes the next round the re-clustering one.
 
 Every cluster is one aggregator, named ``cluster c`` in ``clusters.jsonl``. The cloud's "global"
 model — evaluated on the pooled test set — is the sample-weighted average of the cluster models, one
@@ -38,7 +42,7 @@ keeps its own model there); a server may serve none. The map is recorded in ``cl
   dropped) the server averages them (an edge aggregation) and forwards the cluster model to the
   cloud (edge → cloud); the cloud commits once every cluster that trained has arrived
   (``tier: edge``) and the next round begins;
-* a re-clustering round (``recluster_every``) needs every member's update at the cloud: the servers
+* a re-clustering round (``recluster``) needs every member's update at the cloud: the servers
   relay the updates instead, the cloud averages them per cluster, re-clusters and sends the new
   cluster models down.
 """
@@ -57,7 +61,9 @@ from hierfl.kernel.engine import Event, Priority
 from hierfl.core.wscc import Clustering, affinity_clusters, cluster_servers, similarity_summary
 from hierfl.env import Env, Payload
 from hierfl.env.records import ClustersRecord
+from hierfl.policies.recluster import RECLUSTER, NeverRecluster
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.regroup import world_snapshot
 
 __all__ = ["WSCCConfig", "WSCC", "ClusterMsg"]
 
@@ -99,12 +105,34 @@ class WSCCConfig(ProtocolConfig):
     preference: float | Literal["median"] = Field(default="median", description="AP preference (median of S)")
     max_iter: int = Field(default=200, ge=1, description="AP iterations at most")
     convergence_iter: int = Field(default=15, ge=1, description="AP: iterations without change that stop it")
-    recluster_every: int | None = Field(default=None, ge=1, description="re-cluster every R rounds (null: never)")
+    recluster_every: int | None = Field(
+        default=None, ge=1, description="re-cluster every R rounds (null: never); shorthand for "
+                                        "recluster: {name: periodic, rho: R}")
+    recluster: RECLUSTER.union() = Field(  # type: ignore[valid-type]
+        default=NeverRecluster(),
+        description="when the clusters are rebuilt from a round's updates: never, periodic (every rho rounds), "
+                    "adaptive, on_event")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_is_periodic(cls, data: Any) -> Any:
+        """``recluster_every: R`` → ``recluster: {name: periodic, rho: R}`` (a resolved config carries both)."""
+        if not isinstance(data, dict) or data.get("recluster_every") is None:
+            return data
+        every, given = data["recluster_every"], data.get("recluster")
+        name = given if isinstance(given, str) else given.get("name") if isinstance(given, dict) else None
+        if given is not None and not (name == "periodic" and (isinstance(given, str) or given.get("rho") == every)):
+            raise ValueError("give recluster_every or recluster, not both")
+        return {**data, "recluster": given if isinstance(given, dict) else {"name": "periodic", "rho": every}}
 
     @model_validator(mode="after")
     def _recluster_needs_everyone(self) -> WSCCConfig:
-        if self.recluster_every is not None and self.fraction < 1.0:
-            raise ValueError("recluster_every needs every member's update: fraction must be 1")
+        if not self.recluster.make(2, 3).static and self.fraction < 1.0:
+            raise ValueError("re-clustering (recluster, recluster_every) needs every member's update: "
+                             "fraction must be 1")
+        for key in self.recluster.own_keys_set():
+            raise ValueError(f"recluster.{key}: WSCC re-clusters by the weight similarity of a round's updates and "
+                             "restarts each new cluster from the average of its members' updates; leave it out")
         return self
 
     def create(self, env: Env) -> WSCC:
@@ -134,6 +162,14 @@ class WSCC(Protocol):
         self.plan: dict[int, list[int]] = {}  # this round: cluster → its chosen members
         self.closed: set[int] = set()        # clusters whose server has aggregated this round (or had nothing)
         self.rising: set[int] = set()        # cluster models on their way edge → cloud
+        # re-clustering (recluster:): decided when a round begins (a re-clustering round relays every update)
+        self.every = cfg.recluster.every_rounds()
+        self.policy = cfg.recluster.make(1, env.world.num_devices)  # remade for each clustering's K
+        self.seen = world_snapshot(env) if self.policy.watches_world else None
+        self.pending = False                  # a flag fired at a round's close: the next round re-clusters
+        self.relay_round = False              # this round re-clusters
+        self.began_at = 0.0
+        self.arrived_at: dict[int, float] = {}  # device → when its update arrived this round (adaptive)
 
     # -- rounds ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -143,6 +179,9 @@ class WSCC(Protocol):
     def _begin(self) -> None:
         env = self.env
         self.updates = {}
+        self.arrived_at = {}
+        self.began_at = env.now
+        self.relay_round = self.clustered and self._recluster_due()
         online = set(env.live.available())
         if not online:
             when = env.live.next_up()
@@ -206,10 +245,30 @@ class WSCC(Protocol):
         """Upload the update (to the cloud, or to the cluster's edge server)."""
         self.collect_and_upload(event, self.link)
 
+    def _recluster_due(self) -> bool:
+        """Whether the round beginning now re-clusters: every ϱ rounds (``periodic``), after a flag
+        (``adaptive``) or a watched world change (``on_event``)."""
+        if self.every is not None:
+            return self.round % self.every == 0
+        if self.pending:
+            return True
+        if self.seen is not None:
+            return self.policy.world_changed(self.seen.changes(world_snapshot(self.env)))
+        return False
+
     def _relaying(self) -> bool:
         """Whether this round's updates go on to the cloud one by one (warm-up and re-clustering rounds)."""
-        every = self.cfg.recluster_every
-        return not self.clustered or bool(every and self.round % every == 0)
+        return not self.clustered or self.relay_round
+
+    def _rounds_closed(self) -> None:
+        """Tell the trigger each cluster's round time (round start → its last member's arrival)."""
+        if self.policy.static:
+            return
+        for c, devices in sorted(self.plan.items()):
+            times = [self.arrived_at[d] for d in devices if d in self.arrived_at]
+            if c >= 0 and times:
+                flag = self.policy.round_closed(c, max(times) - self.began_at)
+                self.pending = self.policy.aggregation_applied(c, flag) or self.pending
 
     def on_upload_done(self, event: Event) -> None:
         """Keep the update; the round closes when every expected device has arrived or dropped. With edge
@@ -220,12 +279,14 @@ class WSCC(Protocol):
             self.env.send(server, ("cloud", 0), "relay_done", msg, "relay")
             return
         self.updates[msg.device] = self.jobs.pop(msg.device).params
+        self.arrived_at[msg.device] = self.env.now
         self._maybe_close()
 
     def on_relay_done(self, event: Event) -> None:
         """A relayed update reached the cloud."""
         device = event.payload.device
         self.updates[device] = self.jobs.pop(device).params
+        self.arrived_at[device] = self.env.now
         self._maybe_close()
 
     def on_cluster_upload_done(self, event: Event) -> None:
@@ -250,13 +311,14 @@ class WSCC(Protocol):
             self._cluster("warmup", env.global_model if self.cfg.use_delta else None)
             self.clustered = True
         else:
+            self._rounds_closed()
             for c, members in enumerate(self.members):
                 got = [d for d in members if d in self.updates]
                 if got:
                     self.models[c] = env.tier("cloud").average([self.updates[d] for d in got],
                                                                [float(env.world.samples[d]) for d in got])
                     self.at_edge.discard(c)  # (a relay round) the new model is at the cloud: sent down next round
-            if self.cfg.recluster_every and self.round % self.cfg.recluster_every == 0 and len(self.updates) > 1:
+            if self.relay_round and len(self.updates) > 1:
                 self._recluster()
         self._commit()
 
@@ -278,6 +340,7 @@ class WSCC(Protocol):
             self.rising.add(c)
             env.send(("edge", e), ("cloud", 0), "cluster_upload_done", ClusterEdge(self.round, c, e), "upload")
         if len(self.closed) == len(self.plan) and not self.rising:
+            self._rounds_closed()
             self._commit(tier="edge")
 
     def _cluster(self, reason: str, base: Any) -> None:
@@ -291,9 +354,12 @@ class WSCC(Protocol):
         devices = sorted(self.updates)
         cloud = env.tier("cloud")
         deltas = [cloud.combine([(1.0, self.updates[d], self.round_models[int(self.cluster_of[d])])]) for d in devices]
-        self._cluster_from(env.tier("cloud").similarity(deltas, None), devices, "recluster")
+        trigger = {"reason": self.policy.reason, **self.policy.state()}  # what fired, before the policy is remade
+        env.telemetry.instant(("cloud", 0), "recluster", env.now, **trigger)
+        self._cluster_from(env.tier("cloud").similarity(deltas, None), devices, "recluster", trigger)
 
-    def _cluster_from(self, sim: np.ndarray, devices: list[int], reason: str) -> None:
+    def _cluster_from(self, sim: np.ndarray, devices: list[int], reason: str,
+                      trigger: dict[str, Any] | None = None) -> None:
         """AP on ``sim`` over ``devices``; devices without an update join the largest cluster; each
         cluster's model is the sample-weighted average of its members' updates; a clusters.jsonl line."""
         env, cfg = self.env, self.cfg
@@ -305,6 +371,11 @@ class WSCC(Protocol):
         largest = max(range(len(members)), key=lambda c: (len(members[c]), -c))
         members[largest] = sorted(members[largest] + missing)
         self.members = members
+        # a new clustering: the trigger starts afresh for its K clusters
+        self.policy = cfg.recluster.make(len(members), env.world.num_devices)
+        self.pending = False
+        if self.seen is not None:
+            self.seen = world_snapshot(env)
         self.models = []
         self.at_edge = set()  # the new cluster models are at the cloud
         tail: dict[str, Any] = {}
@@ -320,7 +391,7 @@ class WSCC(Protocol):
             env.now, reason, "wscc", [list(map(int, g)) for g in members], [f"cluster {c}" for c in range(len(members))],
             tail={"exemplars": [devices[i] for i in result.exemplars], "fallback": result.fallback,
                   "use_delta": cfg.use_delta or reason == "recluster", "similarity": similarity_summary(sim, result.labels),
-                  **tail}))
+                  **tail, **({"trigger": trigger} if trigger else {})}))
         if self.hier:  # devices.csv: each device's server is its cluster's
             env.telemetry.devices(np.array([self.cluster_edge[int(c)] for c in self.cluster_of], dtype=np.int64))
 

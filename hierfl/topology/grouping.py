@@ -71,6 +71,10 @@ class GroupingConfig(ConfigModel):
     needs_topology: ClassVar[bool] = False
     """Needs ``topology.file`` or ``topology.generator``."""
 
+    arbitrary_ids: ClassVar[bool] = False
+    """Its group ids are arbitrary (which edge server hosts which group is no part of the grouping): a
+    re-grouping may renumber them to move as few devices as possible."""
+
     def assign(self, inputs: GroupingInputs) -> np.ndarray:
         """Edge id of every device, shape (N,) int64, each in ``0..E-1`` (E >= 1)."""
         raise NotImplementedError
@@ -92,6 +96,7 @@ class RandomGrouping(GroupingConfig):
     """A seeded random assignment with balanced sizes."""
 
     name: Literal["random"] = "random"
+    arbitrary_ids: ClassVar[bool] = True
 
     def assign(self, inputs: GroupingInputs) -> np.ndarray:
         """A permutation of ``i mod E``."""
@@ -114,6 +119,7 @@ class KMeansGrouping(GroupingConfig):
     """Groups of similar devices: k-means on (log compute time per epoch, log time to upload 1 MB)."""
 
     name: Literal["kmeans"] = "kmeans"
+    arbitrary_ids: ClassVar[bool] = True
 
     def assign(self, inputs: GroupingInputs) -> np.ndarray:
         """One k-means cluster per edge (group 0 = the fastest)."""

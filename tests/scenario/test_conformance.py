@@ -9,6 +9,7 @@ defaults), its hooks are checked against their contracts, and an unknown name is
 from __future__ import annotations
 
 import copy
+import json
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -255,7 +256,41 @@ def test_recluster_policy(name):
             assert isinstance(flag, bool)
             fired.append(policy.aggregation_applied(c, flag))
     assert all(isinstance(f, bool) for f in fired) and isinstance(policy.state(), dict)
+    assert policy.world_changed(set()) is False  # nothing changed: nothing to react to
+    assert isinstance(policy.world_changed({"slowdown", "link", "churn"}), bool)
+    assert policy.static == (not any(fired) and not policy.world_changed({"slowdown", "link", "churn"}))
     policy.reset()
+    assert cfg.grouping is None and cfg.migration.in_flight == "finish" and cfg.migration.transfer
+
+
+# every protocol that groups devices takes `protocol.recluster`; each policy runs in each, after a slowdown
+REGROUPING = [n for n in PROTOCOLS.names() if "recluster" in PROTOCOLS.get(n).model_fields]
+
+
+@pytest.mark.parametrize("policy", RECLUSTER.names())
+@pytest.mark.parametrize("name", REGROUPING)
+def test_recluster_policy_runs_in_every_grouping_protocol(name, policy, tmp_path):
+    example = {**PROTOCOLS.example(name).model_dump(), "recluster": RECLUSTER.example(policy).model_dump()}
+    if policy == "adaptive":
+        example["recluster"]["k_tilde"] = 1
+    slowdown = {"events": [{"at_s": 0.5, "slowdown": {"select": {"ids": [0]}, "factor": 8.0}}]}
+    errors = []
+    for setting in SETTINGS:
+        try:
+            sc = validate_raw(_raw(protocol=example, stop={"rounds": 4}, **slowdown, **setting))
+            break
+        except ConfigError as exc:
+            errors.append(exc.report())
+    else:
+        pytest.fail(f"{name} with recluster {policy} accepts none of the tiny settings:\n" + "\n".join(errors))
+    res = run_scenario(sc, tmp_path)
+    assert res.summary["status"] == "completed"
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for rec in (x for x in lines if x["event"] == "regroup"):
+        assert len(rec["moved"]) == len(rec["from_group"]) == len(rec["to_group"]) > 0
+        assert rec["migration_bytes"] == res.summary["model_bytes"] * len(rec["moved"])  # everyone is online
+    if policy == "never":
+        assert not any(x["event"] in ("regroup", "recluster") for x in lines)
 
 
 # -- topology generators and groupings --------------------------------------------------------------------

@@ -20,6 +20,7 @@ from hierfl.env import DeviceLost, Env, LeaderLost, Recluster
 from hierfl.protocols.fedch.construction import ClusterBuilder
 from hierfl.protocols.fedch.messages import ClusterUpload, LeaderBack
 from hierfl.protocols.fedch.state import Cluster, FedCHState
+from hierfl.protocols.regroup import world_snapshot
 
 if TYPE_CHECKING:
     from hierfl.protocols.fedch.config import FedCHConfig
@@ -87,6 +88,8 @@ class Reclustering:
         tel.record(Recluster(reason, st.generation, st.k, total_cost, st.version,
                              {k: v for k, v in trigger.items() if k in _METRIC_TRIGGER}))
         st.policy.reset()
+        if st.policy.watches_world:  # on_event compares the world with the one this construction measured
+            st.world_seen = world_snapshot(env)
         for c in st.clusters:
             self.rounds.send_to_leader(c)
 

@@ -63,7 +63,7 @@ class FedCHConfig(ProtocolConfig):
                                   "(§2.1); any staleness function of the library is accepted")
     alpha_init: Literal["one_minus", "fraction"] = Field(
         default="one_minus", description="α = 1 − (K−1)/N [V: conference], or the (K−1)/N reading")
-    recluster: RECLUSTER.union() = Field(default=NeverRecluster(), description="when the cloud rebuilds the clusters: never, periodic, adaptive")  # type: ignore[valid-type]
+    recluster: RECLUSTER.union() = Field(default=NeverRecluster(), description="when the cloud rebuilds the clusters: never, periodic, adaptive, on_event")  # type: ignore[valid-type]
     recompute_k: bool = Field(default=False, description="recompute K* at every re-clustering [D]")
     leader_trains: bool = Field(default=True, description="a device leader trains as a member too [D]")
     fraction: float = Field(
@@ -125,6 +125,11 @@ class FedCHConfig(ProtocolConfig):
                 problems.append(Problem("protocol.construction", "with edge servers as fixed leaders the "
                                         "construction is a balanced assignment; allowed: hungarian",
                                         self.construction))
+        for key in self.recluster.own_keys_set():
+            problems.append(Problem(f"protocol.recluster.{key}", "FedCH re-clusters with its own construction (§2.3) "
+                                    "and its own migration: every round in flight is withdrawn and every cluster "
+                                    "restarts from the global model; leave it out",
+                                    getattr(self.recluster, key)))
         if k is not None and k <= n:
             if isinstance(self.recluster, AdaptiveRecluster) and self.recluster.k_tilde > k:
                 problems.append(Problem("protocol.recluster.k_tilde", f"more than the K = {k} clusters; "

@@ -33,6 +33,7 @@ from hierfl.protocols.fedch.construction import ClusterBuilder
 from hierfl.protocols.fedch.messages import ClusterRetry, ClusterTimeout, ClusterUpload, LeaderDownload, MemberMsg
 from hierfl.protocols.fedch.outages import EdgeFaults
 from hierfl.protocols.fedch.state import Cluster, ClusterModel
+from hierfl.protocols.regroup import world_snapshot
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class FedCH(Protocol):
         self._initial = self.builder.build(self.st, "initial", {})
         self.churn = Reclustering(cfg, env, self.st, self.builder, self)
         self.faults = EdgeFaults(env, self.st, self)  # edge_fail / cloud_fail (edge-server leaders)
+        if self.st.policy.watches_world:  # recluster: on_event (only it pays for the O(N) snapshots)
+            self.st.world_seen = world_snapshot(env)
 
     def clusters_record(self) -> ClustersRecord:
         """The initial construction (``clusters.jsonl`` line 1)."""
@@ -317,6 +320,8 @@ class FedCH(Protocol):
             st.version += 1
             cloud.applied([up.cid], [a_tau], [tau], st.version, len(batch) - i, source="edge")
             fire = st.policy.aggregation_applied(up.cid, up.flag)
+            if not fire and st.policy.watches_world:  # on_event: a decision point after each applied update
+                fire = st.policy.world_changed(st.world_seen.changes(world_snapshot(env)))
             if env.stopping:
                 return
             if fire:

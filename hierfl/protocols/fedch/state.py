@@ -83,6 +83,7 @@ class FedCHState:
     member_models: dict[tuple[int, int, int, int], Any] = field(default_factory=dict)  # (gen, cid, round, device)
     cluster_models: dict[tuple[int, int, int], ClusterModel] = field(default_factory=dict)  # (gen, cid, round)
     arrived: list[ClusterModel] = field(default_factory=list)                    # at the cloud this instant
+    world_seen: Any = None       # recluster: on_event: the world at the last construction (a WorldSnapshot)
 
     def leader_lane(self, c: Cluster) -> tuple[str, int]:
         """The trace lane and transfer endpoint of ``c``'s leader."""
