@@ -80,6 +80,11 @@ class StragglerPolicy(ConfigModel):
         """Assigned stragglers run their shorter job and are aggregated (else: dropped before computing)."""
         return False
 
+    def weigh_partial(self, full: float, share: float) -> float:
+        """Aggregation weight of a partial job that did ``share`` of its full job's samples, ``full``
+        being a whole job's weight: unchanged (FedProx weighs partial solutions like whole ones)."""
+        return full
+
 
 @STRAGGLERS.register
 class WaitAll(StragglerPolicy):
@@ -101,6 +106,10 @@ class Deadline(StragglerPolicy):
     name: Literal["deadline"] = "deadline"
     seconds: PositiveFloat = Field(description=f"at least {MIN_INTERVAL_S:g} s (a shorter one is a typo: every round empty)")
     partial: bool = Field(default=False, description="true: devices plan the local steps that fit before the deadline and are aggregated")
+    partial_weight: Literal["samples", "work"] = Field(
+        default="samples", description="aggregation weight of a partial job: its device's sample count, as a whole "
+                                       "job's (FedProx), or that scaled by the share of the job's samples it "
+                                       "processed [D]")
 
     @field_validator("seconds")
     @classmethod
@@ -125,6 +134,10 @@ class Deadline(StragglerPolicy):
     def partial_work(self) -> bool:
         """``partial``."""
         return self.partial
+
+    def weigh_partial(self, full: float, share: float) -> float:
+        """``full`` (``partial_weight: samples``) or ``share · full`` (``work``)."""
+        return full * share if self.partial_weight == "work" else full
 
 
 @STRAGGLERS.register

@@ -263,7 +263,9 @@ class FedAT(Protocol):
             env.telemetry.record(RoundEmpty({"tier": m, "round": t.round}))
         else:
             samples = env.world.samples
-            t.model = env.tier("edge", m).average([t.models[d] for d in arrived], [float(samples[d]) for d in arrived])
+            assert t.barrier is not None
+            weights_n = [t.barrier.weight(d, float(samples[d])) for d in arrived]  # partial work may weigh less
+            t.model = env.tier("edge", m).average([t.models[d] for d in arrived], weights_n)
             t.models = {}
             t.count += 1
             weights = self.tier_weights()

@@ -134,7 +134,7 @@ class FedAvg(Protocol):
         env = self.env
         device = event.payload.device
         self.arrived.add(device)
-        weight = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
+        weight = self.barrier.weight(device, float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0)
         env.tier("cloud").add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
         self.barrier.arrive(device)
 

@@ -180,8 +180,10 @@ class HierFAVG(Protocol):
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
         env = self.env
         device, edge = event.payload.device, event.payload.edge
-        env.tier("edge", edge).add(self.jobs.pop(device).params, float(env.world.samples[device]), env.scaffold.coef(device))
-        self.barrier[edge].arrive(device)
+        barrier = self.barrier[edge]
+        weight = barrier.weight(device, float(env.world.samples[device]))  # partial work may weigh less
+        env.tier("edge", edge).add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
+        barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
         """A device went offline: its edge round no longer waits for it."""
