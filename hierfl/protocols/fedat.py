@@ -46,7 +46,7 @@ from hierfl.config.errors import Problem
 from hierfl.core.capacity import capacity_classes
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import ClustersRecord, Env, Payload, RoundEmpty
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -111,7 +111,10 @@ class Tier:
 class FedATConfig(ProtocolConfig):
     """``protocol: {name: fedat, tiers: 3, tiering: quantile, fraction: 0.1, weighting: reversed, lam: 0}``."""
 
-    has_barriers: ClassVar[bool] = True
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud within a tier", synchronous=True),
+        AggregationPoint("straggler.cloud", "tier→cloud", synchronous=False,
+                         note="tiers report to the cloud asynchronously: a fast tier never waits for a slow one"))
 
     name: Literal["fedat"] = "fedat"
     tiers: int = Field(default=3, ge=1, description="M: number of tiers by response time, 1..devices.count [D]")

@@ -33,7 +33,7 @@ from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.capacity import capacity_classes, ring_orders, ring_successors
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import ClustersRecord, Env, Job
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -65,6 +65,10 @@ class FedHiSynConfig(ProtocolConfig):
     supports_churn: ClassVar[bool] = False
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud over every class", synchronous=True, takes_policy=False,
+                         note="each device trains for a fixed window T and every one reports; no straggler "
+                              "policy is implemented for its round"),)
 
     name: Literal["fedhisyn"] = "fedhisyn"
     grouping: Literal["capacity_classes"] = Field(default="capacity_classes",

@@ -26,7 +26,7 @@ from hierfl.config.errors import Problem
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -61,8 +61,10 @@ class EdgeUpload(Payload):
 class HierFAVGConfig(ProtocolConfig):
     """``protocol: {name: hierfavg, kappa1: 60, kappa2: 1, fraction: 1.0}``."""
 
-    has_barriers: ClassVar[bool] = True
-    has_cloud_barrier: ClassVar[bool] = True
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→edge", synchronous=True),
+        AggregationPoint("straggler.cloud", "edge→cloud", synchronous=True, participants="edge servers",
+                         selects=False, partial=False))
     supports_infra_faults: ClassVar[bool] = True
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")

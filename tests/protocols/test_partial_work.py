@@ -36,7 +36,7 @@ def _run(tmp_path, sc):
     run_scenario(sc, tmp_path, built=built)
     trace = json.loads((tmp_path / "trace.json").read_text())
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    close = [r for r in lines if r["event"] == "round_close"][0]
+    close = next(r for r in lines if r["event"] == "round_close")
     steps = {e["tid"]: e["args"]["steps"] for e in trace if e.get("name") == "partial_work"}
     ends = {e["tid"]: (e["ts"] + e["dur"]) / 1e6 for e in trace if e.get("name") == "train" and e["cat"] == "device"}
     return built.world, close, steps, ends, trace
@@ -119,7 +119,7 @@ def test_partial_work_never_overruns_its_deadline(tmp_path_factory, seed, sigma,
     that computed is in before the deadline (uploads do not contend here)."""
     slow = [{"at_s": at, "slowdown": {"select": {"ids": [1, 3]}, "factor": factor, "for_s": 0.4}}]
     sc = _scenario(seed=seed, sigma=sigma, events=slow, deadline=deadline, trainer={"name": "none"})
-    w, close, steps, ends, _ = _run(tmp_path_factory.mktemp("p"), sc)
+    w, close, _, ends, _ = _run(tmp_path_factory.mktemp("p"), sc)
     for d, end in ends.items():
         assert end <= deadline - w.upload_s(d) + 1e-12
     assert close["dropped"] == 0 and close["t"] <= deadline + 1e-12
