@@ -49,7 +49,8 @@ class Barrier:
 
     def __init__(self, proto: Protocol, policy: Any, server: tuple[str, int], round_id: int,
                  selected: list[int], wanted: int, on_close: Callable[[list[int]], None],
-                 abandon: Callable[[int], float] | None = None, info: dict[str, Any] | None = None) -> None:
+                 abandon: Callable[[int], float] | None = None, info: dict[str, Any] | None = None,
+                 until: float | None = None) -> None:
         self.proto = proto
         self.env = proto.env
         self.policy = policy
@@ -75,11 +76,15 @@ class Barrier:
         if k > 0:
             rng = self.env.rng(f"straggler.assigned.{server[0]}", int(server[1]), int(round_id))
             self.stragglers = frozenset(int(i) for i in rng.choice(sorted(self.selected), size=k, replace=False))
-        self.deadline: float | None = None
-        self._deadline_event: Event | None = None
+        # the closing time: the policy's deadline, or `until` (a partial-work deadline handed down by the
+        # round above, e.g. HierFAVG's cloud round) if earlier; participants plan partial work to `plan_by`
         seconds = policy.deadline_s
-        if seconds is not None:
-            self.deadline = self.started + float(seconds)
+        own = None if seconds is None else self.started + float(seconds)
+        self.deadline: float | None = min((t for t in (own, until) if t is not None), default=None)
+        self.plan_by: float | None = min((t for t in (own if policy.partial_work else None, until) if t is not None),
+                                         default=None)
+        self._deadline_event: Event | None = None
+        if self.deadline is not None:
             self._deadline_event = self.env.at(self.deadline, "round_deadline", RoundDeadline((server[0], int(server[1])), round_id),
                                                Priority.CONTROL)
         if not selected:
@@ -215,10 +220,10 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     policy = barrier.policy
     if device in barrier.stragglers:
         return _assigned_work(env, device, barrier, spec)
-    if not policy.partial_work or barrier.deadline is None:
+    if barrier.plan_by is None:
         return spec
     now = env.now
-    end = barrier.deadline - (env.world.upload_s(device) if upload_s is None else upload_s)
+    end = barrier.plan_by - (env.world.upload_s(device) if upload_s is None else upload_s)
     if now + env.planned_compute_s(device, spec) <= end:
         return spec  # the whole job fits
     n = int(env.world.samples[device])

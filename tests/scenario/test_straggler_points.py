@@ -102,7 +102,7 @@ EXPECTED = {
                               "random_epochs", "random_epochs+partial=False"},
     ("hierfavg", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
                                 "random_epochs", "random_epochs+partial=False"},
-    ("hierfavg", "straggler.cloud"): {"wait_all", "deadline", "first_k"},
+    ("hierfavg", "straggler.cloud"): {"wait_all", "deadline", "deadline+partial=True", "first_k"},
     ("fedat", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
                              "random_epochs", "random_epochs+partial=False"},
     ("fedch", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
