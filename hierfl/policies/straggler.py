@@ -65,7 +65,8 @@ class AggregationPoint:
     close it (false for a synchronous round that must hear from every participant);
     ``participants``: ``"devices"`` or ``"edge servers"``; ``selects``: its participants are drawn
     from a larger pool, so more can be selected than are wanted (``over_select``); ``partial``: its
-    participants can plan less work to meet a deadline; ``note``: for a point that takes no policy,
+    participants can plan less work to meet a deadline; ``fixed_work``: they run a set number of local
+    epochs or steps (which ``random_epochs`` shortens; not a time window); ``note``: for a point that takes no policy,
     why (else empty).
     """
 
@@ -75,6 +76,7 @@ class AggregationPoint:
     participants: str = "devices"
     selects: bool = True
     partial: bool = True
+    fixed_work: bool = True
     takes_policy: bool = True
     note: str = ""
 
@@ -286,9 +288,9 @@ class RandomEpochs(StragglerPolicy):
 
     def refusal(self, point: AggregationPoint) -> str | None:
         """Stragglers by assignment are devices given fewer local epochs."""
-        if point.closable and (point.participants != "devices" or not point.partial):
+        if point.closable and (point.participants != "devices" or not point.fixed_work):
             return (f"it gives devices fewer local epochs; the {point.participants} of the {point.flow} round "
-                    "run no local epochs it could shorten")
+                    "run no set number of local epochs it could shorten")
         return super().refusal(point)
 
 

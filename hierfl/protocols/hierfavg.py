@@ -27,7 +27,7 @@ from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
-from hierfl.protocols.straggler import Barrier, planned_spec
+from hierfl.protocols.straggler import GUARD_S, Barrier, planned_spec
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -220,7 +220,7 @@ class HierFAVG(Protocol):
         cb = self.cloud_barrier
         if cb is None or cb.closed or cb.plan_by is None:
             return None
-        return cb.plan_by - self.env.world.edge_upload_s(edge)
+        return cb.plan_by - self.env.world.edge_upload_s(edge) - GUARD_S
 
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
         env = self.env

@@ -33,7 +33,13 @@ from hierfl.env.records import RoundClose
 if TYPE_CHECKING:
     from hierfl.protocols.base import Protocol
 
-__all__ = ["Barrier", "RoundDeadline", "planned_spec", "steps_before"]
+__all__ = ["Barrier", "RoundDeadline", "planned_spec", "steps_before", "GUARD_S"]
+
+GUARD_S = 1e-6
+"""Seconds partial work keeps free before its deadline (one virtual microsecond): an upload that starts
+at ``deadline − upload_s`` is timed by the network in its own floating-point steps and could land a
+rounding error after the deadline; this margin, far above any rounding error of virtual times below
+10⁶ s, keeps it in."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +229,7 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     if barrier.plan_by is None:
         return spec
     now = env.now
-    end = barrier.plan_by - (env.world.upload_s(device) if upload_s is None else upload_s)
+    end = barrier.plan_by - (env.world.upload_s(device) if upload_s is None else upload_s) - GUARD_S
     if now + env.planned_compute_s(device, spec) <= end:
         return spec  # the whole job fits
     n = int(env.world.samples[device])

@@ -2,8 +2,8 @@
 
 import pytest
 
-from hierfl.policies.straggler import Deadline, FirstK
 from hierfl.core.work import TrainSpec
+from hierfl.policies.straggler import Deadline, FirstK
 from hierfl.protocols import HierFAVGConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 

@@ -105,6 +105,7 @@ EXPECTED = {
     ("hierfavg", "straggler.cloud"): {"wait_all", "deadline", "deadline+partial=True", "first_k"},
     ("fedat", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
                              "random_epochs", "random_epochs+partial=False"},
+    ("fedhisyn", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "first_k"},
     ("fedch", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
                              "random_epochs", "random_epochs+partial=False"},
 }
