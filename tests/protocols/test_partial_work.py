@@ -23,11 +23,11 @@ STEP = [10 / s for s in SPEEDS]
 DEADLINE = 0.5
 
 
-def _scenario(seed=3, sigma=0.0, events=(), deadline=DEADLINE, **kw):
+def _scenario(seed=3, sigma=0.0, events=(), deadline=DEADLINE, evaluation=None, data=None, **kw):
     # 4 devices × 60 samples, 1 epoch of batch 10 = 6 steps; FedAvg over all 4, one round
     return tiny(seed=seed, devices={"count": 4, "speed_sps": {"dist": "choice", "values": [400]}, "jitter_sigma": sigma},
                 straggler={"name": "deadline", "seconds": deadline, "partial": True}, training={"epochs": 1, **kw},
-                stop={"rounds": 1}, evaluation={"every_s": None}, events=list(events))
+                stop={"rounds": 1}, evaluation=evaluation or {"every_s": None}, events=list(events), data=data or {})
 
 
 def _run(tmp_path, sc):
@@ -95,6 +95,20 @@ def test_partial_work_of_a_device_that_leaves_is_lost(tmp_path):
     assert ends[2] == pytest.approx(0.3, abs=1e-12)   # its train span is cut where it left
 
 
+def test_partial_work_waits_behind_the_devices_own_evaluation(tmp_path):
+    # half of each device's 60 rows are its local test set: 30 training rows = 3 steps. The evaluation at
+    # t = 0 keeps device d busy for 30 / (3 · speed): 0.025, 0.05, 0.1, 0.2 s, and a job waits for it.
+    # Device 3 starts computing at 0.2 and has until 0.5 − 0.021152 (upload) for steps of 0.2 s: 1 step
+    # (planning from its download at 0.020576, as if it could start at once, it would take 2 and end at 0.6)
+    sc = _scenario(data={"local_test_fraction": 0.5}, evaluation={"every_s": 1.0, "device_eval_cost": "forward"})
+    w, close, steps, ends, _ = _run(tmp_path, sc)
+    assert list(w.samples) == [30] * 4
+    assert math.floor((DEADLINE - w.upload_s(3) - w.download_s(3)) / STEP[3]) == 2
+    assert steps == {3: 1}
+    assert [ends[d] for d in range(4)] == pytest.approx([0.025 + 0.075, 0.05 + 0.15, 0.1 + 0.3, 0.2 + 0.2], abs=1e-12)
+    assert close["arrived"] == 4 and close["t"] == pytest.approx(0.4 + w.upload_s(3), abs=1e-12)
+
+
 def test_partial_work_weighs_by_work_done_when_asked():
     # HierFAVG, one edge {0, 1}, κ1 = 2 steps of 1 s and 1.5 s, 0.25 s each way; deadline 3 s:
     # device 0 fits both steps (arrives 2.5 s); device 1 has 3 − 0.5 = 2.5 s for 1 step of 1.5 s (arrives 2 s)
@@ -113,12 +127,16 @@ def test_partial_work_weighs_by_work_done_when_asked():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), sigma=st.floats(0.0, 1.0), deadline=st.floats(0.1, 1.5),
-       factor=st.floats(0.5, 8.0), at=st.floats(0.0, 0.6))
-def test_partial_work_never_overruns_its_deadline(tmp_path_factory, seed, sigma, deadline, factor, at):
-    """Whatever the jitter and a slowdown window: every job ends by deadline − upload, and every device
-    that computed is in before the deadline (uploads do not contend here)."""
-    slow = [{"at_s": at, "slowdown": {"select": {"ids": [1, 3]}, "factor": factor, "for_s": 0.4}}]
-    sc = _scenario(seed=seed, sigma=sigma, events=slow, deadline=deadline, trainer={"name": "none"})
+       factor=st.floats(0.5, 8.0), at=st.floats(0.0, 0.6), away=st.floats(0.0, 0.6), evaluate=st.booleans())
+def test_partial_work_never_overruns_its_deadline(tmp_path_factory, seed, sigma, deadline, factor, at, away, evaluate):
+    """Whatever the jitter, a slowdown window, a device leaving for a while and evaluations the devices pay
+    for: every job ends by deadline − upload, and every device that computed and stayed is in before the
+    deadline (uploads do not contend here)."""
+    events = [{"at_s": at, "slowdown": {"select": {"ids": [1, 3]}, "factor": factor, "for_s": 0.4}},
+              {"at_s": away, "leave": {"select": {"ids": [2]}, "for_s": 0.2}}]
+    cost = {"data": {"local_test_fraction": 0.5}, "evaluation": {"every_s": 0.1, "device_eval_cost": "forward"}}
+    sc = _scenario(seed=seed, sigma=sigma, events=events, deadline=deadline, trainer={"name": "sgd"},
+                   **(cost if evaluate else {}))
     w, close, _, ends, _ = _run(tmp_path_factory.mktemp("p"), sc)
     for d, end in ends.items():
         assert end <= deadline - w.upload_s(d) + 1e-12
