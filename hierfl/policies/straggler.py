@@ -304,7 +304,7 @@ def _with_cloud(cls: type[StragglerPolicy]) -> type[StragglerPolicy]:
     name = f"{cls.__name__}WithCloud"
     variant = create_model(name, __base__=cls, __module__=__name__, __doc__=cls.__doc__,
                            cloud=(cloud_policy_field(), Field(default_factory=_default_cloud,
-                                                              description="policy of the cloud round (hierfavg)")))
+                                                              description="policy of the protocol's cloud round over edge servers, where it declares one (hierfavg)")))
     setattr(sys.modules[__name__], name, variant)  # importable (and picklable) by its name
     return variant  # type: ignore[no-any-return]
 

@@ -90,7 +90,7 @@ class AHFLConfig(ProtocolConfig):
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→edge", synchronous=False,
                          note="a leader applies its queue every leader_period, whatever has arrived"),
-        AggregationPoint("straggler.cloud", "edge→cloud", synchronous=False,
+        AggregationPoint("straggler.cloud", "edge→cloud", synchronous=False, participants="edge servers",
                          note="the cloud applies its queue every cloud_period, whatever has arrived"))
 
     name: Literal["ahfl"] = "ahfl"

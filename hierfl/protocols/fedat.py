@@ -113,7 +113,7 @@ class FedATConfig(ProtocolConfig):
 
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cloud within a tier", synchronous=True),
-        AggregationPoint("straggler.cloud", "tier→cloud", synchronous=False,
+        AggregationPoint("straggler.cloud", "tier→cloud", synchronous=False, participants="tiers",
                          note="tiers report to the cloud asynchronously: a fast tier never waits for a slow one"))
 
     name: Literal["fedat"] = "fedat"

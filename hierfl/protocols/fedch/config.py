@@ -42,7 +42,7 @@ class FedCHConfig(ProtocolConfig):
     # a cluster round is a synchronous barrier: `straggler:` policies apply to it
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cluster leader", synchronous=True),
-        AggregationPoint("straggler.cloud", "cluster→cloud", synchronous=False,
+        AggregationPoint("straggler.cloud", "cluster→cloud", synchronous=False, participants="cluster leaders",
                          note="the cloud applies each cluster model as it arrives (staleness-weighted)"))
     rule_tiers: ClassVar[tuple[str, ...]] = ("edge",)  # its cluster leaders
     aggregation_style: ClassVar[str] = "models"
