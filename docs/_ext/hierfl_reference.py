@@ -349,8 +349,8 @@ def _points_section(points: Any) -> list[str]:
         kind = ("synchronous" if p.closable else "synchronous, closed by no policy" if p.synchronous
                 else "asynchronous")
         rows.append((f"`{p.key}`", p.flow, kind, p.participants, ", ".join(accepted)))
-    return ["Aggregation points (where a `straggler:` policy may stand; see "
-            "{doc}`/explanation/stragglers`):", "",
+    intro = "Aggregation points (where a `straggler:` policy may stand; see {doc}`/explanation/stragglers`):"
+    return [intro, "",
             _table(rows, ("key", "point", "kind", "participants", "straggler policies accepted")), ""]
 
 

@@ -20,7 +20,6 @@ are withdrawn, and their compute so far is counted as wasted (``wasted_compute_s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,7 @@ from hierfl.env.records import RoundClose
 if TYPE_CHECKING:
     from hierfl.protocols.base import Protocol
 
-__all__ = ["Barrier", "RoundDeadline", "planned_spec", "steps_before", "GUARD_S"]
+__all__ = ["GUARD_S", "Barrier", "RoundDeadline", "planned_spec", "steps_before"]
 
 GUARD_S = 1e-6
 """Seconds partial work keeps free before its deadline (one virtual microsecond): an upload that starts
@@ -223,7 +222,6 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     """
     env = proto.env
     spec = spec or env.spec
-    policy = barrier.policy
     if device in barrier.stragglers:
         return _assigned_work(env, device, barrier, spec)
     if barrier.plan_by is None:
