@@ -111,6 +111,13 @@ class FedHiSynConfig(ProtocolConfig):
             problems.append(Problem("topology.edge_servers",
                                     "fedhisyn uploads device → cloud directly (protocol.upload: direct); allowed: 0",
                                     scenario.topology.edge_servers))
+        policy = scenario.straggler
+        deadline = policy.deadline_s
+        if deadline is not None and not policy.partial_work and self.T != "auto" and deadline <= float(self.T):
+            # every window lasts T after the device's download: each upload would land after the deadline
+            problems.append(Problem("straggler.seconds", f"every device trains for T = {float(self.T):g} s before "
+                                    "it uploads, so no update could arrive in time; allowed: more than T, or "
+                                    "partial: true (windows end in time for the upload)", deadline))
         return problems
 
     def create(self, env: Env) -> FedHiSyn:

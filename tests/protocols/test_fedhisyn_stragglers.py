@@ -46,3 +46,14 @@ def test_deadline_without_partial_work_closes_an_empty_round():
     assert commits == []
     assert [r.EVENT for r in env.telemetry.records] == ["round_close", "round_empty"]
     assert env.telemetry.counts["stragglers_dropped"] == 3
+
+
+def test_a_deadline_no_window_can_meet_is_refused():
+    from hierfl.config.errors import ConfigError
+    from tests.conftest import tiny
+
+    with pytest.raises(ConfigError) as info:
+        tiny(protocol={"name": "fedhisyn", "k": 1, "T": 2.5}, straggler={"name": "deadline", "seconds": 2.5})
+    assert [p.path for p in info.value.problems] == ["straggler.seconds"]
+    assert "T = 2.5 s" in info.value.problems[0].message and "partial: true" in info.value.problems[0].message
+    tiny(protocol={"name": "fedhisyn", "k": 1, "T": 2.5}, straggler={"name": "deadline", "seconds": 2.5, "partial": True})
