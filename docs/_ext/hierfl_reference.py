@@ -324,8 +324,34 @@ def plugin_page(reg: Any) -> str:
             parts += [_table(rows, ("key", "type", "default", "description")), ""]
         else:
             parts += ["No keys.", ""]
+        points = getattr(cls, "aggregation_points", None)
+        if points:
+            parts += _points_section(points)
         parts += [f"Defined in `{cls.__module__}.{cls.__qualname__}`.", ""]
     return "\n".join(parts)
+
+
+def _points_section(points: Any) -> list[str]:
+    """A protocol's declared aggregation points and the straggler policies each accepts (with
+    ``partial: true`` where a policy has that key), from the declarations and the policies' refusals."""
+    from hierfl.policies.straggler import STRAGGLERS
+
+    rows = []
+    for p in points:
+        accepted = []
+        for n in STRAGGLERS.names():
+            example = STRAGGLERS.example(n)
+            variants = [(f"`{n}`", example)]
+            if "partial" in type(example).model_fields:
+                variants.append((f"`{n}` (partial: {str(not example.partial).lower()})",
+                                 example.model_copy(update={"partial": not example.partial})))
+            accepted += [label for label, policy in variants if policy.refusal(p) is None]
+        kind = ("synchronous" if p.closable else "synchronous, closed by no policy" if p.synchronous
+                else "asynchronous")
+        rows.append((f"`{p.key}`", p.flow, kind, p.participants, ", ".join(accepted)))
+    intro = "Aggregation points (where a `straggler:` policy may stand; see {doc}`/explanation/stragglers`):"
+    return [intro, "",
+            _table(rows, ("key", "point", "kind", "participants", "straggler policies accepted")), ""]
 
 
 def plugins_index(regs: list[Any]) -> str:

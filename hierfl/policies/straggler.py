@@ -12,22 +12,29 @@
   ``x`` uniform in ``[1, E)``; ``partial: true`` aggregates their partial work (FedProx), ``false``
   drops them before they compute (FedAvg).
 
+Where a policy may stand is declared, not assumed: each protocol lists its aggregation points
+(:class:`AggregationPoint`: who sends to whom, whether the point waits for a set of participants,
+and which key of ``straggler:`` closes it), and each policy says, through
+:meth:`StragglerPolicy.refusal`, why it would mean nothing at a point. The scenario checks refuse
+such a placement with the key path and the allowed points.
+
 A barrier (:class:`hierfl.protocols.straggler.Barrier`) reads a policy only through its hooks:
 :meth:`StragglerPolicy.select_count`, :meth:`StragglerPolicy.needed`,
 :attr:`StragglerPolicy.deadline_s`, :attr:`StragglerPolicy.partial_work`,
 :meth:`StragglerPolicy.assigned_stragglers` and :attr:`StragglerPolicy.keeps_stragglers`. Class flags:
 ``waits_for_all`` (the neutral policy: selects K and waits for all of them — the only one allowed
-where there is no barrier or every trained update must arrive) and ``at_cloud`` (may also close
-a cloud round whose participants are edge servers, ``straggler.cloud`` of HierFAVG).
+where there is no barrier or every trained update must arrive).
 
-The ``straggler:`` section is a device-round policy with a ``cloud`` key holding the cloud-round
-policy: :func:`device_policy_field` builds that field type from the registry.
+The ``straggler:`` section is the policy of a protocol's device rounds with a ``cloud`` key holding
+the policy of its cloud round over edge servers: :func:`device_policy_field` builds that field
+type from the registry.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
@@ -39,10 +46,53 @@ from hierfl.config.registry import Registry
 MIN_INTERVAL_S = 1e-3
 """Shortest straggler deadline and evaluation interval accepted (virtual seconds): one millisecond."""
 
-__all__ = ["STRAGGLERS", "StragglerPolicy", "WaitAll", "Deadline", "OverSelect", "FirstK", "RandomEpochs",
+__all__ = ["STRAGGLERS", "StragglerPolicy", "AggregationPoint", "POLICY_KEYS", "WaitAll", "Deadline", "OverSelect", "FirstK", "RandomEpochs",
            "device_policy_field", "default_policy", "neutral_names", "MIN_INTERVAL_S"]
 
 STRAGGLERS: Registry = Registry("straggler policy")
+
+POLICY_KEYS = ("straggler", "straggler.cloud")
+"""The keys a straggler policy is placed at: a protocol's device rounds, its cloud round over edge servers."""
+
+
+@dataclass(frozen=True)
+class AggregationPoint:
+    """One place where a protocol aggregates, as it declares it (``ProtocolConfig.aggregation_points``).
+
+    ``key`` is where its policy is set (one of :data:`POLICY_KEYS`); ``flow`` says who sends to whom
+    (``"device→edge"``); ``synchronous``: it waits for a set of participants (an asynchronous point
+    applies each update, or a buffer of them, as it comes); ``takes_policy``: a straggler policy can
+    close it (false for a synchronous round that must hear from every participant);
+    ``participants``: ``"devices"`` or ``"edge servers"``; ``selects``: its participants are drawn
+    from a larger pool, so more can be selected than are wanted (``over_select``); ``partial``: its
+    participants can plan less work to meet a deadline; ``fixed_work``: they run a set number of local
+    epochs or steps (which ``random_epochs`` shortens; not a time window); ``note``: for a point that takes no policy,
+    why (else empty).
+    """
+
+    key: str
+    flow: str
+    synchronous: bool
+    participants: str = "devices"
+    selects: bool = True
+    partial: bool = True
+    fixed_work: bool = True
+    takes_policy: bool = True
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.key not in POLICY_KEYS:
+            raise ValueError(f"aggregation point {self.flow}: key must be one of {POLICY_KEYS}, not {self.key!r}")
+
+    @property
+    def closable(self) -> bool:
+        """A straggler policy can close it: synchronous, and the protocol lets a policy decide."""
+        return self.synchronous and self.takes_policy
+
+    @property
+    def label(self) -> str:
+        """``straggler.cloud (edge→cloud)``: the point as error messages and docs name it."""
+        return f"{self.key} ({self.flow})"
 
 
 class StragglerPolicy(ConfigModel):
@@ -50,8 +100,15 @@ class StragglerPolicy(ConfigModel):
 
     waits_for_all: ClassVar[bool] = False
     """Selects exactly the K wanted and closes a round only when all of them arrived or dropped out."""
-    at_cloud: ClassVar[bool] = False
-    """Also applies to a cloud round over edge servers (``straggler.cloud``)."""
+
+    def refusal(self, point: AggregationPoint) -> str | None:
+        """Why this policy means nothing at ``point`` (None: it applies there). The neutral policy
+        applies anywhere; any other needs a synchronous point."""
+        if self.waits_for_all or point.closable:
+            return None
+        if not point.synchronous:
+            return point.note or f"the {point.flow} aggregation is asynchronous: it waits for no set of participants"
+        return point.note or f"the {point.flow} round must hear from every participant"
 
     def select_count(self, m: int) -> int:
         """How many participants to select for a round that wants ``m``."""
@@ -80,13 +137,17 @@ class StragglerPolicy(ConfigModel):
         """Assigned stragglers run their shorter job and are aggregated (else: dropped before computing)."""
         return False
 
+    def weigh_partial(self, full: float, share: float) -> float:
+        """Aggregation weight of a partial job that did ``share`` of its full job's samples, ``full``
+        being a whole job's weight: unchanged (FedProx weighs partial solutions like whole ones)."""
+        return full
+
 
 @STRAGGLERS.register
 class WaitAll(StragglerPolicy):
     """Wait for every selected participant (that has not gone offline)."""
 
     waits_for_all: ClassVar[bool] = True
-    at_cloud: ClassVar[bool] = True
 
     name: Literal["wait_all"] = "wait_all"
 
@@ -96,11 +157,13 @@ class Deadline(StragglerPolicy):
     """Close the round ``seconds`` after it began; later updates are dropped, or with ``partial``
     devices plan fewer local steps so they finish in time (FedProx's partial work)."""
 
-    at_cloud: ClassVar[bool] = True
-
     name: Literal["deadline"] = "deadline"
     seconds: PositiveFloat = Field(description=f"at least {MIN_INTERVAL_S:g} s (a shorter one is a typo: every round empty)")
     partial: bool = Field(default=False, description="true: devices plan the local steps that fit before the deadline and are aggregated")
+    partial_weight: Literal["samples", "work"] = Field(
+        default="samples", description="aggregation weight of a partial job: its device's sample count, as a whole "
+                                       "job's (FedProx), or that scaled by the share of the job's samples it "
+                                       "processed [D]")
 
     @field_validator("seconds")
     @classmethod
@@ -126,6 +189,17 @@ class Deadline(StragglerPolicy):
         """``partial``."""
         return self.partial
 
+    def weigh_partial(self, full: float, share: float) -> float:
+        """``full`` (``partial_weight: samples``) or ``share · full`` (``work``)."""
+        return full * share if self.partial_weight == "work" else full
+
+    def refusal(self, point: AggregationPoint) -> str | None:
+        """Partial work needs participants that can plan less work."""
+        if self.partial and point.closable and not point.partial:
+            return (f"partial work needs participants that plan their own work, and the {point.participants} of "
+                    f"the {point.flow} round do not: set partial: false")
+        return super().refusal(point)
+
 
 @STRAGGLERS.register
 class OverSelect(StragglerPolicy):
@@ -142,12 +216,17 @@ class OverSelect(StragglerPolicy):
         """The first ``wanted`` arrivals close the round."""
         return min(wanted, selected)
 
+    def refusal(self, point: AggregationPoint) -> str | None:
+        """Over-selection needs a pool larger than the participants wanted."""
+        if point.closable and not point.selects:
+            return (f"over-selection needs participants drawn from a larger pool; the {point.flow} round takes "
+                    f"every one of its {point.participants}")
+        return super().refusal(point)
+
 
 @STRAGGLERS.register
 class FirstK(StragglerPolicy):
     """Select K as usual; close the round when the first ``k`` (or ``fraction`` × K) updates arrived."""
-
-    at_cloud: ClassVar[bool] = True
 
     name: Literal["first_k"] = "first_k"
     k: PositiveInt | None = Field(default=None, description="keep the first k arrivals")
@@ -207,6 +286,13 @@ class RandomEpochs(StragglerPolicy):
         """``partial``."""
         return self.partial
 
+    def refusal(self, point: AggregationPoint) -> str | None:
+        """Stragglers by assignment are devices given fewer local epochs."""
+        if point.closable and (point.participants != "devices" or not point.fixed_work):
+            return (f"it gives devices fewer local epochs; the {point.participants} of the {point.flow} round "
+                    "run no set number of local epochs it could shorten")
+        return super().refusal(point)
+
 
 def neutral_names() -> list[str]:
     """Names of the policies with ``waits_for_all`` (what is allowed where a policy cannot apply)."""
@@ -218,7 +304,7 @@ def _with_cloud(cls: type[StragglerPolicy]) -> type[StragglerPolicy]:
     name = f"{cls.__name__}WithCloud"
     variant = create_model(name, __base__=cls, __module__=__name__, __doc__=cls.__doc__,
                            cloud=(cloud_policy_field(), Field(default_factory=_default_cloud,
-                                                              description="policy of the cloud round (hierfavg)")))
+                                                              description="policy of the protocol's cloud round over edge servers, where it declares one (hierfavg)")))
     setattr(sys.modules[__name__], name, variant)  # importable (and picklable) by its name
     return variant  # type: ignore[no-any-return]
 
@@ -229,8 +315,9 @@ def _default_cloud() -> StragglerPolicy:
 
 @lru_cache(maxsize=1)
 def cloud_policy_field() -> Any:
-    """Field type of ``straggler.cloud``: the registered policies with ``at_cloud``."""
-    return STRAGGLERS.union(where=lambda cls: cls.at_cloud)
+    """Field type of ``straggler.cloud``: every registered policy (the scenario checks refuse one that
+    means nothing at the protocol's cloud round, by its declared aggregation points)."""
+    return STRAGGLERS.union()
 
 
 @lru_cache(maxsize=1)

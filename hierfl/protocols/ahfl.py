@@ -44,7 +44,7 @@ from hierfl.env import Env, Payload, Timer
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
 from hierfl.policies.recluster import RECLUSTER, NeverRecluster
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.regroup import Regrouping
 
 if TYPE_CHECKING:
@@ -97,6 +97,11 @@ class AHFLConfig(ProtocolConfig):
     rule_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
     aggregation_style: ClassVar[str] = "queue"
     supports_infra_faults: ClassVar[bool] = True
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→edge", synchronous=False,
+                         note="a leader applies its queue every leader_period, whatever has arrived"),
+        AggregationPoint("straggler.cloud", "edge→cloud", synchronous=False, participants="edge servers",
+                         note="the cloud applies its queue every cloud_period, whatever has arrived"))
 
     name: Literal["ahfl"] = "ahfl"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base weight α at leaders and cloud [D]")

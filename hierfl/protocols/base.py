@@ -19,10 +19,11 @@ from hierfl.kernel.engine import Event, Priority
 from hierfl.env.api import Env, Job
 from hierfl.env.events import Payload
 from hierfl.env.records import ClustersRecord
+from hierfl.policies.straggler import AggregationPoint
 if TYPE_CHECKING:  # the scenario schema sits above the protocols; only its type is named here
     from hierfl.core.work import TrainSpec
     from hierfl.scenario.schema import Scenario
-__all__ = ["PROTOCOLS", "ProtocolConfig", "Protocol", "DeviceMsg"]
+__all__ = ["PROTOCOLS", "ProtocolConfig", "Protocol", "DeviceMsg", "AggregationPoint"]
 
 PROTOCOLS: Registry = Registry("protocol")
 
@@ -48,10 +49,9 @@ class ProtocolConfig(ConfigModel):
 
     # whether the protocol copes with devices dropping out (availability, leave events, dropout)
     supports_churn: ClassVar[bool] = True
-    # whether it has synchronous barriers a `straggler:` policy applies to
-    has_barriers: ClassVar[bool] = False
-    # whether it has a synchronous cloud round over edge servers (`straggler.cloud` applies)
-    has_cloud_barrier: ClassVar[bool] = False  # a cloud round over edge servers that `straggler.cloud` applies to
+    # where it aggregates, one point per key of `straggler:` at most: the scenario checks place a
+    # straggler policy only where a point is synchronous and the policy means something there
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = ()
     # whether it handles edge servers and the cloud failing (`edge_fail` / `cloud_fail` events)
     supports_infra_faults: ClassVar[bool] = False
     # why its decisions (selections, clusters) depend on the trained models' values, if they do:

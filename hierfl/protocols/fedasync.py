@@ -29,7 +29,7 @@ from hierfl.kernel.rankedset import RankedSet
 from hierfl.core.work import TrainSpec
 from hierfl.env import Env, Timer
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness, StalenessConfig
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 
 __all__ = ["FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync", "VersionMsg"]
 
@@ -61,6 +61,9 @@ class FedAsyncConfig(ProtocolConfig):
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     aggregation_style: ClassVar[str] = "updates"
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud", synchronous=False,
+                         note="the cloud applies each update the moment it arrives"),)
 
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")

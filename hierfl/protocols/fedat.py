@@ -54,8 +54,8 @@ from hierfl.core.capacity import capacity_classes
 from hierfl.core.recluster import moved_devices
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import ClustersRecord, Env, Payload, RoundEmpty
-from hierfl.policies.recluster import RECLUSTER, NeverRecluster
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.policies.recluster import NeverRecluster, RECLUSTER
+from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.regroup import Regrouping
 from hierfl.protocols.straggler import Barrier, planned_spec
 
@@ -121,7 +121,10 @@ class Tier:
 class FedATConfig(ProtocolConfig):
     """``protocol: {name: fedat, tiers: 3, tiering: quantile, fraction: 0.1, weighting: reversed, lam: 0}``."""
 
-    has_barriers: ClassVar[bool] = True
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud within a tier", synchronous=True),
+        AggregationPoint("straggler.cloud", "tier→cloud", synchronous=False, participants="tiers",
+                         note="tiers report to the cloud asynchronously: a fast tier never waits for a slow one"))
 
     name: Literal["fedat"] = "fedat"
     tiers: int = Field(default=3, ge=1, description="M: number of tiers by response time, 1..devices.count [D]")
@@ -311,7 +314,9 @@ class FedAT(Protocol):
             env.telemetry.record(RoundEmpty({"tier": m, "round": t.round}))
         else:
             samples = env.world.samples
-            t.model = env.tier("edge", m).average([t.models[d] for d in arrived], [float(samples[d]) for d in arrived])
+            assert t.barrier is not None
+            weights_n = [t.barrier.weight(d, float(samples[d])) for d in arrived]  # partial work may weigh less
+            t.model = env.tier("edge", m).average([t.models[d] for d in arrived], weights_n)
             t.models = {}
             t.count += 1
             weights = self.tier_weights()

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload, RoundEmpty
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 __all__ = ["FedAvgConfig", "FedAvg", "RoundMsg"]
@@ -49,7 +49,8 @@ class FedAvgConfig(ProtocolConfig):
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     control_variates: ClassVar[bool] = True
 
-    has_barriers: ClassVar[bool] = True
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud", synchronous=True),)
     rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
@@ -134,7 +135,7 @@ class FedAvg(Protocol):
         env = self.env
         device = event.payload.device
         self.arrived.add(device)
-        weight = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
+        weight = self.barrier.weight(device, float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0)
         env.tier("cloud").add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
         self.barrier.arrive(device)
 

@@ -20,7 +20,7 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 from hierfl.config.errors import Problem
 from hierfl.env import Env
 from hierfl.policies.staleness import STALENESS, FedBuffStaleness
-from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
 from hierfl.protocols.fedasync import FlatAsync
 
 if TYPE_CHECKING:
@@ -38,6 +38,9 @@ class FedBuffConfig(ProtocolConfig):
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     aggregation_style: ClassVar[str] = "queue"
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud", synchronous=False,
+                         note="the cloud steps whenever its buffer holds K updates, from whichever devices"),)
 
     name: Literal["fedbuff"] = "fedbuff"
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")

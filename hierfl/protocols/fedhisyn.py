@@ -17,6 +17,12 @@ One round (docs/explanation/algorithms.md §3.3; [D] unless noted)::
     when every device has reported, w_{r+1} = Σ p_i · last_i with p_i ∝ l_i, the device's
       mean unit time ([B], weighting: time), or n_i (data), or 1 (uniform)
 
+The round is a synchronous aggregation point of every device at the cloud, closed by the scenario's
+``straggler:`` policy (``wait_all``, the paper's rule, by default): ``deadline`` closes it ``seconds``
+after the broadcast, dropping later uploads (with ``partial: true`` each device's window instead
+ends early enough for its upload to arrive in time); ``first_k`` closes it on the first ``k``
+uploads. A device with no finished unit has nothing to send: the round stops waiting for it.
+
 ``T = auto`` is ``max_i (t_i + C_com(i, succ(i)))`` so every device finishes at least one unit.
 Uploads go device → cloud directly (the [D] default); a class leader is not implemented.
 
@@ -41,9 +47,10 @@ from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.capacity import capacity_classes, ring_orders, ring_successors
 from hierfl.policies.recluster import RECLUSTER, NeverRecluster
 from hierfl.kernel.engine import Event, Priority
-from hierfl.env import ClustersRecord, Env, Job
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.env import ClustersRecord, Env, Job, RoundEmpty
+from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.regroup import Regrouping
+from hierfl.protocols.straggler import Barrier, GUARD_S
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -75,6 +82,11 @@ class FedHiSynConfig(ProtocolConfig):
     supports_churn: ClassVar[bool] = False
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        # every device takes part (no pool to over-select from); a device trains for a time window, not
+        # a number of epochs random_epochs could shorten, but partial work shortens its window
+        AggregationPoint("straggler", "device→cloud over every class", synchronous=True, selects=False,
+                         fixed_work=False),)
 
     name: Literal["fedhisyn"] = "fedhisyn"
     grouping: Literal["capacity_classes"] = Field(default="capacity_classes",
@@ -119,6 +131,13 @@ class FedHiSynConfig(ProtocolConfig):
         if self.recluster.migration.in_flight != "finish":
             problems.append(Problem("protocol.recluster.migration.in_flight", "fedhisyn re-classes between rounds, "
                                     "when no work is in flight; allowed: finish", self.recluster.migration.in_flight))
+        policy = scenario.straggler
+        deadline = policy.deadline_s
+        if deadline is not None and not policy.partial_work and self.T != "auto" and deadline <= float(self.T):
+            # every window lasts T after the device's download: each upload would land after the deadline
+            problems.append(Problem("straggler.seconds", f"every device trains for T = {float(self.T):g} s before "
+                                    "it uploads, so no update could arrive in time; allowed: more than T, or "
+                                    "partial: true (windows end in time for the upload)", deadline))
         return problems
 
     def create(self, env: Env) -> FedHiSyn:
@@ -142,6 +161,7 @@ class FedHiSyn(Protocol):
             raise ConfigError([Problem("protocol.T", f"no device can finish a unit: the fastest needs "
                                        f"{self.unit_s.min():.6g} s; allowed: >= that, or 'auto'", cfg.T)])
         self.round = 0
+        self.barrier: Barrier  # the round's, under the straggler policy (from start())
         self.round_model: Any = None
         self._hop_seq = 0
         self._hops: dict[int, Any] = {}  # model handles travelling on ring links, by hop id
@@ -172,8 +192,8 @@ class FedHiSyn(Protocol):
         self.window_end: dict[int, float] = {}
         self.units = np.zeros(n, dtype=np.int64)
         self.busy_s = np.zeros(n, dtype=np.float64)
+        self.window_s: dict[int, float] = {}       # its window's length (T, or less under partial work)
         self.reported: set[int] = set()
-        self.submitters: list[int] = []
 
     def clusters_record(self) -> ClustersRecord:
         """Classes (fastest first), each ring's order and the devices' unit times."""
@@ -189,17 +209,29 @@ class FedHiSyn(Protocol):
 
     def _begin_round(self) -> None:
         self._reset_round()
-        self.round_model = self.env.global_model
-        for device in range(self.env.world.num_devices):
+        env = self.env
+        self.round_model = env.global_model
+        self._hops = {}  # a hop of a closed round still on its way is ignored when it arrives
+        self._sending: dict[int, dict[int, int]] = {}  # device → its ring hops on the way: hop id → transfer
+        everyone = list(range(env.world.num_devices))
+        self.barrier = Barrier(self, env.straggler, ("cloud", 0), self.round, everyone, len(everyone), self._close)
+        for device in everyone:
             self.send_model(device, "device_cloud", RoundMsg(device, self.round))
 
     def on_train_start(self, event: Event) -> None:
-        """The global model arrived: the device's window of ``T`` seconds starts now."""
+        """The global model arrived: the device's window of ``T`` seconds starts now (under partial work
+        it ends early enough for the upload to reach the cloud by the round's deadline)."""
+        env = self.env
         device = event.payload.device
+        window = self.round_s
+        plan_by = self.barrier.plan_by
+        if plan_by is not None and env.now + window > plan_by - env.world.upload_s(device) - GUARD_S:
+            window = max(plan_by - env.world.upload_s(device) - GUARD_S - env.now, 0.0)
         self.model[device] = self.round_model
-        self.window_start[device] = self.env.now
-        self.window_end[device] = self.env.now + self.round_s
-        self.env.schedule(self.round_s, "deadline", RoundMsg(device, self.round), Priority.CONTROL)
+        self.window_start[device] = env.now
+        self.window_end[device] = env.now + window
+        self.window_s[device] = window
+        env.schedule(window, "deadline", RoundMsg(device, self.round), Priority.CONTROL)
         self._next_unit(device)
 
     def _next_unit(self, device: int) -> None:
@@ -208,7 +240,7 @@ class FedHiSyn(Protocol):
         # Decide on summed durations, not on accumulated clock readings: two 0.5 s units fit a
         # 1.0 s window exactly, and a unit that fits never ends after the deadline event.
         elapsed = float(self.busy_s[device])
-        if elapsed + env.planned_compute_s(device, self.unit_spec) <= self.round_s:
+        if elapsed + env.planned_compute_s(device, self.unit_spec) <= self.window_s[device]:
             # the end is the window start + summed durations (not now + duration: see above)
             planned_end = self.window_start[device] + (elapsed + env.planned_compute_s(device, self.unit_spec))
             job, _ = env.start_job(device, self.model[device], RoundMsg(device, self.round), self.unit_spec,
@@ -232,9 +264,10 @@ class FedHiSyn(Protocol):
             hop = self._hop_seq
             self._hop_seq += 1
             self._hops[hop] = job.params
-            env.send(("device", device), ("device", peer), "ring_arrival",
-                     RingHop(peer, device, self.round, hop, env.now),
-                     "ring_send", peer=peer)
+            fid = env.send(("device", device), ("device", peer), "ring_arrival",
+                           RingHop(peer, device, self.round, hop, env.now),
+                           "ring_send", peer=peer)
+            self._sending.setdefault(device, {})[hop] = fid
         arrived = self.mailbox.pop(device, [])
         if not arrived:
             self.model[device] = job.params           # nothing arrived: keep training its own model
@@ -248,7 +281,10 @@ class FedHiSyn(Protocol):
     def on_ring_arrival(self, event: Event) -> None:
         """A predecessor's model arrived; it is used when the device's current unit ends."""
         p = event.payload
-        handle = self._hops.pop(p.hop)
+        handle = self._hops.pop(p.hop, None)
+        sending = self._sending.get(p.sender)
+        if sending is not None:
+            sending.pop(p.hop, None)
         device = p.device
         self.env.telemetry.flow(("device", p.sender), ("device", device), p.sent, self.env.now, "ring_hop", p.hop)
         if p.round != self.round or device in self.reported:
@@ -262,12 +298,21 @@ class FedHiSyn(Protocol):
     def on_deadline(self, event: Event) -> None:
         """The device's window is over: upload its last trained model, if it finished a unit."""
         device = event.payload.device
+        if event.payload.round != self.round or self.barrier.closed:
+            return  # a window of a round the straggler policy has closed
+        self.reported.add(device)  # no more ring arrivals are used
+        self.mailbox.pop(device, None)
         if self.units[device] == 0:
-            self._report(device)
+            self.barrier.drop(device)  # nothing to send: the round stops waiting for it
             return
+        if self.barrier.plan_by is not None:
+            # partial work planned the window so that an upload alone on the device's link is in on time:
+            # its ring hops still on the way (their receivers' windows are ending too) are withdrawn [D]
+            for hop, fid in sorted(self._sending.pop(device, {}).items()):
+                self.env.cancel_transfer(fid)
+                self._hops.pop(hop, None)
         self.env.send(("device", device), ("cloud", 0), "upload_done", RoundMsg(device, self.round),
                       "upload")
-        self.reported.add(device)  # no more ring arrivals are used
 
     def weight(self, device: int) -> float:
         """Its cloud aggregation weight: mean unit time (``time``), samples (``data``) or 1 (``uniform``)."""
@@ -278,20 +323,23 @@ class FedHiSyn(Protocol):
         return 1.0
 
     def on_upload_done(self, event: Event) -> None:
-        """A last trained model reached the cloud: fold it in."""
+        """A last trained model reached the cloud: fold it in; the round's barrier decides when it closes."""
         device = event.payload.device
         self.env.tier("cloud").add(self.last[device], self.weight(device))
-        self.submitters.append(device)
-        self._report(device)
+        self.barrier.arrive(device)
 
-    def _report(self, device: int) -> None:
-        self.reported.add(device)
-        self.mailbox.pop(device, None)
-        if len(self.reported) < self.env.world.num_devices or len(self.submitters) < int(np.sum(self.units > 0)):
-            return
+    def on_round_deadline(self, event: Event) -> None:
+        """The straggler deadline of the round."""
+        if event.payload.round == self.round:
+            self.barrier.on_deadline()
+
+    def _close(self, arrived: list[int]) -> None:
+        """The round closed: the cloud model is the weighted mean of the last models that arrived."""
         env = self.env
-        # T >= the fastest unit (checked at start), so there is always a submitter
-        env.set_global(env.tier("cloud").commit(sorted(self.submitters), base=self.round_model))
+        if arrived:
+            env.set_global(env.tier("cloud").commit(sorted(arrived), base=self.round_model))
+        else:  # a deadline before any upload (with wait_all, T >= the fastest unit: there is always one)
+            env.telemetry.record(RoundEmpty({"round": self.round}))
         self.round += 1
         if not env.stopping:
             self._classes_closed()

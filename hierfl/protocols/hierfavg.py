@@ -31,10 +31,10 @@ from hierfl.config.errors import Problem
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
-from hierfl.policies.recluster import RECLUSTER, NeverRecluster
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.policies.recluster import NeverRecluster, RECLUSTER
+from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.regroup import Regrouping
-from hierfl.protocols.straggler import Barrier, planned_spec
+from hierfl.protocols.straggler import Barrier, GUARD_S, planned_spec
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -68,8 +68,10 @@ class EdgeUpload(Payload):
 class HierFAVGConfig(ProtocolConfig):
     """``protocol: {name: hierfavg, kappa1: 60, kappa2: 1, fraction: 1.0}``."""
 
-    has_barriers: ClassVar[bool] = True
-    has_cloud_barrier: ClassVar[bool] = True
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→edge", synchronous=True),
+        AggregationPoint("straggler.cloud", "edge→cloud", synchronous=True, participants="edge servers",
+                         selects=False))  # partial work: an edge runs the edge rounds that fit
     supports_infra_faults: ClassVar[bool] = True
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
@@ -165,13 +167,21 @@ class HierFAVG(Protocol):
             if math.isfinite(when):
                 self.retry[edge] = env.at(when, "edge_retry", EdgeEvent(edge), Priority.CONTROL)
             return
+        until = self._cloud_until(edge)
+        if until is not None and until <= env.now:  # not even one edge round fits before the cloud's deadline
+            if self.edge_round[edge] > self.cloud_round * self.cfg.kappa2:
+                self._upload(edge)         # what it did this cycle
+            else:
+                assert self.cloud_barrier is not None  # (a cloud deadline exists)
+                self.cloud_barrier.drop(edge)  # nothing to send: the cloud round stops waiting for it
+            return
         want = max(math.floor(self.cfg.fraction * members.size + 1e-9), 1)
         m = min(want, len(pool))
         policy = env.straggler
         k = min(policy.select_count(m), len(pool))
         self.selected[edge] = self._sample(edge, pool, m, k)
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
-                                     functools.partial(self._close_edge_round, edge))
+                                     functools.partial(self._close_edge_round, edge), until=until)
         self.edge_start[edge] = self.edge_model[edge]
         self.round_began[edge] = env.now
         for device in self.selected[edge]:
@@ -199,8 +209,10 @@ class HierFAVG(Protocol):
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
         env = self.env
         device, edge = event.payload.device, event.payload.edge
-        env.tier("edge", edge).add(self.jobs.pop(device).params, float(env.world.samples[device]), env.scaffold.coef(device))
-        self.barrier[edge].arrive(device)
+        barrier = self.barrier[edge]
+        weight = barrier.weight(device, float(env.world.samples[device]))  # partial work may weigh less
+        env.tier("edge", edge).add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
+        barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
         """A device went offline: its edge round no longer waits for it."""
@@ -220,9 +232,22 @@ class HierFAVG(Protocol):
         if barrier is not None and barrier.round == event.payload.round:
             barrier.on_deadline()
 
+    def _cloud_until(self, edge: int) -> float | None:
+        """Under partial work at the cloud round (``straggler.cloud: {name: deadline, partial: true}``):
+        when ``edge``'s rounds must be over so that its model, sent then, reaches the cloud by the
+        deadline (an uncontended upload); None otherwise."""
+        cb = self.cloud_barrier
+        if cb is None or cb.closed or cb.plan_by is None:
+            return None
+        return cb.plan_by - self.env.world.edge_upload_s(edge) - GUARD_S
+
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
         env = self.env
-        upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0 or edge in self.owed
+        until = self._cloud_until(edge)
+        # partial work at the cloud: an edge uploads early when another round as long as this one would
+        # end after its cloud deadline [D] (that round's devices would plan partial steps to fit anyway)
+        short = until is not None and env.now + (env.now - self.barrier[edge].started) > until
+        upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0 or edge in self.owed or short
         if upload and not env.live.server_up(CLOUD):  # the cloud is away: aggregate locally, push when it is back
             self.owed.add(edge)
             upload = False
@@ -233,11 +258,23 @@ class HierFAVG(Protocol):
         self.edge_round[edge] += 1
         self.regroup.round_closed(edge, env.now - self.round_began.get(edge, env.now))
         if upload:
-            self.owed.discard(edge)
-            self.uploading[edge] = env.send(("edge", edge), ("cloud", 0), "edge_upload_done",
-                                            EdgeUpload(edge, self.cloud_round), "upload")
+            self._upload(edge)
         elif not env.stopping:
             self._begin_edge_round(edge)
+
+    def _upload(self, edge: int) -> None:
+        """``edge`` sends its model to the cloud; under partial work at the cloud, with the share of its κ2
+        edge rounds it did this cycle (its weight there may scale with it: ``partial_weight``)."""
+        env = self.env
+        self.owed.discard(edge)
+        done = self.edge_round[edge] - self.cloud_round * self.cfg.kappa2
+        cb = self.cloud_barrier
+        if cb is not None and cb.plan_by is not None and 0 <= done < self.cfg.kappa2:
+            cb.work[edge] = done / self.cfg.kappa2
+            env.telemetry.instant(("edge", edge), "partial_work", env.now, edge_rounds=done, of=self.cfg.kappa2,
+                                  weight=cb.weight(edge, self.edge_weight[edge]))
+        self.uploading[edge] = env.send(("edge", edge), ("cloud", 0), "edge_upload_done",
+                                        EdgeUpload(edge, self.cloud_round), "upload")
 
     # -- the cloud round -----------------------------------------------------------------------------
     def _live(self) -> list[int]:
@@ -272,9 +309,10 @@ class HierFAVG(Protocol):
         env = self.env
         edge = event.payload.edge
         self.uploading.pop(edge, None)
-        env.tier("cloud").add(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.scaffold.on else None)
-        self.regroup.applied(edge)
         assert self.cloud_barrier is not None
+        weight = self.cloud_barrier.weight(edge, self.edge_weight[edge])  # partial work may weigh less
+        env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.scaffold.on else None)
+        self.regroup.applied(edge)
         self.cloud_barrier.arrive(edge)
 
     def _close_cloud_round(self, arrived: list[int]) -> None:

@@ -20,20 +20,25 @@ are withdrawn, and their compute so far is counted as wasted (``wasted_compute_s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hierfl.kernel.engine import Event, Priority
-from hierfl.core.work import TrainSpec, num_steps
+from hierfl.core.work import TrainSpec, num_steps, samples_processed
 from hierfl.env.events import Payload
 from hierfl.env.records import RoundClose
 
 if TYPE_CHECKING:
     from hierfl.protocols.base import Protocol
 
-__all__ = ["Barrier", "RoundDeadline", "partial_steps", "planned_spec"]
+__all__ = ["GUARD_S", "Barrier", "RoundDeadline", "planned_spec", "steps_before"]
+
+GUARD_S = 1e-6
+"""Seconds partial work keeps free before its deadline (one virtual microsecond): an upload that starts
+at ``deadline − upload_s`` is timed by the network in its own floating-point steps and could land a
+rounding error after the deadline; this margin, far above any rounding error of virtual times below
+10⁶ s, keeps it in."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,8 @@ class Barrier:
 
     def __init__(self, proto: Protocol, policy: Any, server: tuple[str, int], round_id: int,
                  selected: list[int], wanted: int, on_close: Callable[[list[int]], None],
-                 abandon: Callable[[int], float] | None = None, info: dict[str, Any] | None = None) -> None:
+                 abandon: Callable[[int], float] | None = None, info: dict[str, Any] | None = None,
+                 until: float | None = None) -> None:
         self.proto = proto
         self.env = proto.env
         self.policy = policy
@@ -64,6 +70,8 @@ class Barrier:
         self.on_close = on_close
         self.abandon_fn = abandon or proto.abandon
         self.info = dict(info or {})  # extra fields of the round_close line (e.g. FedCH's cluster)
+        # partial work: the share of its full job's samples each device planned (absent: the full job)
+        self.work: dict[int, float] = {}
         self.needed = policy.needed(len(selected), wanted) if selected else 0
         # stragglers by assignment (random_epochs): a seeded draw per server and round, so FedAvg
         # (dropping them) and FedProx (keeping them) see the same stragglers, as in the reference code
@@ -73,15 +81,27 @@ class Barrier:
         if k > 0:
             rng = self.env.rng(f"straggler.assigned.{server[0]}", int(server[1]), int(round_id))
             self.stragglers = frozenset(int(i) for i in rng.choice(sorted(self.selected), size=k, replace=False))
-        self.deadline: float | None = None
-        self._deadline_event: Event | None = None
+        # the closing time: the policy's deadline, or `until` (a partial-work deadline handed down by the
+        # round above, e.g. HierFAVG's cloud round) if earlier; participants plan partial work to `plan_by`
         seconds = policy.deadline_s
-        if seconds is not None:
-            self.deadline = self.started + float(seconds)
+        own = None if seconds is None else self.started + float(seconds)
+        self.deadline: float | None = min((t for t in (own, until) if t is not None), default=None)
+        self.plan_by: float | None = min((t for t in (own if policy.partial_work else None, until) if t is not None),
+                                         default=None)
+        self._deadline_event: Event | None = None
+        if self.deadline is not None:
             self._deadline_event = self.env.at(self.deadline, "round_deadline", RoundDeadline((server[0], int(server[1])), round_id),
                                                Priority.CONTROL)
         if not selected:
             self.close()
+
+    def weight(self, who: int, full: float) -> float:
+        """``who``'s aggregation weight, ``full`` for a whole job: under partial work with
+        ``partial_weight: work`` scaled by the share of the job it did (else ``full``: FedProx
+        weighs partial solutions by sample count as whole ones)."""
+        share = self.work.get(who)
+        weigh = getattr(self.policy, "weigh_partial", None)  # a duck-typed policy may lack the hook
+        return full if share is None or weigh is None else float(weigh(full, share))
 
     def arrive(self, who: int) -> None:
         """``who``'s update has arrived (and was folded in)."""
@@ -143,11 +163,17 @@ class Barrier:
         self.on_close(list(self.arrived))
 
 
-def partial_steps(full_steps: int, step_s: float, time_left: float) -> int:
-    """Local steps a device can run in ``time_left`` seconds at ``step_s`` per step (at most the full job)."""
-    if step_s <= 0:
-        return full_steps
-    return max(min(full_steps, math.floor(time_left / step_s + 1e-9)), 0)
+def steps_before(fits: Callable[[int], bool], full_steps: int) -> int:
+    """The largest ``k`` in ``0 … full_steps`` with ``fits(k)``, for a ``fits`` that is true at 0 and
+    monotone (a job of more steps never ends sooner): a bisection, ``⌈log2(full_steps + 1)⌉`` calls."""
+    lo, hi = 0, int(full_steps)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _drop_before_compute(env: Any, device: int, barrier: Barrier, why: str, **info: Any) -> None:
@@ -183,27 +209,41 @@ def _assigned_work(env: Any, device: int, barrier: Barrier, spec: TrainSpec) -> 
 def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec | None = None,
                  upload_s: float | None = None) -> TrainSpec | None:
     """The job ``device`` runs now: the full ``spec``, or under ``deadline`` with ``partial: true`` as
-    many local steps as fit before the deadline, leaving time for an uncontended upload (None: not
-    even one step fits — the device is dropped now, having computed nothing). ``upload_s``: that
-    upload's time when it does not go over the device's own server link (FedCH: to a device leader)."""
+    many local steps as its compute really gets through before the deadline, leaving time for an
+    uncontended upload (None: not even one step fits — the device is dropped now, having computed
+    nothing). ``upload_s``: that upload's time when it does not go over the device's own server link
+    (FedCH: to a device leader).
+
+    The steps are counted on the job's own duration (:meth:`~hierfl.env.api.Env.planned_compute_s`:
+    this job's per-task jitter, the slowdown windows it will cross, a wait behind the device's own
+    evaluation), not on the nominal speed, so the job ends by ``deadline − upload`` whatever its
+    jitter: the device stops wherever its compute has got to (FedProx's γ-inexact partial work,
+    Li et al., MLSys 2020, §3). A device that goes offline before that end is lost as any other.
+    """
     env = proto.env
     spec = spec or env.spec
-    policy = barrier.policy
     if device in barrier.stragglers:
         return _assigned_work(env, device, barrier, spec)
-    if not policy.partial_work or barrier.deadline is None:
+    if barrier.plan_by is None:
         return spec
-    world = env.world
-    n = int(world.samples[device])
+    now = env.now
+    end = barrier.plan_by - (env.world.upload_s(device) if upload_s is None else upload_s) - GUARD_S
+    if now + env.planned_compute_s(device, spec) <= end:
+        return spec  # the whole job fits
+    n = int(env.world.samples[device])
     full = num_steps(n, spec)
-    one = replace(spec, epochs=None, steps=1)
-    step_s = world.compute_s(device, one) * env.live.compute_factor(device)
-    left = barrier.deadline - env.now - (world.upload_s(device) if upload_s is None else upload_s)
-    k = partial_steps(full, step_s, left)
-    if k >= full:
-        return spec
+
+    def fits(k: int) -> bool:
+        # the same expression the job's end event is scheduled at (now + its duration): never past `end`
+        return k == 0 or now + env.planned_compute_s(device, replace(spec, epochs=None, steps=k)) <= end
+
+    k = steps_before(fits, full - 1) if full > 1 else 0
     if k < 1:
-        _drop_before_compute(env, device, barrier, "no_time", left_s=left)
+        _drop_before_compute(env, device, barrier, "no_time", left_s=end - now)
         return None
-    env.telemetry.instant(("device", device), "partial_work", env.now, steps=k, of=full)
-    return replace(spec, epochs=None, steps=k)
+    partial = replace(spec, epochs=None, steps=k)
+    done = samples_processed(n, partial)
+    barrier.work[device] = done / samples_processed(n, spec)
+    env.telemetry.instant(("device", device), "partial_work", env.now, steps=k, of=full, samples=done,
+                          weight=barrier.weight(device, float(n)))
+    return partial

@@ -61,8 +61,8 @@ from hierfl.kernel.engine import Event, Priority
 from hierfl.core.wscc import Clustering, affinity_clusters, cluster_servers, similarity_summary
 from hierfl.env import Env, Payload
 from hierfl.env.records import ClustersRecord
-from hierfl.policies.recluster import RECLUSTER, NeverRecluster
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.policies.recluster import NeverRecluster, RECLUSTER
+from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.regroup import world_snapshot
 
 __all__ = ["WSCCConfig", "WSCC", "ClusterMsg"]
@@ -98,6 +98,10 @@ class WSCCConfig(ProtocolConfig):
 
     name: Literal["wscc"] = "wscc"
     decides_on_models: ClassVar[str | None] = "clusters devices by the cosine similarity of their trained updates"
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cluster", synchronous=True, takes_policy=False,
+                         note="a cluster round waits for every sampled member; its clustering reads every "
+                              "update, and no straggler policy is implemented for it"),)
     fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share of each cluster's members per round")
     warmup_epochs: int = Field(default=1, ge=1, description="local epochs of the warm-up round (E_warm)")
     use_delta: bool = Field(default=True, description="cosine of updates w_i − w0 (true) or of the weights w_i")

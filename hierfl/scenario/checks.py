@@ -7,7 +7,7 @@ Run by the loader after the schema accepted every section, in two steps:
 2. :func:`cross_checks` gathers every remaining problem at once: edge servers against devices,
    traces against devices, what the protocol supports (churn, barriers, learning plug-ins), and
    each event's own checks. Plug-ins answer through their hooks (``churn``, ``waits_for_all``,
-   ``has_cloud_barrier``, :meth:`problems`), never through their names.
+   ``aggregation_points``, ``refusal``, :meth:`problems`), never through their names.
 
 :func:`raw_cross_checks` runs on the raw mapping when the schema rejected something else.
 """
@@ -20,7 +20,7 @@ from hierfl.config.errors import Problem
 from hierfl.devices import shipped_tiers
 from hierfl.dynamics import EVENTS, Facts
 from hierfl.dynamics.availability import steady_names
-from hierfl.policies.straggler import neutral_names
+from hierfl.policies.straggler import STRAGGLERS, neutral_names
 from hierfl.protocols import PROTOCOLS
 from hierfl.scenario.schema import Scenario
 from hierfl.topology import TopologyFileError, check_devices, load_topology_file
@@ -213,20 +213,28 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
 
 
 def _straggler_checks(scenario: Scenario) -> list[Problem]:
-    """A policy needs a protocol with barriers; a cloud-round policy one with a cloud barrier over edge servers."""
+    """A policy stands only at a point the protocol declares (``aggregation_points``) where it means
+    something: a synchronous point a policy may close, and the policy's own ``refusal`` says none."""
     problems: list[Problem] = []
-    proto, policy = scenario.protocol, scenario.straggler
-    if not proto.has_barriers and not policy.waits_for_all:
-        with_barriers = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).has_barriers)
-        problems.append(Problem("straggler.name", f"protocol {proto.name} has no synchronous barrier for a "
-                                f"straggler policy; allowed here: {', '.join(neutral_names())} (policies apply to "
-                                f"{with_barriers})", policy.name))
-    if not proto.has_cloud_barrier and not policy.cloud.waits_for_all:
-        with_cloud = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).has_cloud_barrier)
-        problems.append(Problem("straggler.cloud", f"a cloud-round policy over edge servers applies to {with_cloud} only"))
-    if policy.cloud.partial_work:
-        problems.append(Problem("straggler.cloud", "partial work is for device rounds; the participants of a cloud "
-                                "round are edge servers (allowed here: partial: false)"))
+    proto = scenario.protocol
+    points = {p.key: p for p in type(proto).aggregation_points}
+    for key, policy in (("straggler", scenario.straggler), ("straggler.cloud", scenario.straggler.cloud)):
+        point = points.get(key)
+        if policy.waits_for_all:
+            continue
+        if point is not None and point.closable:
+            why = policy.refusal(point)
+            if why is not None:  # a closable point, but not for this policy
+                fits = [n for n in STRAGGLERS.names() if STRAGGLERS.example(n).refusal(point) is None]
+                problems.append(Problem(f"{key}.name", f"{policy.name} at the {point.flow} round of {proto.name}: "
+                                        f"{why}; allowed there: {', '.join(fits)}", policy.name))
+            continue
+        why = f"{proto.name} has no aggregation point at {key}" if point is None else f"{point.flow}: {policy.refusal(point)}"
+        takes = ", ".join(p.label for p in points.values() if p.closable) or "nowhere"
+        able = ", ".join(n for n in PROTOCOLS.names()
+                         if any(p.key == key and p.closable for p in PROTOCOLS.get(n).aggregation_points))
+        problems.append(Problem(f"{key}.name", f"{why}; allowed: {', '.join(neutral_names())} ({proto.name} takes a "
+                                f"policy at {takes}; protocols that take one at {key}: {able})", policy.name))
     return problems
 
 

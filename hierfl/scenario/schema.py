@@ -445,7 +445,7 @@ class Scenario(ConfigModel):
     runtime: RuntimeConfig = RuntimeConfig()
     events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")  # type: ignore[valid-type]
     network: NetworkConfig = NetworkConfig()
-    straggler: device_policy_field() = Field(default=default_policy(), description="policy of every synchronous barrier (and, with cloud:, of HierFAVG's cloud round)")  # type: ignore[valid-type]
+    straggler: device_policy_field() = Field(default=default_policy(), description="policy of the protocol's synchronous device rounds, at the aggregation points it declares (cloud: its round over edge servers)")  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
     aggregation: AggregationSection = Field(

@@ -156,7 +156,7 @@ def test_straggler_policies_are_accepted_for_fedch_and_the_error_lists_it(tmp_pa
     scen.write_text(yaml.safe_dump(raw))
     assert main(["run", str(scen), "--out", str(tmp_path / "o"), "-q"]) == 2
     err = capsys.readouterr().err
-    assert "straggler.name" in err and "fedavg, fedch, hierfavg" in err and "Traceback" not in err
+    assert "straggler.name" in err and "fedat, fedavg, fedch, fedhisyn, hierfavg" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("protocol,path,text", [

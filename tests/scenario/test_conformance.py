@@ -356,7 +356,8 @@ def test_straggler_policy_in_a_scenario(name):
     sc = tiny(straggler=policy, protocol={"name": "hierfavg"}, topology={"edge_servers": 2})
     assert sc.straggler.name == name and sc.straggler.cloud.waits_for_all
     cloud = {"straggler": {"name": "wait_all", "cloud": policy}, "protocol": {"name": "hierfavg"}, "topology": {"edge_servers": 2}}
-    if STRAGGLERS.get(name).at_cloud:
+    cloud_point = {p.key: p for p in PROTOCOLS.get("hierfavg").aggregation_points}["straggler.cloud"]
+    if STRAGGLERS.example(name).refusal(cloud_point) is None:
         assert tiny(**cloud).straggler.cloud.name == name
     else:
         with pytest.raises(ConfigError):

@@ -15,7 +15,7 @@ from hierfl.config.errors import Problem
 from hierfl.env import Env
 from hierfl.policies.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
 from hierfl.policies.staleness import STALENESS, FedCHStaleness
-from hierfl.protocols.base import PROTOCOLS, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
 from hierfl.protocols.fedch.protocol import FedCH
 
 if TYPE_CHECKING:
@@ -40,7 +40,10 @@ class FedCHConfig(ProtocolConfig):
     """``protocol: {name: fedch, K: auto, H: null, lr: null, a: 5, b: 1, recluster: {name: never}}``."""
 
     # a cluster round is a synchronous barrier: `straggler:` policies apply to it
-    has_barriers: ClassVar[bool] = True
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cluster leader", synchronous=True),
+        AggregationPoint("straggler.cloud", "cluster→cloud", synchronous=False, participants="cluster leaders",
+                         note="the cloud applies each cluster model as it arrives (staleness-weighted)"))
     rule_tiers: ClassVar[tuple[str, ...]] = ("edge",)  # its cluster leaders
     aggregation_style: ClassVar[str] = "models"
     # edge_fail / cloud_fail: with edge-server leaders (the events' own checks refuse a scenario without edge servers)

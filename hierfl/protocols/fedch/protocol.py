@@ -272,7 +272,9 @@ class FedCH(Protocol):
             return
         flag, c.flag = flag or c.flag, False
         samples = env.world.samples
-        members, weights = [c.models[d] for d in arrived], [float(samples[d]) for d in arrived]
+        assert c.barrier is not None
+        # partial work may weigh less (straggler.partial_weight)
+        members, weights = [c.models[d] for d in arrived], [c.barrier.weight(d, float(samples[d])) for d in arrived]
         leader = env.tier("edge", c.cid)
         model = leader.average(members, weights, base=c.model)  # or the aggregation.edge rule
         c.models = {}
