@@ -98,12 +98,22 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--against", action="append", default=[], metavar="DIR",
                     help="another hierfl checkout whose timing-only row runs interleaved with this one's "
                          "(repeatable; e.g. a git worktree of an older commit)")
+    ap.add_argument("--timing-only", action="store_true",
+                    help="only (b)'s timing-only row (with its --against trees), side by side")
     args = ap.parse_args(argv)
+    if not args.timing_only:
+        population_table(args.quick)
+    road(args)
+    print("\n(c) W1a: see analysis/bench/startup.py (whole-process wall, steady round, peak tree memory)")
+    return 0
 
+
+def population_table(quick: bool) -> None:
+    """(a): the same work at growing populations, and the emulator's memory per device."""
     print("(a) FedAvg, the same work (100 devices x 10 rounds, logreg) at growing N, local executor")
     print("| N | whole wall (s) | rounds-only wall (s, fastest of 3) | ratio to 1k | peak RSS (MB) |")
     print("|---|---|---|---|---|")
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
     # rounds-only walls are under a second: each size runs 3 times, interleaved, and the fastest counts
     # (the least disturbed by other work on a shared machine)
     runs: dict[int, list[dict]] = {n: [] for n in sizes}
@@ -122,6 +132,9 @@ def main(argv: list[str]) -> int:
           f"(samples, labels, index) {data:.0f} B; emulator state beyond the data {per_device - data:.0f} B "
           "(goal <= 2048 B)")
 
+
+def road(args: argparse.Namespace) -> None:
+    """(b): AHFL over 10,000 devices; with training (unless --timing-only) and timing only, side by side."""
     # the issue's run is one virtual hour; the rows run a window of it (with training, an hour is 10^7 jobs).
     # The first seconds are a burst (every device downloads at t = 0 and meets its route for the first
     # time), so a short window understates the steady rate: timing only, fast enough for it, runs a minute
@@ -141,7 +154,7 @@ def main(argv: list[str]) -> int:
              ("timing only", ["training.trainer=none"], 20000))
     rates: dict[str, float] = {}
     path = str(ROOT / "scenarios" / "scale_ahfl_10k.yaml")
-    for mode, sets, goal in modes[:-1]:  # with training: one run each
+    for mode, sets, goal in ([] if args.timing_only else modes[:-1]):  # with training: one run each
         r = child("file", {"path": path, "set": [f"stop.virtual_time_s={window:g}", "evaluation.every_s=null", *sets]})
         run_s = r["rounds_s"]
         print(f"| {mode} | {window:g} | {r['jobs']:,} | {r['events']:,} | {run_s:.1f} | {r['jobs'] / run_s:,.0f} | "
@@ -175,8 +188,6 @@ def main(argv: list[str]) -> int:
     for label in list(rates)[1:]:
         print(f"this tree / {label}: {rates['timing only'] / rates[label]:.2f}x the jobs/s "
               "(fastest of 3 each, interleaved)")
-    print("\n(c) W1a: see analysis/bench/startup.py (whole-process wall, steady round, peak tree memory)")
-    return 0
 
 
 if __name__ == "__main__":
