@@ -246,8 +246,10 @@ class FakeAggregator:
         self._log("combine", [tuple(t) for t in terms], model)
         return model
 
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
         self._log("similarity", list(models))
+        if measure == "sq_norm":
+            return (np.asarray(models, dtype=np.float64) - (0.0 if base is None else base)) ** 2
         if self.env.similarity is not None:
             return np.asarray(self.env.similarity, dtype=np.float64)
         u = np.asarray(models, dtype=np.float64) - (0.0 if base is None else base)

@@ -119,11 +119,15 @@ class Routes:
             # both access links are crossed (docs/explanation/algorithms.md §1.2); a topology's d2d rule
             # sets the latency and may cap the hop's bandwidth: a private link per (src, dst) pair,
             # shared only by concurrent hops between the same two devices
+            # (a device graph's link with its own bandwidth is such a private link too)
             links: list[Any] = [("up", i), ("down", j)]
-            rule = w.d2d_link
-            if rule is not None and math.isfinite(rule.bandwidth_mbps):
+            cap = w.d2d_link.bandwidth_mbps if w.d2d_link is not None else math.inf
+            own = w.device_graph.link(i, j) if w.device_graph is not None else None
+            if own is not None:
+                cap = min(cap, own[0])
+            if math.isfinite(cap):
                 assert self.net is not None, "Routes.net first"
-                self.net.capacity.setdefault(("d2d", i, j), rule.bandwidth_mbps)
+                self.net.capacity.setdefault(("d2d", i, j), cap)
                 links.append(("d2d", i, j))
             return Route("device_device", tuple(links), w.d2d_latency_ms(i, j) / 1000.0, (i, j), ())
         if {a, b} == {"device", "cloud"}:

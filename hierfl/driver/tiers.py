@@ -211,9 +211,10 @@ class TierAggregator:
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
         return self.agg.combine(self.tier, terms)
 
-    def similarity(self, models: list[Any], base: Any = None) -> Any:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC)."""
-        return self.agg.executor.similarity(models, base)
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> Any:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC);
+        ``measure="sq_norm"``: the squared norm of each (a serverless run's consensus distance)."""
+        return self.agg.executor.similarity(models, base, measure)
 
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` on the run's test set (FedCH's ``K: auto`` needs the initial gap)."""

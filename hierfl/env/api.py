@@ -148,8 +148,9 @@ class Aggregator(Protocol):
     def combine(self, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
 
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC)."""
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC);
+        ``measure="sq_norm"``: the vector of their squared norms instead (consensus distance)."""
 
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""

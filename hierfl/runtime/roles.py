@@ -698,14 +698,19 @@ class Cloud:
         """The cloud's asynchronous step (FedAsync mix, FedBuff buffer step, AHFL queue): see :func:`combine_packed`."""
         return combine_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
 
-    def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+    def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray,
+                   measure: str = "cosine") -> np.ndarray:
         """Cosine similarity matrix of models ``k`` (``arrays[index[k]]``, row ``rows[k]``) minus
-        ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves)."""
+        ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves); ``measure="sq_norm"``:
+        the vector of their squared norms instead (a serverless run's consensus distance)."""
         from hierfl.core.wscc import cosine_similarity  # noqa: PLC0415 (only WSCC needs it)
 
         ref = None if base < 0 else np.asarray(arrays[base], dtype=np.float64)
         vecs = np.stack([np.asarray(_pick(arrays[i], r), dtype=np.float64) for i, r in zip(index, rows)])
-        return cosine_similarity(vecs if ref is None else vecs - ref)
+        vecs = vecs if ref is None else vecs - ref
+        if measure == "sq_norm":
+            return np.einsum("ij,ij->i", vecs, vecs)
+        return cosine_similarity(vecs)
 
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ)."""

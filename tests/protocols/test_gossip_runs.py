@@ -1,0 +1,86 @@
+"""Serverless protocols through the real driver: bad input, per-link values, resume, the observer's line."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hierfl.driver import resume_run, run_scenario
+from hierfl.scenario.loader import deep_merge, load_scenario
+from tests.badinput import assert_refused
+from tests.conftest import TINY, tiny
+from tests.driver.test_recovery import assert_same_run
+
+ROOT = Path(__file__).resolve().parents[2]
+RING = {"topology": {"device_graph": {"name": "ring"}}, "stop": {"virtual_time_s": 3.0}}
+
+
+def _raw(**override: Any) -> dict[str, Any]:
+    return deep_merge(copy.deepcopy(TINY), override)
+
+
+@pytest.mark.parametrize("override,key", [
+    ({"protocol": {"name": "dpsgd"}, "stop": {"virtual_time_s": 3.0}}, "topology.device_graph"),
+    ({"protocol": {"name": "adpsgd"}, "topology": {"device_graph": {"name": "ring"}}}, "stop.virtual_time_s"),
+    ({"protocol": {"name": "p2p"}, **RING, "topology": {"device_graph": {"name": "torus", "rows": 3}}},
+     "topology.device_graph.rows"),
+    ({"protocol": {"name": "dpsgd"}, **RING, "topology": {"device_graph": {"name": "k_regular", "k": 3}}},
+     "topology.device_graph.k"),
+    ({"protocol": {"name": "dpsgd"}, **RING,
+      "topology": {"device_graph": {"name": "edges", "edges": [{"a": 0, "b": 7}]}}}, "topology.device_graph.edges.0"),
+    ({"protocol": {"name": "dpsgd", "local_epochs": 1}, **RING}, "protocol.local_steps"),
+    ({"protocol": {"name": "p2p", "belief": "gaussian"}, **RING}, "protocol.belief"),
+    ({"protocol": {"name": "dpsgd"}, **RING, "topology": {"device_graph": {"name": "hypercube"}}},
+     "topology.device_graph"),
+])
+def test_bad_serverless_input_exits_2(tmp_path, capsys, override, key) -> None:
+    assert_refused(tmp_path, capsys, _raw(**override), key)
+
+
+def test_graph_links_set_the_hop_time(tmp_path) -> None:
+    """A per-link bandwidth and latency replace min(up_i, down_j) and the access latencies."""
+    sc = tiny(protocol={"name": "dpsgd"}, stop={"virtual_time_s": 1.0},
+              topology={"device_graph": {"name": "edges", "link": {"latency_ms": 7.0},
+                                         "edges": [{"a": 0, "b": 1, "bandwidth_mbps": 0.25}, {"a": 1, "b": 2},
+                                                   {"a": 2, "b": 3, "latency_ms": 1.0}]}})
+    from hierfl.assemble import build
+    world = build(sc).world
+    assert world.d2d_bandwidth_mbps(0, 1) == 0.25 and world.d2d_bandwidth_mbps(1, 0) == 0.25
+    assert world.d2d_bandwidth_mbps(1, 2) == min(0.5, 1.0)       # no bandwidth of its own: min(up_1, down_2)
+    assert world.d2d_latency_ms(1, 2) == 7.0 and world.d2d_latency_ms(2, 3) == 1.0
+    world.model_bytes = 1000
+    # 1000 bytes at 0.25 Mbit/s = 0.032 s, plus 7 ms
+    assert world.d2d_s(0, 1) == pytest.approx(8000 / 0.25e6 + 0.007)
+
+
+def test_eval_lines_carry_the_observer_fields(tmp_path) -> None:
+    res = run_scenario(tiny(protocol={"name": "dpsgd", "local_steps": 2}, **RING), tmp_path)
+    evals = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [e for e in evals if e["event"] == "eval"]
+    assert evals[0]["consensus_distance"] == 0.0 and evals[0]["mixings"] == 0  # everyone starts from one model
+    assert evals[-1]["mixings"] > 0 and evals[-1]["consensus_distance"] > 0
+    assert evals[-1]["node_steps_max"] - evals[-1]["node_steps_min"] <= 2  # a ring of 4: neighbours wait
+    assert res.summary["rounds"] == 0 and res.summary["final_accuracy"] > 0.5
+
+
+def test_p2p_resume_ends_as_the_uninterrupted_run(tmp_path) -> None:
+    """Interrupted after 20 virtual seconds (checkpoints every wall second) and resumed: the same files."""
+    path = ROOT / "scenarios" / "p2p_rgg.yaml"
+    sets = ["runtime.executor=local", "runtime.checkpoint.every_s=1", "stop.virtual_time_s=30"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(path, sets), ref, source=str(path))
+
+    def stop(t: float, rounds: int, acc: float | None) -> None:
+        if t >= 20:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(path, sets), out, progress=stop, source=str(path))
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)
