@@ -85,8 +85,9 @@ def _band(values: list[float]) -> str:
 
 def table(rows: list[dict[str, Any]], seeds: int) -> str:
     """The markdown table: mean over seeds, (min–max) in brackets."""
-    lines = [f"| method | time to {TARGET} accuracy, s | accuracy at {HORIZON_S:g} s | MB per device "
-             f"(sent + received) | consensus distance at {HORIZON_S:g} s |", "|---|---|---|---|---|"]
+    head = (f"| method | time to {TARGET} accuracy, s | accuracy at {HORIZON_S:g} s | MB per device "
+            f"(sent + received) | consensus distance at {HORIZON_S:g} s |")
+    lines = [head, "|---|---|---|---|---|"]
     for m in METHODS:
         mine = [r for r in rows if r["method"] == m]
         reached = [r["time_to_target_s"] for r in mine if r["time_to_target_s"] is not None]

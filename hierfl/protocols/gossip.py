@@ -163,7 +163,8 @@ class P2PConfig(GossipConfig):
                                                   "same step; async_pairwise: pairwise gossip (design default: sync)")
     update: Literal["dpsgd", "combine_trained"] = Field(
         default="combine_trained", description="combine_trained: the neighbours' trained beliefs are averaged "
-                                               "(design default); dpsgd: as D-PSGD")
+                                               "(design default); dpsgd: as D-PSGD. With async_pairwise a node always "
+                                               "applies its update, then averages with its partner")
     local_steps: PositiveInt | None = Field(default=None, description="local SGD steps between two exchanges "
                                             "(null: use local_epochs)")
     local_epochs: PositiveInt | None = Field(default=1, description="local epochs between two exchanges "
@@ -197,6 +198,7 @@ class Gossip(Protocol):
         self.requests: deque[tuple[int, int]] = deque()
         self.exchanges: dict[int, dict[str, Any]] = {}
         self.busy: dict[int, int] = {}              # node → its exchange id
+        self._serving = False
         # with churn: the online state of the nodes that wait idle for their neighbours, so that one going
         # offline meanwhile (with nothing in flight, so no device_lost) releases the neighbours waiting for it
         self.watch = env.live.online_index(()) if env.live.churn else None
@@ -353,6 +355,15 @@ class Gossip(Protocol):
     # -- async_pairwise --------------------------------------------------------------------------------
     def _serve(self) -> None:
         """Start every queued exchange whose two nodes are free, in request order."""
+        if self._serving:
+            return  # called again from inside the loop below (a node left): the loop goes on with the queue
+        self._serving = True
+        try:
+            self._serve_queue()
+        finally:
+            self._serving = False
+
+    def _serve_queue(self) -> None:
         kept: deque[tuple[int, int]] = deque()
         while self.requests:
             a, b = self.requests.popleft()
