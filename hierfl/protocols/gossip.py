@@ -82,7 +82,7 @@ class GossipConfig(ProtocolConfig):
 
     aggregation_style: ClassVar[str] = "models"
     serverless: ClassVar[bool] = True
-    mode: Literal["sync_neighbourhood", "async_pairwise"] = "sync_neighbourhood"
+    mode: Literal["sync_neighbourhood", "sync_global", "async_pairwise"] = "sync_neighbourhood"
     weights: Literal["metropolis"] = Field(
         default="metropolis", description="mixing weights: Metropolis–Hastings on the live subgraph, "
                                           "W_ij = 1/(1 + max(d_i, d_j)) (design default)")
@@ -121,9 +121,10 @@ class DPSGDConfig(GossipConfig):
     """``protocol: {name: dpsgd, local_steps: 1}`` — synchronous neighbourhood averaging."""
 
     name: Literal["dpsgd"] = "dpsgd"
-    mode: Literal["sync_neighbourhood"] = Field(
-        default="sync_neighbourhood", description="each node waits for its neighbours' messages of the same step "
-                                                  "(no global barrier)")
+    mode: Literal["sync_neighbourhood", "sync_global"] = Field(
+        default="sync_neighbourhood", description="sync_neighbourhood: each node waits for its neighbours' messages "
+                                                  "of the same step (no global barrier, design default); sync_global: "
+                                                  "besides, all nodes mix together once every live node is ready")
     update: Literal["dpsgd", "combine_trained"] = Field(
         default="dpsgd", description="dpsgd: neighbours' pre-training models averaged plus the node's own update "
                                      "(Lian et al.); combine_trained: the trained models averaged (design default "
@@ -158,9 +159,10 @@ class P2PConfig(GossipConfig):
         default="point", description="a node's belief: point = a point mass at its model, so the local Bayesian "
                                      "step is local training and the consensus step averages models (design "
                                      "default; the Gaussian form is not implemented)")
-    mode: Literal["sync_neighbourhood", "async_pairwise"] = Field(
+    mode: Literal["sync_neighbourhood", "sync_global", "async_pairwise"] = Field(
         default="sync_neighbourhood", description="sync_neighbourhood: wait for every neighbour's belief of the "
-                                                  "same step; async_pairwise: pairwise gossip (design default: sync)")
+                                                  "same step (design default); sync_global: and for every live node; "
+                                                  "async_pairwise: pairwise gossip")
     update: Literal["dpsgd", "combine_trained"] = Field(
         default="combine_trained", description="combine_trained: the neighbours' trained beliefs are averaged "
                                                "(design default); dpsgd: as D-PSGD. With async_pairwise a node always "
@@ -183,7 +185,9 @@ class Gossip(Protocol):
         self.graph = graph
         n = env.world.num_devices
         self.spec = cfg.job_spec(env.spec)
-        self.sync = cfg.mode == "sync_neighbourhood"
+        self.sync = cfg.mode != "async_pairwise"
+        self.barrier = cfg.mode == "sync_global"
+        self.ready: set[int] = set()                # sync_global: nodes that have all their messages
         self.model: dict[int, Any] = {}             # x_i: each node's model now
         self.started: dict[int, Any] = {}           # the model its running job started from
         self.step = np.zeros(n, dtype=np.int64)     # per-node step counters (no global round)
@@ -331,7 +335,26 @@ class Gossip(Protocol):
         box = self.mailbox[node]
         if any(not box.get(j) for j in awaited):
             return
-        del self.waiting[node]
+        if self.barrier:  # sync_global: ready, but everyone mixes together once every live node is
+            self.ready.add(node)
+            self._release()
+            return
+        self._mix(node)
+
+    def _release(self) -> None:
+        """sync_global: when every live node is ready, all mix (in id order) and start the next step.
+        O(N) per call: the barrier looks at every node."""
+        if not self.ready or any(self.live(k) and k not in self.ready for k in range(self.env.world.num_devices)):
+            return
+        nodes = sorted(self.ready)
+        self.ready.clear()
+        for node in nodes:
+            if node in self.waiting:
+                self._mix(node)
+
+    def _mix(self, node: int) -> None:
+        awaited = self.waiting.pop(node)
+        box = self.mailbox[node]
         if self.watch is not None:
             self.watch.discard(node)
         if not self.env.live.is_up(node):
@@ -421,6 +444,7 @@ class Gossip(Protocol):
         env = self.env
         first = node not in self.out
         self.out.add(node)
+        self.ready.discard(node)
         self.waiting.pop(node, None)
         if self.watch is not None:
             self.watch.discard(node)
@@ -444,6 +468,8 @@ class Gossip(Protocol):
                 env.at(back, "rejoin", NodeMsg(node, int(self.step[node])), Priority.START)
         for j in self.graph.neighbours[node]:
             self._try_mix(j)
+        if self.barrier:
+            self._release()
         if not self.sync:
             self._serve()
 

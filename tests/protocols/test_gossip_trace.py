@@ -159,3 +159,16 @@ def test_dpsgd_idle_node_going_offline_releases_its_neighbours() -> None:
     # x0 after step 1: 2/3·0 + 1/3·0 + (1 − 0) = 1 (W_01 = 1/(1 + 2)); step 2 alone: 1 + (2 − 1)
     assert proto.model[0] == pytest.approx(3.0) and proto.step.tolist() == [3, 0, 1]
     assert proto.model[2] == 3.0 and 1 in proto.out
+
+
+def test_dpsgd_global_barrier_mixes_everyone_at_the_last_arrival() -> None:
+    env = _env(ring(4))
+    proto = DPSGDConfig(mode="sync_global").create(env)
+    log = env.run(proto, until=6.0)
+    mixes = [(t, rest[1]) for t, kind, *rest in log if kind == "tier"]
+    # step 0: the last message (node 3's, sent at 2.5) arrives at 2.625; everyone mixes then and
+    # trains 1 + 0.5·d s; step 1's last message leaves node 3 at 5.125 and arrives at 5.25
+    assert mixes == [(2.625, 0), (2.625, 1), (2.625, 2), (2.625, 3), (5.25, 0), (5.25, 1), (5.25, 2), (5.25, 3)]
+    assert [t for t, kind, *_ in log if kind == "step_done"] == [1.0, 1.5, 2.0, 2.5, 3.625, 4.125, 4.625, 5.125]
+    # the same rule as without the barrier, so the same models after two steps
+    assert [proto.model[i] for i in range(4)] == pytest.approx([10 / 3, 4.0, 6.0, 20 / 3], abs=1e-12)
