@@ -22,17 +22,21 @@ server model it last received (0 at the start)::
     client on the reply: w_k ← w, a_k ← A, train again
 
 A client that goes offline loses what it had in flight and, when it comes back, trains again from
-the ``w_k`` it kept (intermittent availability: the ``devices.availability`` models).
+the ``w_k`` it kept (intermittent availability: the ``devices.availability`` models). With
+``stream``, data arrive over virtual time: a job started at ``t`` trains on the first
+``ceil(n_k · min(1, f0 + (1 − f0)·t/T))`` samples of the device (and takes their compute time) [D].
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
+from hierfl.config.base import ConfigModel
+from hierfl.core.work import TrainSpec
 from hierfl.env import Env
 from hierfl.kernel.engine import Event, Priority
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness
@@ -47,6 +51,20 @@ class AgeMsg(DeviceMsg):
 
     seq: int
     age: int = -1
+
+
+class StreamConfig(ConfigModel):
+    """``stream: {initial_fraction: 0.1, full_at_s: 600}``: a device's samples are revealed over virtual time."""
+
+    initial_fraction: float = Field(default=0.1, gt=0, le=1, description="share of a device's samples it holds "
+                                    "at t = 0 (design default 0.1)")
+    full_at_s: float = Field(default=600.0, gt=0, description="virtual time by which every sample is revealed; "
+                             "the share grows linearly until then (design default 600 s)")
+
+    def revealed(self, n: int, t: float) -> int:
+        """Samples of a device with ``n`` revealed at ``t``: ``ceil(n · min(1, f0 + (1 − f0) · t / T))``, at least 1."""
+        share = min(1.0, self.initial_fraction + (1.0 - self.initial_fraction) * t / self.full_at_s)
+        return max(1, min(n, math.ceil(n * share - 1e-9)))
 
 
 @PROTOCOLS.register
@@ -72,6 +90,8 @@ class CoopConfig(ProtocolConfig):
                           "(design default 5)")
     query_bytes: PositiveInt = Field(default=64, description="bytes of an age query and of its answer (the "
                                      "smallest message; design default 64)")
+    stream: StreamConfig | None = Field(default=None, description="streaming data: each job trains on the samples "
+                                        "revealed by its start (null: all samples from the start)")
 
     @model_validator(mode="after")
     def _window(self) -> CoopConfig:
@@ -116,8 +136,17 @@ class Coop(Protocol):
             self._wait_for(device)
             return
         self.seq[device] += 1
-        job, _ = env.start_job(device, self.model[device], self._msg(device))
+        job, _ = env.start_job(device, self.model[device], self._msg(device), self.job_spec(device))
         self.jobs[device] = job
+
+    def job_spec(self, device: int) -> TrainSpec | None:
+        """The training section's job, on the samples revealed by now when data stream in (None: as is)."""
+        stream = self.cfg.stream
+        if stream is None:
+            return None
+        n = int(self.env.world.samples[device])
+        shown = stream.revealed(n, self.env.now)
+        return None if shown >= n else replace(self.env.spec, revealed=shown)
 
     def _wait_for(self, device: int) -> None:
         back = self.env.live.next_up([device])

@@ -280,11 +280,16 @@ class DeviceHost:
         result, stats = self._train(device, seed, spec, params, control, out)
         return result, flag_nonfinite(result, stats)
 
+    def _rows(self, device: int, spec: TrainSpec) -> np.ndarray:
+        """The device's sample rows a job sees: all, or the first ``spec.revealed`` (streaming data)."""
+        rows = self.parts[device]
+        return rows if spec.revealed is None else rows[: spec.revealed]
+
     def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
                control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
-        rows = self.parts[device]
+        rows = self._rows(device, spec)
         if not spec.control_variates:
             return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
         if control is None:
@@ -336,8 +341,8 @@ class DeviceHost:
         """One personalised job: ``(global update, stats, new device state)``; ``state`` is the device's
         state or, for its first job, the initial global vector (see :class:`Personaliser`)."""
         assert spec.personal is not None
-        return self.personaliser(spec.personal).train(device, params, self.x, self.y, self.parts[device], spec,
-                                                      seed, state)
+        return self.personaliser(spec.personal).train(device, params, self.x, self.y, self._rows(device, spec),
+                                                      spec, seed, state)
 
     def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
                          state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray) -> np.ndarray:
@@ -439,7 +444,7 @@ class DeviceHost:
         if self.batched is not None:
             by_size: dict[int, list[int]] = {}
             for k, device in enumerate(devices):
-                by_size.setdefault(int(self.parts[device].size), []).append(k)
+                by_size.setdefault(int(self._rows(device, spec).size), []).append(k)
             subgroups = list(by_size.values())
         else:
             subgroups = [list(range(len(devices)))]
@@ -451,7 +456,7 @@ class DeviceHost:
             rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
             trainer: Any = self.batched if self.batched is not None else self.vmapped
             st = trainer.train_group([params[k] for k in ks], self.x, self.y,
-                                     [self.parts[devices[k]] for k in ks], spec, [seeds[k] for k in ks], rows)
+                                     [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks], rows)
             out[ks] = rows
             for j, (k, one) in enumerate(zip(ks, st)):
                 stats[k] = flag_nonfinite(rows[j], one)

@@ -129,3 +129,44 @@ def test_coop_runs_with_churn_through_the_driver(tmp_path) -> None:
              if e["event"] == "eval"]
     last = evals[-1]
     assert last["coop_age"] == 1 + last["cloud_aggregations"]  # A starts at b_l and counts merges
+
+
+def test_stream_reveals_samples_linearly() -> None:
+    from hierfl.protocols.coop import StreamConfig
+
+    s = StreamConfig(initial_fraction=0.1, full_at_s=600)
+    # ceil(100 · (0.1 + 0.9 · t/600)): 10 at 0, 55 at 300, all from 600 on; never below 1
+    assert [s.revealed(100, t) for t in (0.0, 300.0, 600.0, 1000.0)] == [10, 55, 100, 100]
+    assert s.revealed(3, 0.0) == 1
+
+
+def test_visible_samples_set_the_work() -> None:
+    from hierfl.core.work import TrainSpec, samples_processed, visible
+
+    spec = TrainSpec(epochs=2, batch_size=10, revealed=30)
+    assert visible(60, spec) == 30 and visible(20, spec) == 20
+    assert samples_processed(60, spec) == 60 and samples_processed(60, TrainSpec(epochs=2)) == 120
+    with pytest.raises(ValueError, match="revealed"):
+        TrainSpec(revealed=0)
+
+
+def test_streaming_jobs_train_on_the_revealed_samples(tmp_path) -> None:
+    import json
+
+    from hierfl.driver import run_scenario
+    from tests.conftest import tiny
+
+    def run(stream, out):
+        res = run_scenario(tiny(protocol={"name": "coop", **({"stream": stream} if stream else {})},
+                                stop={"rounds": 4}), tmp_path / out)
+        trace = json.loads((tmp_path / out / "trace.json").read_text())
+        events = trace if isinstance(trace, list) else trace["traceEvents"]
+        return res, [e["dur"] / 1e6 for e in events if e.get("name") == "train"]
+
+    # 60 samples per device at 100 samples/s, 2 epochs: 1.2 s a job; half of them revealed at t = 0: 0.6 s
+    full, full_durs = run(None, "full")
+    half, half_durs = run({"initial_fraction": 0.5, "full_at_s": 1000}, "half")
+    assert full_durs[:4] == [1.2] * 4 and half_durs[:4] == pytest.approx([0.6] * 4)
+    same, _ = run({"initial_fraction": 1.0, "full_at_s": 1000}, "same")  # everything revealed: no change
+    assert (same.final_params == full.final_params).all()
+    assert not (half.final_params == full.final_params).all()
