@@ -106,3 +106,27 @@ def test_adpsgd_with_churn_runs_and_repeats_bit_for_bit(tmp_path) -> None:
                             for x in text.splitlines()]
     assert strip((tmp_path / "a" / "metrics.jsonl").read_text()) == strip((tmp_path / "b" / "metrics.jsonl").read_text())
     assert (a.final_params == b.final_params).all()
+
+
+def test_neighbour_messages_share_links_in_the_network_model(tmp_path) -> None:
+    """Star 0 – {1, 2, 3}: node 0's three messages share its 0.5 Mbit/s uplink; the three messages to
+    node 0 share its 1 Mbit/s downlink. 72-byte models, 20 + 20 ms latency."""
+    sc = tiny(protocol={"name": "dpsgd", "local_steps": None, "local_epochs": 1}, stop={"virtual_time_s": 1.3},
+              topology={"device_graph": {"name": "edges", "edges": [{"a": 0, "b": k} for k in (1, 2, 3)]}})
+    run_scenario(sc, tmp_path)
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    sends = [e for e in (trace if isinstance(trace, list) else trace["traceEvents"]) if e.get("name") == "gossip_send"]
+    out_of_0 = [e["dur"] / 1e6 for e in sends if e["tid"] == 0][:3]
+    into_0 = [e["dur"] / 1e6 for e in sends if e["tid"] != 0][:3]
+    bits = 72 * 8
+    assert out_of_0 == pytest.approx([0.040 + 3 * bits / 0.5e6] * 3)   # a third of the uplink each
+    assert into_0 == pytest.approx([0.040 + bits / (1.0e6 / 3)] * 3)   # a third of node 0's downlink each
+
+
+def test_node_accuracies_with_local_test_sets(tmp_path) -> None:
+    """Each node is tested on the devices' own test data with its own model."""
+    sc = tiny(protocol={"name": "dpsgd", "local_steps": 2}, data={"local_test_fraction": 0.2}, **RING)
+    run_scenario(sc, tmp_path)
+    evals = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    last = [e for e in evals if e["event"] == "eval"][-1]
+    assert 0 < last["device_accuracy_mean"] <= 1 and "device_accuracy_p10" in last
