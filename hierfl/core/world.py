@@ -12,7 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hierfl.core.graphs import DeviceGraph
-from hierfl.core.work import TrainSpec, compute_time_s, samples_processed, transfer_time_s
+from hierfl.core.work import (
+    TrainSpec,
+    compute_time_s,
+    samples_processed,
+    transfer_time_s,
+)
 
 __all__ = ["World", "EdgeLink", "D2DLink"]
 
@@ -136,11 +141,12 @@ class World:
 
     def d2d_bandwidth_mbps(self, src: int, dst: int) -> float:
         """Bottleneck of a ``src`` → ``dst`` hop alone: ``min(uplink_src, downlink_dst)``, capped by the
-        topology's ``d2d_link.bandwidth_mbps`` and by the ``device_graph`` link's own bandwidth when they set one."""
-        cap = self.d2d_link.bandwidth_mbps if self.d2d_link is not None else float("inf")
+        topology's ``d2d_link.bandwidth_mbps`` when it sets one; a ``device_graph`` link with a bandwidth of its
+        own is a dedicated link of that bandwidth."""
         own = self.device_graph.link(src, dst) if self.device_graph is not None else None
-        if own is not None:
-            cap = min(cap, own[0])  # the graph's own capacity for this link (inf: none set)
+        if own is not None and math.isfinite(own[0]):
+            return own[0]  # a dedicated link of the device graph: its own bandwidth, not the access links
+        cap = self.d2d_link.bandwidth_mbps if self.d2d_link is not None else float("inf")
         return min(float(self.uplink_mbps[src]), float(self.downlink_mbps[dst]), cap)
 
     def d2d_s(self, src: int, dst: int) -> float:

@@ -11,12 +11,23 @@ topology's ``d2d_link``), latency ``latency_i + latency_j`` (or the topology's d
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import (
+    Field,
+    PositiveInt,
+    PrivateAttr,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from hierfl.config.base import ConfigModel
+from hierfl.config.files import display_path, read_cached, resolve_file
 from hierfl.config.registry import Registry
+from hierfl.config.yamlsafe import load_yaml
 from hierfl.core import graphs
 from hierfl.core.graphs import DeviceGraph
 from hierfl.core.rng import stream
@@ -209,3 +220,121 @@ class EdgeListGraph(DeviceGraphConfig):
                                                          math.nan if lat is None else float(lat))
         pairs = sorted({(min(e.a, e.b), max(e.a, e.b)) for e in self.edges})
         return DeviceGraph(n, tuple(pairs), links)
+
+
+def _number(value: object, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{where}: not a number: {value!r}")
+    x = float(value)
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{where}: must be a finite number >= 0, got {value!r}")
+    return x
+
+
+def _read_graph(path: Path) -> tuple[int | None, list[tuple[int, int, float | None, float | None]]]:
+    """``(nodes or None, [(a, b, bandwidth_mbps, latency_ms)])`` of a graph file (YAML edge list or GraphML)."""
+    where = display_path(path)
+    if path.suffix.lower() in (".graphml", ".xml"):
+        import networkx as nx  # noqa: PLC0415 (only a GraphML device graph needs it)
+
+        try:
+            g = nx.read_graphml(path)
+        except Exception as exc:  # noqa: BLE001 (any parse error is the file's problem)
+            raise ValueError(f"{where}: not a readable GraphML file: {exc}") from None
+        try:
+            ids = {node: int(node) for node in g.nodes}
+        except ValueError:
+            raise ValueError(f"{where}: node ids must be device numbers 0..N-1") from None
+        edges = [(ids[u], ids[v], _number(d.get("bandwidth_mbps"), f"{where}: edge {u}-{v} bandwidth_mbps"),
+                  _number(d.get("latency_ms"), f"{where}: edge {u}-{v} latency_ms")) for u, v, d in g.edges(data=True)]
+        return len(ids), edges
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"{where}: unknown device graph file type {path.suffix!r}; use .yaml/.yml or .graphml")
+    raw = load_yaml(path.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict) or not isinstance(raw.get("edges"), list):
+        raise ValueError(f"{where}: a device graph file is a mapping with a list `edges` of {{a, b}} entries")
+    extra = set(raw) - {"nodes", "edges"}
+    if extra:
+        raise ValueError(f"{where}: unknown keys {sorted(extra)}; allowed: nodes, edges")
+    out = []
+    for k, e in enumerate(raw["edges"]):
+        if not isinstance(e, dict) or not {"a", "b"} <= set(e) or set(e) - {"a", "b", "bandwidth_mbps", "latency_ms"}:
+            raise ValueError(f"{where}: edges.{k}: an edge is {{a, b, bandwidth_mbps, latency_ms}}, got {e!r}")
+        a, b = e["a"], e["b"]
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (a, b)):
+            raise ValueError(f"{where}: edges.{k}: ends must be device numbers >= 0, got {a!r}, {b!r}")
+        out.append((a, b, _number(e.get("bandwidth_mbps"), f"{where}: edges.{k}.bandwidth_mbps"),
+                    _number(e.get("latency_ms"), f"{where}: edges.{k}.latency_ms")))
+    nodes = raw.get("nodes")
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int)):
+        raise ValueError(f"{where}: nodes must be a number of devices, got {nodes!r}")
+    return nodes, out
+
+
+@DEVICE_GRAPHS.register
+class FileGraph(DeviceGraphConfig):
+    """``file``: the edges read from a file — a YAML edge list (``nodes``, ``edges: [{a, b, bandwidth_mbps,
+    latency_ms}]``) or GraphML (nodes numbered 0..N-1, edge attributes ``bandwidth_mbps``, ``latency_ms``)."""
+
+    name: Literal["file"] = "file"
+    path: str = Field(description="the graph file (.yaml/.yml edge list or .graphml), e.g. topologies/ring6.yaml")
+    _resolved: str | None = PrivateAttr(default=None)
+
+    @classmethod
+    def example(cls) -> FileGraph:
+        """A minimal valid config (conformance tests): the shipped six-node file."""
+        return cls.model_validate({"name": "file", "path": str(Path(__file__).resolve().parents[2] / "topologies"
+                                                              / "ring6-d2d.yaml")})
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, value: str, info: ValidationInfo) -> str:
+        resolve_file(value, info.context)  # ValueError lists the places tried
+        return value
+
+    @model_validator(mode="after")
+    def _resolve(self, info: ValidationInfo) -> FileGraph:
+        self._resolved = str(resolve_file(self.path, info.context))
+        return self
+
+    @field_serializer("path")
+    def _absolute(self, value: str) -> str:
+        # the resolved scenario (a run's config.yaml) names the file it read, so it runs again from anywhere
+        return self._resolved if self._resolved is not None else value
+
+    def _parsed(self) -> tuple[int | None, list[tuple[int, int, float | None, float | None]]]:
+        return read_cached(self._resolved or self.path, _read_graph)
+
+    def problems(self, n: int) -> list[tuple[str, str, object]]:
+        """The file must parse, name devices 0..N-1 only, and have no self-loop or repeated edge."""
+        try:
+            nodes, edges = self._parsed()
+        except (OSError, ValueError) as exc:
+            return [("path", str(exc), self.path)]
+        out: list[tuple[str, str, object]] = []
+        if nodes is not None and nodes != n:
+            out.append(("path", f"the file has {nodes} nodes but devices.count is {n}; allowed: {n}", self.path))
+        seen: set[tuple[int, int]] = set()
+        for a, b, _, _ in edges:
+            pair = (min(a, b), max(a, b))
+            if a == b or pair[1] >= n:
+                out.append(("path", f"edge {a}-{b}: ends must be two different devices 0..{n - 1}", self.path))
+            elif pair in seen:
+                out.append(("path", f"edge {a}-{b} is given twice", self.path))
+            seen.add(pair)
+        return out
+
+    def edges_for(self, n: int, seed: int) -> DeviceGraph:
+        """The file's edges, with each one's own link values where it sets them (else ``link``'s)."""
+        links: dict[tuple[int, int], tuple[float, float]] = {}
+        pairs = set()
+        for a, b, bw, lat in self._parsed()[1]:
+            pair = (min(a, b), max(a, b))
+            pairs.add(pair)
+            bw = bw if bw is not None else self.link.bandwidth_mbps
+            lat = lat if lat is not None else self.link.latency_ms
+            if bw is not None or lat is not None:
+                links[pair] = (math.inf if bw is None else float(bw), math.nan if lat is None else float(lat))
+        return DeviceGraph(n, tuple(sorted(pairs)), links)

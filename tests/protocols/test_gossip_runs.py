@@ -130,3 +130,43 @@ def test_node_accuracies_with_local_test_sets(tmp_path) -> None:
     evals = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     last = [e for e in evals if e["event"] == "eval"][-1]
     assert 0 < last["device_accuracy_mean"] <= 1 and "device_accuracy_p10" in last
+
+
+def test_device_graph_from_files(tmp_path) -> None:
+    """A YAML edge list (the shipped one) and the same graph as GraphML give the same graph and links."""
+    import networkx as nx
+
+    sc = tiny(protocol={"name": "dpsgd"}, devices={"count": 6}, stop={"virtual_time_s": 1.0},
+              topology={"device_graph": {"name": "file", "path": str(ROOT / "topologies" / "ring6-d2d.yaml")}})
+    from hierfl.assemble import build
+    world = build(sc).world
+    g = world.device_graph
+    assert g.edges == ((0, 1), (0, 3), (0, 5), (1, 2), (2, 3), (3, 4), (4, 5))
+    assert world.d2d_bandwidth_mbps(3, 0) == 1.0 and world.d2d_latency_ms(0, 3) == 80.0
+    assert world.d2d_bandwidth_mbps(0, 1) == 0.5 and world.d2d_latency_ms(0, 1) == 40.0  # access links
+    graph = nx.Graph()
+    graph.add_nodes_from(str(i) for i in range(6))
+    graph.add_edges_from((str(a), str(b)) for a, b in g.edges if (a, b) != (0, 3))
+    graph.add_edge("0", "3", bandwidth_mbps=1.0, latency_ms=80.0)
+    nx.write_graphml(graph, tmp_path / "ring6.graphml")
+    sc2 = tiny(protocol={"name": "dpsgd"}, devices={"count": 6}, stop={"virtual_time_s": 1.0},
+               topology={"device_graph": {"name": "file", "path": str(tmp_path / "ring6.graphml")}})
+    assert build(sc2).world.device_graph == g
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("nodes: 5\nedges: [{a: 0, b: 1}]\n", "5 nodes but devices.count is 4"),
+    ("edges: [{a: 0, b: 9}]\n", "ends must be two different devices"),
+    ("edges: [{a: 0, b: 1}, {a: 1, b: 0}]\n", "given twice"),
+    ("edges: [{a: 0, b: 1, latency_ms: -3}]\n", "finite number >= 0"),
+    ("edges: [{a: 0, c: 1}]\n", "an edge is"),
+    ("links: []\n", "a list `edges`"),
+])
+def test_bad_graph_file_exits_2(tmp_path, capsys, text, needle) -> None:
+    bad = tmp_path / "g.yaml"
+    bad.write_text(text)
+    raw = _raw(protocol={"name": "dpsgd"}, stop={"virtual_time_s": 1.0},
+               topology={"device_graph": {"name": "file", "path": str(bad)}})
+    assert_refused(tmp_path, capsys, raw, "topology.device_graph.path")
+    raw["topology"]["device_graph"]["path"] = str(tmp_path / "missing.yaml")
+    assert_refused(tmp_path, capsys, raw, "file not found")
