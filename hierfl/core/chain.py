@@ -9,6 +9,7 @@ leading zeros, hash rate in hashes per second) or a given block time. Each block
 left spans as many blocks as it needs. A submission is *included* when its last byte is in a
 block, *confirmed* ``k_conf`` blocks later, and *known to everyone* ``propagation_s`` after that
 (the block's transfer to the farthest committee member, computed by the caller).
+docs/explanation/algorithms.md §5.13.
 """
 
 from __future__ import annotations

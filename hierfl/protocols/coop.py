@@ -4,7 +4,7 @@ Y. Wang, "CO-OP: Cooperative Machine Learning from Mobile Devices", M.Sc. thesis
 Alberta, 2017 (DOI 10.7939/R32805C45). Only the abstract was available [V]; the age filter below
 follows a third-party re-implementation [V3], and the window bounds are design defaults [D].
 
-Co-op is FedAsync (Xie et al., 2019) with base weight 1 and the staleness function
+docs/explanation/algorithms.md §5.12. Co-op is FedAsync (Xie et al., 2019) with base weight 1 and the staleness function
 ``(τ + 1)^(−1/2)``, plus an admission window ``[b_l, b_u]`` on the staleness ``τ = A − a_k`` that
 each client checks before it uploads. The server keeps the model ``w`` and an integer age ``A``
 (one per merge, starting at ``b_l``); client k keeps its model ``w_k`` and the age ``a_k`` of the

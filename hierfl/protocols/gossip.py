@@ -10,6 +10,7 @@
   averaging of the neighbours' models; the paper's neural-network approximation is known from its
   abstract only, so the rule is a design default).
 
+docs/explanation/algorithms.md §5.11 and docs/explanation/decentralised.md state the rules.
 Every device is a node of ``topology.device_graph`` and holds its own model; there is no server in
 the data path. Mixing weights are Metropolis–Hastings on the live subgraph
 (:func:`hierfl.core.graphs.metropolis_row`), so a node that leaves drops out of its neighbours' mixing.
@@ -22,6 +23,9 @@ the data path. Mixing weights are Metropolis–Hastings on the live subgraph
     dpsgd:            x_i ← Σ_j W_ij m_j + W_ii x_i + (y_i − x_i)
     combine_trained:  x_i ← W_ii y_i + Σ_j W_ij m_j
     s_i ← s_i + 1, train again
+
+``sync_global`` adds a barrier: a node that has its messages waits until every live node has, and
+all mix together (in id order).
 
 ``async_pairwise`` (AD-PSGD, gossip), per node i, independently::
 
