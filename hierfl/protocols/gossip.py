@@ -197,7 +197,8 @@ class Gossip(Protocol):
         self.step = np.zeros(n, dtype=np.int64)     # per-node step counters (no global round)
         self.out: set[int] = set()                  # nodes known to be offline (rejoin pending)
         self._hop_seq = 0
-        self._hops: dict[int, Any] = {}             # models in flight, by hop id
+        self._hops: dict[int, tuple[Any, int, int]] = {}  # (model, sender, receiver) in flight, by hop id
+        self._hops_of: dict[int, set[int]] = {}     # node → the hops to or from it in flight (churn cleanup)
         # sync_neighbourhood: what each node waits for, and what arrived (FIFO per neighbour)
         self.trained: dict[int, Any] = {}
         self.waiting: dict[int, set[int]] = {}
@@ -314,15 +315,24 @@ class Gossip(Protocol):
     def _send(self, src: int, dst: int, model: Any, event: str, exchange: int = -1) -> int:
         hop = self._hop_seq
         self._hop_seq += 1
-        self._hops[hop] = model
+        self._hops[hop] = (model, src, dst)
+        self._hops_of.setdefault(src, set()).add(hop)
+        self._hops_of.setdefault(dst, set()).add(hop)
         return self.env.send(("device", src), ("device", dst), event,
                              Hop(dst, src, int(self.step[src]), hop, self.env.now, exchange),
                              "gossip_send", peer=dst)
 
+    def _landed(self, p: Hop) -> Any:
+        """The model a hop carried (it is no longer in flight)."""
+        model, src, dst = self._hops.pop(p.hop)
+        for end in (src, dst):
+            self._hops_of.get(end, set()).discard(p.hop)
+        return model
+
     def on_gossip_arrival(self, event: Event) -> None:
         """A neighbour's model arrived; the node mixes once it has one from every awaited neighbour."""
         p = event.payload
-        model = self._hops.pop(p.hop)
+        model = self._landed(p)
         self.env.telemetry.flow(("device", p.sender), ("device", p.device), p.sent, self.env.now, "gossip", p.hop)
         if not self.live(p.device):
             return
@@ -414,7 +424,7 @@ class Gossip(Protocol):
     def on_exchange_arrival(self, event: Event) -> None:
         """One half of a pairwise exchange arrived; when both have, the pair averages."""
         p = event.payload
-        self._hops.pop(p.hop)
+        self._landed(p)
         self.env.telemetry.flow(("device", p.sender), ("device", p.device), p.sent, self.env.now, "gossip", p.hop)
         ex = self.exchanges.get(p.exchange)
         if ex is None:
@@ -465,7 +475,10 @@ class Gossip(Protocol):
             if ex["a"] != node:
                 self._train(ex["a"])
         if first:
-            env.cancel_device(node)
+            env.cancel_device(node)  # its transfers are withdrawn: forget the models they carried
+            for hop in self._hops_of.pop(node, set()):
+                _, src, dst = self._hops.pop(hop)
+                self._hops_of.get(dst if src == node else src, set()).discard(hop)
             self.jobs.pop(node, None)
             back = env.live.next_up([node])
             if np.isfinite(back):
