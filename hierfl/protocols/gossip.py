@@ -54,6 +54,7 @@ from hierfl.env import Env
 from hierfl.env.events import Timer
 from hierfl.kernel.engine import Event, Priority
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.pairwise import Exchange, PairwiseExchanges
 
 if TYPE_CHECKING:
     from hierfl.core.work import TrainSpec
@@ -203,17 +204,13 @@ class Gossip(Protocol):
         self.trained: dict[int, Any] = {}
         self.waiting: dict[int, set[int]] = {}
         self.mailbox: list[dict[int, deque[Any]]] = [{} for _ in range(n)]
-        # async_pairwise: pending requests (FIFO) and exchanges in progress
-        self.requests: deque[tuple[int, int]] = deque()
-        self.exchanges: dict[int, dict[str, Any]] = {}
-        self.busy: dict[int, int] = {}              # node → its exchange id
-        self._serving = False
+        # async_pairwise: requests (FIFO), one lock per node, exchanges in progress
+        self.pairs = PairwiseExchanges()
         # with churn: the online state of the nodes that wait idle for their neighbours, so that one going
         # offline meanwhile (with nothing in flight, so no device_lost) releases the neighbours waiting for it
         self.watch = env.live.online_index(()) if env.live.churn else None
         self._watch_timer: Event | None = None
         self.mixings = 0                            # neighbourhood mixes (sync) so far
-        self.exchanges_done = 0                     # pairwise exchanges completed (async) so far
 
     # -- liveness and weights --------------------------------------------------------------------------
     def live(self, node: int) -> bool:
@@ -271,7 +268,7 @@ class Gossip(Protocol):
             self._train(node)  # nobody to talk to: keep learning alone
             return
         pick = env.rng("gossip_partner", node, int(self.step[node])).integers(len(partners))
-        self.requests.append((node, partners[int(pick)]))
+        self.pairs.ask(node, partners[int(pick)])
         env.telemetry.instant(("device", node), "gossip_request", env.now, peer=partners[int(pick)])
         self._serve()
 
@@ -392,51 +389,30 @@ class Gossip(Protocol):
     # -- async_pairwise --------------------------------------------------------------------------------
     def _serve(self) -> None:
         """Start every queued exchange whose two nodes are free, in request order."""
-        if self._serving:
-            return  # called again from inside the loop below (a node left): the loop goes on with the queue
-        self._serving = True
-        try:
-            self._serve_queue()
-        finally:
-            self._serving = False
+        self.pairs.serve(self._start_exchange)
 
-    def _serve_queue(self) -> None:
-        kept: deque[tuple[int, int]] = deque()
-        while self.requests:
-            a, b = self.requests.popleft()
-            if a in self.busy or b in self.busy:
-                kept.append((a, b))
-            elif not self.live(a):
-                self._leave(a)
-            elif not self.live(b):
-                self._train(a)  # the partner left meanwhile: go on alone
-            else:
-                self._exchange(a, b)
-        self.requests = kept
-
-    def _exchange(self, a: int, b: int) -> None:
-        ex = self._hop_seq  # an exchange is named by its first hop's id
-        sent = {a: self.model[a], b: self.model[b]}
-        fids = [self._send(a, b, sent[a], "exchange_arrival", ex), self._send(b, a, sent[b], "exchange_arrival", ex)]
-        self.exchanges[ex] = {"a": a, "b": b, "sent": sent, "left": 2, "fids": fids}
-        self.busy[a] = self.busy[b] = ex
+    def _start_exchange(self, a: int, b: int) -> None:
+        if not self.live(a):
+            self._leave(a)
+        elif not self.live(b):
+            self._train(a)  # the partner left meanwhile: go on alone
+        else:
+            ex_id = self._hop_seq  # an exchange is named by its first hop's id
+            sent = {a: self.model[a], b: self.model[b]}
+            self.pairs.begin(ex_id, Exchange(a, b, sent, [self._send(a, b, sent[a], "exchange_arrival", ex_id),
+                                                          self._send(b, a, sent[b], "exchange_arrival", ex_id)]))
 
     def on_exchange_arrival(self, event: Event) -> None:
         """One half of a pairwise exchange arrived; when both have, the pair averages."""
         p = event.payload
         self._landed(p)
         self.env.telemetry.flow(("device", p.sender), ("device", p.device), p.sent, self.env.now, "gossip", p.hop)
-        ex = self.exchanges.get(p.exchange)
+        ex = self.pairs.arrived(p.exchange)
         if ex is None:
             return
-        ex["left"] -= 1
-        if ex["left"]:
-            return
-        del self.exchanges[p.exchange]
-        a, b, sent = ex["a"], ex["b"], ex["sent"]
+        a, b, sent = ex.a, ex.b, ex.sent
         mean = None
         for k, other in ((a, b), (b, a)):
-            del self.busy[k]
             if self.model[k] is sent[k]:
                 if mean is None:
                     mean = self.env.tier("device", a).average([sent[a], sent[b]], [0.5, 0.5])
@@ -444,7 +420,6 @@ class Gossip(Protocol):
             else:  # k's own update landed meanwhile: keep it, move by half the difference
                 self.model[k] = self.env.tier("device", k).combine([(1.0, self.model[k], None),
                                                                    (0.5, sent[other], sent[k])])
-        self.exchanges_done += 1
         self.env.telemetry.instant(("device", a), "mix", self.env.now, peers=[b], step=int(self.step[a]))
         self._train(a)
         self._serve()
@@ -465,15 +440,12 @@ class Gossip(Protocol):
         self.trained.pop(node, None)
         self.started.pop(node, None)
         self.mailbox[node].clear()
-        ex_id = self.busy.get(node)
-        if ex_id is not None:  # its exchange is void: the partner is free again
-            ex = self.exchanges.pop(ex_id)
-            for fid in ex["fids"]:
+        ex = self.pairs.void(node)
+        if ex is not None:  # its exchange is void: the partner is free again
+            for fid in ex.transfers:
                 env.cancel_transfer(fid)
-            for k in (ex["a"], ex["b"]):
-                self.busy.pop(k, None)
-            if ex["a"] != node:
-                self._train(ex["a"])
+            if ex.a != node:
+                self._train(ex.a)
         if first:
             env.cancel_device(node)  # its transfers are withdrawn: forget the models they carried
             for hop in self._hops_of.pop(node, set()):
@@ -512,7 +484,7 @@ class Gossip(Protocol):
         the spread of the nodes' step counters."""
         env = self.env
         n = env.world.num_devices
-        fields: dict[str, Any] = {"mixings": self.mixings, "gossip_exchanges": self.exchanges_done,
+        fields: dict[str, Any] = {"mixings": self.mixings, "gossip_exchanges": self.pairs.completed,
                                   "node_steps_min": int(self.step.min()), "node_steps_max": int(self.step.max())}
         if env.spec.train:
             models = [self.model[i] for i in range(n)]

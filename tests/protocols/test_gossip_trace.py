@@ -104,7 +104,7 @@ def test_adpsgd_ring_trace_by_hand() -> None:
     # (4 + 1)/2 = 2.5; 2.25 (1.5 + 0.5)/2 = 1; 2.5 node 3: 1 + 4 = 5, (5 + 2.5)/2 = 3.75;
     # 3.125 node 1: 2.5 + (3 − 1) = 4.5, (4.5 + 3.75)/2; 3.25 node 0: y = 2, (2 + 3.75)/2
     assert [proto.model[i] for i in range(4)] == [2.875, 4.125, 4.125, 2.875]
-    assert proto.exchanges_done == 7
+    assert proto.pairs.completed == 7
 
 
 def test_adpsgd_busy_partner_queues_requests_fifo() -> None:
