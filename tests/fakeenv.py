@@ -259,6 +259,10 @@ class FakeAggregator:
         self._log("evaluate_loss", model)
         return self.env.loss
 
+    def evaluate(self, model: Any) -> tuple[float, float]:
+        self._log("evaluate", model)
+        return 1.0 / (1.0 + abs(float(model))), self.env.loss  # a made-up accuracy that depends on the model
+
     def track_staleness(self) -> None:
         self._log("track_staleness")
 

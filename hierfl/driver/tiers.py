@@ -220,6 +220,11 @@ class TierAggregator:
         """Test loss of ``model`` on the run's test set (FedCH's ``K: auto`` needs the initial gap)."""
         return float(self.agg.executor.evaluate(model)[1])
 
+    def evaluate(self, model: Any) -> tuple[float, float]:
+        """``(accuracy, loss)`` of ``model`` on the run's test set (serverless runs: each node's model)."""
+        acc, loss = self.agg.executor.evaluate(model)
+        return float(acc), float(loss)
+
     def track_staleness(self) -> None:
         """Updates applied at this tier can be stale: report their staleness in the summary."""
         self.agg.telemetry.track_staleness(self.tier)

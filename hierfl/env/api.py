@@ -155,6 +155,9 @@ class Aggregator(Protocol):
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""
 
+    def evaluate(self, model: Any) -> tuple[float, float]:
+        """``(accuracy, loss)`` of ``model`` on the run's test set (an observer's look at one node's model)."""
+
     def track_staleness(self) -> None:
         """Updates applied at this tier can be stale: report their staleness in the summary."""
 

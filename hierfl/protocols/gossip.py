@@ -94,6 +94,9 @@ class GossipConfig(ProtocolConfig):
     update: Literal["dpsgd", "combine_trained"] = "dpsgd"
     local_steps: PositiveInt | None = 1
     local_epochs: PositiveInt | None = None
+    node_eval: bool = Field(
+        default=True, description="at each evaluation, also test every node's own model on the test set "
+                                  "(node_accuracy_mean/min/max; N test passes, free in virtual time; design default)")
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """A device graph is needed; exactly one of local_steps / local_epochs."""
@@ -492,4 +495,10 @@ class Gossip(Protocol):
             mean = point.average(models, [1.0] * n)
             env.set_global(mean)
             fields["consensus_distance"] = float(np.sum(point.similarity(models, mean, measure="sq_norm")) / n)
+            if self.cfg.node_eval:  # each node's own model on the test set: mean and spread
+                # a node's model can be a job's result (a row of a batch of jobs, under Ray), which is not a
+                # model handle on its own: the average of that one model is (the same numbers, as one)
+                acc = [point.evaluate(point.average([m], [1.0]))[0] for m in models]
+                fields.update(node_accuracy_mean=float(np.mean(acc)), node_accuracy_min=float(min(acc)),
+                              node_accuracy_max=float(max(acc)))
         return fields

@@ -22,7 +22,8 @@ CASES = ["quickstart", "hierfavg", "fedasync", "fedbuff", "ahfl", "fedhisyn", "f
          "stragglers_deadline", "hierfavg_contention", "fedat", "dpsgd_ring", "adpsgd_torus", "p2p_rgg", "coop"]
 SHORT = ["stop.rounds=3", "stop.target_accuracy=null", "evaluation.target_accuracy=null",
          "runtime.executor=local"]
-VOLATILE = ("wall_s", "startup_s", "accuracy", "loss", "consensus_distance")
+VOLATILE = ("wall_s", "startup_s", "accuracy", "loss", "consensus_distance", "node_accuracy_mean",
+            "node_accuracy_min", "node_accuracy_max")
 
 
 def _metrics(run: Path) -> list[dict]:

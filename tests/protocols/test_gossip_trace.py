@@ -172,3 +172,22 @@ def test_dpsgd_global_barrier_mixes_everyone_at_the_last_arrival() -> None:
     assert [t for t, kind, *_ in log if kind == "step_done"] == [1.0, 1.5, 2.0, 2.5, 3.625, 4.125, 4.625, 5.125]
     # the same rule as without the barrier, so the same models after two steps
     assert [proto.model[i] for i in range(4)] == pytest.approx([10 / 3, 4.0, 6.0, 20 / 3], abs=1e-12)
+
+
+def test_observer_tests_the_average_and_reports_the_spread() -> None:
+    env = _env(ring(4))
+    proto = DPSGDConfig().create(env)
+    env.run(proto, until=5.2)                      # models 10/3, 4, 6, 20/3 (see the ring trace above)
+    fields = proto.observe()
+    assert env.global_model == pytest.approx(5.0)  # x̄ replaces the cloud's model for the evaluation
+    # (1/N) Σ (x_i − x̄)² = ((5/3)² + 1 + 1 + (5/3)²) / 4 = 17/9
+    assert fields["consensus_distance"] == pytest.approx(17 / 9)
+    assert (fields["mixings"], fields["node_steps_min"], fields["node_steps_max"]) == (8, 2, 2)
+    # the fake's accuracy of a model m is 1/(1 + |m|)
+    acc = [1 / (1 + m) for m in (10 / 3, 4.0, 6.0, 20 / 3)]
+    assert fields["node_accuracy_mean"] == pytest.approx(sum(acc) / 4)
+    assert (fields["node_accuracy_min"], fields["node_accuracy_max"]) == pytest.approx((acc[3], acc[0]))
+    quiet_env = _env(ring(4))
+    quiet = DPSGDConfig(node_eval=False).create(quiet_env)
+    quiet_env.run(quiet, until=0.5)
+    assert "node_accuracy_mean" not in quiet.observe() and "consensus_distance" in quiet.observe()
