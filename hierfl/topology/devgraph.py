@@ -85,6 +85,17 @@ class RingGraph(DeviceGraphConfig):
 
 
 @DEVICE_GRAPHS.register
+class EmptyGraph(DeviceGraphConfig):
+    """``empty``: no edges — every device learns alone (the no-cooperation baseline)."""
+
+    name: Literal["empty"] = "empty"
+
+    def edges_for(self, n: int, seed: int) -> DeviceGraph:
+        """``n`` isolated devices."""
+        return DeviceGraph(n, ())
+
+
+@DEVICE_GRAPHS.register
 class TorusGraph(DeviceGraphConfig):
     """``torus``: a ``rows × cols`` grid with wrap-around (``rows · cols`` = devices.count)."""
 
