@@ -255,8 +255,10 @@ class FakeAggregator:
         self._log("combine", [tuple(t) for t in terms], model)
         return model
 
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
         self._log("similarity", list(models))
+        if measure == "sq_norm":
+            return (np.asarray(models, dtype=np.float64) - (0.0 if base is None else base)) ** 2
         if self.env.similarity is not None:
             return np.asarray(self.env.similarity, dtype=np.float64)
         u = np.asarray(models, dtype=np.float64) - (0.0 if base is None else base)
@@ -265,6 +267,10 @@ class FakeAggregator:
     def evaluate_loss(self, model: Any) -> float:
         self._log("evaluate_loss", model)
         return self.env.loss
+
+    def evaluate(self, model: Any) -> tuple[float, float]:
+        self._log("evaluate", model)
+        return 1.0 / (1.0 + abs(float(model))), self.env.loss  # a made-up accuracy that depends on the model
 
     def track_staleness(self) -> None:
         self._log("track_staleness")

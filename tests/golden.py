@@ -83,8 +83,8 @@ TIME_ABS = 1e-12
 
 # where values computed from the model's numbers sit: fnmatch patterns over "a.b[3].c" paths
 # (accuracy and loss of any kind, a robust rule's distance to the honest mean, WSCC's weight
-# similarities, the final model's norm)
-LEARNING_PATHS = ("*accuracy*", "*loss*", "*.dist_*", "*.similarity.*", "model.l2")
+# similarities, the final model's norm, the spread of a serverless run's models)
+LEARNING_PATHS = ("*accuracy*", "*loss*", "*.dist_*", "*.similarity.*", "model.l2", "*consensus_distance*")
 
 # Outputs of decisions that read model values, per scenario stem (fnmatch patterns over paths).
 # On another machine such a decision may come out differently; the run then takes another path

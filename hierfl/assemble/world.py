@@ -134,6 +134,9 @@ def build_world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int
         **topo.extra,  # type: ignore[arg-type]
     )
     _network_capacities(scenario, world)
+    graph = scenario.topology.device_graph
+    if graph is not None:  # serverless protocols: who talks to whom
+        world.device_graph = graph.build(world.num_devices, scenario.seed)
     return world
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from hierfl.core.personal import PersonalSpec
 
 __all__ = [
-    "TrainSpec", "effective_batch", "num_steps", "samples_processed",
+    "TrainSpec", "effective_batch", "num_steps", "samples_processed", "visible",
     "compute_time_s", "transfer_time_s", "model_bytes",
 ]
 
@@ -54,11 +54,14 @@ class TrainSpec:
     # personalisation (``training.trainer``: fedper, lg_fedavg, fedmeta, fedavgmeta): what stays on
     # the device and how it adapts; None = every parameter is global (hierfl.learn.personal)
     personal: PersonalSpec | None = None
+    # streaming data (Co-op's ``stream``): the job sees only the first ``revealed`` samples of the
+    # device (in its partition's order); None = all of them
+    revealed: int | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
             raise ValueError(f"TrainSpec: set exactly one of epochs / steps, got epochs={self.epochs}, steps={self.steps}")
-        for key in ("epochs", "steps", "batch_size"):
+        for key in ("epochs", "steps", "batch_size", "revealed"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
@@ -89,8 +92,15 @@ def num_steps(n: int, spec: TrainSpec) -> int:
     return spec.steps
 
 
+def visible(n: int, spec: TrainSpec) -> int:
+    """How many of a device's ``n`` samples a job sees: all, or the ``revealed`` first ones."""
+    return n if spec.revealed is None else min(n, spec.revealed)
+
+
 def samples_processed(n: int, spec: TrainSpec) -> int:
-    """Samples the trainer computes gradients on: ``epochs * n`` or ``steps * b``."""
+    """Samples the trainer computes gradients on: ``epochs * n`` or ``steps * b`` (``n``: the samples
+    the job sees, :func:`visible`)."""
+    n = visible(n, spec)
     b = effective_batch(n, spec)
     if spec.epochs is not None:
         return spec.epochs * n

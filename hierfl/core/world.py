@@ -6,11 +6,18 @@ formulas of :mod:`hierfl.core.work` applied to it. Pure: no RNG, no I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from hierfl.core.work import TrainSpec, compute_time_s, samples_processed, transfer_time_s
+from hierfl.core.graphs import DeviceGraph
+from hierfl.core.work import (
+    TrainSpec,
+    compute_time_s,
+    samples_processed,
+    transfer_time_s,
+)
 
 __all__ = ["World", "EdgeLink", "D2DLink"]
 
@@ -60,6 +67,7 @@ class World:
     device_xy: np.ndarray | None = None          # (N, 2) km, when the topology places devices
     edge_xy: np.ndarray | None = None            # (E, 2) km
     d2d_link: D2DLink | None = None              # device ↔ device rule from the topology (None: §1.2 fallback)
+    device_graph: DeviceGraph | None = None      # who talks to whom in serverless protocols (topology.device_graph)
 
     def __post_init__(self) -> None:
         n, e = self.num_devices, self.num_edges
@@ -117,8 +125,12 @@ class World:
 
         With a topology's device ↔ device rule (``d2d_link``): ``latency_ms + ms_per_km · distance``
         (the distance term needs ``device_xy``). Otherwise docs/explanation/algorithms.md §1.2's fallback: both
-        access links are crossed, ``latency_src + latency_dst``.
+        access links are crossed, ``latency_src + latency_dst``. A ``device_graph`` link with its own
+        latency takes that instead.
         """
+        own = self.device_graph.link(src, dst) if self.device_graph is not None else None
+        if own is not None and not math.isnan(own[1]):
+            return own[1]  # the graph sets this link's latency
         rule = self.d2d_link
         if rule is None:
             return float(self.latency_ms[src]) + float(self.latency_ms[dst])
@@ -129,7 +141,11 @@ class World:
 
     def d2d_bandwidth_mbps(self, src: int, dst: int) -> float:
         """Bottleneck of a ``src`` → ``dst`` hop alone: ``min(uplink_src, downlink_dst)``, capped by the
-        topology's ``d2d_link.bandwidth_mbps`` when it sets one."""
+        topology's ``d2d_link.bandwidth_mbps`` when it sets one; a ``device_graph`` link with a bandwidth of its
+        own is a dedicated link of that bandwidth."""
+        own = self.device_graph.link(src, dst) if self.device_graph is not None else None
+        if own is not None and math.isfinite(own[0]):
+            return own[0]  # a dedicated link of the device graph: its own bandwidth, not the access links
         cap = self.d2d_link.bandwidth_mbps if self.d2d_link is not None else float("inf")
         return min(float(self.uplink_mbps[src]), float(self.downlink_mbps[dst]), cap)
 

@@ -82,10 +82,12 @@ class Jobs:
         """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
         ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
         rounded division per device, as in the per-device function, so every value is the same float."""
-        key = (spec.epochs, spec.steps, spec.batch_size)
+        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed)
         nominal = self._nominal_by_work.get(key)
         if nominal is None:
             n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
+            if spec.revealed is not None:  # streaming data: the job sees only the samples revealed so far
+                n = np.minimum(n, spec.revealed)
             if spec.epochs is not None:
                 work = spec.epochs * n
             else:

@@ -67,6 +67,7 @@ class RunLoop:
         self._last_eval = key
         acc: float | None = None
         loss: float | None = None
+        observed = self.protocol.observe()  # serverless protocols: the average of the nodes' models is tested
         if ctx.spec.train:  # timing only: no model to evaluate
             try:
                 acc, loss = ctx.executor.evaluate(ctx.global_model)
@@ -86,6 +87,7 @@ class RunLoop:
                 raise RunError(f"t={ctx.now:.6g}s devices: per-device evaluation failed: {exc}") from exc
         extra: dict[str, Any] = {**device_fields, **counters, **ctx.telemetry.staleness_means()}
         extra.update({f"queue_len_{tier}": n for tier, n in self.protocol.queue_lengths().items()})
+        extra.update(observed)
         record = ctx.telemetry.record(Eval(rounds, acc, loss, extra))
         self.evals.append(record)
         ctx.telemetry.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)

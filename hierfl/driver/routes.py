@@ -119,11 +119,17 @@ class Routes:
             # both access links are crossed (docs/explanation/algorithms.md §1.2); a topology's d2d rule
             # sets the latency and may cap the hop's bandwidth: a private link per (src, dst) pair,
             # shared only by concurrent hops between the same two devices
-            links: list[Any] = [("up", i), ("down", j)]
-            rule = w.d2d_link
-            if rule is not None and math.isfinite(rule.bandwidth_mbps):
+            # A device graph's link with a bandwidth of its own is a dedicated link instead of the access links.
+            own = w.device_graph.link(i, j) if w.device_graph is not None else None
+            if own is not None and math.isfinite(own[0]):
                 assert self.net is not None, "Routes.net first"
-                self.net.capacity.setdefault(("d2d", i, j), rule.bandwidth_mbps)
+                self.net.capacity.setdefault(("d2d", i, j), own[0])
+                return Route("device_device", (("d2d", i, j),), w.d2d_latency_ms(i, j) / 1000.0, (i, j), ())
+            links: list[Any] = [("up", i), ("down", j)]
+            cap = w.d2d_link.bandwidth_mbps if w.d2d_link is not None else math.inf
+            if math.isfinite(cap):
+                assert self.net is not None, "Routes.net first"
+                self.net.capacity.setdefault(("d2d", i, j), cap)
                 links.append(("d2d", i, j))
             return Route("device_device", tuple(links), w.d2d_latency_ms(i, j) / 1000.0, (i, j), ())
         if {a, b} == {"device", "cloud"}:

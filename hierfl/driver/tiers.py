@@ -211,13 +211,19 @@ class TierAggregator:
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
         return self.agg.combine(self.tier, terms)
 
-    def similarity(self, models: list[Any], base: Any = None) -> Any:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC)."""
-        return self.agg.executor.similarity(models, base)
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> Any:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC);
+        ``measure="sq_norm"``: the squared norm of each (a serverless run's consensus distance)."""
+        return self.agg.executor.similarity(models, base, measure)
 
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` on the run's test set (FedCH's ``K: auto`` needs the initial gap)."""
         return float(self.agg.executor.evaluate(model)[1])
+
+    def evaluate(self, model: Any) -> tuple[float, float]:
+        """``(accuracy, loss)`` of ``model`` on the run's test set (serverless runs: each node's model)."""
+        acc, loss = self.agg.executor.evaluate(model)
+        return float(acc), float(loss)
 
     def track_staleness(self) -> None:
         """Updates applied at this tier can be stale: report their staleness in the summary."""

@@ -148,11 +148,15 @@ class Aggregator(Protocol):
     def combine(self, terms: list[Term]) -> Any:
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
 
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC)."""
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC);
+        ``measure="sq_norm"``: the vector of their squared norms instead (consensus distance)."""
 
     def evaluate_loss(self, model: Any) -> float:
         """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""
+
+    def evaluate(self, model: Any) -> tuple[float, float]:
+        """``(accuracy, loss)`` of ``model`` on the run's test set (an observer's look at one node's model)."""
 
     def track_staleness(self) -> None:
         """Updates applied at this tier can be stale: report their staleness in the summary."""

@@ -47,6 +47,9 @@ class ProtocolConfig(ConfigModel):
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ()
     control_variates: ClassVar[bool] = False
 
+    # whether it runs with no server at all (peers on a device graph): no cloud aggregations, so rounds stay
+    # 0 and only stop.virtual_time_s ends the run; the cloud only observes (evaluations)
+    serverless: ClassVar[bool] = False
     # whether the protocol copes with devices dropping out (availability, leave events, dropout)
     supports_churn: ClassVar[bool] = True
     # where it aggregates, one point per key of `straggler:` at most: the scenario checks place a
@@ -160,6 +163,12 @@ class Protocol:
         """Per-device evaluation: a device's own model handle where it is not the global model (WSCC's
         cluster models); None: every device is tested with the global model."""
         return None
+
+    def observe(self) -> dict[str, Any]:
+        """Called just before each evaluation: a protocol without a server puts the model the observer
+        tests in place of the cloud's (``env.set_global``), at no cost in virtual time, and returns extra
+        fields of the evaluation line (none by default)."""
+        return {}
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting per tier (in every evaluation line); none by default."""

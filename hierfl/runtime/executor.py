@@ -230,8 +230,9 @@ class Executor:
         ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
         raise NotImplementedError
 
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the cloud role (blocking)."""
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the cloud role (blocking);
+        ``measure="sq_norm"``: the squared norm of each instead."""
         raise NotImplementedError
 
     def fetch(self, params: Any) -> np.ndarray:
@@ -546,11 +547,11 @@ class LocalExecutor(Executor):
                                                     self.handles.values([model])[0], *arrays)
         return out
 
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
         """In-process, by the cloud role."""
         arrays = self.handles.values(list(models) + ([] if base is None else [base]))
         k = len(models)
-        return self.cloud.similarity(-1 if base is None else k, list(range(k)), [None] * k, *arrays)
+        return self.cloud.similarity(-1 if base is None else k, list(range(k)), [None] * k, *arrays, measure=measure)
 
     def fetch(self, params: Any) -> np.ndarray:
         """The handle is the vector."""

@@ -417,7 +417,7 @@ class RayExecutor(Executor):
             out[slots] = rows_out
         return out
 
-    def similarity(self, models: list[Any], base: Any = None) -> np.ndarray:
+    def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
         """Computed in the cloud actor; only the matrix comes back."""
         self._batches.need(*models, base)
         self._batches.flush()
@@ -427,7 +427,7 @@ class RayExecutor(Executor):
         base_pos = -1
         if base is not None:
             base_pos = index[k]
-        return np.asarray(ray.get(self.cloud.similarity.remote(base_pos, index[:k], rows[:k], *refs)))
+        return np.asarray(ray.get(self.cloud.similarity.remote(base_pos, index[:k], rows[:k], *refs, measure=measure)))
 
     def fetch(self, params: Any) -> np.ndarray:
         """Download a vector to the driver (final model only)."""

@@ -300,11 +300,16 @@ class DeviceHost:
         result, stats = self._train(device, seed, spec, params, control, out)
         return result, flag_nonfinite(result, stats)
 
+    def _rows(self, device: int, spec: TrainSpec) -> np.ndarray:
+        """The device's sample rows a job sees: all, or the first ``spec.revealed`` (streaming data)."""
+        rows = self.parts[device]
+        return rows if spec.revealed is None else rows[: spec.revealed]
+
     def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
                control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
-        rows = self.parts[device]
+        rows = self._rows(device, spec)
         if not spec.control_variates:
             return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
         if control is None:
@@ -356,8 +361,8 @@ class DeviceHost:
         """One personalised job: ``(global update, stats, new device state)``; ``state`` is the device's
         state or, for its first job, the initial global vector (see :class:`Personaliser`)."""
         assert spec.personal is not None
-        return self.personaliser(spec.personal).train(device, params, self.x, self.y, self.parts[device], spec,
-                                                      seed, state)
+        return self.personaliser(spec.personal).train(device, params, self.x, self.y, self._rows(device, spec),
+                                                      spec, seed, state)
 
     def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
                          state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray) -> np.ndarray:
@@ -459,7 +464,7 @@ class DeviceHost:
         if self.batched is not None:
             by_size: dict[int, list[int]] = {}
             for k, device in enumerate(devices):
-                by_size.setdefault(int(self.parts[device].size), []).append(k)
+                by_size.setdefault(int(self._rows(device, spec).size), []).append(k)
             subgroups = list(by_size.values())
         else:
             subgroups = [list(range(len(devices)))]
@@ -471,7 +476,7 @@ class DeviceHost:
             rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
             trainer: Any = self.batched if self.batched is not None else self.vmapped
             st = trainer.train_group([params[k] for k in ks], self.x, self.y,
-                                     [self.parts[devices[k]] for k in ks], spec, [seeds[k] for k in ks], rows)
+                                     [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks], rows)
             out[ks] = rows
             for j, (k, one) in enumerate(zip(ks, st)):
                 stats[k] = flag_nonfinite(rows[j], one)
@@ -718,14 +723,19 @@ class Cloud:
         """The cloud's asynchronous step (FedAsync mix, FedBuff buffer step, AHFL queue): see :func:`combine_packed`."""
         return combine_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
 
-    def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+    def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray,
+                   measure: str = "cosine") -> np.ndarray:
         """Cosine similarity matrix of models ``k`` (``arrays[index[k]]``, row ``rows[k]``) minus
-        ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves)."""
+        ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves); ``measure="sq_norm"``:
+        the vector of their squared norms instead (a serverless run's consensus distance)."""
         from hierfl.core.wscc import cosine_similarity  # noqa: PLC0415 (only WSCC needs it)
 
         ref = None if base < 0 else np.asarray(arrays[base], dtype=np.float64)
         vecs = np.stack([np.asarray(_pick(arrays[i], r), dtype=np.float64) for i, r in zip(index, rows)])
-        return cosine_similarity(vecs if ref is None else vecs - ref)
+        vecs = vecs if ref is None else vecs - ref
+        if measure == "sq_norm":
+            return np.einsum("ij,ij->i", vecs, vecs)
+        return cosine_similarity(vecs)
 
     def evaluate(self, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ)."""

@@ -79,6 +79,9 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     """Every cross-section problem of a scenario whose sections are each valid."""
     n = scenario.devices.count
     problems = _topology_problems(scenario)
+    graph = scenario.topology.device_graph
+    if graph is not None:
+        problems.extend(Problem(f"topology.device_graph.{key}", msg, value) for key, msg, value in graph.problems(n))
     if scenario.devices.capacity_trace is not None:
         problems.extend(scenario.devices.capacity_trace.check(n, "devices.capacity_trace"))
     ev, stop = scenario.evaluation, scenario.stop

@@ -45,6 +45,7 @@ from hierfl.protocols import PROTOCOLS
 from hierfl.robust.config import AggregationSection
 from hierfl.scenario.nonfinite import NonFiniteConfig
 from hierfl.topology import GENERATORS
+from hierfl.topology.devgraph import DEVICE_GRAPHS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
 from hierfl.traces import CapacityTraceConfig
 
@@ -164,6 +165,9 @@ class TopologyConfig(ConfigModel):
     edge_cloud: LinkConfig = LinkConfig()
     file: str | None = Field(default=None, description="topology file (YAML or GraphML), e.g. topologies/metro-3edge.yaml")
     generator: GENERATORS.union() | None = Field(default=None, description="a generated topology: star, tree, random_geometric")  # type: ignore[valid-type]
+    device_graph: DEVICE_GRAPHS.union() | None = Field(  # type: ignore[valid-type]
+        default=None, description="device-to-device graph of serverless protocols (p2p, dpsgd, adpsgd): ring, torus, "
+                                  "random_geometric, erdos_renyi, k_regular, small_world or an explicit edge list")
     _path: str | None = PrivateAttr(default=None)
 
     @field_validator("edge_latency_ms")

@@ -45,6 +45,7 @@ from hierfl.robust.rules import AGGREGATION_RULES
 from hierfl.runtime.executor import RunData, make_executor
 from hierfl.scenario.loader import deep_merge, validate_raw
 from hierfl.topology import GENERATORS
+from hierfl.topology.devgraph import DEVICE_GRAPHS
 from hierfl.topology.generators import StarGenerator
 from hierfl.topology.grouping import GROUPINGS, GroupingInputs
 from tests.conftest import TINY, tiny
@@ -81,6 +82,7 @@ UNKNOWN: dict[str, tuple[Registry, dict[str, Any], str]] = {
     "distribution": (DISTRIBUTIONS, {"devices": {"speed_sps": {"dist": "bogus"}}}, "devices.speed_sps"),
     "executor": (EXECUTORS, {"runtime": {"executor": "bogus"}}, "runtime.executor"),
     "aggregation rule": (AGGREGATION_RULES, {"aggregation": {"cloud": "bogus"}}, "aggregation.cloud"),
+    "device graph": (DEVICE_GRAPHS, {"topology": {"device_graph": "bogus"}}, "topology.device_graph"),
     "device behavior": (BEHAVIORS, {"stop": {"virtual_time_s": 9.0},
                                     "events": [{"at_s": 0.5, "attack": {"behavior": "bogus"}}]},
                         "events.0.attack.behavior"),
@@ -179,7 +181,8 @@ def test_model_forward_on_a_dataset_shape(name, datasets):
 
 # a protocol runs in the first of these settings it accepts (its defaults may want edge servers or more devices)
 SETTINGS = [{}, {"topology": {"edge_servers": 2}},
-            {"devices": {"count": 12}, "data": {"dataset": {"num_samples": 720}}, "topology": {"edge_servers": 2}}]
+            {"devices": {"count": 12}, "data": {"dataset": {"num_samples": 720}}, "topology": {"edge_servers": 2}},
+            {"topology": {"device_graph": {"name": "ring"}}, "stop": {"virtual_time_s": 3.0}}]
 
 
 @pytest.mark.parametrize("name", PROTOCOLS.names())
@@ -188,7 +191,7 @@ def test_protocol_runs_a_tiny_scenario(name, tmp_path):
     errors = []
     for setting in SETTINGS:
         try:
-            sc = validate_raw(_raw(protocol=example, stop={"rounds": 2}, **setting))
+            sc = validate_raw(_raw(**{"protocol": example, "stop": {"rounds": 2}, **setting}))
             break
         except ConfigError as exc:
             errors.append(exc.report())
@@ -196,7 +199,11 @@ def test_protocol_runs_a_tiny_scenario(name, tmp_path):
         pytest.fail(f"protocol {name} accepts none of the tiny settings:\n" + "\n".join(errors))
     assert sc.protocol.check(sc) == []
     summary = run_scenario(sc, tmp_path).summary
-    assert summary["status"] == "completed" and summary["rounds"] >= 1
+    assert summary["status"] == "completed"
+    if type(sc.protocol).serverless:  # no server, no rounds: peers train and mix until the time budget
+        assert summary["rounds"] == 0 and summary["totals"]["train_jobs"] >= 4 and summary["totals"]["bytes_d2d"] > 0
+    else:
+        assert summary["rounds"] >= 1
 
 
 # -- trainers and server optimizers: a step on a tiny vector ---------------------------------------------
@@ -304,6 +311,16 @@ def test_generator(name):
     spec = cfg.generate(10, SEED, LINK)
     assert spec.num_edges == cfg.num_edges == len(spec.edge_links) >= 1
     assert spec == cfg.generate(10, SEED, LINK)
+
+
+@pytest.mark.parametrize("name", DEVICE_GRAPHS.names())
+def test_device_graph(name):
+    cfg = DEVICE_GRAPHS.example(name)
+    assert cfg.problems(6) == []
+    graph = cfg.build(6, SEED)
+    assert graph == cfg.build(6, SEED) and graph.n == 6  # deterministic for a seed
+    assert all(0 <= i < j < 6 for i, j in graph.edges) and len(set(graph.edges)) == len(graph.edges)
+    assert all(i in graph.neighbours[j] and j in graph.neighbours[i] for i, j in graph.edges)
 
 
 def _grouping_inputs(n: int, seed: int) -> GroupingInputs:
