@@ -91,4 +91,6 @@ class OptState:
     m: np.ndarray | None = None
     v: np.ndarray | None = None
     steps: int = 0
+    # FedDC's H = Σ_i h_i at this aggregator (hierfl.core.feddc.DriftRule); None until its first round
+    drift: np.ndarray | None = None
 

@@ -22,7 +22,31 @@ if TYPE_CHECKING:
     from hierfl.robust.driver import RobustLedger
     from hierfl.scenario.schema import Scenario
 
-__all__ = ["Aggregation", "ControlVariates"]
+__all__ = ["Aggregation", "ControlVariates", "RoundRules"]
+
+
+class RoundRules:
+    """What ends a synchronous round of *device* updates at each aggregator: the trainer's round rule
+    over the devices that aggregator serves (FedDC's drift rule, made once per aggregator), else the
+    tier's server optimizer. Decided once per run: without a trainer rule it is the optimizer."""
+
+    def __init__(self, scenario: Scenario, world: Any) -> None:
+        self._scenario = scenario
+        self._world = world
+        trainer = scenario.training.trainer
+        self._rules: dict[tuple[str, int], Any] | None = (
+            {} if world is not None and trainer.round_rule(1) is not None else None)
+
+    def at(self, tier: str, entity: int) -> Any:
+        """The rule (or optimizer, or None) of ``(tier, entity)``."""
+        if self._rules is None:
+            return self._scenario.server_optimizer.at(tier)
+        rule = self._rules.get((tier, entity))
+        if rule is None:
+            world = self._world
+            members = world.num_devices if tier == "cloud" else int(world.edge_members(entity).size)
+            rule = self._rules[(tier, entity)] = self._scenario.training.trainer.round_rule(members)
+        return rule
 
 
 class Aggregation:
@@ -44,7 +68,7 @@ class Aggregation:
     """
 
     def __init__(self, scenario: Scenario, executor: Any, telemetry: RunTelemetry, robust: RobustLedger | None,
-                 clock: Any) -> None:
+                 clock: Any, world: Any = None) -> None:
         self.scenario = scenario
         self.executor = executor
         self.telemetry = telemetry
@@ -58,6 +82,8 @@ class Aggregation:
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
         self._stacks: dict[str, Layer] = {}
+        # what ends a synchronous round of device updates at each aggregator (FedDC's rule, else the optimizer)
+        self.round_rules = RoundRules(scenario, world)
 
     @property
     def now(self) -> float:
@@ -90,6 +116,7 @@ class Aggregation:
         """The optimizer configured for ``tier`` (``cloud`` / ``edge``), or None for plain averaging."""
         return self.scenario.server_optimizer.at(tier)
 
+
     def server_step(self, tier: str, entity: int, base: Any, delta_terms: list[Term]) -> Any:
         """The ``tier`` optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (asynchronous aggregations)."""
         opt = self.server_optimizer(tier)
@@ -121,7 +148,7 @@ class Aggregation:
                                     "non-finite update; nothing finite is left to aggregate")
             handle = base  # the edge model stays the one the round started from
         else:
-            handle = self.executor.servers.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+            handle = self.executor.servers.commit_edge(edge, self.round_rules.at("edge", edge), base, pack_control)
             if self.robust is not None:
                 self.robust.reports("edge", self.executor.servers.robust_reports("edge"), self.now)
                 self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
@@ -162,7 +189,8 @@ class Aggregation:
         if self.nonfinite.nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
             handle = base if base is not None else self._global  # the global model stays as it was
         else:
-            handle = self.executor.servers.commit_cloud(self.server_optimizer("cloud"), base)
+            opt = self.round_rules.at("cloud", 0) if tier == "device" else self.server_optimizer("cloud")
+            handle = self.executor.servers.commit_cloud(opt, base)
             if self.robust is not None:
                 self.robust.reports("cloud", self.executor.servers.robust_reports("cloud"), self.now)
         self.counters["cloud_aggregations"] += 1

@@ -47,6 +47,13 @@ class ServerOptimizerConfig(ConfigModel):
         """The next model (float32); updates ``state`` in place."""
         raise NotImplementedError
 
+    def round_step(self, x: np.ndarray | None, avg: np.ndarray, count: int, state: OptState) -> np.ndarray:
+        """The end of a synchronous round: step ``x`` with ``Δ = avg − x`` (``count``: the round's
+        updates, which a round rule such as FedDC's needs and an optimizer does not)."""
+        if x is None:
+            raise ValueError("a server optimizer needs the model the round started from")
+        return self.step(x, avg.astype(np.float64) - np.asarray(x, dtype=np.float64), state)
+
 
 @SERVER_OPTIMIZERS.register
 class FedAvgOpt(ServerOptimizerConfig):

@@ -73,6 +73,10 @@ class HierFAVGConfig(ProtocolConfig):
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
     kappa2: PositiveInt = Field(default=1, description="edge aggregations per cloud aggregation")
     fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="fraction of an edge's devices per edge round")
+    weighting: Literal["samples", "uniform"] = Field(
+        default="samples", description="an edge averages its devices' models weighted by sample count (the paper's "
+                                       "rule) or uniformly (FedDC's code rule needs it); the cloud always weights "
+                                       "edges by their data")
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """HierFAVG needs edge servers."""
@@ -180,7 +184,8 @@ class HierFAVG(Protocol):
         """An update reached its edge: fold it in; the edge's barrier decides when the round closes."""
         env = self.env
         device, edge = event.payload.device, event.payload.edge
-        env.tier("edge", edge).add(self.jobs.pop(device).params, float(env.world.samples[device]), env.scaffold.coef(device))
+        weight = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
+        env.tier("edge", edge).add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
         self.barrier[edge].arrive(device)
 
     def on_device_lost(self, event: Event) -> None:

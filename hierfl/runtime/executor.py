@@ -139,6 +139,10 @@ class ExecutorState:
         """Give fresh roles the state of :meth:`export_roles` (before any other call)."""
         raise NotImplementedError
 
+    def device_state_bytes(self) -> tuple[int, int]:
+        """``(devices holding state, bytes)`` of the persistent per-device state in the device hosts now."""
+        return 0, 0
+
     def is_handle(self, obj: Any) -> bool:
         """Whether ``obj`` is a handle that cannot be pickled as it is (a checkpoint stores its value)."""
         return False
@@ -248,8 +252,13 @@ class Executor:
         return None
 
     def summary_part(self) -> dict[str, Any]:
-        """``summary.json``'s part: the executor's name and how many workers it ran."""
-        return {"executor": self.name, "workers": self.workers}
+        """``summary.json``'s part: the executor's name and how many workers it ran; with persistent
+        per-device state (SCAFFOLD, FedDC), what it holds (``device_state``)."""
+        part: dict[str, Any] = {"executor": self.name, "workers": self.workers}
+        held, nbytes = self.state.device_state_bytes()
+        if held:
+            part["device_state"] = {"devices": held, "bytes": nbytes, "bytes_per_device": nbytes // held}
+        return part
 
     def close(self) -> None:
         """Release resources."""
@@ -461,6 +470,10 @@ class _LocalState(ExecutorState):
         ex = self._ex
         return {"hosts": ex.host.export_state(), "leaders": ex.leaders.export_state(),
                 "cloud": ex.cloud.export_state()}
+
+    def device_state_bytes(self) -> tuple[int, int]:
+        """The host's per-device state."""
+        return self._ex.host.state_bytes()
 
     def import_roles(self, state: dict[str, Any]) -> None:
         """Into the role objects."""

@@ -196,17 +196,23 @@ class RayState(ExecutorState):
         self._b.flush()
         self._b.check()
         ex = self._ex
-        hosts: dict[int, np.ndarray] = {}
+        hosts: dict[int, dict[str, np.ndarray]] = {}
         for part in ray.get([h.export_state.remote() for h in ex.hosts]):
             hosts.update(part)
         leaders = None if ex.leaders is None else ex.leaders.export_state.remote()
         cloud = ex.cloud.export_state.remote()
         return {"hosts": hosts, "leaders": None if leaders is None else ray.get(leaders), "cloud": ray.get(cloud)}
 
+    def device_state_bytes(self) -> tuple[int, int]:
+        """Summed over the device-host actors (after every call sent so far)."""
+        self._b.flush()
+        parts = ray.get([h.state_bytes.remote() for h in self._ex.hosts])
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
     def import_roles(self, state: dict[str, Any]) -> None:
         """Device state goes to each device's home host (``device % workers``, whatever the old count)."""
         ex = self._ex
-        per_host: list[dict[int, np.ndarray]] = [{} for _ in ex.hosts]
+        per_host: list[dict[int, Any]] = [{} for _ in ex.hosts]
         for device, c in state["hosts"].items():
             per_host[int(device) % ex.workers][int(device)] = c
         calls = [h.import_state.remote(part) for h, part in zip(ex.hosts, per_host)]
