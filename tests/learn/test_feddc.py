@@ -12,7 +12,14 @@ import yaml
 
 from hierfl.assemble import build, train_spec
 from hierfl.cli import main
-from hierfl.core.feddc import DriftRule, DriftSpec, device_update, local_terms, mean_steps, relative_weights
+from hierfl.core.feddc import (
+    DriftRule,
+    DriftSpec,
+    device_update,
+    local_terms,
+    mean_steps,
+    relative_weights,
+)
 from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
 from hierfl.driver import resume_run, run_scenario
