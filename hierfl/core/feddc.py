@@ -99,9 +99,15 @@ class DriftRule:
     models and the running ``H`` (kept in ``state.drift``, float64): ``H ← H + count·(mean − w)``
     (that is ``Σ_{i∈S} Δ_i``, since each ``h_i`` moved by exactly its ``Δ_i``) and
     ``w⁺ = mean + H / members``. Devices that did not take part keep their drift in ``H``.
+    With ``keeps_control`` the aggregator also steps its own control ``c ← c + Σ κ_i δc_i`` (the
+    sum its role gathered, given to :meth:`take_control`).
     """
 
     members: int
+    # the aggregator keeps its own control c (an edge's c_e) instead of relaying the δc sum upwards
+    keeps_control: bool = False
+    # the code's rule (mean θ⁺ + H/N); False: the plain average (the paper's rule, whose uploads carry h_i)
+    adds_drift: bool = True
 
     def __post_init__(self) -> None:
         if self.members < 1:
@@ -109,9 +115,20 @@ class DriftRule:
 
     def round_step(self, base: np.ndarray | None, avg: np.ndarray, count: int, state: Any) -> np.ndarray:
         """The new model (float32); ``state.drift`` is updated in place."""
+        if not self.adds_drift:
+            return np.asarray(avg, dtype=np.float32)
         if base is None:
             raise ValueError("FedDC's server rule needs the model the round started from")
         mean = np.asarray(avg, dtype=np.float64)
         step = count * (mean - np.asarray(base, dtype=np.float64))
         state.drift = step if state.drift is None else state.drift + step
         return (mean + state.drift / self.members).astype(np.float32)
+
+    def take_control(self, control_sum: np.ndarray | None, state: Any) -> bool:
+        """Step the aggregator's own control by the round's ``Σ κ_i δc_i`` (float64), if it keeps one;
+        whether it took the sum (else the role keeps it for the upload)."""
+        if not self.keeps_control or control_sum is None:
+            return False
+        old = 0.0 if state.control is None else state.control.astype(np.float64)
+        state.control = (old + control_sum).astype(np.float32)
+        return True

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from hierfl.driver.errors import DivergedError
 from hierfl.driver.nonfinite import NonFinite
 from hierfl.driver.tiers import Layer, TierAggregator, compose
@@ -35,7 +37,7 @@ class RoundRules:
         self._world = world
         trainer = scenario.training.trainer
         self._rules: dict[tuple[str, int], Any] | None = (
-            {} if world is not None and trainer.round_rule(1) is not None else None)
+            {} if world is not None and any(trainer.round_rule(1, t) is not None for t in ("cloud", "edge")) else None)
 
     def at(self, tier: str, entity: int) -> Any:
         """The rule (or optimizer, or None) of ``(tier, entity)``."""
@@ -45,7 +47,7 @@ class RoundRules:
         if rule is None:
             world = self._world
             members = world.num_devices if tier == "cloud" else int(world.edge_members(entity).size)
-            rule = self._rules[(tier, entity)] = self._scenario.training.trainer.round_rule(members)
+            rule = self._rules[(tier, entity)] = self._scenario.training.trainer.round_rule(members, tier)
         return rule
 
 
@@ -302,24 +304,47 @@ class Aggregation:
 class ControlVariates:
     """SCAFFOLD's control variates (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
     Federated Learning", ICML 2020) as a protocol sees them (``env.scaffold``): whether jobs carry
-    them, the cloud's control ``c`` now, and each device's weight κ_i in the server's ``c`` step."""
+    them, the server control ``c`` now, and each device's weight κ_i in the server's ``c`` step.
 
-    def __init__(self, executor: Any, samples: Any, spec: Any, trainer: Any) -> None:
+    With a trainer whose edges keep their own control (FedDC's ``control_scope: edge``) and edge servers
+    in the world, a device's control is its edge's ``c_e`` and its κ_i is relative to its edge's members
+    (``1/N_e`` for FedDC's uniform weighting); the edges then relay nothing to the cloud."""
+
+    def __init__(self, executor: Any, world: Any, spec: Any, trainer: Any, edge_rounds: bool = False) -> None:
         self._executor = executor
         self._coefs = None
+        # edge_rounds: the protocol aggregates its devices' updates at edge servers (HierFAVG)
+        self.by_edge = bool(spec.control_variates and trainer.edge_controls and edge_rounds
+                            and (world.edge_of >= 0).any())
         if spec.control_variates:
             from hierfl.core.scaffold import control_weights
 
-            self._coefs = control_weights(samples, getattr(trainer, "control_weighting", "samples"))
+            weighting = getattr(trainer, "control_weighting", "samples")
+            samples = world.samples
+            if not self.by_edge:
+                self._coefs = control_weights(samples, weighting)
+            else:  # each edge's own c_e: weights over its members
+                self._coefs = np.zeros(samples.size, dtype=np.float64)
+                for edge in np.unique(world.edge_of):
+                    members = np.flatnonzero(world.edge_of == edge)
+                    self._coefs[members] = control_weights(samples[members], weighting)
+
+    @property
+    def relays(self) -> bool:
+        """Whether edge servers relay their devices' control deltas to the cloud's ``c`` (SCAFFOLD)."""
+        return self._coefs is not None and not self.by_edge
 
     @property
     def on(self) -> bool:
         """Whether jobs carry control variates (``training.trainer: scaffold``)."""
         return self._coefs is not None
 
-    def control(self) -> Any:
-        """Handle of the cloud's control ``c`` now (None without SCAFFOLD)."""
-        return self._executor.servers.control() if self._coefs is not None else None
+    def control(self, edge: int | None = None) -> Any:
+        """Handle of the control a job of a device of ``edge`` (None: a device of the cloud) uses now: the
+        cloud's ``c``, or the edge's own ``c_e`` when edges keep their own; None without control variates."""
+        if self._coefs is None:
+            return None
+        return self._executor.servers.control(edge if self.by_edge and edge is not None else None)
 
     def coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""

@@ -54,6 +54,11 @@ class ServerOptimizerConfig(ConfigModel):
             raise ValueError("a server optimizer needs the model the round started from")
         return self.step(x, avg.astype(np.float64) - np.asarray(x, dtype=np.float64), state)
 
+    def take_control(self, control_sum: np.ndarray | None, state: OptState) -> bool:
+        """Whether this round rule steps its aggregator's own control with the round's control sum: an
+        optimizer keeps none (SCAFFOLD's sum waits for the upload)."""
+        return False
+
 
 @SERVER_OPTIMIZERS.register
 class FedAvgOpt(ServerOptimizerConfig):

@@ -73,10 +73,16 @@ class TrainerConfig(ConfigModel):
     # the key whose layer split the build checks against the model (personalised trainers)
     layer_key: ClassVar[str | None] = None
 
-    def round_rule(self, members: int) -> Any:
-        """The rule an aggregator applies at the end of a synchronous round of updates from ``members``
-        devices, in place of a server optimizer (FedDC's drift), or None (plain averaging)."""
+    def round_rule(self, members: int, tier: str) -> Any:
+        """The rule an aggregator of ``tier`` applies at the end of a synchronous round of updates from
+        ``members`` devices, in place of a server optimizer (FedDC's drift), or None (plain averaging)."""
         return None
+
+    @property
+    def edge_controls(self) -> bool:
+        """Whether an edge server keeps its own server control ``c_e`` for its devices (FedDC), instead of
+        relaying its devices' control deltas to the cloud's ``c`` (SCAFFOLD)."""
+        return False
 
     def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
         """``(key path, message, value)`` of each setting elsewhere in the scenario this trainer refuses."""
@@ -186,9 +192,22 @@ class FedDCTrainer(TrainerConfig):
         return {"control_variates": True, "drift": DriftSpec(float(self.alpha), self.server_rule),
                 "clip_norm": None if self.clip_norm is None else float(self.clip_norm)}
 
-    def round_rule(self, members: int) -> Any:
+    control_scope: Literal["edge", "cloud"] = Field(
+        default="edge",
+        description="under a hierarchy, whose control c the devices use: their edge's own c_e, stepped by the "
+                    "edge over its members (edge), or the cloud's, relayed by the edges as SCAFFOLD's (cloud) "
+                    "[design default: edge]")
+
+    def round_rule(self, members: int, tier: str) -> Any:
         """The aggregator's rule over a round of device updates from ``members`` devices, or None."""
-        return DriftRule(members) if self.server_rule == "code" else None
+        keeps = tier == "edge" and self.control_scope == "edge"
+        code = self.server_rule == "code"
+        return DriftRule(members, keeps, code) if code or keeps else None
+
+    @property
+    def edge_controls(self) -> bool:
+        """``control_scope: edge``."""
+        return self.control_scope == "edge"
 
     def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
         """The protocol's device weights must match the server rule, and no server optimizer may step the

@@ -111,6 +111,8 @@ class HierFAVG(Protocol):
         self.edge_model: dict[int, Any] = {e: env.global_model for e in self.edges}
         self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
         self.control: Any = env.scaffold.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
+        # FedDC's edge-scoped control: each edge's own c_e, read when its round begins (empty otherwise)
+        self.edge_control: dict[int, Any] = {}
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
         self.barrier: dict[int, Barrier] = {}
@@ -159,6 +161,8 @@ class HierFAVG(Protocol):
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
                                      functools.partial(self._close_edge_round, edge))
         self.edge_start[edge] = self.edge_model[edge]
+        if env.scaffold.on and not env.scaffold.relays:
+            self.edge_control[edge] = env.scaffold.control(edge)
         for device in self.selected[edge]:
             self.send_model(device, "device_edge", EdgeMsg(device, edge))
 
@@ -174,7 +178,7 @@ class HierFAVG(Protocol):
         edge = event.payload.edge
         spec = planned_spec(self, event.payload.device, self.barrier[edge], self.spec)
         if spec is not None:
-            self.start_job(event, self.edge_model[edge], spec, self.control)
+            self.start_job(event, self.edge_model[edge], spec, self.edge_control.get(edge, self.control))
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the edge."""
@@ -215,7 +219,7 @@ class HierFAVG(Protocol):
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
             self.edge_model[edge] = env.tier("edge", edge).commit(sorted(arrived), base=self.edge_start[edge],
-                                                                  pack_control=upload and env.scaffold.on)
+                                                                  pack_control=upload and env.scaffold.relays)
         self.edge_round[edge] += 1
         if upload:
             self.owed.discard(edge)
@@ -256,7 +260,7 @@ class HierFAVG(Protocol):
         env = self.env
         edge = event.payload.edge
         self.uploading.pop(edge, None)
-        env.tier("cloud").add(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.scaffold.on else None)
+        env.tier("cloud").add(self.edge_model[edge], self.edge_weight[edge], 1.0 if env.scaffold.relays else None)
         assert self.cloud_barrier is not None
         self.cloud_barrier.arrive(edge)
 

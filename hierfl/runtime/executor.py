@@ -111,8 +111,9 @@ class Servers:
         """``opt`` steps ``base`` with ``Δ = Σ c·(a − b)``, at ``tier`` (leader ``entity`` or the cloud): a new handle."""
         raise NotImplementedError
 
-    def control(self) -> Any:
-        """Handle of the cloud's SCAFFOLD control ``c`` as of the last commit."""
+    def control(self, edge: int | None = None) -> Any:
+        """Handle of the cloud's SCAFFOLD control ``c`` (or of ``edge``'s own control ``c_e``, FedDC) as of
+        the last commit."""
         raise NotImplementedError
 
 
@@ -442,9 +443,9 @@ class _LocalServers(Servers):
         none: list[int | None] = [None] * len(terms)
         return [c for c, _, _ in terms], plus, minus, none, arrays
 
-    def control(self) -> Any:
-        """The cloud's current control vector (replaced, never changed in place, by a commit)."""
-        return self.cloud.get_control()
+    def control(self, edge: int | None = None) -> Any:
+        """The cloud's (or ``edge``'s) current control vector (replaced, never changed in place, by a commit)."""
+        return self.cloud.get_control() if edge is None else self.leaders.get_control(edge)
 
 
 class _LocalState(ExecutorState):

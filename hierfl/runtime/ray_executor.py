@@ -153,10 +153,14 @@ class RayServers(Servers):
             raise RuntimeError("no leader actor: the scenario has no edge servers")
         return [c for c, _, _ in terms], plus, plus_rows, minus, minus_rows, refs
 
-    def control(self) -> Any:
-        """Ref of the cloud's control ``c`` after every call sent so far (actor calls run in order)."""
+    def control(self, edge: int | None = None) -> Any:
+        """Ref of the cloud's control ``c`` (or ``edge``'s ``c_e``) after every call sent so far (actor calls
+        run in order)."""
         self._b.flush()
-        return self.cloud.get_control.remote()
+        if edge is None:
+            return self.cloud.get_control.remote()
+        assert self.leaders is not None
+        return self.leaders.get_control.remote(edge)
 
 
 class RayState(ExecutorState):

@@ -214,8 +214,12 @@ class Aggregation:
             avg, self.pending = self.pending.result(), None
         if opt is None:
             return avg  # plain averaging: the average itself, bit for bit
-        # a server optimizer, or a round rule that needs the round's size too (FedDC's drift)
-        return opt.round_step(base, avg, count, self.opt_state)
+        # a server optimizer, or a round rule that needs the round's size too (FedDC's drift); a rule that
+        # keeps its aggregator's own control (FedDC's edge c_e) takes the round's control sum
+        out = opt.round_step(base, avg, count, self.opt_state)
+        if opt.take_control(self.control_sum, self.opt_state):
+            self.control_sum = None
+        return out
 
     def take_reports(self) -> list[dict[str, Any]]:
         """The robust-aggregation reports since the last call."""
@@ -313,10 +317,11 @@ class DeviceHost:
         rows = self.parts[device]
         if not spec.control_variates:
             return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
-        if control is None:
-            raise ValueError(f"device {device}: a job with control variates needs the server control c")
-        c = np.asarray(control, dtype=np.float32)
         size = self.trainer.num_params
+        if control is None and spec.drift is None:
+            raise ValueError(f"device {device}: a job with control variates needs the server control c")
+        # None with FedDC: an edge's own c_e before its first round, zeros
+        c = np.zeros(size, dtype=np.float32) if control is None else np.asarray(control, dtype=np.float32)
         if spec.drift is not None:
             y_new, dc, stats = self._train_feddc(device, seed, spec, params, c, out)
         else:
@@ -334,10 +339,8 @@ class DeviceHost:
     def _train_feddc(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, c: np.ndarray,
                      out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
         """One FedDC job (:mod:`hierfl.core.feddc`): ``(upload model, δc_i, stats)``; ``h_i`` and ``c_i`` move.
-
         FedDC's penalty gradient ``α_i (θ − w)`` is the replay's proximal term and ``α_i h_i + g_i`` its
-        constant correction, so the exact SGD replay runs it unchanged.
-        """
+        constant correction, so the exact SGD replay runs it unchanged."""
         drift = spec.drift
         assert drift is not None
         if self._omega is None:
@@ -610,6 +613,10 @@ class LeaderHost:
         if pack_control:
             return np.concatenate([model, agg.take_control(model.size)])
         return model
+
+    def get_control(self, leader: int) -> np.ndarray | None:
+        """The leader's own control ``c_e`` (FedDC with an edge-scoped control), None before its first round."""
+        return self._at(leader).opt_state.control
 
     def server_step(self, leader: int, opt: ServerOptimizerConfig, coefs: list[float], plus: list[int],
                     plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None],

@@ -165,12 +165,35 @@ def test_cloud_and_edge_apply_the_server_rule():
     np.testing.assert_allclose(packed[p:], (u0[p:] + u1[p:]) / 2, rtol=1e-6, atol=1e-7)
 
 
+def test_an_edge_keeps_its_own_control():
+    """control_scope edge: the edge steps c_e ← c_e + Σ κ_i δc_i at every round and relays nothing."""
+    host, _, _, w = _host()
+    p = w.size
+    zero = np.zeros(p, dtype=np.float32)
+    u0, _ = host.train(0, 1, _spec(), w, zero)
+    u1, _ = host.train(1, 2, _spec(), w, zero)
+    leaders = LeaderHost()
+    assert leaders.get_control(3) is None  # the devices then train with c_e = 0
+    leaders.add(3, 1.0, u0, control_coef=0.5)
+    leaders.add(3, 1.0, u1, control_coef=0.5)
+    model = leaders.commit(3, DriftRule(2, keeps_control=True), w, pack_control=False)
+    np.testing.assert_allclose(leaders.get_control(3), (u0[p:] + u1[p:]) / 2, rtol=1e-6, atol=1e-7)
+    leaders.add(3, 1.0, u0, control_coef=0.5)
+    leaders.commit(3, DriftRule(2, keeps_control=True), model)
+    np.testing.assert_allclose(leaders.get_control(3), u0[p:] + u1[p:] / 2, rtol=1e-6, atol=1e-7)
+    # the paper's rule with an edge control: the plain average, and c_e still moves
+    leaders.add(4, 1.0, u0, control_coef=1.0)
+    out = leaders.commit(4, DriftRule(1, keeps_control=True, adds_drift=False), w)
+    np.testing.assert_array_equal(out, u0[:p])
+    np.testing.assert_allclose(leaders.get_control(4), u0[p:], rtol=1e-6)
+
+
 # -- inside runs ----------------------------------------------------------------------------------
 
 
 def test_spec_fields_and_defaults():
     cfg = tiny(protocol=UNIFORM, training={"trainer": "feddc"}).training.trainer
-    assert (cfg.alpha, cfg.server_rule, cfg.clip_norm) == (0.01, "code", 10.0)  # the design defaults
+    assert (cfg.alpha, cfg.server_rule, cfg.clip_norm, cfg.control_scope) == (0.01, "code", 10.0, "edge")
     spec = train_spec(tiny(protocol=UNIFORM, training={"trainer": FEDDC}))
     assert spec.control_variates and spec.drift == DriftSpec(0.3, "code") and spec.clip_norm == 10.0
 
@@ -222,6 +245,21 @@ def test_hierfavg_edges_run_the_rule(tmp_path):
     assert feddc.summary["totals"]["bytes_edge_tier"] == 2 * plain.summary["totals"]["bytes_edge_tier"]
     want = 2 * plain.final_params.astype(np.float64) - _w0(tiny(**hier))
     np.testing.assert_allclose(feddc.final_params, want, rtol=1e-5, atol=1e-6)
+
+
+def test_control_scope_edge_differs_from_cloud_within_a_cloud_round(tmp_path):
+    """κ2 = 2: with control_scope edge each edge's c_e moves after its first edge round, so the second
+    edge round already corrects; with cloud the cloud's c is still 0 until the cloud round."""
+    hier = {"protocol": {"name": "hierfavg", "kappa1": 3, "kappa2": 2, "weighting": "uniform"},
+            "topology": {"edge_servers": 2}, "stop": {"rounds": 1}}
+    edge = run_scenario(tiny(**hier, training={"trainer": FEDDC}), tmp_path / "a")
+    cloud = run_scenario(tiny(**hier, training={"trainer": {**FEDDC, "control_scope": "cloud"}}), tmp_path / "b")
+    assert edge.summary["totals"]["edge_aggregations"] == cloud.summary["totals"]["edge_aggregations"] == 4
+    assert not np.allclose(edge.final_params, cloud.final_params)
+    one = {**hier, "protocol": {**hier["protocol"], "kappa2": 1}}
+    e1 = run_scenario(tiny(**one, training={"trainer": FEDDC}), tmp_path / "c")
+    c1 = run_scenario(tiny(**one, training={"trainer": {**FEDDC, "control_scope": "cloud"}}), tmp_path / "d")
+    np.testing.assert_array_equal(e1.final_params, c1.final_params)  # one edge round: c = c_e = 0 in both
 
 
 def _stop_at(round_: int):
