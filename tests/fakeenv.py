@@ -185,8 +185,9 @@ class FakeLive:
 
 class NoScaffold:
     on = False
+    relays = False
 
-    def control(self) -> None:
+    def control(self, edge: int | None = None) -> None:
         return None
 
     def coef(self, device: int) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["PersonalSpec", "layer_names", "resolve_layers", "local_mask", "support_split", "local_test_split",
-           "weighted_quantiles", "LayerSplitError", "device_accuracy_fields"]
+           "weighted_quantiles", "weighted_tail_mean", "LayerSplitError", "device_accuracy_fields"]
 
 LayerSel = int | tuple[str, ...]
 
@@ -163,15 +163,35 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[flo
     return [float(values[order][min(int(np.searchsorted(cum, q - 1e-12)), values.size - 1)]) for q in qs]
 
 
+def weighted_tail_mean(values: np.ndarray, weights: np.ndarray, share: float) -> float:
+    """Mean of the lowest ``share`` of the weighted distribution of ``values`` (the device at the boundary
+    counts with the part of its weight that falls inside): the worst decile's mean for ``share = 0.1``."""
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    total = weights.sum()
+    if values.size == 0 or total <= 0 or not 0 < share <= 1:
+        raise ValueError("a tail mean needs a share in (0, 1] and at least one value with positive weight")
+    order = np.argsort(values, kind="stable")
+    budget = share * total
+    before = np.concatenate([[0.0], np.cumsum(weights[order])[:-1]])
+    taken = np.clip(budget - before, 0.0, weights[order])  # each device's weight inside the tail
+    return float((taken * values[order]).sum() / taken.sum())
+
+
 def device_accuracy_fields(results: np.ndarray) -> dict[str, float | int]:
     """Eval-line fields from per-device ``(correct, tested, loss sum)`` rows: the sample-weighted mean,
-    p10, p50 and p90 of per-device accuracy, the weighted mean loss and how many devices were tested."""
+    p10, p50 and p90 of per-device accuracy, the mean of its worst decile (``worst10``) and its
+    sample-weighted standard deviation (``std``, the spread), the weighted mean loss and how many
+    devices were tested."""
     results = np.asarray(results, dtype=np.float64)
     if results.size == 0:
         return {}
     correct, tested, loss = results[:, 0], results[:, 1], results[:, 2]
     acc = correct / tested
     p10, p50, p90 = weighted_quantiles(acc, tested, (0.1, 0.5, 0.9))
-    return {"device_accuracy_mean": float(correct.sum() / tested.sum()), "device_accuracy_p10": p10,
+    mean = float(correct.sum() / tested.sum())
+    std = float(np.sqrt((tested * (acc - mean) ** 2).sum() / tested.sum()))
+    return {"device_accuracy_mean": mean, "device_accuracy_p10": p10,
             "device_accuracy_p50": p50, "device_accuracy_p90": p90,
+            "device_accuracy_worst10": weighted_tail_mean(acc, tested, 0.1), "device_accuracy_std": std,
             "device_loss_mean": float(loss.sum() / tested.sum()), "device_eval_devices": int(acc.size)}

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hierfl.core.feddc import DriftSpec
 from hierfl.core.personal import PersonalSpec
 
 __all__ = [
@@ -57,6 +58,12 @@ class TrainSpec:
     # streaming data (Co-op's ``stream``): the job sees only the first ``revealed`` samples of the
     # device (in its partition's order); None = all of them
     revealed: int | None = None
+    # FedDC (``training.trainer: feddc``): the device keeps a drift h_i and a control c_i, the job
+    # adds FedDC's penalty and correction; needs ``control_variates`` (the server's c travels down)
+    drift: DriftSpec | None = None
+    # max-norm gradient clipping of each step's whole gradient (loss terms included, weight decay not),
+    # as ``torch.nn.utils.clip_grad_norm_``; None = no clipping (FedDC's code clips at 10)
+    clip_norm: float | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -65,6 +72,8 @@ class TrainSpec:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
+        if self.clip_norm is not None and not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
+            raise ValueError(f"TrainSpec: clip_norm must be a finite number > 0 or None, got {self.clip_norm!r}")
         for key in ("lr", "momentum", "weight_decay", "prox", "mu"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from hierfl.driver.errors import DivergedError
 from hierfl.driver.nonfinite import NonFinite
 from hierfl.driver.tiers import Layer, TierAggregator, compose
@@ -22,7 +24,31 @@ if TYPE_CHECKING:
     from hierfl.robust.driver import RobustLedger
     from hierfl.scenario.schema import Scenario
 
-__all__ = ["Aggregation", "ControlVariates"]
+__all__ = ["Aggregation", "ControlVariates", "RoundRules"]
+
+
+class RoundRules:
+    """What ends a synchronous round of *device* updates at each aggregator: the trainer's round rule
+    over the devices that aggregator serves (FedDC's drift rule, made once per aggregator), else the
+    tier's server optimizer. Decided once per run: without a trainer rule it is the optimizer."""
+
+    def __init__(self, scenario: Scenario, world: Any) -> None:
+        self._scenario = scenario
+        self._world = world
+        trainer = scenario.training.trainer
+        self._rules: dict[tuple[str, int], Any] | None = (
+            {} if world is not None and any(trainer.round_rule(1, t) is not None for t in ("cloud", "edge")) else None)
+
+    def at(self, tier: str, entity: int) -> Any:
+        """The rule (or optimizer, or None) of ``(tier, entity)``."""
+        if self._rules is None:
+            return self._scenario.server_optimizer.at(tier)
+        rule = self._rules.get((tier, entity))
+        if rule is None:
+            world = self._world
+            members = world.num_devices if tier == "cloud" else int(world.edge_members(entity).size)
+            rule = self._rules[(tier, entity)] = self._scenario.training.trainer.round_rule(members, tier)
+        return rule
 
 
 class Aggregation:
@@ -44,7 +70,7 @@ class Aggregation:
     """
 
     def __init__(self, scenario: Scenario, executor: Any, telemetry: RunTelemetry, robust: RobustLedger | None,
-                 clock: Any) -> None:
+                 clock: Any, world: Any = None) -> None:
         self.scenario = scenario
         self.executor = executor
         self.telemetry = telemetry
@@ -58,6 +84,8 @@ class Aggregation:
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
         self._stacks: dict[str, Layer] = {}
+        # what ends a synchronous round of device updates at each aggregator (FedDC's rule, else the optimizer)
+        self.round_rules = RoundRules(scenario, world)
 
     @property
     def now(self) -> float:
@@ -90,6 +118,7 @@ class Aggregation:
         """The optimizer configured for ``tier`` (``cloud`` / ``edge``), or None for plain averaging."""
         return self.scenario.server_optimizer.at(tier)
 
+
     def server_step(self, tier: str, entity: int, base: Any, delta_terms: list[Term]) -> Any:
         """The ``tier`` optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (asynchronous aggregations)."""
         opt = self.server_optimizer(tier)
@@ -121,7 +150,7 @@ class Aggregation:
                                     "non-finite update; nothing finite is left to aggregate")
             handle = base  # the edge model stays the one the round started from
         else:
-            handle = self.executor.servers.commit_edge(edge, self.server_optimizer("edge"), base, pack_control)
+            handle = self.executor.servers.commit_edge(edge, self.round_rules.at("edge", edge), base, pack_control)
             if self.robust is not None:
                 self.robust.reports("edge", self.executor.servers.robust_reports("edge"), self.now)
                 self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
@@ -162,7 +191,8 @@ class Aggregation:
         if self.nonfinite.nothing_folded(("cloud", 0)):  # every update of the round was non-finite and left out
             handle = base if base is not None else self._global  # the global model stays as it was
         else:
-            handle = self.executor.servers.commit_cloud(self.server_optimizer("cloud"), base)
+            opt = self.round_rules.at("cloud", 0) if tier == "device" else self.server_optimizer("cloud")
+            handle = self.executor.servers.commit_cloud(opt, base)
             if self.robust is not None:
                 self.robust.reports("cloud", self.executor.servers.robust_reports("cloud"), self.now)
         self.counters["cloud_aggregations"] += 1
@@ -274,24 +304,47 @@ class Aggregation:
 class ControlVariates:
     """SCAFFOLD's control variates (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
     Federated Learning", ICML 2020) as a protocol sees them (``env.scaffold``): whether jobs carry
-    them, the cloud's control ``c`` now, and each device's weight κ_i in the server's ``c`` step."""
+    them, the server control ``c`` now, and each device's weight κ_i in the server's ``c`` step.
 
-    def __init__(self, executor: Any, samples: Any, spec: Any, trainer: Any) -> None:
+    With a trainer whose edges keep their own control (FedDC's ``control_scope: edge``) and edge servers
+    in the world, a device's control is its edge's ``c_e`` and its κ_i is relative to its edge's members
+    (``1/N_e`` for FedDC's uniform weighting); the edges then relay nothing to the cloud."""
+
+    def __init__(self, executor: Any, world: Any, spec: Any, trainer: Any, edge_rounds: bool = False) -> None:
         self._executor = executor
         self._coefs = None
+        # edge_rounds: the protocol aggregates its devices' updates at edge servers (HierFAVG)
+        self.by_edge = bool(spec.control_variates and trainer.edge_controls and edge_rounds
+                            and (world.edge_of >= 0).any())
         if spec.control_variates:
             from hierfl.core.scaffold import control_weights
 
-            self._coefs = control_weights(samples, getattr(trainer, "control_weighting", "samples"))
+            weighting = getattr(trainer, "control_weighting", "samples")
+            samples = world.samples
+            if not self.by_edge:
+                self._coefs = control_weights(samples, weighting)
+            else:  # each edge's own c_e: weights over its members
+                self._coefs = np.zeros(samples.size, dtype=np.float64)
+                for edge in np.unique(world.edge_of):
+                    members = np.flatnonzero(world.edge_of == edge)
+                    self._coefs[members] = control_weights(samples[members], weighting)
+
+    @property
+    def relays(self) -> bool:
+        """Whether edge servers relay their devices' control deltas to the cloud's ``c`` (SCAFFOLD)."""
+        return self._coefs is not None and not self.by_edge
 
     @property
     def on(self) -> bool:
         """Whether jobs carry control variates (``training.trainer: scaffold``)."""
         return self._coefs is not None
 
-    def control(self) -> Any:
-        """Handle of the cloud's control ``c`` now (None without SCAFFOLD)."""
-        return self._executor.servers.control() if self._coefs is not None else None
+    def control(self, edge: int | None = None) -> Any:
+        """Handle of the control a job of a device of ``edge`` (None: a device of the cloud) uses now: the
+        cloud's ``c``, or the edge's own ``c_e`` when edges keep their own; None without control variates."""
+        if self._coefs is None:
+            return None
+        return self._executor.servers.control(edge if self.by_edge and edge is not None else None)
 
     def coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""

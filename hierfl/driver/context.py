@@ -73,8 +73,9 @@ class Context:
         # device energy (`energy:`): None keeps every output as without it
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
-        self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self)
-        self.scaffold = ControlVariates(executor, self._world.samples, self._spec, scenario.training.trainer)
+        self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
+        self.scaffold = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
+                                        "edge" in scenario.protocol.server_optimizer_tiers)
         self.live = Live(self._world, self.dyn, self.queue, self.transfers, self._spec)
         self.jobs = Jobs(self, self._world, self._spec, eval_cost, self.energy)
         # the per-job calls bound once: a protocol reaches the service without a frame of its own

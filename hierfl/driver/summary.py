@@ -46,7 +46,7 @@ COMPLETED_KEYS = (
     "devices", "edge_servers", "num_params", "model_bytes",
     "totals", "events",
     # optional blocks, present when their service has something to say
-    "staleness", "warnings", "queues", "robustness", "recoveries", "energy",
+    "staleness", "warnings", "queues", "robustness", "recoveries", "energy", "device_state",
 )
 """The keys of a completed run's ``summary.json``, in their order."""
 

@@ -104,8 +104,13 @@ class ControlVariates(Protocol):
     def on(self) -> bool:
         """Whether jobs carry control variates."""
 
-    def control(self) -> Any:
-        """Handle of the cloud's control ``c`` now (None without SCAFFOLD)."""
+    @property
+    def relays(self) -> bool:
+        """Whether edge servers relay their devices' control deltas to the cloud (SCAFFOLD), rather than
+        keeping a control of their own (FedDC's edge-scoped control)."""
+
+    def control(self, edge: int | None = None) -> Any:
+        """Handle of the control a device of ``edge`` (None: of the cloud) trains with now; None without."""
 
     def coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta, or None without SCAFFOLD."""

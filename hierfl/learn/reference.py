@@ -96,6 +96,8 @@ class ReferenceTrainer:
                         for p, c in zip(self.params, shifts):
                             assert p.grad is not None
                             p.grad.add_(c)
+                if spec.clip_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(self.params, spec.clip_norm, foreach=False)
                 opt.step()
                 loss_sum += loss.item()
                 steps += 1

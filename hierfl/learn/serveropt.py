@@ -47,6 +47,18 @@ class ServerOptimizerConfig(ConfigModel):
         """The next model (float32); updates ``state`` in place."""
         raise NotImplementedError
 
+    def round_step(self, x: np.ndarray | None, avg: np.ndarray, count: int, state: OptState) -> np.ndarray:
+        """The end of a synchronous round: step ``x`` with ``Δ = avg − x`` (``count``: the round's
+        updates, which a round rule such as FedDC's needs and an optimizer does not)."""
+        if x is None:
+            raise ValueError("a server optimizer needs the model the round started from")
+        return self.step(x, avg.astype(np.float64) - np.asarray(x, dtype=np.float64), state)
+
+    def take_control(self, control_sum: np.ndarray | None, state: OptState) -> bool:
+        """Whether this round rule steps its aggregator's own control with the round's control sum: an
+        optimizer keeps none (SCAFFOLD's sum waits for the upload)."""
+        return False
+
 
 @SERVER_OPTIMIZERS.register
 class FedAvgOpt(ServerOptimizerConfig):

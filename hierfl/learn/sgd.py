@@ -9,6 +9,8 @@ element goes through the same kernel path and the results are identical in every
 
 * proximal term (FedProx's μ, FedAsync/AHFL's ρ; docs/explanation/algorithms.md §5.5): ``g += ρ (w − w_start)``;
 * SCAFFOLD's correction (docs/explanation/algorithms.md §5.6): ``g += c − c_i``;
+* max-norm clipping of the whole gradient (``spec.clip_norm``, FedDC): the arithmetic of
+  ``torch.nn.utils.clip_grad_norm_(foreach=False)`` over the gradients so far;
 * weight decay: ``g ← g + wd·w`` (a new tensor in torch; here a preallocated one);
 * momentum: ``buf ← g`` on the first step of a job, then ``buf ← m·buf + g``; ``g ← buf``;
 * ``w ← w − lr·g``.
@@ -62,6 +64,7 @@ class ExactSGD:
         self.weight_decay = 0.0
         self.prox = 0.0
         self.corrected = False
+        self.clip_norm: float | None = None
         self._has_buf = [False] * len(self.params)
         self._tmp: list[torch.Tensor] = []
         self._mom: list[torch.Tensor] = []
@@ -86,6 +89,7 @@ class ExactSGD:
         self.momentum = spec.momentum
         self.weight_decay = spec.weight_decay
         self.prox = spec.proximal
+        self.clip_norm = spec.clip_norm
         self._has_buf = [False] * len(self.params)
         if self.prox > 0 or self.weight_decay != 0:
             self._tmp = self._buffer("tmp")[1]
@@ -107,13 +111,20 @@ class ExactSGD:
         import torch
 
         prox, wd, mom, lr = self.prox, self.weight_decay, self.momentum, self.lr
+        if self.clip_norm is not None:  # the loss terms first, then the clip over all of them
+            grads = list(grads)
+            for i, (p, g) in enumerate(zip(self.params, grads)):
+                if g is not None:
+                    self._terms(i, p, g, prox)
+            self._clip([g for g in grads if g is not None])
         for i, (p, g) in enumerate(zip(self.params, grads)):
             if g is None:
                 continue
-            if prox > 0:
-                g.add_(torch.sub(p, self._anchors[i], out=self._tmp[i]), alpha=prox)
-            if self.corrected:
-                g.add_(self._shifts[i])
+            if self.clip_norm is None:  # (inline: the hot path of every job)
+                if prox > 0:
+                    g.add_(torch.sub(p, self._anchors[i], out=self._tmp[i]), alpha=prox)
+                if self.corrected:
+                    g.add_(self._shifts[i])
             if wd != 0:
                 g = torch.add(g, p, alpha=wd, out=self._tmp[i])
             if mom != 0:
@@ -125,3 +136,24 @@ class ExactSGD:
                     buf.mul_(mom).add_(g, alpha=1)
                 g = buf
             p.add_(g, alpha=-lr)
+
+    def _terms(self, i: int, p: torch.Tensor, g: torch.Tensor, prox: float) -> None:
+        """Add the proximal term and the correction to parameter ``i``'s gradient ``g`` in place."""
+        import torch
+
+        if prox > 0:
+            g.add_(torch.sub(p, self._anchors[i], out=self._tmp[i]), alpha=prox)
+        if self.corrected:
+            g.add_(self._shifts[i])
+
+    def _clip(self, grads: list[torch.Tensor]) -> None:
+        """``clip_grad_norm_(foreach=False)``: scale every gradient by ``min(1, max / (‖g‖ + 1e-6))``."""
+        import torch
+
+        if not grads:
+            return
+        norms = [torch.linalg.vector_norm(g, 2.0) for g in grads]
+        total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+        coef = torch.clamp(float(self.clip_norm) / (total + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(coef)

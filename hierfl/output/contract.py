@@ -109,6 +109,8 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "robustness": ("object", "", "Byzantine robustness: accepted and rejected updates per rule"),
     "recoveries": ("int", "", "lost Ray actors or nodes the run recovered from"),
     "energy": ("object", "J", "energy totals, per-device mean and max, per-tier sums (with energy:)"),
+    "device_state": ("object", "bytes", "persistent per-device state held at the end (trainers that keep it: "
+                     "SCAFFOLD, FedDC): devices holding some, bytes in total and per such device"),
     "error": ("str", "", "the error of a failed run"),
     "resume": ("str", "", "the command that continues a failed or interrupted run"),
     "checkpoint_t": ("float", "s (virtual)", "virtual time of the checkpoint a resume starts from"),

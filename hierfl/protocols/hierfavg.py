@@ -86,6 +86,10 @@ class HierFAVGConfig(ProtocolConfig):
         default=NeverRecluster(),
         description="when and how the edge groups are re-formed (never, periodic, adaptive, on_event); applied "
                     "between cloud rounds")
+    weighting: Literal["samples", "uniform"] = Field(
+        default="samples", description="an edge averages its devices' models weighted by sample count (the paper's "
+                                       "rule) or uniformly (FedDC's code rule needs it); the cloud always weights "
+                                       "edges by their data")
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """HierFAVG needs edge servers; its re-grouping has no work in flight to abort."""
@@ -123,6 +127,8 @@ class HierFAVG(Protocol):
         self.edge_model: dict[int, Any] = {e: env.global_model for e in self.edges}
         self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
         self.control: Any = env.scaffold.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
+        # FedDC's edge-scoped control: each edge's own c_e, read when its round begins (empty otherwise)
+        self.edge_control: dict[int, Any] = {}
         self.edge_round = {e: 0 for e in self.edges}
         self.selected: dict[int, list[int]] = {}
         self.barrier: dict[int, Barrier] = {}
@@ -184,6 +190,8 @@ class HierFAVG(Protocol):
                                      functools.partial(self._close_edge_round, edge), until=until)
         self.edge_start[edge] = self.edge_model[edge]
         self.round_began[edge] = env.now
+        if env.scaffold.on and not env.scaffold.relays:
+            self.edge_control[edge] = env.scaffold.control(edge)
         for device in self.selected[edge]:
             self.send_model(device, "device_edge", EdgeMsg(device, edge))
 
@@ -199,7 +207,7 @@ class HierFAVG(Protocol):
         edge = event.payload.edge
         spec = planned_spec(self, event.payload.device, self.barrier[edge], self.spec)
         if spec is not None:
-            self.start_job(event, self.edge_model[edge], spec, self.control)
+            self.start_job(event, self.edge_model[edge], spec, self.edge_control.get(edge, self.control))
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job and upload it to the edge."""
@@ -210,8 +218,9 @@ class HierFAVG(Protocol):
         env = self.env
         device, edge = event.payload.device, event.payload.edge
         barrier = self.barrier[edge]
-        weight = barrier.weight(device, float(env.world.samples[device]))  # partial work may weigh less
-        env.tier("edge", edge).add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
+        # partial work may weigh less; FedDC's code rule averages uniformly (weighting: uniform)
+        base = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
+        env.tier("edge", edge).add(self.jobs.pop(device).params, barrier.weight(device, base), env.scaffold.coef(device))
         barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -254,7 +263,7 @@ class HierFAVG(Protocol):
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
             self.edge_model[edge] = env.tier("edge", edge).commit(sorted(arrived), base=self.edge_start[edge],
-                                                                  pack_control=upload and env.scaffold.on)
+                                                                  pack_control=upload and env.scaffold.relays)
         self.edge_round[edge] += 1
         self.regroup.round_closed(edge, env.now - self.round_began.get(edge, env.now))
         if upload:
@@ -311,7 +320,7 @@ class HierFAVG(Protocol):
         self.uploading.pop(edge, None)
         assert self.cloud_barrier is not None
         weight = self.cloud_barrier.weight(edge, self.edge_weight[edge])  # partial work may weigh less
-        env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.scaffold.on else None)
+        env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.scaffold.relays else None)
         self.regroup.applied(edge)
         self.cloud_barrier.arrive(edge)
 

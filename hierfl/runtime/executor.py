@@ -111,8 +111,9 @@ class Servers:
         """``opt`` steps ``base`` with ``Δ = Σ c·(a − b)``, at ``tier`` (leader ``entity`` or the cloud): a new handle."""
         raise NotImplementedError
 
-    def control(self) -> Any:
-        """Handle of the cloud's SCAFFOLD control ``c`` as of the last commit."""
+    def control(self, edge: int | None = None) -> Any:
+        """Handle of the cloud's SCAFFOLD control ``c`` (or of ``edge``'s own control ``c_e``, FedDC) as of
+        the last commit."""
         raise NotImplementedError
 
 
@@ -138,6 +139,10 @@ class ExecutorState:
     def import_roles(self, state: dict[str, Any]) -> None:
         """Give fresh roles the state of :meth:`export_roles` (before any other call)."""
         raise NotImplementedError
+
+    def device_state_bytes(self) -> tuple[int, int]:
+        """``(devices holding state, bytes)`` of the persistent per-device state in the device hosts now."""
+        return 0, 0
 
     def is_handle(self, obj: Any) -> bool:
         """Whether ``obj`` is a handle that cannot be pickled as it is (a checkpoint stores its value)."""
@@ -249,8 +254,13 @@ class Executor:
         return None
 
     def summary_part(self) -> dict[str, Any]:
-        """``summary.json``'s part: the executor's name and how many workers it ran."""
-        return {"executor": self.name, "workers": self.workers}
+        """``summary.json``'s part: the executor's name and how many workers it ran; with persistent
+        per-device state (SCAFFOLD, FedDC), what it holds (``device_state``)."""
+        part: dict[str, Any] = {"executor": self.name, "workers": self.workers}
+        held, nbytes = self.state.device_state_bytes()
+        if held:
+            part["device_state"] = {"devices": held, "bytes": nbytes, "bytes_per_device": nbytes // held}
+        return part
 
     def close(self) -> None:
         """Release resources."""
@@ -434,9 +444,9 @@ class _LocalServers(Servers):
         none: list[int | None] = [None] * len(terms)
         return [c for c, _, _ in terms], plus, minus, none, arrays
 
-    def control(self) -> Any:
-        """The cloud's current control vector (replaced, never changed in place, by a commit)."""
-        return self.cloud.get_control()
+    def control(self, edge: int | None = None) -> Any:
+        """The cloud's (or ``edge``'s) current control vector (replaced, never changed in place, by a commit)."""
+        return self.cloud.get_control() if edge is None else self.leaders.get_control(edge)
 
 
 class _LocalState(ExecutorState):
@@ -462,6 +472,10 @@ class _LocalState(ExecutorState):
         ex = self._ex
         return {"hosts": ex.host.export_state(), "leaders": ex.leaders.export_state(),
                 "cloud": ex.cloud.export_state()}
+
+    def device_state_bytes(self) -> tuple[int, int]:
+        """The host's per-device state."""
+        return self._ex.host.state_bytes()
 
     def import_roles(self, state: dict[str, Any]) -> None:
         """Into the role objects."""

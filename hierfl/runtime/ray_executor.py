@@ -153,10 +153,14 @@ class RayServers(Servers):
             raise RuntimeError("no leader actor: the scenario has no edge servers")
         return [c for c, _, _ in terms], plus, plus_rows, minus, minus_rows, refs
 
-    def control(self) -> Any:
-        """Ref of the cloud's control ``c`` after every call sent so far (actor calls run in order)."""
+    def control(self, edge: int | None = None) -> Any:
+        """Ref of the cloud's control ``c`` (or ``edge``'s ``c_e``) after every call sent so far (actor calls
+        run in order)."""
         self._b.flush()
-        return self.cloud.get_control.remote()
+        if edge is None:
+            return self.cloud.get_control.remote()
+        assert self.leaders is not None
+        return self.leaders.get_control.remote(edge)
 
 
 class RayState(ExecutorState):
@@ -196,17 +200,23 @@ class RayState(ExecutorState):
         self._b.flush()
         self._b.check()
         ex = self._ex
-        hosts: dict[int, np.ndarray] = {}
+        hosts: dict[int, dict[str, np.ndarray]] = {}
         for part in ray.get([h.export_state.remote() for h in ex.hosts]):
             hosts.update(part)
         leaders = None if ex.leaders is None else ex.leaders.export_state.remote()
         cloud = ex.cloud.export_state.remote()
         return {"hosts": hosts, "leaders": None if leaders is None else ray.get(leaders), "cloud": ray.get(cloud)}
 
+    def device_state_bytes(self) -> tuple[int, int]:
+        """Summed over the device-host actors (after every call sent so far)."""
+        self._b.flush()
+        parts = ray.get([h.state_bytes.remote() for h in self._ex.hosts])
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
     def import_roles(self, state: dict[str, Any]) -> None:
         """Device state goes to each device's home host (``device % workers``, whatever the old count)."""
         ex = self._ex
-        per_host: list[dict[int, np.ndarray]] = [{} for _ in ex.hosts]
+        per_host: list[dict[int, Any]] = [{} for _ in ex.hosts]
         for device, c in state["hosts"].items():
             per_host[int(device) % ex.workers][int(device)] = c
         calls = [h.import_state.remote(part) for h, part in zip(ex.hosts, per_host)]

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.aggregate import WeightedSum, linear_combination
+from hierfl.core.feddc import device_update, local_terms, mean_steps, relative_weights
 from hierfl.core.scaffold import correction, option2_control
+from hierfl.runtime.device_state import DeviceState
 from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
@@ -203,16 +205,21 @@ class Aggregation:
         """End the round: the weighted average (or the robust rule's aggregate), or ``opt`` stepped from
         ``base`` with ``Δ = aggregate − base``."""
         if self.rule is not None:
+            count = len(self._rows)
             avg = self._robust(base, loss, tier, entity)
         else:
             if self.pending is None:
                 raise ValueError("aggregation with no update")
+            count = self.pending.count
             avg, self.pending = self.pending.result(), None
         if opt is None:
             return avg  # plain averaging: the average itself, bit for bit
-        if base is None:
-            raise ValueError("a server optimizer needs the model the round started from")
-        return opt.step(base, avg.astype(np.float64) - np.asarray(base, dtype=np.float64), self.opt_state)
+        # a server optimizer, or a round rule that needs the round's size too (FedDC's drift); a rule that
+        # keeps its aggregator's own control (FedDC's edge c_e) takes the round's control sum
+        out = opt.round_step(base, avg, count, self.opt_state)
+        if opt.take_control(self.control_sum, self.opt_state):
+            self.control_sum = None
+        return out
 
     def take_reports(self) -> list[dict[str, Any]]:
         """The robust-aggregation reports since the last call."""
@@ -248,9 +255,11 @@ def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, c
 class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
-    Persistent per-device state: SCAFFOLD's control variate ``c_i`` (zeros until the device's
-    first job). It lives here, so a device must always train on the same host (the Ray
-    executor gives each device a fixed home host when the trainer keeps state).
+    Persistent per-device state: named model-sized vectors per device that a trainer declares
+    (SCAFFOLD's control ``c``; FedDC's drift ``h`` and control ``c``), zeros until the device's first
+    job. It lives here, so a device must always train on the same host (the Ray executor gives each
+    device a fixed home host when the trainer keeps state); it is checkpointed with the host
+    (:meth:`export_state`), measured (:meth:`state_bytes`) and can be reset (:meth:`reset_devices`).
 
     Personalised jobs (``spec.personal``) keep no state here: a job takes the device's state
     (its local layers) as an argument and returns the new one, which the executor keeps — so the
@@ -267,7 +276,8 @@ class DeviceHost:
         self.device = resolve_device(device_of(model))
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                     device=self.device, precision=precision_of(model))
-        self.controls: dict[int, np.ndarray] = {}
+        self.states = DeviceState()  # per-device vectors a trainer keeps (SCAFFOLD's c; FedDC's h, c)
+        self._omega: np.ndarray | None = None  # FedDC's ω_i, made on first use from the partition
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
@@ -312,21 +322,57 @@ class DeviceHost:
         rows = self._rows(device, spec)
         if not spec.control_variates:
             return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
-        if control is None:
-            raise ValueError(f"device {device}: a SCAFFOLD job needs the server control c")
-        c = np.asarray(control, dtype=np.float32)
-        c_i = self.controls.get(device)
-        if c_i is None:
-            c_i = np.zeros_like(c)
         size = self.trainer.num_params
-        y_new, stats = self.trainer.train(params, self.x, self.y, spec, seed, correction=correction(c, c_i),
-                                          rows=rows, out=None if out is None else out[:size])
-        c_new, dc = option2_control(c_i, c, params, y_new, int(stats["steps"]), spec.lr)
-        self.controls[device] = c_new
+        if control is None and spec.drift is None:
+            raise ValueError(f"device {device}: a job with control variates needs the server control c")
+        # None with FedDC: an edge's own c_e before its first round, zeros
+        c = np.zeros(size, dtype=np.float32) if control is None else np.asarray(control, dtype=np.float32)
+        if spec.drift is not None:
+            y_new, dc, stats = self._train_feddc(device, seed, spec, params, c, out)
+        else:
+            c_i = self.states.get(device, "c", c)
+            y_new, stats = self.trainer.train(params, self.x, self.y, spec, seed, correction=correction(c, c_i),
+                                              rows=rows, out=None if out is None else out[:size])
+            c_new, dc = option2_control(c_i, c, params, y_new, int(stats["steps"]), spec.lr)
+            self.states.put(device, c=c_new)
         if out is None:
             return np.concatenate([y_new, dc]), stats
+        out[:size] = y_new
         out[size:] = dc
         return out, stats
+
+    def _train_feddc(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, c: np.ndarray,
+                     out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """One FedDC job (:mod:`hierfl.core.feddc`): ``(upload model, δc_i, stats)``; ``h_i`` and ``c_i`` move.
+        FedDC's penalty gradient ``α_i (θ − w)`` is the replay's proximal term and ``α_i h_i + g_i`` its
+        constant correction, so the exact SGD replay runs it unchanged."""
+        drift = spec.drift
+        assert drift is not None
+        if self._omega is None:
+            self._omega = relative_weights(np.array([p.size for p in self.parts]))
+        omega = float(self._omega[device])
+        h_i, c_i = self.states.get(device, "h", c), self.states.get(device, "c", c)
+        alpha_i, corr = local_terms(drift.alpha, omega, c, c_i, h_i)
+        size = self.trainer.num_params
+        job = replace(spec, prox=spec.prox + alpha_i)
+        y_new, stats = self.trainer.train(params, self.x, self.y, job, seed, correction=corr, rows=self.parts[device],
+                                          out=None if out is None else out[:size])
+        y_new = np.array(y_new[:size], dtype=np.float32)
+        k_bar = mean_steps(np.array([p.size for p in self.parts]), spec.epochs, spec.steps, spec.batch_size)
+        h_new, c_new, dc = device_update(h_i, c_i, c, omega, np.asarray(params)[:size], y_new, k_bar, spec.lr)
+        self.states.put(device, h=h_new, c=c_new)
+        if drift.server_rule == "paper":  # the paper averages θ⁺ + h_i weighted by samples
+            y_new = (y_new.astype(np.float64) + h_new.astype(np.float64)).astype(np.float32)
+        return y_new, dc, stats
+
+    def state_bytes(self) -> tuple[int, int]:
+        """``(devices holding state, bytes of their state vectors)`` on this host (memory accounting)."""
+        return self.states.nbytes()
+
+    def reset_devices(self, devices: list[int]) -> bool:
+        """Forget the state of ``devices`` (they start again from zeros: a device that changed aggregator)."""
+        self.states.reset(devices)
+        return True
 
     def _train_byzantine(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
                          control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
@@ -490,13 +536,13 @@ class DeviceHost:
         """The hosting process's id (operations and fault-injection tests)."""
         return os.getpid()
 
-    def export_state(self) -> dict[int, np.ndarray]:
-        """The persistent per-device state (SCAFFOLD's ``c_i``), for a checkpoint."""
-        return {d: np.array(c) for d, c in self.controls.items()}
+    def export_state(self) -> dict[int, dict[str, np.ndarray]]:
+        """The persistent per-device state (device → named vectors), for a checkpoint."""
+        return self.states.export()
 
-    def import_state(self, controls: dict[int, np.ndarray]) -> bool:
-        """Take over per-device state from a checkpoint (merged: several hosts' states may be given)."""
-        self.controls.update({int(d): np.array(c) for d, c in controls.items()})
+    def import_state(self, states: dict[int, Any]) -> bool:
+        """Take over per-device state from a checkpoint (:meth:`DeviceState.merge`)."""
+        self.states.merge(states)
         return True
 
     def warmup(self, spec: TrainSpec, params: np.ndarray) -> bool:
@@ -572,6 +618,10 @@ class LeaderHost:
         if pack_control:
             return np.concatenate([model, agg.take_control(model.size)])
         return model
+
+    def get_control(self, leader: int) -> np.ndarray | None:
+        """The leader's own control ``c_e`` (FedDC with an edge-scoped control), None before its first round."""
+        return self._at(leader).opt_state.control
 
     def server_step(self, leader: int, opt: ServerOptimizerConfig, coefs: list[float], plus: list[int],
                     plus_rows: list[int | None], minus: list[int], minus_rows: list[int | None],

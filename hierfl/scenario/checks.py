@@ -261,9 +261,9 @@ def _trainer_checks(scenario: Scenario) -> list[Problem]:
         able = [n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates]
         return [Problem("training.trainer", f"{name} needs a protocol with synchronous rounds that carries "
                         f"control variates; protocol {proto.name!r} does not; allowed: {', '.join(able)}", name)]
+    problems = [Problem(key, message, value) for key, message, value in trainer.scenario_problems(scenario)]
     if trainer.needs_every_update is None:
-        return []
-    problems: list[Problem] = []
+        return problems
     why = f"{name} needs {trainer.needs_every_update}"
     policy, avail = scenario.straggler, scenario.devices.availability
     for key, p in (("straggler.name", policy), ("straggler.cloud.name", policy.cloud)):

@@ -40,7 +40,8 @@ def _random_spec(rng: np.random.Generator) -> TrainSpec:
                      batch_size=None if rng.random() < 0.2 else int(rng.integers(1, 12)),
                      lr=float(rng.choice([0.01, 0.1, 0.37])), momentum=float(rng.choice([0.0, 0.0, 0.5, 0.9])),
                      weight_decay=float(rng.choice([0.0, 0.0, 1e-3])), prox=float(rng.choice([0.0, 0.0, 0.3])),
-                     mu=float(rng.choice([0.0, 0.0, 0.01])))
+                     mu=float(rng.choice([0.0, 0.0, 0.01])),
+                     clip_norm=None if rng.random() < 0.6 else float(rng.choice([0.05, 1.0, 10.0])))
 
 
 MODELS = [

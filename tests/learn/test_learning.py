@@ -80,7 +80,7 @@ def test_scaffold_job_by_hand_and_control_persists_in_host():
     y1 = theta - 0.5 * (g0 + 0.1)               # c_i = 0 on the first job
     np.testing.assert_allclose(out[:p], y1, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out[p:], g0, rtol=1e-4, atol=1e-5)   # Δc = c_i⁺ − 0 = g(x)
-    np.testing.assert_allclose(host.controls[0], g0, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(host.export_state()[0]["c"], g0, rtol=1e-4, atol=1e-5)
     # the second job of the same device uses its stored c_i = g0
     out2, _ = host.train(0, 8, spec, y1.astype(np.float32), c)
     g1 = _loss_grad(y1, x, y)[1]
@@ -90,7 +90,7 @@ def test_scaffold_job_by_hand_and_control_persists_in_host():
         host.train(0, 9, spec, theta, None)
     # a job without control variates leaves the state alone
     host.train(0, 9, TrainSpec(epochs=1, batch_size=2), theta)
-    np.testing.assert_allclose(host.controls[0], g1, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(host.export_state()[0]["c"], g1, rtol=1e-3, atol=1e-5)
 
 
 def test_scaffold_server_control_step_and_edge_relay():

@@ -33,6 +33,14 @@ CASES = [
                                                               "cloud_period": 1.1},
                                          "training": {"epochs": 1},
                                          "server_optimizer": {"edge": "fedavgm", "cloud": "fedyogi"}}, (2,)),
+    # FedDC: h_i and c_i in each device's home host, under FedAvg (cloud rule) and HierFAVG (edge rule)
+    ("feddc", {"training": {"trainer": {"name": "feddc", "alpha": 0.1}}, "protocol": {"fraction": 0.75,
+                                                                                     "weighting": "uniform"}},
+     (1, 2)),
+    ("hierfavg-feddc-paper", {**HIER, "training": {"trainer": {"name": "feddc", "server_rule": "paper"},
+                                                   "epochs": None}}, (2,)),
+    ("hierfavg-feddc", {**HIER, "protocol": {**HIER["protocol"], "weighting": "uniform"},
+                        "training": {"trainer": "feddc", "epochs": None}}, (2,)),
     # personalised trainers (personalisation): device state travels with the jobs, pooled over 1 or 2 hosts;
     # per-device evaluation on held-out rows and held-out devices is in every eval line
     ("fedper+device-eval", {"training": {"trainer": "fedper"}, "model": {"name": "mlp", "hidden": [6]},

@@ -10,7 +10,7 @@ import pytest
 
 from hierfl.assemble import build
 from hierfl.core.personal import (LayerSplitError, device_accuracy_fields, layer_names, local_mask, resolve_layers,
-                                  support_split, weighted_quantiles)
+                                  support_split, weighted_quantiles, weighted_tail_mean)
 from hierfl.driver import run_scenario
 from hierfl.learn.local import param_layout
 from hierfl.learn.personal import meta_grads
@@ -53,6 +53,15 @@ def test_device_accuracy_fields_are_sample_weighted():
     assert f["device_accuracy_mean"] == pytest.approx(0.4) and f["device_loss_mean"] == pytest.approx(1.3)
     assert (f["device_accuracy_p10"], f["device_accuracy_p50"], f["device_accuracy_p90"]) == (0.0, 0.5, 1.0)
     assert f["device_eval_devices"] == 3
+    # worst decile: the lowest 1 of 10 samples' worth, all at accuracy 0; spread: weighted std around 0.4,
+    # √((4·0.1² + 2·0.6² + 4·0.4²)/10) = √0.14
+    assert f["device_accuracy_worst10"] == 0.0
+    assert f["device_accuracy_std"] == pytest.approx(np.sqrt(0.14))
+    # a tail that cuts a device: 30 % of weight 10 = 1 at 0.2 and 2 of the 3 at 0.6 → (0.2 + 1.2)/3
+    assert weighted_tail_mean(np.array([1.0, 0.6, 0.2]), np.array([6.0, 3.0, 1.0]), 0.3) == pytest.approx(1.4 / 3)
+    assert weighted_tail_mean(np.array([0.7]), np.array([5.0]), 0.1) == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="share"):
+        weighted_tail_mean(np.array([0.7]), np.array([5.0]), 0.0)
     assert weighted_quantiles(np.array([3.0, 1.0, 2.0]), np.array([1.0, 1.0, 8.0]), [0.05, 0.5, 0.95]) == [1.0, 2.0, 3.0]
 
 
@@ -199,3 +208,16 @@ def test_lg_fedavg_warmup_is_fedavg_then_devices_start_from_its_model(tmp_path):
     cold = run_scenario(tiny(training={"trainer": {**lg, "warmup_rounds": 0}}, stop={"rounds": 3}, **over),
                         tmp_path / "c")
     assert not np.array_equal(cold.final_params, after.final_params)
+
+
+def test_worst_decile_and_spread_in_the_python_api_frames(tmp_path):
+    """Per-device evaluation reaches the eval frame of ``hierfl.api.run``: the worst decile's mean is at
+    most p10 (it averages values at or below it), and the spread is 0 only if every device scores alike."""
+    from hierfl.api import run
+
+    res = run(dict(TINY, data={**TINY["data"], "local_test_fraction": 0.25}), out=tmp_path / "run")
+    evals = res.evals
+    for col in ("device_accuracy_mean", "device_accuracy_p10", "device_accuracy_worst10", "device_accuracy_std"):
+        assert col in evals.columns and evals[col].notna().all()
+    assert (evals["device_accuracy_worst10"] <= evals["device_accuracy_p10"] + 1e-12).all()
+    assert (evals["device_accuracy_std"] >= 0).all()

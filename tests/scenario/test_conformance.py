@@ -215,7 +215,9 @@ Y = np.array([0, 2, 1, 2])
 @pytest.mark.parametrize("name", TRAINERS.names())
 def test_trainer_step(name):
     cfg = TRAINERS.example(name)
-    assert cfg.payload_factor >= 1 and tiny(training={"trainer": cfg.model_dump()}).training.trainer == cfg
+    # uniform FedAvg weights: every trainer accepts them (FedDC's default server rule requires them)
+    scenario = tiny(training={"trainer": cfg.model_dump()}, protocol={"weighting": "uniform"})
+    assert cfg.payload_factor >= 1 and scenario.training.trainer == cfg
     spec = TrainSpec(epochs=None, steps=2, batch_size=2, lr=0.1, **cfg.spec_fields())
     model = LogRegConfig()
     trainer = LocalTrainer(model, (3,), 3)
