@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.aggregate import WeightedSum, linear_combination
-from hierfl.core.feddc import device_update, local_terms, mean_steps, relative_weights
 from hierfl.core.scaffold import correction, option2_control
 from hierfl.runtime.device_state import DeviceState
+from hierfl.runtime.feddc_jobs import FedDCJobs
 from hierfl.core.serveropt import OptState
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
@@ -277,7 +277,7 @@ class DeviceHost:
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                     device=self.device, precision=precision_of(model))
         self.states = DeviceState()  # per-device vectors a trainer keeps (SCAFFOLD's c; FedDC's h, c)
-        self._omega: np.ndarray | None = None  # FedDC's ω_i, made on first use from the partition
+        self._feddc = FedDCJobs(self.trainer, self.states, parts)  # FedDC's jobs (their ω_i, K̄ and state)
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
@@ -328,7 +328,7 @@ class DeviceHost:
         # None with FedDC: an edge's own c_e before its first round, zeros
         c = np.zeros(size, dtype=np.float32) if control is None else np.asarray(control, dtype=np.float32)
         if spec.drift is not None:
-            y_new, dc, stats = self._train_feddc(device, seed, spec, params, c, out)
+            y_new, dc, stats = self._feddc.train(device, seed, spec, params, c, self.x, self.y, out)
         else:
             c_i = self.states.get(device, "c", c)
             y_new, stats = self.trainer.train(params, self.x, self.y, spec, seed, correction=correction(c, c_i),
@@ -340,30 +340,6 @@ class DeviceHost:
         out[:size] = y_new
         out[size:] = dc
         return out, stats
-
-    def _train_feddc(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, c: np.ndarray,
-                     out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-        """One FedDC job (:mod:`hierfl.core.feddc`): ``(upload model, δc_i, stats)``; ``h_i`` and ``c_i`` move.
-        FedDC's penalty gradient ``α_i (θ − w)`` is the replay's proximal term and ``α_i h_i + g_i`` its
-        constant correction, so the exact SGD replay runs it unchanged."""
-        drift = spec.drift
-        assert drift is not None
-        if self._omega is None:
-            self._omega = relative_weights(np.array([p.size for p in self.parts]))
-        omega = float(self._omega[device])
-        h_i, c_i = self.states.get(device, "h", c), self.states.get(device, "c", c)
-        alpha_i, corr = local_terms(drift.alpha, omega, c, c_i, h_i)
-        size = self.trainer.num_params
-        job = replace(spec, prox=spec.prox + alpha_i)
-        y_new, stats = self.trainer.train(params, self.x, self.y, job, seed, correction=corr, rows=self.parts[device],
-                                          out=None if out is None else out[:size])
-        y_new = np.array(y_new[:size], dtype=np.float32)
-        k_bar = mean_steps(np.array([p.size for p in self.parts]), spec.epochs, spec.steps, spec.batch_size)
-        h_new, c_new, dc = device_update(h_i, c_i, c, omega, np.asarray(params)[:size], y_new, k_bar, spec.lr)
-        self.states.put(device, h=h_new, c=c_new)
-        if drift.server_rule == "paper":  # the paper averages θ⁺ + h_i weighted by samples
-            y_new = (y_new.astype(np.float64) + h_new.astype(np.float64)).astype(np.float32)
-        return y_new, dc, stats
 
     def state_bytes(self) -> tuple[int, int]:
         """``(devices holding state, bytes of their state vectors)`` on this host (memory accounting)."""
