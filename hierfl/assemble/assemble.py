@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.assemble.dynamics import availability_labels, build_dynamics
+from hierfl.assemble.hetero import DeviceModels, device_models, layout_problems
 from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.dynamics import Dynamics
@@ -22,7 +23,7 @@ from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import World
 from hierfl.data import DataError, Dataset
-from hierfl.learn.local import forward_flops, init_params, model_layout
+from hierfl.learn.local import init_params, model_layout
 from hierfl.scenario.schema import Scenario
 
 __all__ = ["Built", "ModelCall", "build", "in_process", "train_spec"]
@@ -55,6 +56,8 @@ class Built:
     """Per-device evaluation (``data.local_test_fraction``, ``data.test_devices``): ``(device, its
     training rows, its held-out test rows)``; held-out devices (ids ≥ N) have ``None`` as test rows
     (they are tested on the query part of their support split)."""
+    models: DeviceModels | None = None
+    """Which model each device runs (``model``, or its tier's entry of ``models:``); None: ``model`` everywhere."""
 
     def __post_init__(self) -> None:
         if self.dynamics is None:
@@ -132,13 +135,16 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     except DataError as exc:
         raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
     parts, eval_sets = _split_devices(scenario, [np.asarray(p, dtype=np.int64) for p in parts])
-    reason = scenario.model.check_dataset(tuple(dataset.input_shape), dataset.vocab_size)
-    if reason is not None:
-        raise ConfigError([Problem("model", reason)], source)
+    fits = [(key, cfg.check_dataset(tuple(dataset.input_shape), dataset.vocab_size))
+            for key, cfg in [("model", scenario.model), *((f"models.{t}", m) for t, m in scenario.models.items())]]
+    if any(reason is not None for _, reason in fits):
+        raise ConfigError([Problem(key, reason) for key, reason in fits if reason is not None], source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
     shape, classes = tuple(dataset.input_shape), dataset.num_classes
     try:
-        world = build_world(scenario, samples, lambda: model_call(forward_flops, scenario.model, shape, classes))
+        world = build_world(scenario, samples,
+                            lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
+        models = _device_models(scenario, world.tier, shape, classes, model_call)
         params = model_call(init_params, scenario.model, shape, classes, stream_seed(seed, "model.init"))
         # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
@@ -149,4 +155,16 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None
     return Built(scenario, dataset, parts, world, spec, params, dynamics, availability_labels(scenario, dynamics),
-                 eval_sets)
+                 eval_sets, models)
+
+
+def _device_models(scenario: Scenario, tiers: np.ndarray, shape: tuple[int, ...], classes: int,
+                   call: ModelCall) -> DeviceModels:
+    """Which model each device runs; a weight-averaging protocol's refusal of differing layouts (ConfigError)."""
+    models = device_models(scenario, tiers)
+    if models.heterogeneous:
+        layouts = [call(model_layout, cfg, shape, classes) for cfg in models.configs]
+        problems = layout_problems(scenario, models, layouts, tiers)
+        if problems:
+            raise ConfigError(problems)
+    return models

@@ -65,6 +65,10 @@ class ProtocolConfig(ConfigModel):
     # (one update at a time: only an asynchronous screen applies), "models" (it averages models it
     # gathered itself)
     aggregation_style: ClassVar[str] = "round"
+    # what the devices exchange: "weights" (models are averaged, so every device needs one parameter
+    # layout: `models:` may only repeat `model`'s layout) or "outputs" (class scores on shared data:
+    # any architectures with a common label space)
+    exchanges: ClassVar[str] = "weights"
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant

@@ -100,7 +100,20 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_robust_checks(scenario))
     problems.extend(_energy_checks(scenario))
     problems.extend(_runtime_checks(scenario))
+    problems.extend(_models_checks(scenario))
     return problems
+
+
+def _models_checks(scenario: Scenario) -> list[Problem]:
+    """``models:`` names tiers the devices are drawn from (its layouts are compared when the models are built)."""
+    tiers = scenario.devices.tiers
+    if not scenario.models:
+        return []
+    if tiers is None:
+        return [Problem("models", "a model per device tier needs devices drawn from tiers: set devices.tiers "
+                        "(or remove models:)")]
+    return [Problem(f"models.{name}", f"not a tier of devices.tiers; allowed: {', '.join(tiers)}")
+            for name in scenario.models if name not in tiers]
 
 
 def _cuda_available() -> bool:

@@ -436,6 +436,12 @@ class Scenario(ConfigModel):
     seed: NonNegativeInt = Field(default=0, description="the only source of randomness; --seed overrides")
     data: DataConfig
     model: MODELS.union() = Field(description="the model plug-in")  # type: ignore[valid-type]
+    models: dict[str, MODELS.union()] = Field(  # type: ignore[valid-type]
+        default_factory=dict,
+        description="per-device model heterogeneity: a model per device tier (keys: tiers of devices.tiers) that "
+                    "replaces `model` on that tier's devices, with its own parameter layout and its own FLOPs in the "
+                    "time model; a protocol that averages weights refuses layouts that differ from `model`'s. "
+                    "Empty (default): every device runs `model`")
     devices: DevicesConfig
     topology: TopologyConfig = TopologyConfig()
     protocol: PROTOCOLS.union() = Field(description="the protocol plug-in")  # type: ignore[valid-type]
