@@ -7,6 +7,7 @@ describes is the same on every machine and with any executor.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,10 +16,17 @@ import numpy as np
 
 from hierfl.assemble.dynamics import availability_labels, build_dynamics
 from hierfl.assemble.hetero import DeviceModels, device_models, layout_problems
+from hierfl.assemble.public import carve_public
 from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.dynamics import Dynamics
-from hierfl.core.personal import LayerSplitError, local_mask, local_test_split, resolve_layers
+from hierfl.core.personal import (
+    LayerSplitError,
+    local_mask,
+    local_test_split,
+    resolve_layers,
+)
+from hierfl.core.public import PublicData, public_bytes
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import World
@@ -58,6 +66,8 @@ class Built:
     (they are tested on the query part of their support split)."""
     models: DeviceModels | None = None
     """Which model each device runs (``model``, or its tier's entry of ``models:``); None: ``model`` everywhere."""
+    public_rows: np.ndarray | None = None
+    """``data.public``: the public samples' rows in the training arrays (behind every private row); None: no public split."""
 
     def __post_init__(self) -> None:
         if self.dynamics is None:
@@ -131,7 +141,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     total = n + scenario.data.test_devices  # held-out devices are cut from the same population
     try:
         dataset = scenario.data.dataset.build(total, stream(seed, "data.dataset"))
-        parts = scenario.data.partition.split(dataset, total, stream(seed, "data.partition"))
+        private, public_rows = dataset, None
+        if scenario.data.public is not None:  # disjoint from the private and test data
+            dataset, private, public_rows = carve_public(dataset, scenario.data.public.size, stream(seed, "data.public"))
+        parts = scenario.data.partition.split(private, total, stream(seed, "data.partition"))
     except DataError as exc:
         raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
     parts, eval_sets = _split_devices(scenario, [np.asarray(p, dtype=np.int64) for p in parts])
@@ -144,6 +157,12 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     try:
         world = build_world(scenario, samples,
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
+        world.num_classes = int(classes)
+        pub = scenario.data.public
+        if pub is not None and public_rows is not None:
+            world.public = PublicData((int(public_rows[0]), int(public_rows[-1]) + 1), dataset.y_train[public_rows],
+                                      pub.labelled, pub.placement,
+                                      public_bytes(public_rows.size, math.prod(shape), pub.labelled))
         models = _device_models(scenario, world.tier, shape, classes, model_call)
         params = model_call(init_params, scenario.model, shape, classes, stream_seed(seed, "model.init"))
         # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
@@ -155,7 +174,7 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None
     return Built(scenario, dataset, parts, world, spec, params, dynamics, availability_labels(scenario, dynamics),
-                 eval_sets, models)
+                 eval_sets, models, public_rows)
 
 
 def _device_models(scenario: Scenario, tiers: np.ndarray, shape: tuple[int, ...], classes: int,

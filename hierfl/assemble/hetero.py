@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.config.errors import Problem
-from hierfl.learn.local import forward_flops, model_layout
+from hierfl.learn.local import forward_flops
 from hierfl.models import ModelConfig
 from hierfl.protocols import PROTOCOLS
 from hierfl.scenario.schema import Scenario

@@ -69,6 +69,8 @@ class ProtocolConfig(ConfigModel):
     # layout: `models:` may only repeat `model`'s layout) or "outputs" (class scores on shared data:
     # any architectures with a common label space)
     exchanges: ClassVar[str] = "weights"
+    # whether it uses the public split (`data.public`); a public split no protocol uses is refused
+    uses_public_data: ClassVar[bool] = False
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant
@@ -159,6 +161,11 @@ class Protocol:
     def device_models(self) -> dict[int, Any] | None:
         """Per-device evaluation: a device's own model handle where it is not the global model (WSCC's
         cluster models); None: every device is tested with the global model."""
+        return None
+
+    def party_models(self) -> dict[int, Any] | None:
+        """Output-exchange protocols (no global model): each device's own model handle, whose test accuracies
+        are averaged in the evaluation lines (empty: none to evaluate yet); None: the global model is evaluated."""
         return None
 
     def queue_lengths(self) -> dict[str, int]:

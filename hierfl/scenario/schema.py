@@ -49,7 +49,7 @@ from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
 from hierfl.traces import CapacityTraceConfig
 
 __all__ = [
-    "DataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig", "EvaluationConfig",
+    "DataConfig", "PublicDataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig", "EvaluationConfig",
     "StopConfig", "RuntimeConfig", "NetworkConfig", "EventConfig", "Scenario",
 ]
 
@@ -72,6 +72,22 @@ def _require_positive(value: Any, what: str) -> Any:
     return value
 
 
+class PublicDataConfig(ConfigModel):
+    """A public (proxy) split every participant may use: taken out of the dataset's training samples
+    before they are split across devices, so it is disjoint from every device's data and from the test set."""
+
+    size: PositiveInt = Field(description="public samples, drawn at random (stream data.public) from the training "
+                                          "samples; the devices' private data are split from the rest")
+    labelled: bool = Field(default=True, description="whether the public samples' labels are visible (FedMD's "
+                                                     "transfer-learning phase needs them)")
+    placement: Literal["preinstalled", "download_once", "server_only"] = Field(
+        default="preinstalled",
+        description="where the public data are: preinstalled (every device and server holds them, free; design "
+                    "default, as the reference codes), download_once (each device downloads them over its downlink "
+                    "before its first job: 4 bytes per feature, plus 4 per label if labelled) or server_only (only "
+                    "the servers hold them)")
+
+
 class DataConfig(ConfigModel):
     """Which dataset to generate or load and how to split it across devices."""
 
@@ -85,6 +101,9 @@ class DataConfig(ConfigModel):
     test_devices: NonNegativeInt = Field(
         default=0, description="extra devices held out whole (never train): unseen clients, evaluated after "
                                "adapting on their support set")
+    public: PublicDataConfig | None = Field(
+        default=None, description="a public split disjoint from the private and test data, for methods that "
+                                  "exchange outputs on shared data (FedMD); null = none")
 
 
 class DevicesConfig(ConfigModel):

@@ -17,7 +17,7 @@ from tests.conftest import TINY
 TIERED = {**copy.deepcopy(TINY), "devices": {"count": 4, "tiers": {"rpi4": 0.5, "phone_low": 0.5}}}
 
 
-def _raw(**extra):  # noqa: ANN003, ANN202
+def _raw(**extra):
     return {**copy.deepcopy(TIERED), **extra}
 
 
