@@ -25,6 +25,11 @@ The next round begins when every party has revisited. Virtual time of a round::
 with ``scores_i = |A_t|·F_i / f_i`` (one forward pass), ``digest_i = E_d·|A_t|·3F_i / f_i`` and
 ``revisit_i = E_r·n_i·3F_i / f_i``. Accuracy in the evaluation lines is the mean over the parties of
 their own models' test accuracy.
+
+At a tier of a hierarchy (edge servers) the consensus is a mean, so it composes: each edge server
+averages its members' scores (an edge aggregation), sends the mean up, and the cloud weights the
+edge means by member count — the global consensus up to rounding; the consensus travels back the
+same way. Every hop carries ``4·|A_t|·C`` bytes.
 """
 
 from __future__ import annotations
@@ -38,11 +43,11 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from hierfl.config.errors import Problem
 from hierfl.core.jobs import Job
 from hierfl.core.work import PublicTask, TrainSpec
-from hierfl.env import Env
+from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
 
-__all__ = ["FedMD", "FedMDConfig", "PhaseMsg"]
+__all__ = ["EdgeMsg", "FedMD", "FedMDConfig", "PhaseMsg"]
 
 _SEED_BOUND = 2 ** 62
 
@@ -51,6 +56,14 @@ _SEED_BOUND = 2 ** 62
 class PhaseMsg(DeviceMsg):
     """A party's step: ``round`` (-1 during the transfer-learning phase)."""
 
+    round: int
+
+
+@dataclass(frozen=True)
+class EdgeMsg(Payload):
+    """An edge server's partial consensus (up) or the consensus (down) in round ``round``."""
+
+    edge: int
     round: int
 
 
@@ -89,11 +102,13 @@ class FedMDConfig(ProtocolConfig):
                                   "virtual time before round 1 (design default); false: the phase runs in zero "
                                   "virtual time")
     consensus_scope: Literal["global"] = Field(
-        default="global", description="where the consensus is averaged: global (every party, at the cloud); a "
-                                      "consensus per edge server is not implemented")
+        default="global", description="where the consensus is averaged: global (every party; with edge servers, "
+                                      "each edge averages its members' scores and the cloud weights the edge means "
+                                      "by member count: the same mean, design default); a consensus per edge "
+                                      "server is not implemented")
 
     def check(self, scenario: Any) -> list[Problem]:
-        """Public data at the devices, labelled; a flat topology; the plain SGD trainer."""
+        """Public data at the devices, labelled; the plain SGD trainer."""
         problems: list[Problem] = []
         pub = scenario.data.public
         if pub is None:
@@ -107,10 +122,6 @@ class FedMDConfig(ProtocolConfig):
                 problems.append(Problem("data.public.placement", "fedmd's parties compute scores on the public "
                                         "data, so they must hold it; allowed: preinstalled, download_once",
                                         pub.placement))
-        if (scenario.topology.edge_servers or 0) > 0:
-            problems.append(Problem("topology.edge_servers", "fedmd averages the consensus at the cloud over every "
-                                    "party (consensus_scope: global); it does not run at an edge tier yet; "
-                                    "allowed: 0", scenario.topology.edge_servers))
         trainer = scenario.training.trainer.name
         if trainer != "sgd":
             problems.append(Problem("training.trainer", "fedmd's jobs are its own (scores, digest, revisit) on the "
@@ -118,8 +129,8 @@ class FedMDConfig(ProtocolConfig):
         return problems
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
-        """Every party's scores at the cloud."""
-        return {"cloud": devices, "edge": None}
+        """Every party's scores at the cloud (flat), or every edge server's mean of its members' scores."""
+        return {"cloud": edges if edges else devices, "edge": None}
 
     def create(self, env: Env) -> FedMD:
         """A FedMD run."""
@@ -142,6 +153,15 @@ class FedMD(Protocol):
         base = env.spec
         self.revisit_spec = dataclasses.replace(base, epochs=cfg.revisit_epochs, steps=None)
         self.private_spec = dataclasses.replace(base, epochs=cfg.transfer_private_epochs, steps=None)
+        # with edge servers, each edge averages its members' scores and the cloud the edge means, weighted
+        # by member count (a mean of means: the same consensus, score sums compose); flat: the cloud alone
+        edge_of = env.world.edge_of
+        self.members: dict[int, list[int]] = {}
+        if env.world.num_edges:
+            for d in range(self.n):
+                self.members.setdefault(int(edge_of[d]), []).append(d)
+        self.edge_arrived: dict[int, set[int]] = {e: set() for e in self.members}
+        self.edge_means: dict[int, Any] = {}  # an edge's mean of its members' scores, on its way to the cloud
         self.round = 0
         self.model: dict[int, Any] = {}     # each party's latest model (after its revisit)
         self.ready: set[int] = set()        # parties through the current step
@@ -213,28 +233,68 @@ class FedMD(Protocol):
         for d in range(self.n):
             self._job(d, self.model[d], self._round_specs[0], "scores_done", self.round)
 
+    def _server(self, device: int) -> tuple[str, int]:
+        return ("edge", int(self.env.world.edge_of[device])) if self.members else ("cloud", 0)
+
     def on_scores_done(self, event: Event) -> None:
-        """A party's scores are computed: upload them."""
+        """A party's scores are computed: upload them (to its edge server, or to the cloud when flat)."""
         job = self._collect(event)
         self.jobs[job.device] = job  # kept until the scores arrive (they are the job's result)
-        self.env.send(("device", job.device), ("cloud", 0), "scores_arrived", event.payload, "upload_scores",
-                      size=self.score_bytes)
+        self.env.send(("device", job.device), self._server(job.device), "scores_arrived", event.payload,
+                      "upload_scores", size=self.score_bytes)
 
     def on_scores_arrived(self, event: Event) -> None:
-        """Scores reached the cloud; with every party's, the consensus is their uniform mean."""
+        """Scores reached their server. Flat: with every party's, the consensus is their uniform mean. With
+        edge servers: with every member's, the edge sends their mean up, to be weighted by member count."""
         env = self.env
         device = event.payload.device
-        env.tier("cloud").add(self.jobs.pop(device).params, 1.0)
-        self.ready.add(device)
-        if len(self.ready) < self.n:
+        scores = self.jobs.pop(device).params
+        if not self.members:
+            env.tier("cloud").add(scores, 1.0)
+            self.ready.add(device)
+            if len(self.ready) == self.n:
+                self._consensus(sorted(self.ready), "device")
             return
-        self.consensus = env.tier("cloud").commit(sorted(self.ready))
+        edge = int(env.world.edge_of[device])
+        env.tier("edge", edge).add(scores, 1.0)
+        arrived = self.edge_arrived[edge]
+        arrived.add(device)
+        if len(arrived) == len(self.members[edge]):
+            mean = env.tier("edge", edge).commit(sorted(arrived))
+            arrived.clear()
+            self.edge_means[edge] = mean
+            env.send(("edge", edge), ("cloud", 0), "edge_scores_arrived", EdgeMsg(edge, self.round), "upload_scores",
+                     size=self.score_bytes)
+
+    def on_edge_scores_arrived(self, event: Event) -> None:
+        """An edge server's mean reached the cloud, weighted by its members; with every edge's, the consensus."""
+        edge = event.payload.edge
+        self.env.tier("cloud").add(self.edge_means.pop(edge), float(len(self.members[edge])))
+        self.ready.add(edge)
+        if len(self.ready) == len(self.members):
+            self._consensus(sorted(self.ready), "edge")
+
+    def _consensus(self, sources: list[int], source: str) -> None:
+        env = self.env
+        self.consensus = env.tier("cloud").commit(sources, source=source)
         self.ready = set()
         if env.stopping:
             return
-        for d in range(self.n):
-            env.send(("cloud", 0), ("device", d), "consensus_arrived", PhaseMsg(d, self.round), "download_consensus",
-                     size=self.score_bytes)
+        if not self.members:
+            for d in range(self.n):
+                env.send(("cloud", 0), ("device", d), "consensus_arrived", PhaseMsg(d, self.round),
+                         "download_consensus", size=self.score_bytes)
+            return
+        for edge in sorted(self.members):
+            env.send(("cloud", 0), ("edge", edge), "edge_consensus_arrived", EdgeMsg(edge, self.round),
+                     "download_consensus", size=self.score_bytes)
+
+    def on_edge_consensus_arrived(self, event: Event) -> None:
+        """The consensus reached an edge server: forward it to its members."""
+        edge = event.payload.edge
+        for d in self.members[edge]:
+            self.env.send(("edge", edge), ("device", d), "consensus_arrived", PhaseMsg(d, self.round),
+                          "download_consensus", size=self.score_bytes)
 
     def on_consensus_arrived(self, event: Event) -> None:
         """Digest: train toward the consensus on A_t."""

@@ -116,3 +116,66 @@ def test_the_alignment_set_is_a_seeded_subset_of_the_public_rows():
     assert rows.min() >= 2 and rows.max() < 12 and len(set(rows.tolist())) == 4
     assert sorted(y[rows].tolist()) == [0, 0, 1, 1]  # stratified: two of each label
     assert subset_rows(PublicTask("pretrain", (2, 12), 10), y).tolist() == list(range(2, 12))
+
+
+# At a tier of a hierarchy: devices 0 and 1 under edge 0, device 2 under edge 1; device ↔ edge 0.25 s,
+# edge ↔ cloud 0.5 s. Transfer learning as above (ready at 2, 3, 4). Round 0: scores 3, 6, 9 reach their
+# edges at 5.25, 5.75, 6.25; edge 0's mean (3 + 6)/2 = 4.5 leaves at 5.75 and reaches the cloud at 6.25,
+# edge 1's (9) at 6.75, when the cloud weighs them by member count: (2·4.5 + 9)/3 = 6, the global mean.
+# The consensus is back at the edges at 7.25 and at the devices at 7.5.
+EXPECTED_EDGES = [
+    *EXPECTED[:6],
+    (5.0, "scores_done", "device=0 round=0"),
+    (5.25, "scores_arrived", "device=0 round=0"),
+    (5.25, "tier", "edge", 0, "add", 3.0, 1.0),
+    (5.5, "scores_done", "device=1 round=0"),
+    (5.75, "scores_arrived", "device=1 round=0"),
+    (5.75, "tier", "edge", 0, "add", 6.0, 1.0),
+    (5.75, "tier", "edge", 0, "commit", [0, 1], 4.5),
+    (6.0, "scores_done", "device=2 round=0"),
+    (6.25, "edge_scores_arrived", "edge=0 round=0"),   # (sent at 5.75, before device 2's upload)
+    (6.25, "tier", "cloud", 0, "add", 4.5, 2.0),
+    (6.25, "scores_arrived", "device=2 round=0"),
+    (6.25, "tier", "edge", 1, "add", 9.0, 1.0),
+    (6.25, "tier", "edge", 1, "commit", [2], 9.0),
+    (6.75, "edge_scores_arrived", "edge=1 round=0"),
+    (6.75, "tier", "cloud", 0, "add", 9.0, 1.0),
+    (6.75, "tier", "cloud", 0, "commit", [0, 1], 6.0),
+    (7.25, "edge_consensus_arrived", "edge=0 round=0"),
+    (7.25, "edge_consensus_arrived", "edge=1 round=0"),
+    (7.5, "consensus_arrived", "device=0 round=0"),
+    (7.5, "consensus_arrived", "device=1 round=0"),
+    (7.5, "consensus_arrived", "device=2 round=0"),
+    (8.5, "digest_done", "device=0 round=0"),
+    (9.0, "digest_done", "device=1 round=0"),
+    (9.5, "digest_done", "device=2 round=0"),
+    (9.5, "revisit_done", "device=0 round=0"),
+    (10.5, "revisit_done", "device=1 round=0"),
+    (11.5, "revisit_done", "device=2 round=0"),
+    # round 1 from 11.5: scores 5, 10, 15 → edge means 7.5 (sent at 13.25) and 15 (at 13.75); at 14.25 the
+    # cloud's (2·7.5 + 15)/3 = 10 is the second cloud aggregation: the run stops
+    (12.5, "scores_done", "device=0 round=1"),
+    (12.75, "scores_arrived", "device=0 round=1"),
+    (12.75, "tier", "edge", 0, "add", 5.0, 1.0),
+    (13.0, "scores_done", "device=1 round=1"),
+    (13.25, "scores_arrived", "device=1 round=1"),
+    (13.25, "tier", "edge", 0, "add", 10.0, 1.0),
+    (13.25, "tier", "edge", 0, "commit", [0, 1], 7.5),
+    (13.5, "scores_done", "device=2 round=1"),
+    (13.75, "edge_scores_arrived", "edge=0 round=1"),
+    (13.75, "tier", "cloud", 0, "add", 7.5, 2.0),
+    (13.75, "scores_arrived", "device=2 round=1"),
+    (13.75, "tier", "edge", 1, "add", 15.0, 1.0),
+    (13.75, "tier", "edge", 1, "commit", [2], 15.0),
+    (14.25, "edge_scores_arrived", "edge=1 round=1"),
+    (14.25, "tier", "cloud", 0, "add", 15.0, 1.0),
+    (14.25, "tier", "cloud", 0, "commit", [0, 1], 10.0),
+]
+
+
+def test_fedmd_at_the_edge_tier_composes_the_global_consensus():
+    world = FakeWorld([10, 10, 10], edge_of=[0, 0, 1])
+    world.public = PublicData((30, 50), np.zeros(20, dtype=np.int64), True, "preinstalled", 480)
+    world.num_classes = 3
+    env = FakeEnv(world, spec=TrainSpec(epochs=1), rounds=2)
+    assert env.run(_cfg().create(env)) == EXPECTED_EDGES
