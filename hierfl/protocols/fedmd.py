@@ -101,6 +101,10 @@ class FedMDConfig(ProtocolConfig):
         default=True, description="charge the transfer-learning phase (and a download_once of the public data) in "
                                   "virtual time before round 1 (design default); false: the phase runs in zero "
                                   "virtual time")
+    collaborate: bool = Field(
+        default=True, description="false: the no-collaboration reference the paper compares against (design "
+                                  "default true): after transfer learning every party only revisits its private "
+                                  "data, round after round, and nothing is exchanged; needs stop.virtual_time_s")
     consensus_scope: Literal["global"] = Field(
         default="global", description="where the consensus is averaged: global (every party; with edge servers, "
                                       "each edge averages its members' scores and the cloud weights the edge means "
@@ -122,6 +126,9 @@ class FedMDConfig(ProtocolConfig):
                 problems.append(Problem("data.public.placement", "fedmd's parties compute scores on the public "
                                         "data, so they must hold it; allowed: preinstalled, download_once",
                                         pub.placement))
+        if not self.collaborate and scenario.stop.virtual_time_s is None:
+            problems.append(Problem("stop.virtual_time_s", "fedmd with collaborate: false makes no cloud "
+                                    "aggregation, so stop.rounds never ends it; set stop.virtual_time_s"))
         trainer = scenario.training.trainer.name
         if trainer != "sgd":
             problems.append(Problem("training.trainer", "fedmd's jobs are its own (scores, digest, revisit) on the "
@@ -223,6 +230,10 @@ class FedMD(Protocol):
     def _begin_round(self) -> None:
         env, pub, cfg = self.env, self.public, self.cfg
         self.ready = set()
+        if not cfg.collaborate:  # the reference without collaboration: private epochs only
+            for d in range(self.n):
+                self._job(d, self.model[d], self.revisit_spec, "revisit_done", self.round)
+            return
         # both ends draw A_t from the same stream: its indices are never sent
         seed = int(env.rng("public_subset", self.round).integers(_SEED_BOUND))
         scores = PublicTask("scores", pub.rows, self.align, seed, cfg.stratified)

@@ -77,3 +77,21 @@ def test_setup_phases_can_be_free(tmp_path):
     # charge_setup_phases: false → the transfer learning takes no virtual time; round 0 closes at 1.26
     _, aggs, _ = _run(tmp_path, charge_setup_phases=False)
     assert aggs[0] == pytest.approx(1.26, abs=1e-9)
+
+
+def test_bad_fedmd_settings_are_refused_with_their_key_paths():
+    from hierfl.config.errors import ConfigError
+
+    raw = copy.deepcopy(TINY)
+    raw["protocol"] = {"name": "fedmd", "collaborate": False}
+    with pytest.raises(ConfigError) as info:
+        validate_raw(raw)
+    # no public split; and without collaboration no cloud aggregation ends a run bounded by rounds
+    assert sorted(p.path for p in info.value.problems) == ["data.public", "stop.virtual_time_s"]
+    raw["data"]["public"] = {"size": 60, "labelled": False, "placement": "server_only"}
+    raw["protocol"] = {"name": "fedmd"}
+    raw["training"]["trainer"] = "fedprox"
+    with pytest.raises(ConfigError) as info:
+        validate_raw(raw)
+    assert sorted(p.path for p in info.value.problems) == ["data.public.labelled", "data.public.placement",
+                                                           "training.trainer"]

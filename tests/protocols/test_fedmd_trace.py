@@ -179,3 +179,15 @@ def test_fedmd_at_the_edge_tier_composes_the_global_consensus():
     world.num_classes = 3
     env = FakeEnv(world, spec=TrainSpec(epochs=1), rounds=2)
     assert env.run(_cfg().create(env)) == EXPECTED_EDGES
+
+
+def test_without_collaboration_parties_only_revisit():
+    env = _env()
+    env.rounds = None
+    log = env.run(_cfg(collaborate=False).create(env), until=8.75)
+    # ready at 2, 3, 4; then revisits only (1, 1.5, 2 s each), rounds when every party is done
+    assert [e for e in log[6:] if e[1] != "tier"] == [
+        (5.0, "revisit_done", "device=0 round=0"), (5.5, "revisit_done", "device=1 round=0"),
+        (6.0, "revisit_done", "device=2 round=0"), (7.0, "revisit_done", "device=0 round=1"),
+        (7.5, "revisit_done", "device=1 round=1"), (8.0, "revisit_done", "device=2 round=1")]
+    assert not [e for e in log if e[1] == "tier"]  # nothing is exchanged
