@@ -20,6 +20,7 @@ from hierfl.assemble.public import carve_public
 from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.dynamics import Dynamics
+from hierfl.core.labelnoise import flip_labels
 from hierfl.core.personal import (
     LayerSplitError,
     local_mask,
@@ -68,6 +69,8 @@ class Built:
     """Which model each device runs (``model``, or its tier's entry of ``models:``); None: ``model`` everywhere."""
     public_rows: np.ndarray | None = None
     """``data.public``: the public samples' rows in the training arrays (behind every private row); None: no public split."""
+    clean_labels: np.ndarray | None = None
+    """``data.label_noise``: the training labels before corruption (for analysis); None: the labels are clean."""
 
     def __post_init__(self) -> None:
         if self.dynamics is None:
@@ -148,6 +151,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     except DataError as exc:
         raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
     parts, eval_sets = _split_devices(scenario, [np.asarray(p, dtype=np.int64) for p in parts])
+    clean_labels = None
+    if scenario.data.label_noise is not None:  # the devices' rows only: test and public labels stay clean
+        clean_labels = dataset.y_train
+        dataset = dataclasses.replace(dataset, y_train=noisy_labels(scenario, dataset, parts))
     fits = [(key, cfg.check_dataset(tuple(dataset.input_shape), dataset.vocab_size))
             for key, cfg in [("model", scenario.model), *((f"models.{t}", m) for t, m in scenario.models.items())]]
     if any(reason is not None for _, reason in fits):
@@ -174,7 +181,23 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None
     return Built(scenario, dataset, parts, world, spec, params, dynamics, availability_labels(scenario, dynamics),
-                 eval_sets, models, public_rows)
+                 eval_sets, models, public_rows, clean_labels)
+
+
+def noisy_labels(scenario: Scenario, dataset: Dataset, parts: list[np.ndarray]) -> np.ndarray:
+    """``data.label_noise``: the training labels with each device's rows corrupted at its rate (streams
+    ``label_noise.rate`` for the rates, ``("label_noise", device)`` for the flips)."""
+    cfg = scenario.data.label_noise
+    assert cfg is not None
+    n = len(parts)
+    rates = np.full(n, cfg.rate)
+    if cfg.rate_high is not None:
+        rates = stream(scenario.seed, "label_noise.rate").uniform(cfg.rate, cfg.rate_high, size=n)
+    y = dataset.y_train.copy()
+    for d, rows in enumerate(parts):
+        y[rows] = flip_labels(y[rows], float(rates[d]), cfg.kind, dataset.num_classes,
+                              stream(scenario.seed, "label_noise", d))
+    return y
 
 
 def _device_models(scenario: Scenario, tiers: np.ndarray, shape: tuple[int, ...], classes: int,

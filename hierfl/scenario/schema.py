@@ -49,7 +49,7 @@ from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
 from hierfl.traces import CapacityTraceConfig
 
 __all__ = [
-    "DataConfig", "PublicDataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig", "EvaluationConfig",
+    "DataConfig", "LabelNoiseConfig", "PublicDataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig", "EvaluationConfig",
     "StopConfig", "RuntimeConfig", "NetworkConfig", "EventConfig", "Scenario",
 ]
 
@@ -88,6 +88,26 @@ class PublicDataConfig(ConfigModel):
                     "the servers hold them)")
 
 
+class LabelNoiseConfig(ConfigModel):
+    """Label noise on the devices' private training labels (the test set and the public split stay clean)."""
+
+    kind: Literal["symmetric", "pair_flip"] = Field(
+        description="symmetric: a corrupted label becomes another class drawn uniformly; pair_flip: class c "
+                    "becomes (c + 1) mod C")
+    rate: float = Field(ge=0.0, le=1.0, description="probability that a device's label is corrupted (its lowest "
+                                                    "value when rate_high is set)")
+    rate_high: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="per-device rates drawn uniformly from [rate, rate_high] (stream label_noise.rate; design "
+                    "default: null, every device at rate)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LabelNoiseConfig:
+        if self.rate_high is not None and self.rate_high < self.rate:
+            raise ValueError(f"rate_high ({self.rate_high}) must be at least rate ({self.rate})")
+        return self
+
+
 class DataConfig(ConfigModel):
     """Which dataset to generate or load and how to split it across devices."""
 
@@ -101,6 +121,9 @@ class DataConfig(ConfigModel):
     test_devices: NonNegativeInt = Field(
         default=0, description="extra devices held out whole (never train): unseen clients, evaluated after "
                                "adapting on their support set")
+    label_noise: LabelNoiseConfig | None = Field(
+        default=None, description="corrupt each device's private training labels (symmetric or pair flip, a rate "
+                                  "per device, seeded per device); null = clean labels")
     public: PublicDataConfig | None = Field(
         default=None, description="a public split disjoint from the private and test data, for methods that "
                                   "exchange outputs on shared data (FedMD); null = none")
