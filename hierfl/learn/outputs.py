@@ -18,6 +18,7 @@ import numpy as np
 from hierfl.core.public import public_subset
 from hierfl.core.work import PublicTask, TrainSpec, effective_batch, samples_processed
 from hierfl.learn.local import index_blocks, init_params
+from hierfl.learn.precision import autocast
 
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
@@ -41,9 +42,10 @@ def class_scores(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows:
     trainer._load(params)
     module = trainer.module
     module.eval()
-    with torch.inference_mode():
+    # runtime.precision bf16: the forward pass autocasts, the scores come back as float32 (as evaluation)
+    with torch.inference_mode(), autocast(trainer.precision, "cpu"):
         logits = module(torch.from_numpy(np.ascontiguousarray(x[rows], dtype=np.float32).reshape(rows.size, -1)))
-    return logits.numpy().astype(np.float32).reshape(-1)
+    return logits.float().numpy().astype(np.float32).reshape(-1)
 
 
 def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, rows: np.ndarray,
@@ -75,7 +77,9 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
             xb = torch.from_numpy(np.ascontiguousarray(x[rows[pos]], dtype=np.float32).reshape(pos.size, -1))
             for p in plist:
                 p.grad = None
-            out = module(xb)
+            with autocast(trainer.precision, "cpu"):  # (fp32: no autocast region at all)
+                out = module(xb)
+            out = out.float()
             if target is None:
                 loss = F.cross_entropy(out, torch.from_numpy(y[rows[pos]].astype(np.int64)))
             else:
