@@ -68,9 +68,9 @@ def main() -> None:
               f"{os.getloadavg()[0]:.0f} when this script finished).")
     details = "\n\n".join([
         SETTING, "\n".join(rows),
-        f"Per seed, FedMD minus the private-only reference: {fmt(gains, 1, ' points', scale=100.0)} in mean party "
-        f"accuracy ({', '.join(f'{100 * g:+.1f}' for g in gains)}). FedMD first "
-        f"matches the private-only level after {fmt(t_reach, 1, ' virtual s')} ({fmt(r_reach, 0)} rounds).",
+        (f"Per seed, FedMD minus the private-only reference: {fmt(gains, 1, ' points', scale=100.0)} in mean party "
+         f"accuracy ({', '.join(f'{100 * g:+.1f}' for g in gains)}). FedMD first "
+         f"matches the private-only level after {fmt(t_reach, 1, ' virtual s')} ({fmt(r_reach, 0)} rounds)."),
         timing])
     result = ClaimResult(
         id="fedmd",
