@@ -7,6 +7,7 @@ describes is the same on every machine and with any executor.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,15 +15,24 @@ from typing import Any
 import numpy as np
 
 from hierfl.assemble.dynamics import availability_labels, build_dynamics
+from hierfl.assemble.hetero import DeviceModels, device_models, layout_problems
+from hierfl.assemble.public import carve_public
 from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.dynamics import Dynamics
-from hierfl.core.personal import LayerSplitError, local_mask, local_test_split, resolve_layers
+from hierfl.core.labelnoise import flip_labels
+from hierfl.core.personal import (
+    LayerSplitError,
+    local_mask,
+    local_test_split,
+    resolve_layers,
+)
+from hierfl.core.public import PublicData, public_bytes
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import World
 from hierfl.data import DataError, Dataset
-from hierfl.learn.local import forward_flops, init_params, model_layout
+from hierfl.learn.local import init_params, model_layout
 from hierfl.scenario.schema import Scenario
 
 __all__ = ["Built", "ModelCall", "build", "in_process", "train_spec"]
@@ -55,6 +65,12 @@ class Built:
     """Per-device evaluation (``data.local_test_fraction``, ``data.test_devices``): ``(device, its
     training rows, its held-out test rows)``; held-out devices (ids ≥ N) have ``None`` as test rows
     (they are tested on the query part of their support split)."""
+    models: DeviceModels | None = None
+    """Which model each device runs (``model``, or its tier's entry of ``models:``); None: ``model`` everywhere."""
+    public_rows: np.ndarray | None = None
+    """``data.public``: the public samples' rows in the training arrays (behind every private row); None: no public split."""
+    clean_labels: np.ndarray | None = None
+    """``data.label_noise``: the training labels before corruption (for analysis); None: the labels are clean."""
 
     def __post_init__(self) -> None:
         if self.dynamics is None:
@@ -128,17 +144,33 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     total = n + scenario.data.test_devices  # held-out devices are cut from the same population
     try:
         dataset = scenario.data.dataset.build(total, stream(seed, "data.dataset"))
-        parts = scenario.data.partition.split(dataset, total, stream(seed, "data.partition"))
+        private, public_rows = dataset, None
+        if scenario.data.public is not None:  # disjoint from the private and test data
+            dataset, private, public_rows = carve_public(dataset, scenario.data.public.size, stream(seed, "data.public"))
+        parts = scenario.data.partition.split(private, total, stream(seed, "data.partition"))
     except DataError as exc:
         raise ConfigError([Problem("data." + exc.key, exc.message)], source) from None
     parts, eval_sets = _split_devices(scenario, [np.asarray(p, dtype=np.int64) for p in parts])
-    reason = scenario.model.check_dataset(tuple(dataset.input_shape), dataset.vocab_size)
-    if reason is not None:
-        raise ConfigError([Problem("model", reason)], source)
+    clean_labels = None
+    if scenario.data.label_noise is not None:  # the devices' rows only: test and public labels stay clean
+        clean_labels = dataset.y_train
+        dataset = dataclasses.replace(dataset, y_train=noisy_labels(scenario, dataset, parts))
+    fits = [(key, cfg.check_dataset(tuple(dataset.input_shape), dataset.vocab_size))
+            for key, cfg in [("model", scenario.model), *((f"models.{t}", m) for t, m in scenario.models.items())]]
+    if any(reason is not None for _, reason in fits):
+        raise ConfigError([Problem(key, reason) for key, reason in fits if reason is not None], source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
     shape, classes = tuple(dataset.input_shape), dataset.num_classes
     try:
-        world = build_world(scenario, samples, lambda: model_call(forward_flops, scenario.model, shape, classes))
+        world = build_world(scenario, samples,
+                            lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
+        world.num_classes = int(classes)
+        pub = scenario.data.public
+        if pub is not None and public_rows is not None:
+            world.public = PublicData((int(public_rows[0]), int(public_rows[-1]) + 1), dataset.y_train[public_rows],
+                                      pub.labelled, pub.placement,
+                                      public_bytes(public_rows.size, math.prod(shape), pub.labelled))
+        models = _device_models(scenario, world.tier, shape, classes, model_call)
         params = model_call(init_params, scenario.model, shape, classes, stream_seed(seed, "model.init"))
         # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
@@ -149,4 +181,32 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None
     return Built(scenario, dataset, parts, world, spec, params, dynamics, availability_labels(scenario, dynamics),
-                 eval_sets)
+                 eval_sets, models, public_rows, clean_labels)
+
+
+def noisy_labels(scenario: Scenario, dataset: Dataset, parts: list[np.ndarray]) -> np.ndarray:
+    """``data.label_noise``: the training labels with each device's rows corrupted at its rate (streams
+    ``label_noise.rate`` for the rates, ``("label_noise", device)`` for the flips)."""
+    cfg = scenario.data.label_noise
+    assert cfg is not None
+    n = len(parts)
+    rates = np.full(n, cfg.rate)
+    if cfg.rate_high is not None:
+        rates = stream(scenario.seed, "label_noise.rate").uniform(cfg.rate, cfg.rate_high, size=n)
+    y = dataset.y_train.copy()
+    for d, rows in enumerate(parts):
+        y[rows] = flip_labels(y[rows], float(rates[d]), cfg.kind, dataset.num_classes,
+                              stream(scenario.seed, "label_noise", d))
+    return y
+
+
+def _device_models(scenario: Scenario, tiers: np.ndarray, shape: tuple[int, ...], classes: int,
+                   call: ModelCall) -> DeviceModels:
+    """Which model each device runs; a weight-averaging protocol's refusal of differing layouts (ConfigError)."""
+    models = device_models(scenario, tiers)
+    if models.heterogeneous:
+        layouts = [call(model_layout, cfg, shape, classes) for cfg in models.configs]
+        problems = layout_problems(scenario, models, layouts, tiers)
+        if problems:
+            raise ConfigError(problems)
+    return models

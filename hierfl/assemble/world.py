@@ -36,12 +36,15 @@ def tier_counts(proportions: dict[str, float], n: int) -> dict[str, int]:
     return dict(zip(names, counts))
 
 
-def _draw_devices(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) -> dict[str, np.ndarray]:
+def _draw_devices(scenario: Scenario, samples: np.ndarray,
+                  flops: Callable[[np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
     """Per-device profile arrays (``devices:``): speed, links and access latency, seeded.
 
     With ``devices.tiers`` each device gets a tier (shuffled by the ``devices.tiers`` stream) and its
     figures: speed = GFLOP/s × 1e9 / (3 × F_fwd) samples/s (training ≈ 3 × forward, as FedScale),
     times a per-device lognormal factor of σ = ``compute_sigma`` (median 1); latency = RTT / 2.
+    ``F_fwd`` is the forward FLOPs of the device's own model (``flops(tiers)``: per device, from
+    its tier's entry of ``models:`` or ``model``).
     """
     seed, dev = scenario.seed, scenario.devices
     n = dev.count
@@ -56,7 +59,7 @@ def _draw_devices(scenario: Scenario, samples: np.ndarray, flops: Callable[[], i
     counts = tier_counts(dev.tiers, n)
     labels = np.array([name for name, c in counts.items() for _ in range(c)], dtype=object)
     labels = labels[stream(seed, "devices.tiers").permutation(n)]
-    per_sample = 3.0 * float(flops())
+    per_sample = 3.0 * np.asarray(flops(labels), dtype=np.float64)
     gflops = np.array([specs[t].gflops for t in labels], dtype=np.float64)
     if dev.compute_sigma > 0:
         gflops = gflops * np.exp(dev.compute_sigma * stream(seed, "devices.compute_sigma").standard_normal(n))
@@ -117,10 +120,11 @@ def _topology(scenario: Scenario, samples: np.ndarray, draws: dict[str, np.ndarr
     return Topology(edge_of, edge_latency.astype(np.float64), links, extra)
 
 
-def build_world(scenario: Scenario, samples: np.ndarray, flops: Callable[[], int]) -> World:
+def build_world(scenario: Scenario, samples: np.ndarray, flops: Callable[[np.ndarray], np.ndarray]) -> World:
     """Devices (drawn profiles or tiers, or a capacity trace), edge servers and their assignment, capacities.
 
-    ``flops`` gives the model's forward FLOPs per sample (needed only with ``devices.tiers``).
+    ``flops(tiers)`` gives each device's forward FLOPs per sample from the devices' tier labels
+    (called only with ``devices.tiers``).
     """
     draws = _draw_devices(scenario, samples, flops)
     topo = _topology(scenario, samples, draws)

@@ -22,9 +22,49 @@ from hierfl.core.feddc import DriftSpec
 from hierfl.core.personal import PersonalSpec
 
 __all__ = [
-    "TrainSpec", "effective_batch", "num_steps", "samples_processed", "visible",
+    "PublicTask", "TrainSpec", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
     "compute_time_s", "transfer_time_s", "model_bytes",
 ]
+
+
+@dataclass(frozen=True)
+class PublicTask:
+    """A device job on the public split instead of the device's private data (output-exchange methods).
+
+    ``kind``: ``scores`` (a forward pass: the device's class scores on the subset, 1 pass per sample),
+    ``digest`` (train toward given target scores with ``loss``, 3 passes) or ``pretrain`` (train on
+    the public labels with cross-entropy, 3 passes). ``rows`` is the public split's ``[start, stop)``
+    in the host's training arrays; the subset is ``subset_size`` of them drawn with ``subset_seed``
+    (:func:`hierfl.core.public.public_subset`), or all of them when ``subset_seed`` is None.
+    ``init_seed``: the job starts from a fresh initialisation of the device's architecture drawn
+    from this seed instead of the parameters it is given (a party's first job, whose architecture
+    the run's initial model may not have).
+    """
+
+    kind: str
+    rows: tuple[int, int]
+    subset_size: int
+    subset_seed: int | None = None
+    stratified: bool = True
+    loss: str = "mae_logits"
+    init_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("scores", "digest", "pretrain"):
+            raise ValueError(f"PublicTask: kind must be scores, digest or pretrain, got {self.kind!r}")
+        if not 0 <= self.rows[0] < self.rows[1] or self.subset_size < 1:
+            raise ValueError(f"PublicTask: need rows start < stop and subset_size >= 1, got {self.rows}, "
+                             f"{self.subset_size}")
+
+    @property
+    def samples(self) -> int:
+        """Public samples one pass over the task's data touches."""
+        return min(self.subset_size, self.rows[1] - self.rows[0])
+
+    @property
+    def passes(self) -> int:
+        """Forward-pass equivalents per sample: 1 for scores (forward only), 3 for training (forward + backward)."""
+        return 1 if self.kind == "scores" else 3
 
 
 @dataclass(frozen=True)
@@ -64,6 +104,12 @@ class TrainSpec:
     # max-norm gradient clipping of each step's whole gradient (loss terms included, weight decay not),
     # as ``torch.nn.utils.clip_grad_norm_``; None = no clipping (FedDC's code clips at 10)
     clip_norm: float | None = None
+    # output-exchange methods (FedMD): a job on the public split (scores, digest, pre-training) instead
+    # of local training on the private data; None for an ordinary job
+    task: PublicTask | None = None
+    # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
+    # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
+    model: int = 0
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -117,7 +163,19 @@ def samples_processed(n: int, spec: TrainSpec) -> int:
     return spec.steps * b
 
 
-def compute_time_s(samples: int, speed_sps: float) -> float:
+def work_samples(n: int, spec: TrainSpec) -> float:
+    """A job's work in training-sample equivalents (what ``speed_sps`` counts): :func:`samples_processed`
+    for an ordinary job; for a public-data task, its samples × epochs × passes / 3 (a forward-only pass
+    costs a third of a training step: training ≈ 3 × the forward FLOPs, as the tiers' GFLOP/s assume)."""
+    task = spec.task
+    if task is None:
+        return float(samples_processed(n, spec))
+    if task.kind == "scores":
+        return task.samples * task.passes / 3.0
+    return float(samples_processed(task.samples, spec))
+
+
+def compute_time_s(samples: float, speed_sps: float) -> float:
     """Seconds to process ``samples`` at ``speed_sps`` samples per second."""
     if speed_sps <= 0:
         raise ValueError(f"speed must be > 0, got {speed_sps}")

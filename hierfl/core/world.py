@@ -12,12 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hierfl.core.graphs import DeviceGraph
-from hierfl.core.work import (
-    TrainSpec,
-    compute_time_s,
-    samples_processed,
-    transfer_time_s,
-)
+from hierfl.core.public import PublicData
+from hierfl.core.work import TrainSpec, compute_time_s, transfer_time_s, work_samples
 
 __all__ = ["World", "EdgeLink", "D2DLink"]
 
@@ -68,6 +64,9 @@ class World:
     edge_xy: np.ndarray | None = None            # (E, 2) km
     d2d_link: D2DLink | None = None              # device ↔ device rule from the topology (None: §1.2 fallback)
     device_graph: DeviceGraph | None = None      # who talks to whom in serverless protocols (topology.device_graph)
+    # -- output-exchange methods (data.public, models:) --
+    public: PublicData | None = None             # the public split, where it is and what shipping it costs
+    num_classes: int = 0                         # the label space every model shares (class-score messages)
 
     def __post_init__(self) -> None:
         n, e = self.num_devices, self.num_edges
@@ -109,7 +108,7 @@ class World:
     def compute_s(self, device: int, spec: TrainSpec) -> float:
         """Local training time of one job on ``device``."""
         # ndarray.item: the same Python number as int()/float() of the element, without a numpy scalar
-        return compute_time_s(samples_processed(int(self.samples.item(device)), spec),
+        return compute_time_s(work_samples(int(self.samples.item(device)), spec),
                               float(self.speed_sps.item(device)))
 
     def download_s(self, device: int) -> float:

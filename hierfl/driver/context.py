@@ -77,7 +77,9 @@ class Context:
         self.scaffold = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
                                         "edge" in scenario.protocol.server_optimizer_tiers)
         self.live = Live(self._world, self.dyn, self.queue, self.transfers, self._spec)
-        self.jobs = Jobs(self, self._world, self._spec, eval_cost, self.energy)
+        models = getattr(built, "models", None)
+        self.jobs = Jobs(self, self._world, self._spec, eval_cost, self.energy,
+                         models.of_device if models is not None and models.heterogeneous else None)
         # the per-job calls bound once: a protocol reaches the service without a frame of its own
         self.send = self.transfers.send  # type: ignore[method-assign]
         self.cancel_transfer = self.transfers.cancel_transfer  # type: ignore[method-assign]

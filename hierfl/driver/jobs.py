@@ -17,7 +17,7 @@ from hierfl.core.dynamics import finish_time
 from hierfl.kernel.engine import Event, Priority
 from hierfl.core.jobs import Job
 from hierfl.core.rng import stream, stream_seed
-from hierfl.core.work import TrainSpec, samples_processed
+from hierfl.core.work import TrainSpec, work_samples
 from hierfl.driver.errors import DivergedError, RunError
 
 if TYPE_CHECKING:
@@ -32,7 +32,8 @@ _NO_MARK: dict[str, Any] = {}  # a job's trace marks when it has none (never mod
 class Jobs:
     """Local training jobs of one run (see the module docstring)."""
 
-    def __init__(self, ctx: Context, world: Any, spec: TrainSpec, eval_cost: Any, energy: Any) -> None:
+    def __init__(self, ctx: Context, world: Any, spec: TrainSpec, eval_cost: Any, energy: Any,
+                 model_of: np.ndarray | None = None) -> None:
         self.seed = ctx.seed
         self.dyn = ctx.dyn
         self._world = world
@@ -56,6 +57,9 @@ class Jobs:
         # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
         personal = spec.personal
         self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
+        # models: which architecture each device runs, stamped on its jobs' specs (None: one model, no stamp)
+        self._model_of = model_of
+        self._stamped: dict[tuple[TrainSpec, int], TrainSpec] = {}
 
     @property
     def now(self) -> float:
@@ -82,13 +86,16 @@ class Jobs:
         """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
         ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
         rounded division per device, as in the per-device function, so every value is the same float."""
-        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed)
+        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task)
         nominal = self._nominal_by_work.get(key)
         if nominal is None:
             n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
             if spec.revealed is not None:  # streaming data: the job sees only the samples revealed so far
                 n = np.minimum(n, spec.revealed)
-            if spec.epochs is not None:
+            if spec.task is not None:  # a job on the public split: the same work on every device
+                work = np.full(n.shape, work_samples(0, spec))
+                n = np.ones_like(n)  # (its private sample count does not matter)
+            elif spec.epochs is not None:
                 work = spec.epochs * n
             else:
                 work = spec.steps * (np.minimum(spec.batch_size, n) if spec.batch_size else n)
@@ -114,6 +121,8 @@ class Jobs:
         """
         now = self.queue.now
         spec = spec or self._spec
+        if self._model_of is not None:
+            spec = self._model_spec(spec, device)
         if self._warmup_rounds:  # (personal_phase's own first test)
             spec = self.personal_phase(spec)
         behavior = None
@@ -143,7 +152,7 @@ class Jobs:
                                 **mark)
             return Job(device, job_id, None, None, compute_s, now, -1, lost_at, reason)
         if self.energy is not None:  # its training energy is charged when it finishes
-            self.energy.job_started(device, job_id, samples_processed(int(self._world.samples[device]), spec))
+            self.energy.job_started(device, job_id, work_samples(int(self._world.samples[device]), spec))
         if not spec.train:  # timing only: the update is the model the job started from
             kept = self.telemetry.trace.devices  # (telemetry.span's lane check first: most lanes of a large run are not kept)
             if kept is None or device in kept:
@@ -156,6 +165,19 @@ class Jobs:
             self.robust.remember(new, device, behavior)
         self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id, **mark)
         return Job(device, job_id, new, stats, compute_s, now, host)
+
+    def model_index(self, device: int) -> int:
+        """Which of the run's architectures ``device`` runs (``models:``; 0 = ``model``)."""
+        return 0 if self._model_of is None else int(self._model_of[device])
+
+    def _model_spec(self, spec: TrainSpec, device: int) -> TrainSpec:
+        """``spec`` for ``device``'s architecture (``models:``): the same spec with ``model`` set, made once."""
+        assert self._model_of is not None
+        key = (spec, int(self._model_of[device]))
+        stamped = self._stamped.get(key)
+        if stamped is None:
+            stamped = self._stamped[key] = dataclasses.replace(spec, model=key[1])
+        return stamped
 
     def personal_phase(self, spec: TrainSpec) -> TrainSpec:
         """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up

@@ -56,6 +56,15 @@ class RunLoop:
         """``summary.json``'s part of a run that did not complete: the last accuracy measured, if any."""
         return {"final_accuracy": self.evals[-1]["accuracy"]} if self.evals else {}
 
+    def _evaluate_parties(self, parties: dict[int, Any]) -> tuple[float, float, dict[str, Any]]:
+        """Mean test accuracy and loss of the devices' own models (each on its architecture), in device
+        order, and the spread of the accuracies (``party_accuracy_min`` / ``_max``)."""
+        ctx = self.ctx
+        scores = [ctx.executor.evaluate(parties[d], ctx.jobs.model_index(d)) for d in sorted(parties)]
+        accs = [a for a, _ in scores]
+        fields = {"party_accuracy_min": min(accs), "party_accuracy_max": max(accs)}
+        return sum(accs) / len(accs), sum(loss for _, loss in scores) / len(scores), fields
+
     def evaluate(self) -> None:
         """Evaluate the global model now (once per instant and model) and check the accuracy targets."""
         ctx = self.ctx
@@ -68,9 +77,14 @@ class RunLoop:
         acc: float | None = None
         loss: float | None = None
         observed = self.protocol.observe()  # serverless protocols: the average of the nodes' models is tested
+        parties = self.protocol.party_models()  # output-exchange protocols: each device's own model
+        party_fields: dict[str, Any] = {}
         if ctx.spec.train:  # timing only: no model to evaluate
             try:
-                acc, loss = ctx.executor.evaluate(ctx.global_model)
+                if parties is None:
+                    acc, loss = ctx.executor.evaluate(ctx.global_model)
+                elif parties:
+                    acc, loss, party_fields = self._evaluate_parties(parties)
             except Exception as exc:
                 raise RunError(f"t={ctx.now:.6g}s cloud: evaluation failed: {exc}") from exc
         diverged = loss is not None and not math.isfinite(loss)
@@ -85,7 +99,7 @@ class RunLoop:
                 ctx.jobs.charge_device_eval()  # evaluation.device_eval_cost (free by default)
             except Exception as exc:
                 raise RunError(f"t={ctx.now:.6g}s devices: per-device evaluation failed: {exc}") from exc
-        extra: dict[str, Any] = {**device_fields, **counters, **ctx.telemetry.staleness_means()}
+        extra: dict[str, Any] = {**device_fields, **party_fields, **counters, **ctx.telemetry.staleness_means()}
         extra.update({f"queue_len_{tier}": n for tier, n in self.protocol.queue_lengths().items()})
         extra.update(observed)
         record = ctx.telemetry.record(Eval(rounds, acc, loss, extra))

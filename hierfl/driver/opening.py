@@ -70,7 +70,8 @@ def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
     return RunData(built.dataset.x_train, built.dataset.y_train, built.parts, built.dataset.x_test,
                    built.dataset.y_test, built.init_params,
                    (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
-                    rt.fast_path, rt.device, rt.precision, rt.cpu_batching),
+                    rt.fast_path, rt.device, rt.precision, rt.cpu_batching,
+                    built.models.configs[1:] if built.models is not None else ()),
                    built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn),
                    eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host)
 

@@ -40,5 +40,10 @@ def energy_ledger(scenario: Any, built: Any, counters: dict[str, float]) -> Ener
         per_flop[t] = value
         spec = specs.get(t)
         links[t] = cfg.tier_links.get(t) or (spec.link if spec is not None else None) or cfg.device_link
-    fwd = forward_flops(scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes)
+    shape, classes = tuple(built.dataset.input_shape), built.dataset.num_classes
+    models = built.models
+    if models is not None and models.heterogeneous:  # each device pays its own model's FLOPs
+        fwd: float | np.ndarray = models.forward_flops(lambda fn, *args: fn(*args), shape, classes)
+    else:
+        fwd = forward_flops(scenario.model, shape, classes)
     return EnergyLedger(np.array([per_flop[t] for t in tiers]), [radios[links[t]] for t in tiers], fwd, counters)

@@ -86,7 +86,8 @@ def transfer_j(radio: RadioPower, bits: float, seconds: float, upload: bool) -> 
 class EnergyLedger:
     """Per-device energy of one run: training and transfer joules, and the run's totals in ``counters``.
 
-    ``j_per_flop`` (N,), ``radios`` (N,) per device; ``forward_flops`` of the model per sample.
+    ``j_per_flop`` (N,), ``radios`` (N,) per device; ``forward_flops`` of the model per sample, one
+    number, or (N,) per device when devices run different models (``models:``).
     ``counters`` is the run's counter dict: ``energy_device_j`` (= compute + comm),
     ``energy_compute_j`` and ``energy_comm_j`` are kept there so every evaluation line carries the
     energy spent up to it (the cost to a target, like ``compute_s``).
@@ -94,12 +95,12 @@ class EnergyLedger:
 
     KEYS = ("energy_device_j", "energy_compute_j", "energy_comm_j")
 
-    def __init__(self, j_per_flop: np.ndarray, radios: list[RadioPower], forward_flops: float,
+    def __init__(self, j_per_flop: np.ndarray, radios: list[RadioPower], forward_flops: float | np.ndarray,
                  counters: dict[str, float]) -> None:
         n = len(radios)
         self.j_per_flop = np.asarray(j_per_flop, dtype=np.float64)
         self.radios = radios
-        self.forward_flops = float(forward_flops)
+        self.forward_flops = np.broadcast_to(np.asarray(forward_flops, dtype=np.float64), (n,))
         self.compute = np.zeros(n)
         self.comm = np.zeros(n)
         self.counters = counters
@@ -109,7 +110,7 @@ class EnergyLedger:
 
     def job_started(self, device: int, job: int, samples: int) -> None:
         """A job of ``samples`` sample-gradients started on ``device`` (charged when it finishes)."""
-        self._pending[(device, job)] = job_flops(samples, self.forward_flops)
+        self._pending[(device, job)] = job_flops(samples, float(self.forward_flops[device]))
 
     def job_finished(self, device: int, job: int) -> None:
         """Charge a finished job's training energy (a job lost part-way is never charged [D])."""

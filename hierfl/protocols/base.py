@@ -68,6 +68,12 @@ class ProtocolConfig(ConfigModel):
     # (one update at a time: only an asynchronous screen applies), "models" (it averages models it
     # gathered itself)
     aggregation_style: ClassVar[str] = "round"
+    # what the devices exchange: "weights" (models are averaged, so every device needs one parameter
+    # layout: `models:` may only repeat `model`'s layout) or "outputs" (class scores on shared data:
+    # any architectures with a common label space)
+    exchanges: ClassVar[str] = "weights"
+    # whether it uses the public split (`data.public`); a public split no protocol uses is refused
+    uses_public_data: ClassVar[bool] = False
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant
@@ -169,6 +175,11 @@ class Protocol:
         tests in place of the cloud's (``env.set_global``), at no cost in virtual time, and returns extra
         fields of the evaluation line (none by default)."""
         return {}
+
+    def party_models(self) -> dict[int, Any] | None:
+        """Output-exchange protocols (no global model): each device's own model handle, whose test accuracies
+        are averaged in the evaluation lines (empty: none to evaluate yet); None: the global model is evaluated."""
+        return None
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting per tier (in every evaluation line); none by default."""

@@ -225,8 +225,9 @@ class Executor:
         model) instead of the initial model."""
         raise NotImplementedError
 
-    def evaluate(self, params: Any) -> tuple[float, float]:
-        """(accuracy, loss) of a model handle on the test set (blocking)."""
+    def evaluate(self, params: Any, model: int = 0) -> tuple[float, float]:
+        """(accuracy, loss) of a model handle on the test set (blocking); ``model``: its architecture
+        (``models:``; 0 = ``model``)."""
         raise NotImplementedError
 
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
@@ -544,9 +545,9 @@ class LocalExecutor(Executor):
         """In-process: the vector itself."""
         self.personal.base = np.asarray(self.handles.values([params])[0])
 
-    def evaluate(self, params: Any) -> tuple[float, float]:
+    def evaluate(self, params: Any, model: int = 0) -> tuple[float, float]:
         """In-process evaluation."""
-        return self.cloud.evaluate(self.handles.values([params])[0])
+        return self.cloud.evaluate(self.handles.values([params])[0], model)
 
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """In-process, on the host role (one call per model the devices are tested with)."""

@@ -74,12 +74,16 @@ class HostActor(DeviceHost):
             self.evaluate(np.asarray(params), rows=2)
         return time.time()
 
-    def evaluate(self, params: np.ndarray, rows: int | None = None) -> tuple[float, float]:
+    def evaluate(self, params: np.ndarray, rows: int | None = None, model: int = 0,
+                 row: int | None = None) -> tuple[float, float]:
         """(accuracy, loss) of the global model ``params`` on the test set: :meth:`Cloud.evaluate`'s
         computation (the same trainer code and torch thread count, so the same bits), run here so that
-        the cloud actor never imports torch. ``rows``: only the first ones (the warm-up)."""
+        the cloud actor never imports torch. ``rows``: only the first ones (the warm-up); ``model``: the
+        architecture of ``params`` (``models:``); ``row``: ``params`` is a batch of job results, evaluate that row."""
         x, y = (self.x_test, self.y_test) if rows is None else (self.x_test[:rows], self.y_test[:rows])
-        return self.trainer.evaluate(np.asarray(params)[: self.trainer.num_params], x, y)
+        trainer = self.trainers[model]
+        vector = np.asarray(params) if row is None else np.asarray(params)[row]
+        return trainer.evaluate(vector[: trainer.num_params], x, y)
 
     def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in this process, which has torch: the build's model work (initial parameters,

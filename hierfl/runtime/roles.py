@@ -26,10 +26,11 @@ from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
 from hierfl.core.personal import PersonalSpec, support_split
+from hierfl.learn.outputs import run_public_task
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
-           "delta_packed", "device_of", "fast_path_of", "precision_of", "cpu_batching_of", "NONFINITE", "flag_nonfinite"]
+           "delta_packed", "device_of", "fast_path_of", "models_of", "precision_of", "cpu_batching_of", "NONFINITE", "flag_nonfinite"]
 
 ModelSpec = tuple[Any, ...]
 """(model config, input shape, number of classes, torch threads[, fast path[, device[, precision[, CPU batching]]]]).
@@ -43,8 +44,15 @@ training and evaluation, resolved in each host's own process. The optional seven
 (``runtime.precision``: ``fp32`` or ``bf16``, default ``fp32``) is the precision of every forward
 pass, one job, a group or an evaluation (:mod:`hierfl.learn.precision`). The optional eighth
 (``runtime.cpu_batching``: ``auto`` or ``vmap``, default ``auto``) says which models a CPU host
-trains in groups: ``auto`` only Linear/ReLU chains, every other model job by job.
+trains in groups: ``auto`` only Linear/ReLU chains, every other model job by job. The optional ninth
+(``models:``) is the tuple of the run's further model configs: a job whose ``spec.model`` is ``k >= 1``
+runs the ``k``-th of them (model 0 is the first element).
 """
+
+
+def models_of(model: ModelSpec) -> tuple[Any, ...]:
+    """Every model config of a :data:`ModelSpec`: the first element, then the optional ninth's."""
+    return (model[0], *(model[8] if len(model) > 8 and model[8] else ()))
 
 
 def fast_path_of(model: ModelSpec) -> bool:
@@ -278,6 +286,10 @@ class DeviceHost:
                                     device=self.device, precision=precision_of(model))
         self.states = DeviceState()  # per-device vectors a trainer keeps (SCAFFOLD's c; FedDC's h, c)
         self._feddc = FedDCJobs(self.trainer, self.states, parts)  # FedDC's jobs (their ω_i, K̄ and state)
+        # models: one trainer per architecture (a job's spec.model picks it); the first is self.trainer
+        self.trainers = [self.trainer] + [LocalTrainer(cfg, tuple(input_shape), num_classes, torch_threads=threads,
+                                                       device=self.device, precision=precision_of(model))
+                                          for cfg in models_of(model)[1:]]
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
@@ -319,9 +331,16 @@ class DeviceHost:
                control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
+        trainer = self.trainers[spec.model]
+        if spec.task is not None:  # output-exchange work on the public split (control: its targets)
+            result, stats = run_public_task(trainer, params, self.x, self.y, spec, seed, control)
+            if out is not None:
+                out[...] = result
+                result = out
+            return result, stats
         rows = self._rows(device, spec)
         if not spec.control_variates:
-            return self.trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
+            return trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
         size = self.trainer.num_params
         if control is None and spec.drift is None:
             raise ValueError(f"device {device}: a job with control variates needs the server control c")
@@ -441,8 +460,7 @@ class DeviceHost:
                        for k, (device, seed) in enumerate(zip(devices, seeds))]
             return (np.stack([r[0] for r in results]), [r[1] for r in results],
                     np.stack([r[2] for r in results]))
-        width = self.trainer.num_params * (2 if spec.control_variates else 1)
-        out = np.empty((len(devices), width), dtype=np.float32)
+        out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
 
         if groups is not None:
@@ -476,9 +494,10 @@ class DeviceHost:
         and without the fast path every job, is exactly :meth:`train`. Returns the results as rows
         of one array, in job order, and each job's stats.
         """
-        out = np.empty((len(devices), self.trainer.num_params), dtype=np.float32)
+        out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
-        if (self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None:
+        if ((self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None
+                or spec.model or spec.task is not None):  # (the group trainers hold model 0's training only)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
             return out, stats
@@ -503,6 +522,13 @@ class DeviceHost:
             for j, (k, one) in enumerate(zip(ks, st)):
                 stats[k] = flag_nonfinite(rows[j], one)
         return out, stats
+
+    def result_width(self, spec: TrainSpec) -> int:
+        """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores job's S · C."""
+        task = spec.task
+        if task is not None and task.kind == "scores":
+            return task.samples * self.num_classes
+        return self.trainers[spec.model].num_params * (2 if spec.control_variates else 1)
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""
@@ -645,6 +671,8 @@ class Cloud:
         self.y_test = y_test
         self._model_spec = (model_cfg, tuple(input_shape), num_classes, threads, device_of(model), precision_of(model))
         self._trainer: LocalTrainer | None = None
+        self._models = models_of(model)
+        self._evaluators: dict[int, LocalTrainer] = {}  # models: the other architectures' evaluators
 
     @property
     def trainer(self) -> LocalTrainer:
@@ -763,9 +791,17 @@ class Cloud:
             return np.einsum("ij,ij->i", vecs, vecs)
         return cosine_similarity(vecs)
 
-    def evaluate(self, params: np.ndarray) -> tuple[float, float]:
-        """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ)."""
-        return self.trainer.evaluate(np.asarray(params)[: self.trainer.num_params], self.x_test, self.y_test)
+    def evaluate(self, params: np.ndarray, model: int = 0) -> tuple[float, float]:
+        """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ); ``model``: which of
+        the run's architectures ``params`` belongs to (``models:``)."""
+        trainer = self.trainer
+        if model:
+            if model not in self._evaluators:
+                _, input_shape, num_classes, threads, device, precision = self._model_spec
+                self._evaluators[model] = LocalTrainer(self._models[model], input_shape, num_classes, torch_threads=threads,
+                                                       device=resolve_device(device), precision=precision)
+            trainer = self._evaluators[model]
+        return trainer.evaluate(np.asarray(params)[: trainer.num_params], self.x_test, self.y_test)
 
     def export_state(self) -> dict[str, Any]:
         """Global model, version, running aggregation and SCAFFOLD control, for a checkpoint."""

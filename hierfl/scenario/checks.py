@@ -103,7 +103,27 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_robust_checks(scenario))
     problems.extend(_energy_checks(scenario))
     problems.extend(_runtime_checks(scenario))
+    problems.extend(_models_checks(scenario))
     return problems
+
+
+def _models_checks(scenario: Scenario) -> list[Problem]:
+    """``models:`` names tiers the devices are drawn from (its layouts are compared when the models are built);
+    a public split is for a protocol that uses it."""
+    tiers = scenario.devices.tiers
+    problems: list[Problem] = []
+    proto = scenario.protocol
+    if scenario.data.public is not None and not type(proto).uses_public_data:
+        able = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).uses_public_data)
+        problems.append(Problem("data.public", f"protocol {proto.name} does not use public data; allowed: null "
+                                f"(protocols that use it: {able})"))
+    if not scenario.models:
+        return problems
+    if tiers is None:
+        return [*problems, Problem("models", "a model per device tier needs devices drawn from tiers: set "
+                                   "devices.tiers (or remove models:)")]
+    return problems + [Problem(f"models.{name}", f"not a tier of devices.tiers; allowed: {', '.join(tiers)}")
+                       for name in scenario.models if name not in tiers]
 
 
 def _cuda_available() -> bool:

@@ -50,7 +50,7 @@ from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
 from hierfl.traces import CapacityTraceConfig
 
 __all__ = [
-    "DataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig", "EvaluationConfig",
+    "DataConfig", "LabelNoiseConfig", "PublicDataConfig", "DevicesConfig", "LinkConfig", "TopologyConfig", "TrainingConfig", "EvaluationConfig",
     "StopConfig", "RuntimeConfig", "NetworkConfig", "EventConfig", "Scenario",
 ]
 
@@ -73,6 +73,42 @@ def _require_positive(value: Any, what: str) -> Any:
     return value
 
 
+class PublicDataConfig(ConfigModel):
+    """A public (proxy) split every participant may use: taken out of the dataset's training samples
+    before they are split across devices, so it is disjoint from every device's data and from the test set."""
+
+    size: PositiveInt = Field(description="public samples, drawn at random (stream data.public) from the training "
+                                          "samples; the devices' private data are split from the rest")
+    labelled: bool = Field(default=True, description="whether the public samples' labels are visible (FedMD's "
+                                                     "transfer-learning phase needs them)")
+    placement: Literal["preinstalled", "download_once", "server_only"] = Field(
+        default="preinstalled",
+        description="where the public data are: preinstalled (every device and server holds them, free; design "
+                    "default, as the reference codes), download_once (each device downloads them over its downlink "
+                    "before its first job: 4 bytes per feature, plus 4 per label if labelled) or server_only (only "
+                    "the servers hold them)")
+
+
+class LabelNoiseConfig(ConfigModel):
+    """Label noise on the devices' private training labels (the test set and the public split stay clean)."""
+
+    kind: Literal["symmetric", "pair_flip"] = Field(
+        description="symmetric: a corrupted label becomes another class drawn uniformly; pair_flip: class c "
+                    "becomes (c + 1) mod C")
+    rate: float = Field(ge=0.0, le=1.0, description="probability that a device's label is corrupted (its lowest "
+                                                    "value when rate_high is set)")
+    rate_high: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="per-device rates drawn uniformly from [rate, rate_high] (stream label_noise.rate; design "
+                    "default: null, every device at rate)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LabelNoiseConfig:
+        if self.rate_high is not None and self.rate_high < self.rate:
+            raise ValueError(f"rate_high ({self.rate_high}) must be at least rate ({self.rate})")
+        return self
+
+
 class DataConfig(ConfigModel):
     """Which dataset to generate or load and how to split it across devices."""
 
@@ -86,6 +122,12 @@ class DataConfig(ConfigModel):
     test_devices: NonNegativeInt = Field(
         default=0, description="extra devices held out whole (never train): unseen clients, evaluated after "
                                "adapting on their support set")
+    label_noise: LabelNoiseConfig | None = Field(
+        default=None, description="corrupt each device's private training labels (symmetric or pair flip, a rate "
+                                  "per device, seeded per device); null = clean labels")
+    public: PublicDataConfig | None = Field(
+        default=None, description="a public split disjoint from the private and test data, for methods that "
+                                  "exchange outputs on shared data (FedMD); null = none")
 
 
 class DevicesConfig(ConfigModel):
@@ -440,6 +482,12 @@ class Scenario(ConfigModel):
     seed: NonNegativeInt = Field(default=0, description="the only source of randomness; --seed overrides")
     data: DataConfig
     model: MODELS.union() = Field(description="the model plug-in")  # type: ignore[valid-type]
+    models: dict[str, MODELS.union()] = Field(  # type: ignore[valid-type]
+        default_factory=dict,
+        description="per-device model heterogeneity: a model per device tier (keys: tiers of devices.tiers) that "
+                    "replaces `model` on that tier's devices, with its own parameter layout and its own FLOPs in the "
+                    "time model; a protocol that averages weights refuses layouts that differ from `model`'s. "
+                    "Empty (default): every device runs `model`")
     devices: DevicesConfig
     topology: TopologyConfig = TopologyConfig()
     protocol: PROTOCOLS.union() = Field(description="the protocol plug-in")  # type: ignore[valid-type]

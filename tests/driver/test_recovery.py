@@ -246,3 +246,17 @@ def test_resume_keeps_personal_layers(tmp_path: Path) -> None:
         run_scenario(load_scenario(path, overrides), out, progress=_stop_at(2))
     assert resume_run(out).summary["status"] == "completed"
     assert_same_run(ref, out)
+
+
+def test_resume_keeps_fedmd_parties_and_their_architectures(tmp_path: Path) -> None:
+    """FedMD's state (each party's own model, of its own architecture, and the jobs in flight) survives
+    Ctrl-C and resume: the resumed run is the uninterrupted one."""
+    path = str(SCENARIO.parent / "fedmd_digits.yaml")
+    overrides = ["stop.rounds=4", "stop.virtual_time_s=null", "runtime.checkpoint.every_cloud_aggregations=1"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(path, overrides), ref)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(path, overrides), out, progress=_stop_at(2))
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)

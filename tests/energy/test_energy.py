@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hierfl.driver import run_scenario
@@ -43,6 +44,17 @@ def test_ledger_charges_finished_jobs_and_transfers_only():
     assert counters["energy_device_j"] == pytest.approx(3.30003)
     assert counters["energy_compute_j"] == pytest.approx(3e-5)
     assert counters["energy_comm_j"] == pytest.approx(3.3)
+
+
+def test_ledger_charges_each_devices_own_model_flops():
+    """Devices running different models (``models:``): device 1's model has 4x the forward FLOPs."""
+    counters: dict[str, float] = {}
+    radio = RadioPower(100.0, 10.0, 1000.0)
+    led = EnergyLedger([1e-9, 1e-9], [radio, radio], forward_flops=np.array([1000.0, 4000.0]), counters=counters)
+    for d in (0, 1):
+        led.job_started(d, 0, samples=10)
+        led.job_finished(d, 0)
+    assert led.compute.tolist() == pytest.approx([3e-5, 1.2e-4])  # 3 × F × 10 × 1e-9
 
 
 def _scenario(energy: dict | None = None) -> dict:

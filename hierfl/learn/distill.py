@@ -1,0 +1,116 @@
+"""Knowledge distillation as a reusable loss: tempered soft targets and the loss variants FL methods use.
+
+Hinton, Vinyals and Dean (2015), "Distilling the Knowledge in a Neural Network" (arXiv 1503.02531):
+a teacher's softened output distribution ``p^T(z) = softmax(z / T)`` carries how classes resemble
+each other, which one-hot labels do not; a student trained to match it, usually beside the ordinary
+loss on true labels, learns from that. Federated methods built on public data use variants of the
+same loss: FedMD (Li and Wang, 2019) regresses a party's class scores onto the consensus with the
+mean absolute error; FCCL and RHFL use the KL form; FedFTG the soft cross-entropy (student) and an
+L1 distance of logits (generator).
+
+Every caller passes its own temperature: there is no hidden default, so a protocol's docs state the
+one it uses. Probabilities are handled in log space (``log_softmax``); where a log of a given
+probability is needed (a teacher that is already a distribution) it is clamped at ``1e-7``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["KD_KINDS", "KDKind", "ensemble_target", "kd_loss", "soft_targets"]
+
+KDKind = Literal["kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits"]
+KD_KINDS: tuple[str, ...] = ("kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits")
+_EPS = 1e-7
+
+
+def soft_targets(logits: torch.Tensor, T: float) -> torch.Tensor:
+    """``softmax(logits / T)`` along the class axis (``T = 1``: the ordinary softmax)."""
+    import torch
+
+    if not T > 0:
+        raise ValueError(f"temperature T must be > 0, got {T}")
+    return torch.softmax(logits / T, dim=-1)
+
+
+def ensemble_target(teachers: Sequence[torch.Tensor], weights: torch.Tensor | None = None, *, T: float,
+                    teacher_is_prob: bool = False) -> torch.Tensor:
+    """``q = Σ_k a_k · p^T(z_k)``: the soft target of an ensemble of ``K`` teachers.
+
+    ``weights``: ``None`` (uniform ``1/K``), shape ``(K,)`` or per sample ``(B, K)``; each row must
+    sum to 1 (class- or client-weighted ensembles pass their own normalised weights). With
+    ``teacher_is_prob`` the teachers are already distributions and are not tempered again.
+    """
+    import torch
+
+    if len(teachers) == 0:
+        raise ValueError("an ensemble needs at least one teacher")
+    probs = torch.stack([t if teacher_is_prob else soft_targets(t, T) for t in teachers], dim=1)  # (B, K, C)
+    k = probs.shape[1]
+    if weights is None:
+        w = torch.full((probs.shape[0], k), 1.0 / k, dtype=probs.dtype)
+    else:
+        w = weights.to(probs.dtype)
+        if w.dim() == 1:
+            w = w.expand(probs.shape[0], k)
+        if w.shape != (probs.shape[0], k) or bool((w < 0).any()):
+            raise ValueError(f"weights must be non-negative of shape ({k},) or ({probs.shape[0]}, {k}), "
+                             f"got {tuple(weights.shape)}")
+        if not torch.allclose(w.sum(dim=1), torch.ones(w.shape[0], dtype=w.dtype), atol=1e-5):
+            raise ValueError("ensemble weights must sum to 1 for every sample")
+    return (w.unsqueeze(-1) * probs).sum(dim=1)
+
+
+def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind, T: float = 1.0,
+            t2_scale: bool = True, teacher_is_prob: bool = False,
+            reduction: Literal["batchmean", "none"] = "batchmean") -> torch.Tensor:
+    """The distillation loss of ``student_logits`` (B, C) against ``teacher`` (B, C).
+
+    Parameters
+    ----------
+    kind
+        ``kl``: ``T²·KL(q ‖ p^T(z_s))`` with ``q = p^T(z_t)`` (Hinton; the ``T²`` keeps the soft term's
+        gradients, which shrink like ``1/T²``, comparable across temperatures; ``t2_scale=False`` drops
+        it). ``soft_ce``: ``−Σ_c q_c log p^T(z_s)_c``. ``mae_logits``: ``mean_c |z_s − z_t|`` (FedMD's
+        digest). ``l1_logits``: ``Σ_c |z_s − z_t|`` per sample. ``mse_logits``: ``mean_c (z_s − z_t)²``.
+        The ``*_logits`` kinds ignore ``T`` and need logits as the teacher.
+    T
+        Temperature of the ``kl`` and ``soft_ce`` kinds.
+    teacher_is_prob
+        The teacher is already a distribution ``q`` (e.g. :func:`ensemble_target`), not logits.
+    reduction
+        ``batchmean``: the mean over the batch of the per-sample losses (PyTorch's ``kl_div``
+        convention); ``none``: the per-sample losses (B,), for per-sample weighting.
+    """
+    import torch
+
+    if student_logits.shape != teacher.shape or student_logits.dim() != 2:
+        raise ValueError(f"student and teacher must both be (batch, classes), got {tuple(student_logits.shape)} "
+                         f"and {tuple(teacher.shape)}")
+    if kind in ("mae_logits", "l1_logits", "mse_logits"):
+        if teacher_is_prob:
+            raise ValueError(f"{kind} compares logits; the teacher must be logits (teacher_is_prob=False)")
+        diff = student_logits - teacher
+        per = {"mae_logits": diff.abs().mean(dim=1), "l1_logits": diff.abs().sum(dim=1),
+               "mse_logits": (diff * diff).mean(dim=1)}[kind]
+    elif kind in ("kl", "soft_ce"):
+        if not T > 0:
+            raise ValueError(f"temperature T must be > 0, got {T}")
+        log_p_s = torch.log_softmax(student_logits / T, dim=1)
+        if teacher_is_prob:
+            q = teacher
+            log_q = torch.log(teacher.clamp_min(_EPS))
+        else:
+            q = torch.softmax(teacher / T, dim=1)
+            log_q = torch.log_softmax(teacher / T, dim=1)
+        if kind == "soft_ce":
+            per = -(q * log_p_s).sum(dim=1)
+        else:
+            per = (q * (log_q - log_p_s)).sum(dim=1) * (T * T if t2_scale else 1.0)
+    else:
+        raise ValueError(f"unknown distillation loss kind {kind!r}; allowed: {', '.join(KD_KINDS)}")
+    return per if reduction == "none" else per.mean()

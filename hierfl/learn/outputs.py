@@ -1,0 +1,110 @@
+"""Device work on the public split for output-exchange methods: class scores, digest and pre-training.
+
+FedMD (Li and Wang, 2019, "FedMD: Heterogenous Federated Learning via Model Distillation", arXiv
+1910.03581; the authors' code ``FedMD.py``): every party computes its class scores — the outputs
+of its model without the final softmax — on a public subset, the server averages them into a
+consensus, and each party *digests* it by training its score model toward the consensus (mean
+absolute error on the logits). Before the rounds, each party pre-trains on the labelled public data
+(transfer learning). The three functions below are that work on one device's model, through the
+:class:`~hierfl.learn.local.LocalTrainer` of its architecture.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hierfl.core.public import public_subset
+from hierfl.core.work import PublicTask, TrainSpec, effective_batch, samples_processed
+from hierfl.learn.local import index_blocks, init_params
+from hierfl.learn.precision import autocast
+
+if TYPE_CHECKING:
+    from hierfl.learn.local import LocalTrainer
+
+__all__ = ["class_scores", "run_public_task", "subset_rows", "train_on_public"]
+
+
+def subset_rows(task: PublicTask, y: np.ndarray) -> np.ndarray:
+    """The task's public rows in the training arrays: its round's subset (seeded), or the whole split."""
+    start, stop = task.rows
+    if task.subset_seed is None:
+        return np.arange(start, stop, dtype=np.int64)
+    rng = np.random.default_rng(task.subset_seed)
+    return start + public_subset(np.asarray(y[start:stop]), task.subset_size, rng, task.stratified)
+
+
+def class_scores(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The model's logits on ``x[rows]`` in evaluation mode, flattened to ``len(rows) · C`` float32."""
+    import torch
+
+    trainer._load(params)
+    module = trainer.module
+    module.eval()
+    # runtime.precision bf16: the forward pass autocasts, the scores come back as float32 (as evaluation)
+    with torch.inference_mode(), autocast(trainer.precision, "cpu"):
+        logits = module(torch.from_numpy(np.ascontiguousarray(x[rows], dtype=np.float32).reshape(rows.size, -1)))
+    return logits.float().numpy().astype(np.float32).reshape(-1)
+
+
+def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, rows: np.ndarray,
+                    spec: TrainSpec, seed: int, targets: np.ndarray | None, loss_kind: str
+                    ) -> tuple[np.ndarray, dict[str, float]]:
+    """SGD on ``x[rows]`` from ``params``: toward ``targets`` (``len(rows) · C`` scores, row order) with the
+    distillation loss ``loss_kind`` (:func:`hierfl.learn.distill.kd_loss`), or on the labels ``y[rows]``
+    with cross-entropy when ``targets`` is None. Data order and optimiser as
+    :meth:`LocalTrainer.train` (``spec``'s epochs, batch size, lr; seeded by ``seed`` only)."""
+    import torch
+    import torch.nn.functional as F
+
+    from hierfl.learn.distill import kd_loss
+
+    n = rows.size
+    target = None if targets is None else torch.from_numpy(
+        np.asarray(targets, dtype=np.float32).reshape(n, trainer.num_classes))
+    trainer._load(params)
+    b = effective_batch(n, spec)
+    rng = np.random.default_rng(seed)
+    sgd = trainer._sgd
+    sgd.start(spec, None)
+    module, plist = trainer.module, trainer._params
+    module.train()
+    loss_sum, steps = 0.0, 0
+    for block in index_blocks(n, b, spec, rng):
+        for start in range(0, block.size, b):
+            pos = block[start : start + b]  # positions within the subset (the targets' rows)
+            xb = torch.from_numpy(np.ascontiguousarray(x[rows[pos]], dtype=np.float32).reshape(pos.size, -1))
+            for p in plist:
+                p.grad = None
+            with autocast(trainer.precision, "cpu"):  # (fp32: no autocast region at all)
+                out = module(xb)
+            out = out.float()
+            if target is None:
+                loss = F.cross_entropy(out, torch.from_numpy(y[rows[pos]].astype(np.int64)))
+            else:
+                loss = kd_loss(out, target[torch.from_numpy(pos)], kind=loss_kind)  # type: ignore[arg-type]
+            loss.backward()
+            with torch.no_grad():
+                sgd.step([p.grad for p in plist])
+            loss_sum += loss.item()
+            steps += 1
+    return trainer._flat_np.copy(), {"loss": loss_sum / steps, "steps": steps, "samples": samples_processed(n, spec)}
+
+
+def run_public_task(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec,
+                    seed: int, targets: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
+    """One :class:`~hierfl.core.work.PublicTask` job: ``scores`` → the flat scores; ``digest`` → the model
+    trained toward ``targets``; ``pretrain`` → the model trained on the public labels."""
+    task = spec.task
+    assert task is not None
+    if task.init_seed is not None:  # the party's own architecture, freshly initialised
+        params = init_params(trainer.model_cfg, trainer.input_shape, trainer.num_classes, task.init_seed)
+    rows = subset_rows(task, y)
+    if task.kind == "scores":
+        return class_scores(trainer, params, x, rows), {"samples": float(rows.size)}
+    if task.kind == "digest":
+        if targets is None:
+            raise ValueError("a digest job needs the consensus scores it trains toward")
+        return train_on_public(trainer, params, x, y, rows, spec, seed, targets, task.loss)
+    return train_on_public(trainer, params, x, y, rows, spec, seed, None, task.loss)
