@@ -55,8 +55,8 @@ from hierfl.config.errors import ConfigError, Problem
 from hierfl.scenario.loader import load_scenario
 from hierfl.scenario.schema import Scenario
 
-__all__ = ["Base", "Resources", "SweepSpec", "Trial", "load_sweep", "expand", "expand_all", "refusal_text", "trial_overrides", "bases",
-           "check_trials", "looks_like_sweep", "SCENARIO_KEY"]
+__all__ = ["Base", "Resources", "SweepSpec", "Trial", "load_sweep", "expand", "expand_all", "refusal_text",
+           "trial_overrides", "bases", "check_trials", "looks_like_sweep", "SCENARIO_KEY"]
 
 SCENARIO_KEY = "scenario"  # the changed key naming a trial's base scenario (``scenarios:`` sweeps)
 

@@ -78,7 +78,7 @@ def test_refused_trials_are_an_error_unless_skipped(tmp_path, capsys):
     assert main(["validate", str(path)]) == 2
     assert "straggler.seconds" in capsys.readouterr().err
     # a sweep whose every trial is refused would run nothing
-    path = _short(tmp_path, refused="skip", scenarios={"ahfl": str((ROOT / "scenarios/ahfl_recluster.yaml"))},
+    path = _short(tmp_path, refused="skip", scenarios={"ahfl": str(ROOT / "scenarios/ahfl_recluster.yaml")},
                   grid={"straggler": [{"name": "deadline", "seconds": 4.0}]})
     assert main(["validate", str(path)]) == 2
     assert "refused: every trial is refused by declaration" in capsys.readouterr().err
@@ -106,8 +106,8 @@ def test_short_policies_compare_runs_end_to_end(ray_session, tmp_path, capsys):
     assert main(["table", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + 9
-    assert lines[6] == (f"| scenario=ahfl, protocol.recluster=never, straggler=deadline seconds=4 | 0/1 | refused: {AHFL_WHY} "
-                        "| – | – | – |")
+    assert lines[6] == ("| scenario=ahfl, protocol.recluster=never, straggler=deadline seconds=4 | 0/1 | "
+                        f"refused: {AHFL_WHY} | – | – | – |")
     assert lines[5].startswith("| scenario=ahfl, protocol.recluster=never, straggler=wait_all | 1/1 | ")
     # the analysis script: its table (a refused row) and its band plot
     import importlib.util
