@@ -122,3 +122,20 @@ def test_short_policies_compare_runs_end_to_end(ray_session, tmp_path, capsys):
     assert table[2 + 4] == f"| ahfl | never | deadline | 0/1 | refused: {AHFL_WHY} | – | – |"
     assert table[2].startswith("| hierfavg | never | wait_all | 1/1 | 0.")
     assert (tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_a_refusal_by_declaration_is_marked_and_nothing_else_is():
+    from hierfl.scenario.loader import load_scenario
+    from hierfl.sweep.spec import refusal_text
+
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(ROOT / "scenarios" / "ahfl_recluster.yaml", ["straggler={name: deadline, seconds: 4.0}"])
+    assert [p.refused for p in exc.value.problems] == [True]
+    assert refusal_text(exc.value.problems) == AHFL_WHY
+    # HierFAVG's cloud round takes every edge server: over_select is refused there too
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(ROOT / "scenarios" / "hierfavg_recluster.yaml", ["straggler={name: wait_all, cloud: {name: over_select}}"])
+    assert [p.path for p in exc.value.problems] == ["straggler.cloud.name"] and exc.value.problems[0].refused
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(ROOT / "scenarios" / "ahfl_recluster.yaml", ["straggler={name: deadline, seconds: -1}"])
+    assert not any(p.refused for p in exc.value.problems) and refusal_text(exc.value.problems) is None
