@@ -134,7 +134,8 @@ def test_a_refusal_by_declaration_is_marked_and_nothing_else_is():
     assert refusal_text(exc.value.problems) == AHFL_WHY
     # HierFAVG's cloud round takes every edge server: over_select is refused there too
     with pytest.raises(ConfigError) as exc:
-        load_scenario(ROOT / "scenarios" / "hierfavg_recluster.yaml", ["straggler={name: wait_all, cloud: {name: over_select}}"])
+        load_scenario(ROOT / "scenarios" / "hierfavg_recluster.yaml",
+                      ["straggler={name: wait_all, cloud: {name: over_select}}"])
     assert [p.path for p in exc.value.problems] == ["straggler.cloud.name"] and exc.value.problems[0].refused
     with pytest.raises(ConfigError) as exc:
         load_scenario(ROOT / "scenarios" / "ahfl_recluster.yaml", ["straggler={name: deadline, seconds: -1}"])
