@@ -392,7 +392,9 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
         row["attempts"] = failures + (1 if row["status"] == "completed" else 0)
     write_sweep_csv(sweep_dir, rows)
     statuses = [r["status"] for r in rows]
-    counts = {s: statuses.count(s) for s in ("completed", "failed", "not run", "refused")}
+    counts = {s: statuses.count(s) for s in ("completed", "failed", "not run")}
+    if "refused" in statuses:  # only a `refused: skip` sweep has the count
+        counts["refused"] = statuses.count("refused")
     refused_points: dict[str, str] = {}  # grid point -> reason (its seeds share it)
     for d in manifest["trials"]:
         if d.get("refused") is not None:
