@@ -339,8 +339,17 @@ def expand_all(spec: SweepSpec, base: Path | None = None, source: str | None = N
                                            "nothing would run", spec.refused))
     if problems:
         unique = {p.format(): p for p in problems}  # values may be unhashable (a section): key on the text
-        raise ConfigError(list(unique.values()), source)
+        raise ConfigError([*unique.values(), *_skip_hint(problems)], source)
     return trials, scenarios, refused
+
+
+def _skip_hint(problems: Sequence[Problem]) -> list[Problem]:
+    """A closing line where some problems are refusals by declaration: how to record them instead."""
+    if not any(p.refused for p in problems):
+        return []
+    return [Problem("refused", "some trials are refused by declaration (a policy where the protocol takes none); "
+                               "`refused: skip` records them as refused and runs the others; allowed: error, skip",
+                    "error")]
 
 
 def check_trials(spec: SweepSpec, source: str | Path, extra: Sequence[str] = ()
@@ -369,7 +378,7 @@ def check_trials(spec: SweepSpec, source: str | Path, extra: Sequence[str] = ()
             else:
                 problems += [_named(f"trial {trial.id}", p) for p in exc.problems]
         out.append((trial, sc))
-    return out, problems
+    return out, [*problems, *_skip_hint(problems)]
 
 
 def looks_like_sweep(raw: Any) -> bool:

@@ -69,6 +69,7 @@ def test_refused_trials_are_an_error_unless_skipped(tmp_path, capsys):
     text = exc.value.report()
     assert "grid point (scenario=ahfl, protocol.recluster=never, straggler=deadline): straggler.name" in text
     assert "allowed: wait_all" in text
+    assert "refused: some trials are refused by declaration" in text and "`refused: skip`" in text
     assert main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "straggler.name" in err and "Traceback" not in err
