@@ -77,13 +77,21 @@ def _validate_sweep(args: argparse.Namespace) -> int:
         trials, problems = check_trials(spec, args.scenario, extra=list(args.set or []))
     except ConfigError as exc:  # a base scenario file not found
         raise ConfigError(exc.problems, args.scenario) from None
+    refused = [t for t, _ in trials if t.refused is not None]
+    if not problems and refused and len(refused) == len(trials):
+        problems = [Problem("refused", "every trial is refused by declaration; nothing would run", spec.refused)]
     if problems:
-        bad = sum(sc is None for _, sc in trials)
+        bad = sum(sc is None and t.refused is None for t, sc in trials)
         raise ConfigError([*problems, Problem("", f"{bad} of {len(trials)} trials invalid")], args.scenario)
     for trial, scenario in trials:
+        if trial.refused is not None:  # `refused: skip`: the sweep records it and runs the others
+            print(f"  trial {trial.id}: refused: {trial.refused}")
+            continue
         built = _built_checks(scenario, args.scenario, f"trial {trial.id}: ") if args.build else None
         print(f"  trial {trial.id}: OK — {_describe(scenario, built)}")
-    print(f"{args.scenario}: OK — sweep {spec.name}: all {len(trials)} trials valid")
+    runs = len(trials) - len(refused)
+    print(f"{args.scenario}: OK — sweep {spec.name}: all {runs} trials valid"
+          + (f", {len(refused)} refused by declaration (skipped)" if refused else ""))
     return 0
 
 
@@ -290,8 +298,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"sweep failed: cannot join the Ray cluster: {exc}", file=sys.stderr)
         return 1
     c = result["counts"]
-    print(f"sweep: {c['completed']} completed, {c['failed']} failed, {c['not run']} not run "
-          f"→ {result['dir']}/sweep.csv", file=sys.stderr)
+    # one line per refused grid point (its seeds share the reason), not one per trial
+    for point, why in result.get("refused", {}).items():
+        print(f"refused: {point}: {why}", file=sys.stderr)
+    print(f"sweep: {c['completed']} completed, {c['failed']} failed, {c['not run']} not run"
+          + (f", {c['refused']} refused" if c.get("refused") else "")
+          + f" → {result['dir']}/sweep.csv", file=sys.stderr)
     return 0 if c["failed"] == 0 and c["not run"] == 0 else 1
 
 

@@ -45,6 +45,9 @@ class Problem:
     path: str                 # dotted key path, e.g. "protocol.fraction"; "" for the whole file
     message: str              # what is wrong and what is allowed
     value: Any = _MISSING     # the offending value, when there is one
+    # a refusal by declaration: the value is well formed, but the protocol declares it means nothing there
+    # (a straggler policy at an aggregation point that takes none); a sweep may skip such a trial
+    refused: bool = False
 
     def format(self, source: str | None = None) -> str:
         """``file: key.path: message (got value)``."""

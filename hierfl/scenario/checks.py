@@ -250,14 +250,16 @@ def _straggler_checks(scenario: Scenario) -> list[Problem]:
             if why is not None:  # a closable point, but not for this policy
                 fits = [n for n in STRAGGLERS.names() if STRAGGLERS.example(n).refusal(point) is None]
                 problems.append(Problem(f"{key}.name", f"{policy.name} at the {point.flow} round of {proto.name}: "
-                                        f"{why}; allowed there: {', '.join(fits)}", policy.name))
+                                        f"{why}; allowed there: {', '.join(fits)}", policy.name,
+                                        refused=True))
             continue
         why = f"{proto.name} has no aggregation point at {key}" if point is None else f"{point.flow}: {policy.refusal(point)}"
         takes = ", ".join(p.label for p in points.values() if p.closable) or "nowhere"
         able = ", ".join(n for n in PROTOCOLS.names()
                          if any(p.key == key and p.closable for p in PROTOCOLS.get(n).aggregation_points))
         problems.append(Problem(f"{key}.name", f"{why}; allowed: {', '.join(neutral_names())} ({proto.name} takes a "
-                                f"policy at {takes}; protocols that take one at {key}: {able})", policy.name))
+                                f"policy at {takes}; protocols that take one at {key}: {able})", policy.name,
+                                refused=True))
     return problems
 
 

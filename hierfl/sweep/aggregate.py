@@ -19,6 +19,11 @@ Band
     mean, ``mean ± t(0.975, n-1) · s / sqrt(n)`` (Student's t, ``s`` the sample standard deviation
     over seeds). A group of one run has no band. Tables use the same interval for final values
     and time to target (time to target over the runs that reached it; ``reached`` says how many).
+
+Refused trials
+    A trial the protocol refused by declaration (a sweep file with ``refused: skip``) has no run;
+    the table gives its grid point one row, ``refused: <reason>``, so a crossed grid shows every
+    combination it asked for.
 """
 
 from __future__ import annotations
@@ -191,11 +196,55 @@ def _final(run: SweepRun, metric: str) -> float | None:
     return float(ys[-1]) if ys.size else None
 
 
+def _refused_groups(sweep_dir: Path, group_by: str | None) -> dict[str, tuple[int, str]]:
+    """Group label -> (trials, reason) of the trials refused by declaration, labelled as
+    :func:`group_runs` labels runs (the grid point, or the changed key ``group_by``)."""
+    try:
+        manifest = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, tuple[int, str]] = {}
+    for t in manifest.get("trials", []):
+        why, changed = t.get("refused"), dict(t.get("changed", {}))
+        if why is None:
+            continue
+        if group_by is None:
+            label = ", ".join(f"{k}={_label(v)}" for k, v in changed.items()) or "all"
+        elif group_by in changed:
+            label = _label(changed[group_by])
+        else:
+            continue  # grouped by a key the grid did not change: the refused trials have no config to read it from
+        n, _ = out.get(label, (0, why))
+        out[label] = (n + 1, why)
+    return out
+
+
 def sweep_table(sweep_dir: str | Path, group_by: str | None = None, metric: str = "accuracy") -> list[dict[str, Any]]:
     """Per group: runs, completed, final ``metric`` mean and CI half-width, time to target mean and CI
-    (over the runs that reached it), how many reached it, rounds mean."""
+    (over the runs that reached it), how many reached it, rounds mean; ``refused`` the reason of a
+    group whose trials the protocol refused by declaration (empty otherwise)."""
     rows = []
-    for label, runs in group_runs(sweep_runs(sweep_dir), group_by).items():
+    refused = _refused_groups(Path(sweep_dir), group_by)
+    try:
+        groups = group_runs(sweep_runs(sweep_dir), group_by)
+    except RunReadError:
+        if not refused:
+            raise
+        groups = {}
+    # refused grid points take their place in the grid's order: rows follow the manifest's trial order
+    labels = list(dict.fromkeys([*groups, *refused]))
+    if refused:
+        order = {label: i for i, label in enumerate(_grid_order(Path(sweep_dir), group_by))}
+        labels.sort(key=lambda lb: order.get(lb, len(order)))  # stable: groups the grid did not name keep theirs
+    for label in labels:
+        if label not in groups:
+            n, why = refused[label]
+            rows.append({"group": label, "runs": n, "completed": 0, f"final_{metric}_mean": math.nan,
+                         f"final_{metric}_ci95": math.nan, "target": None, "time_to_target_s_mean": math.nan,
+                         "time_to_target_s_ci95": math.nan, "reached": 0, "rounds_mean": math.nan,
+                         "refused": why})
+            continue
+        runs = groups[label]
         done = [r for r in runs if r.summary.get("status") == "completed"]
         finals = [v for v in (_final(r, metric) for r in done) if v is not None]
         ttt = [float(r.summary["time_to_target_s"]) for r in done
@@ -208,8 +257,25 @@ def sweep_table(sweep_dir: str | Path, group_by: str | None = None, metric: str 
                      f"final_{metric}_mean": float(fm), f"final_{metric}_ci95": float(fc),
                      "target": next(iter(targets)) if len(targets) == 1 else None,
                      "time_to_target_s_mean": float(tm), "time_to_target_s_ci95": float(tc),
-                     "reached": len(ttt), "rounds_mean": float(np.mean(rounds)) if rounds else math.nan})
+                     "reached": len(ttt), "rounds_mean": float(np.mean(rounds)) if rounds else math.nan,
+                     "refused": refused[label][1] if label in refused else ""})
     return rows
+
+
+def _grid_order(sweep_dir: Path, group_by: str | None) -> list[str]:
+    """Group labels in the order their first trial appears in the manifest."""
+    try:
+        manifest = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    seen: dict[str, None] = {}
+    for t in manifest.get("trials", []):
+        changed = dict(t.get("changed", {}))
+        if group_by is None:
+            seen.setdefault(", ".join(f"{k}={_label(v)}" for k, v in changed.items()) or "all")
+        elif group_by in changed:
+            seen.setdefault(_label(changed[group_by]))
+    return list(seen)
 
 
 def _pm(mean: float, half: float, digits: int) -> str:
@@ -225,6 +291,9 @@ def table_markdown(rows: list[dict[str, Any]], metric: str = "accuracy", group_b
     lines = [f"| {group_by or 'grid point'} | runs | final {metric} | {ttt_head} | reached | rounds |",
              "|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("refused") and not r["completed"]:
+            lines.append(f"| {r['group']} | 0/{r['runs']} | refused: {r['refused']} | – | – | – |")
+            continue
         lines.append(f"| {r['group']} | {r['completed']}/{r['runs']} | "
                      f"{_pm(r[f'final_{metric}_mean'], r[f'final_{metric}_ci95'], 4)} | "
                      f"{_pm(r['time_to_target_s_mean'], r['time_to_target_s_ci95'], 1)} | "

@@ -13,6 +13,8 @@ Layout of a sweep directory::
     SWEEP_DIR/sweep.json     the manifest: the sweep file, base scenario, working directory, trials
     SWEEP_DIR/runs/<id>/     one ordinary run directory per trial
     SWEEP_DIR/sweep.csv      one row per trial: changed keys, seed, status and every summary field
+                             (status ``refused`` and the reason as ``error`` for a trial refused by
+                             declaration under ``refused: skip``; it has no run directory)
     SWEEP_DIR/tune/          Ray Tune's experiment state (what --resume restores)
 """
 
@@ -28,7 +30,7 @@ from typing import Any
 import yaml
 
 from hierfl.config.errors import ConfigError, Problem
-from hierfl.sweep.spec import SweepSpec, Trial, bases, expand, load_sweep
+from hierfl.sweep.spec import SweepSpec, Trial, bases, expand_all, load_sweep
 
 __all__ = ["MANIFEST", "SweepResult", "run_sweep", "run_trial", "write_sweep_csv", "sweep_rows", "read_manifest"]
 
@@ -39,7 +41,8 @@ LOCAL = "runtime.executor=local"  # a trial runs its devices in its own process 
 
 
 class SweepResult(dict):  # type: ignore[type-arg]
-    """``{"dir": Path, "rows": [...], "counts": {...}}`` of a finished :func:`run_sweep`."""
+    """``{"dir": Path, "rows": [...], "counts": {...}, "refused": {grid point: reason}}`` of a finished
+    :func:`run_sweep`."""
 
 
 def _tune() -> Any:
@@ -271,7 +274,10 @@ def sweep_rows(sweep_dir: str | Path, errors: dict[str, str] | None = None) -> l
         except (OSError, ValueError):
             summary = {}
         status = summary.get("status")
-        if status not in ("completed", "failed", "interrupted"):
+        if t.refused is not None:  # never run: the protocol refuses this combination by declaration
+            status = "refused"
+            errors[t.id] = t.refused
+        elif status not in ("completed", "failed", "interrupted"):
             status = "failed" if t.id in errors else "not run"
         elif status != "completed" and t.id not in errors and "error" in summary:
             errors[t.id] = summary["error"]
@@ -339,7 +345,9 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
         except ConfigError as exc:
             raise ConfigError(exc.problems, str(sweep_file)) from None
         base = base_map.get(None, (None, []))[0]  # None for a `scenarios:` sweep: every trial names its own
-        trials, _ = expand(spec, base, str(sweep_file), sweep_dir=Path(sweep_file).parent)
+        runnable, _, refused = expand_all(spec, base, str(sweep_file), sweep_dir=Path(sweep_file).parent)
+        # the manifest keeps the grid's order (trial ids are numbered over every trial, refused ones too)
+        trials = sorted([*runnable, *refused], key=lambda t: t.id)
         sweep_dir = Path(out) if out is not None else Path("sweeps") / spec.name
         if (sweep_dir / MANIFEST).exists():
             raise ConfigError([Problem("", f"{sweep_dir} already holds a sweep; use --resume {sweep_dir} to finish "
@@ -350,7 +358,7 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     sweep_dir = sweep_dir.resolve()
-    trials_d = manifest["trials"]
+    trials_d = [t for t in manifest["trials"] if t.get("refused") is None]  # refused trials are not run
     _init_ray(address)
     res = spec.resources_per_run
     resources: dict[str, float] = {"cpu": res.cpu, "gpu": res.gpu}
@@ -385,7 +393,21 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
     write_sweep_csv(sweep_dir, rows)
     statuses = [r["status"] for r in rows]
     counts = {s: statuses.count(s) for s in ("completed", "failed", "not run")}
-    return SweepResult(dir=sweep_dir, rows=rows, counts=counts)
+    if "refused" in statuses:  # only a `refused: skip` sweep has the count
+        counts["refused"] = statuses.count("refused")
+    refused_points: dict[str, str] = {}  # grid point -> reason (its seeds share it)
+    for d in manifest["trials"]:
+        if d.get("refused") is not None:
+            point = ", ".join(f"{k}={_point_label(v)}" for k, v in d.get("changed", {}).items()) or "every trial"
+            refused_points.setdefault(point, d["refused"])
+    return SweepResult(dir=sweep_dir, rows=rows, counts=counts, refused=refused_points)
+
+
+def _point_label(value: Any) -> str:
+    """A grid value as the refusal lines name it: a plug-in section by its name."""
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return str(value["name"])
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 def _trial_dirname(trial: Any) -> str:

@@ -13,6 +13,7 @@ names its key path)::
     seeds: [1, 2, 3]                      # or a count: 3 means seeds 0, 1, 2
     resources_per_run: {cpu: 1}
     retries: 1                            # a failed trial is run again this many times, then recorded
+    refused: error                        # or skip: record a trial the protocol refuses by declaration
     metric: accuracy                      # the eval-line metric plots and tables default to
     target: 0.84                          # evaluation.target_accuracy of every trial (time to target)
 
@@ -27,6 +28,13 @@ set: [...]}`` for overrides that belong to that base only. The label is the tria
 
 Expanding it (:func:`expand`) loads and validates every trial's scenario up front, so a bad grid
 value is a configuration error (exit 2) before anything runs or is written.
+
+A grid that crosses protocols with straggler policies meets combinations a protocol refuses by
+declaration (a policy at an aggregation point that takes none, e.g. ``deadline`` in AHFL, whose
+aggregations are periodic queues). With ``refused: skip`` such a trial is not an error: it is kept in
+the manifest with its reason (``Trial.refused``), not run, and shown as ``refused: <reason>`` by
+``hierfl sweep``, ``hierfl validate`` and ``hierfl table``. Any other problem of a trial is still an
+error, and so is a sweep whose every trial is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import itertools
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,8 +55,8 @@ from hierfl.config.errors import ConfigError, Problem
 from hierfl.scenario.loader import load_scenario
 from hierfl.scenario.schema import Scenario
 
-__all__ = ["Base", "Resources", "SweepSpec", "Trial", "load_sweep", "expand", "trial_overrides", "bases",
-           "check_trials", "looks_like_sweep", "SCENARIO_KEY"]
+__all__ = ["Base", "Resources", "SweepSpec", "Trial", "load_sweep", "expand", "expand_all", "refusal_text",
+           "trial_overrides", "bases", "check_trials", "looks_like_sweep", "SCENARIO_KEY"]
 
 SCENARIO_KEY = "scenario"  # the changed key naming a trial's base scenario (``scenarios:`` sweeps)
 
@@ -90,6 +98,11 @@ class SweepSpec(ConfigModel):
     mode: Literal["max", "min"] = "max"
     target: float | None = Field(default=None, gt=0.0, le=1.0,
                                  description="sets evaluation.target_accuracy of every trial")
+    refused: Literal["error", "skip"] = Field(
+        default="error",
+        description="a trial whose scenario the protocol refuses by declaration (a straggler policy at an aggregation "
+                    "point that takes none): error stops the sweep before it runs; skip records the trial as "
+                    "`refused: <reason>` and runs the others [D]")
     mlflow: dict[str, Any] | None = Field(
         default=None, description="log every trial to MLflow through Tune's MLflowLoggerCallback; keys are its "
                                   "arguments (tracking_uri, experiment_name, ...); needs the mlflow extra")
@@ -141,18 +154,22 @@ class Trial:
     seed: int
     changed: dict[str, Any] = field(default_factory=dict)  # grid key path -> its value in this trial
     base: str | None = None           # this trial's base scenario (``scenarios:`` sweeps); None: the sweep's one
+    refused: str | None = None        # why the protocol refuses this trial by declaration (``refused: skip``); not run
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (Tune's config, the sweep manifest)."""
         d = {"id": self.id, "overrides": list(self.overrides), "seed": self.seed, "changed": dict(self.changed)}
         if self.base is not None:
             d["base"] = self.base
+        if self.refused is not None:
+            d["refused"] = self.refused
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trial:
         """Inverse of :meth:`as_dict`."""
-        return cls(d["id"], list(d["overrides"]), int(d["seed"]), dict(d.get("changed", {})), d.get("base"))
+        return cls(d["id"], list(d["overrides"]), int(d["seed"]), dict(d.get("changed", {})), d.get("base"),
+                   d.get("refused"))
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
@@ -270,7 +287,17 @@ def _points(spec: SweepSpec, base: Path | None, source: str | None,
 def _named(prefix: str, p: Problem) -> Problem:
     """``p`` with ``prefix`` before its key path."""
     path = f"{prefix}: {p.path}".rstrip(": ")
-    return Problem(path, p.message, p.value) if p.value is not _NO_VALUE else Problem(path, p.message)
+    return Problem(path, p.message, p.value, refused=p.refused)
+
+
+def refusal_text(problems: Sequence[Problem]) -> str | None:
+    """The reason a trial is refused by declaration (every problem a refusal), else None.
+
+    Only what was refused and why is kept (``straggler.name: device→edge: ...``); the list of what is
+    allowed instead, which follows ``; allowed``, belongs to the error a single run gives."""
+    if not problems or not all(p.refused for p in problems):
+        return None
+    return "; ".join(f"{p.path}: {p.message.split('; allowed')[0]}" for p in problems)
 
 
 def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None, *,
@@ -280,34 +307,60 @@ def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None,
     ``base`` is the base scenario of a one-base sweep; the files of a ``scenarios:`` sweep are taken
     relative to ``sweep_dir`` (default: the folder of ``source``). All trials are validated before
     any runs; their problems are gathered into one :class:`ConfigError` whose key paths name the
-    grid point (``grid point (scenario=fedavg, straggler=deadline): ...``).
+    grid point (``grid point (scenario=fedavg, straggler=deadline): ...``). Trials refused by
+    declaration under ``refused: skip`` are left out (:func:`expand_all` returns them too).
     """
+    trials, scenarios, _ = expand_all(spec, base, source, sweep_dir=sweep_dir)
+    return trials, scenarios
+
+
+def expand_all(spec: SweepSpec, base: Path | None = None, source: str | None = None, *,
+               sweep_dir: Path | None = None) -> tuple[list[Trial], list[Scenario], list[Trial]]:
+    """:func:`expand`, and the trials refused by declaration (``refused: skip``), each with its reason."""
     trials: list[Trial] = []
     scenarios: list[Scenario] = []
+    refused: list[Trial] = []
     problems: list[Problem] = []
     for trial, base_path, where in _points(spec, base, source, sweep_dir):
         try:
             sc = load_scenario(base_path, trial.overrides, seed=trial.seed)
         except ConfigError as exc:
+            why = refusal_text(exc.problems) if spec.refused == "skip" else None
+            if why is not None:
+                refused.append(replace(trial, refused=why))
+                continue
             # the same problem for every seed of a grid point is reported once, naming the point
             problems += [_named(f"grid point ({where})", p) for p in exc.problems]
             continue
         trials.append(trial)
         scenarios.append(sc)
+    if not problems and refused and not trials:
+        problems.append(Problem("refused", f"every trial is refused by declaration ({refused[0].refused}); "
+                                           "nothing would run", spec.refused))
     if problems:
         unique = {p.format(): p for p in problems}  # values may be unhashable (a section): key on the text
-        raise ConfigError(list(unique.values()), source)
-    return trials, scenarios
+        raise ConfigError([*unique.values(), *_skip_hint(problems)], source)
+    return trials, scenarios, refused
+
+
+def _skip_hint(problems: Sequence[Problem]) -> list[Problem]:
+    """A closing line where some problems are refusals by declaration: how to record them instead."""
+    if not any(p.refused for p in problems):
+        return []
+    return [Problem("refused", "some trials are refused by declaration (a policy where the protocol takes none); "
+                               "`refused: skip` records them as refused and runs the others; allowed: error, skip",
+                    "error")]
 
 
 def check_trials(spec: SweepSpec, source: str | Path, extra: Sequence[str] = ()
                  ) -> tuple[list[tuple[Trial, Scenario | None]], list[Problem]]:
     """Load and validate every trial of the sweep file ``source`` (``hierfl validate SWEEP_FILE``).
 
-    Returns each trial with its scenario (None where invalid) and every problem, its key path led by
-    the trial's id (``trial t003_straggler=deadline_seed=1: straggler.seconds: ...``), one per trial
-    and problem (not merged over seeds as :func:`expand` does). ``extra`` overrides go after the
-    trial's own. A missing base scenario file is a :class:`ConfigError`.
+    Returns each trial with its scenario (None where invalid or refused) and every problem, its key
+    path led by the trial's id (``trial t003_straggler=deadline_seed=1: straggler.seconds: ...``), one
+    per trial and problem (not merged over seeds as :func:`expand` does). Under ``refused: skip`` a
+    trial refused by declaration is no problem: it comes back with ``Trial.refused`` set. ``extra``
+    overrides go after the trial's own. A missing base scenario file is a :class:`ConfigError`.
     """
     source = str(source)
     base_map = bases(spec, Path(source).parent)
@@ -318,10 +371,14 @@ def check_trials(spec: SweepSpec, source: str | Path, extra: Sequence[str] = ()
         try:
             sc: Scenario | None = load_scenario(base_path, [*trial.overrides, *extra], seed=trial.seed)
         except ConfigError as exc:
-            problems += [_named(f"trial {trial.id}", p) for p in exc.problems]
             sc = None
+            why = refusal_text(exc.problems) if spec.refused == "skip" else None
+            if why is not None:
+                trial = replace(trial, refused=why)
+            else:
+                problems += [_named(f"trial {trial.id}", p) for p in exc.problems]
         out.append((trial, sc))
-    return out, problems
+    return out, [*problems, *_skip_hint(problems)]
 
 
 def looks_like_sweep(raw: Any) -> bool:

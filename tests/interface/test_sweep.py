@@ -19,7 +19,7 @@ from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.sweep.aggregate import common_grid, mean_ci, sweep_table
 from hierfl.sweep.run import run_sweep
-from hierfl.sweep.spec import Trial, expand, load_sweep
+from hierfl.sweep.spec import Trial, expand, expand_all, load_sweep
 from tests.conftest import TINY
 
 pytest.importorskip("ray.tune")
@@ -186,9 +186,10 @@ def test_table_and_plot_of_a_sweep_directory(tmp_path, capsys):
                          ids=lambda p: p.name)
 def test_shipped_sweep_files_expand(path):
     spec = load_sweep(path)
-    trials, scenarios = expand(spec, source=str(path))  # every trial validated
-    assert len(trials) == (len(spec.scenarios or [None]) * math.prod(len(v) for v in spec.grid.values())
-                           * len(spec.seed_list))
+    trials, scenarios, refused = expand_all(spec, source=str(path))  # every trial validated (or refused)
+    assert len(trials) + len(refused) == (len(spec.scenarios or [None]) * math.prod(len(v) for v in spec.grid.values())
+                                          * len(spec.seed_list))
+    assert not refused or spec.refused == "skip"
     if path.name == "async.yaml":  # the former analysis/async_comparison.py: each protocol from its own file
         assert [s.protocol.name for s in scenarios] == ["ahfl", "fedasync", "fedbuff", "hierfavg", "fedavg"]
         assert [s.topology.edge_servers for s in scenarios] == [4, 0, 0, 4, 0]
