@@ -83,6 +83,8 @@ class BatchedTrainer:
             raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
         if spec.control_variates:
             raise ValueError("SCAFFOLD jobs keep per-device state: they are never trained in a group")
+        if spec.clip_norm is not None:
+            raise ValueError("jobs with gradient clipping are trained one at a time (no grouped clipping)")
         n = int(rows[0].size)
         if n < 1 or any(r.size != n for r in rows):
             raise ValueError("a group's jobs must all have the same (positive) number of samples")

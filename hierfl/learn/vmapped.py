@@ -248,6 +248,8 @@ class VmapTrainer:
             raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
         if corrections is not None and len(corrections) != k_jobs:
             raise ValueError("corrections must have one vector per job")
+        if spec.clip_norm is not None:
+            raise ValueError("jobs with gradient clipping are trained one at a time (no grouped clipping)")
         rows = [np.asarray(r) for r in rows]
         if any(r.ndim != 1 or r.size < 1 for r in rows):
             raise ValueError("every job needs a non-empty 1-d array of rows")

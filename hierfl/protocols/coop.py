@@ -40,7 +40,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.env import Env
 from hierfl.kernel.engine import Event, Priority
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 
 __all__ = ["Coop", "CoopConfig"]
 
@@ -74,6 +74,9 @@ class CoopConfig(ProtocolConfig):
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     aggregation_style: ClassVar[str] = "updates"
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud", synchronous=False,
+                         note="the server merges each admitted upload the moment it arrives"),)
 
     name: Literal["coop"] = "coop"
     b_l: NonNegativeInt = Field(default=1, description="lower end of the admission window: a client whose model "

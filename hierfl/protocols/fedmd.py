@@ -45,7 +45,7 @@ from hierfl.core.jobs import Job
 from hierfl.core.work import PublicTask, TrainSpec
 from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 
 __all__ = ["EdgeMsg", "FedMD", "FedMDConfig", "PhaseMsg"]
 
@@ -76,6 +76,10 @@ class FedMDConfig(ProtocolConfig):
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
     decides_on_models: ClassVar[str | None] = "exchanges the models' class scores"
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud (class scores)", synchronous=True, takes_policy=False,
+                         note="the consensus averages every party's scores on the round's public subset; no "
+                              "straggler policy is implemented for it"),)
 
     align_size: PositiveInt = Field(
         default=5000, description="size of the round's alignment set A_t, re-drawn every round (authors' code: "

@@ -53,7 +53,7 @@ from hierfl.core.graphs import metropolis_row
 from hierfl.env import Env
 from hierfl.env.events import Timer
 from hierfl.kernel.engine import Event, Priority
-from hierfl.protocols.base import PROTOCOLS, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.pairwise import Exchange, PairwiseExchanges
 
 if TYPE_CHECKING:
@@ -87,6 +87,12 @@ class GossipConfig(ProtocolConfig):
 
     aggregation_style: ClassVar[str] = "models"
     serverless: ClassVar[bool] = True
+    # no server: a node mixes its neighbours' models as they come (the modes say when); no round closes
+    # on a straggler policy
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "neighbours→device (mixing)", synchronous=False,
+                         note="each node mixes when its own neighbours' messages arrive (or in a pairwise exchange); "
+                              "no round waits for a set of participants a policy could cut"),)
     mode: Literal["sync_neighbourhood", "sync_global", "async_pairwise"] = "sync_neighbourhood"
     weights: Literal["metropolis"] = Field(
         default="metropolis", description="mixing weights: Metropolis–Hastings on the live subgraph, "
