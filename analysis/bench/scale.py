@@ -45,7 +45,12 @@ if kind == "raw":
     sc = validate_raw(arg)
 else:
     sc = load_scenario(arg["path"], arg["set"])
-from hierfl.assemble import build
+import hierfl, os
+# the builders' package (build/ before it was renamed assemble/): looked up in this tree's own hierfl
+if os.path.isdir(os.path.join(os.path.dirname(hierfl.__file__), "assemble")):
+    from hierfl.assemble import build
+else:
+    from hierfl.build import build
 built = build(sc)
 data_bytes = built.dataset.x_train.nbytes + built.dataset.y_train.nbytes + sum(p.nbytes for p in built.parts)
 t1 = time.perf_counter()
@@ -174,7 +179,8 @@ def road(args: argparse.Namespace) -> None:
     tries: dict[str, list[dict]] = {label: [] for label, _, _ in trees}
     for _ in range(3):
         for label, tree, extra in trees:
-            tries[label].append(child("file", {"path": path, "set": [f"stop.virtual_time_s={timing_window:g}",
+            own = str(tree / "scenarios" / "scale_ahfl_10k.yaml")  # each tree reads its own copy
+            tries[label].append(child("file", {"path": own, "set": [f"stop.virtual_time_s={timing_window:g}",
                                                                     "evaluation.every_s=null", *sets]},
                                       tree=tree, env_extra=extra))
     for label, _tree, _extra in trees:
