@@ -165,6 +165,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
         world = build_world(scenario, samples,
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
         world.num_classes = int(classes)
+        if dataset.train_domain is not None and dataset.domains is not None:  # own- and other-domain accuracy
+            world.device_domain = np.array([int(np.bincount(dataset.train_domain[p], minlength=len(dataset.domains))
+                                                .argmax()) for p in parts], dtype=np.int64)
+            world.test_domains = dataset.test_ranges()
         pub = scenario.data.public
         if pub is not None and public_rows is not None:
             world.public = PublicData((int(public_rows[0]), int(public_rows[-1]) + 1), dataset.y_train[public_rows],

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hierfl.core.fccl import FCCLJob
 from hierfl.core.feddc import DriftSpec
 from hierfl.core.personal import PersonalSpec
 
@@ -110,6 +111,9 @@ class TrainSpec:
     # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
     # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
     model: int = 0
+    # FCCL (protocol fccl): a pre-training, logits, collaboration or local job with its own cost
+    # (hierfl.core.fccl); the device keeps its teacher snapshots in its host; None for any other job
+    fccl: FCCLJob | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -168,6 +172,8 @@ def work_samples(n: int, spec: TrainSpec) -> float:
     for an ordinary job; for a public-data task, its samples × epochs × passes / 3 (a forward-only pass
     costs a third of a training step: training ≈ 3 × the forward FLOPs, as the tiers' GFLOP/s assume)."""
     task = spec.task
+    if spec.fccl is not None:  # FCCL: its passes per sample (teacher forwards included)
+        return spec.fccl.work_samples(0 if spec.fccl.public else samples_processed(n, spec))
     if task is None:
         return float(samples_processed(n, spec))
     if task.kind == "scores":

@@ -13,7 +13,7 @@ a job costs the driver no Ray call of its own.
 Placement. A job's result does not depend on where it runs (it is a pure function of its start
 model, the device's data and its seed), so jobs go to the host with the fewest outstanding jobs;
 every host holds the shared, read-only training arrays from the object store. A trainer that keeps
-per-device state in the host (SCAFFOLD's control variates) is the exception: each device then has
+per-device state in the host (SCAFFOLD's control variates, FCCL's teacher snapshots) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
 Personalised trainers' device state (local layers) instead travels with the jobs: a job takes
@@ -201,7 +201,7 @@ class Batches:
         groups: dict[tuple[int, TrainSpec], list[Slot]] = {}
         group_host: dict[int, int] = {}
         for slot in jobs:
-            if slot.spec.control_variates:  # per-device state lives in its host: a fixed home
+            if slot.spec.control_variates or slot.spec.fccl is not None:  # per-device state in its host: a fixed home
                 host = slot.device % self.workers
             elif slot.group in group_host:  # a fast-path group is trained whole by one host
                 host = group_host[slot.group]

@@ -26,6 +26,7 @@ from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
 from hierfl.core.personal import PersonalSpec, support_split
+from hierfl.learn.fccl import FCCLWork
 from hierfl.learn.outputs import run_public_task
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
@@ -263,10 +264,10 @@ def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, c
 class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
-    Persistent per-device state: named model-sized vectors per device that a trainer declares
-    (SCAFFOLD's control ``c``; FedDC's drift ``h`` and control ``c``), zeros until the device's first
-    job. It lives here, so a device must always train on the same host (the Ray executor gives each
-    device a fixed home host when the trainer keeps state); it is checkpointed with the host
+    Persistent per-device state: named vectors per device that a trainer declares (SCAFFOLD's control
+    ``c``; FedDC's drift ``h`` and control ``c``; FCCL's teacher snapshots), zeros until its first job.
+    It lives here, so a device must always train on the same host (the Ray executor gives each device
+    a fixed home host when the trainer keeps state); it is checkpointed with the host
     (:meth:`export_state`), measured (:meth:`state_bytes`) and can be reset (:meth:`reset_devices`).
 
     Personalised jobs (``spec.personal``) keep no state here: a job takes the device's state
@@ -286,6 +287,7 @@ class DeviceHost:
                                     device=self.device, precision=precision_of(model))
         self.states = DeviceState()  # per-device vectors a trainer keeps (SCAFFOLD's c; FedDC's h, c)
         self._feddc = FedDCJobs(self.trainer, self.states, parts)  # FedDC's jobs (their ω_i, K̄ and state)
+        self._fccl = FCCLWork(self.states, x_train, y_train)  # FCCL's jobs (teacher snapshots in self.states)
         # models: one trainer per architecture (a job's spec.model picks it); the first is self.trainer
         self.trainers = [self.trainer] + [LocalTrainer(cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                                        device=self.device, precision=precision_of(model))
@@ -332,8 +334,9 @@ class DeviceHost:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
         trainer = self.trainers[spec.model]
-        if spec.task is not None:  # output-exchange work on the public split (control: its targets)
-            result, stats = run_public_task(trainer, params, self.x, self.y, spec, seed, control)
+        if spec.task is not None or spec.fccl is not None:  # output-exchange work (control: targets, mean logits)
+            result, stats = (self._fccl.run(trainer, device, self.parts[device], spec, seed, params, control)
+                             if spec.fccl is not None else run_public_task(trainer, params, self.x, self.y, spec, seed, control))
             if out is not None:
                 out[...] = result
                 result = out
@@ -497,7 +500,7 @@ class DeviceHost:
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
         if ((self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None
-                or spec.model or spec.task is not None or spec.clip_norm is not None):
+                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.fccl is not None):
             # (the group trainers hold model 0's training only, and clip no gradients)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
@@ -526,9 +529,9 @@ class DeviceHost:
 
     def result_width(self, spec: TrainSpec) -> int:
         """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores job's S · C."""
-        task = spec.task
-        if task is not None and task.kind == "scores":
-            return task.samples * self.num_classes
+        task, fccl = spec.task, spec.fccl
+        if (task is not None and task.kind == "scores") or (fccl is not None and fccl.kind == "logits"):
+            return (task.samples if task is not None else fccl.samples()) * self.num_classes  # type: ignore[union-attr]
         return self.trainers[spec.model].num_params * (2 if spec.control_variates else 1)
 
     def ready(self) -> bool:
@@ -792,9 +795,11 @@ class Cloud:
             return np.einsum("ij,ij->i", vecs, vecs)
         return cosine_similarity(vecs)
 
-    def evaluate(self, params: np.ndarray, model: int = 0) -> tuple[float, float]:
+    def evaluate(self, params: np.ndarray, model: int = 0,
+                 test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ); ``model``: which of
-        the run's architectures ``params`` belongs to (``models:``)."""
+        the run's architectures ``params`` belongs to (``models:``); ``test_rows``: only the test set's
+        ``[start, stop)`` rows (one domain's)."""
         trainer = self.trainer
         if model:
             if model not in self._evaluators:
@@ -802,7 +807,10 @@ class Cloud:
                 self._evaluators[model] = LocalTrainer(self._models[model], input_shape, num_classes, torch_threads=threads,
                                                        device=resolve_device(device), precision=precision)
             trainer = self._evaluators[model]
-        return trainer.evaluate(np.asarray(params)[: trainer.num_params], self.x_test, self.y_test)
+        x, y = self.x_test, self.y_test
+        if test_rows is not None:
+            x, y = x[test_rows[0]:test_rows[1]], y[test_rows[0]:test_rows[1]]
+        return trainer.evaluate(np.asarray(params)[: trainer.num_params], x, y)
 
     def export_state(self) -> dict[str, Any]:
         """Global model, version, running aggregation and SCAFFOLD control, for a checkpoint."""
