@@ -124,9 +124,18 @@ class FCCLConfig(ProtocolConfig):
         default=True, description="charge the pre-training (and a download_once of the public data) in virtual "
                                   "time before round 1 (design default); false: it runs in zero virtual time")
 
+    collaborate: bool = Field(
+        default=True, description="false: the reference without collaboration (design default true): after "
+                                  "pre-training every party only runs its local phase, round after round, and "
+                                  "nothing is exchanged (with lambda_loc: 0, plain training alone); needs "
+                                  "stop.virtual_time_s")
+
     def check(self, scenario: Any) -> list[Problem]:
         """Public data at the devices, no one-sample public batch, the plain local trainer."""
         problems: list[Problem] = []
+        if not self.collaborate and scenario.stop.virtual_time_s is None:
+            problems.append(Problem("stop.virtual_time_s", "fccl with collaborate: false makes no cloud "
+                                    "aggregation, so stop.rounds never ends it; set stop.virtual_time_s"))
         pub = scenario.data.public
         if pub is None:
             problems.append(Problem("data.public", "fccl aligns logits on public data: set data.public (size, "
@@ -236,6 +245,10 @@ class FCCL(Protocol):
     # -- collaborative phase ---------------------------------------------------------------------------
     def _begin_round(self) -> None:
         self.ready = set()
+        if not self.cfg.collaborate:  # the reference without collaboration: the local phase only
+            for d in range(self.n):
+                self._job(d, self.model[d], self.local_spec, "local_done")
+            return
         # both ends derive A_t and its batches from the same stream: no index is ever sent
         self.seed = int(self.env.rng("public_subset", self.round).integers(_SEED_BOUND))
         for d in range(self.n):

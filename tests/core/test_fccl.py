@@ -20,7 +20,7 @@ def test_own_target_replaces_the_own_entry_of_the_mean():
 
 
 def test_passes_per_sample_and_work():
-    base = dict(rows=(100, 160), subset_size=50, batch_size=20)
+    base = {"rows": (100, 160), "subset_size": 50, "batch_size": 20}
     # per batch, previous: logits 2 passes (model + snapshot), collaboration 2 (the backward)
     assert FCCLJob("logits", batch=0, **base).passes() == 2
     assert FCCLJob("logits", batch=0, self_target="current", **base).passes() == 1

@@ -99,3 +99,15 @@ def test_self_target_current_skips_the_snapshot_forward(tmp_path):
     # max(0.06 + 0.6 + 0.3 + 0.12, 0.03 + 0.64 + 0.32 + 0.06) = 1.08 → 5.76 + 0.42 + 2.16 = 8.34
     _, aggs, _, _ = _run(tmp_path, _raw(self_target="current"))
     assert aggs[0] == pytest.approx(8.34, abs=1e-9)
+
+
+def test_without_collaboration_parties_only_train_locally(tmp_path):
+    # pre-training ends at 5.4 | 5.76; then local phases only (9 | 9.6 s), a round when every party is done:
+    # rounds begin at 5.76, 15.36, 24.96; nothing is exchanged and no cloud aggregation is made
+    raw = _raw(collaborate=False, lambda_loc=0.0)
+    raw["stop"] = {"virtual_time_s": 30.0}
+    _, aggs, lines, _ = _run(tmp_path, raw)
+    assert aggs == []
+    final = [x for x in lines if x["event"] == "eval"][-1]
+    assert final["bytes_cloud"] == 0 and final["train_jobs"] == 3 + 3 * 2  # pre-training, two full rounds
+    assert final["compute_s"] == pytest.approx(2 * 5.4 + 5.76 + 2 * (2 * 9.0 + 9.6), abs=1e-9)
