@@ -95,8 +95,8 @@ class FCCLConfig(ProtocolConfig):
     exchange: Literal["per_batch", "per_round"] = Field(
         default="per_batch", description="per_batch: one exchange, a barrier, per public batch (design default, "
                                          "as the reference code's lock-step); per_round: the logits of the whole "
-                                         "public subset once per round (design default off: a cheaper "
-                                         "approximation)")
+                                         "public subset exchanged once per round, every batch then stepped "
+                                         "against them (a cheaper approximation)")
     lr: PositiveFloat = Field(default=1e-3, description="Adam's learning rate in both phases (authors' code: 1e-3; "
                                                         "a fresh optimiser per public batch)")
     weight_decay: NonNegativeFloat = Field(
