@@ -21,7 +21,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import ClaimResult, cli, evals, fmt, mean_ci, rel, run_sweep, trials_wall, write_result  # noqa: E402
+from common import (
+    ClaimResult,
+    cli,
+    evals,
+    fmt,
+    mean_ci,
+    rel,
+    run_sweep,
+    trials_wall,
+    write_result,
+)
 
 HERE = Path(__file__).resolve().parent
 
