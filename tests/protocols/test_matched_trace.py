@@ -84,7 +84,6 @@ def test_pfnm_flat_trace():
 
 def test_pfnm_shared_init_draws_one_seed():
     env = _env([10, 10])
-    PFNMConfig(init="shared").create(env)
     protocol = PFNMConfig(init="shared").create(env)
     protocol.start()
     seeds = env.params[0][1]["seeds"]
@@ -105,9 +104,10 @@ def test_pfnm_in_edges_then_cloud_trace():
         (2.0, "local_done"), (2.25, "model_arrived"),
         (2.25, "match_done"),
         (2.25, "tier", "edge", 0, "aggregated", [0, 1]),
-        (2.5, "local_done"), (2.75, "model_arrived"),
+        (2.5, "local_done"),
+        (2.75, "edge_model_arrived"),  # (sent at 2.25, before device 3's upload at 2.5)
+        (2.75, "model_arrived"),
         (2.75, "tier", "edge", 1, "run", "pfnm_match", [3.0, 4.0], 2.75, 3.25),
-        (2.75, "edge_model_arrived"),
         (3.25, "match_done"),
         (3.25, "tier", "edge", 1, "aggregated", [2, 3]),
         (3.75, "edge_model_arrived"),

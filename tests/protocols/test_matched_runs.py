@@ -1,0 +1,64 @@
+"""PFNM and FedMA in real runs: resume after Ctrl-C, the server's state in the summary, refused settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hierfl.cli import main
+from hierfl.driver import resume_run, run_scenario
+from hierfl.scenario.loader import load_scenario
+from tests.driver.test_recovery import _stop_at, assert_same_run
+
+ROOT = Path(__file__).resolve().parents[2]
+SHORT = ["runtime.executor=local", "devices.count=6", "training.epochs=2", "runtime.checkpoint.every_cloud_aggregations=1"]
+
+
+def test_fedma_resume_keeps_widths_and_server_state(tmp_path: Path) -> None:
+    """FedMA in edges: the devices' models of growing width, the edges' assignments and the rounds in flight
+    survive Ctrl-C after round 1; the resumed run is the uninterrupted one."""
+    path = str(ROOT / "scenarios" / "fedma_edges.yaml")
+    overrides = [*SHORT, "stop.rounds=3", "protocol.retrain_epochs=1"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(path, overrides), ref)
+    summary = json.loads((ref / "summary.json").read_text())
+    # the edges keep one int32 assignment per member and matched layer, the cloud one per edge
+    assert summary["server_jobs"]["state_bytes"]["edge"] > 0
+    assert summary["server_jobs"]["state_bytes"]["edge"] % 4 == 0
+    assert summary["server_jobs"]["tasks"]["cloud"] == 3  # one matching of the 2 edges per round
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(path, overrides), out, progress=_stop_at(1))
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)
+
+
+def test_pfnm_one_round_widens_the_global_model(tmp_path: Path) -> None:
+    """The one-shot matching of 6 devices with 16 active neurons each opens more than 16 global neurons."""
+    path = str(ROOT / "scenarios" / "pfnm.yaml")
+    run_scenario(load_scenario(path, SHORT), tmp_path / "r")
+    trace = json.loads((tmp_path / "r" / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    match = [e for e in events if e.get("name") == "server_job:pfnm_match"]
+    assert len(match) == 1
+    width = match[0]["args"]["width0"]
+    assert 16 < width <= 48
+    # the span lasts the operations at the cloud CPU's 400 GFLOP/s (trace times in µs)
+    assert match[0]["dur"] == pytest.approx(match[0]["args"]["ops"] / 400e9 * 1e6, rel=1e-9)
+
+
+@pytest.mark.parametrize("override, key", [
+    (["model=logreg"], "model.name"),
+    (["protocol.local_width=[64]"], "protocol.local_width"),
+    (["training.trainer=fedprox"], "training.trainer"),
+])
+def test_refused_settings_exit_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               override: list[str], key: str) -> None:
+    args = ["run", str(ROOT / "scenarios" / "pfnm.yaml"), "--out", str(tmp_path / "x"), "-q"]
+    for item in override:
+        args += ["--set", item]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert key in err and "Traceback" not in err
