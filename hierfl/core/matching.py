@@ -23,9 +23,20 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "LayerMatch", "MLPMatch", "assignment_cost", "assignment_ops", "class_shares", "match_layer", "match_mlp",
-    "match_one", "layer_objective", "match_fc_layer", "permute_inputs", "class_average", "NEW_ATOM_LIMIT",
+    "NEW_ATOM_LIMIT",
     "POPULARITY_CAP",
+    "LayerMatch",
+    "MLPMatch",
+    "assignment_cost",
+    "assignment_ops",
+    "class_average",
+    "class_shares",
+    "layer_objective",
+    "match_fc_layer",
+    "match_layer",
+    "match_mlp",
+    "match_one",
+    "permute_inputs",
 ]
 
 NEW_ATOM_LIMIT = 700   # the code's cap on the global layer's size when opening new atoms [V: pfnm.py]
@@ -120,7 +131,7 @@ def match_one(w: np.ndarray, s_j: np.ndarray, G: np.ndarray, S: np.ndarray, popu
     max_new = _max_new(w.shape[0], L, max_atoms)
     if L + max_new < w.shape[0]:
         raise ValueError(f"cannot place {w.shape[0]} atoms in a layer capped at {max_atoms} (it has {L})")
-    from scipy.optimize import linear_sum_assignment  # noqa: PLC0415  (scipy only where it is needed)
+    from scipy.optimize import linear_sum_assignment
 
     cost = assignment_cost(w, s_j, G, S, popularity, prior_mean_norm, prior_prec, gamma, J, max_new)
     rows, cols = linear_sum_assignment(-cost)

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierfl.core.matching import class_average, match_fc_layer, match_mlp, permute_inputs
+from hierfl.core.matching import (
+    class_average,
+    match_fc_layer,
+    match_mlp,
+    permute_inputs,
+)
 from hierfl.core.mlp_layout import Layers, mlp_layers, mlp_vector
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ member's own input permutation on its behalf (a local permutation, free in the c
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 

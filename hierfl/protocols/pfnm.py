@@ -26,7 +26,13 @@ from pydantic import Field
 from hierfl.env import Env
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS
-from hierfl.protocols.matched import MatchedConfig, MatchedProtocol, MatchMsg, PointMsg, _widths
+from hierfl.protocols.matched import (
+    MatchedConfig,
+    MatchedProtocol,
+    MatchMsg,
+    PointMsg,
+    _widths,
+)
 
 __all__ = ["PFNM", "PFNMConfig"]
 

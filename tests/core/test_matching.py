@@ -8,8 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from hierfl.core.matching import (assignment_cost, assignment_ops, class_average, class_shares, match_fc_layer,
-                                  match_layer, match_mlp, match_one, permute_inputs)
+from hierfl.core.matching import (
+    assignment_cost,
+    assignment_ops,
+    class_average,
+    class_shares,
+    match_fc_layer,
+    match_layer,
+    match_mlp,
+    match_one,
+    permute_inputs,
+)
 
 
 def test_cost_by_hand() -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierfl.core.mlp_layout import frozen_prefix, mlp_layers, mlp_size, mlp_vector, relayout
+from hierfl.core.mlp_layout import (
+    frozen_prefix,
+    mlp_layers,
+    mlp_size,
+    mlp_vector,
+    relayout,
+)
 
 
 def test_sizes_by_hand() -> None:

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from hierfl.core.mlp_layout import mlp_layers, mlp_vector
-from hierfl.learn.matched import Shape, active_layers, embed, fedma_final, fedma_layer, init_models, pfnm_global
+from hierfl.learn.matched import (
+    Shape,
+    active_layers,
+    embed,
+    fedma_final,
+    fedma_layer,
+    init_models,
+    pfnm_global,
+)
 
 SHAPE = Shape(4, [5, 5], 2)  # capacity: two hidden layers of 5
 
@@ -101,7 +109,7 @@ def test_fedma_final_by_hand() -> None:
     a = mlp_vector([(np.array([[1.0]]), np.array([0.0])), (np.array([[2.0], [4.0]]), np.array([1.0, 1.0]))])
     b = mlp_vector([(np.array([[1.0]]), np.array([0.0])), (np.array([[6.0], [0.0]]), np.array([3.0, 5.0]))])
     g, ops = fedma_final([a, b], [1], [np.array([1, 3]), np.array([3, 1])], shape)
-    (W1, b1), (W2, b2) = mlp_layers(g, 1, [1], 2)
+    _, (W2, b2) = mlp_layers(g, 1, [1], 2)
     # class 0: shares 1/4, 3/4 → 0.25·2 + 0.75·6 = 5; class 1: 0.75·4 + 0.25·0 = 3; biases 0.25·1 + 0.75·3, 0.75·1 + 0.25·5
     np.testing.assert_allclose(W2[:, 0], [5.0, 3.0])
     np.testing.assert_allclose(b2, [2.5, 2.0])

@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.learn.matched import Shape, fedma_final, fedma_layer, init_models, pfnm_global
+from hierfl.learn.matched import (
+    Shape,
+    fedma_final,
+    fedma_layer,
+    init_models,
+    pfnm_global,
+)
 from hierfl.learn.server_tasks import ServerContext, ServerResult, server_task
 
 __all__ = ["fedma_final_task", "fedma_layer_task", "matched_init", "pfnm_match"]
