@@ -179,3 +179,13 @@ def test_fc_layer_and_input_permutation() -> None:
     np.testing.assert_allclose(bg, b, atol=1e-7)
     nxt = np.array([[1.0, 2.0]])
     np.testing.assert_allclose(permute_inputs(nxt, np.array([2, 0]), 3), [[2.0, 0.0, 1.0]])
+
+
+def test_layer_ops_by_hand() -> None:
+    # two identical clients with 2 atoms of D = 3: every assignment has r = 2 rows and c = 2 + 2 columns
+    # (2 global atoms, up to 2 new ones): 3·2·4·3 + 2·4·2 = 88 operations; one first pass and one sweep over
+    # both clients make 3 assignments
+    a = np.array([[1.0, 0.0, 0.0], [0.0, 5.0, 0.0]])
+    lm = match_layer([a, a.copy()], [np.ones(3)] * 2, np.zeros(3), np.ones(3), 1.0, 1, np.random.default_rng(0))
+    assert lm.atoms.shape[0] == 2
+    assert lm.ops == 3 * 88
