@@ -62,3 +62,21 @@ def test_refused_settings_exit_2_naming_the_key(tmp_path: Path, capsys: pytest.C
     assert main(args) == 2
     err = capsys.readouterr().err
     assert key in err and "Traceback" not in err
+
+
+def test_fedma_two_hidden_layers_runs_one_sub_round_per_layer(tmp_path: Path) -> None:
+    """A 2-hidden-layer MLP, flat: per round two layer matchings and one class average at the cloud, and
+    every device trains 1 + 3 jobs (local training, then a retraining after each of the 3 uploads but the
+    last); the widths grow past the devices' 8 + 8 but stay within the capacity."""
+    path = str(ROOT / "scenarios" / "pfnm.yaml")
+    overrides = [*SHORT, "model.hidden=[20, 12]", "protocol={name: fedma, local_width: [8, 8], retrain_epochs: 1}",
+                 "stop.rounds=1"]
+    run_scenario(load_scenario(path, overrides), tmp_path / "r")
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["server_jobs"]["tasks"]["cloud"] == 1 + 2 + 1  # init, layers 0 and 1, the output layer
+    assert summary["totals"]["train_jobs"] == 6 * 3  # local training, retraining after layer 0 and after layer 1
+    trace = json.loads((tmp_path / "r" / "trace.json").read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    widths = [e["args"]["width"] for e in events if e.get("name") == "server_job:fedma_layer"]
+    assert len(widths) == 2 and 8 <= widths[0] <= 20 and 8 <= widths[1] <= 12
+    assert summary["final_accuracy"] > 0.1  # better than chance on 10 classes
