@@ -33,7 +33,7 @@ from hierfl.core.mlp_layout import Layers, mlp_layers, mlp_vector
 if TYPE_CHECKING:
     from hierfl.models import ModelConfig
 
-__all__ = ["Shape", "active_layers", "embed", "fedma_final", "fedma_layer", "init_models", "pfnm_global"]
+__all__ = ["Shape", "active_layers", "embed", "fedma_final", "fedma_layer", "init_models", "pfnm_global", "submodel"]
 
 
 class Shape:
@@ -135,3 +135,21 @@ def fedma_final(models: Sequence[np.ndarray], widths: Sequence[int], counts: Seq
     W, b = class_average([c[-1][0] for c in clients], [c[-1][1] for c in clients], counts)
     layers = list(clients[0][:-1]) + [(W, b)]
     return embed(layers, shape), float(2 * len(models) * (W.size + b.size))
+
+
+def submodel(model: np.ndarray, widths: Sequence[int], assignments: Sequence[np.ndarray],
+             shape: Shape) -> tuple[np.ndarray, list[int]]:
+    """A client's matched sub-network: the global network ``model`` (active ``widths``) seen in the client's
+    own neuron order — hidden layer ``k``'s neuron ``l`` is global neuron ``assignments[k][l]`` — so its
+    width is the client's own (PFNM's later rounds: ``pfnm_communication.py`` gives each client the global
+    weights its neurons were matched to). Returns the vector (capacity layout) and the client's widths."""
+    full = active_layers(shape.layers(model), widths)
+    idx = [np.asarray(a, dtype=np.int64) for a in assignments]
+    if len(idx) != len(full) - 1 or any(i.size and (i.min() < 0 or i.max() >= w) for i, w in zip(idx, widths)):
+        raise ValueError(f"submodel: assignments {[i.tolist() for i in idx]} do not index widths {list(widths)}")
+    layers: Layers = []
+    for k, (W, b) in enumerate(full):
+        rows = idx[k] if k < len(idx) else np.arange(W.shape[0])
+        cols = idx[k - 1] if k > 0 else np.arange(W.shape[1])
+        layers.append((W[np.ix_(rows, cols)], b[rows]))
+    return embed(layers, shape), [int(i.size) for i in idx]

@@ -131,6 +131,7 @@ class MatchedProtocol(Protocol):
         self.edge_models: dict[int, tuple[Any, list[int]]] = {}  # an edge's model on its way to the cloud
         self.at_cloud: dict[int, tuple[Any, list[int]]] = {}     # the edges' models the cloud holds
         self.global_widths: list[int] = []
+        self.next_model: dict[int, tuple[Any, list[int]]] = {}  # what each device starts its next round from
         self.in_features = 0
         self.hidden: list[int] = []
         self.classes = int(world.num_classes)
@@ -232,27 +233,36 @@ class MatchedProtocol(Protocol):
         if env.stopping:
             return
         self.round += 1
+        self.distribute()
+
+    # -- the next round's models -------------------------------------------------------------------------
+    def distribute(self) -> None:
+        """Send the global model down: to every device (flat) or through the edge servers."""
+        env = self.env
+        self.next_model = {d: (env.global_model, list(self.global_widths)) for d in range(self.n)}
         if ("cloud", 0) in self.points:
-            for d in range(self.n):
-                env.send(("cloud", 0), ("device", d), "global_arrived", MatchMsg(d, self.round), "download",
-                         size=self.model_bytes(widths))
+            self.send_down(("cloud", 0), range(self.n))
             return
         for point in self.points:
             env.send(("cloud", 0), point, "edge_global_arrived", PointMsg(*point, self.round), "download",
-                     size=self.model_bytes(widths))
+                     size=self.model_bytes(self.global_widths))
+
+    def send_down(self, src: Point, devices: Any) -> None:
+        """Each of ``devices`` downloads its next model (``next_model``) from ``src``."""
+        for d in devices:
+            self.env.send(src, ("device", d), "global_arrived", MatchMsg(d, self.round), "download",
+                          size=self.model_bytes(self.next_model[d][1]))
 
     def on_edge_global_arrived(self, event: Event) -> None:
         """The global model reached an edge server: forward it to its members."""
         point = (event.payload.tier, event.payload.entity)
-        for d in self.points[point]:
-            self.env.send(point, ("device", d), "global_arrived", MatchMsg(d, self.round), "download",
-                          size=self.model_bytes(self.global_widths))
+        self.send_down(point, self.points[point])
 
     def on_global_arrived(self, event: Event) -> None:
-        """A device has the global model: its next round starts from it."""
+        """A device has its next model: its next round starts from it."""
         d = event.payload.device
-        self.model[d] = self.env.global_model
-        self.widths[d] = list(self.global_widths)
+        self.model[d], widths = self.next_model.pop(d)
+        self.widths[d] = list(widths)
         self._device_round(d)
 
     def _device_round(self, device: int) -> None:

@@ -114,3 +114,33 @@ def test_fedma_final_by_hand() -> None:
     np.testing.assert_allclose(W2[:, 0], [5.0, 3.0])
     np.testing.assert_allclose(b2, [2.5, 2.0])
     assert ops == 2 * 2 * (2 + 2)
+
+
+def test_submodel_gives_each_client_its_matched_neurons_in_its_own_order() -> None:
+    """Permuted clients, matched with a weak prior: each client's sub-network of the global model is its own
+    network again (its order, its width)."""
+    from hierfl.learn.matched import submodel
+
+    rng = np.random.default_rng(5)
+    base = _narrow(rng, [3, 2])
+    perms = [((0, 1, 2), (0, 1)), ((2, 0, 1), (1, 0))]
+    nets = [_permute_hidden(base, p) for p in perms]
+    models = [embed(n, SHAPE) for n in nets]
+    g, widths, assignments, _ = pfnm_global(models, [[3, 2]] * 2, None, SHAPE, 1.0, 1e8, 1.0, 2,
+                                            np.random.default_rng(0))
+    for j, net in enumerate(nets):
+        sub, w = submodel(g, widths, [assignments[0][j], assignments[1][j]], SHAPE)
+        assert w == [3, 2]
+        for (W, b), (Ws, bs) in zip(net, active_layers(SHAPE.layers(sub), w)):
+            np.testing.assert_allclose(Ws, W, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(bs, b, rtol=1e-6, atol=1e-6)
+    # a client that used fewer global neurons gets a narrower sub-network: global neurons 0 and 2 of layer 0
+    sub, w = submodel(g, widths, [np.array([2, 0]), np.array([1])], SHAPE)
+    (W0, b0), (W1, _), (W2, _) = active_layers(SHAPE.layers(sub), w)
+    G = active_layers(SHAPE.layers(g), widths)
+    assert w == [2, 1]
+    np.testing.assert_allclose(W0, G[0][0][[2, 0]], rtol=1e-6)
+    np.testing.assert_allclose(W1, G[1][0][np.ix_([1], [2, 0])], rtol=1e-6)
+    np.testing.assert_allclose(W2, G[2][0][:, [1]], rtol=1e-6)
+    with pytest.raises(ValueError, match="do not index"):
+        submodel(g, widths, [np.array([5]), np.array([0])], SHAPE)

@@ -32,7 +32,12 @@ def _env(samples: list[int], edge_of: list[int] | None = None, rounds: int = 1, 
             return outs, match_s, stats
         return fn
 
+    def submodels(xs, params):
+        env.params.append(("matched_submodels", params))
+        return xs * len(params["clients"]), 0.25, {f"width0.{i}": 3.0 for i in range(len(params["clients"]))}
+
     env.server_tasks.update({"matched_init": init, "pfnm_match": mean("pfnm_match", {"width0": 5.0}),
+                             "matched_submodels": submodels,
                              "fedma_layer": mean("fedma_layer", {"width": 4.0}), "fedma_final": mean("fedma_final", {})})
     return env
 
@@ -48,10 +53,10 @@ def _trace(log: list[tuple]) -> list[tuple]:
     return out
 
 
-def test_pfnm_flat_trace():
+def test_pfnm_flat_trace_later_rounds_from_the_global_model():
     # 3 devices, a job lasts 1, 1.5, 2 s and returns start + d + 1; transfers 0.25 s; a matching 0.5 s
     env = _env([10, 10, 10], rounds=2)
-    protocol = PFNMConfig(local_width=[2]).create(env)
+    protocol = PFNMConfig(local_width=[2], later_rounds="global").create(env)
     assert _trace(env.run(protocol)) == [
         (0.0, "tier", "cloud", 0, "run", "matched_init", [0.0], 0.0, 0.0),
         (0.0, "init_done"),
@@ -80,6 +85,44 @@ def test_pfnm_flat_trace():
     # round 2 starts from the global width the matching reported
     assert env.params[2][1]["widths"] == [[5], [5], [5]]
     assert protocol.model_bytes([5]) == 4 * (5 * 3 + 5 + 2 * 5 + 2)
+
+
+def test_pfnm_flat_trace_later_rounds_from_each_devices_sub_network():
+    # as above, but after the commit the cloud cuts the devices' sub-networks (0.25 s) before they go down,
+    # and each device's download and next round have its own width (3, as the fake reports)
+    env = _env([10, 10, 10], rounds=2)
+    protocol = PFNMConfig(local_width=[2]).create(env)
+    assert _trace(env.run(protocol))[11:] == [
+        (2.75, "tier", "cloud", 0, "commit", [0, 1, 2], 2.0),
+        (2.75, "tier", "cloud", 0, "run", "matched_submodels", [2.0], 2.75, 3.0),
+        (3.0, "submodels_done"),
+        (3.25, "global_arrived"), (3.25, "global_arrived"), (3.25, "global_arrived"),
+        (4.25, "local_done"), (4.5, "model_arrived"),
+        (4.75, "local_done"), (5.0, "model_arrived"),
+        (5.25, "local_done"), (5.5, "model_arrived"),
+        (5.5, "tier", "cloud", 0, "run", "pfnm_match", [3.0, 4.0, 5.0], 5.5, 6.0),
+        (6.0, "match_done"),
+        (6.0, "tier", "cloud", 0, "add", 4.0, 1.0),
+        (6.0, "tier", "cloud", 0, "commit", [0, 1, 2], 4.0),
+    ]
+    cut = env.params[2][1]
+    assert cut["clients"] == [0, 1, 2] and cut["widths"] == [5]  # the global width the matching reported
+    assert env.params[3][1]["widths"] == [[3], [3], [3]]          # each device's own width in round 2
+
+
+def test_pfnm_edges_later_rounds_cut_at_the_cloud_then_at_each_edge():
+    env = _env([10, 10, 10, 10], edge_of=[0, 0, 1, 1], rounds=2)
+    protocol = PFNMConfig().create(env)
+    log = _trace(env.run(protocol))
+    cuts = [line for line in log if len(line) > 5 and line[5] == "matched_submodels"]
+    # the cloud cuts one sub-network per edge at the first commit (4.25), each edge one per member on arrival
+    # (edge → cloud 0.5 s): 4.25 + 0.25 + 0.5 = 5.0
+    assert cuts == [(4.25, "tier", "cloud", 0, "run", "matched_submodels", [2.5], 4.25, 4.5),
+                    (5.0, "tier", "edge", 0, "run", "matched_submodels", [2.5], 5.0, 5.25),
+                    (5.0, "tier", "edge", 1, "run", "matched_submodels", [2.5], 5.0, 5.25)]
+    assert [p["clients"] for t, p in env.params if t == "matched_submodels"] == [[0, 1], [0, 1], [2, 3]]
+    # devices download at 5.25 + 0.25 and start their round-2 jobs from the sub-networks (2.5)
+    assert (5.5, "global_arrived") in log
 
 
 def test_pfnm_shared_init_draws_one_seed():

@@ -25,10 +25,11 @@ from hierfl.learn.matched import (
     fedma_layer,
     init_models,
     pfnm_global,
+    submodel,
 )
 from hierfl.learn.server_tasks import ServerContext, ServerResult, server_task
 
-__all__ = ["fedma_final_task", "fedma_layer_task", "matched_init", "pfnm_match"]
+__all__ = ["fedma_final_task", "fedma_layer_task", "matched_init", "matched_submodels", "pfnm_match"]
 
 
 def _shape(ctx: ServerContext, params: dict[str, Any]) -> Shape:
@@ -151,3 +152,32 @@ def fedma_final_task(ctx: ServerContext, inputs: list[np.ndarray], params: dict[
                   else [np.asarray(c, dtype=np.float64) for c in counts])
     out, ops = fedma_final(inputs, widths, counts_arr, shape)
     return ServerResult([out], ops, {"ops": float(ops)})
+
+
+def _ex_submodels(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
+    ctx.state["assign0.0"] = np.array([2, 0], dtype=np.int32)
+    return [_ex_models(ctx)[0]], {**_EX, "clients": [0, 1], "widths": [3]}
+
+
+@server_task("matched_submodels", example=_ex_submodels)
+def matched_submodels(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
+                      rng: np.random.Generator) -> ServerResult:
+    """Each client's matched sub-network of the global network ``inputs[0]`` (active ``widths``), from the
+    assignments of the point's last matching (:func:`~hierfl.learn.matched.submodel`); a client the point
+    never matched gets the whole network. Stats: each client's widths (``width<k>.<i>``, ``i`` its
+    position in ``clients``). Charged one operation per entry of each output."""
+    shape = _shape(ctx, params)
+    widths = [int(w) for w in params["widths"]]
+    outs: list[np.ndarray] = []
+    stats: dict[str, float] = {}
+    ops = 0.0
+    for i, c in enumerate(params["clients"]):
+        keys = [f"assign{k}.{int(c)}" for k in range(len(shape.hidden))]
+        if all(k in ctx.state for k in keys):
+            out, w = submodel(inputs[0], widths, [ctx.state[k] for k in keys], shape)
+        else:
+            out, w = np.asarray(inputs[0], dtype=np.float32), list(widths)
+        outs.append(out)
+        ops += float(out.size)
+        stats.update({f"width{k}.{i}": float(x) for k, x in enumerate(w)})
+    return ServerResult(outs, ops, stats)
