@@ -136,7 +136,7 @@ def test_submodel_gives_each_client_its_matched_neurons_in_its_own_order() -> No
             np.testing.assert_allclose(bs, b, rtol=1e-6, atol=1e-6)
     # a client that used fewer global neurons gets a narrower sub-network: global neurons 0 and 2 of layer 0
     sub, w = submodel(g, widths, [np.array([2, 0]), np.array([1])], SHAPE)
-    (W0, b0), (W1, _), (W2, _) = active_layers(SHAPE.layers(sub), w)
+    (W0, _), (W1, _), (W2, _) = active_layers(SHAPE.layers(sub), w)
     G = active_layers(SHAPE.layers(g), widths)
     assert w == [2, 1]
     np.testing.assert_allclose(W0, G[0][0][[2, 0]], rtol=1e-6)
