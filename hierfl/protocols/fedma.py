@@ -8,7 +8,8 @@ One round at a matching point (the cloud when flat, each edge server in a hierar
 hidden layers ``1..H``:
 
 1. members train (round 0: ``training`` from their own initialisation; later rounds: ``retrain_epochs``
-   on every layer from the global model) and upload hidden layer 1;
+   on every layer from the global model, or from their matched sub-networks: ``later_rounds``) and upload
+   hidden layer 1;
 2. for ``l = 1..H``: the server matches layer ``l``'s neurons (incoming weights + bias) — a server job
    charged by its operation count — and sends the global layer ``l`` back; each member takes it, moves
    its layer ``l+1``'s inputs to the global order, freezes layers ``1..l`` (``TrainSpec.frozen``) and
@@ -125,7 +126,7 @@ class FedMA(MatchedProtocol):
             return
         self.arrived[point] = {}
         inputs = [arrived[m] for m in members]
-        widths = [self.widths[m] for m in members]
+        widths = [list(self.widths[m]) for m in members]  # copies: the sub-rounds change them
         payload = PointMsg(*point, self.round, msg.layer)
         if msg.layer < len(self.hidden):
             self.env.tier(*point).run("fedma_layer", inputs, "layer_matched", payload=payload,

@@ -78,6 +78,11 @@ class MatchedConfig(ProtocolConfig):
     init: Literal["per_device", "shared"] = Field(
         default="per_device", description="per_device: each device draws its own initialisation, as the authors' "
                                           "codes do; shared: every device starts from the same draw")
+    later_rounds: Literal["global", "submodel"] = Field(
+        default="global", description="what a device starts a later round from: global (the whole global network at "
+                                      "its matched width, FedMA's fedma_comm) or submodel (the global weights its "
+                                      "own neurons were matched to, in its own order and width; whether FedMA's "
+                                      "later rounds should do this is unverified)")
     cloud: Literal["match"] = Field(
         default="match", description="with edge servers, what the cloud does with the edges' models: match (PFNM's "
                                      "one-shot matching, each edge one client; design default)")
@@ -132,6 +137,7 @@ class MatchedProtocol(Protocol):
         self.at_cloud: dict[int, tuple[Any, list[int]]] = {}     # the edges' models the cloud holds
         self.global_widths: list[int] = []
         self.next_model: dict[int, tuple[Any, list[int]]] = {}  # what each device starts its next round from
+        self.edge_next: dict[int, tuple[Any, list[int]]] = {}   # and each edge server, on its way down
         self.in_features = 0
         self.hidden: list[int] = []
         self.classes = int(world.num_classes)
@@ -237,13 +243,23 @@ class MatchedProtocol(Protocol):
 
     # -- the next round's models -------------------------------------------------------------------------
     def distribute(self) -> None:
-        """Send the global model down: to every device (flat) or through the edge servers."""
+        """Send the next round's models down: the global network (``later_rounds: global``) to every device
+        (flat) or through the edge servers; or (``submodel``) the cloud first cuts the global network into its
+        clients' matched sub-networks (the devices', or the edges', which cut their members' on arrival)."""
         env = self.env
         self.next_model = {d: (env.global_model, list(self.global_widths)) for d in range(self.n)}
-        if ("cloud", 0) in self.points:
+        flat = ("cloud", 0) in self.points
+        if self.cfg.later_rounds == "submodel":
+            clients = list(range(self.n)) if flat else sorted(e for _, e in self.points)
+            env.tier("cloud").run("matched_submodels", [env.global_model], "submodels_done",
+                                  payload=PointMsg("cloud", 0, self.round),
+                                  params={"clients": clients, "widths": list(self.global_widths)})
+            return
+        if flat:
             self.send_down(("cloud", 0), range(self.n))
             return
         for point in self.points:
+            self.edge_next[point[1]] = (env.global_model, list(self.global_widths))
             env.send(("cloud", 0), point, "edge_global_arrived", PointMsg(*point, self.round), "download",
                      size=self.model_bytes(self.global_widths))
 
@@ -254,9 +270,33 @@ class MatchedProtocol(Protocol):
                           size=self.model_bytes(self.next_model[d][1]))
 
     def on_edge_global_arrived(self, event: Event) -> None:
-        """The global model reached an edge server: forward it to its members."""
+        """An edge server has the global network (or its own sub-network of it): it forwards it to its members,
+        or (``submodel``) cuts their sub-networks from it first."""
         point = (event.payload.tier, event.payload.entity)
-        self.send_down(point, self.points[point])
+        handle, widths = self.edge_next.pop(point[1])
+        if self.cfg.later_rounds == "global":
+            self.send_down(point, self.points[point])
+            return
+        self.env.tier(*point).run("matched_submodels", [handle], "submodels_done", payload=PointMsg(*point, self.round),
+                                  params={"clients": self.points[point], "widths": widths})
+
+    def on_submodels_done(self, event: Event) -> None:
+        """Sub-networks are cut: the devices download theirs, or each edge server its own."""
+        done = event.payload
+        msg: PointMsg = done.payload
+        point = (msg.tier, msg.entity)
+        to_devices = point[0] == "edge" or ("cloud", 0) in self.points
+        targets = self.points[point] if to_devices else sorted(e for _, e in self.points)
+        for i, (target, handle) in enumerate(zip(targets, done.outputs)):
+            widths = _indexed_widths(done.stats, i)
+            if to_devices:
+                self.next_model[target] = (handle, widths)
+            else:
+                self.edge_next[target] = (handle, widths)
+                self.env.send(("cloud", 0), ("edge", target), "edge_global_arrived",
+                              PointMsg("edge", target, self.round), "download", size=self.model_bytes(widths))
+        if to_devices:
+            self.send_down(point, targets)
 
     def on_global_arrived(self, event: Event) -> None:
         """A device has its next model: its next round starts from it."""
@@ -276,4 +316,12 @@ def _widths(stats: dict[str, float]) -> list[int]:
     while f"width{k}" in stats:
         out.append(int(stats[f"width{k}"]))
         k += 1
+    return out
+
+
+def _indexed_widths(stats: dict[str, float], i: int) -> list[int]:
+    """Client ``i``'s widths a ``matched_submodels`` job reports (``width0.i``, ``width1.i``, …)."""
+    out: list[int] = []
+    while f"width{len(out)}.{i}" in stats:
+        out.append(int(stats[f"width{len(out)}.{i}"]))
     return out

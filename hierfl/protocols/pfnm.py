@@ -38,14 +38,6 @@ from hierfl.protocols.matched import (
 __all__ = ["PFNM", "PFNMConfig"]
 
 
-def _indexed_widths(stats: dict[str, float], i: int) -> list[int]:
-    """Client ``i``'s widths a ``matched_submodels`` job reports (``width0.i``, ``width1.i``, …)."""
-    out: list[int] = []
-    while f"width{len(out)}.{i}" in stats:
-        out.append(int(stats[f"width{len(out)}.{i}"]))
-    return out
-
-
 @PROTOCOLS.register
 class PFNMConfig(MatchedConfig):
     """``protocol: {name: pfnm, gamma: 7, sigma2: 1, sigma0_2: 1, iters: 5, local_width: [..]}``; one
@@ -59,7 +51,7 @@ class PFNMConfig(MatchedConfig):
                                      "coordinate by coordinate, weighted by samples (the baseline the matching is "
                                      "compared with; design default match)")
 
-    later_rounds: Literal["submodel", "global"] = Field(
+    later_rounds: Literal["global", "submodel"] = Field(
         default="submodel", description="what a device starts a later round from: submodel (the global weights "
                                         "its own neurons were matched to, in its own order and width, as the "
                                         "authors' pfnm_communication.py) or global (the whole global network, "
@@ -76,49 +68,6 @@ class PFNM(MatchedProtocol):
     def __init__(self, cfg: PFNMConfig, env: Env) -> None:
         super().__init__(cfg, env)
         self.cfg: PFNMConfig = cfg
-        self.edge_next: dict[int, tuple[Any, list[int]]] = {}  # an edge's sub-network on its way down
-
-    # -- later rounds: each device's matched sub-network ----------------------------------------------
-    def distribute(self) -> None:
-        """``later_rounds: submodel``: the cloud cuts the global network into its clients' sub-networks (the
-        devices, or the edges, which cut theirs for their members) before they go down."""
-        if self.cfg.later_rounds == "global":
-            super().distribute()
-            return
-        clients = list(range(self.n)) if ("cloud", 0) in self.points else sorted(e for _, e in self.points)
-        self.env.tier("cloud").run("matched_submodels", [self.env.global_model], "submodels_done",
-                                   payload=PointMsg("cloud", 0, self.round),
-                                   params={"clients": clients, "widths": list(self.global_widths)})
-
-    def on_submodels_done(self, event: Event) -> None:
-        """Sub-networks are cut: the devices download theirs, or each edge server its own (which it cuts
-        again for its members when it arrives)."""
-        done = event.payload
-        msg: PointMsg = done.payload
-        point = (msg.tier, msg.entity)
-        flat = ("cloud", 0) in self.points
-        targets = self.points[point] if point[0] == "edge" or flat else sorted(e for _, e in self.points)
-        for i, (target, handle) in enumerate(zip(targets, done.outputs)):
-            widths = _indexed_widths(done.stats, i)
-            if point[0] == "edge" or flat:
-                self.next_model[target] = (handle, widths)
-            else:
-                self.edge_next[target] = (handle, widths)
-                self.env.send(("cloud", 0), ("edge", target), "edge_global_arrived", PointMsg("edge", target, self.round),
-                              "download", size=self.model_bytes(widths))
-        if point[0] == "edge" or flat:
-            self.send_down(point, targets)
-
-    def on_edge_global_arrived(self, event: Event) -> None:
-        """An edge server has its sub-network of the global model: it cuts its members' from it."""
-        if self.cfg.later_rounds == "global":
-            super().on_edge_global_arrived(event)
-            return
-        point = (event.payload.tier, event.payload.entity)
-        handle, widths = self.edge_next.pop(point[1])
-        self.env.tier(*point).run("matched_submodels", [handle], "submodels_done",
-                                  payload=PointMsg(*point, self.round),
-                                  params={"clients": self.points[point], "widths": widths})
 
     def cloud_params(self, edges: list[int]) -> dict[str, Any]:
         """The cloud combines the edge models by the same rule (``average``: weighted by the edges' samples)."""
@@ -150,7 +99,7 @@ class PFNM(MatchedProtocol):
         self.arrived[point] = {}
         self.env.tier(*point).run("pfnm_match", [arrived[m] for m in members], "match_done",
                                   payload=PointMsg(*point, self.round),
-                                  params={**self.knobs(), "widths": [self.widths[m] for m in members],
+                                  params={**self.knobs(), "widths": [list(self.widths[m]) for m in members],
                                           "counts": self.point_counts(members), "clients": members,
                                           "rule": self.cfg.rule,
                                           "weights": [int(self.env.world.samples[m]) for m in members]})

@@ -212,3 +212,15 @@ def test_fedma_later_rounds_retrain_every_layer():
     protocol.hidden, protocol.in_features = [4], 3
     spec = protocol.retrain_spec(0)
     assert (spec.frozen, spec.epochs, spec.lr) == (0, 2, 0.05)
+
+
+def test_fedma_later_rounds_from_sub_networks_keep_each_devices_width():
+    # later_rounds: submodel — after the first commit (7.75) the cloud cuts each device's sub-network
+    # (0.25 s); the devices download them (0.25 s) and retrain every layer at their own width (3 here)
+    env = _env([10, 10], rounds=2)
+    protocol = FedMAConfig(retrain_epochs=1, later_rounds="submodel").create(env)
+    log = _trace(env.run(protocol))
+    assert (7.75, "tier", "cloud", 0, "run", "matched_submodels", [3.0], 7.75, 8.0) in log
+    assert log.count((8.25, "global_arrived")) == 2
+    layer = [p for t, p in env.params if t == "fedma_layer"][1]  # round 2's first sub-round
+    assert layer["widths"] == [[3], [3]]
