@@ -80,3 +80,19 @@ def test_fedma_two_hidden_layers_runs_one_sub_round_per_layer(tmp_path: Path) ->
     widths = [e["args"]["width"] for e in events if e.get("name") == "server_job:fedma_layer"]
     assert len(widths) == 2 and 8 <= widths[0] <= 20 and 8 <= widths[1] <= 12
     assert summary["final_accuracy"] > 0.1  # better than chance on 10 classes
+
+
+def test_pfnm_resume_cuts_sub_networks_from_the_checkpointed_assignments(tmp_path: Path) -> None:
+    """PFNM in edges with later_rounds: submodel reads the servers' kept assignments in every later round:
+    interrupted after round 1 and resumed, the run is the uninterrupted one (the state came back)."""
+    path = str(ROOT / "scenarios" / "fedma_edges.yaml")
+    overrides = [*SHORT, "stop.rounds=3", "protocol={name: pfnm, local_width: [16]}"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(path, overrides), ref)
+    summary = json.loads((ref / "summary.json").read_text())
+    assert summary["server_jobs"]["tasks"]["edge"] == 2 + 3 * 2 + 2 * 2  # inits, matchings, sub-network cuts
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(path, overrides), out, progress=_stop_at(1))
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)
