@@ -93,7 +93,8 @@ def assignment_cost(w: np.ndarray, s_j: np.ndarray, G: np.ndarray, S: np.ndarray
 
 def assignment_ops(rows: int, atoms: int, new: int, dim: int) -> float:
     """Operation count of one assignment: ``3·r·c·D`` to build the cost matrix plus ``r·c·min(r, c)`` for
-    the Hungarian method, with ``r = rows``, ``c = atoms + new`` (the analytic count of docs/explanation/algorithms.md §9.1)."""
+    the Hungarian method, with ``r = rows``, ``c = atoms + new`` (the analytic count of
+    docs/explanation/algorithms.md §9.1)."""
     c = atoms + new
     return float(3 * rows * c * dim + rows * c * min(rows, c))
 

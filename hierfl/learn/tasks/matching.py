@@ -98,8 +98,10 @@ def matched_init(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str,
 def pfnm_match(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
                rng: np.random.Generator) -> ServerResult:
     """PFNM's one-shot matching of the input networks (:func:`~hierfl.learn.matched.pfnm_global`); one input
-    is returned as it is; ``rule: average`` averages them coordinate by coordinate (``weights``). ``counts``: each input's class histogram (None: equal shares). Stats: the global
-    hidden widths (``width<k>``) and the operations (``ops``)."""
+    is returned as it is; ``rule: average`` averages them coordinate by coordinate (``weights``). ``counts``:
+    each input's class histogram (None: equal shares). Stats: the global hidden widths (``width<k>``) and the
+    operations (``ops``).
+    """
     shape = _shape(ctx, params)
     widths = _widths(shape, params, len(inputs))
     if len(inputs) == 1:
