@@ -33,6 +33,7 @@ from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.jobs import Job
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
+from hierfl.env.events import ServerJobDone
 from hierfl.policies.straggler import WaitAll
 
 __all__ = ["FakeWorld", "FakeEnv", "FakeAggregator", "FakeTelemetry", "FakeLive", "short", "run"]
@@ -193,6 +194,12 @@ class NoScaffold:
     def coef(self, device: int) -> None:
         return None
 
+    def reset(self, devices: list[int]) -> None:
+        self.resets.append(list(devices))
+
+    def __init__(self) -> None:
+        self.resets: list[list[int]] = []
+
 
 def _combine(terms: list[tuple[float, Any, Any]]) -> float:
     return sum(c * (a - (0.0 if b is None else b)) for c, a, b in terms)
@@ -285,6 +292,21 @@ class FakeAggregator:
         self._log("applied", list(sources), list(weights), list(staleness), version)
         self._cloud_aggregation()
 
+    # -- the server's own computation
+    def run(self, task: str, inputs: list[Any], done: str, payload: Any = None,
+            params: dict[str, Any] | None = None) -> Event:
+        """A server task on floats: ``env.server_tasks[task](inputs, params) -> (outputs, seconds)`` (default:
+        the inputs' mean, 1 s), queued behind this server's earlier tasks as the driver queues them."""
+        fn = self.env.server_tasks.get(task, lambda xs, _: ([sum(xs) / len(xs)], 1.0))
+        # (a fake may also give the task's stats: outputs, seconds, stats)
+        outputs, seconds, *rest = fn(list(inputs), dict(params or {}))
+        stats = dict(rest[0]) if rest else {}
+        key = (self.tier, self.entity)
+        start = max(self.env.now, self.env.server_free.get(key, self.env.now))
+        self.env.server_free[key] = start + seconds
+        self._log("run", task, list(inputs), start, start + seconds)
+        return self.env.at(start + seconds, done, ServerJobDone(task, tuple(outputs), stats, start, start + seconds, payload))
+
 
 def short(payload: Any) -> str:
     """A payload in a log line: ``"device=0 round=1"`` (its fields), ``""`` for none."""
@@ -316,6 +338,9 @@ class FakeEnv:
         self.telemetry = FakeTelemetry()
         self.live = FakeLive(self, away, slow)
         self.scaffold = NoScaffold()
+        # server tasks on floats by name (see FakeAggregator.run) and when each server's queue runs dry
+        self.server_tasks: dict[str, Any] = {}
+        self.server_free: dict[tuple[str, int], float] = {}
         self.global_model: Any = global_model
         self.stopping = False
         self.cloud_aggregations = 0

@@ -165,6 +165,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
         world = build_world(scenario, samples,
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
         world.num_classes = int(classes)
+        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (PFNM, FedMA)
+            y = dataset.y_train
+            world.label_counts = np.stack([np.bincount(y[p], minlength=classes)[:classes] for p in parts]
+                                          ).astype(np.int64)
         if dataset.train_domain is not None and dataset.domains is not None:  # own- and other-domain accuracy
             world.device_domain = np.array([int(np.bincount(dataset.train_domain[p], minlength=len(dataset.domains))
                                                 .argmax()) for p in parts], dtype=np.int64)

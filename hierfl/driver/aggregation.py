@@ -15,6 +15,7 @@ import numpy as np
 
 from hierfl.driver.errors import DivergedError
 from hierfl.driver.nonfinite import NonFinite
+from hierfl.driver.server_jobs import ServerJobs
 from hierfl.driver.tiers import Layer, TierAggregator, compose
 from hierfl.env.api import Endpoint, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
@@ -86,6 +87,8 @@ class Aggregation:
         self._stacks: dict[str, Layer] = {}
         # what ends a synchronous round of device updates at each aggregator (FedDC's rule, else the optimizer)
         self.round_rules = RoundRules(scenario, world)
+        # each server's own computation (server tasks), queued per server in virtual time
+        self.server_jobs = ServerJobs(scenario.servers, executor, telemetry, clock)
 
     @property
     def now(self) -> float:
@@ -349,4 +352,10 @@ class ControlVariates:
     def coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
         return None if self._coefs is None else float(self._coefs[device])
+
+    def reset(self, devices: list[int]) -> None:
+        """Forget the per-device state of ``devices`` (their control ``c_i``; FedDC's drift ``h_i`` too): they
+        start again from zeros, after every job they were given before."""
+        if devices:
+            self._executor.state.reset_devices(sorted(int(d) for d in devices))
 
