@@ -180,8 +180,10 @@ class FCCL(Protocol):
         size = min(cfg.public_size, public.size)
         per_batch = cfg.exchange == "per_batch"
         self.batches = num_batches(size, cfg.public_batch_size) if per_batch else 1
-        self.base = FCCLJob("logits", public.rows, size, 0, cfg.public_batch_size, None, per_batch, cfg.self_target,
-                            cfg.inter_teacher, self.n, cfg.lambda_col, cfg.lr, cfg.weight_decay, cfg.lambda_loc)
+        self.base = FCCLJob("logits", rows=public.rows, subset_size=size, batch_size=cfg.public_batch_size,
+                            per_batch=per_batch, self_target=cfg.self_target, inter_teacher=cfg.inter_teacher,
+                            parties=self.n, lambda_col=cfg.lambda_col, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                            lambda_loc=cfg.lambda_loc)
         base = env.spec
         self.local_spec = TrainSpec(epochs=cfg.local_epochs or base.epochs or 1, batch_size=base.batch_size,
                                     fccl=dataclasses.replace(self.base, kind="local"))
