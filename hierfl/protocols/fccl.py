@@ -116,7 +116,8 @@ class FCCLConfig(ProtocolConfig):
                                  "single sample (the standardisation over the batch needs two)")
     local_epochs: PositiveInt | None = Field(
         default=None, description="epochs of the local phase on the private data, batch training.batch_size; "
-                                  "null = training.epochs (design default; the code sets them per party)")
+                                  "null = the training section's length, training.epochs or training.local_steps "
+                                  "(design default; the code sets the epochs per party)")
     pretrain_epochs: PositiveInt = Field(default=40, description="epochs of the pre-training on the private data "
                                                                  "(CVPR code: 40; FCCL+: 50)")
     pretrain_batch_size: PositiveInt = Field(default=256, description="batch size of the pre-training (code: 256)")
@@ -185,8 +186,11 @@ class FCCL(Protocol):
                             parties=self.n, lambda_col=cfg.lambda_col, lr=cfg.lr, weight_decay=cfg.weight_decay,
                             lambda_loc=cfg.lambda_loc)
         base = env.spec
-        self.local_spec = TrainSpec(epochs=cfg.local_epochs or base.epochs or 1, batch_size=base.batch_size,
-                                    fccl=dataclasses.replace(self.base, kind="local"))
+        # the local phase: local_epochs, or the training section's length (its epochs or local_steps)
+        length = {"epochs": cfg.local_epochs, "steps": None} if cfg.local_epochs else {"epochs": base.epochs,
+                                                                                        "steps": base.steps}
+        self.local_spec = TrainSpec(**length, batch_size=base.batch_size, fccl=dataclasses.replace(self.base,
+                                                                                                    kind="local"))
         edge_of = env.world.edge_of
         self.members: dict[int, list[int]] = {}
         if env.world.num_edges:

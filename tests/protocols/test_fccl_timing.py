@@ -111,3 +111,13 @@ def test_without_collaboration_parties_only_train_locally(tmp_path):
     final = [x for x in lines if x["event"] == "eval"][-1]
     assert final["bytes_cloud"] == 0 and final["train_jobs"] == 3 + 3 * 2  # pre-training, two full rounds
     assert final["compute_s"] == pytest.approx(2 * 5.4 + 5.76 + 2 * (2 * 9.0 + 9.6), abs=1e-9)
+
+
+def test_the_local_phase_follows_local_steps(tmp_path):
+    # training.local_steps = 2 steps of batch 60 instead of 1 epoch: 120 samples, so the local phase lasts
+    # 120·150/1000 = 18 | 120·320/2000 = 19.2 s; round 1 begins at max(9.24 + 0.06 + 0.6 + 18, 9.24 + 0.03 + 0.64
+    # + 19.2) = 29.11 and its last exchange closes 3.48 s later
+    raw = _raw()
+    raw["training"] = {"local_steps": 2, "batch_size": 60}
+    _, aggs, _, _ = _run(tmp_path, raw)
+    assert aggs == pytest.approx([9.24, 29.11 + 3.48], abs=1e-9)
