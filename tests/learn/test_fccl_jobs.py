@@ -109,3 +109,24 @@ def test_missing_state_is_a_clear_error():
     trainer, _, work = _work()
     with pytest.raises(ValueError, match="fccl_star is missing"):
         work.run(trainer, 0, PRIVATE, TrainSpec(fccl=FCCLJob("local")), 1, np.zeros(9, dtype=np.float32), None)
+
+
+def test_per_round_current_target_uses_the_live_output():
+    """exchange per_round, self_target current: the own entry is the model's output on the batch as it is now
+    (detached), so the target is mean + (Z_now − Z_uploaded)/K. With an upload 0.5 above the live logits and
+    K = 2, the target is the mean − 0.25."""
+    trainer, states, work = _work()
+    params = np.array([0.5, -0.2, 0.1, 0.3, -0.4, 0.2, 0.0, 0.1, -0.1], dtype=np.float32)
+    job = FCCLJob("collab", rows=(2, 6), subset_size=4, subset_seed=9, batch_size=4, per_batch=False,
+                  self_target="current", parties=2, lr=0.01)
+    order = (2 + batch_positions(job, 4)[0]).tolist()
+    w, b = params[:6].reshape(3, 2), params[6:]
+    z = np.stack([w @ X[r] + b for r in order]).astype(np.float32)
+    states.put(0, fccl_z=(z + 0.5).reshape(-1), fccl_self=np.zeros(12, dtype=np.float32))
+    mean = (z * 0.5 + 1.0).astype(np.float32)
+    theta = torch.tensor(params, requires_grad=True)
+    out = torch.from_numpy(X[order]) @ theta[:6].reshape(3, 2).T + theta[6:]
+    cross_correlation_loss(out, torch.from_numpy(mean - 0.25), 0.0051).backward()
+    g = theta.grad.numpy()
+    new, _ = work.run(trainer, 0, PRIVATE, TrainSpec(fccl=job), 1, params, mean.reshape(-1))
+    assert np.allclose(new, params - 0.01 * g / (np.abs(g) + 1e-8), atol=1e-6)
