@@ -29,8 +29,9 @@ COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_
             "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d",
             "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
 # counters a feature adds on its first count (only the runs that use it carry them, so others' totals
-# stay as they were): re-grouping (``protocol.recluster``) counts the devices it moved and their transfers
-OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration"})
+# stay as they were): re-grouping (``protocol.recluster``) counts the devices it moved and their transfers;
+# a ledger (BGFL) counts the blocks that carry data and the bytes written to the chain
+OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration", "chain_blocks", "bytes_on_chain"})
 
 
 def _hist_mean(hist: dict[int, int]) -> float | None:
