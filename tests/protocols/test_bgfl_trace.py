@@ -119,3 +119,62 @@ def test_free_setup_and_no_sharing() -> None:
     assert log[4:10] == [(2.125, "shared_ready", "scope=0 round=-1")] + [
         (2.375, "shared_asked", f"device={d} round=-1") for d in range(4)] + [
         (2.625, "train_start", "device=2 round=0")]
+
+
+EDGE = [
+    # edge 0 holds d0 (10, 0) and d1 (4, 6): committee d1 (JS to the pooled (14, 6): 0.067 against 0.169);
+    # edge 1 holds d2 (0, 10) and d3 (5, 5): committee d3. Each shares (1, 1); each edge's chain gets
+    # 2·(4·2 + 4) = 24 bytes of histograms and a 20-byte share in block 0: confirmed at 2.125
+    (0.25, "hist_arrived", "device=0 round=-1"),
+    (0.25, "hist_arrived", "device=1 round=-1"),
+    (0.25, "hist_arrived", "device=2 round=-1"),
+    (0.25, "hist_arrived", "device=3 round=-1"),
+    (0.5, "share_asked", "device=1 round=-1"),
+    (0.5, "share_asked", "device=3 round=-1"),
+    (0.75, "share_arrived", "device=1 round=-1"),
+    (0.75, "share_arrived", "device=3 round=-1"),
+    (2.125, "shared_ready", "scope=0 round=-1"),
+    (2.125, "shared_ready", "scope=1 round=-1"),
+    (2.375, "shared_asked", "device=0 round=-1"),
+    (2.375, "shared_asked", "device=1 round=-1"),   # the only sharer of its edge: nothing to download
+    (2.375, "shared_asked", "device=2 round=-1"),
+    (2.375, "shared_asked", "device=3 round=-1"),
+    (2.625, "shared_arrived", "device=0 round=-1"),  # edge 0 complete: round 0 selects d1 (merged (4, 6))
+    (2.625, "shared_arrived", "device=2 round=-1"),  # edge 1: d3 ((5, 5), score 0)
+    (2.875, "train_start", "device=1 round=0"),
+    (2.875, "train_start", "device=3 round=0"),
+    (4.375, "train_done", "device=1 round=0"),       # 1.5 s
+    (4.625, "upload_done", "device=1 round=0"),
+    (4.625, "tier", "edge", 0, "add", 2.0, 10.0),    # weight 10 + 0: d1 lacks no share
+    # the record, 2 hashes = 64 bytes, goes in edge 0's block 4 (found at 5): confirmed at 6 + 0.125
+    (4.625, "tier", "edge", 0, "commit", [1], 2.0),
+    (5.375, "train_done", "device=3 round=0"),       # 2.5 s
+    (5.625, "upload_done", "device=3 round=0"),
+    (5.625, "tier", "edge", 1, "add", 4.0, 10.0),
+    (5.625, "tier", "edge", 1, "commit", [3], 4.0),  # block 5 (6): confirmed at 7.125
+    (6.125, "round_confirmed", "scope=0 round=0"),
+    (6.625, "edge_arrived", "scope=0 round=0"),      # edge → cloud 0.5 s
+    (6.625, "tier", "cloud", 0, "add", 2.0, 10.0),
+    (7.125, "round_confirmed", "scope=1 round=0"),
+    (7.625, "edge_arrived", "scope=1 round=0"),
+    (7.625, "tier", "cloud", 0, "add", 4.0, 10.0),
+    (7.625, "tier", "cloud", 0, "commit", [0, 1], 3.0),
+    (8.125, "edge_model_arrived", "scope=0 round=1"),
+    (8.125, "edge_model_arrived", "scope=1 round=1"),
+    (8.375, "train_start", "device=1 round=1"),
+    (8.375, "train_start", "device=3 round=1"),
+]
+
+
+def test_bgfl_edge_scope_by_hand() -> None:
+    world = FakeWorld([10, 10, 10, 10], edge_of=[0, 0, 1, 1])
+    world.label_counts = np.array([[10, 0], [4, 6], [0, 10], [5, 5]])
+    world.sample_bytes = 10
+    env = FakeEnv(world)
+    cfg = BGFLConfig(**{**KNOBS, "chain_scope": "edge"})
+    log = env.run(cfg.create(env), until=8.5)
+    assert log == EDGE
+    assert env.global_model == 3.0
+    lanes = sorted({args[0] for name, args, kw in env.telemetry.calls if name == "span"})
+    assert lanes == [("chain", 0), ("chain", 1)]   # one lane per edge server's chain
+    assert env.telemetry.counts == {"bytes_on_chain": 2 * (24 + 20 + 64), "chain_blocks": 2 * 2}
