@@ -221,7 +221,8 @@ class RunTelemetry:
         staleness, queue series, whether the trace has an event yet, and the wall seconds so far."""
         return {"counters": self.counters, "staleness": self.staleness, "queues": self.queues,
                 "trace_first": not self.trace.started, "wall_s": self.wall_s(), "edge_of": self._edge_of,
-                "queue_tracks": {key: track.state() for key, track in self._queue_tracks.items()}}
+                "queue_tracks": {key: track.state() for key, track in self._queue_tracks.items()},
+                "chain_lanes": sorted(self.trace.chain_lanes)}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Take over :meth:`state` (a resumed run's wall seconds go on from the checkpoint's)."""
@@ -229,6 +230,7 @@ class RunTelemetry:
         self._queue_hits = {}  # (the series are the checkpoint's objects now)
         self.trace.started = not state["trace_first"]
         self._edge_of = state.get("edge_of")
+        self.trace.chain_lanes = set(state.get("chain_lanes", ()))  # lanes named already stay named
         for (tier, entity), track_state in state.get("queue_tracks", {}).items():
             self._queue_track(tier, entity).set_state(track_state)
         self._wall0 = time.perf_counter() - float(state["wall_s"])

@@ -57,7 +57,7 @@ class TraceWriter:
         self._pending_chars = 0
         self._first = offset is None
         self.devices = devices
-        self._chain_lanes: set[int] = set()  # chain lanes named so far
+        self.chain_lanes: set[int] = set()  # chain lanes named so far (kept by a checkpoint)
 
     def keeps(self, lane: tuple[str, int]) -> bool:
         """Whether events on ``lane`` are written."""
@@ -90,10 +90,10 @@ class TraceWriter:
 
     def _name_chain(self, tid: int) -> None:
         """The chain group's and lane ``tid``'s names, before the lane's first event."""
-        if not self._chain_lanes:
+        if not self.chain_lanes:
             self._event({"ph": "M", "name": "process_name", "pid": _CHAIN_PID, "args": {"name": "chain"}})
             self._event({"ph": "M", "name": "process_sort_index", "pid": _CHAIN_PID, "args": {"sort_index": _CHAIN_PID}})
-        self._chain_lanes.add(tid)
+        self.chain_lanes.add(tid)
         self._event({"ph": "M", "name": "thread_name", "pid": _CHAIN_PID, "tid": tid, "args": {"name": f"chain {tid}"}})
 
     def span(self, lane: tuple[str, int], name: str, start: float, duration: float, **args: Any) -> None:
@@ -102,7 +102,7 @@ class TraceWriter:
         if devices is not None and lane[0] == "device" and int(lane[1]) not in devices:
             return
         pid = LANES[lane[0]][0]
-        if pid == _CHAIN_PID and int(lane[1]) not in self._chain_lanes:
+        if pid == _CHAIN_PID and int(lane[1]) not in self.chain_lanes:
             self._name_chain(int(lane[1]))
         self._event({"ph": "X", "name": name, "cat": lane[0], "ts": start * 1e6, "dur": duration * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": jsonable(bound_lists(args, self.list_limit))})
@@ -112,7 +112,7 @@ class TraceWriter:
         if not self.keeps(lane):
             return
         pid = LANES[lane[0]][0]
-        if pid == _CHAIN_PID and int(lane[1]) not in self._chain_lanes:
+        if pid == _CHAIN_PID and int(lane[1]) not in self.chain_lanes:
             self._name_chain(int(lane[1]))
         self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": jsonable(bound_lists(args, self.list_limit))})

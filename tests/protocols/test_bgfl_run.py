@@ -62,3 +62,29 @@ def test_bad_input_is_refused_with_its_key(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert key in err and text in err
+
+
+@pytest.mark.parametrize("stem", ["bgfl", "bgfl_edge"])
+def test_resume_ends_as_the_uninterrupted_run(tmp_path: Path, stem: str) -> None:
+    """Interrupted at 20 virtual seconds (a checkpoint every round) and resumed: the same files."""
+    from hierfl.driver import resume_run
+    from hierfl.scenario.loader import load_scenario
+    from tests.protocols.test_gossip_runs import assert_same_run
+
+    path = ROOT / "scenarios" / f"{stem}.yaml"
+    sets = ["runtime.executor=local", "runtime.checkpoint.every_s=1", "runtime.checkpoint.every_cloud_aggregations=1",
+            "stop.virtual_time_s=40"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(path, sets), ref, source=str(path))
+
+    def stop(t: float, rounds: int, acc: float | None) -> None:
+        if t >= 20:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(path, sets), out, progress=stop, source=str(path))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpoint_t"] > 5  # after stage 1
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)
