@@ -88,3 +88,15 @@ def test_resume_ends_as_the_uninterrupted_run(tmp_path: Path, stem: str) -> None
     assert summary["status"] == "interrupted" and summary["checkpoint_t"] > 5  # after stage 1
     assert resume_run(out).summary["status"] == "completed"
     assert_same_run(ref, out)
+
+
+def test_the_world_carries_class_histograms_only_for_protocols_that_ask() -> None:
+    from hierfl.assemble import build
+
+    built = build(tiny(protocol=BGFL))
+    counts = built.world.label_counts
+    assert counts is not None and counts.shape == (4, 3)
+    for d, rows in enumerate(built.parts):  # each device's labels, counted
+        assert counts[d].tolist() == np.bincount(built.dataset.y_train[rows], minlength=3).tolist()
+    assert built.world.sample_bytes == 4 * (5 + 1)  # 5 float32 features and a 4-byte label
+    assert build(tiny()).world.label_counts is None  # fedavg does not ask
