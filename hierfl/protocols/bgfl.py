@@ -124,7 +124,7 @@ class BGFLConfig(ProtocolConfig):
                                                           "holds a submission (design default 1)")
     propagation_s: NonNegativeFloat | None = Field(
         default=None, description="seconds for a block to reach the committee; null: max over the committee of "
-                                  "block_bytes over its downlink plus its latency (design default)")
+                                  "block_bytes over a member's downlink plus its latency (design default)")
     hash_bytes: PositiveInt = Field(default=32, description="bytes of one model hash in a round's record (design "
                                                            "default 32, SHA-256)")
     round_record: Literal["hashes", "updates", "none"] = Field(
@@ -221,21 +221,21 @@ class BGFL(Protocol):
         groups = ([(("edge", e), [int(d) for d in world.edge_members(e)]) for e in range(world.num_edges)]
                   if self.edge_scope else [(("cloud", 0), list(range(world.num_devices)))])
         for k, (host, members) in enumerate(groups):
-            params = ChainParams(cfg.mean_block_s(), cfg.block_bytes, cfg.k_conf, self._propagation(members))
+            params = ChainParams(cfg.mean_block_s(), cfg.block_bytes, cfg.k_conf, cfg.propagation_s or 0.0)
             self.scopes.append(Scope(k, host, members, Ledger(env, host, k, params, cfg.block_interval)))
             self.scope_of[members] = k
         self.cloud_round = 0
         self.edges_in: set[int] = set()
         self.edge_models: dict[int, Any] = {}
 
-    def _propagation(self, members: list[int]) -> float:
-        """A block's way to the farthest committee member (bounded by every member: the committee is chosen
-        later, and the bound keeps one value per chain)."""
+    def _propagation(self, committee: list[int]) -> float:
+        """A full block's way to the farthest committee member: ``max_j (block_bytes/B_j + ℓ_j)`` over the
+        members' downlinks, unless ``propagation_s`` is given."""
         if self.cfg.propagation_s is not None:
             return float(self.cfg.propagation_s)
         world = self.env.world
         return max((transfer_time_s(self.cfg.block_bytes, float(world.downlink_mbps[d]), world.link_latency_ms(d))
-                    for d in members), default=0.0)
+                    for d in committee), default=0.0)
 
     # -- stage 1: histograms, committee, shares, the shared set ------------------------------------------
     def start(self) -> None:
@@ -276,6 +276,7 @@ class BGFL(Protocol):
         size = max(1, math.ceil(self.cfg.committee_fraction * len(members) - 1e-9))
         scope.committee = select_by_score(members, scores, size, "js_lowest", self.env.rng("bgfl.committee", scope.index))
         scope.counts = {d: share_counts(self.hist[d], self.cfg.alpha) for d in scope.committee}
+        scope.ledger.seat_committee(self._propagation(scope.committee))
 
     def on_share_asked(self, event: Event) -> None:
         """A committee member uploads its share to the chain host."""

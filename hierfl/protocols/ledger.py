@@ -18,6 +18,7 @@ Used by BGFL (Lian et al., IEEE TCSS 2023), docs/explanation/algorithms.md §5.1
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hierfl.core.chain import Chain, ChainParams, FixedInterval, Receipt
@@ -40,6 +41,12 @@ class Ledger:
         self.start = env.now
         self.chain = Chain(params, source, start=self.start)
         self._shown = 0  # blocks below this index are on the trace lane already (or were empty)
+
+    def seat_committee(self, propagation_s: float) -> None:
+        """The committee is known before the first write: blocks reach its farthest member in ``propagation_s``."""
+        if self.chain.found or self._shown:
+            raise RuntimeError("Ledger: the committee is seated before the chain is first written to")
+        self.chain.params = dataclasses.replace(self.chain.params, propagation_s=float(propagation_s))
 
     def submit(self, size_bytes: int, what: str, **args: Any) -> Receipt:
         """Write ``size_bytes`` to the chain now; where and when they land (see :class:`~hierfl.core.chain.Chain`)."""

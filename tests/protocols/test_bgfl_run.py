@@ -34,6 +34,10 @@ def test_jobs_train_on_the_shared_set_and_take_its_time(tmp_path: Path) -> None:
     # on the chain: 4·(4·3 + 4) = 64 bytes of histograms, 2 shares of 30 samples × (4·5 + 4) bytes, 2 rounds'
     # records of (4 + 1) × 32 bytes of hashes
     assert summary["totals"]["bytes_on_chain"] == 64 + 2 * 30 * 24 + 2 * 5 * 32
+    # confirmed one block (1 s, fixed) after the block that holds it, plus the propagation of a full block to
+    # the committee: 1e6 bytes over a 1 Mbit/s downlink plus 20 ms
+    for e in (e for e in trace if e.get("name") == "confirm"):
+        assert e["ts"] / 1e6 == pytest.approx(e["args"]["block"] + 2 + 8.02, abs=1e-9)
     names = {e["args"]["name"] for e in trace if e.get("ph") == "M" and e.get("pid") == 4 and "tid" in e}
     assert names == {"chain 0"}
     # without sharing every job is 2 epochs of 60: 1.2 s, and the model differs
