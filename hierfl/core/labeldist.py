@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["js_divergence", "js_scores", "select_by_score", "SELECTION_RULES"]
+__all__ = ["SELECTION_RULES", "js_divergence", "js_scores", "select_by_score"]
 
 SELECTION_RULES = ("js_lowest", "js_highest", "random", "js_weighted")
 

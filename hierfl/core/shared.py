@@ -38,7 +38,7 @@ def share_counts(hist: np.ndarray, alpha: float) -> np.ndarray:
         raise ValueError(f"share_counts: a histogram is a 1-D array of counts >= 0, got {hist!r}")
     if not (math.isfinite(alpha) and 0.0 <= alpha <= 1.0):
         raise ValueError(f"share_counts: alpha must be in [0, 1], got {alpha!r}")
-    total = min(int(math.floor(alpha * int(hist.sum()) + 0.5)), int(hist.sum()))
+    total = min(math.floor(alpha * int(hist.sum()) + 0.5), int(hist.sum()))
     exact = alpha * hist.astype(np.float64)
     counts = np.minimum(np.floor(exact).astype(np.int64), hist)
     missing = total - int(counts.sum())

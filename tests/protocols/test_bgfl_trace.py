@@ -18,8 +18,8 @@ import numpy as np
 from hierfl.protocols.bgfl import BGFLConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
-KNOBS = dict(chain_scope="global", alpha=0.2, committee_fraction=0.5, fraction=0.5, block_time_s=1.0,
-             block_interval="fixed", block_bytes=100, k_conf=1, propagation_s=0.125)
+KNOBS = {"chain_scope": "global", "alpha": 0.2, "committee_fraction": 0.5, "fraction": 0.5, "block_time_s": 1.0,
+         "block_interval": "fixed", "block_bytes": 100, "k_conf": 1, "propagation_s": 0.125}
 
 STAGE1 = [
     (0.25, "hist_arrived", "device=0 round=-1"),

@@ -60,8 +60,8 @@ def main() -> None:
     if missing:
         raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
     values: dict[str, dict] = {}
-    lines = [f"| method | accuracy at 120 s | rounds in 120 s | accuracy after {ROUNDS} rounds | emulated s to {TARGET} "
-             f"| rounds to {TARGET} | first job starts at (s) |", "|---|---|---|---|---|---|---|"]
+    lines = [(f"| method | accuracy at 120 s | rounds in 120 s | accuracy after {ROUNDS} rounds | emulated s to {TARGET} "
+             f"| rounds to {TARGET} | first job starts at (s) |"), "|---|---|---|---|---|---|---|"]
     for arm in ARMS:
         g = groups[arm]
         v = {"seeds": [r.seed for r in g], "final_accuracy": [final(r) for r in g],
