@@ -72,12 +72,17 @@ class SharedData:
     *other* sharer's share (its own share is already among its rows: ``D_i ∪ D_g``)."""
 
     sharers: tuple[int, ...]
-    counts: tuple[tuple[int, ...], ...]  # per sharer, its share's per-class counts
+    counts: tuple[tuple[int, ...], ...]  # per sharer, its share's per-class counts (true labels)
     seed: int
+    # malicious sharers: their shares carry flipped labels C − 1 − y (BGFL's threat model); their own jobs
+    # keep the true labels
+    flipped: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.sharers) != len(self.counts) or list(self.sharers) != sorted(set(self.sharers)):
             raise ValueError(f"SharedData: sharers must be sorted, distinct and match counts, got {self.sharers}")
+        if not set(self.flipped) <= set(self.sharers) or list(self.flipped) != sorted(set(self.flipped)):
+            raise ValueError(f"SharedData: flipped sharers must be sorted sharers, got {self.flipped}")
 
     @property
     def total(self) -> int:
@@ -96,10 +101,13 @@ class SharedData:
         return self.total - self.own(device)
 
     def histogram(self, num_classes: int) -> np.ndarray:
-        """``D_g``'s label histogram, ``(num_classes,)``."""
+        """``D_g``'s label histogram as shared, ``(num_classes,)``: a flipped share's class ``c`` counts as
+        class ``C − 1 − c``."""
         out = np.zeros(num_classes, dtype=np.int64)
-        for c in self.counts:
-            out[: len(c)] += np.asarray(c, dtype=np.int64)
+        for d, c in zip(self.sharers, self.counts):
+            counts = np.zeros(num_classes, dtype=np.int64)
+            counts[: len(c)] = np.asarray(c, dtype=np.int64)
+            out += counts[::-1] if d in self.flipped else counts
         return out
 
 
@@ -122,9 +130,10 @@ class SharedRows:
     """A device's training rows with a shared set added, for the host that holds the samples: each sharer's
     share is drawn once per shared set and joined to a device's own rows per job (``D_i ∪ D_g``)."""
 
-    def __init__(self, parts: list[np.ndarray], labels: np.ndarray) -> None:
-        self.parts, self.labels = parts, labels
+    def __init__(self, parts: list[np.ndarray], labels: np.ndarray, num_classes: int = 0) -> None:
+        self.parts, self.labels, self.num_classes = parts, labels, int(num_classes)
         self._shares: dict[SharedData, dict[int, np.ndarray]] = {}
+        self._flipped: dict[SharedData, np.ndarray] = {}  # the labels with the malicious shares flipped
 
     def rows(self, shared: SharedData, device: int) -> np.ndarray:
         """``device``'s own rows, then every other sharer's share in sharer order."""
@@ -133,3 +142,18 @@ class SharedRows:
             shares = {d: shared_rows_for(shared, d, self.parts, self.labels, only=d) for d in shared.sharers}
             self._shares[shared] = shares
         return np.concatenate([self.parts[device], *(shares[d] for d in shared.sharers if d != device)])
+
+    def y_for(self, shared: SharedData | None, device: int) -> np.ndarray:
+        """The labels ``device``'s job reads: the true ones, or with the malicious sharers' shares flipped to
+        ``C − 1 − y`` (a malicious sharer's own job keeps its true labels)."""
+        if shared is None or not shared.flipped or device in shared.flipped:
+            return self.labels
+        y = self._flipped.get(shared)
+        if y is None:
+            self.rows(shared, -1)  # (draws the shares)
+            y = self.labels.copy()
+            for d in shared.flipped:
+                rows = self._shares[shared][d]
+                y[rows] = (self.num_classes - 1 - self.labels[rows]).astype(y.dtype)
+            self._flipped[shared] = y
+        return y

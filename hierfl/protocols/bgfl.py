@@ -135,6 +135,10 @@ class BGFLConfig(ProtocolConfig):
         default="edge", description="edge: a chain and a D_g per edge server, rounds within each cluster and a "
                                     "cloud average of the edge models (design default; needs edge servers); "
                                     "global: one chain at the cloud over every device (a flat topology)")
+    malicious_sharers: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="fraction of each committee whose shares carry flipped labels "
+                                                 "(C - 1 - y), drawn from the stream bgfl.malicious: the threat the "
+                                                 "paper is motivated by (design default 0: off)")
     charge_setup_phases: bool = Field(
         default=True, description="charge stage 1 (histograms, shares, blocks, downloads) in virtual time (design "
                                   "default); false: stage 1 takes no virtual time")
@@ -155,6 +159,9 @@ class BGFLConfig(ProtocolConfig):
             problems.append(Problem("protocol.hash_rate_hps" if self.hash_rate_hps is None else
                                     "protocol.difficulty_bits", "give difficulty_bits and hash_rate_hps together "
                                     "(or neither: block_time_s)"))
+        if self.malicious_sharers > 0 and scenario.runtime.fast_path:
+            problems.append(Problem("runtime.fast_path", "bgfl with malicious_sharers trains its devices on different "
+                                    "labels, which grouped training cannot; allowed: false", True))
         trainer = scenario.training.trainer.name
         if trainer not in ("sgd", "none"):
             problems.append(Problem("training.trainer", "bgfl trains on D_i and the shared set with the plain local "
@@ -329,14 +336,17 @@ class BGFL(Protocol):
         shared = None
         if sharers:
             seed = int(self.env.rng("bgfl.share", scope.index).integers(_SEED_BOUND))
-            shared = SharedData(tuple(sharers), tuple(tuple(int(x) for x in scope.counts[d]) for d in sharers), seed)
+            bad = math.floor(self.cfg.malicious_sharers * len(sharers) + 0.5)
+            flipped = sorted(int(d) for d in self.env.rng("bgfl.malicious", scope.index).choice(sharers, bad, replace=False))
+            shared = SharedData(tuple(sharers), tuple(tuple(int(x) for x in scope.counts[d]) for d in sharers), seed,
+                                tuple(flipped))
         scope.spec = dataclasses.replace(self.env.spec, shared=shared)
         members = scope.members
         dg = np.zeros(self.classes, dtype=np.int64) if shared is None else shared.histogram(self.classes)
         merged = self.hist[members] + dg[None, :]
-        for k, d in enumerate(members):  # a sharer's own share is in its data already
-            if d in scope.counts and shared is not None and d in shared.sharers:
-                merged[k] -= scope.counts[d]
+        for k, d in enumerate(members):  # a sharer's own share is in its data already (with its true labels)
+            if shared is not None and d in shared.sharers:
+                merged[k] -= scope.counts[d][::-1] if d in shared.flipped else scope.counts[d]
         reference = dg if self.cfg.reference == "shared" and int(dg.sum()) else self.hist[members].sum(axis=0)
         scope.scores = js_scores(merged, reference)
 

@@ -294,7 +294,7 @@ class DeviceHost:
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
-        self._shared = SharedRows(parts, y_train)  # a device's rows with a shared set (BGFL's D_g) added
+        self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (BGFL's D_g) added
         # opt-in fast path: groups of jobs trained together (None: every job alone). Linear/ReLU
         # chains on CPU in fp32: the hand-written group trainer (faster there than vmap); every other
         # model, every model on CUDA and every bf16 run: torch.func's vmap (refuses batch norm,
@@ -343,7 +343,7 @@ class DeviceHost:
             return result, stats
         rows = self._rows(device, spec)
         if not spec.control_variates:
-            return trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
+            return trainer.train(params, self.x, self._shared.y_for(spec.shared, device), spec, seed, rows=rows, out=out)
         size = self.trainer.num_params
         if control is None and spec.drift is None:
             raise ValueError(f"device {device}: a job with control variates needs the server control c")

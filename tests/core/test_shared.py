@@ -64,3 +64,21 @@ def test_shared_rows_join_a_devices_rows_with_the_other_shares() -> None:
     assert np.array_equal(cache.rows(shared, 0), np.concatenate([parts[0], share1]))
     assert np.array_equal(cache.rows(shared, 1), np.concatenate([parts[1], share0]))
     assert np.array_equal(cache.rows(shared, 2), np.concatenate([parts[2], share0, share1]))
+
+
+def test_malicious_shares_carry_flipped_labels() -> None:
+    parts = [np.array([0, 1, 2, 3]), np.array([4, 5, 6, 7]), np.array([8, 9])]
+    labels = np.array([0, 0, 1, 1, 0, 1, 1, 1, 0, 1])
+    shared = SharedData((0, 1), ((1, 1), (0, 2)), seed=5, flipped=(1,))
+    # as shared, device 1's two class-1 samples count as class C − 1 − 1 = 0 (C = 2)
+    assert shared.histogram(2).tolist() == [1 + 2, 1 + 0]
+    cache = SharedRows(parts, labels, num_classes=2)
+    share1 = shared_rows_for(shared, 9, parts, labels, only=1)
+    y = cache.y_for(shared, 0)
+    assert y[share1].tolist() == [0, 0]                    # flipped: C − 1 − 1
+    others = np.setdiff1d(np.arange(10), share1)
+    assert np.array_equal(y[others], labels[others])       # every other label as it was
+    assert cache.y_for(shared, 1) is labels                # the malicious sharer trains on its true labels
+    assert cache.y_for(SharedData((0, 1), ((1, 1), (0, 2)), seed=5), 0) is labels  # nobody flips: no copy
+    with pytest.raises(ValueError, match="flipped"):
+        SharedData((0, 1), ((1,), (1,)), seed=0, flipped=(2,))

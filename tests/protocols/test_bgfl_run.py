@@ -54,6 +54,7 @@ def test_jobs_train_on_the_shared_set_and_take_its_time(tmp_path: Path) -> None:
     (["protocol.difficulty_bits=10"], "protocol.hash_rate_hps", "together"),
     (["protocol.selection=best"], "protocol.selection", "js_lowest"),
     (["protocol.alpha=1.5"], "protocol.alpha", "1"),
+    (["protocol.malicious_sharers=0.5", "runtime.fast_path=true"], "runtime.fast_path", "allowed: false"),
 ])
 def test_bad_input_is_refused_with_its_key(tmp_path: Path, capsys: pytest.CaptureFixture[str], override: list[str],
                                            key: str, text: str) -> None:
@@ -104,3 +105,11 @@ def test_the_world_carries_class_histograms_only_for_protocols_that_ask() -> Non
         assert counts[d].tolist() == np.bincount(built.dataset.y_train[rows], minlength=3).tolist()
     assert built.world.sample_bytes == 4 * (5 + 1)  # 5 float32 features and a 4-byte label
     assert build(tiny()).world.label_counts is None  # fedavg does not ask
+
+
+def test_malicious_sharers_train_others_on_flipped_labels(tmp_path: Path) -> None:
+    honest, trace, _ = _run(tmp_path, "honest")
+    bad, trace_bad, _ = _run(tmp_path, "bad", malicious_sharers=1.0)
+    spans = [(e["tid"], e["ts"], e["dur"]) for e in trace if e.get("name") == "train"]
+    assert spans == [(e["tid"], e["ts"], e["dur"]) for e in trace_bad if e.get("name") == "train"]  # same times
+    assert not np.array_equal(honest.final_params, bad.final_params)

@@ -178,3 +178,22 @@ def test_bgfl_edge_scope_by_hand() -> None:
     lanes = sorted({args[0] for name, args, kw in env.telemetry.calls if name == "span"})
     assert lanes == [("chain", 0), ("chain", 1)]   # one lane per edge server's chain
     assert env.telemetry.counts == {"bytes_on_chain": 2 * (24 + 20 + 64), "chain_blocks": 2 * 2}
+
+
+def test_malicious_sharers_change_labels_not_times() -> None:
+    world = FakeWorld([10, 10, 10, 10])
+    world.label_counts = np.array([[10, 0], [0, 10], [5, 5], [6, 4]])
+    world.sample_bytes = 10
+    runs = {}
+    for fraction in (0.0, 0.5, 1.0):
+        env = FakeEnv(world)
+        proto = BGFLConfig(**{**KNOBS, "malicious_sharers": fraction}).create(env)
+        runs[fraction] = env.run(proto, until=7.5)
+        shared = proto.scopes[0].spec.shared
+        # ⌊fraction·2 + ½⌋ of the committee {2, 3}, drawn from the stream bgfl.malicious
+        assert len(shared.flipped) == {0.0: 0, 0.5: 1, 1.0: 2}[fraction] and set(shared.flipped) <= {2, 3}
+    assert runs[0.0] == runs[0.5] == runs[1.0] == STAGE1 + ROUND0 + [
+        (7.125, "round_confirmed", "scope=0 round=0"),
+        (7.375, "train_start", "device=2 round=1"),
+        (7.375, "train_start", "device=3 round=1"),
+    ]
