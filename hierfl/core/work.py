@@ -20,9 +20,10 @@ import numpy as np
 
 from hierfl.core.feddc import DriftSpec
 from hierfl.core.personal import PersonalSpec
+from hierfl.core.shared import SharedData
 
 __all__ = [
-    "PublicTask", "TrainSpec", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
+    "PublicTask", "TrainSpec", "job_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
     "compute_time_s", "transfer_time_s", "model_bytes",
 ]
 
@@ -113,6 +114,9 @@ class TrainSpec:
     # FedMA's layer-wise sub-rounds: the first ``frozen`` entries of the flat vector (the matched layers,
     # which lead the layout) keep their values; the job trains only the rest. 0 = every parameter trains
     frozen: int = 0
+    # a shared dataset built at run time (BGFL's D_g): the job trains on the device's rows plus the other
+    # sharers' shares (hierfl.core.shared); None = the device's own rows only
+    shared: SharedData | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -121,6 +125,8 @@ class TrainSpec:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
+        if self.shared is not None and self.revealed is not None:
+            raise ValueError("TrainSpec: a shared dataset and streaming data (revealed) do not combine")
         if self.clip_norm is not None and not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
             raise ValueError(f"TrainSpec: clip_norm must be a finite number > 0 or None, got {self.clip_norm!r}")
         if isinstance(self.frozen, bool) or not isinstance(self.frozen, (int, np.integer)) or self.frozen < 0:
@@ -134,6 +140,12 @@ class TrainSpec:
     def proximal(self) -> float:
         """Coefficient of ``(·/2)‖w − w_start‖²``: the protocol's ρ plus FedProx's μ."""
         return self.prox + self.mu
+
+
+def job_samples(n: int, device: int, spec: TrainSpec) -> int:
+    """The samples ``device`` (holding ``n``) trains on in a job of ``spec``: its own, plus what a
+    shared dataset adds to them (:meth:`SharedData.extra_for`)."""
+    return n if spec.shared is None else n + spec.shared.extra_for(device)
 
 
 def effective_batch(n: int, spec: TrainSpec) -> int:

@@ -19,6 +19,7 @@ from hierfl.core.scaffold import correction, option2_control
 from hierfl.runtime.device_state import DeviceState
 from hierfl.runtime.feddc_jobs import FedDCJobs
 from hierfl.core.serveropt import OptState
+from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
 from hierfl.learn.chain import LinearChain
@@ -293,6 +294,7 @@ class DeviceHost:
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
+        self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (BGFL's D_g) added
         # opt-in fast path: groups of jobs trained together (None: every job alone). Linear/ReLU
         # chains on CPU in fp32: the hand-written group trainer (faster there than vmap); every other
         # model, every model on CUDA and every bf16 run: torch.func's vmap (refuses batch norm,
@@ -323,9 +325,10 @@ class DeviceHost:
         return result, flag_nonfinite(result, stats)
 
     def _rows(self, device: int, spec: TrainSpec) -> np.ndarray:
-        """The device's sample rows a job sees: all, or the first ``spec.revealed`` (streaming data)."""
-        rows = self.parts[device]
-        return rows if spec.revealed is None else rows[: spec.revealed]
+        """The device's rows a job sees: all, the first ``spec.revealed`` (streaming), or with a shared set added."""
+        if spec.shared is not None:
+            return self._shared.rows(spec.shared, device)
+        return self.parts[device] if spec.revealed is None else self.parts[device][: spec.revealed]
 
     def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
                control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
@@ -340,7 +343,7 @@ class DeviceHost:
             return result, stats
         rows = self._rows(device, spec)
         if not spec.control_variates:
-            return trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
+            return trainer.train(params, self.x, self._shared.y_for(spec.shared, device), spec, seed, rows=rows, out=out)
         size = self.trainer.num_params
         if control is None and spec.drift is None:
             raise ValueError(f"device {device}: a job with control variates needs the server control c")
