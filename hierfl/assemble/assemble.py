@@ -92,6 +92,9 @@ def train_spec(scenario: Scenario) -> TrainSpec:
     if spec.personal is not None:  # support/query splits are a function of the scenario seed
         personal = dataclasses.replace(spec.personal, split_seed=stream_seed(scenario.seed, "personal.support"))
         spec = dataclasses.replace(spec, personal=personal)
+    if spec.offset is not None:  # DisTrans: each device's first offset is a function of the scenario seed
+        spec = dataclasses.replace(spec, offset=dataclasses.replace(spec.offset, init_seed=stream_seed(
+            scenario.seed, "offset_init")))
     return spec
 
 
@@ -175,6 +178,9 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
         # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
         spec = train_spec(scenario)
+        factor = scenario.training.trainer.work_factor(scenario.model, shape, classes, model_call)
+        if factor != 1.0:  # a heavier local loss (FedAlign's slim pass) takes longer in virtual time
+            spec = dataclasses.replace(spec, work_factor=factor)
         if spec.personal is not None:
             params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec, model_call)
         dynamics = build_dynamics(scenario, world)
