@@ -136,6 +136,16 @@ def test_the_lipschitz_term_moves_the_model(tmp_path):
     assert np.isfinite(align.final_params).all()
 
 
+def test_the_fast_path_never_groups_fedalign_jobs(tmp_path):
+    """The group trainers know plain cross-entropy only: with runtime.fast_path, FedAlign's jobs (even
+    without clipping) still train one at a time, to the same bits."""
+    trainer = {"name": "fedalign", "width": 0.75, "clip_norm": None}
+    base = {"model": MLP44, "stop": {"rounds": 2}, "training": {"trainer": trainer}}
+    alone = run_scenario(tiny(**base), tmp_path / "a")
+    fast = run_scenario(tiny(**base, runtime={"executor": "local", "fast_path": True}), tmp_path / "b")
+    np.testing.assert_array_equal(alone.final_params, fast.final_params)
+
+
 def test_runs_under_hierfavg(tmp_path):
     """A pure local-loss change: HierFAVG's edges and cloud average as usual."""
     hier = {"protocol": {"name": "hierfavg", "kappa1": 3, "kappa2": 1}, "topology": {"edge_servers": 2},
