@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["OffsetSpec", "initial_offset", "OFFSET_MODES", "OFFSET_UPDATES"]
+__all__ = ["OFFSET_MODES", "OFFSET_UPDATES", "OffsetSpec", "initial_offset"]
 
 OFFSET_MODES = ("local",)
 OFFSET_UPDATES = ("joint", "alternating")

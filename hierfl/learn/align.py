@@ -22,7 +22,7 @@ from hierfl.core.fedalign import AlignSpec
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["transfer_matrix", "top_singular", "fedalign_loss"]
+__all__ = ["fedalign_loss", "top_singular", "transfer_matrix"]
 
 _TINY = 1e-12  # floor of norms in the power iteration (σ of an all-zero block output is sqrt(1e-12) ≈ 0)
 

@@ -122,7 +122,7 @@ def test_the_dual_input_costs_two_backbone_passes_in_virtual_time(tmp_path):
                     if r["event"] == "cloud_aggregate")["t"]
 
     joint = run_scenario(tiny(**DISTRANS, stop={"rounds": 1}), tmp_path / "a")
-    alt = run_scenario(tiny(**{**DISTRANS, "training": {"trainer": {"name": "distrans", "offset_update": "alternating"}}},
+    run_scenario(tiny(**{**DISTRANS, "training": {"trainer": {"name": "distrans", "offset_update": "alternating"}}},
                             stop={"rounds": 1}), tmp_path / "b")
     assert joint.summary["model_bytes"] == 364
     assert first_round(tmp_path / "a") == pytest.approx(0.022912 + 1.2 + 0.025824, abs=1e-12)
