@@ -19,6 +19,7 @@ from hierfl.assemble.hetero import DeviceModels, device_models, layout_problems
 from hierfl.assemble.public import carve_public
 from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
+from hierfl.core.distrans import mean_initial_offset
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.labelnoise import flip_labels
 from hierfl.core.personal import (
@@ -183,6 +184,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
             spec = dataclasses.replace(spec, work_factor=factor)
         if spec.personal is not None:
             params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec, model_call)
+        if spec.offset is not None and spec.offset.shared:  # DisTrans offset_mode mean: [model; shared offset]
+            params = np.concatenate([params, mean_initial_offset(math.prod(shape), spec.offset.init_seed,
+                                                          scenario.devices.count)])
+            world.model_bytes = model_bytes(params.size)
         dynamics = build_dynamics(scenario, world)
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file
         raise ConfigError(exc.problems, source) from None

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["OFFSET_MODES", "OFFSET_UPDATES", "OffsetSpec", "initial_offset"]
+__all__ = ["OFFSET_MODES", "OFFSET_UPDATES", "OffsetSpec", "initial_offset", "mean_initial_offset"]
 
-OFFSET_MODES = ("local",)
+OFFSET_MODES = ("local", "mean")
 OFFSET_UPDATES = ("joint", "alternating")
 
 
@@ -24,7 +24,8 @@ OFFSET_UPDATES = ("joint", "alternating")
 class OffsetSpec:
     """What a DisTrans job does with its device's offset.
 
-    ``mode``: ``local`` (never aggregated); ``lr_offset``: plain SGD rate of the offset; ``update``:
+    ``mode``: ``local`` (never aggregated) or ``mean`` (the offset travels behind the model, the servers
+    average it with the model, every device starts each job from the average); ``lr_offset``: plain SGD rate of the offset; ``update``:
     ``joint`` (model and offset step from the same gradient, the authors' code) or ``alternating``
     (a model step, then an offset step from the moved model's gradient on the same batch);
     ``init_seed``: seeds each device's initial offset (set from the scenario seed by the build).
@@ -44,6 +45,11 @@ class OffsetSpec:
             raise ValueError(f"OffsetSpec: lr_offset must be a finite number >= 0, got {self.lr_offset!r}")
 
     @property
+    def shared(self) -> bool:
+        """Whether the offset travels with the model and is averaged (``mean``)."""
+        return self.mode == "mean"
+
+    @property
     def passes(self) -> int:
         """Forward+backward passes per batch: 2 when the offset takes its own step after the model's."""
         return 2 if self.update == "alternating" else 1
@@ -57,3 +63,14 @@ def initial_offset(size: int, seed: int, device: int) -> np.ndarray:
         raise ValueError(f"an offset needs at least one value, got size {size}")
     u = np.random.default_rng([int(seed), int(device)]).random(int(size))
     return ((u - 0.5) * math.sqrt(12.0)).astype(np.float32)
+
+
+def mean_initial_offset(size: int, seed: int, devices: int) -> np.ndarray:
+    """``offset_mode: mean``'s first shared offset: the mean of the devices' :func:`initial_offset`, summed in
+    device order in float64 (the server's first average of the offsets its devices would start from)."""
+    if devices < 1:
+        raise ValueError(f"need at least one device, got {devices}")
+    acc = np.zeros(int(size), dtype=np.float64)
+    for d in range(int(devices)):
+        acc += initial_offset(size, seed, d)
+    return (acc / devices).astype(np.float32)

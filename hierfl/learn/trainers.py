@@ -308,7 +308,7 @@ class DisTransTrainer(TrainerConfig):
     Each device keeps an input-shaped offset ``t_i`` (its host's per-device state), trained with the model on
     every batch (``lr_offset``, plain SGD); the model is averaged as usual, unweighted by default
     (``weighting`` must match ``protocol.weighting``); with ``offset_mode: local`` the offsets never leave
-    the devices. With ``data.local_test_fraction`` each device is evaluated on its own test split through its
+    the devices, with ``mean`` they travel behind the model and are averaged with it. With ``data.local_test_fraction`` each device is evaluated on its own test split through its
     own offset (``device_accuracy`` fields); the global accuracy is the model's with a zero offset.
     """
 
@@ -316,10 +316,12 @@ class DisTransTrainer(TrainerConfig):
     lr_offset: float = Field(default=1e-3, ge=0.0, allow_inf_nan=False,
                              description="plain SGD rate of the offsets (the model's is training.lr; the authors use "
                                          "5e-3 for it) [design default 1e-3, from the authors' code]")
-    offset_mode: Literal["local"] = Field(
+    offset_mode: Literal["local", "mean"] = Field(
         default="local",
-        description="what the server does with the offsets: local = never aggregated, each device keeps its own (the "
-                    "authors' non-IID script; the mean and hypernetwork modes are not built) [design default: local]")
+        description="what the servers do with the offsets: local = never aggregated, each device keeps its own (the "
+                    "authors' non-IID script); mean = the offset travels behind the model, is averaged with it and "
+                    "every device starts from the average (the hypernetwork mode is not built) [design default: "
+                    "local]")
     weighting: Literal["uniform", "samples"] = Field(
         default="uniform",
         description="how the server averages the device models: uniform (the authors' agg_weights) or by sample "

@@ -4,7 +4,9 @@ via Distributional Transformation", ECCV 2022; math in :mod:`hierfl.core.distran
 Each device's input-shaped offset ``t_i`` is per-device state of its host (:class:`DeviceState`, name
 ``offset``): made on the device's first job (or evaluation) from the scenario seed, moved by each job,
 checkpointed with the host, counted in the state's memory and forgotten on a reset. The model itself
-travels as usual; with ``offset_mode: local`` the offset never leaves the device.
+travels as usual; with ``offset_mode: local`` the offset never leaves the device. With ``mean`` the
+vectors the servers send and average are ``[model; offset]``: a job starts from the offset it receives
+and returns its trained one behind the model (the device still keeps it, for memory accounting).
 """
 
 from __future__ import annotations
@@ -46,12 +48,27 @@ class DisTransJobs:
             return vecs["offset"]
         return initial_offset(int(np.prod(self._model[1])), spec.init_seed, device)
 
+    def extra(self, spec: TrainSpec) -> int:
+        """Values a job's result carries behind the model: the offset's size with ``offset_mode: mean``."""
+        return int(np.prod(self._model[1])) if spec.offset is not None and spec.offset.shared else 0
+
+    def _start(self, device: int, spec: OffsetSpec, params: np.ndarray) -> np.ndarray:
+        """The offset a job or an evaluation uses: the shared one received behind the model (``mean``), or
+        the device's own."""
+        if spec.shared:
+            return np.asarray(params)[self.trainer.num_params:]
+        return self.offset(device, spec)
+
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, x: np.ndarray, y: np.ndarray,
               rows: np.ndarray, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
-        """One job: the new model (the device's offset moves and stays here)."""
+        """One job: the new model, followed by the new offset with ``offset_mode: mean`` (the device's offset
+        moves and stays here)."""
         assert spec.offset is not None
-        new, offset, stats = self.trainer.train(params, self.offset(device, spec.offset), x, y, rows, spec, seed)
+        new, offset, stats = self.trainer.train(params, self._start(device, spec.offset, params), x, y, rows, spec,
+                                                seed)
         self.states.put(device, offset=offset)
+        if spec.offset.shared:
+            new = np.concatenate([new, offset])
         if out is None:
             return new, stats
         out[...] = new
@@ -59,5 +76,6 @@ class DisTransJobs:
 
     def evaluate(self, device: int, spec: OffsetSpec, params: np.ndarray, x: np.ndarray,
                  y: np.ndarray) -> tuple[float, float]:
-        """``(accuracy, loss)`` of ``params`` on the device's test rows, seen through its own offset."""
-        return self.trainer.evaluate(params, self.offset(device, spec), x, y)  # type: ignore[no-any-return]
+        """``(accuracy, loss)`` of ``params`` on the device's test rows, seen through its own offset (``mean``:
+        the shared offset behind the model, the one every device receives)."""
+        return self.trainer.evaluate(params, self._start(device, spec, params), x, y)  # type: ignore[no-any-return]

@@ -432,7 +432,7 @@ class DeviceHost:
                 state = None if state_index[k] < 0 else _pick(arrays[state_index[k]], state_rows[k])
                 theta = pz.adapted(device, params, state, self.x, self.y, rows[s_pos])
             acc, loss = (self.trainer.evaluate(theta, self.x[test], self.y[test]) if offset is None
-                         else self._distrans.evaluate(device, offset, theta, self.x[test], self.y[test]))
+                         else self._distrans.evaluate(device, offset, params, self.x[test], self.y[test]))
             out[k] = (round(acc * test.size), test.size, loss * test.size)
         return out
 
@@ -533,7 +533,7 @@ class DeviceHost:
         task = spec.task
         if task is not None and task.kind == "scores":
             return task.samples * self.num_classes
-        return self.trainers[spec.model].num_params * (2 if spec.control_variates else 1)
+        return self.trainers[spec.model].num_params * (1 + int(spec.control_variates)) + self._distrans.extra(spec)
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""

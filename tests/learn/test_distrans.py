@@ -16,7 +16,7 @@ from torch import nn
 
 from hierfl.assemble import build
 from hierfl.cli import main
-from hierfl.core.distrans import OffsetSpec, initial_offset
+from hierfl.core.distrans import OffsetSpec, initial_offset, mean_initial_offset
 from hierfl.core.work import TrainSpec
 from hierfl.driver import resume_run, run_scenario
 from hierfl.learn.distrans import OffsetTrainer
@@ -86,7 +86,7 @@ def test_alternating_takes_the_offset_step_at_the_moved_model():
 
 
 def _host(**over) -> tuple[DeviceHost, TrainSpec, np.ndarray]:
-    b = build(tiny(**DISTRANS, data={"local_test_fraction": 0.25}, **over))
+    b = build(tiny(**{**DISTRANS, **over}, data={"local_test_fraction": 0.25}))
     host = DeviceHost(b.dataset.x_train, b.dataset.y_train, b.parts, (b.scenario.model, (5,), 3, 1),
                       eval_sets=b.eval_sets)
     return host, b.spec, b.init_params
@@ -177,11 +177,59 @@ def test_resume_keeps_the_offsets(tmp_path):
     assert last_eval(out)["device_accuracy_mean"] == last_eval(tmp_path / "whole")["device_accuracy_mean"]
 
 
+# -- offset_mode: mean ---------------------------------------------------------------------------------
+
+MEAN = {**DISTRANS, "training": {"trainer": {"name": "distrans", "offset_mode": "mean"}}}
+
+
+def test_mean_initial_offset_by_hand():
+    """The mean of the devices' first offsets, summed in device order."""
+    want = (initial_offset(5, 9, 0).astype(np.float64) + initial_offset(5, 9, 1) + initial_offset(5, 9, 2)) / 3
+    np.testing.assert_array_equal(mean_initial_offset(5, 9, 3), want.astype(np.float32))
+    with pytest.raises(ValueError, match="one device"):
+        mean_initial_offset(5, 9, 0)
+
+
+def test_mean_mode_jobs_start_from_the_received_offset_and_return_theirs():
+    """A job's start vector is [w; t̄]: it trains from t̄ (not the device's own offset) and returns
+    [θ⁺; t⁺], t⁺ also kept as the device's state; its evaluation goes through the t̄ it is given."""
+    host, spec, w = _host(training={"trainer": {"name": "distrans", "offset_mode": "mean"}})
+    p = host._distrans.trainer.num_params
+    assert w.size == p + 5 and spec.offset.shared
+    np.testing.assert_array_equal(w[p:], mean_initial_offset(5, spec.offset.init_seed, 4))
+    out, _ = host.train(1, 3, spec, w)
+    assert out.shape == (p + 5,) and host.result_width(spec) == p + 5
+    model, offset, _ = host._distrans.trainer.train(w[:p], w[p:], host.x, host.y, host.parts[1], spec, 3)
+    np.testing.assert_array_equal(out[:p], model)
+    np.testing.assert_array_equal(out[p:], offset)
+    np.testing.assert_array_equal(host.export_state()[1]["offset"], offset)
+    _, _, test = host.eval_sets[1]
+    row = host.evaluate_devices(None, [1], [-1], [None], out, offset=spec.offset)[0]
+    acc, loss = host._distrans.trainer.evaluate(out[:p], out[p:], host.x[test], host.y[test])
+    np.testing.assert_allclose(row, [round(acc * test.size), test.size, loss * test.size], rtol=1e-12)
+
+
+def test_mean_mode_sends_the_offset_and_averages_it(tmp_path):
+    """Messages are [model; offset], 4·(91 + 5) = 384 bytes, so round 1 ends at 0.023072 + 1.2 + 0.026144;
+    the cloud's vector after a round is the average of the devices' [θ⁺; t⁺]: its offset part moved from the
+    first mean. With lr_offset 0 nobody moves the offset: it stays the first mean, bit for bit."""
+    res = run_scenario(tiny(**MEAN, stop={"rounds": 1}), tmp_path / "a")
+    first = next(r for r in map(json.loads, (tmp_path / "a" / "metrics.jsonl").read_text().splitlines())
+                 if r["event"] == "cloud_aggregate")
+    assert res.summary["model_bytes"] == 384
+    assert first["t"] == pytest.approx(0.023072 + 1.2 + 0.026144, abs=1e-12)
+    w0 = build(tiny(**MEAN)).init_params
+    assert res.final_params.size == w0.size == 96 and not np.array_equal(res.final_params[91:], w0[91:])
+    still = {**MEAN, "training": {"trainer": {"name": "distrans", "offset_mode": "mean", "lr_offset": 0.0}}}
+    frozen = run_scenario(tiny(**still, stop={"rounds": 2}), tmp_path / "b")
+    np.testing.assert_array_equal(frozen.final_params[91:], w0[91:])
+
+
 @pytest.mark.parametrize(("override", "expected"), [
     ({"training": {"trainer": "distrans"}, "protocol": UNIFORM}, ["model.name", "allowed: dual_input"]),
     ({"training": {"trainer": "distrans"}, "model": DUAL}, ["protocol.weighting", "allowed: uniform"]),
     ({"training": {"trainer": {"name": "distrans", "offset_mode": "hypernet"}}, "model": DUAL, "protocol": UNIFORM},
-     ["offset_mode", "local"]),
+     ["offset_mode", "local", "mean"]),
     ({"training": {"trainer": {"name": "distrans", "lr_offset": -1}}, "model": DUAL, "protocol": UNIFORM},
      ["lr_offset"]),
     ({"training": {"trainer": "distrans"}, "model": {**DUAL, "a": 2}, "protocol": UNIFORM}, ["model.a"]),
