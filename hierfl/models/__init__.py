@@ -199,12 +199,13 @@ class DualInputConfig(ModelConfig):
     name: Literal["dual_input"] = "dual_input"
     backbone: MLPConfig | CNNConfig = Field(
         default_factory=lambda: MLPConfig(hidden=[64]), discriminator="name",
-        description="the shared backbone: an mlp or cnn config; its output layer has `features` units")
+        description="the shared backbone: an mlp or cnn config; its output layer has `features` units (the "
+                    "authors use a pretrained AlexNet or ResNet-18) [design default: mlp with 64 hidden units]")
     features: PositiveInt = Field(default=64, description="features the backbone gives per view (the head sees twice "
-                                                          "as many)")
+                                                          "as many) [design default 64]")
     a: float = Field(default=0.2, ge=0.0, le=1.0, allow_inf_nan=False,
                      description="DisTrans's mixing a of the two views (distrans.a): 0.2 in the authors' non-IID run, "
-                                 "0.3 in their IID run [V]")
+                                 "0.3 in their IID run [design default 0.2, from the authors' code]")
 
     def check_input(self, input_shape: tuple[int, ...]) -> str | None:
         """What the backbone accepts."""
