@@ -86,7 +86,7 @@ class Jobs:
         """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
         ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
         rounded division per device, as in the per-device function, so every value is the same float."""
-        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task, spec.shared)
+        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task, spec.shared, spec.work_factor)
         nominal = self._nominal_by_work.get(key)
         if nominal is None:
             n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
@@ -103,6 +103,8 @@ class Jobs:
                 work = spec.epochs * n
             else:
                 work = spec.steps * (np.minimum(spec.batch_size, n) if spec.batch_size else n)
+            if spec.work_factor != 1.0 and spec.task is None:  # a heavier local loss (FedAlign's slim pass)
+                work = work * spec.work_factor
             with np.errstate(divide="ignore", invalid="ignore"):
                 nominal = work.astype(np.float64) / speed
             nominal[(n < 1) | ~(speed > 0)] = np.nan

@@ -17,6 +17,7 @@ import numpy as np
 from hierfl.core.aggregate import WeightedSum, linear_combination
 from hierfl.core.scaffold import correction, option2_control
 from hierfl.runtime.device_state import DeviceState
+from hierfl.runtime.distrans_jobs import DisTransJobs
 from hierfl.runtime.feddc_jobs import FedDCJobs
 from hierfl.core.serveropt import OptState
 from hierfl.core.shared import SharedRows
@@ -26,6 +27,7 @@ from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
+from hierfl.core.distrans import OffsetSpec
 from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.outputs import run_public_task
 from hierfl.learn.serveropt import ServerOptimizerConfig
@@ -264,15 +266,11 @@ def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, c
 class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
-    Persistent per-device state: named model-sized vectors per device that a trainer declares
-    (SCAFFOLD's control ``c``; FedDC's drift ``h`` and control ``c``), zeros until the device's first
-    job. It lives here, so a device must always train on the same host (the Ray executor gives each
-    device a fixed home host when the trainer keeps state); it is checkpointed with the host
-    (:meth:`export_state`), measured (:meth:`state_bytes`) and can be reset (:meth:`reset_devices`).
+    Persistent per-device state: named vectors per device that a trainer declares (SCAFFOLD's ``c``;
+    FedDC's ``h``, ``c``; DisTrans's offset). It lives here, so a device always trains on its home host
+    (Ray); it is checkpointed (:meth:`export_state`), measured (:meth:`state_bytes`) and reset (:meth:`reset_devices`).
 
-    Personalised jobs (``spec.personal``) keep no state here: a job takes the device's state
-    (its local layers) as an argument and returns the new one, which the executor keeps — so the
-    state follows the device to any host (:meth:`train_personal`).
+    Personalised jobs keep none here: the executor keeps their local layers (:meth:`train_personal`).
     """
 
     def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
@@ -287,6 +285,7 @@ class DeviceHost:
                                     device=self.device, precision=precision_of(model))
         self.states = DeviceState()  # per-device vectors a trainer keeps (SCAFFOLD's c; FedDC's h, c)
         self._feddc = FedDCJobs(self.trainer, self.states, parts)  # FedDC's jobs (their ω_i, K̄ and state)
+        self._distrans = DisTransJobs(model_cfg, tuple(input_shape), num_classes, threads, self.states)  # offsets
         # models: one trainer per architecture (a job's spec.model picks it); the first is self.trainer
         self.trainers = [self.trainer] + [LocalTrainer(cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                                        device=self.device, precision=precision_of(model))
@@ -342,6 +341,8 @@ class DeviceHost:
                 result = out
             return result, stats
         rows = self._rows(device, spec)
+        if spec.offset is not None:  # DisTrans: the device's offset moves with the model
+            return self._distrans.train(device, seed, spec, params, self.x, self.y, rows, out)
         if not spec.control_variates:
             return trainer.train(params, self.x, self._shared.y_for(spec.shared, device), spec, seed, rows=rows, out=out)
         size = self.trainer.num_params
@@ -409,13 +410,15 @@ class DeviceHost:
                                                       spec, seed, state)
 
     def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
-                         state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray) -> np.ndarray:
+                         state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray,
+                         offset: OffsetSpec | None = None) -> np.ndarray:
         """Per-device evaluation of evaluation sets ``slots`` (indices into ``eval_sets``) with ``params``.
 
         Each device is tested with its personalised model (:meth:`Personaliser.adapted`; state ``k``
         is ``arrays[state_index[k]]``, row ``state_rows[k]``, or none with index ``-1``) on its held-out
         rows, or — a held-out device — adapted on the support part of its rows and tested on the
-        query part. Returns ``(len(slots), 3)`` float64 rows: correct, tested samples, loss sum.
+        query part; with ``offset`` (DisTrans) through its own offset. Returns ``(len(slots), 3)`` float64
+        rows: correct, tested samples, loss sum.
         """
         out = np.zeros((len(slots), 3), dtype=np.float64)
         pz = None if personal is None else self.personaliser(personal)
@@ -431,7 +434,8 @@ class DeviceHost:
             else:
                 state = None if state_index[k] < 0 else _pick(arrays[state_index[k]], state_rows[k])
                 theta = pz.adapted(device, params, state, self.x, self.y, rows[s_pos])
-            acc, loss = self.trainer.evaluate(theta, self.x[test], self.y[test])
+            acc, loss = (self.trainer.evaluate(theta, self.x[test], self.y[test]) if offset is None
+                         else self._distrans.evaluate(device, offset, params, self.x[test], self.y[test]))
             out[k] = (round(acc * test.size), test.size, loss * test.size)
         return out
 
@@ -467,8 +471,8 @@ class DeviceHost:
         stats: list[dict[str, float]] = [{} for _ in devices]
 
         if groups is not None:
-            if spec.control_variates:
-                raise ValueError("SCAFFOLD jobs keep per-device state: they are never trained in a group")
+            if spec.keeps_device_state:
+                raise ValueError("jobs that keep per-device state are never trained in a group")
             if len(groups) != len(devices):
                 raise ValueError(f"groups names {len(groups)} jobs, the call has {len(devices)}")
             members: dict[int, list[int]] = {}
@@ -499,9 +503,10 @@ class DeviceHost:
         """
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
-        if ((self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None
-                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.frozen):
-            # (the group trainers hold model 0's training only, and clip or freeze no gradients)
+        if ((self.batched is None and self.vmapped is None) or spec.keeps_device_state or spec.attack is not None
+                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.frozen
+                or spec.align is not None):
+            # (the group trainers hold model 0's plain training only, and clip or freeze no gradients)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
             return out, stats
@@ -532,7 +537,7 @@ class DeviceHost:
         task = spec.task
         if task is not None and task.kind == "scores":
             return task.samples * self.num_classes
-        return self.trainers[spec.model].num_params * (2 if spec.control_variates else 1)
+        return self.trainers[spec.model].num_params * (1 + int(spec.control_variates)) + self._distrans.extra(spec)
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""
