@@ -67,6 +67,7 @@ class World:
     # -- output-exchange methods (data.public, models:) --
     public: PublicData | None = None             # the public split, where it is and what shipping it costs
     num_classes: int = 0                         # the label space every model shares (class-score messages)
+    label_counts: np.ndarray | None = None       # (N, C) int64: each device's training labels per class (FedFTG)
 
     def __post_init__(self) -> None:
         n, e = self.num_devices, self.num_edges
