@@ -115,3 +115,23 @@ def test_placements_fedftg_cannot_run_at_are_refused_with_their_keys():
         validate_raw(raw)
     assert [p.path for p in info.value.problems] == ["protocol.md_loss"]
     assert "kl" in str(info.value)
+
+
+def test_an_interrupted_run_resumes_to_the_same_bits_with_its_generator(tmp_path):
+    """Ctrl-C after round 2, resume: the uninterrupted run's files (the generator comes back from the
+    checkpoint; a fresh one would change every later fine-tuning)."""
+    from hierfl.driver import resume_run
+    from tests.driver.test_recovery import _stop_at, assert_same_run
+
+    raw = _raw()
+    raw["stop"] = {"rounds": 4}
+    raw["runtime"]["checkpoint"] = {"every_cloud_aggregations": 1}
+    ref = tmp_path / "ref"
+    run_scenario(validate_raw(raw), ref)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(validate_raw(raw), out, progress=_stop_at(2))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and 0 < summary["checkpoint_t"] < 4 * 2.9
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)
