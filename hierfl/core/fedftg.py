@@ -49,16 +49,20 @@ def allot_labels(number: int, class_totals: np.ndarray, rng: np.random.Generator
 
     The code's cumulative rounding: class ``c`` gets the labels between ``⌊number·P_{c−1}⌋`` and
     ``⌊number·P_c⌋``, ``P_c`` the cumulative share of classes ``0..c`` (the last class takes the rest), so
-    the counts sum to ``number`` exactly. One ``rng.permutation`` of the sorted labels follows.
+    the counts sum to ``number`` exactly; classes with a zero total are left out before the sum, so
+    they never get a label. One ``rng.permutation`` of the sorted labels follows.
     """
     totals = np.asarray(class_totals, dtype=np.float64)
     if number < 1:
         raise ValueError(f"need at least one label, got {number}")
     if totals.ndim != 1 or (totals < 0).any() or not totals.sum() > 0:
         raise ValueError("class totals must be a non-negative vector with a positive sum")
-    cuts = (np.cumsum(totals / totals.sum()) * number).astype(np.int64)[:-1]
+    # over the classes some client holds only: a class without samples must get no label even when the
+    # rounded cumulative share before it falls short of 1 (the code's cumulative sum can leave one there)
+    held = np.flatnonzero(totals > 0)
+    cuts = (np.cumsum(totals[held] / totals[held].sum()) * number).astype(np.int64)[:-1]
     sizes = np.diff(np.concatenate([[0], np.clip(cuts, 0, number), [number]]))
-    labels = np.repeat(np.arange(totals.size, dtype=np.int64), sizes)
+    labels = np.repeat(held.astype(np.int64), sizes)
     return labels[rng.permutation(number)]
 
 

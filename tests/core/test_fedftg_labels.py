@@ -39,6 +39,13 @@ def test_labels_are_allotted_by_cumulative_rounding_then_shuffled():
     assert labels.tolist() == sorted_[np.random.default_rng(3).permutation(10)].tolist()
     # a class nobody holds gets no label; 5 labels at shares (0, 1/2, 1/2): cuts 0, 2 → (0, 2, 3)
     assert np.bincount(allot_labels(5, np.array([0, 3, 3]), np.random.default_rng(0)), minlength=3).tolist() == [0, 2, 3]
+    # totals (25, 6, 3, 26, 1, 16, 3, 0) of 80, 50 labels: the float cumulative share of the first seven
+    # classes is 0.99999..., which the code's rounding would cut at 49, leaving one label to the empty
+    # class; here it gets none: cuts 15, 19, 21, 37, 38, 48 → (15, 4, 2, 16, 1, 10, 2, 0)
+    totals = np.array([25.0, 6, 3, 26, 1, 16, 3, 0])
+    assert (np.cumsum(totals / totals.sum()) * 50).astype(int)[-2] == 49
+    got = np.bincount(allot_labels(50, totals, np.random.default_rng(0)), minlength=8)
+    assert got.tolist() == [15, 4, 2, 16, 1, 10, 2, 0]
     with pytest.raises(ValueError, match="positive sum"):
         allot_labels(4, np.zeros(3), np.random.default_rng(0))
 

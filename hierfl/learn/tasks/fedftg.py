@@ -47,7 +47,17 @@ def weighted_mean(models: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
     return (acc / weights.sum()).astype(np.float32)
 
 
-@server_task("fedftg")
+def _example(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Two teachers (zero and one-valued models) with label-skewed histograms, one short iteration."""
+    n = ctx.trainer(0).num_params
+    c = ctx.num_classes
+    teachers = [np.zeros(n, dtype=np.float32), np.full(n, 0.1, dtype=np.float32)]
+    counts = [[3] + [0] * (c - 1), [1] * c]
+    return teachers, {"weights": [1.0, 2.0], "counts": counts, "iters": 1, "batch_size": 4, "noise_dim": 2,
+                      "gen_width": 2}
+
+
+@server_task("fedftg", example=_example)
 def fedftg(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
            rng: np.random.Generator) -> ServerResult:
     """Fine-tune ``inputs[0]`` against the teachers ``inputs[1:]``; output: the fine-tuned vector."""
