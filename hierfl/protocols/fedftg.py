@@ -45,6 +45,7 @@ from hierfl.protocols.fedavg import FedAvg
 __all__ = ["FedFTG", "FedFTGConfig", "FinetuneMsg"]
 
 TASK = "fedftg"  # the server task (hierfl.learn.tasks.fedftg)
+_SEED_BOUND = 2 ** 62
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,8 @@ class FedFTG(FedAvg):
             "weight_decay": cfg.weight_decay if cfg.weight_decay is not None else spec.weight_decay,
             "lambda_cls": cfg.lambda_cls, "lambda_div": cfg.lambda_div, "md_loss": cfg.md_loss,
             "cls_weighting": cfg.cls_weighting, "persist_gen_optimizer": cfg.persist_gen_optimizer,
+            # the generator's initialisation, the labels' shuffle and the noise: stream ("generator_noise", t)
+            "noise_seed": int(env.rng("generator_noise", self.round).integers(_SEED_BOUND)),
         }
         env.tier("cloud").run(TASK, [self.teachers[d][0] for d in order], "finetune_done", FinetuneMsg(self.round),
                               params)

@@ -81,3 +81,7 @@ def test_the_job_gets_the_histograms_weights_and_this_rounds_learning_rates():
     # lr × 0.5^t: round 0 at the configured rates, round 1 at half
     assert [(p["lr_student"], p["lr_gen"]) for p in seen] == [(0.1, 0.01), (0.05, 0.005)]
     assert seen[0]["batch_size"] == 32  # training.batch_size of the fake's spec (TrainSpec default)
+    # the generator's draws: one seed per round from the stream ("generator_noise", t)
+    from hierfl.core.rng import stream
+
+    assert [p["noise_seed"] for p in seen] == [int(stream(7, "generator_noise", t).integers(2 ** 62)) for t in (0, 1)]

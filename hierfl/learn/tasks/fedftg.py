@@ -2,9 +2,11 @@
 
 Zhang et al., "Fine-tuning Global Model via Data-Free Knowledge Distillation for Non-IID Federated
 Learning", CVPR 2022 (arXiv 2203.09249). ``inputs``: the round's client models (the teachers), all
-of the run's architecture 0; the student is their average ``Σ w_k θ_k / Σ w_k`` (the cloud's aggregation, computed here: it is instantaneous in
-virtual time, as every aggregation). ``params``: the teachers' ``weights`` (K), their label
-histograms ``counts`` (K × C) and the :class:`~hierfl.learn.fedftg.FTGSettings` fields. The
+of the run's architecture 0; the student is their average ``Σ w_k θ_k / Σ w_k`` (the cloud's
+aggregation, computed here: it is instantaneous in virtual time, as every aggregation). ``params``:
+the teachers' ``weights`` (K), their label histograms ``counts`` (K × C), ``noise_seed`` (the seed
+of the generator's draws, which FedFTG takes from the stream ``("generator_noise", round)``; the
+job's own stream when absent) and the :class:`~hierfl.learn.fedftg.FTGSettings` fields. The
 generator lives in the server point's state (``ctx.state``) from one task to the next.
 
 Charged (ALGORITHMS_2 conventions, counted from the authors' loops)
@@ -26,7 +28,7 @@ from hierfl.learn.server_tasks import ServerContext, ServerResult, server_task
 __all__ = ["fedftg", "settings_of", "weighted_mean"]
 
 _FIELDS = {f.name for f in dataclasses.fields(FTGSettings)}
-_DATA = {"counts", "weights"}
+_DATA = {"counts", "weights", "noise_seed"}
 
 
 def settings_of(params: dict[str, Any]) -> FTGSettings:
@@ -73,8 +75,10 @@ def fedftg(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
     s = settings_of(params)
     counts = np.asarray(params["counts"], dtype=np.float64)
     student = weighted_mean(teachers, np.asarray(params.get("weights", [1.0] * len(teachers)), dtype=np.float64))
+    # the protocol's seed from the stream ("generator_noise", round) when it gives one, else the job's stream
+    draws = np.random.default_rng(int(params["noise_seed"])) if "noise_seed" in params else rng
     out, stats = finetune(trainer.model_cfg, ctx.input_shape, ctx.num_classes, student, teachers, counts, s,
-                          ctx.state, rng)
+                          ctx.state, draws)
     f_gen = generator_flops(build_generator(s.noise_dim, ctx.num_classes, ctx.input_shape, s.gen_width, 0),
                             s.noise_dim, ctx.num_classes)
     f_model = float(ctx.forward_flops(0))
