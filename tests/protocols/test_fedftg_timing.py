@@ -135,3 +135,17 @@ def test_an_interrupted_run_resumes_to_the_same_bits_with_its_generator(tmp_path
     assert summary["status"] == "interrupted" and 0 < summary["checkpoint_t"] < 4 * 2.9
     assert resume_run(out).summary["status"] == "completed"
     assert_same_run(ref, out)
+
+
+def test_the_cli_refuses_an_edge_placement_with_exit_status_2(tmp_path, capsys):
+    from pathlib import Path
+
+    from hierfl.cli import main
+
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "fedftg.yaml"
+    for key, value, allowed in (("topology.edge_servers", "2", "allowed: 0"),
+                                ("protocol.md_loss", "paper", "'code' or 'kl'")):
+        code = main(["run", str(scenario), "--set", f"{key}={value}", "--out", str(tmp_path / "x"), "-q"])
+        err = capsys.readouterr().err
+        assert code == 2 and not (tmp_path / "x").exists()
+        assert key in err and allowed in err and "Traceback" not in err
