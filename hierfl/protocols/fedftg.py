@@ -42,7 +42,7 @@ from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
 from hierfl.protocols.fedavg import FedAvg
 
-__all__ = ["FedFTG", "FedFTGConfig", "FinetuneMsg"]
+__all__ = ["TASK", "FTGKnobs", "FedFTG", "FedFTGConfig", "FinetuneMsg"]
 
 TASK = "fedftg"  # the server task (hierfl.learn.tasks.fedftg)
 _SEED_BOUND = 2 ** 62
@@ -55,20 +55,10 @@ class FinetuneMsg(Payload):
     round: int
 
 
-@PROTOCOLS.register
-class FedFTGConfig(ProtocolConfig):
-    """``protocol: {name: fedftg, fraction: 0.1, iters: 10, ...}``: FedAvg plus server fine-tuning."""
+class FTGKnobs(ProtocolConfig):
+    """FedFTG's server-side keys, shared by the flat protocol (``fedftg``) and the hierarchical one
+    (``fedftg_hier``, :mod:`hierfl.protocols.fedftg_hier`)."""
 
-    name: Literal["fedftg"] = "fedftg"
-    decides_on_models: ClassVar[str | None] = "fine-tunes the average at the server by distillation"
-    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
-        AggregationPoint("straggler", "device→cloud", synchronous=True),)
-
-    fraction: float = Field(default=0.1, gt=0.0, le=1.0,
-                            description="C: fraction of devices per round (authors' script: 0.1)")
-    weighting: Literal["samples", "uniform"] = Field(
-        default="samples", description="the cloud average before fine-tuning: weighted by sample count (authors' "
-                                       "code) or uniform")
     iters: PositiveInt = Field(default=10, description="I: iterations of the fine-tuning job, each a fresh noise "
                                                        "batch (authors' code: 10)")
     gen_steps: NonNegativeInt = Field(default=1, description="I_g: generator steps per iteration, each one Adam "
@@ -110,6 +100,47 @@ class FedFTGConfig(ProtocolConfig):
         default="once", description="when a device's label histogram (4·C bytes) travels with its upload: on its "
                                     "first upload (design default) or on every upload")
 
+    def task_params(self, env: Env, round_: int, weights: list[float], counts: list[list[int]]) -> dict[str, Any]:
+        """The ``fedftg`` server task's parameters for round ``round_``: the learning rates decayed, and the
+        seed of the generator's draws from the stream ``("generator_noise", round_)``."""
+        spec = env.spec
+        decay = self.lr_decay ** round_
+        return {
+            "weights": [float(w) for w in weights], "counts": counts,
+            "iters": self.iters, "gen_steps": self.gen_steps, "student_steps": self.student_steps,
+            "batch_size": self.batch_size or spec.batch_size or 50,
+            "noise_dim": self.noise_dim, "gen_width": self.gen_width,
+            "lr_student": self.lr_student * decay, "lr_gen": self.lr_gen * decay,
+            "weight_decay": self.weight_decay if self.weight_decay is not None else spec.weight_decay,
+            "lambda_cls": self.lambda_cls, "lambda_div": self.lambda_div, "md_loss": self.md_loss,
+            "cls_weighting": self.cls_weighting, "persist_gen_optimizer": self.persist_gen_optimizer,
+            "noise_seed": int(env.rng("generator_noise", round_).integers(_SEED_BOUND)),
+        }
+
+    def trainer_problems(self, scenario: Any) -> list[Problem]:
+        """FedFTG distils into one shared model from plain local training."""
+        trainer = scenario.training.trainer.name
+        if trainer not in ("sgd", "fedprox"):
+            return [Problem("training.trainer", f"{self.name} distils into one shared model from plain local "
+                            "training; allowed: sgd, fedprox", trainer)]
+        return []
+
+
+@PROTOCOLS.register
+class FedFTGConfig(FTGKnobs):
+    """``protocol: {name: fedftg, fraction: 0.1, iters: 10, ...}``: FedAvg plus server fine-tuning."""
+
+    name: Literal["fedftg"] = "fedftg"
+    decides_on_models: ClassVar[str | None] = "fine-tunes the average at the server by distillation"
+    aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
+        AggregationPoint("straggler", "device→cloud", synchronous=True),)
+
+    fraction: float = Field(default=0.1, gt=0.0, le=1.0,
+                            description="C: fraction of devices per round (authors' script: 0.1)")
+    weighting: Literal["samples", "uniform"] = Field(
+        default="samples", description="the cloud average before fine-tuning: weighted by sample count (authors' "
+                                       "code) or uniform")
+
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """``max(⌈C·N⌉, 1)`` updates at the cloud."""
         return {"cloud": min(devices, max(math.ceil(self.fraction * devices - 1e-9), 1)), "edge": None}
@@ -119,13 +150,10 @@ class FedFTGConfig(ProtocolConfig):
         problems: list[Problem] = []
         if scenario.topology.edge_servers:
             problems.append(Problem("topology.edge_servers", "fedftg fine-tunes at the cloud over the devices' "
-                                    "models; a placement at edge servers is not implemented; allowed: 0 "
-                                    "(no edge servers)", scenario.topology.edge_servers))
-        trainer = scenario.training.trainer.name
-        if trainer not in ("sgd", "fedprox"):
-            problems.append(Problem("training.trainer", "fedftg distils into one shared model from plain local "
-                                    "training; allowed: sgd, fedprox", trainer))
-        return problems
+                                    "models; allowed: 0 (no edge servers); with edge servers use protocol "
+                                    "fedftg_hier (the cloud fine-tunes over the edge models)",
+                                    scenario.topology.edge_servers))
+        return problems + self.trainer_problems(scenario)
 
     def create(self, env: Env) -> FedFTG:
         """A FedFTG run."""
@@ -184,21 +212,8 @@ class FedFTG(FedAvg):
             return
         order = sorted(arrived)
         self.closing = order
-        cfg, spec = self.cfg, env.spec
-        decay = cfg.lr_decay ** self.round
-        params: dict[str, Any] = {
-            "weights": [float(self.teachers[d][1]) for d in order],
-            "counts": [[int(c) for c in self.counts[d]] for d in order],
-            "iters": cfg.iters, "gen_steps": cfg.gen_steps, "student_steps": cfg.student_steps,
-            "batch_size": cfg.batch_size or spec.batch_size or 50,
-            "noise_dim": cfg.noise_dim, "gen_width": cfg.gen_width,
-            "lr_student": cfg.lr_student * decay, "lr_gen": cfg.lr_gen * decay,
-            "weight_decay": cfg.weight_decay if cfg.weight_decay is not None else spec.weight_decay,
-            "lambda_cls": cfg.lambda_cls, "lambda_div": cfg.lambda_div, "md_loss": cfg.md_loss,
-            "cls_weighting": cfg.cls_weighting, "persist_gen_optimizer": cfg.persist_gen_optimizer,
-            # the generator's initialisation, the labels' shuffle and the noise: stream ("generator_noise", t)
-            "noise_seed": int(env.rng("generator_noise", self.round).integers(_SEED_BOUND)),
-        }
+        params = self.cfg.task_params(env, self.round, [self.teachers[d][1] for d in order],
+                                      [[int(c) for c in self.counts[d]] for d in order])
         env.tier("cloud").run(TASK, [self.teachers[d][0] for d in order], "finetune_done", FinetuneMsg(self.round),
                               params)
 
