@@ -100,9 +100,11 @@ class FTGKnobs(ProtocolConfig):
         default="once", description="when a device's label histogram (4·C bytes) travels with its upload: on its "
                                     "first upload (design default) or on every upload")
 
-    def task_params(self, env: Env, round_: int, weights: list[float], counts: list[list[int]]) -> dict[str, Any]:
+    def task_params(self, env: Env, round_: int, weights: list[float], counts: list[list[int]],
+                    point: tuple[int, ...] = ()) -> dict[str, Any]:
         """The ``fedftg`` server task's parameters for round ``round_``: the learning rates decayed, and the
-        seed of the generator's draws from the stream ``("generator_noise", round_)``."""
+        seed of the generator's draws from the stream ``("generator_noise", *point, round_)`` (``point``:
+        the edge server's id when the job runs at an edge, empty at the cloud)."""
         spec = env.spec
         decay = self.lr_decay ** round_
         return {
@@ -114,7 +116,7 @@ class FTGKnobs(ProtocolConfig):
             "weight_decay": self.weight_decay if self.weight_decay is not None else spec.weight_decay,
             "lambda_cls": self.lambda_cls, "lambda_div": self.lambda_div, "md_loss": self.md_loss,
             "cls_weighting": self.cls_weighting, "persist_gen_optimizer": self.persist_gen_optimizer,
-            "noise_seed": int(env.rng("generator_noise", round_).integers(_SEED_BOUND)),
+            "noise_seed": int(env.rng("generator_noise", *point, round_).integers(_SEED_BOUND)),
         }
 
     def trainer_problems(self, scenario: Any) -> list[Problem]:

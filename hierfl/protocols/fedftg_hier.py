@@ -17,18 +17,29 @@ broadcasts the fine-tuned model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
 from hierfl.config.errors import Problem
-from hierfl.env import Env
+from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint
 from hierfl.protocols.fedftg import TASK, FinetuneMsg, FTGKnobs
 from hierfl.protocols.hierfavg import HierFAVG, HierFAVGConfig
 
-__all__ = ["FedFTGHier", "FedFTGHierConfig"]
+__all__ = ["EdgeFinetuneMsg", "FedFTGHier", "FedFTGHierConfig"]
+
+
+@dataclass(frozen=True)
+class EdgeFinetuneMsg(Payload):
+    """Edge server ``edge``'s fine-tuning job of its edge round ``round`` over the devices ``arrived``."""
+
+    edge: int
+    round: int
+    arrived: tuple[int, ...]
 
 
 @PROTOCOLS.register
@@ -47,9 +58,21 @@ class FedFTGHierConfig(FTGKnobs, HierFAVGConfig):
         AggregationPoint("straggler.cloud", "edge→cloud", synchronous=True, participants="edge servers",
                          selects=False))
 
+    at: Literal["cloud", "edge"] = Field(
+        default="cloud", description="where the fine-tuning runs: cloud (each cloud round, over the edge models; "
+                                     "design default) or edge (each edge round, at every edge server over its "
+                                     "devices' models; needs GPU edge servers: servers.edge.tier edge_gpu or "
+                                     "servers.edge.gflops)")
+
     def check(self, scenario: Any) -> list[Problem]:
-        """HierFAVG's needs (edge servers) and a trainer that keeps one shared model."""
-        return HierFAVGConfig.check(self, scenario) + self.trainer_problems(scenario)
+        """HierFAVG's needs (edge servers), a trainer that keeps one shared model, GPU edges for ``at: edge``."""
+        problems = HierFAVGConfig.check(self, scenario) + self.trainer_problems(scenario)
+        edge = scenario.servers.edge
+        if self.at == "edge" and edge.gflops is None and edge.tier != "edge_gpu":
+            problems.append(Problem("servers.edge.tier", "fedftg_hier with at: edge trains a generator and the "
+                                    "edge model at every edge server, which the specification places on a GPU "
+                                    "edge; allowed: edge_gpu (or give servers.edge.gflops)", edge.tier))
+        return problems
 
     def create(self, env: Env) -> FedFTGHier:  # type: ignore[override]
         """A hierarchical FedFTG run."""
@@ -71,6 +94,7 @@ class FedFTGHier(HierFAVG):
         self.edge_reported: dict[int, frozenset[int]] = {}  # edge → the members whose sum the cloud holds
         self.arrived_edges: dict[int, tuple[Any, float]] = {}  # this cloud round's edge models and weights
         self.closing: list[int] = []
+        self.device_models: dict[int, dict[int, tuple[Any, float]]] = {}  # at: edge: each edge round's teachers
 
     def on_train_done(self, event: Event) -> None:
         """Collect the job; upload to the edge (with the histogram the first time, or every round)."""
@@ -84,7 +108,43 @@ class FedFTGHier(HierFAVG):
         env.send(("device", device), self.server_of(device, "device_edge", event.payload), "upload_done",
                  event.payload, "upload", size=size)
 
+    def on_upload_done(self, event: Event) -> None:
+        """At ``at: edge``, keep the device's model as a teacher of its edge with its weight; HierFAVG's arrival."""
+        if self.ftg.at == "edge":
+            device, edge = event.payload.device, event.payload.edge
+            base = float(self.env.world.samples[device]) if self.ftg.weighting == "samples" else 1.0
+            self.device_models.setdefault(edge, {})[device] = (self.jobs[device].params,
+                                                              self.barrier[edge].weight(device, base))
+        super().on_upload_done(event)
+
+    def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
+        models = self.device_models.pop(edge, {})
+        env = self.env
+        if self.ftg.at != "edge" or not arrived or env.stopping:
+            super()._close_edge_round(edge, arrived)
+            return
+        order = sorted(arrived)
+        counts = [[int(c) for c in self.counts[d]] for d in order]
+        params = self.ftg.task_params(env, self.edge_round[edge], [models[d][1] for d in order], counts, (edge,))
+        env.tier("edge", edge).run(TASK, [models[d][0] for d in order], "edge_finetune_done",
+                                   EdgeFinetuneMsg(edge, self.edge_round[edge], tuple(order)), params)
+
+    def on_edge_finetune_done(self, event: Event) -> None:
+        """An edge's job is over: its edge round closes now (HierFAVG's close: the aggregation accounted, the
+        upload or the next edge round), with the fine-tuned model as the edge model."""
+        msg = event.payload.payload
+        super()._close_edge_round(msg.edge, list(msg.arrived))
+        # the close committed the plain average; the fine-tuned model replaces it before anyone reads it
+        # (an upload is read at its arrival, a device's download when the device starts), also as the
+        # start of the edge round the close may have begun
+        average, tuned = self.edge_model[msg.edge], event.payload.outputs[0]
+        self.edge_model[msg.edge] = tuned
+        if self.edge_start.get(msg.edge) is average:
+            self.edge_start[msg.edge] = tuned
+
     def _upload_size(self, edge: int) -> int | None:
+        if self.ftg.at == "edge":  # the cloud does not fine-tune: it needs no histogram
+            return None
         members = frozenset(int(d) for d in self.members[edge])
         if self.ftg.histograms == "every_round" or self.edge_reported.get(edge) != members:
             self.edge_reported[edge] = members
@@ -100,7 +160,7 @@ class FedFTGHier(HierFAVG):
 
     def _close_cloud_round(self, arrived: list[int]) -> None:
         env = self.env
-        if not arrived or env.stopping:  # nothing to fine-tune, or no time left: HierFAVG's close
+        if self.ftg.at == "edge" or not arrived or env.stopping:  # HierFAVG's close (at: edge, nothing, no time)
             self.arrived_edges = {}
             super()._close_cloud_round(arrived)
             return

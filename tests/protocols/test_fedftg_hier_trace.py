@@ -92,3 +92,48 @@ def test_fedftg_hier_needs_edge_servers_and_a_plain_trainer():
     raw["topology"] = {"edge_servers": 2}
     raw["training"]["trainer"] = "sgd"
     assert validate_raw(raw).protocol.name == "fedftg_hier"
+
+
+def test_at_edge_every_edge_round_is_fine_tuned_at_its_edge_server():
+    _, log, seen, sizes = _run(at="edge")
+    runs = [x for x in log if x[1] == "tier" and x[4] == "run"]
+    # one job per edge round at that edge's server (its own queue), none at the cloud; edge 0's first
+    # round closes at 3.5 over devices 0 (model 1) and 1 (model 2), edge 1's at 5.5 over 2 (3) and 3 (4)
+    assert [(x[0], x[2], x[3], x[6], x[7], x[8]) for x in runs[:2]] == [
+        (3.5, "edge", 0, [1.0, 2.0], 3.5, 5.5), (5.5, "edge", 1, [3.0, 4.0], 5.5, 7.5)]
+    assert all(x[2] == "edge" for x in runs) and len(runs) == 8  # 2 edges × κ2 = 2 × 2 cloud rounds
+    # the teachers' weights are the devices' samples, the histograms the devices' own
+    assert seen[0][1]["weights"] == [16.0, 32.0] and seen[0][1]["counts"] == [[16, 0, 0], [0, 32, 0]]
+    # the edge round closes (its aggregation accounted) at the job's end; its devices train from the
+    # fine-tuned model (the fake job adds 100 to the mean (16·1 + 32·2)/48)
+    assert (5.5, "tier", "edge", 0, "commit", [0, 1], 80 / 48) in log
+    tuned = 80 / 48 + 100.0
+    assert (8.0, "tier", "edge", 0, "add", tuned + 1, 16.0) in log
+    # the edge's uploads to the cloud carry no histogram (the cloud does not fine-tune)
+    assert [s[2] for s in sizes if s[0] == "edge" and s[1] == "cloud"] == [None] * 4
+    # the seeds of the edges' generators come from ("generator_noise", edge, edge round)
+    from hierfl.core.rng import stream
+
+    assert seen[0][1]["noise_seed"] == int(stream(7, "generator_noise", 0, 0).integers(2 ** 62))
+    assert seen[1][1]["noise_seed"] == int(stream(7, "generator_noise", 1, 0).integers(2 ** 62))
+
+
+def test_at_edge_needs_gpu_edge_servers():
+    import copy
+
+    import pytest
+
+    from hierfl.config.errors import ConfigError
+    from hierfl.scenario.loader import validate_raw
+    from tests.conftest import TINY
+
+    raw = copy.deepcopy(TINY)
+    raw.update(protocol={"name": "fedftg_hier", "at": "edge"}, topology={"edge_servers": 2})
+    with pytest.raises(ConfigError) as info:
+        validate_raw(raw)
+    assert [p.path for p in info.value.problems] == ["servers.edge.tier"]
+    assert "allowed: edge_gpu" in str(info.value)
+    raw["servers"] = {"edge": {"tier": "edge_gpu"}}
+    assert validate_raw(raw).protocol.at == "edge"
+    raw["servers"] = {"edge": {"gflops": 50}}
+    assert validate_raw(raw).protocol.at == "edge"
