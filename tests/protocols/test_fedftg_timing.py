@@ -149,3 +149,33 @@ def test_the_cli_refuses_an_edge_placement_with_exit_status_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and not (tmp_path / "x").exists()
         assert key in err and allowed in err and "Traceback" not in err
+
+
+def test_fine_tuning_at_gpu_edges_by_hand(tmp_path):
+    """fedftg_hier with at: edge in the real driver. Edges by round robin: edge 0 = {0, 2}, edge 1 = {1, 3};
+    the edge ↔ cloud link runs at the devices' rates (1000 B/s up, 2000 B/s down), no latency. κ1 = 6 steps
+    of batch 10 (60 samples: 0.6 s), κ2 = 1. Each edge's job has K = 2 teachers:
+    8·[2·3·148 + (88 + 90 + 60)] = 8·1126 = 9008 FLOPs, 0.9008 s at the edges' 1e4 FLOP/s.
+
+    cloud round 0: model down to the devices 0.036, train 0.6, upload with the histogram 0.084 → the edge
+    round closes at 0.72; its job ends at 1.6208 (edge aggregation); edge → cloud 0.072 → 1.6928 (cloud
+    aggregation). Round 1: cloud → edge 0.036, edge → device 0.036, train 0.6, upload 0.072 → 2.4368;
+    job → 3.3376; cloud at 3.4096.
+    """
+    raw = _raw(at="edge", kappa1=6, kappa2=1, fraction=1.0)
+    raw["protocol"]["name"] = "fedftg_hier"
+    raw["topology"] = {"edge_servers": 2, "grouping": "round_robin",
+                       "edge_cloud": {"uplink_mbps": 0.008, "downlink_mbps": 0.016, "latency_ms": 0}}
+    raw["servers"] = {"edge": {"gflops": 1e-5}}
+    raw["stop"] = {"rounds": 2}
+    sc = validate_raw(raw)
+    out = tmp_path / "run"
+    run_scenario(sc, out)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    edge_aggs = [x["t"] for x in lines if x["event"] == "edge_aggregate"]
+    assert edge_aggs == pytest.approx([1.6208, 1.6208, 3.3376, 3.3376], abs=1e-9)
+    cloud_aggs = [x["t"] for x in lines if x["event"] == "cloud_aggregate"]
+    assert cloud_aggs == pytest.approx([1.6928, 3.4096], abs=1e-9)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["server_jobs"]["tasks"] == {"edge": 4}
+    assert summary["server_jobs"]["busy_s"]["edge"] == pytest.approx(4 * 0.9008, abs=1e-9)
