@@ -179,3 +179,25 @@ def test_fine_tuning_at_gpu_edges_by_hand(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["server_jobs"]["tasks"] == {"edge": 4}
     assert summary["server_jobs"]["busy_s"]["edge"] == pytest.approx(4 * 0.9008, abs=1e-9)
+
+
+def test_fine_tuning_at_the_cloud_of_a_hierarchy_by_hand(tmp_path):
+    """fedftg_hier at the cloud, the same hierarchy as above: the edge round closes at 0.72 (edge
+    aggregation); the edge model goes up with the edge's histogram, (72 + 12)/1000 = 0.084 → 0.804; the
+    cloud's job over the 2 edge models (9008 FLOPs at 1e4 FLOP/s) ends at 1.7048 (cloud aggregation).
+    Round 1: down 0.036 + 0.036, train 0.6, up 0.072 → edge at 2.4488; to the cloud 0.072 (no histogram:
+    the members did not change) → 2.5208; the job ends at 3.4216."""
+    raw = _raw(kappa1=6, kappa2=1, fraction=1.0)
+    raw["protocol"]["name"] = "fedftg_hier"
+    raw["topology"] = {"edge_servers": 2, "grouping": "round_robin",
+                       "edge_cloud": {"uplink_mbps": 0.008, "downlink_mbps": 0.016, "latency_ms": 0}}
+    raw["stop"] = {"rounds": 2}
+    out = tmp_path / "run"
+    run_scenario(validate_raw(raw), out)
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    edge_aggs = [x["t"] for x in lines if x["event"] == "edge_aggregate"]
+    assert edge_aggs == pytest.approx([0.72, 0.72, 2.4488, 2.4488], abs=1e-9)
+    cloud_aggs = [x["t"] for x in lines if x["event"] == "cloud_aggregate"]
+    assert cloud_aggs == pytest.approx([1.7048, 3.4216], abs=1e-9)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["server_jobs"]["tasks"] == {"cloud": 2}
