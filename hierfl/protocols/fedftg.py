@@ -59,6 +59,8 @@ class FTGKnobs(ProtocolConfig):
     """FedFTG's server-side keys, shared by the flat protocol (``fedftg``) and the hierarchical one
     (``fedftg_hier``, :mod:`hierfl.protocols.fedftg_hier`)."""
 
+    needs_label_counts: ClassVar[bool] = True  # the server weighs its teachers by their label histograms
+
     iters: PositiveInt = Field(default=10, description="I: iterations of the fine-tuning job, each a fresh noise "
                                                        "batch (authors' code: 10)")
     gen_steps: NonNegativeInt = Field(default=1, description="I_g: generator steps per iteration, each one Adam "
