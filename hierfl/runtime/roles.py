@@ -263,6 +263,23 @@ def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, c
     return (np.asarray(base, dtype=np.float64) + delta).astype(np.float32)
 
 
+def group_trainers(trainer: LocalTrainer, model: ModelSpec,
+                   device: str) -> tuple[BatchedTrainer | None, VmapTrainer | None]:
+    """The fast path's group trainers of a host (None, None: every job alone). Linear/ReLU chains on CPU
+    in fp32: the hand-written group trainer (faster there than vmap); every other model, every model on
+    CUDA and every bf16 run: torch.func's vmap (refuses batch norm, dropout, buffers)."""
+    if not fast_path_of(model):
+        return None, None
+    batched = BatchedTrainer.of(trainer) if device == "cpu" else None
+    # on a CPU, vmap's grouped convolutions and LSTMs run slower than one job after another (measured:
+    # docs/howto/batched-learning.md), so only Linear/ReLU chains are grouped there unless
+    # runtime.cpu_batching asks for vmap; bf16 chains group with vmap (no hand-written bf16)
+    chain = LinearChain.of(trainer.module) is not None
+    if batched is None and (device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
+        return None, VmapTrainer(trainer, device)
+    return batched, None
+
+
 class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
@@ -294,21 +311,8 @@ class DeviceHost:
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
         self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (BGFL's D_g) added
-        # opt-in fast path: groups of jobs trained together (None: every job alone). Linear/ReLU
-        # chains on CPU in fp32: the hand-written group trainer (faster there than vmap); every other
-        # model, every model on CUDA and every bf16 run: torch.func's vmap (refuses batch norm,
-        # dropout, buffers)
-        self.batched: BatchedTrainer | None = None
-        self.vmapped: VmapTrainer | None = None
-        if fast_path_of(model):
-            if self.device == "cpu":
-                self.batched = BatchedTrainer.of(self.trainer)
-            # on a CPU, vmap's grouped convolutions and LSTMs run slower than one job after another
-            # (measured: docs/howto/batched-learning.md), so only Linear/ReLU chains are grouped there
-            # unless runtime.cpu_batching asks for vmap; bf16 chains group with vmap (no hand-written bf16)
-            chain = LinearChain.of(self.trainer.module) is not None
-            if self.batched is None and (self.device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
-                self.vmapped = VmapTrainer(self.trainer, self.device)
+        # opt-in fast path: groups of jobs trained together (None: every job alone)
+        self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
