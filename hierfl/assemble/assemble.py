@@ -170,7 +170,7 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
         world.num_classes = int(classes)
         world.sample_bytes = public_bytes(1, math.prod(shape), True)
-        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (BGFL, PFNM, FedMA)
+        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (BGFL, PFNM, FedMA, FedFTG)
             y = dataset.y_train
             world.label_counts = np.stack([np.bincount(y[p], minlength=classes)[:classes] for p in parts]
                                           ).astype(np.int64)
