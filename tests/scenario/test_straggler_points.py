@@ -110,6 +110,11 @@ EXPECTED = {
     ("fedat", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
                              "random_epochs", "random_epochs+partial=False"},
     ("fedhisyn", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "first_k"},
+    ("fedftg", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
+                              "random_epochs", "random_epochs+partial=False"},
+    ("fedftg_hier", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
+                                   "random_epochs", "random_epochs+partial=False"},
+    ("fedftg_hier", "straggler.cloud"): {"wait_all", "deadline", "deadline+partial=True", "first_k"},
     ("fedch", "straggler"): {"wait_all", "deadline", "deadline+partial=True", "over_select", "first_k",
                              "random_epochs", "random_epochs+partial=False"},
 }
