@@ -1,0 +1,231 @@
+"""pFedLA's server-side math: per-client hypernetworks that weight every client's layers.
+
+X. Ma, J. Zhang, S. Guo, W. Xu, "Layer-wised Model Aggregation for Personalized Federated Learning",
+CVPR 2022 (arXiv 2205.03993). No official code exists; the rules follow an unofficial implementation
+(KarhouTam's ``pFedLA`` and its successor in FL-bench) and the sign of the hypernetwork update follows the
+official pFedHN code (docs/explanation/algorithms.md, pFedLA).
+
+For every client ``i`` of an aggregation point with ``N`` clients the server keeps a hypernetwork
+``HN_i``: an embedding ``v_i ∈ R^{d_e}``, an MLP ``d_e → h → h → h`` with ReLU after every layer, and
+one head ``Linear(h, N)`` per layer ``l`` of the model (heads initialised ``U(0, 1)``, bias 0, so that
+the weights start positive). It gives
+
+* ``α_i^l = ReLU(head_l(MLP(v_i))) ∈ R^N``, normalised ``â_i^l = α_i^l / Σ_j α_i^{l,j}`` (the one-hot
+  weight of client ``i`` where the sum is 0), and client ``i``'s personalised model layer by layer:
+  ``θ̄_i^l = Σ_j â_i^{l,j} θ_j^l``;
+* with ``k_keep > 0`` (HeurpFedLA) the ``k_keep`` layers with the largest self-weight ``α_i^{l,i}`` use
+  the one-hot weight: the client keeps its own layer;
+* on client ``i``'s return with ``θ_i^new``: ``ψ_i ← ψ_i − η·(∂θ̄_i/∂ψ_i)ᵀ g`` over all of ``HN_i``'s
+  parameters ``ψ_i`` (embedding included), with ``g = θ̄_i − θ_i^new`` (``vjp_sign = "old_minus_new"``,
+  pFedHN's sign) or ``θ_i^new − θ̄_i`` (``"new_minus_old"``, the unofficial pFedLA codes). Kept layers are
+  left out of the product.
+
+The vector–Jacobian product never differentiates through the big model tensors: since
+``θ̄_i^l = Σ_j â^{l,j} θ_j^l`` with the stored ``θ_j`` constant, ``∂/∂â^{l,j} (gᵀ θ̄_i) = θ_j^lᵀ g^l``;
+these ``N·L`` dot products are computed once and back-propagated through the small hypernetwork.
+
+A hypernetwork travels as one flat float32 vector (so that it can be kept in a server's state and
+checkpointed) in the order embedding, ``W1, b1, W2, b2, W3, b3`` (PyTorch's ``(out, in)`` weights),
+then every head's weight ``(N, h)`` and finally every head's bias ``(N,)``.
+
+Sums over clients run in a fixed order in float64 (element-wise numpy, no BLAS reductions), so the
+result does not depend on thread counts (ARCHITECTURE.md §2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["Granularity", "HyperShape", "VjpSign", "hn_alpha", "hypernet_step", "init_hypernet", "kept_layers",
+           "layer_groups", "layer_weights", "pack_hypernet", "personalise", "update_flops"]
+
+Granularity = Literal["layer", "tensor"]
+VjpSign = Literal["old_minus_new", "new_minus_old"]
+
+
+def layer_groups(layout: Sequence[tuple[str, tuple[int, ...]]],
+                 granularity: Granularity = "layer") -> list[np.ndarray]:
+    """Flat indices of each aggregation unit of a model with ``layout`` (``(name, shape)`` per parameter).
+
+    ``"layer"``: the parameters of one module (``layers.0.weight`` and ``layers.0.bias``) share one unit,
+    like the unofficial code's blocks (one conv or linear layer each); ``"tensor"``: every parameter
+    tensor is a unit of its own.
+    """
+    groups: dict[str, list[np.ndarray]] = {}
+    offset = 0
+    for name, shape in layout:
+        size = math.prod(shape)
+        key = name.rsplit(".", 1)[0] if granularity == "layer" else name
+        groups.setdefault(key, []).append(np.arange(offset, offset + size, dtype=np.int64))
+        offset += size
+    if not groups:
+        raise ValueError("a model without parameters has no layers to aggregate")
+    return [np.concatenate(parts) for parts in groups.values()]
+
+
+@dataclass(frozen=True)
+class HyperShape:
+    """The shape of one client's hypernetwork: embedding ``embed_dim``, width ``hidden_dim``, ``layers``
+    heads over ``clients`` clients."""
+
+    embed_dim: int
+    hidden_dim: int
+    layers: int
+    clients: int
+
+    def parts(self) -> list[tuple[str, tuple[int, ...]]]:
+        """``(name, shape)`` of every part of the flat vector, in its order."""
+        e, h, n, L = self.embed_dim, self.hidden_dim, self.clients, self.layers
+        return [("embedding", (e,)), ("w1", (h, e)), ("b1", (h,)), ("w2", (h, h)), ("b2", (h,)),
+                ("w3", (h, h)), ("b3", (h,)), ("head_w", (L, n, h)), ("head_b", (L, n))]
+
+    @property
+    def size(self) -> int:
+        """Floats of the flat vector."""
+        return sum(math.prod(s) for _, s in self.parts())
+
+    @property
+    def forward_flops(self) -> int:
+        """FLOPs of one forward pass (2 per multiply-add of its linear maps)."""
+        e, h, n, L = self.embed_dim, self.hidden_dim, self.clients, self.layers
+        return 2 * (e * h + 2 * h * h + L * h * n)
+
+
+def pack_hypernet(shape: HyperShape, **parts: np.ndarray) -> np.ndarray:
+    """The flat float32 vector from its named parts (see :meth:`HyperShape.parts`)."""
+    out = []
+    for name, s in shape.parts():
+        arr = np.asarray(parts[name], dtype=np.float32)
+        if arr.shape != s:
+            raise ValueError(f"hypernetwork part {name!r} has shape {arr.shape}, expected {s}")
+        out.append(arr.ravel())
+    return np.concatenate(out)
+
+
+def init_hypernet(shape: HyperShape, rng: np.random.Generator) -> np.ndarray:
+    """A fresh hypernetwork drawn from ``rng`` (the stream ``hn_init``), as the unofficial code initialises
+    it: the embedding ``N(0, 1)`` (``nn.Embedding``), the MLP like PyTorch's ``nn.Linear``
+    (weights and biases ``U(−1/√fan_in, 1/√fan_in)``), the heads' weights ``U(0, 1)`` and biases 0."""
+    e, h, n, L = shape.embed_dim, shape.hidden_dim, shape.clients, shape.layers
+
+    def linear(out_f: int, in_f: int) -> tuple[np.ndarray, np.ndarray]:
+        bound = 1.0 / math.sqrt(in_f)
+        return rng.uniform(-bound, bound, (out_f, in_f)), rng.uniform(-bound, bound, out_f)
+
+    emb = rng.standard_normal(e)
+    w1, b1 = linear(h, e)
+    w2, b2 = linear(h, h)
+    w3, b3 = linear(h, h)
+    head_w = rng.uniform(0.0, 1.0, (L, n, h))
+    return pack_hypernet(shape, embedding=emb, w1=w1, b1=b1, w2=w2, b2=b2, w3=w3, b3=b3, head_w=head_w,
+                         head_b=np.zeros((L, n)))
+
+
+def hn_alpha(hn: object, shape: HyperShape) -> object:
+    """``α = ReLU(head_l(MLP(v)))`` for every layer: a ``(layers, clients)`` torch tensor, differentiable in
+    ``hn`` (a flat torch tensor)."""
+    import torch
+
+    views: dict[str, torch.Tensor] = {}
+    offset = 0
+    for name, s in shape.parts():
+        size = math.prod(s)
+        views[name] = hn[offset:offset + size].reshape(s)  # type: ignore[index]
+        offset += size
+    x = views["embedding"]
+    for k in (1, 2, 3):
+        x = torch.relu(views[f"w{k}"] @ x + views[f"b{k}"])
+    return torch.relu(views["head_w"] @ x + views["head_b"])
+
+
+def kept_layers(alpha: np.ndarray, client: int, k_keep: int) -> list[int]:
+    """HeurpFedLA: the ``k_keep`` layers with the largest self-weight ``α^{l,client}`` (ties: the earlier
+    layer), in layer order."""
+    if k_keep <= 0:
+        return []
+    layers = alpha.shape[0]
+    if k_keep > layers:
+        raise ValueError(f"pfedla.k_keep = {k_keep} exceeds the model's {layers} layers; allowed: 0..{layers}")
+    order = np.argsort(-alpha[:, client], kind="stable")
+    return sorted(int(x) for x in order[:k_keep])
+
+
+def layer_weights(alpha: np.ndarray, client: int, kept: Sequence[int] = ()) -> np.ndarray:
+    """The normalised weights ``â`` (``(layers, clients)``, float64): each row ``α^l / Σ α^l``; the one-hot
+    weight of ``client`` where a row sums to 0 or the layer is kept."""
+    alpha = np.asarray(alpha, dtype=np.float64)
+    out = np.zeros_like(alpha)
+    totals = alpha.sum(axis=1)
+    for l in range(alpha.shape[0]):
+        if l in kept or not totals[l] > 0:
+            out[l, client] = 1.0
+        else:
+            out[l] = alpha[l] / totals[l]
+    return out
+
+
+def personalise(models: np.ndarray, groups: Sequence[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    """``θ̄^l = Σ_j w^{l,j} θ_j^l`` for every layer ``l``: ``models`` ``(clients, P)``, ``weights``
+    ``(layers, clients)``; float32 out, summed in float64 in client order."""
+    models = np.asarray(models)
+    if weights.shape != (len(groups), models.shape[0]):
+        raise ValueError(f"weights of shape {weights.shape} do not match {len(groups)} layers × "
+                         f"{models.shape[0]} clients")
+    out = np.empty(models.shape[1], dtype=np.float32)
+    for l, idx in enumerate(groups):
+        acc = np.zeros(idx.size, dtype=np.float64)
+        for j in range(models.shape[0]):
+            w = float(weights[l, j])
+            if w != 0.0:
+                acc += w * models[j, idx].astype(np.float64)
+        out[idx] = acc
+    return out
+
+
+def hypernet_step(hn: np.ndarray, shape: HyperShape, models: np.ndarray, groups: Sequence[np.ndarray],
+                  client: int, sent: np.ndarray, trained: np.ndarray, lr: float, k_keep: int = 0,
+                  vjp_sign: VjpSign = "old_minus_new") -> np.ndarray:
+    """One SGD step of client ``client``'s hypernetwork on its return: ``ψ − lr·(∂θ̄/∂ψ)ᵀ g``.
+
+    ``models`` are the stored ``θ_j`` the personalised model is built from (constants), ``sent`` the
+    model ``θ̄`` the client trained from and ``trained`` its result ``θ^new``; ``g = sent − trained``
+    (``"old_minus_new"``) or ``trained − sent`` (``"new_minus_old"``). Kept layers (``k_keep``) and rows
+    whose ``α`` sums to 0 carry no gradient.
+    """
+    import torch
+
+    grad_out = np.asarray(sent, dtype=np.float64) - np.asarray(trained, dtype=np.float64)
+    if vjp_sign == "new_minus_old":
+        grad_out = -grad_out
+    n = models.shape[0]
+    # s[l, j] = θ_j^l · g^l: the gradient of gᵀθ̄ with respect to the normalised weight â^{l,j}
+    s = np.zeros((len(groups), n), dtype=np.float64)
+    for l, idx in enumerate(groups):
+        g = grad_out[idx]
+        for j in range(n):
+            s[l, j] = float((models[j, idx].astype(np.float64) * g).sum())
+    params = torch.tensor(hn, dtype=torch.float32, requires_grad=True)
+    alpha = hn_alpha(params, shape)
+    a_np = alpha.detach().numpy()  # type: ignore[attr-defined]
+    kept = kept_layers(a_np, client, k_keep)
+    live = [l for l in range(len(groups)) if l not in kept and a_np[l].sum() > 0]
+    if not live:
+        return np.array(hn, dtype=np.float32, copy=True)
+    rows = alpha[live]  # type: ignore[index]
+    a_hat = rows / rows.sum(dim=1, keepdim=True)
+    objective = (a_hat * torch.tensor(s[live], dtype=torch.float32)).sum()
+    (grad,) = torch.autograd.grad(objective, params)
+    return (params.detach() - lr * grad).numpy().astype(np.float32)
+
+
+def update_flops(shape: HyperShape, params: int) -> float:
+    """FLOPs of one client's server job (design default): the hypernetwork update and the next
+    personalised model. ``6·N·P`` for the weighted sums (``N·P`` multiply-adds to build ``θ̄``, about
+    ``2·N·P`` for the vector–Jacobian product) plus ``4·F_hn`` for the hypernetwork (a forward and
+    backward, ``3·F_hn``, for the update, and a forward for the new weights)."""
+    return 6.0 * shape.clients * params + 4.0 * shape.forward_flops

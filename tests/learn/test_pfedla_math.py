@@ -1,0 +1,143 @@
+"""pFedLA's server math against hand calculations on tiny tensors (hierfl.learn.pfedla)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hierfl.learn.pfedla import (
+    HyperShape,
+    hn_alpha,
+    hypernet_step,
+    init_hypernet,
+    kept_layers,
+    layer_groups,
+    layer_weights,
+    pack_hypernet,
+    personalise,
+    update_flops,
+)
+
+LAYOUT = [("a.weight", (2,)), ("a.bias", (1,)), ("b.weight", (1,))]
+
+
+def test_layer_groups_by_module_or_by_tensor():
+    layer = layer_groups(LAYOUT)
+    assert [g.tolist() for g in layer] == [[0, 1, 2], [3]]
+    tensor = layer_groups(LAYOUT, "tensor")
+    assert [g.tolist() for g in tensor] == [[0, 1], [2], [3]]
+
+
+def test_personalised_aggregation_layer_by_layer():
+    # θ_0 = [1, 2, 3 | 4], θ_1 = [5, 6, 7 | 8]; layer a weighted (0.25, 0.75), layer b (1, 0)
+    models = np.array([[1, 2, 3, 4], [5, 6, 7, 8]], dtype=np.float32)
+    w = np.array([[0.25, 0.75], [1.0, 0.0]])
+    out = personalise(models, layer_groups(LAYOUT), w)
+    # a: 0.25·[1,2,3] + 0.75·[5,6,7] = [4, 5, 6]; b: 4
+    assert out.dtype == np.float32
+    assert out.tolist() == [4.0, 5.0, 6.0, 4.0]
+
+
+def test_weights_normalise_fall_back_to_one_hot_and_keep_layers():
+    alpha = np.array([[2.0, 3.0], [5.0, 1.0], [0.0, 0.0]])
+    # client 0's self-weights 2, 5, 0: k_keep = 1 keeps layer 1
+    assert kept_layers(alpha, 0, 1) == [1]
+    assert kept_layers(alpha, 1, 2) == [0, 1]  # self-weights 3, 1, 0
+    assert kept_layers(alpha, 0, 0) == []
+    w = layer_weights(alpha, 0, kept=[1])
+    assert w.tolist() == [[0.4, 0.6], [1.0, 0.0], [1.0, 0.0]]  # the zero row: client 0's own layer
+    with pytest.raises(ValueError, match="k_keep"):
+        kept_layers(alpha, 0, 4)
+
+
+def _tiny_hn(shape: HyperShape) -> np.ndarray:
+    # v = 1, every MLP weight 1 and bias 0 (the ReLUs pass 1 through); heads w = [1, 3], b = [1, 0]
+    one = np.ones((1, 1))
+    return pack_hypernet(shape, embedding=np.ones(1), w1=one, b1=np.zeros(1), w2=one, b2=np.zeros(1), w3=one,
+                         b3=np.zeros(1), head_w=np.array([[[1.0], [3.0]]]), head_b=np.array([[1.0, 0.0]]))
+
+
+def test_alpha_of_a_tiny_hypernetwork():
+    shape = HyperShape(embed_dim=1, hidden_dim=1, layers=1, clients=2)
+    import torch
+
+    alpha = hn_alpha(torch.tensor(_tiny_hn(shape)), shape)
+    assert alpha.tolist() == [[2.0, 3.0]]  # relu(1·1 + 1), relu(3·1 + 0)
+
+
+@pytest.mark.parametrize("sign, factor", [("old_minus_new", 1.0), ("new_minus_old", -1.0)])
+def test_one_hypernetwork_step_by_hand(sign, factor):
+    """N = 2 clients, one layer of 2 parameters, d_e = h = 1, client 0, lr = 0.5.
+
+    α = [2, 3] → â = [0.4, 0.6]; θ_0 = [1, 2], θ_1 = [3, 4] → θ̄ = [2.2, 3.2]; trained [2, 3]
+    → g = θ̄ − θ_new = [0.2, 0.2]; s_j = θ_jᵀg = [0.6, 1.4]; gᵀθ̄ = 0.4·0.6 + 0.6·1.4 = 1.08;
+    ∂/∂α_k = (s_k − 1.08)/5 = [−0.096, 0.064] = the heads' weight and bias gradients (x = 1);
+    ∂/∂x = −0.096·1 + 0.064·3 = 0.096, which flows unchanged through the three unit layers to every
+    MLP weight and bias and to v. The step subtracts 0.5 × these.
+    """
+    shape = HyperShape(embed_dim=1, hidden_dim=1, layers=1, clients=2)
+    groups = layer_groups([("l.weight", (1,)), ("l.bias", (1,))])
+    models = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    hn = _tiny_hn(shape)
+    sent = personalise(models, groups, layer_weights(np.array([[2.0, 3.0]]), 0))
+    assert sent.tolist() == pytest.approx([2.2, 3.2], abs=1e-6)
+    new = hypernet_step(hn, shape, models, groups, 0, sent, np.array([2.0, 3.0], dtype=np.float32), lr=0.5,
+                        vjp_sign=sign)
+    d = 0.5 * 0.096 * factor
+    expected = [1 - d, 1 - d, -d, 1 - d, -d, 1 - d, -d,      # v, w1, b1, w2, b2, w3, b3
+                1 + 0.048 * factor, 3 - 0.032 * factor,      # head weights
+                1 + 0.048 * factor, 0 - 0.032 * factor]      # head biases
+    assert new.tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_kept_layers_carry_no_gradient():
+    shape = HyperShape(embed_dim=1, hidden_dim=1, layers=1, clients=2)
+    groups = layer_groups([("l.weight", (1,)), ("l.bias", (1,))])
+    models = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    hn = _tiny_hn(shape)
+    new = hypernet_step(hn, shape, models, groups, 0, models[0], np.zeros(2, np.float32), lr=0.5, k_keep=1)
+    assert new.tolist() == hn.tolist()
+
+
+def test_the_shortcut_equals_autograd_through_the_whole_model():
+    """The step equals back-propagation of gᵀθ̄ through the full personalised model (random case)."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    layout = [("a.weight", (3, 2)), ("a.bias", (3,)), ("b.weight", (2, 3)), ("b.bias", (2,))]
+    groups = layer_groups(layout)
+    shape = HyperShape(embed_dim=4, hidden_dim=5, layers=len(groups), clients=3)
+    hn = init_hypernet(shape, rng)
+    models = rng.standard_normal((3, 17)).astype(np.float32)
+    trained = rng.standard_normal(17).astype(np.float32)
+    params = torch.tensor(hn, requires_grad=True)
+    alpha = hn_alpha(params, shape)
+    a_hat = alpha / alpha.sum(dim=1, keepdim=True)
+    m = torch.tensor(models, dtype=torch.float64)
+    theta = torch.zeros(17, dtype=torch.float64)
+    for l, idx in enumerate(groups):
+        theta = theta.index_add(0, torch.tensor(idx), (a_hat[l].double()[:, None] * m[:, idx]).sum(0))
+    sent = theta.detach().numpy().astype(np.float32)
+    g = torch.tensor(sent.astype(np.float64) - trained.astype(np.float64))
+    (grad,) = torch.autograd.grad((theta * g).sum(), params)
+    expected = hn - 0.1 * grad.numpy()
+    new = hypernet_step(hn, shape, models, groups, 1, sent, trained, lr=0.1)
+    np.testing.assert_allclose(new, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_init_hypernet_draws_the_documented_distributions():
+    shape = HyperShape(embed_dim=3, hidden_dim=4, layers=2, clients=5)
+    a = init_hypernet(shape, np.random.default_rng(7))
+    b = init_hypernet(shape, np.random.default_rng(7))
+    assert a.dtype == np.float32 and a.size == shape.size == 3 + 12 + 4 + 16 + 4 + 16 + 4 + 40 + 10
+    assert a.tobytes() == b.tobytes()
+    heads_w = a[-50:-10]
+    assert (heads_w >= 0).all() and (heads_w <= 1).all()
+    assert (a[-10:] == 0).all()  # head biases
+
+
+def test_update_flops_by_hand():
+    # F_hn = 2·(1·1 + 2·1·1 + 1·1·2) = 10; 6·N·P = 6·2·2 = 24 → 24 + 4·10 = 64
+    shape = HyperShape(embed_dim=1, hidden_dim=1, layers=1, clients=2)
+    assert shape.forward_flops == 10
+    assert update_flops(shape, 2) == 64.0
