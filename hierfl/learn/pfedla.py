@@ -41,8 +41,8 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["Granularity", "HyperShape", "VjpSign", "hn_alpha", "hypernet_step", "init_hypernet", "kept_layers",
-           "layer_groups", "layer_weights", "pack_hypernet", "personalise", "update_flops"]
+__all__ = ["Granularity", "HyperShape", "VjpSign", "client_update", "hn_alpha", "hypernet_step", "init_hypernet",
+           "kept_layers", "layer_groups", "layer_weights", "pack_hypernet", "personalise", "store_mean", "update_flops"]
 
 Granularity = Literal["layer", "tensor"]
 VjpSign = Literal["old_minus_new", "new_minus_old"]
@@ -229,3 +229,67 @@ def update_flops(shape: HyperShape, params: int) -> float:
     ``2·N·P`` for the vector–Jacobian product) plus ``4·F_hn`` for the hypernetwork (a forward and
     backward, ``3·F_hn``, for the update, and a forward for the new weights)."""
     return 6.0 * shape.clients * params + 4.0 * shape.forward_flops
+
+
+# -- the server jobs, as plain functions of a server's state -------------------------------------------
+
+def _shape(params: dict[str, object], layers: int) -> HyperShape:
+    return HyperShape(int(params["embed_dim"]), int(params["hidden_dim"]), layers,  # type: ignore[call-overload]
+                      int(params["clients"]))  # type: ignore[call-overload]
+
+
+def _ensure_store(state: dict[str, np.ndarray], shape: HyperShape, initial: np.ndarray,
+                  seeds: Sequence[int]) -> None:
+    """Create the server's store on its first job: every client's model is the common initial model
+    (identical initialisation, design default) and every hypernetwork is drawn from its own seed."""
+    if "models" in state:
+        return
+    if len(seeds) != shape.clients:
+        raise ValueError(f"pfedla: {len(seeds)} hypernetwork seeds for {shape.clients} clients")
+    state["models"] = np.tile(np.asarray(initial, dtype=np.float32), (shape.clients, 1))
+    state["hypernets"] = np.stack([init_hypernet(shape, np.random.default_rng(int(s))) for s in seeds])
+
+
+def client_update(state: dict[str, np.ndarray], trained: np.ndarray, sent: np.ndarray,
+                  layout: Sequence[tuple[str, tuple[int, ...]]],
+                  params: dict[str, object]) -> tuple[np.ndarray, float, dict[str, float]]:
+    """One client's server job: step ``HN_i`` on its return, store ``θ_i``, form its next ``θ̄_i``.
+
+    ``state`` holds ``models`` ``(N, P)`` and ``hypernets`` ``(N, H)`` (created here on the first job, from
+    ``sent``, the common initial model); ``params``: ``client``, ``clients``, ``seeds``, ``hn_lr``,
+    ``embed_dim``, ``hidden_dim``, ``k_keep``, ``vjp_sign``, ``granularity``. Returns the personalised
+    model, the FLOPs to charge (:func:`update_flops`) and the job's statistics: ``kept_params``, the floats
+    of the layers the client keeps (HeurpFedLA), and ``self_weight``, the mean over layers of ``â^{l,i}``.
+    """
+    import torch
+
+    groups = layer_groups(layout, params.get("granularity", "layer"))  # type: ignore[arg-type]
+    shape = _shape(params, len(groups))
+    client = int(params["client"])  # type: ignore[call-overload]
+    k_keep = int(params.get("k_keep", 0))  # type: ignore[call-overload]
+    _ensure_store(state, shape, sent, params["seeds"])  # type: ignore[arg-type]
+    models, hns = state["models"], state["hypernets"]
+    # the product is taken at the store as it is now (other clients may have returned since i was sent)
+    hns[client] = hypernet_step(hns[client], shape, models, groups, client, sent, trained,
+                                float(params["hn_lr"]), k_keep, params.get("vjp_sign", "old_minus_new"))  # type: ignore[arg-type]
+    models[client] = trained
+    with torch.no_grad():
+        alpha = hn_alpha(torch.tensor(hns[client]), shape).numpy()  # type: ignore[attr-defined]
+    kept = kept_layers(alpha, client, k_keep)
+    weights = layer_weights(alpha, client, kept)
+    personal = personalise(models, groups, weights)
+    stats = {"kept_params": float(sum(groups[l].size for l in kept)),
+             "self_weight": float(weights[:, client].mean())}
+    return personal, update_flops(shape, models.shape[1]), stats
+
+
+def store_mean(state: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:
+    """The uniform mean of a server's stored models (``cloud: average``) and its FLOPs, ``N·P`` additions
+    (one per stored value, design default)."""
+    if "models" not in state:
+        raise ValueError("pfedla: the server's store is empty (no client has returned yet)")
+    models = state["models"]
+    acc = np.zeros(models.shape[1], dtype=np.float64)
+    for j in range(models.shape[0]):  # client order: the same bits in every process
+        acc += models[j]
+    return (acc / models.shape[0]).astype(np.float32), float(models.size)

@@ -141,3 +141,60 @@ def test_update_flops_by_hand():
     shape = HyperShape(embed_dim=1, hidden_dim=1, layers=1, clients=2)
     assert shape.forward_flops == 10
     assert update_flops(shape, 2) == 64.0
+
+
+def _params(**kw):
+    return {"client": 0, "clients": 2, "seeds": [1, 2], "hn_lr": 0.5, "embed_dim": 1, "hidden_dim": 1,
+            "k_keep": 0, "vjp_sign": "old_minus_new", "granularity": "layer", **kw}
+
+
+def test_client_update_creates_the_store_steps_and_personalises():
+    from hierfl.learn.pfedla import client_update
+
+    layout = [("l.weight", (1,)), ("l.bias", (1,))]
+    shape = HyperShape(embed_dim=1, hidden_dim=1, layers=1, clients=2)
+    state: dict = {}
+    sent = np.array([1.0, 2.0], dtype=np.float32)     # the common initial model
+    trained = np.array([2.0, 3.0], dtype=np.float32)
+    out, flops, stats = client_update(state, trained, sent, layout, _params())
+    # the store: both clients start from the initial model, hypernetworks from their seeds
+    assert state["models"].tolist() == [[2.0, 3.0], [1.0, 2.0]]   # θ_0 ← trained
+    hn1 = init_hypernet(shape, np.random.default_rng(2))
+    assert state["hypernets"][1].tobytes() == hn1.tobytes()       # client 1's untouched
+    # client 0's hypernetwork: stepped at the store before θ_0 was replaced (both rows = sent: s_0 = s_1,
+    # so â's gradient is zero whatever α is: an unchanged hypernetwork)
+    hn0 = init_hypernet(shape, np.random.default_rng(1))
+    assert state["hypernets"][0].tobytes() == hn0.tobytes()
+    import torch
+
+    alpha = hn_alpha(torch.tensor(hn0), shape).numpy()
+    w = layer_weights(alpha, 0)
+    expected = w[0, 0] * np.array([2.0, 3.0]) + w[0, 1] * np.array([1.0, 2.0])
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert flops == update_flops(shape, 2) == 64.0
+    assert stats["kept_params"] == 0.0 and stats["self_weight"] == pytest.approx(w[0, 0])
+
+
+def test_client_update_with_k_keep_returns_the_own_layer_and_its_size():
+    from hierfl.learn.pfedla import client_update
+
+    layout = [("a.weight", (2,)), ("b.weight", (1,))]
+    state = {"models": np.array([[1.0, 2.0, 3.0], [5.0, 6.0, 7.0]], dtype=np.float32)}
+    shape = HyperShape(embed_dim=1, hidden_dim=1, layers=2, clients=2)
+    state["hypernets"] = np.stack([init_hypernet(shape, np.random.default_rng(s)) for s in (1, 2)])
+    trained = np.array([1.5, 2.5, 3.5], dtype=np.float32)
+    out, _, stats = client_update(state, trained, state["models"][1].copy(), layout,
+                                  _params(client=1, k_keep=2, seeds=[1, 2]))
+    # every layer kept: client 1's personalised model is its own trained model [1.5, 2.5, 3.5]... of the
+    # store, where θ_1 was just replaced by it
+    assert out.tolist() == [1.5, 2.5, 3.5]
+    assert stats["kept_params"] == 3.0 and stats["self_weight"] == 1.0
+
+
+def test_store_mean_by_hand():
+    from hierfl.learn.pfedla import store_mean
+
+    mean, flops = store_mean({"models": np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32)})
+    assert mean.tolist() == [2.0, 4.0] and flops == 4.0
+    with pytest.raises(ValueError, match="empty"):
+        store_mean({})
