@@ -33,6 +33,7 @@ from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.jobs import Job
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
+from hierfl.env.events import ServerJobDone
 from hierfl.policies.straggler import WaitAll
 
 __all__ = ["FakeWorld", "FakeEnv", "FakeAggregator", "FakeTelemetry", "FakeLive", "short", "run"]
@@ -285,6 +286,19 @@ class FakeAggregator:
         self._log("applied", list(sources), list(weights), list(staleness), version)
         self._cloud_aggregation()
 
+    # -- the server's own computation
+    def run(self, task: str, inputs: list[Any], done: str, payload: Any = None,
+            params: dict[str, Any] | None = None) -> Event:
+        """A server task on floats: ``env.server_tasks[task](inputs, params) -> (outputs, seconds)`` (default:
+        the inputs' mean, 1 s), queued behind this server's earlier tasks as the driver queues them."""
+        fn = self.env.server_tasks.get(task, lambda xs, _: ([sum(xs) / len(xs)], 1.0))
+        outputs, seconds = fn(list(inputs), dict(params or {}))
+        key = (self.tier, self.entity)
+        start = max(self.env.now, self.env.server_free.get(key, self.env.now))
+        self.env.server_free[key] = start + seconds
+        self._log("run", task, list(inputs), start, start + seconds)
+        return self.env.at(start + seconds, done, ServerJobDone(task, tuple(outputs), {}, start, start + seconds, payload))
+
 
 def short(payload: Any) -> str:
     """A payload in a log line: ``"device=0 round=1"`` (its fields), ``""`` for none."""
@@ -316,6 +330,9 @@ class FakeEnv:
         self.telemetry = FakeTelemetry()
         self.live = FakeLive(self, away, slow)
         self.scaffold = NoScaffold()
+        # server tasks on floats by name (see FakeAggregator.run) and when each server's queue runs dry
+        self.server_tasks: dict[str, Any] = {}
+        self.server_free: dict[tuple[str, int], float] = {}
         self.global_model: Any = global_model
         self.stopping = False
         self.cloud_aggregations = 0

@@ -15,6 +15,7 @@ import numpy as np
 
 from hierfl.driver.errors import DivergedError
 from hierfl.driver.nonfinite import NonFinite
+from hierfl.driver.server_jobs import ServerJobs
 from hierfl.driver.tiers import Layer, TierAggregator, compose
 from hierfl.env.api import Endpoint, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
@@ -86,6 +87,8 @@ class Aggregation:
         self._stacks: dict[str, Layer] = {}
         # what ends a synchronous round of device updates at each aggregator (FedDC's rule, else the optimizer)
         self.round_rules = RoundRules(scenario, world)
+        # each server's own computation (server tasks), queued per server in virtual time
+        self.server_jobs = ServerJobs(scenario.servers, executor, telemetry, clock)
 
     @property
     def now(self) -> float:

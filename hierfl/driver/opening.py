@@ -11,6 +11,8 @@ import platform
 import time
 from typing import Any
 
+import numpy as np
+
 from hierfl import __version__
 from hierfl.assemble import Built, build
 from hierfl.core.dynamics import Dynamics
@@ -73,7 +75,18 @@ def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
                     rt.fast_path, rt.device, rt.precision, rt.cpu_batching,
                     built.models.configs[1:] if built.models is not None else ()),
                    built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn),
-                   eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host)
+                   eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host, public=_public(scenario, built))
+
+
+def _public(scenario: Scenario, built: Built) -> tuple[np.ndarray, np.ndarray] | None:
+    """``data.public``'s samples for server tasks: ``(x, y)``, with ``y = -1`` where labels are hidden."""
+    rows = getattr(built, "public_rows", None)
+    if rows is None or scenario.data.public is None:
+        return None
+    x, y = built.dataset.x_train[rows], np.asarray(built.dataset.y_train[rows])
+    if not scenario.data.public.labelled:
+        y = np.full_like(y, -1)
+    return np.ascontiguousarray(x), np.ascontiguousarray(y)
 
 
 def share_dataset(built: Built, executor: Executor) -> None:

@@ -241,3 +241,10 @@ class TierAggregator:
         and the aggregate line; at the cloud it may end the run)."""
         self.agg.record_async_aggregation(self.tier, self.entity, sources, weights, staleness, version,
                                           queue_len, source)
+
+    # -- the server's own computation -------------------------------------------------------------------
+    def run(self, task: str, inputs: list[Any], done: str, payload: Any = None,
+            params: dict[str, Any] | None = None) -> Any:
+        """Start the server task ``task`` at this point's server (:class:`~hierfl.driver.server_jobs.ServerJobs`):
+        ``on_<done>`` fires at its end, which comes after the server's earlier tasks and the task's work."""
+        return self.agg.server_jobs.run(self.tier, self.entity, self.lane, task, inputs, done, payload, params)

@@ -63,6 +63,8 @@ J_PER_FLOP_DEFAULTS: dict[str, float] = {
     "laptop": 45.0 / 150e9,           # [D] 45 W laptop CPU package (placeholder)
     "edge_gpu": 70.0 / 3500e9,        # [D] NVIDIA T4 TDP 70 W (datasheet)
     "edge_cpu": 150.0 / 400e9,        # [D] placeholder
+    "cloud_gpu": 70.0 / 3500e9,       # [D] placeholder, as edge_gpu
+    "cloud_cpu": 150.0 / 400e9,       # [D] placeholder, as edge_cpu
     CUSTOM_TIER: 5e-10,               # [D] devices without a tier: a phone-class 0.5 nJ/FLOP
 }
 

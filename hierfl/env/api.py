@@ -10,7 +10,8 @@ Its parts, nothing else:
 * **training jobs** — start one on a device from a model and hear when it is done or lost;
 * **transfers** — send a model between two entities and hear when it arrives;
 * **aggregation** — one :class:`Aggregator` per aggregation point (``env.tier(tier, entity)``),
-  which aggregates and does its own accounting; the cloud's model; SCAFFOLD's control variates;
+  which aggregates and does its own accounting, and runs the server's own computation (server
+  tasks, in virtual time); the cloud's model; SCAFFOLD's control variates;
 * and one :class:`Telemetry` object that owns counters, metric lines and trace events.
 
 The driver (:mod:`hierfl.driver`) implements it; a unit test can implement a fake in a few
@@ -173,6 +174,15 @@ class Aggregator(Protocol):
     def applied(self, sources: list[int], weights: list[float], staleness: list[int], version: int,
                 queue_len: int, source: str = "device") -> None:
         """Account an asynchronous aggregation the protocol formed itself."""
+
+    # -- the server's own computation -------------------------------------------------------------------
+    def run(self, task: str, inputs: list[Any], done: str, payload: Any = None,
+            params: dict[str, Any] | None = None) -> Event:
+        """Start the server task ``task`` (registered in :mod:`hierfl.learn.server_tasks`) on the models
+        ``inputs`` at this point's server, with the protocol's ``params``. The server spends the work the
+        task counts at its FLOP/s (``servers:``), after the tasks it was given before (one at a time);
+        ``on_<done>`` then fires with a :class:`~hierfl.env.events.ServerJobDone` (the outputs' handles,
+        the task's stats, start and end, and ``payload``). Returns that pending event."""
 
 
 class Env(Protocol):

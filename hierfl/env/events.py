@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["Payload", "DeviceLost", "ServerDown", "ServerUp", "Timer", "DRIVER_EVENTS", "describe"]
+__all__ = ["Payload", "DeviceLost", "ServerDown", "ServerJobDone", "ServerUp", "Timer", "DRIVER_EVENTS", "describe"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,19 @@ class ServerUp(Payload):
 
     server: tuple[str, int]
     down_s: float
+
+
+@dataclass(frozen=True)
+class ServerJobDone(Payload):
+    """A server task is over: ``outputs`` (model handles) of ``task``, its ``stats``, when the server
+    started and ended it (virtual s), and ``payload``, the protocol's own message given to ``run``."""
+
+    task: str
+    outputs: tuple[Any, ...]
+    stats: dict[str, float]
+    start: float
+    end: float
+    payload: Any = None
 
 
 # event kinds the driver raises on its own; the protocol base class handles each by default

@@ -111,6 +111,8 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "energy": ("object", "J", "energy totals, per-device mean and max, per-tier sums (with energy:)"),
     "device_state": ("object", "bytes", "persistent per-device state held at the end (trainers that keep it: "
                      "SCAFFOLD, FedDC): devices holding some, bytes in total and per such device"),
+    "server_jobs": ("object", "", "server tasks (a protocol's own computation at a server): tasks started, "
+                    "virtual seconds busy and bytes each tier's points keep, per tier (present when any ran)"),
     "error": ("str", "", "the error of a failed run"),
     "resume": ("str", "", "the command that continues a failed or interrupted run"),
     "checkpoint_t": ("float", "s (virtual)", "virtual time of the checkpoint a resume starts from"),

@@ -30,7 +30,8 @@ COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_
             "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
 # counters a feature adds on its first count (only the runs that use it carry them, so others' totals
 # stay as they were): re-grouping (``protocol.recluster``) counts the devices it moved and their transfers
-OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration"})
+# and server jobs (a protocol's own computation at a server) count their tasks, virtual seconds and FLOPs
+OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration", "server_jobs", "server_job_s", "server_flops"})
 
 
 def _hist_mean(hist: dict[int, int]) -> float | None:

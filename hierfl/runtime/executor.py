@@ -50,6 +50,8 @@ class RunData:
     # per-device evaluation sets (device, training rows, held-out rows or None): see Built.eval_sets
     eval_sets: tuple[tuple[int, np.ndarray, np.ndarray | None], ...] = ()
     gpus_per_host: float = 0.0  # runtime.gpus_per_host: GPUs reserved by each Ray device host actor
+    # data.public's samples for server tasks at the cloud role: (x, y), y = -1 where labels are hidden
+    public: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class Servers:
@@ -114,6 +116,13 @@ class Servers:
     def control(self, edge: int | None = None) -> Any:
         """Handle of the cloud's SCAFFOLD control ``c`` (or of ``edge``'s own control ``c_e``, FedDC) as of
         the last commit."""
+        raise NotImplementedError
+
+    def run_task(self, name: str, params: dict[str, Any], seed: int, tier: str, entity: int,
+                 inputs: list[Any]) -> tuple[list[Any], float, dict[str, float], int]:
+        """Run the server task ``name`` of the point ``(tier, entity)`` on the models ``inputs`` (in the cloud
+        role, whichever the tier: a server task's result does not depend on where it runs):
+        ``(output handles, flops, stats, bytes the point keeps)`` (:mod:`hierfl.learn.server_tasks`)."""
         raise NotImplementedError
 
 
@@ -449,6 +458,13 @@ class _LocalServers(Servers):
         """The cloud's (or ``edge``'s) current control vector (replaced, never changed in place, by a commit)."""
         return self.cloud.get_control() if edge is None else self.leaders.get_control(edge)
 
+    def run_task(self, name: str, params: dict[str, Any], seed: int, tier: str, entity: int,
+                 inputs: list[Any]) -> tuple[list[Any], float, dict[str, float], int]:
+        """In-process, by the cloud role."""
+        arrays = self._handles.values(list(inputs))
+        n = len(arrays)
+        return self.cloud.run_task(name, params, seed, tier, entity, list(range(n)), [None] * n, *arrays)
+
 
 class _LocalState(ExecutorState):
     """The local executor's state: its role objects, and what the driver's state refers to."""
@@ -501,7 +517,7 @@ class LocalExecutor(Executor):
     def __init__(self, data: RunData) -> None:
         self.host = DeviceHost(data.x_train, data.y_train, data.parts, data.model, list(data.eval_sets))
         self.leaders = LeaderHost(data.robust)
-        self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model, data.robust)
+        self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model, data.robust, data.public)
         self._init = np.asarray(data.init_params, dtype=np.float32)
         self.personal = DeviceStates(self._init)  # where stateless devices take their local layers: init
         self.handles = _Handles(self.host, JobGroups() if fast_path_of(data.model) else None)

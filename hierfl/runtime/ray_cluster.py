@@ -100,9 +100,9 @@ class CloudActor(Cloud):
         pass
 
     def setup(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec,
-              robust: Any = None) -> float:
+              robust: Any = None, public: tuple[np.ndarray, np.ndarray] | None = None) -> float:
         """Become the cloud of this run; returns the actor's ``time.time()``."""
-        Cloud.__init__(self, init_params, x_test, y_test, model, robust)
+        Cloud.__init__(self, init_params, x_test, y_test, model, robust, public)
         return time.time()
 
     def warm(self) -> float:

@@ -162,6 +162,17 @@ class RayServers(Servers):
         assert self.leaders is not None
         return self.leaders.get_control.remote(edge)
 
+    def run_task(self, name: str, params: dict[str, Any], seed: int, tier: str, entity: int,
+                 inputs: list[Any]) -> tuple[list[Any], float, dict[str, float], int]:
+        """Computed in the cloud actor; the outputs are put into the object store (a server task is rare:
+        one per round at most, so its result may cross to the driver and back)."""
+        self._b.need(*inputs)
+        self._b.flush_jobs()
+        index, rows, refs = unique_refs(list(inputs))
+        outputs, flops, stats, kept = ray.get(self.cloud.run_task.remote(name, dict(params), seed, tier, entity,
+                                                                         index, rows, *refs))
+        return [ray.put(o) for o in outputs], flops, stats, kept
+
 
 class RayState(ExecutorState):
     """The Ray executor's checkpoint state: the actors' state, and the handles of this Ray session by value."""
@@ -305,7 +316,8 @@ class RayExecutor(Executor):
         # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
         self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model, evals_ref, xt_ref, yt_ref)
                         for h in self.hosts]
-        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust)
+        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust,
+                                                     data.public)
         self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
         self._cloud_warm = self.cloud.warm.remote()
         groups = JobGroups() if fast_path_of(data.model) else None  # the opt-in fast path

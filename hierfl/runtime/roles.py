@@ -657,12 +657,58 @@ class LeaderHost:
         return True
 
 
+class ServerWork:
+    """The cloud role's torch side: one evaluator per architecture of the run, made on first use (aggregation
+    is numpy only, so a cloud that never evaluates, as under the Ray executor, never imports torch: about
+    0.2 GB and 1.6 CPU s less), and the server tasks of every server point with what each point keeps
+    (:mod:`hierfl.learn.server_tasks`)."""
+
+    def __init__(self, model: ModelSpec, public: tuple[np.ndarray, np.ndarray] | None) -> None:
+        _, input_shape, num_classes, threads = model[:4]
+        self._spec = (tuple(input_shape), int(num_classes), threads, device_of(model), precision_of(model))
+        self._models = models_of(model)
+        self._trainers: dict[int, LocalTrainer] = {}
+        self._flops: dict[int, float] = {}
+        self.public = public
+        self.state: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+
+    def trainer_of(self, model: int = 0) -> LocalTrainer:
+        """The trainer of the run's architecture ``model`` (0: ``model``; ``models:`` the others)."""
+        if model not in self._trainers:
+            input_shape, num_classes, threads, device, precision = self._spec
+            self._trainers[model] = LocalTrainer(self._models[model], input_shape, num_classes, torch_threads=threads,
+                                                 device=resolve_device(device), precision=precision)
+        return self._trainers[model]
+
+    def forward_flops(self, model: int = 0) -> float:
+        """FLOPs of one sample's forward pass through architecture ``model``."""
+        if model not in self._flops:
+            from hierfl.learn.local import forward_flops  # noqa: PLC0415 (torch: only server tasks need it)
+
+            self._flops[model] = float(forward_flops(self._models[model], *self._spec[:2]))
+        return self._flops[model]
+
+    def run(self, name: str, params: dict[str, Any], seed: int, tier: str, entity: int,
+            inputs: list[np.ndarray]) -> tuple[list[np.ndarray], float, dict[str, float], int]:
+        """Run the server task ``name`` for the point ``(tier, entity)`` with a generator seeded by ``seed``:
+        ``(outputs, flops, stats, bytes the point keeps)``."""
+        from hierfl.learn.server_tasks import ServerContext, get_task, state_bytes  # noqa: PLC0415
+
+        task = get_task(name)
+        state = self.state.setdefault((tier, int(entity)), {})
+        ctx = ServerContext(tier, int(entity), self._spec[0], self._spec[1], self.public, state, self.trainer_of,
+                            self.forward_flops)
+        result = task(ctx, [np.asarray(x, dtype=np.float32) for x in inputs], dict(params),
+                      np.random.default_rng(seed))
+        outputs = [np.ascontiguousarray(o, dtype=np.float32) for o in result.outputs]
+        return outputs, float(result.flops), {k: float(v) for k, v in result.stats.items()}, state_bytes(state)
+
+
 class Cloud:
     """The global model, its aggregation and its evaluation on the held-out test set."""
 
     def __init__(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec,
-                 robust: Any = None) -> None:
-        model_cfg, input_shape, num_classes, threads = model[:4]
+                 robust: Any = None, public: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
         self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
@@ -670,20 +716,8 @@ class Cloud:
         self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
         self.x_test = x_test
         self.y_test = y_test
-        self._model_spec = (model_cfg, tuple(input_shape), num_classes, threads, device_of(model), precision_of(model))
-        self._trainer: LocalTrainer | None = None
-        self._models = models_of(model)
-        self._evaluators: dict[int, LocalTrainer] = {}  # models: the other architectures' evaluators
-
-    @property
-    def trainer(self) -> LocalTrainer:
-        """The evaluator, made on first use: aggregation is numpy only, so a cloud that never evaluates
-        (the Ray executor evaluates on a host) never imports torch (about 0.2 GB and 1.6 CPU s less)."""
-        if self._trainer is None:
-            model_cfg, input_shape, num_classes, threads, device, precision = self._model_spec
-            self._trainer = LocalTrainer(model_cfg, input_shape, num_classes, torch_threads=threads,
-                                         device=resolve_device(device), precision=precision)
-        return self._trainer
+        # the evaluators (made on first use) and the server tasks' work (hierfl.learn.server_tasks)
+        self.work = ServerWork(model, public)
 
     def add(self, weight: float, vector: np.ndarray, control_coef: float | None = None, tag: Any = None) -> None:
         """Fold one arriving model into the running weighted sum (packed ``[model; Δc]`` with a coef)."""
@@ -708,7 +742,7 @@ class Cloud:
         k = int(self.robust.validation) if self.robust is not None else 0
         if k <= 0:
             raise ValueError("no validation batch configured")
-        return float(self.trainer.evaluate(np.asarray(params, dtype=np.float32), self.x_test[:k], self.y_test[:k])[1])
+        return float(self.work.trainer_of(0).evaluate(np.asarray(params, dtype=np.float32), self.x_test[:k], self.y_test[:k])[1])
 
     def take_reports(self) -> list[dict[str, Any]]:
         """The robust-aggregation reports since the last call."""
@@ -795,30 +829,32 @@ class Cloud:
     def evaluate(self, params: np.ndarray, model: int = 0) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ); ``model``: which of
         the run's architectures ``params`` belongs to (``models:``)."""
-        trainer = self.trainer
-        if model:
-            if model not in self._evaluators:
-                _, input_shape, num_classes, threads, device, precision = self._model_spec
-                self._evaluators[model] = LocalTrainer(self._models[model], input_shape, num_classes, torch_threads=threads,
-                                                       device=resolve_device(device), precision=precision)
-            trainer = self._evaluators[model]
+        trainer = self.work.trainer_of(model)
         return trainer.evaluate(np.asarray(params)[: trainer.num_params], self.x_test, self.y_test)
+
+    def run_task(self, name: str, params: dict[str, Any], seed: int, tier: str, entity: int, index: list[int],
+                 rows: list[int | None], *arrays: np.ndarray) -> tuple[list[np.ndarray], float, dict[str, float], int]:
+        """The server task ``name`` of the point ``(tier, entity)`` on the models ``arrays[index[k]]`` (row
+        ``rows[k]``): see :meth:`ServerWork.run`."""
+        return self.work.run(name, params, seed, tier, entity, [_pick(arrays[i], r) for i, r in zip(index, rows)])
 
     def export_state(self) -> dict[str, Any]:
         """Global model, version, running aggregation and SCAFFOLD control, for a checkpoint."""
         return copy.deepcopy({"model": self.model, "version": self.version, "agg": self._agg,
-                              "control": self.control})
+                              "control": self.control, "server_state": self.work.state})
 
     def import_state(self, state: dict[str, Any]) -> bool:
         """Take over :meth:`export_state`'s value: the aggregation goes on bit for bit."""
         state = copy.deepcopy(state)
         self.model, self.version, self._agg, self.control = (state["model"], state["version"], state["agg"],
                                                              state["control"])
+        self.work.state = state.get("server_state", {})
         return True
 
     def warmup(self) -> bool:
         """Evaluate once so torch's lazy start-up is paid at start-up."""
-        self.trainer.evaluate(self.model[: self.trainer.num_params], self.x_test[:2], self.y_test[:2])
+        trainer = self.work.trainer_of(0)
+        trainer.evaluate(self.model[: trainer.num_params], self.x_test[:2], self.y_test[:2])
         return True
 
     def ready(self) -> bool:

@@ -44,6 +44,7 @@ from hierfl.policies.straggler import MIN_INTERVAL_S, default_policy, device_pol
 from hierfl.protocols import PROTOCOLS
 from hierfl.robust.config import AggregationSection
 from hierfl.scenario.nonfinite import NonFiniteConfig
+from hierfl.scenario.servers import ServersConfig
 from hierfl.topology import GENERATORS
 from hierfl.topology.devgraph import DEVICE_GRAPHS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
@@ -497,6 +498,9 @@ class Scenario(ConfigModel):
     runtime: RuntimeConfig = RuntimeConfig()
     events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")  # type: ignore[valid-type]
     network: NetworkConfig = NetworkConfig()
+    servers: ServersConfig = Field(default=ServersConfig(), description="how fast the cloud and the edge servers "
+                                   "run server tasks (a protocol's own computation at a server: fine-tuning, a "
+                                   "generator, a matching)")
     straggler: device_policy_field() = Field(default=default_policy(), description="policy of the protocol's synchronous device rounds, at the aggregation points it declares (cloud: its round over edge servers)")  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")

@@ -1,0 +1,133 @@
+"""Server tasks: work an edge server or the cloud runs itself (fine-tuning, a generator, a matching).
+
+Methods such as FedFTG (Zhang et al., CVPR 2022: a generator and a fine-tuning of the global model
+at the server), pFedLA (Ma et al., CVPR 2022: a hypernetwork per client at the server) and FedMA
+(Wang et al., ICLR 2020: neuron matching at the server) compute at a server, and that computation
+takes time. A *server task* is that computation; a protocol starts one with
+``env.tier(tier, entity).run(name, inputs, done, payload, params)`` and the driver charges it on
+the server's clock (``servers:``), first in, first out behind the server's earlier tasks.
+
+A task is a function registered by name::
+
+    @server_task("my_task")
+    def my_task(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
+                rng: np.random.Generator) -> ServerResult: ...
+
+It receives the input models as float32 vectors, the protocol's ``params`` and a generator drawn
+from the run's seed (stream ``("server_job", tier, entity, k)`` for the point's ``k``-th task). It
+returns its output vectors and the work it charges, ``flops``: neural work counted as device jobs
+are (``samples × passes × F(model)``, three passes for a training step), non-neural work (an
+assignment problem, a large vector sum) by an operation count. Never a measured time: virtual time
+is the only clock, so the same task takes the same time on every machine.
+
+``ctx.state`` is a dictionary of numpy arrays kept for the task's server point across tasks (a
+generator's weights, one hypernetwork per client); it is saved in checkpoints with the roles'
+state, and its size is reported per tier in ``summary.json`` (``server_state_bytes``).
+
+A plug-in task is one module in :mod:`hierfl.learn.tasks` that calls :func:`server_task` at
+import; the package imports every module in it the first time a task is looked up.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from hierfl.learn.local import LocalTrainer
+
+__all__ = ["EXAMPLES", "SERVER_TASKS", "ServerContext", "ServerResult", "ServerTask", "server_task", "get_task",
+           "state_bytes"]
+
+
+@dataclass(frozen=True)
+class ServerResult:
+    """What a task gives back: its output vectors, the FLOPs (or operations) it charges, and
+    scalars the protocol may read (a loss, an iteration count)."""
+
+    outputs: list[np.ndarray]
+    flops: float
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.flops) and self.flops >= 0):
+            raise ValueError(f"a server task must charge a finite, non-negative amount of work, got flops={self.flops!r}")
+
+
+@dataclass
+class ServerContext:
+    """What a task can use at its server point ``(tier, entity)``.
+
+    ``trainer(k)`` is the :class:`~hierfl.learn.local.LocalTrainer` of the run's architecture ``k``
+    (0: ``model``; ``models:`` adds the others), made on first use; ``forward_flops(k)`` the FLOPs
+    of one sample's forward pass through it. ``public`` is ``(x, y)`` of the run's public split
+    (``data.public``), or None. ``state`` persists across the point's tasks.
+    """
+
+    tier: str
+    entity: int
+    input_shape: tuple[int, ...]
+    num_classes: int
+    public: tuple[np.ndarray, np.ndarray] | None
+    state: dict[str, np.ndarray]
+    trainer: Callable[[int], LocalTrainer]
+    forward_flops: Callable[[int], float]
+
+
+ServerTask = Callable[[ServerContext, list[np.ndarray], dict[str, Any], np.random.Generator], ServerResult]
+
+SERVER_TASKS: dict[str, ServerTask] = {}
+_DISCOVERED = False
+
+
+Example = Callable[[ServerContext], tuple[list[np.ndarray], dict[str, Any]]]
+# name → a function giving valid inputs and params for a context: what the conformance suite runs
+EXAMPLES: dict[str, Example] = {}
+
+
+def server_task(name: str, example: Example | None = None) -> Callable[[ServerTask], ServerTask]:
+    """Register the decorated function as the server task ``name`` (a name is registered once).
+
+    ``example(ctx)`` gives inputs and params the task accepts in a small run's context (logreg on 4
+    features and 2 classes, a labelled public split): the conformance suite runs every task on its
+    example, so a plug-in task ships one."""
+
+    def register(fn: ServerTask) -> ServerTask:
+        if name in SERVER_TASKS and SERVER_TASKS[name] is not fn:
+            raise ValueError(f"server task {name!r} is registered twice")
+        SERVER_TASKS[name] = fn
+        if example is not None:
+            EXAMPLES[name] = example
+        return fn
+
+    return register
+
+
+def discover() -> None:
+    """Import every module of :mod:`hierfl.learn.tasks` (each registers its tasks)."""
+    global _DISCOVERED  # noqa: PLW0603 - once per process
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    package = importlib.import_module("hierfl.learn.tasks")
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        importlib.import_module(f"hierfl.learn.tasks.{info.name}")
+
+
+def get_task(name: str) -> ServerTask:
+    """The task registered as ``name``; a clear error listing the registered names otherwise."""
+    discover()
+    try:
+        return SERVER_TASKS[name]
+    except KeyError:
+        raise ValueError(f"no server task {name!r}; registered: {', '.join(sorted(SERVER_TASKS))}") from None
+
+
+def state_bytes(state: dict[str, np.ndarray]) -> int:
+    """Bytes of a point's kept arrays."""
+    return int(sum(np.asarray(v).nbytes for v in state.values()))
