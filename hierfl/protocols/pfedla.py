@@ -211,7 +211,7 @@ class PFedLA(Protocol):
         if self.since_mean[edge] < len(self.members[edge]):
             return
         self.since_mean[edge] = 0
-        self.env.tier("edge", edge).run(MEAN_TASK, [], "edge_mean_ready", payload=EdgeMeanMsg(edge))
+        self.env.tier("edge", edge).run(MEAN_TASK, [self.env.global_model], "edge_mean_ready", payload=EdgeMeanMsg(edge))
 
     def on_edge_mean_ready(self, event: Event) -> None:
         """An edge server's mean of its stored models is formed: send it to the cloud."""
