@@ -34,7 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from hierfl.config.errors import Problem
@@ -42,7 +41,7 @@ from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event, Priority
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 
-__all__ = ["PFedLA", "PFedLAConfig", "EdgeMeanMsg"]
+__all__ = ["EdgeMeanMsg", "PFedLA", "PFedLAConfig"]
 
 _SEED_BOUND = 2 ** 62
 TASK = "pfedla"          # the server task of hierfl.learn.pfedla (one per client return)

@@ -55,8 +55,8 @@ def main() -> None:
     if missing:
         raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
     values: dict[str, dict] = {}
-    rows = [f"| method | mean personalised accuracy after 100 rounds | worst decile | spread (std) | emulated time "
-            f"(s) | rounds to {TARGET} | emulated time to {TARGET} (s) |", "|---|---|---|---|---|---|---|"]
+    rows = [(f"| method | mean personalised accuracy after 100 rounds | worst decile | spread (std) | emulated time "
+            f"(s) | rounds to {TARGET} | emulated time to {TARGET} (s) |"), "|---|---|---|---|---|---|---|"]
     for arm in ARMS:
         g = groups[arm]
         hit = [first_reaching(r, TARGET, METRIC) for r in g]
