@@ -31,12 +31,14 @@ cloud's model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from hierfl.config.errors import Problem
+from hierfl.core.pfedla import layer_groups
 from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event, Priority
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
@@ -108,6 +110,16 @@ class PFedLAConfig(ProtocolConfig):
             problems.append(Problem("stop.virtual_time_s", "pfedla inside edge servers with cloud: none makes no "
                                     "cloud aggregation, so stop.rounds never ends it; set stop.virtual_time_s"))
         return problems
+
+    def model_problems(self, layout: Callable[[], list[tuple[str, tuple[int, ...]]]]) -> list[Problem]:
+        """HeurpFedLA keeps at most every layer of the model."""
+        if self.k_keep == 0:
+            return []
+        layers = len(layer_groups(layout(), self.granularity))
+        if self.k_keep <= layers:
+            return []
+        return [Problem("protocol.k_keep", f"the model has {layers} aggregation units ({self.granularity}s); "
+                        f"allowed: 0..{layers}", self.k_keep)]
 
     def create(self, env: Env) -> PFedLA:
         """A pFedLA run."""

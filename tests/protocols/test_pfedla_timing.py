@@ -97,3 +97,14 @@ def test_bad_pfedla_settings_are_refused_with_their_key_paths():
     with pytest.raises(ConfigError) as info:
         validate_raw(_raw(vjp_sign="plus"))
     assert "old_minus_new" in info.value.report()
+
+
+def test_k_keep_beyond_the_models_layers_is_refused_at_build(tmp_path):
+    from hierfl.assemble import build
+
+    # logreg has one layer (weight and bias): k_keep 2 is refused; per tensor it has two units
+    with pytest.raises(ConfigError) as info:
+        build(validate_raw(_raw(k_keep=2)))
+    assert [p.path for p in info.value.problems] == ["protocol.k_keep"]
+    assert "allowed: 0..1" in info.value.report()
+    build(validate_raw(_raw(k_keep=2, granularity="tensor")))
