@@ -194,6 +194,12 @@ class NoScaffold:
     def coef(self, device: int) -> None:
         return None
 
+    def reset(self, devices: list[int]) -> None:
+        self.resets.append(list(devices))
+
+    def __init__(self) -> None:
+        self.resets: list[list[int]] = []
+
 
 def _combine(terms: list[tuple[float, Any, Any]]) -> float:
     return sum(c * (a - (0.0 if b is None else b)) for c, a, b in terms)

@@ -353,3 +353,9 @@ class ControlVariates:
         """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
         return None if self._coefs is None else float(self._coefs[device])
 
+    def reset(self, devices: list[int]) -> None:
+        """Forget the per-device state of ``devices`` (their control ``c_i``; FedDC's drift ``h_i`` too): they
+        start again from zeros, after every job they were given before."""
+        if devices:
+            self._executor.state.reset_devices(sorted(int(d) for d in devices))
+

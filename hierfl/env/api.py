@@ -116,6 +116,10 @@ class ControlVariates(Protocol):
     def coef(self, device: int) -> float | None:
         """κ_i of ``device``'s control delta, or None without SCAFFOLD."""
 
+    def reset(self, devices: list[int]) -> None:
+        """Forget the per-device state of ``devices`` (SCAFFOLD's ``c_i``, FedDC's ``h_i`` and ``c_i``): they
+        start again from zeros (a device that moved to another group, ``migration.device_state: reset``)."""
+
 
 class Aggregator(Protocol):
     """One aggregation point. It aggregates and accounts (counters, trace, metric lines, staleness,

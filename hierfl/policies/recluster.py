@@ -57,10 +57,12 @@ class MigrationConfig(ConfigModel):
         default=True,
         description="a moved device downloads its new edge server's model (one model transfer, counted in "
                     "bytes_device_tier and bytes_migration, traced as `migrate`) [D]")
-    device_state: Literal["keep"] = Field(
+    device_state: Literal["keep", "reset"] = Field(
         default="keep",
-        description="the device's persistent local state (optimizer state, control variates) moves with it "
-                    "unchanged [D]")
+        description="the device's persistent local state (SCAFFOLD's control c_i, FedDC's drift h_i and control "
+                    "c_i): keep = it moves with the device unchanged [D]; reset = forgotten, the device starts "
+                    "again from zeros in its new group as a device joining afresh would (its old server's sums "
+                    "keep what it contributed)")
 
 
 class ReclusterConfig(ConfigModel):

@@ -153,6 +153,8 @@ class Regrouping:
                              "migrate", Priority.START)
                     sent += 1
         size = int(env.world.model_bytes) * sent
+        if self.cfg.migration.device_state == "reset":
+            env.scaffold.reset(sorted(moves))
         tel.count("devices_migrated", len(moves))
         tel.count("bytes_migration", size)
         grouping = self.cfg.grouping or self.fallback

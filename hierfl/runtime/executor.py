@@ -153,6 +153,12 @@ class ExecutorState:
         """``(devices holding state, bytes)`` of the persistent per-device state in the device hosts now."""
         return 0, 0
 
+    def reset_devices(self, devices: list[int]) -> None:
+        """Forget the per-device state (a trainer's vectors: SCAFFOLD's ``c_i``, FedDC's ``h_i`` and ``c_i``) of
+        ``devices``, after every job submitted before: they start again from zeros (a device that moved to
+        another group under ``migration.device_state: reset``)."""
+        raise NotImplementedError
+
     def is_handle(self, obj: Any) -> bool:
         """Whether ``obj`` is a handle that cannot be pickled as it is (a checkpoint stores its value)."""
         return False
@@ -493,6 +499,10 @@ class _LocalState(ExecutorState):
     def device_state_bytes(self) -> tuple[int, int]:
         """The host's per-device state."""
         return self._ex.host.state_bytes()
+
+    def reset_devices(self, devices: list[int]) -> None:
+        """In-process: stateful jobs are never grouped, so every job submitted before has run."""
+        self._ex.host.reset_devices(list(devices))
 
     def import_roles(self, state: dict[str, Any]) -> None:
         """Into the role objects."""

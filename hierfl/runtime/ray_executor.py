@@ -224,6 +224,13 @@ class RayState(ExecutorState):
         parts = ray.get([h.state_bytes.remote() for h in self._ex.hosts])
         return sum(p[0] for p in parts), sum(p[1] for p in parts)
 
+    def reset_devices(self, devices: list[int]) -> None:
+        """Every buffered job is sent first (actor calls run in order), then each device's home host forgets it."""
+        self._b.flush()
+        ex = self._ex
+        ray.get([ex.hosts[h].reset_devices.remote([int(d) for d in devices if int(d) % ex.workers == h])
+                 for h in range(len(ex.hosts))])
+
     def import_roles(self, state: dict[str, Any]) -> None:
         """Device state goes to each device's home host (``device % workers``, whatever the old count)."""
         ex = self._ex
