@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hierfl.learn.pfedla import (
     HyperShape,
@@ -198,3 +200,21 @@ def test_store_mean_by_hand():
     assert mean.tolist() == [2.0, 4.0] and flops == 4.0
     with pytest.raises(ValueError, match="empty"):
         store_mean({})
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.floats(0.0, 5.0), min_size=3, max_size=3), min_size=1, max_size=4),
+       st.integers(0, 2), st.integers(0, 4))
+def test_weights_are_convex_and_the_model_lies_between_the_clients(alpha, client, k_keep):
+    """Every row of â sums to 1 with non-negative entries, kept rows are one-hot, and each personalised
+    layer lies within the clients' range of that layer."""
+    a = np.array(alpha)
+    k = min(k_keep, a.shape[0])
+    kept = kept_layers(a, client, k)
+    w = layer_weights(a, client, kept)
+    assert (w >= 0).all() and np.allclose(w.sum(axis=1), 1.0)
+    assert all(w[l, client] == 1.0 for l in kept)
+    layout = [(f"m{l}.weight", (2,)) for l in range(a.shape[0])]
+    models = np.random.default_rng(0).standard_normal((3, 2 * a.shape[0])).astype(np.float32)
+    out = personalise(models, layer_groups(layout), w)
+    assert (out >= models.min(axis=0) - 1e-5).all() and (out <= models.max(axis=0) + 1e-5).all()
