@@ -167,7 +167,7 @@ class PFedLA(Protocol):
     def _params(self, device: int) -> dict[str, Any]:
         s = self.server_of_device[device]
         cfg = self.cfg
-        return {"op": "update", "client": self.slot[device], "clients": len(self.members[s]), "seeds": self.seeds[s],
+        return {"client": self.slot[device], "clients": len(self.members[s]), "seeds": self.seeds[s],
                 "hn_lr": cfg.hn_lr, "embed_dim": cfg.embed_dim, "hidden_dim": cfg.hidden_dim, "k_keep": cfg.k_keep,
                 "vjp_sign": cfg.vjp_sign, "granularity": cfg.granularity}
 
