@@ -108,3 +108,25 @@ def test_k_keep_beyond_the_models_layers_is_refused_at_build(tmp_path):
     assert [p.path for p in info.value.problems] == ["protocol.k_keep"]
     assert "allowed: 0..1" in info.value.report()
     build(validate_raw(_raw(k_keep=2, granularity="tensor")))
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ({"protocol": {"cloud": "average"}}, ["protocol.cloud", "allowed without them: none"]),
+    ({"protocol": {"k_keep": 3}}, ["protocol.k_keep", "allowed: 0..1"]),
+    ({"protocol": {"granularity": "block"}}, ["granularity", "layer", "tensor"]),
+    ({"devices": {"availability": {"name": "markov", "mean_up_s": 5, "mean_down_s": 1}}}, ["availability"]),
+])
+def test_bad_input_exits_2_naming_the_key(tmp_path, capsys, override, expected):
+    import yaml
+
+    from hierfl.cli import main
+    from hierfl.scenario.loader import deep_merge
+
+    raw = deep_merge(_raw(), override)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for text in expected:
+        assert text in err, err
