@@ -298,12 +298,14 @@ class FakeAggregator:
         """A server task on floats: ``env.server_tasks[task](inputs, params) -> (outputs, seconds)`` (default:
         the inputs' mean, 1 s), queued behind this server's earlier tasks as the driver queues them."""
         fn = self.env.server_tasks.get(task, lambda xs, _: ([sum(xs) / len(xs)], 1.0))
-        outputs, seconds = fn(list(inputs), dict(params or {}))
+        # (a fake may also give the task's stats: outputs, seconds, stats)
+        outputs, seconds, *rest = fn(list(inputs), dict(params or {}))
+        stats = dict(rest[0]) if rest else {}
         key = (self.tier, self.entity)
         start = max(self.env.now, self.env.server_free.get(key, self.env.now))
         self.env.server_free[key] = start + seconds
         self._log("run", task, list(inputs), start, start + seconds)
-        return self.env.at(start + seconds, done, ServerJobDone(task, tuple(outputs), {}, start, start + seconds, payload))
+        return self.env.at(start + seconds, done, ServerJobDone(task, tuple(outputs), stats, start, start + seconds, payload))
 
 
 def short(payload: Any) -> str:

@@ -169,6 +169,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
         world = build_world(scenario, samples,
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
         world.num_classes = int(classes)
+        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (PFNM, FedMA)
+            y = dataset.y_train
+            world.label_counts = np.stack([np.bincount(y[p], minlength=classes)[:classes] for p in parts]
+                                          ).astype(np.int64)
         pub = scenario.data.public
         if pub is not None and public_rows is not None:
             world.public = PublicData((int(public_rows[0]), int(public_rows[-1]) + 1), dataset.y_train[public_rows],

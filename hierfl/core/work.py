@@ -110,6 +110,9 @@ class TrainSpec:
     # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
     # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
     model: int = 0
+    # FedMA's layer-wise sub-rounds: the first ``frozen`` entries of the flat vector (the matched layers,
+    # which lead the layout) keep their values; the job trains only the rest. 0 = every parameter trains
+    frozen: int = 0
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -120,6 +123,8 @@ class TrainSpec:
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
         if self.clip_norm is not None and not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
             raise ValueError(f"TrainSpec: clip_norm must be a finite number > 0 or None, got {self.clip_norm!r}")
+        if isinstance(self.frozen, bool) or not isinstance(self.frozen, (int, np.integer)) or self.frozen < 0:
+            raise ValueError(f"TrainSpec: frozen must be an integer >= 0, got {self.frozen!r}")
         for key in ("lr", "momentum", "weight_decay", "prox", "mu"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:

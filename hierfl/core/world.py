@@ -67,6 +67,8 @@ class World:
     # -- output-exchange methods (data.public, models:) --
     public: PublicData | None = None             # the public split, where it is and what shipping it costs
     num_classes: int = 0                         # the label space every model shares (class-score messages)
+    # -- class histograms at the aggregator (protocols that declare needs_label_counts) --
+    label_counts: np.ndarray | None = None       # (N, C) int64: each device's training samples per class
 
     def __post_init__(self) -> None:
         n, e = self.num_devices, self.num_edges

@@ -224,6 +224,9 @@ class LocalTrainer:
           FedProx's μ: Li et al., MLSys 2020, docs/explanation/algorithms.md §5.5).
         - ``correction`` (SCAFFOLD's ``c − c_i``, docs/explanation/algorithms.md §5.6), when given, is added to
           every step's gradient before the optimiser step.
+        - ``spec.frozen = k > 0`` (FedMA's frozen layers): the first ``k`` entries of the vector keep the
+          values of ``params`` — restored after every optimiser step, so the trainable entries see exactly
+          the gradients of a model whose leading layers are constant.
         - Exactly ``num_steps(n, spec)`` steps over ``samples_processed(n, spec)`` samples.
         - Inputs may be read-only (zero-copy from Ray's object store); they are never written.
           Batches are gathered once per epoch (step mode: once per permutation) with numpy
@@ -279,6 +282,10 @@ class LocalTrainer:
             if corr.shape != (self.num_params,):
                 raise ValueError(f"correction must have shape ({self.num_params},), got {corr.shape}")
         self._load(params)
+        frozen = int(spec.frozen)
+        if frozen > self.num_params:
+            raise ValueError(f"spec.frozen = {frozen} exceeds the model's {self.num_params} parameters")
+        kept = self._flat_np[:frozen].copy() if frozen else None
         b = effective_batch(n, spec)
         rng = np.random.default_rng(seed)
         sgd = self._sgd
@@ -318,6 +325,8 @@ class LocalTrainer:
                     loss.backward()
                     with no_grad:
                         sgd.step([p.grad for p in params_list])
+                if kept is not None:
+                    self._flat_np[:frozen] = kept
                 loss_sum += loss.item()
                 steps += 1
                 samples += xb.shape[0]

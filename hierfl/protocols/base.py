@@ -75,6 +75,8 @@ class ProtocolConfig(ConfigModel):
     exchanges: ClassVar[str] = "weights"
     # whether it uses the public split (`data.public`); a public split no protocol uses is refused
     uses_public_data: ClassVar[bool] = False
+    # whether it reads the devices' class histograms (`World.label_counts`, built only then)
+    needs_label_counts: ClassVar[bool] = False
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant

@@ -497,8 +497,8 @@ class DeviceHost:
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
         if ((self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None
-                or spec.model or spec.task is not None or spec.clip_norm is not None):
-            # (the group trainers hold model 0's training only, and clip no gradients)
+                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.frozen):
+            # (the group trainers hold model 0's training only, and clip or freeze no gradients)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
             return out, stats

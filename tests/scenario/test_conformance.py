@@ -183,7 +183,8 @@ def test_model_forward_on_a_dataset_shape(name, datasets):
 SETTINGS = [{}, {"topology": {"edge_servers": 2}},
             {"devices": {"count": 12}, "data": {"dataset": {"num_samples": 720}}, "topology": {"edge_servers": 2}},
             {"topology": {"device_graph": {"name": "ring"}}, "stop": {"virtual_time_s": 3.0}},
-            {"data": {"public": {"size": 40}}}]  # output-exchange protocols (fedmd) need a public split
+            {"data": {"public": {"size": 40}}},  # output-exchange protocols (fedmd) need a public split
+            {"model": {"name": "mlp", "hidden": [6]}}]  # neuron matching (pfnm, fedma) needs an MLP
 
 
 @pytest.mark.parametrize("name", PROTOCOLS.names())

@@ -30,7 +30,8 @@ SETTINGS = [{}, {"topology": {"edge_servers": 2}},
             {"devices": {"count": 12}, "data": {"dataset": {"num_samples": 720}}, "topology": {"edge_servers": 2}},
             # serverless protocols need a device graph, and a time budget (no rounds)
             {"topology": {"device_graph": {"name": "ring"}}, "stop": {"rounds": None, "virtual_time_s": 20.0}},
-            {"data": {"public": {"size": 40}}}]  # output-exchange protocols (fedmd) need a public split
+            {"data": {"public": {"size": 40}}},  # output-exchange protocols (fedmd) need a public split
+            {"model": {"name": "mlp", "hidden": [6]}}]  # neuron matching (pfnm, fedma) needs an MLP
 
 
 def _policies() -> list[tuple[str, dict[str, Any]]]:

@@ -4,7 +4,7 @@
 
 Ma, Zhang, Guo, Xu, "Layer-wised Model Aggregation for Personalized Federated Learning", CVPR 2022 (arXiv
 2205.03993), abstract: significantly higher personalised accuracy than prior personalised-FL methods; the
-ordering to check (docs/explanation/algorithms.md §9.1) ends with pFedLA ≥ … ≥ FedAvg in mean per-client test
+ordering to check (docs/explanation/algorithms.md §10.1) ends with pFedLA ≥ … ≥ FedAvg in mean per-client test
 accuracy (CIFAR-10, 10 clients with 4 classes each). Here pFedLA and FedAvg run 100 rounds each on the same
 devices, data and local jobs (pfedla.yaml and sweep.yaml, every setting cited there); each client is tested
 on its own held-out digits with its own model (pFedLA: its latest personalised model; FedAvg: the global
@@ -128,7 +128,7 @@ emulated time it does more local work than synchronous FedAvg; rounds are the co
         id="pfedla",
         claim="pFedLA's personalised models beat FedAvg's global model on the clients' own data (non-IID labels)",
         source="Ma et al., CVPR 2022 (arXiv 2205.03993), abstract; ordering from the design notes; "
-               "docs/explanation/algorithms.md §9.1",
+               "docs/explanation/algorithms.md §10.1",
         paper="significantly higher personalised accuracy; pFedLA ≥ pFedHN ≥ FedBN ≥ FedAvg (numbers not retrieved)",
         ours=f"mean personalised accuracy after 100 rounds: pFedLA {fmt(values['pFedLA']['final'], 3)} (hn_lr 5e-3), "
              f"{fmt(values['pFedLA-hn0.5']['final'], 3)} (hn_lr 0.5) vs FedAvg {fmt(values['FedAvg']['final'], 3)}; "
