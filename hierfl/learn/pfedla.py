@@ -44,7 +44,7 @@ import numpy as np
 
 from hierfl.core.pfedla import Granularity, kept_layers, layer_groups, layer_weights, personalise
 
-__all__ = ["Granularity", "HyperShape", "VjpSign", "client_update", "hn_alpha", "hypernet_step", "init_hypernet",
+__all__ = ["Granularity", "HyperShape", "VjpSign", "client_update", "create_store", "hn_alpha", "hypernet_step", "init_hypernet",
            "kept_layers", "layer_groups", "layer_weights", "pack_hypernet", "personalise", "store_mean", "update_flops"]
 
 VjpSign = Literal["old_minus_new", "new_minus_old"]
@@ -177,16 +177,22 @@ def _shape(params: dict[str, object], layers: int) -> HyperShape:
                       int(params["clients"]))  # type: ignore[call-overload]
 
 
+def create_store(state: dict[str, np.ndarray], shape: HyperShape, models: np.ndarray, seeds: Sequence[int]) -> None:
+    """The server's store: ``models`` ``(N, P)``, every client's initial model, and one hypernetwork per
+    client drawn from its own seed (the stream ``hn_init``)."""
+    if len(seeds) != shape.clients or models.shape[0] != shape.clients:
+        raise ValueError(f"pfedla: {len(seeds)} hypernetwork seeds and {models.shape[0]} models for "
+                         f"{shape.clients} clients")
+    state["models"] = np.asarray(models, dtype=np.float32)
+    state["hypernets"] = np.stack([init_hypernet(shape, np.random.default_rng(int(s))) for s in seeds])
+
+
 def _ensure_store(state: dict[str, np.ndarray], shape: HyperShape, initial: np.ndarray,
                   seeds: Sequence[int]) -> None:
-    """Create the server's store on its first job: every client's model is the common initial model
-    (identical initialisation, design default) and every hypernetwork is drawn from its own seed."""
-    if "models" in state:
-        return
-    if len(seeds) != shape.clients:
-        raise ValueError(f"pfedla: {len(seeds)} hypernetwork seeds for {shape.clients} clients")
-    state["models"] = np.tile(np.asarray(initial, dtype=np.float32), (shape.clients, 1))
-    state["hypernets"] = np.stack([init_hypernet(shape, np.random.default_rng(int(s))) for s in seeds])
+    """Create the server's store on its first job if no ``pfedla_init`` job did: every client's model is
+    the common initial model (identical initialisation, design default)."""
+    if "models" not in state:
+        create_store(state, shape, np.tile(np.asarray(initial, dtype=np.float32), (shape.clients, 1)), seeds)
 
 
 def client_update(state: dict[str, np.ndarray], trained: np.ndarray, sent: np.ndarray,

@@ -48,11 +48,13 @@ __all__ = ["EdgeMeanMsg", "PFedLA", "PFedLAConfig"]
 _SEED_BOUND = 2 ** 62
 TASK = "pfedla"          # the server task of hierfl.learn.pfedla (one per client return)
 MEAN_TASK = "pfedla_mean"  # an edge server's mean of its stored models (cloud: average)
+INIT_TASK = "pfedla_init"  # a server's store of per-client initial models (init: per_client)
 
 
 @dataclass(frozen=True)
 class EdgeMeanMsg(Payload):
-    """An edge server's mean of its stored models, on its way to the cloud (``cloud: average``)."""
+    """A server's message about its store: an edge's mean on its way to the cloud (``cloud: average``), or
+    the store of initial models ready (``init: per_client``); ``edge``: the server (0 = the cloud, flat)."""
 
     edge: int
 
@@ -88,6 +90,11 @@ class PFedLAConfig(ProtocolConfig):
         default="layer", description="aggregation unit with its own weights: layer (a module's weight and bias "
                                      "together, like the third-party code's blocks; V3) or tensor (every "
                                      "parameter tensor)")
+    init: Literal["same", "per_client"] = Field(
+        default="same", description="initial client models: same (every client starts from the run's initial "
+                                    "model, design default) or per_client (each from its own seed, stream "
+                                    "pfedla.init, as the older third-party code draws them; a pfedla_init server "
+                                    "job at t = 0 forms the store)")
     cloud: Literal["none", "average"] = Field(
         default="none", description="with edge servers: none (independent personalised federations, design "
                                     "default) or average (each edge sends the mean of its stored models after as "
@@ -173,9 +180,25 @@ class PFedLA(Protocol):
 
     # -- the client loop ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Every client downloads the initial model at t = 0."""
-        for d in range(self.env.world.num_devices):
-            self.personal[d] = self.env.global_model
+        """Every client downloads its initial model at t = 0 (init: per_client: once its server has drawn
+        them, in a pfedla_init job)."""
+        env = self.env
+        if self.cfg.init == "per_client":
+            for s, group in self.members.items():
+                seeds = [int(env.rng("pfedla.init", s, k).integers(_SEED_BOUND)) for k in range(len(group))]
+                params = {**self._params(group[0]), "model_seeds": seeds}
+                tier, entity = self._server(group[0])
+                env.tier(tier, entity).run(INIT_TASK, [], "store_ready", payload=EdgeMeanMsg(s), params=params)
+            return
+        for d in range(env.world.num_devices):
+            self.personal[d] = env.global_model
+            self._download(d)
+
+    def on_store_ready(self, event: Event) -> None:
+        """A server drew its clients' initial models: each downloads its own."""
+        done = event.payload
+        for k, d in enumerate(self.members[done.payload.edge]):
+            self.personal[d] = done.outputs[k]
             self._download(d)
 
     def _download(self, device: int) -> None:

@@ -130,3 +130,22 @@ def test_bad_input_exits_2_naming_the_key(tmp_path, capsys, override, expected):
     assert "Traceback" not in err
     for text in expected:
         assert text in err, err
+
+
+def test_per_client_initial_models_cost_no_time_and_differ(tmp_path):
+    """init: per_client: a pfedla_init job at t = 0 (not charged) draws every client's initial model; the
+    timeline is the hand calculation's, the models are not the shared initial model's."""
+    runs = {}
+    for init in ("same", "per_client"):
+        out = tmp_path / init
+        summary = run_scenario(validate_raw(_raw(init=init)), out).summary
+        lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        assert [x["t"] for x in lines if x["event"] == "cloud_aggregate"] == pytest.approx(
+            [4.122, 7.776, 8.244, 8.712], abs=1e-9)
+        runs[init] = (summary, [x for x in lines if x["event"] == "eval"])
+    assert runs["per_client"][0]["server_jobs"]["tasks"] == {"cloud": 5}  # 1 init + 4 updates
+    init_span = [e for e in _spans(tmp_path / "per_client") if e["name"] == "server_job:pfedla_init"]
+    assert [(e["ts"], e["dur"]) for e in init_span] == [(0, 0)]
+    assert runs["per_client"][0]["server_jobs"]["state_bytes"] == runs["same"][0]["server_jobs"]["state_bytes"]
+    # the evaluation at t = 0 tests each client's own initial model: not the shared one's accuracy
+    assert runs["per_client"][1][0]["accuracy"] != runs["same"][1][0]["accuracy"]

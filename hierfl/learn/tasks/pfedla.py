@@ -1,9 +1,10 @@
-"""pFedLA's server tasks: ``pfedla`` (one client's return) and ``pfedla_mean`` (an edge's mean).
+"""pFedLA's server tasks: ``pfedla`` (one client's return), ``pfedla_init`` (a store of per-client initial
+models) and ``pfedla_mean`` (an edge's mean).
 
 Ma et al., "Layer-wised Model Aggregation for Personalized Federated Learning", CVPR 2022 (arXiv
 2205.03993); the math and its provenance are in :mod:`hierfl.learn.pfedla`. The server point's state
 holds ``models`` (``N × P``: every client's latest trained model) and ``hypernets`` (``N × H``: one
-hypernetwork per client), created by the point's first ``pfedla`` task.
+hypernetwork per client), created by the point's ``pfedla_init`` task or else by its first ``pfedla`` task.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.learn.pfedla import client_update, store_mean
+from hierfl.core.pfedla import layer_groups
+from hierfl.learn.local import init_params
+from hierfl.learn.pfedla import HyperShape, client_update, create_store, store_mean
 from hierfl.learn.server_tasks import ServerContext, ServerResult, server_task
 
-__all__ = ["pfedla", "pfedla_mean"]
+__all__ = ["pfedla", "pfedla_init", "pfedla_mean"]
 
 
 def _example(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
@@ -50,3 +53,23 @@ def pfedla_mean(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, 
         return ServerResult([np.asarray(inputs[0], dtype=np.float32)], 0.0, {})
     mean, flops = store_mean(ctx.state)
     return ServerResult([mean], flops, {})
+
+
+def _init_example(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
+    _, params = _example(ctx)
+    return [], {**params, "model_seeds": [4, 5, 6]}
+
+
+@server_task("pfedla_init", example=_init_example)
+def pfedla_init(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
+                rng: np.random.Generator) -> ServerResult:
+    """``pfedla.init: per_client``: every client's initial model drawn from its own seed
+    (``params["model_seeds"]``, the older third-party code's form) and the hypernetworks; outputs the N
+    models, in client order. Drawing initial weights is not charged (a setup step, design default)."""
+    trainer = ctx.trainer(0)
+    seeds = [int(s) for s in params["model_seeds"]]
+    models = np.stack([init_params(trainer.model_cfg, trainer.input_shape, trainer.num_classes, s) for s in seeds])
+    groups = layer_groups(trainer.layout, params.get("granularity", "layer"))
+    shape = HyperShape(int(params["embed_dim"]), int(params["hidden_dim"]), len(groups), len(seeds))
+    create_store(ctx.state, shape, models, params["seeds"])
+    return ServerResult([m.copy() for m in ctx.state["models"]], 0.0, {})
