@@ -101,6 +101,10 @@ class PFedLAConfig(ProtocolConfig):
                                     "many updates as it has members; the cloud's model is their member-weighted "
                                     "mean)")
 
+    cloud_every: PositiveInt | None = Field(
+        default=None, description="cloud: average: an edge sends its mean after this many updates; null = as many "
+                                  "as the edge has devices (design default)")
+
     def check(self, scenario: Any) -> list[Problem]:
         """The plain local trainer; cloud: average needs edge servers; a run without cloud aggregations
         must be bounded in virtual time."""
@@ -113,6 +117,9 @@ class PFedLAConfig(ProtocolConfig):
         if self.cloud == "average" and not edges:
             problems.append(Problem("protocol.cloud", "average combines edge servers' models: it needs edge "
                                     "servers (topology.edge_servers); allowed without them: none", self.cloud))
+        if self.cloud_every is not None and self.cloud != "average":
+            problems.append(Problem("protocol.cloud_every", "only cloud: average sends edge means to the cloud; "
+                                    "allowed with cloud: none: null", self.cloud_every))
         if edges and self.cloud == "none" and scenario.stop.virtual_time_s is None:
             problems.append(Problem("stop.virtual_time_s", "pfedla inside edge servers with cloud: none makes no "
                                     "cloud aggregation, so stop.rounds never ends it; set stop.virtual_time_s"))
@@ -242,7 +249,8 @@ class PFedLA(Protocol):
     # -- cloud: average ------------------------------------------------------------------------------
     def _maybe_mean(self, edge: int) -> None:
         self.since_mean[edge] += 1
-        if self.since_mean[edge] < len(self.members[edge]):
+        every = self.cfg.cloud_every if self.cfg.cloud_every is not None else len(self.members[edge])
+        if self.since_mean[edge] < every:
             return
         self.since_mean[edge] = 0
         self.env.tier("edge", edge).run(MEAN_TASK, [self.env.global_model], "edge_mean_ready", payload=EdgeMeanMsg(edge))

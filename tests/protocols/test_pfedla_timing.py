@@ -114,6 +114,7 @@ def test_k_keep_beyond_the_models_layers_is_refused_at_build(tmp_path):
     ({"protocol": {"cloud": "average"}}, ["protocol.cloud", "allowed without them: none"]),
     ({"protocol": {"k_keep": 3}}, ["protocol.k_keep", "allowed: 0..1"]),
     ({"protocol": {"granularity": "block"}}, ["granularity", "layer", "tensor"]),
+    ({"protocol": {"cloud_every": 2}}, ["protocol.cloud_every", "allowed with cloud: none: null"]),
     ({"devices": {"availability": {"name": "markov", "mean_up_s": 5, "mean_down_s": 1}}}, ["availability"]),
 ])
 def test_bad_input_exits_2_naming_the_key(tmp_path, capsys, override, expected):

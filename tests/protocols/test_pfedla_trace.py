@@ -90,3 +90,13 @@ def test_pfedla_inside_edges_trace():
     # every device is evaluated with its own latest personalised model
     assert protocol.device_models() == {0: 1.0, 1: 2.0, 2: 13.0}
     assert protocol.party_models() is None  # the cloud's model is the one the eval lines test
+
+
+def test_cloud_every_sets_how_often_an_edge_sends_its_mean():
+    env = FakeEnv(FakeWorld([10, 10, 10], edge_of=[0, 1, 1]))
+    env.server_tasks["pfedla"] = lambda xs, p: ([xs[0] + 10 * p["client"]], 0.25)
+    env.server_tasks["pfedla_mean"] = lambda xs, p: ([100.0], 0.125)
+    log = env.run(PFedLAConfig(cloud="average", cloud_every=1).create(env), until=3.0)
+    means = [(line[0], line[3]) for line in log if line[1] == "tier" and line[4] == "run" and line[5] == "pfedla_mean"]
+    # after every update: edge 0 at 1.75, edge 1 at 2.25 and 2.75 (the default waits for 2 updates at edge 1)
+    assert means == [(1.75, 0), (2.25, 1), (2.75, 1)]
