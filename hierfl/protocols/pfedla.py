@@ -101,6 +101,10 @@ class PFedLAConfig(ProtocolConfig):
                                     "many updates as it has members; the cloud's model is their member-weighted "
                                     "mean)")
 
+    eval_model: Literal["personalised", "trained"] = Field(
+        default="personalised", description="the model each device is tested with: its latest personalised model "
+                                            "θ̄_i (what the third-party code tests, design default) or its latest "
+                                            "trained model θ_i")
     cloud_every: PositiveInt | None = Field(
         default=None, description="cloud: average: an edge sends its mean after this many updates; null = as many "
                                   "as the edge has devices (design default)")
@@ -165,6 +169,7 @@ class PFedLA(Protocol):
                       for s, group in self.members.items()}
         self.personal: dict[int, Any] = {}   # device → its latest personalised model θ̄_i (what it trains from)
         self.kept: dict[int, int] = {}       # device → floats of the layers it keeps this round (HeurpFedLA)
+        self.trained: dict[int, Any] = {}    # device → its latest trained model θ_i (eval_model: trained)
         self.version = {s: 0 for s in self.members}
         self.since_mean = {s: 0 for s in self.members}   # updates since the edge's last mean (cloud: average)
         self.edge_means: dict[int, Any] = {}             # the cloud's latest mean from each edge
@@ -227,6 +232,7 @@ class PFedLA(Protocol):
         """The server's job for this client: update HN_i, store θ_i, form the next θ̄_i."""
         device = event.payload.device
         trained = self.jobs.pop(device).params
+        self.trained[device] = trained
         tier, entity = self._server(device)
         self.env.tier(tier, entity).run(TASK, [trained, self.personal[device]], "personalised",
                                         payload=DeviceMsg(device), params=self._params(device))
@@ -274,10 +280,15 @@ class PFedLA(Protocol):
         env.tier("cloud").applied([edge], [weights[edges.index(edge)]], [0], self.cloud_version, 0, source="edge")
 
     # -- evaluation ---------------------------------------------------------------------------------
-    def device_models(self) -> dict[int, Any] | None:
-        """Each device's latest personalised model (tested on its own split)."""
+    def _own(self) -> dict[int, Any]:
+        if self.cfg.eval_model == "trained":  # before its first return a device holds its initial model
+            return {d: self.trained.get(d, m) for d, m in self.personal.items()}
         return dict(self.personal)
 
+    def device_models(self) -> dict[int, Any] | None:
+        """Each device's own model (``eval_model``), tested on its own split."""
+        return self._own()
+
     def party_models(self) -> dict[int, Any] | None:
-        """Without a cloud model the accuracy reported is the personalised models' mean on the test set."""
-        return None if self.cfg.cloud == "average" else dict(self.personal)
+        """Without a cloud model the accuracy reported is the devices' own models' mean on the test set."""
+        return None if self.cfg.cloud == "average" else self._own()

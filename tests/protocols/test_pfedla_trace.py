@@ -100,3 +100,13 @@ def test_cloud_every_sets_how_often_an_edge_sends_its_mean():
     means = [(line[0], line[3]) for line in log if line[1] == "tier" and line[4] == "run" and line[5] == "pfedla_mean"]
     # after every update: edge 0 at 1.75, edge 1 at 2.25 and 2.75 (the default waits for 2 updates at edge 1)
     assert means == [(1.75, 0), (2.25, 1), (2.75, 1)]
+
+
+def test_eval_model_trained_tests_each_devices_latest_trained_model():
+    env = FakeEnv(FakeWorld([10, 10, 10], edge_of=[0, 1, 1]))
+    env.server_tasks["pfedla"] = lambda xs, p: ([xs[0] + 10 * p["client"]], 0.25)
+    env.server_tasks["pfedla_mean"] = lambda xs, p: ([100.0], 0.125)
+    protocol = PFedLAConfig(cloud="average", eval_model="trained").create(env)
+    assert env.run(protocol, until=3.0) == EDGES
+    # trained models 1, 2, 3 (EDGES: the first jobs' results), not the personalised 1, 2, 13
+    assert protocol.device_models() == {0: 1.0, 1: 2.0, 2: 3.0}
