@@ -61,12 +61,25 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# the specification files the claim scripts cite live outside the repository: the page names the
+# documentation pages that carry the same sections instead
+IN_REPO = (("ALGORITHMS_2.md", "docs/explanation/algorithms.md"), ("ALGORITHMS.md", "docs/explanation/algorithms.md"),
+           ("DEVICE_TIERS.md", "the device tiers' sources (hierfl/profiles/tiers.yaml)"))
+
+
+def in_repo(text: str) -> str:
+    """``text`` with every reference to a file outside the repository replaced by its page in the repository."""
+    for old, new in IN_REPO:
+        text = text.replace(f"docs/{old}", new).replace(old, new)
+    return text
+
+
 def main() -> int:
     rows = load()
     if not rows:
         print(f"no claim results in {RESULTS.relative_to(ROOT)}: run `make claims` first", file=sys.stderr)
         return 1
-    OUT.write_text(render(rows), encoding="utf-8")
+    OUT.write_text(in_repo(render(rows)), encoding="utf-8")
     print(f"wrote {OUT.relative_to(ROOT)} ({len(rows)} claims)")
     return 0
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Chain", "ChainParams", "Receipt", "pow_block_mean_s"]
+__all__ = ["Chain", "ChainParams", "FixedInterval", "Receipt", "pow_block_mean_s"]
 
 
 def pow_block_mean_s(difficulty_bits: float, hash_rate_hps: float) -> float:
@@ -32,6 +32,15 @@ class ExponentialSource(Protocol):
 
     def exponential(self, scale: float) -> float:
         """One draw of mean ``scale``."""
+
+
+class FixedInterval:
+    """Block intervals of exactly the mean (a permissioned chain that seals a block every ``block_time_s``,
+    and the hand-calculated cases of the tests): a drop-in for the exponential source."""
+
+    def exponential(self, scale: float) -> float:
+        """``scale`` itself."""
+        return float(scale)
 
 
 @dataclass(frozen=True)

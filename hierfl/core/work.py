@@ -18,11 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from hierfl.core.distrans import OffsetSpec
+from hierfl.core.fedalign import AlignSpec
 from hierfl.core.feddc import DriftSpec
 from hierfl.core.personal import PersonalSpec
+from hierfl.core.shared import SharedData
 
 __all__ = [
-    "PublicTask", "TrainSpec", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
+    "PublicTask", "TrainSpec", "job_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
     "compute_time_s", "transfer_time_s", "model_bytes",
 ]
 
@@ -113,6 +116,17 @@ class TrainSpec:
     # FedMA's layer-wise sub-rounds: the first ``frozen`` entries of the flat vector (the matched layers,
     # which lead the layout) keep their values; the job trains only the rest. 0 = every parameter trains
     frozen: int = 0
+    # a shared dataset built at run time (BGFL's D_g): the job trains on the device's rows plus the other
+    # sharers' shares (hierfl.core.shared); None = the device's own rows only
+    shared: SharedData | None = None
+    # extra local compute a trainer's loss costs (FedAlign's slim pass): a job's work is this many times
+    # its samples processed (docs/explanation/timing.md); 1.0 for every other trainer
+    work_factor: float = 1.0
+    # FedAlign (``training.trainer: fedalign``): the Lipschitz term of the final block; None = plain CE
+    align: AlignSpec | None = None
+    # DisTrans (``training.trainer: distrans``): the device keeps an input-shaped offset it trains with the
+    # model (per-device state, like FedDC's h_i); None = no offset
+    offset: OffsetSpec | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -121,19 +135,35 @@ class TrainSpec:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
+        if self.shared is not None and self.revealed is not None:
+            raise ValueError("TrainSpec: a shared dataset and streaming data (revealed) do not combine")
         if self.clip_norm is not None and not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
             raise ValueError(f"TrainSpec: clip_norm must be a finite number > 0 or None, got {self.clip_norm!r}")
         if isinstance(self.frozen, bool) or not isinstance(self.frozen, (int, np.integer)) or self.frozen < 0:
             raise ValueError(f"TrainSpec: frozen must be an integer >= 0, got {self.frozen!r}")
+        if not (math.isfinite(self.work_factor) and self.work_factor >= 1.0):
+            raise ValueError(f"TrainSpec: work_factor must be a finite number >= 1, got {self.work_factor!r}")
         for key in ("lr", "momentum", "weight_decay", "prox", "mu"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"TrainSpec: {key} must be a finite number >= 0, got {value!r}")
 
     @property
+    def keeps_device_state(self) -> bool:
+        """Whether a job reads and writes state its device keeps in its host (SCAFFOLD's and FedDC's
+        controls, DisTrans's offset): such a job always runs on its device's home host."""
+        return self.control_variates or self.offset is not None
+
+    @property
     def proximal(self) -> float:
         """Coefficient of ``(·/2)‖w − w_start‖²``: the protocol's ρ plus FedProx's μ."""
         return self.prox + self.mu
+
+
+def job_samples(n: int, device: int, spec: TrainSpec) -> int:
+    """The samples ``device`` (holding ``n``) trains on in a job of ``spec``: its own, plus what a
+    shared dataset adds to them (:meth:`SharedData.extra_for`)."""
+    return n if spec.shared is None else n + spec.shared.extra_for(device)
 
 
 def effective_batch(n: int, spec: TrainSpec) -> int:
@@ -170,10 +200,12 @@ def samples_processed(n: int, spec: TrainSpec) -> int:
 
 def work_samples(n: int, spec: TrainSpec) -> float:
     """A job's work in training-sample equivalents (what ``speed_sps`` counts): :func:`samples_processed`
-    for an ordinary job; for a public-data task, its samples × epochs × passes / 3 (a forward-only pass
+    for an ordinary job (times ``spec.work_factor``, a heavier local loss); for a public-data task, its samples × epochs × passes / 3 (a forward-only pass
     costs a third of a training step: training ≈ 3 × the forward FLOPs, as the tiers' GFLOP/s assume)."""
     task = spec.task
     if task is None:
+        if spec.work_factor != 1.0:
+            return samples_processed(n, spec) * spec.work_factor
         return float(samples_processed(n, spec))
     if task.kind == "scores":
         return task.samples * task.passes / 3.0

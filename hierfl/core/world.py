@@ -13,7 +13,7 @@ import numpy as np
 
 from hierfl.core.graphs import DeviceGraph
 from hierfl.core.public import PublicData
-from hierfl.core.work import TrainSpec, compute_time_s, transfer_time_s, work_samples
+from hierfl.core.work import TrainSpec, compute_time_s, job_samples, transfer_time_s, work_samples
 
 __all__ = ["World", "EdgeLink", "D2DLink"]
 
@@ -67,8 +67,9 @@ class World:
     # -- output-exchange methods (data.public, models:) --
     public: PublicData | None = None             # the public split, where it is and what shipping it costs
     num_classes: int = 0                         # the label space every model shares (class-score messages)
-    # -- class histograms at the aggregator (protocols that declare needs_label_counts) --
+    # -- class histograms at the aggregator (protocols that declare needs_label_counts: BGFL, PFNM, FedMA, FedFTG) --
     label_counts: np.ndarray | None = None       # (N, C) int64: each device's training samples per class
+    sample_bytes: int = 0                        # one training sample shipped: float32 features + a 4-byte label
 
     def __post_init__(self) -> None:
         n, e = self.num_devices, self.num_edges
@@ -110,7 +111,7 @@ class World:
     def compute_s(self, device: int, spec: TrainSpec) -> float:
         """Local training time of one job on ``device``."""
         # ndarray.item: the same Python number as int()/float() of the element, without a numpy scalar
-        return compute_time_s(work_samples(int(self.samples.item(device)), spec),
+        return compute_time_s(work_samples(job_samples(int(self.samples.item(device)), device, spec), spec),
                               float(self.speed_sps.item(device)))
 
     def download_s(self, device: int) -> float:

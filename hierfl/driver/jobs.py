@@ -17,7 +17,7 @@ from hierfl.core.dynamics import finish_time
 from hierfl.kernel.engine import Event, Priority
 from hierfl.core.jobs import Job
 from hierfl.core.rng import stream, stream_seed
-from hierfl.core.work import TrainSpec, work_samples
+from hierfl.core.work import TrainSpec, job_samples, work_samples
 from hierfl.driver.errors import DivergedError, RunError
 
 if TYPE_CHECKING:
@@ -86,12 +86,16 @@ class Jobs:
         """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
         ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
         rounded division per device, as in the per-device function, so every value is the same float."""
-        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task)
+        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task, spec.shared, spec.work_factor)
         nominal = self._nominal_by_work.get(key)
         if nominal is None:
             n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
             if spec.revealed is not None:  # streaming data: the job sees only the samples revealed so far
                 n = np.minimum(n, spec.revealed)
+            if spec.shared is not None:  # a shared dataset: every device trains on D_g as well (less its own share)
+                n = n + spec.shared.total
+                for sharer in spec.shared.sharers:
+                    n[sharer] -= spec.shared.own(sharer)
             if spec.task is not None:  # a job on the public split: the same work on every device
                 work = np.full(n.shape, work_samples(0, spec))
                 n = np.ones_like(n)  # (its private sample count does not matter)
@@ -99,6 +103,8 @@ class Jobs:
                 work = spec.epochs * n
             else:
                 work = spec.steps * (np.minimum(spec.batch_size, n) if spec.batch_size else n)
+            if spec.work_factor != 1.0 and spec.task is None:  # a heavier local loss (FedAlign's slim pass)
+                work = work * spec.work_factor
             with np.errstate(divide="ignore", invalid="ignore"):
                 nominal = work.astype(np.float64) / speed
             nominal[(n < 1) | ~(speed > 0)] = np.nan
@@ -152,7 +158,8 @@ class Jobs:
                                 **mark)
             return Job(device, job_id, None, None, compute_s, now, -1, lost_at, reason)
         if self.energy is not None:  # its training energy is charged when it finishes
-            self.energy.job_started(device, job_id, work_samples(int(self._world.samples[device]), spec))
+            self.energy.job_started(device, job_id,
+                                    work_samples(job_samples(int(self._world.samples[device]), device, spec), spec))
         if not spec.train:  # timing only: the update is the model the job started from
             kept = self.telemetry.trace.devices  # (telemetry.span's lane check first: most lanes of a large run are not kept)
             if kept is None or device in kept:

@@ -67,7 +67,8 @@ def ensemble_target(teachers: Sequence[torch.Tensor], weights: torch.Tensor | No
 
 def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind, T: float = 1.0,
             t2_scale: bool = True, teacher_is_prob: bool = False,
-            reduction: Literal["batchmean", "none"] = "batchmean") -> torch.Tensor:
+            reduction: Literal["batchmean", "none"] = "batchmean",
+            weights: torch.Tensor | None = None) -> torch.Tensor:
     """The distillation loss of ``student_logits`` (B, C) against ``teacher`` (B, C).
 
     Parameters
@@ -85,6 +86,9 @@ def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind
     reduction
         ``batchmean``: the mean over the batch of the per-sample losses (PyTorch's ``kl_div``
         convention); ``none``: the per-sample losses (B,), for per-sample weighting.
+    weights
+        Optional per-sample weights ``w`` (B,): ``batchmean`` becomes ``mean_b w_b·ℓ_b`` and ``none``
+        returns ``w_b·ℓ_b`` (FedFTG weights each generated sample by its teacher's share of the class).
     """
     import torch
 
@@ -113,4 +117,8 @@ def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind
             per = (q * (log_q - log_p_s)).sum(dim=1) * (T * T if t2_scale else 1.0)
     else:
         raise ValueError(f"unknown distillation loss kind {kind!r}; allowed: {', '.join(KD_KINDS)}")
+    if weights is not None:
+        if weights.shape != per.shape:
+            raise ValueError(f"per-sample weights must have shape {tuple(per.shape)}, got {tuple(weights.shape)}")
+        per = per * weights.to(per.dtype)
     return per if reduction == "none" else per.mean()

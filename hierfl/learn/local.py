@@ -33,6 +33,7 @@ __all__ = [
     "TrainSpec",
     "count_params",
     "effective_batch",
+    "final_block_flops",
     "forward_flops",
     "index_blocks",
     "init_params",
@@ -65,11 +66,23 @@ def forward_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_clas
     """FLOPs of one sample's forward pass: ``2 *`` multiply-adds of the Linear/Conv2d/LSTM layers.
 
     Biases, activations, pooling, embeddings and the LSTM's element-wise gate products are not counted.
+    A layer run twice per sample (a dual-input model's shared backbone) counts twice.
     """
+    return _flops(model_cfg.build(input_shape, num_classes), input_shape, None)
+
+
+def final_block_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:
+    """FLOPs of one sample's pass through the model's final block (:class:`~hierfl.models.nets.FinalBlockTaps`),
+    counted as :func:`forward_flops` counts them: FedAlign's slim pass costs ``width²`` of it."""
+    module = model_cfg.build(input_shape, num_classes)
+    return _flops(module, input_shape, module.final_block_layers())  # type: ignore[operator]
+
+
+def _flops(module: torch.nn.Module, input_shape: tuple[int, ...], only: list[torch.nn.Module] | None) -> int:
+    """``2 *`` the multiply-adds of one sample's forward pass through ``module``'s layers (or ``only`` those)."""
     import torch
     from torch import nn
 
-    module = model_cfg.build(input_shape, num_classes)
     macs = 0
 
     def hook(layer: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
@@ -85,8 +98,9 @@ def forward_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_clas
             kh, kw = layer.kernel_size
             macs += output[0].numel() * (layer.in_channels // layer.groups) * kh * kw
 
-    handles = [m.register_forward_hook(hook) for m in module.modules()
-               if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM))]
+    layers = only if only is not None else [m for m in module.modules()
+                                            if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM))]
+    handles = [m.register_forward_hook(hook) for m in layers]
     try:
         with torch.no_grad():
             module(torch.zeros(1, math.prod(input_shape)))
@@ -217,7 +231,8 @@ class LocalTrainer:
           only. Epoch mode: per epoch ``perm = rng.permutation(n)``, consecutive batches of ``b``
           (the last one partial). Step mode: a stream of concatenated permutations cut into
           ``steps`` consecutive chunks of exactly ``b`` (chunks may cross epoch boundaries).
-        - Loss: cross-entropy, mean over the batch. Optimiser: ``torch.optim.SGD(lr, momentum,
+        - Loss: cross-entropy, mean over the batch (FedAlign, ``spec.align``: plus its Lipschitz term,
+          :func:`hierfl.learn.align.fedalign_loss`). Optimiser: ``torch.optim.SGD(lr, momentum,
           weight_decay, foreach=False)`` arithmetic, fresh per call (no state is carried between
           jobs), replayed without ``torch.optim`` by :class:`~hierfl.learn.sgd.ExactSGD`.
           ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the loss (FedAsync/AHFL's ρ,
@@ -290,7 +305,9 @@ class LocalTrainer:
         rng = np.random.default_rng(seed)
         sgd = self._sgd
         sgd.start(spec, corr)
-        chain = self._chain
+        # FedAlign's loss taps the final block: autograd (the hand-written chain knows cross-entropy only)
+        chain = self._chain if spec.align is None else None
+        align = spec.align
         module = self.module
         params_list = self._params
         bf16 = self.precision == "bf16"
@@ -316,7 +333,11 @@ class LocalTrainer:
                 else:
                     for p in params_list:
                         p.grad = None
-                    if bf16:  # forward in autocast, loss in float32 from the logits (precision.py)
+                    if align is not None:  # FedAlign: CE + μ·(Lipschitz term of the slim final block)
+                        from hierfl.learn.align import fedalign_loss
+
+                        loss = fedalign_loss(module, xb, yb, align)
+                    elif bf16:  # forward in autocast, loss in float32 from the logits (precision.py)
                         with autocast("bf16", "cpu"):
                             logits = module(xb)
                         loss = F.cross_entropy(logits.float(), yb)

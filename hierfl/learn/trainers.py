@@ -22,6 +22,14 @@
   SCAFFOLD's ``c_i``); the aggregator that receives the devices' updates runs the server rule
   (:meth:`TrainerConfig.round_rule`). Messages carry two vectors each way.
 
+* ``fedalign`` — Mendieta et al., "Local Learning Matters: Rethinking Data Heterogeneity in Federated
+  Learning", CVPR 2022 (:mod:`hierfl.learn.align`): cross-entropy plus μ times the Lipschitz term of the
+  model's final block at a slim width; any protocol. Its slim pass is charged as a work factor.
+
+* ``distrans`` — Yuan et al., "Addressing Heterogeneity in Federated Learning via Distributional
+  Transformation", ECCV 2022 (:mod:`hierfl.learn.distrans`): each device trains an input-shaped offset with
+  the dual-input model and keeps it (its host's per-device state); devices are evaluated with their own.
+
 * ``fedper``, ``lg_fedavg``, ``fedmeta``, ``fedavgmeta`` — personalisation (docs/explanation/algorithms.md
   §5.10, FedMeta arXiv 1802.07876): see :mod:`hierfl.learn.personal`. What stays on a device is
   never sent: a message carries only the global parameters (``message_params``).
@@ -38,11 +46,14 @@ from pydantic import Field, model_validator
 
 from hierfl.config.base import ConfigModel, rename_alias
 from hierfl.config.registry import Registry
+from hierfl.core.distrans import OffsetSpec
+from hierfl.core.fedalign import AlignSpec, align_work_factor
 from hierfl.core.feddc import DriftRule, DriftSpec
 from hierfl.core.personal import PersonalSpec
 
 __all__ = ["TRAINERS", "TrainerConfig", "SGDTrainer", "FedProxTrainer", "ScaffoldTrainer", "NoTrainer",
-           "FedPerTrainer", "LGFedAvgTrainer", "FedMetaTrainer", "FedAvgMetaTrainer", "FedDCTrainer"]
+           "FedPerTrainer", "LGFedAvgTrainer", "FedMetaTrainer", "FedAvgMetaTrainer", "FedDCTrainer",
+           "FedAlignTrainer", "DisTransTrainer"]
 
 TRAINERS: Registry = Registry("trainer")
 
@@ -87,6 +98,11 @@ class TrainerConfig(ConfigModel):
     def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
         """``(key path, message, value)`` of each setting elsewhere in the scenario this trainer refuses."""
         return []
+
+    def work_factor(self, model: Any, input_shape: tuple[int, ...], num_classes: int, call: Any) -> float:
+        """A job's work relative to plain SGD on the same samples (``TrainSpec.work_factor``): 1 unless the
+        trainer's loss costs extra passes. ``call(fn, *args)`` runs a model function (FLOPs) where torch is."""
+        return 1.0
 
 
 
@@ -222,6 +238,122 @@ class FedDCTrainer(TrainerConfig):
             if self.server_rule == "code" and scenario.server_optimizer.at(tier) is not None:
                 out.append((f"server_optimizer.{tier}", "feddc's server rule sets the model itself; allowed: "
                             "no server optimizer", scenario.server_optimizer.at(tier).name))
+        return out
+
+
+def _one_model(scenario: Any, name: str) -> list[tuple[str, str, Any]]:
+    """Per-device architectures (``models:``) are refused: the trainer's model feature is ``model``'s."""
+    if getattr(scenario, "models", None):
+        return [("models", f"{name} trains the one architecture of `model`; allowed: no per-device models",
+                 sorted(scenario.models))]
+    return []
+
+
+@TRAINERS.register
+class FedAlignTrainer(TrainerConfig):
+    """``trainer: {name: fedalign, mu: 0.45, width: 0.25}``: FedAlign (Mendieta et al., CVPR 2022).
+
+    Local loss ``ℓ_CE + μ·(sg(ℓ_CE)/sg(ℓ_Lip))·ℓ_Lip`` (``normalize_lip``, the authors' code) or
+    ``ℓ_CE + μ·ℓ_Lip`` (the paper), ``ℓ_Lip`` the squared gap between the final block's transfer-matrix
+    spectral norms at full width and at width ``ω`` (:mod:`hierfl.learn.align`). A pure local-loss change:
+    any protocol, any tier. A job's work is ``1 + ω²·F(block)/F(model)`` times a plain job's.
+    """
+
+    name: Literal["fedalign"] = "fedalign"
+    mu: float = Field(default=0.45, ge=0.0, allow_inf_nan=False,
+                      description="weight μ of the Lipschitz term (the authors' --mu) [design default 0.45, from the "
+                                  "authors' code]")
+    width: float = Field(default=0.25, gt=0.0, le=1.0, allow_inf_nan=False,
+                         description="width multiplier ω of the slim pass through the final block (--width) "
+                                     "[design default 0.25, from the authors' code]")
+    normalize_lip: bool = Field(
+        default=True,
+        description="true: rescale the Lipschitz term each step to μ times the current cross-entropy (the authors' "
+                    "code); false: add μ·ℓ_Lip (the paper's form) [design default: true]")
+    power_iters: int = Field(default=10, ge=1, description="power iterations of the spectral-norm estimate, from the "
+                                                           "all-ones vector [design default 10, from the authors' code]")
+    clip_norm: float | None = Field(
+        default=10.0, gt=0.0, allow_inf_nan=False,
+        description="max-norm clipping of each local step's whole gradient (the authors' code clips at 10); null: "
+                    "no clipping [design default 10]")
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The ``align`` spec and the clipping norm."""
+        return {"align": AlignSpec(float(self.mu), float(self.width), bool(self.normalize_lip), int(self.power_iters)),
+                "clip_norm": None if self.clip_norm is None else float(self.clip_norm)}
+
+    def work_factor(self, model: Any, input_shape: tuple[int, ...], num_classes: int, call: Any) -> float:
+        """``1 + ω²·F(final block)/F(model)``: the slim pass's forward and backward."""
+        from hierfl.learn.local import final_block_flops, forward_flops
+
+        return align_work_factor(float(self.width), float(call(final_block_flops, model, input_shape, num_classes)),
+                                 float(call(forward_flops, model, input_shape, num_classes)))
+
+    def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
+        """The model needs a slimmable final block (an ``mlp`` with a hidden layer, or a ``cnn``)."""
+        out = _one_model(scenario, "fedalign")
+        if not scenario.model.slimmable_final_block:
+            out.append(("model", "fedalign slims the model's final block; allowed: an mlp with at least one hidden "
+                        "layer, or a cnn", getattr(scenario.model, "name", None)))
+        if scenario.runtime.precision != "fp32":
+            out.append(("runtime.precision", "fedalign's loss runs in float32; allowed: fp32", scenario.runtime.precision))
+        return out
+
+
+@TRAINERS.register
+class DisTransTrainer(TrainerConfig):
+    """``trainer: {name: distrans, lr_offset: 0.001}``: DisTrans (Yuan et al., ECCV 2022) with the
+    ``dual_input`` model (whose ``a`` is DisTrans's mixing).
+
+    Each device keeps an input-shaped offset ``t_i`` (its host's per-device state), trained with the model on
+    every batch (``lr_offset``, plain SGD); the model is averaged as usual, unweighted by default
+    (``weighting`` must match ``protocol.weighting``); with ``offset_mode: local`` the offsets never leave
+    the devices, with ``mean`` they travel behind the model and are averaged with it. With ``data.local_test_fraction`` each device is evaluated on its own test split through its
+    own offset (``device_accuracy`` fields); the global accuracy is the model's with a zero offset.
+    """
+
+    name: Literal["distrans"] = "distrans"
+    lr_offset: float = Field(default=1e-3, ge=0.0, allow_inf_nan=False,
+                             description="plain SGD rate of the offsets (the model's is training.lr; the authors use "
+                                         "5e-3 for it) [design default 1e-3, from the authors' code]")
+    offset_mode: Literal["local", "mean"] = Field(
+        default="local",
+        description="what the servers do with the offsets: local = never aggregated, each device keeps its own (the "
+                    "authors' non-IID script); mean = the offset travels behind the model, is averaged with it and "
+                    "every device starts from the average (the hypernetwork mode is not built) [design default: "
+                    "local]")
+    weighting: Literal["uniform", "samples"] = Field(
+        default="uniform",
+        description="how the server averages the device models: uniform (the authors' agg_weights) or by sample "
+                    "count; protocol.weighting must say the same [design default: uniform]")
+    offset_update: Literal["joint", "alternating"] = Field(
+        default="joint",
+        description="joint: model and offset step from one gradient per batch (the authors' code); alternating: the "
+                    "model steps, then the offset from the moved model's gradient (twice the work) [design default: "
+                    "joint]")
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The ``offset`` spec (its ``init_seed`` is set from the scenario seed by the build)."""
+        return {"offset": OffsetSpec(self.offset_mode, float(self.lr_offset), self.offset_update)}
+
+    def work_factor(self, model: Any, input_shape: tuple[int, ...], num_classes: int, call: Any) -> float:
+        """2 with alternating updates (a second forward and backward per batch), else 1: the dual input's two
+        backbone passes are in the model's own FLOPs already."""
+        return float(OffsetSpec(update=self.offset_update).passes)
+
+    def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
+        """A dual-input model, matching device weights, float32."""
+        out = _one_model(scenario, "distrans")
+        if getattr(scenario.model, "name", None) != "dual_input":
+            out.append(("model.name", "distrans trains an offset through a dual-input model; allowed: dual_input",
+                        getattr(scenario.model, "name", None)))
+        have = getattr(scenario.protocol, "weighting", None)
+        if have is not None and have != self.weighting:
+            out.append(("protocol.weighting", f"distrans with weighting {self.weighting} averages the device models "
+                        f"{'unweighted' if self.weighting == 'uniform' else 'by sample count'}; allowed: "
+                        f"{self.weighting}", have))
+        if scenario.runtime.precision != "fp32":
+            out.append(("runtime.precision", "distrans's jobs run in float32; allowed: fp32", scenario.runtime.precision))
         return out
 
 

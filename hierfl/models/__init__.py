@@ -20,7 +20,7 @@ from hierfl.config.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MODELS", "CNNConfig", "CharLSTMConfig", "LogRegConfig", "MLPConfig", "ModelConfig"]
+__all__ = ["MODELS", "CNNConfig", "CharLSTMConfig", "DualInputConfig", "LogRegConfig", "MLPConfig", "ModelConfig"]
 
 MODELS: Registry = Registry("model")
 
@@ -102,6 +102,12 @@ class ModelConfig(ConfigModel):
     def _label(self) -> str:
         return str(getattr(self, "name", type(self).__name__))
 
+    @property
+    def slimmable_final_block(self) -> bool:
+        """Whether the built module has feature taps around a width-slimmable final block
+        (:class:`hierfl.models.nets.FinalBlockTaps`; FedAlign needs one)."""
+        return False
+
 
 def _materialise(module: torch.nn.Module) -> None:
     """Give a module built on the ``meta`` device uninitialised CPU storage, in place.
@@ -145,6 +151,11 @@ class MLPConfig(ModelConfig):
 
         return MLP(math.prod(input_shape), list(self.hidden), num_classes)
 
+    @property
+    def slimmable_final_block(self) -> bool:
+        """The last hidden layer, when there is one."""
+        return len(self.hidden) > 0
+
 
 @MODELS.register
 class CNNConfig(ModelConfig):
@@ -169,6 +180,42 @@ class CNNConfig(ModelConfig):
 
         c, h, w = input_shape
         return CNN((c, h, w), self.channels, self.hidden, num_classes)
+
+    @property
+    def slimmable_final_block(self) -> bool:
+        """The second convolution block."""
+        return True
+
+
+@MODELS.register
+class DualInputConfig(ModelConfig):
+    """DisTrans's dual-input model (Yuan et al., "Addressing Heterogeneity in Federated Learning via
+    Distributional Transformation", ECCV 2022): a shared ``backbone`` (an ``mlp`` or ``cnn`` whose output
+    layer gives ``features`` values) applied to two views of each sample shifted by the device's offset,
+    ``x_L = (1 − a)x + a·t`` and ``x_R = (1 + a)x − a·t``, and a linear head on both views' features
+    (:class:`hierfl.models.nets.DualInput`). Its forward FLOPs count both backbone passes, so a device
+    tier's speed charges the dual input in virtual time."""
+
+    name: Literal["dual_input"] = "dual_input"
+    backbone: MLPConfig | CNNConfig = Field(
+        default_factory=lambda: MLPConfig(hidden=[64]), discriminator="name",
+        description="the shared backbone: an mlp or cnn config; its output layer has `features` units (the "
+                    "authors use a pretrained AlexNet or ResNet-18) [design default: mlp with 64 hidden units]")
+    features: PositiveInt = Field(default=64, description="features the backbone gives per view (the head sees twice "
+                                                          "as many) [design default 64]")
+    a: float = Field(default=0.2, ge=0.0, le=1.0, allow_inf_nan=False,
+                     description="DisTrans's mixing a of the two views (distrans.a): 0.2 in the authors' non-IID run, "
+                                 "0.3 in their IID run [design default 0.2, from the authors' code]")
+
+    def check_input(self, input_shape: tuple[int, ...]) -> str | None:
+        """What the backbone accepts."""
+        return self.backbone.check_input(input_shape)
+
+    def _construct(self, input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+        from hierfl.models.nets import DualInput
+
+        return DualInput(self.backbone._construct(input_shape, int(self.features)), int(self.features), num_classes,
+                         self.a)
 
 
 @MODELS.register

@@ -8,7 +8,38 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["CNN", "CharLSTM", "MLP", "LogReg", "reset_parameters_"]
+__all__ = ["CNN", "CharLSTM", "DualInput", "MLP", "LogReg", "FinalBlockTaps", "reset_parameters_", "slim_size"]
+
+
+def slim_size(channels: int, width: float) -> int:
+    """Channels a slimmable layer keeps at width multiplier ``width``: ``⌈width · channels⌉`` (at least 1)."""
+    if not 0.0 < width <= 1.0:
+        raise ValueError(f"width must be in (0, 1], got {width}")
+    return max(1, math.ceil(width * channels))
+
+
+class FinalBlockTaps:
+    """Feature taps around a model's final block and a slim pass through it (FedAlign, Mendieta et al.,
+    CVPR 2022: the Lipschitz term of the last block is measured at full and at reduced width).
+
+    A model with this mixin splits its forward pass into ``stem → final block → head``:
+    :meth:`taps` returns the features entering the block (``f_in``), leaving it (``f_out``) and the
+    logits; :meth:`slim_block` runs the block at a width multiplier on the first channels of ``f_in``
+    with the same weights, channel-sliced (a "universally slimmable" layer without batch norm, which
+    these nets do not have). :meth:`final_block_layers` names the block's weight layers (its FLOPs).
+    """
+
+    def taps(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(f_in, f_out, logits)`` of a batch; the logits are exactly ``forward(x)``'s."""
+        raise NotImplementedError
+
+    def slim_block(self, f_in: torch.Tensor, width: float) -> torch.Tensor:
+        """The final block at width ``width`` on the first :func:`slim_size` channels of ``f_in``."""
+        raise NotImplementedError
+
+    def final_block_layers(self) -> list[nn.Module]:
+        """The weight layers of the final block (for its FLOPs)."""
+        raise NotImplementedError
 
 
 class LogReg(nn.Module):
@@ -23,8 +54,10 @@ class LogReg(nn.Module):
         return self.linear(x.flatten(1))
 
 
-class MLP(nn.Module):
-    """``Linear+ReLU`` blocks of the given hidden sizes followed by a linear output layer."""
+class MLP(nn.Module, FinalBlockTaps):
+    """``Linear+ReLU`` blocks of the given hidden sizes followed by a linear output layer.
+
+    Its final block (:class:`FinalBlockTaps`) is the last ``Linear+ReLU`` (needs one hidden layer)."""
 
     def __init__(self, in_features: int, hidden: Sequence[int], num_classes: int) -> None:
         super().__init__()
@@ -40,9 +73,35 @@ class MLP(nn.Module):
         """Logits for a ``(batch, in_features)`` batch (extra sample dims are flattened)."""
         return self.layers(x.flatten(1))
 
+    def _check_block(self) -> None:
+        if len(self.layers) < 3:
+            raise ValueError("an mlp without hidden layers has no final block to tap or slim")
 
-class CNN(nn.Module):
-    """CNN of McMahan et al. (2017): conv5x5+ReLU+pool2, conv5x5+ReLU+pool2, FC+ReLU, FC."""
+    def taps(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``f_in`` = input of the last hidden ``Linear``, ``f_out`` = its ReLU output, then the logits."""
+        self._check_block()
+        f_in = self.layers[:-3](x.flatten(1))
+        f_out = self.layers[-3:-1](f_in)
+        return f_in, f_out, self.layers[-1](f_out)
+
+    def slim_block(self, f_in: torch.Tensor, width: float) -> torch.Tensor:
+        """``ReLU(f_in[:, :k_in] W[:k_out, :k_in]ᵀ + b[:k_out])`` with ``k = ⌈width · size⌉``."""
+        self._check_block()
+        lin = self.layers[-3]
+        k_in, k_out = slim_size(lin.in_features, width), slim_size(lin.out_features, width)
+        return torch.relu(nn.functional.linear(f_in[:, :k_in], lin.weight[:k_out, :k_in], lin.bias[:k_out]))
+
+    def final_block_layers(self) -> list[nn.Module]:
+        """The last hidden ``Linear``."""
+        self._check_block()
+        return [self.layers[-3]]
+
+
+class CNN(nn.Module, FinalBlockTaps):
+    """CNN of McMahan et al. (2017): conv5x5+ReLU+pool2, conv5x5+ReLU+pool2, FC+ReLU, FC.
+
+    Its final block (:class:`FinalBlockTaps`) is the second convolution block (conv+ReLU+pool), the
+    last one with spatial features, as FedAlign slims a ResNet's last residual stage."""
 
     def __init__(
         self, input_shape: tuple[int, int, int], channels: Sequence[int], hidden: int, num_classes: int
@@ -71,6 +130,61 @@ class CNN(nn.Module):
         """Logits for a flat ``(batch, C*H*W)`` batch (or an already shaped ``(batch, C, H, W)``)."""
         x = x.reshape(x.shape[0], *self.input_shape)
         return self.classifier(self.features(x).flatten(1))
+
+    def taps(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``f_in`` = the first block's pooled maps, ``f_out`` = the second block's, then the logits."""
+        x = x.reshape(x.shape[0], *self.input_shape)
+        f_in = self.features[:3](x)
+        f_out = self.features[3:](f_in)
+        return f_in, f_out, self.classifier(f_out.flatten(1))
+
+    def slim_block(self, f_in: torch.Tensor, width: float) -> torch.Tensor:
+        """The second block on the first ``⌈width · c1⌉`` maps with the first ``⌈width · c2⌉`` filters."""
+        conv = self.features[3]
+        k_in, k_out = slim_size(conv.in_channels, width), slim_size(conv.out_channels, width)
+        out = nn.functional.conv2d(f_in[:, :k_in], conv.weight[:k_out, :k_in], conv.bias[:k_out],
+                                   padding=conv.padding)
+        return self.features[5](torch.relu(out))
+
+    def final_block_layers(self) -> list[nn.Module]:
+        """The second convolution."""
+        return [self.features[3]]
+
+
+class DualInput(nn.Module):
+    """Dual-input wrapper with a shared backbone (DisTrans, Yuan et al., ECCV 2022): the backbone ``φ``
+    sees two views of each sample shifted by an input-shaped offset ``t``,
+    ``x_L = (1 − a)·x + a·t`` and ``x_R = (1 + a)·x − a·t``, and a linear head classifies
+    ``concat(ReLU(φ(x_L)), ReLU(φ(x_R)))``.
+
+    ``offset`` is not a parameter: a trainer sets it (a device's own offset, a tensor of the flat
+    input's size) before a pass; None is the zero offset. The ReLU on the backbone's features is ours
+    (the authors' backbones end in a ReLU layer) [design default].
+    """
+
+    def __init__(self, backbone: nn.Module, features: int, num_classes: int, a: float) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(2 * features, num_classes)
+        self.a = float(a)
+        self.offset: torch.Tensor | None = None
+
+    def views(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x_L, x_R)`` of a flat batch for ``offset`` (default: the module's own; None: zero)."""
+        t = self.offset if offset is None else offset
+        x = x.flatten(1)
+        if t is None:
+            return (1.0 - self.a) * x, (1.0 + self.a) * x
+        return (1.0 - self.a) * x + self.a * t, (1.0 + self.a) * x - self.a * t
+
+    def pair(self, x_left: torch.Tensor, x_right: torch.Tensor) -> torch.Tensor:
+        """Logits of two views through the shared backbone."""
+        feats = torch.cat([torch.relu(self.backbone(x_left)), torch.relu(self.backbone(x_right))], dim=1)
+        return self.head(feats)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a flat batch with the module's offset."""
+        return self.pair(*self.views(x))
 
 
 class CharLSTM(nn.Module):

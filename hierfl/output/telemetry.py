@@ -29,9 +29,11 @@ COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_
             "bytes_device_tier", "bytes_edge_tier", "bytes_cloud", "messages_cloud", "bytes_d2d",
             "updates_dropped", "devices_lost", "stragglers_dropped", "wasted_compute_s")
 # counters a feature adds on its first count (only the runs that use it carry them, so others' totals
-# stay as they were): re-grouping (``protocol.recluster``) counts the devices it moved and their transfers
-# and server jobs (a protocol's own computation at a server) count their tasks, virtual seconds and FLOPs
-OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration", "server_jobs", "server_job_s", "server_flops"})
+# stay as they were): re-grouping (``protocol.recluster``) counts the devices it moved and their transfers;
+# server jobs (a protocol's own computation at a server) count their tasks, virtual seconds and FLOPs; a
+# ledger (BGFL) counts the blocks that carry data and the bytes written to the chain
+OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration", "server_jobs", "server_job_s", "server_flops",
+                               "chain_blocks", "bytes_on_chain"})
 
 
 def _hist_mean(hist: dict[int, int]) -> float | None:
@@ -221,7 +223,8 @@ class RunTelemetry:
         staleness, queue series, whether the trace has an event yet, and the wall seconds so far."""
         return {"counters": self.counters, "staleness": self.staleness, "queues": self.queues,
                 "trace_first": not self.trace.started, "wall_s": self.wall_s(), "edge_of": self._edge_of,
-                "queue_tracks": {key: track.state() for key, track in self._queue_tracks.items()}}
+                "queue_tracks": {key: track.state() for key, track in self._queue_tracks.items()},
+                "chain_lanes": sorted(self.trace.chain_lanes)}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Take over :meth:`state` (a resumed run's wall seconds go on from the checkpoint's)."""
@@ -229,6 +232,7 @@ class RunTelemetry:
         self._queue_hits = {}  # (the series are the checkpoint's objects now)
         self.trace.started = not state["trace_first"]
         self._edge_of = state.get("edge_of")
+        self.trace.chain_lanes = set(state.get("chain_lanes", ()))  # lanes named already stay named
         for (tier, entity), track_state in state.get("queue_tracks", {}).items():
             self._queue_track(tier, entity).set_state(track_state)
         self._wall0 = time.perf_counter() - float(state["wall_s"])

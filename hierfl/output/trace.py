@@ -25,8 +25,10 @@ _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _FLUSH_CHARS = 1 << 20  # events kept in memory before they are written anyway
 _CLOSE = "\n]\n"  # the array's end, rewritten after the events of every flush
 
-# Chrome-trace process ids of the three lane groups (pid, label).
-LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices")}
+# Chrome-trace process ids of the lane groups (pid, label). The chain group (a ledger's blocks, one lane per
+# chain host) is named on its first event, so runs without a ledger have the three groups they always had.
+LANES = {"cloud": (1, "cloud"), "edge": (2, "leaders"), "device": (3, "devices"), "chain": (4, "chain")}
+_CHAIN_PID = LANES["chain"][0]
 
 
 class TraceWriter:
@@ -55,6 +57,7 @@ class TraceWriter:
         self._pending_chars = 0
         self._first = offset is None
         self.devices = devices
+        self.chain_lanes: set[int] = set()  # chain lanes named so far (kept by a checkpoint)
 
     def keeps(self, lane: tuple[str, int]) -> bool:
         """Whether events on ``lane`` are written."""
@@ -75,6 +78,8 @@ class TraceWriter:
     def lanes(self, num_edges: int, num_devices: int) -> None:
         """Name the lanes: one per device, leader and the cloud."""
         for group, (pid, label) in LANES.items():
+            if pid == _CHAIN_PID:  # named on first use (_name_chain)
+                continue
             self._event({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
             self._event({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
             count = {"cloud": 1, "edge": num_edges, "device": num_devices}[group]
@@ -83,12 +88,22 @@ class TraceWriter:
                 name = "cloud" if group == "cloud" else f"{'edge' if group == 'edge' else 'device'} {tid}"
                 self._event({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
 
+    def _name_chain(self, tid: int) -> None:
+        """The chain group's and lane ``tid``'s names, before the lane's first event."""
+        if not self.chain_lanes:
+            self._event({"ph": "M", "name": "process_name", "pid": _CHAIN_PID, "args": {"name": "chain"}})
+            self._event({"ph": "M", "name": "process_sort_index", "pid": _CHAIN_PID, "args": {"sort_index": _CHAIN_PID}})
+        self.chain_lanes.add(tid)
+        self._event({"ph": "M", "name": "thread_name", "pid": _CHAIN_PID, "tid": tid, "args": {"name": f"chain {tid}"}})
+
     def span(self, lane: tuple[str, int], name: str, start: float, duration: float, **args: Any) -> None:
         """A complete event in virtual time (seconds in, microseconds out)."""
         devices = self.devices  # keeps(lane), inlined: most device lanes of a large run are not kept
         if devices is not None and lane[0] == "device" and int(lane[1]) not in devices:
             return
         pid = LANES[lane[0]][0]
+        if pid == _CHAIN_PID and int(lane[1]) not in self.chain_lanes:
+            self._name_chain(int(lane[1]))
         self._event({"ph": "X", "name": name, "cat": lane[0], "ts": start * 1e6, "dur": duration * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": jsonable(bound_lists(args, self.list_limit))})
 
@@ -97,6 +112,8 @@ class TraceWriter:
         if not self.keeps(lane):
             return
         pid = LANES[lane[0]][0]
+        if pid == _CHAIN_PID and int(lane[1]) not in self.chain_lanes:
+            self._name_chain(int(lane[1]))
         self._event({"ph": "i", "s": "t", "name": name, "cat": lane[0], "ts": t * 1e6,
                      "pid": pid, "tid": int(lane[1]), "args": jsonable(bound_lists(args, self.list_limit))})
 

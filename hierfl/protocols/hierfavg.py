@@ -283,7 +283,11 @@ class HierFAVG(Protocol):
             env.telemetry.instant(("edge", edge), "partial_work", env.now, edge_rounds=done, of=self.cfg.kappa2,
                                   weight=cb.weight(edge, self.edge_weight[edge]))
         self.uploading[edge] = env.send(("edge", edge), ("cloud", 0), "edge_upload_done",
-                                        EdgeUpload(edge, self.cloud_round), "upload")
+                                        EdgeUpload(edge, self.cloud_round), "upload", size=self._upload_size(edge))
+
+    def _upload_size(self, edge: int) -> int | None:
+        """Bytes of ``edge``'s upload to the cloud (None: one model); a variant that sends more overrides it."""
+        return None
 
     # -- the cloud round -----------------------------------------------------------------------------
     def _live(self) -> list[int]:

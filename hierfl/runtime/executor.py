@@ -548,7 +548,7 @@ class LocalExecutor(Executor):
             new, stats, states[device] = self.host.train_personal(
                 device, seed, spec, handles.values([params])[0], states.get(device, self.personal.base_model()))
             return new, stats, 0
-        if handles.groups is not None and not spec.control_variates and control is None:
+        if handles.groups is not None and not spec.keeps_device_state and control is None:
             job = _Pending(device, seed, spec, params)
             _, closed = handles.groups.add(job, spec, params)
             if closed:
@@ -585,7 +585,7 @@ class LocalExecutor(Executor):
         for model, slots in eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
             index = [pos.get(sets[k][0], 0) for k in slots]
             out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
-                                                    self.handles.values([model])[0], *arrays)
+                                                    self.handles.values([model])[0], *arrays, offset=spec.offset)
         return out
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:

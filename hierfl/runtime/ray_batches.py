@@ -201,7 +201,7 @@ class Batches:
         groups: dict[tuple[int, TrainSpec], list[Slot]] = {}
         group_host: dict[int, int] = {}
         for slot in jobs:
-            if slot.spec.control_variates:  # per-device state lives in its host: a fixed home
+            if slot.spec.keeps_device_state:  # per-device state lives in its host: a fixed home
                 host = slot.device % self.workers
             elif slot.group in group_host:  # a fast-path group is trained whole by one host
                 host = group_host[slot.group]
@@ -225,7 +225,7 @@ class Batches:
             index, rows = index[:len(batch)], rows[:len(batch)]
         out_ref, stats_ref = self.hosts[host].train_many.options(num_returns=2).remote(
             [s.device for s in batch], [s.seed for s in batch], spec, index, rows, control_index, *arrays,
-            groups=[s.group for s in batch] if self.groups is not None and not spec.control_variates else None)
+            groups=[s.group for s in batch] if self.groups is not None and not spec.keeps_device_state else None)
         box = BatchStats(stats_ref)
         for k, slot in enumerate(batch):
             slot.ref, slot.row, slot.stats, slot.batch = out_ref, k, stats_ref, box

@@ -374,7 +374,7 @@ class RayExecutor(Executor):
             slot.state = state
             self._personal.states[device] = StateOf(slot)
         elif batches.groups is not None:
-            if spec.control_variates or control is not None:
+            if spec.keeps_device_state or control is not None:
                 batches.need(params, control)
             else:
                 slot.group, _ = batches.groups.add(slot, spec, params)
@@ -432,17 +432,24 @@ class RayExecutor(Executor):
         calls, where = [], []
         for model, group in eval_groups(self._num_evals, self._eval_devices, params, per_device):
             ref = model_ref(model)
-            bounds = np.linspace(0, len(group), self.workers + 1).astype(int)
-            for host in range(self.workers):
-                slots = group[int(bounds[host]):int(bounds[host + 1])]
+            for host, slots in enumerate(self._eval_chunks(group, spec)):
                 if not slots:
                     continue
                 index, rows, refs = unique_refs([self._personal.of(self._eval_devices[k]) for k in slots])
-                calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, ref, *refs))
+                calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, ref, *refs,
+                                                                      offset=spec.offset))
                 where.append(slots)
         for slots, rows_out in zip(where, ray.get(calls)):
             out[slots] = rows_out
         return out
+
+    def _eval_chunks(self, group: list[int], spec: TrainSpec) -> list[list[int]]:
+        """Each host's evaluation slots: one contiguous chunk per host, or — devices evaluated with state
+        their home host keeps (DisTrans's offsets) — each device's slots at its home."""
+        if spec.offset is not None:
+            return [[k for k in group if self._eval_devices[k] % self.workers == host] for host in range(self.workers)]
+        bounds = np.linspace(0, len(group), self.workers + 1).astype(int)
+        return [group[int(bounds[host]):int(bounds[host + 1])] for host in range(self.workers)]
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
         """Computed in the cloud actor; only the matrix comes back."""

@@ -17,14 +17,17 @@ import numpy as np
 from hierfl.core.aggregate import WeightedSum, linear_combination
 from hierfl.core.scaffold import correction, option2_control
 from hierfl.runtime.device_state import DeviceState
+from hierfl.runtime.distrans_jobs import DisTransJobs
 from hierfl.runtime.feddc_jobs import FedDCJobs
 from hierfl.core.serveropt import OptState
+from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
 from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
+from hierfl.core.distrans import OffsetSpec
 from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.outputs import run_public_task
 from hierfl.learn.serveropt import ServerOptimizerConfig
@@ -260,18 +263,31 @@ def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, c
     return (np.asarray(base, dtype=np.float64) + delta).astype(np.float32)
 
 
+def group_trainers(trainer: LocalTrainer, model: ModelSpec,
+                   device: str) -> tuple[BatchedTrainer | None, VmapTrainer | None]:
+    """The fast path's group trainers of a host (None, None: every job alone). Linear/ReLU chains on CPU
+    in fp32: the hand-written group trainer (faster there than vmap); every other model, every model on
+    CUDA and every bf16 run: torch.func's vmap (refuses batch norm, dropout, buffers)."""
+    if not fast_path_of(model):
+        return None, None
+    batched = BatchedTrainer.of(trainer) if device == "cpu" else None
+    # on a CPU, vmap's grouped convolutions and LSTMs run slower than one job after another (measured:
+    # docs/howto/batched-learning.md), so only Linear/ReLU chains are grouped there unless
+    # runtime.cpu_batching asks for vmap; bf16 chains group with vmap (no hand-written bf16)
+    chain = LinearChain.of(trainer.module) is not None
+    if batched is None and (device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
+        return None, VmapTrainer(trainer, device)
+    return batched, None
+
+
 class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
-    Persistent per-device state: named model-sized vectors per device that a trainer declares
-    (SCAFFOLD's control ``c``; FedDC's drift ``h`` and control ``c``), zeros until the device's first
-    job. It lives here, so a device must always train on the same host (the Ray executor gives each
-    device a fixed home host when the trainer keeps state); it is checkpointed with the host
-    (:meth:`export_state`), measured (:meth:`state_bytes`) and can be reset (:meth:`reset_devices`).
+    Persistent per-device state: named vectors per device that a trainer declares (SCAFFOLD's ``c``;
+    FedDC's ``h``, ``c``; DisTrans's offset). It lives here, so a device always trains on its home host
+    (Ray); it is checkpointed (:meth:`export_state`), measured (:meth:`state_bytes`) and reset (:meth:`reset_devices`).
 
-    Personalised jobs (``spec.personal``) keep no state here: a job takes the device's state
-    (its local layers) as an argument and returns the new one, which the executor keeps — so the
-    state follows the device to any host (:meth:`train_personal`).
+    Personalised jobs keep none here: the executor keeps their local layers (:meth:`train_personal`).
     """
 
     def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
@@ -286,6 +302,7 @@ class DeviceHost:
                                     device=self.device, precision=precision_of(model))
         self.states = DeviceState()  # per-device vectors a trainer keeps (SCAFFOLD's c; FedDC's h, c)
         self._feddc = FedDCJobs(self.trainer, self.states, parts)  # FedDC's jobs (their ω_i, K̄ and state)
+        self._distrans = DisTransJobs(model_cfg, tuple(input_shape), num_classes, threads, self.states)  # offsets
         # models: one trainer per architecture (a job's spec.model picks it); the first is self.trainer
         self.trainers = [self.trainer] + [LocalTrainer(cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                                        device=self.device, precision=precision_of(model))
@@ -293,21 +310,9 @@ class DeviceHost:
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
-        # opt-in fast path: groups of jobs trained together (None: every job alone). Linear/ReLU
-        # chains on CPU in fp32: the hand-written group trainer (faster there than vmap); every other
-        # model, every model on CUDA and every bf16 run: torch.func's vmap (refuses batch norm,
-        # dropout, buffers)
-        self.batched: BatchedTrainer | None = None
-        self.vmapped: VmapTrainer | None = None
-        if fast_path_of(model):
-            if self.device == "cpu":
-                self.batched = BatchedTrainer.of(self.trainer)
-            # on a CPU, vmap's grouped convolutions and LSTMs run slower than one job after another
-            # (measured: docs/howto/batched-learning.md), so only Linear/ReLU chains are grouped there
-            # unless runtime.cpu_batching asks for vmap; bf16 chains group with vmap (no hand-written bf16)
-            chain = LinearChain.of(self.trainer.module) is not None
-            if self.batched is None and (self.device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
-                self.vmapped = VmapTrainer(self.trainer, self.device)
+        self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (BGFL's D_g) added
+        # opt-in fast path: groups of jobs trained together (None: every job alone)
+        self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
@@ -323,9 +328,10 @@ class DeviceHost:
         return result, flag_nonfinite(result, stats)
 
     def _rows(self, device: int, spec: TrainSpec) -> np.ndarray:
-        """The device's sample rows a job sees: all, or the first ``spec.revealed`` (streaming data)."""
-        rows = self.parts[device]
-        return rows if spec.revealed is None else rows[: spec.revealed]
+        """The device's rows a job sees: all, the first ``spec.revealed`` (streaming), or with a shared set added."""
+        if spec.shared is not None:
+            return self._shared.rows(spec.shared, device)
+        return self.parts[device] if spec.revealed is None else self.parts[device][: spec.revealed]
 
     def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
                control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
@@ -339,8 +345,10 @@ class DeviceHost:
                 result = out
             return result, stats
         rows = self._rows(device, spec)
+        if spec.offset is not None:  # DisTrans: the device's offset moves with the model
+            return self._distrans.train(device, seed, spec, params, self.x, self.y, rows, out)
         if not spec.control_variates:
-            return trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
+            return trainer.train(params, self.x, self._shared.y_for(spec.shared, device), spec, seed, rows=rows, out=out)
         size = self.trainer.num_params
         if control is None and spec.drift is None:
             raise ValueError(f"device {device}: a job with control variates needs the server control c")
@@ -406,13 +414,15 @@ class DeviceHost:
                                                       spec, seed, state)
 
     def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
-                         state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray) -> np.ndarray:
+                         state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray,
+                         offset: OffsetSpec | None = None) -> np.ndarray:
         """Per-device evaluation of evaluation sets ``slots`` (indices into ``eval_sets``) with ``params``.
 
         Each device is tested with its personalised model (:meth:`Personaliser.adapted`; state ``k``
         is ``arrays[state_index[k]]``, row ``state_rows[k]``, or none with index ``-1``) on its held-out
         rows, or — a held-out device — adapted on the support part of its rows and tested on the
-        query part. Returns ``(len(slots), 3)`` float64 rows: correct, tested samples, loss sum.
+        query part; with ``offset`` (DisTrans) through its own offset. Returns ``(len(slots), 3)`` float64
+        rows: correct, tested samples, loss sum.
         """
         out = np.zeros((len(slots), 3), dtype=np.float64)
         pz = None if personal is None else self.personaliser(personal)
@@ -428,7 +438,8 @@ class DeviceHost:
             else:
                 state = None if state_index[k] < 0 else _pick(arrays[state_index[k]], state_rows[k])
                 theta = pz.adapted(device, params, state, self.x, self.y, rows[s_pos])
-            acc, loss = self.trainer.evaluate(theta, self.x[test], self.y[test])
+            acc, loss = (self.trainer.evaluate(theta, self.x[test], self.y[test]) if offset is None
+                         else self._distrans.evaluate(device, offset, params, self.x[test], self.y[test]))
             out[k] = (round(acc * test.size), test.size, loss * test.size)
         return out
 
@@ -464,8 +475,8 @@ class DeviceHost:
         stats: list[dict[str, float]] = [{} for _ in devices]
 
         if groups is not None:
-            if spec.control_variates:
-                raise ValueError("SCAFFOLD jobs keep per-device state: they are never trained in a group")
+            if spec.keeps_device_state:
+                raise ValueError("jobs that keep per-device state are never trained in a group")
             if len(groups) != len(devices):
                 raise ValueError(f"groups names {len(groups)} jobs, the call has {len(devices)}")
             members: dict[int, list[int]] = {}
@@ -496,9 +507,10 @@ class DeviceHost:
         """
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
-        if ((self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None
-                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.frozen):
-            # (the group trainers hold model 0's training only, and clip or freeze no gradients)
+        if ((self.batched is None and self.vmapped is None) or spec.keeps_device_state or spec.attack is not None
+                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.frozen
+                or spec.align is not None):
+            # (the group trainers hold model 0's plain training only, and clip or freeze no gradients)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
             return out, stats
@@ -529,7 +541,7 @@ class DeviceHost:
         task = spec.task
         if task is not None and task.kind == "scores":
             return task.samples * self.num_classes
-        return self.trainers[spec.model].num_params * (2 if spec.control_variates else 1)
+        return self.trainers[spec.model].num_params * (1 + int(spec.control_variates)) + self._distrans.extra(spec)
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""

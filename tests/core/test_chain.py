@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierfl.core.chain import Chain, ChainParams, Receipt, pow_block_mean_s
+from hierfl.core.chain import Chain, ChainParams, FixedInterval, Receipt, pow_block_mean_s
 
 
 class Fixed:
@@ -57,3 +57,13 @@ def test_pow_mean_and_seeded_draws() -> None:
     assert [a.block_time(k) for k in range(50)] == [b.block_time(k) for k in range(50)]
     gaps = np.diff([0.0, *[a.block_time(k) for k in range(2000)]])
     assert gaps.mean() == pytest.approx(10.0, rel=0.1)  # exponential with the given mean
+
+
+def test_fixed_block_time_capacity_and_confirmation_depth_by_hand() -> None:
+    # a block exactly every 10 s (10, 20, 30, …); 100 bytes a block; confirmed 2 blocks later, +0.25 s
+    chain = Chain(ChainParams(block_time_s=10.0, block_bytes=100, k_conf=2, propagation_s=0.25), FixedInterval())
+    assert chain.submit(3.0, 150) == Receipt(0, 1, 20.0, 40.25)   # 100 in block 0, 50 in block 1; block 3 at 40
+    assert chain.submit(12.0, 50) == Receipt(1, 1, 20.0, 40.25)   # block 0 was found at 10: block 1's last 50
+    assert chain.submit(15.0, 1) == Receipt(2, 2, 30.0, 50.25)    # block 1 is full
+    assert chain.found == [10.0, 20.0, 30.0, 40.0, 50.0]
+    assert FixedInterval().exponential(2.5) == 2.5

@@ -19,7 +19,7 @@ from hierfl.scenario.loader import load_scenario
 ROOT = Path(__file__).resolve().parents[2]
 # one shipped scenario per protocol (plus churn and a partial-work deadline, which change timings)
 CASES = ["quickstart", "hierfavg", "fedasync", "fedbuff", "ahfl", "fedhisyn", "fedch", "fedch_churn", "churn",
-         "stragglers_deadline", "hierfavg_contention", "fedat", "dpsgd_ring", "adpsgd_torus", "p2p_rgg", "coop"]
+         "stragglers_deadline", "hierfavg_contention", "fedat", "dpsgd_ring", "adpsgd_torus", "p2p_rgg", "coop", "bgfl"]
 SHORT = ["stop.rounds=3", "stop.target_accuracy=null", "evaluation.target_accuracy=null",
          "runtime.executor=local"]
 VOLATILE = ("wall_s", "startup_s", "accuracy", "loss", "consensus_distance", "node_accuracy_mean",

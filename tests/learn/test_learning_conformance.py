@@ -16,6 +16,8 @@ HIER = {"protocol": {"name": "hierfavg", "kappa1": 3, "kappa2": 2, "fraction": 0
         "topology": {"edge_servers": 2, "grouping": "random"}, "devices": {"count": 6},
         "data": {"dataset": {"num_samples": 360}}}
 
+DUAL = {"name": "dual_input", "features": 4, "backbone": {"name": "mlp", "hidden": [6]}}
+
 # (id, scenario overrides, Ray worker counts); together they cover every trainer and optimizer
 CASES = [
     ("sgd+fedyogi", {"server_optimizer": "fedyogi", "protocol": {"fraction": 0.5}}, (2,)),
@@ -56,6 +58,21 @@ CASES = [
                                           "data": {"local_test_fraction": 0.25}}, (2,)),
     ("fedavgmeta", {"training": {"trainer": {"name": "fedavgmeta", "inner_steps": 2}},
                     "data": {"test_devices": 2}}, (2,)),
+    # FedAlign: a local-loss change under an asynchronous protocol
+    ("fedasync-fedalign", {"protocol": {"name": "fedasync", "concurrency": 3},
+                           "training": {"trainer": {"name": "fedalign", "width": 0.5}, "epochs": 1},
+                           "model": {"name": "mlp", "hidden": [6, 4]}, "stop": {"rounds": 5}}, (2,)),
+    # DisTrans: offsets in each device's home host; each device evaluated through its own offset
+    ("distrans+device-eval", {"training": {"trainer": "distrans"}, "model": DUAL,
+                              "protocol": {"fraction": 0.75, "weighting": "uniform"},
+                              "data": {"local_test_fraction": 0.25, "test_devices": 2}}, (1, 2)),
+    ("fedasync-distrans-mean", {"protocol": {"name": "fedasync", "concurrency": 3}, "model": DUAL,
+                                "training": {"trainer": {"name": "distrans", "offset_mode": "mean"}, "epochs": 1},
+                                "stop": {"rounds": 5}, "data": {"local_test_fraction": 0.25}}, (2,)),
+    ("hierfavg-distrans", {**HIER, "protocol": {**HIER["protocol"], "weighting": "uniform"}, "model": DUAL,
+                           "training": {"trainer": {"name": "distrans", "offset_update": "alternating"},
+                                        "epochs": None},
+                           "data": {"dataset": {"num_samples": 360}, "local_test_fraction": 0.2}}, (2,)),
     # timing only: no job is submitted (its update is the start model) on either executor
     ("fedasync-none+fedavgm", {"protocol": {"name": "fedasync", "concurrency": 3},
                                "training": {"trainer": "none"}, "server_optimizer": "fedavgm",

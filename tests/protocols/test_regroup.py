@@ -301,7 +301,7 @@ def test_fedhisyn_adaptive_flags_the_class_whose_unit_time_grew():
 
 def test_every_hierarchical_protocol_takes_a_recluster_policy():
     takes = {n for n in PROTOCOLS.names() if "recluster" in PROTOCOLS.get(n).model_fields}
-    assert takes == {"hierfavg", "ahfl", "fedat", "fedhisyn", "fedch", "wscc"}
+    assert takes == {"hierfavg", "ahfl", "fedat", "fedhisyn", "fedch", "wscc", "fedftg_hier"}
     with pytest.raises(ConfigError) as err:  # a protocol without groups refuses the key
         tiny(protocol={"name": "fedavg", "recluster": "periodic"})
     assert "recluster" in err.value.report()

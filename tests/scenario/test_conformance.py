@@ -214,14 +214,20 @@ X = np.array([[1.0, 0.5, -1.0], [0.0, 2.0, 1.0], [-1.5, 0.3, 0.2], [0.7, -0.4, 1
 Y = np.array([0, 2, 1, 2])
 
 
+# the trainers that need a model feature (FedAlign: a slimmable final block; DisTrans: the dual input)
+TRAINER_MODELS = {"fedalign": {"name": "mlp", "hidden": [4]},
+                  "distrans": {"name": "dual_input", "features": 2, "backbone": {"name": "mlp", "hidden": [4]}}}
+
+
 @pytest.mark.parametrize("name", TRAINERS.names())
 def test_trainer_step(name):
     cfg = TRAINERS.example(name)
     # uniform FedAvg weights: every trainer accepts them (FedDC's default server rule requires them)
-    scenario = tiny(training={"trainer": cfg.model_dump()}, protocol={"weighting": "uniform"})
+    scenario = tiny(training={"trainer": cfg.model_dump()}, protocol={"weighting": "uniform"},
+                    model=TRAINER_MODELS.get(name, {"name": "logreg"}))
     assert cfg.payload_factor >= 1 and scenario.training.trainer == cfg
     spec = TrainSpec(epochs=None, steps=2, batch_size=2, lr=0.1, **cfg.spec_fields())
-    model = LogRegConfig()
+    model = scenario.model
     trainer = LocalTrainer(model, (3,), 3)
     x0 = init_params(model, (3,), 3, seed=SEED)
     y1, stats = trainer.train(x0, X, Y, spec, seed=SEED)
