@@ -178,6 +178,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
             y = dataset.y_train
             world.label_counts = np.stack([np.bincount(y[p], minlength=classes)[:classes] for p in parts]
                                           ).astype(np.int64)
+        if dataset.train_domain is not None and dataset.domains is not None:  # own- and other-domain accuracy
+            world.device_domain = np.array([int(np.bincount(dataset.train_domain[p], minlength=len(dataset.domains))
+                                                .argmax()) for p in parts], dtype=np.int64)
+            world.test_domains = dataset.test_ranges()
         pub = scenario.data.public
         if pub is not None and public_rows is not None:
             world.public = PublicData((int(public_rows[0]), int(public_rows[-1]) + 1), dataset.y_train[public_rows],

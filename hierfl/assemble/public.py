@@ -35,8 +35,10 @@ def carve_public(dataset: Dataset, size: int, rng: np.random.Generator) -> tuple
     public = np.sort(rng.permutation(n)[:size])
     private = np.setdiff1d(np.arange(n), public, assume_unique=True)
     order = np.concatenate([private, public])
+    domain = dataset.train_domain  # a domain-heterogeneous dataset: each sample's domain moves with it
     whole = dataclasses.replace(dataset, x_train=np.ascontiguousarray(dataset.x_train[order]),
-                                y_train=dataset.y_train[order])
+                                y_train=dataset.y_train[order], train_domain=None if domain is None else domain[order])
     private_part = dataclasses.replace(whole, x_train=whole.x_train[: private.size],
-                                       y_train=whole.y_train[: private.size])
+                                       y_train=whole.y_train[: private.size],
+                                       train_domain=None if domain is None else whole.train_domain[: private.size])
     return whole, private_part, np.arange(private.size, n, dtype=np.int64)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hierfl.core.fccl import FCCLJob
 from hierfl.core.distrans import OffsetSpec
 from hierfl.core.fedalign import AlignSpec
 from hierfl.core.feddc import DriftSpec
@@ -127,6 +128,9 @@ class TrainSpec:
     # DisTrans (``training.trainer: distrans``): the device keeps an input-shaped offset it trains with the
     # model (per-device state, like FedDC's h_i); None = no offset
     offset: OffsetSpec | None = None
+    # FCCL (protocol fccl): a pre-training, logits, collaboration or local job with its own cost
+    # (hierfl.core.fccl); the device keeps its teacher snapshots in its host; None for any other job
+    fccl: FCCLJob | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -151,8 +155,8 @@ class TrainSpec:
     @property
     def keeps_device_state(self) -> bool:
         """Whether a job reads and writes state its device keeps in its host (SCAFFOLD's and FedDC's
-        controls, DisTrans's offset): such a job always runs on its device's home host."""
-        return self.control_variates or self.offset is not None
+        controls, DisTrans's offset, FCCL's teacher snapshots): such a job always runs on its device's home host."""
+        return self.control_variates or self.offset is not None or self.fccl is not None
 
     @property
     def proximal(self) -> float:
@@ -203,6 +207,8 @@ def work_samples(n: int, spec: TrainSpec) -> float:
     for an ordinary job (times ``spec.work_factor``, a heavier local loss); for a public-data task, its samples × epochs × passes / 3 (a forward-only pass
     costs a third of a training step: training ≈ 3 × the forward FLOPs, as the tiers' GFLOP/s assume)."""
     task = spec.task
+    if spec.fccl is not None:  # FCCL: its passes per sample (teacher forwards included)
+        return spec.fccl.work_samples(0 if spec.fccl.public else samples_processed(n, spec))
     if task is None:
         if spec.work_factor != 1.0:
             return samples_processed(n, spec) * spec.work_factor

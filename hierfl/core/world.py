@@ -70,6 +70,9 @@ class World:
     # -- class histograms at the aggregator (protocols that declare needs_label_counts: BGFL, PFNM, FedMA, FedFTG) --
     label_counts: np.ndarray | None = None       # (N, C) int64: each device's training samples per class
     sample_bytes: int = 0                        # one training sample shipped: float32 features + a 4-byte label
+    # -- domain-heterogeneous data (data.dataset: digits_domains) --
+    device_domain: np.ndarray | None = None      # (N,) int64: each device's source domain
+    test_domains: tuple[tuple[int, int], ...] | None = None  # each domain's [start, stop) rows of the test set
 
     def __post_init__(self) -> None:
         n, e = self.num_devices, self.num_edges

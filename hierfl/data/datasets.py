@@ -36,6 +36,7 @@ __all__ = [
     "Dataset",
     "DatasetConfig",
     "DigitsConfig",
+    "DigitsDomainsConfig",
     "SyntheticConfig",
     "SyntheticUsers",
     "TeacherConfig",
@@ -82,6 +83,11 @@ class Dataset:
         Registered name of the generator (used in error messages), if known.
     vocab_size
         For token datasets: features are integer indices in ``[0, vocab_size)`` stored as float32.
+    domains
+        For datasets drawn from several source domains (``digits_domains``): the domains' names.
+    train_domain, test_domain
+        Each training / test sample's domain (int64 indices into ``domains``); the test samples of
+        one domain are contiguous, in the order of ``domains``.
     """
 
     x_train: np.ndarray
@@ -93,6 +99,9 @@ class Dataset:
     natural_groups: tuple[np.ndarray, ...] | None = None
     name: str | None = None
     vocab_size: int | None = None  # token datasets (features are indices into a vocabulary), e.g. shakespeare
+    domains: tuple[str, ...] | None = None  # domain-heterogeneous datasets: the source domains' names
+    train_domain: np.ndarray | None = None
+    test_domain: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for split, x, y in (("train", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
@@ -106,6 +115,13 @@ class Dataset:
                 f"feature count mismatch: x_train has {d}, x_test has {self.x_test.shape[1]}, "
                 f"input_shape {self.input_shape} has {math.prod(self.input_shape)}"
             )
+
+    def test_ranges(self) -> tuple[tuple[int, int], ...] | None:
+        """Each domain's ``[start, stop)`` rows of the test set (None without domains)."""
+        if self.domains is None or self.test_domain is None:
+            return None
+        bounds = np.searchsorted(self.test_domain, np.arange(len(self.domains) + 1))
+        return tuple((int(bounds[k]), int(bounds[k + 1])) for k in range(len(self.domains)))
 
     @property
     def num_features(self) -> int:
@@ -439,3 +455,77 @@ def _power_law_std(d: int) -> np.ndarray:
         ctx.prec = 40
         exponent = decimal.Decimal("-0.6")
         return np.array([float(decimal.Decimal(j) ** exponent) for j in range(1, d + 1)], dtype=np.float64)
+
+
+DIGIT_DOMAINS: tuple[str, ...] = ("plain", "shifted", "inverted", "noisy", "rotated")
+
+
+def digit_domain(name: str, images: np.ndarray, rng: np.random.Generator, noise_std: float) -> np.ndarray:
+    """``images`` (``(n, 64)`` in ``[0, 1]``, 8 x 8) as seen in domain ``name``.
+
+    ``plain``: unchanged; ``shifted``: moved one pixel right and down (zeros enter) at 0.6 of the
+    intensity; ``inverted``: ``1 − x``; ``noisy``: plus Gaussian noise of std ``noise_std``, clipped to
+    ``[0, 1]`` (drawn from ``rng``); ``rotated``: turned by 90° counter-clockwise.
+    """
+    img = images.reshape(-1, 8, 8)
+    if name == "plain":
+        out = img
+    elif name == "shifted":
+        out = np.zeros_like(img)
+        out[:, 1:, 1:] = img[:, :-1, :-1] * np.float32(0.6)
+    elif name == "inverted":
+        out = np.float32(1.0) - img
+    elif name == "noisy":
+        out = np.clip(img + rng.normal(0.0, noise_std, size=img.shape).astype(np.float32), 0.0, 1.0)
+    elif name == "rotated":
+        out = np.rot90(img, k=1, axes=(1, 2))
+    else:
+        raise DataError("dataset.domains", f"unknown digit domain {name!r}; allowed: {', '.join(DIGIT_DOMAINS)}")
+    return np.ascontiguousarray(out, dtype=np.float32).reshape(-1, 64)
+
+
+@DATASETS.register
+class DigitsDomainsConfig(DatasetConfig):
+    """Domain-heterogeneous digits: scikit-learn's ``load_digits`` seen through several named domains.
+
+    A stand-in, built offline, for the Digits benchmark of heterogeneous-domain methods (FCCL:
+    MNIST, USPS, SVHN, SYN), whose images cannot be fetched here. The 1,797 images are split by one
+    seeded permutation into test (``test_fraction``) and training images; the training images are cut
+    into one disjoint, near-equal part per domain (each domain has its own images, as the real
+    datasets do), each seen through its domain's transform (:func:`digit_domain`). Every domain's
+    test set is the whole test split through that domain's transform, so the test set holds
+    ``len(domains)`` blocks, one per domain, in order (``Dataset.test_ranges``). Pair it with
+    ``partition: {name: domains}`` to give each device one domain.
+    """
+
+    name: Literal["digits_domains"] = "digits_domains"
+    domains: list[Literal["plain", "shifted", "inverted", "noisy", "rotated"]] = Field(
+        default_factory=lambda: ["plain", "shifted", "inverted", "noisy"], min_length=2,
+        description="the source domains, each a transform of the digit images: plain, shifted (one pixel right "
+                    "and down at 0.6 intensity), inverted (1 − x), noisy (Gaussian noise, clipped), rotated (90°); "
+                    "design default: plain, shifted, inverted, noisy, standing in for MNIST, USPS, SVHN and SYN")
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="share of the 1,797 images held out for testing "
+                                                                  "(each domain tests on all of them)")
+    noise_std: PositiveFloat = Field(0.3, description="standard deviation of the noisy domain's Gaussian noise")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> DigitsDomainsConfig:
+        if len(set(self.domains)) != len(self.domains):
+            raise ValueError(f"domains must be distinct, got {self.domains}")
+        return self
+
+    def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
+        """Load, split, cut the training images by domain and transform (``num_devices`` is unused)."""
+        plain = DigitsConfig(test_fraction=self.test_fraction).build(num_devices, rng)
+        parts = np.array_split(np.arange(plain.y_train.size), len(self.domains))
+        xs, ys, doms, xt, yt, dt = [], [], [], [], [], []
+        for k, (name, rows) in enumerate(zip(self.domains, parts)):
+            xs.append(digit_domain(name, plain.x_train[rows], rng, self.noise_std))
+            ys.append(plain.y_train[rows])
+            doms.append(np.full(rows.size, k, dtype=np.int64))
+            xt.append(digit_domain(name, plain.x_test, rng, self.noise_std))
+            yt.append(plain.y_test)
+            dt.append(np.full(plain.y_test.size, k, dtype=np.int64))
+        return Dataset(np.concatenate(xs), np.concatenate(ys), np.concatenate(xt), np.concatenate(yt), 10, (1, 8, 8),
+                       name=self.name, domains=tuple(self.domains), train_domain=np.concatenate(doms),
+                       test_domain=np.concatenate(dt))

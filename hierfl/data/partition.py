@@ -27,6 +27,7 @@ from hierfl.data.datasets import DataError, Dataset
 __all__ = [
     "PARTITIONERS",
     "DirichletConfig",
+    "DomainsConfig",
     "IIDConfig",
     "NaturalConfig",
     "PartitionConfig",
@@ -209,6 +210,39 @@ class NaturalConfig(PartitionConfig):
         empty = [i for i, g in enumerate(parts) if len(g) == 0]
         if empty:
             raise DataError("partition.name", f"natural users {empty} have no training samples")
+        return parts
+
+
+@PARTITIONERS.register
+class DomainsConfig(PartitionConfig):
+    """One source domain per device: device ``i`` draws from domain ``i mod D`` (a domain-heterogeneous
+    dataset such as ``digits_domains``), the domain's samples shuffled and cut evenly among its devices."""
+
+    name: Literal["domains"] = "domains"
+    covers_all: ClassVar[bool] = False
+    samples_per_device: PositiveInt | None = Field(
+        default=None, description="at most this many samples per device, the rest of its share unused (design "
+                                  "default null: the whole share; the FCCL code gives its parties 80 to 5,000)")
+
+    def split(self, dataset: Dataset, num_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Each device's share of its domain's samples (in a seeded random order)."""
+        if dataset.domains is None or dataset.train_domain is None:
+            label = f"dataset {dataset.name!r}" if dataset.name else "this dataset"
+            raise DataError("partition.name", f"{label} has no source domains; use a domain-heterogeneous "
+                                              "dataset (digits_domains) or another partition")
+        _check_sizes(len(dataset.y_train), num_devices)
+        d = len(dataset.domains)
+        parts: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * num_devices
+        for k in range(d):
+            devices = list(range(k, num_devices, d))
+            if not devices:
+                continue
+            rows = rng.permutation(np.flatnonzero(dataset.train_domain == k)).astype(np.int64)
+            if rows.size < len(devices):
+                raise DataError("partition", f"domain {dataset.domains[k]!r} has {rows.size} samples for "
+                                             f"{len(devices)} devices")
+            for dev, share in zip(devices, np.array_split(rows, len(devices))):
+                parts[dev] = share if self.samples_per_device is None else share[: self.samples_per_device]
         return parts
 
 

@@ -86,7 +86,8 @@ class Jobs:
         """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
         ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
         rounded division per device, as in the per-device function, so every value is the same float."""
-        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task, spec.shared, spec.work_factor)
+        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task, spec.shared, spec.work_factor,
+               None if spec.fccl is None else spec.fccl.cost_key())
         nominal = self._nominal_by_work.get(key)
         if nominal is None:
             n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
@@ -96,9 +97,11 @@ class Jobs:
                 n = n + spec.shared.total
                 for sharer in spec.shared.sharers:
                     n[sharer] -= spec.shared.own(sharer)
-            if spec.task is not None:  # a job on the public split: the same work on every device
+            if spec.task is not None or (spec.fccl is not None and spec.fccl.public):  # the same on every device
                 work = np.full(n.shape, work_samples(0, spec))
                 n = np.ones_like(n)  # (its private sample count does not matter)
+            elif spec.fccl is not None:  # FCCL's private-data jobs: passes per sample beyond training's 3
+                work = np.array([work_samples(int(k), spec) if k > 0 else 0.0 for k in n])
             elif spec.epochs is not None:
                 work = spec.epochs * n
             else:

@@ -58,12 +58,34 @@ class RunLoop:
 
     def _evaluate_parties(self, parties: dict[int, Any]) -> tuple[float, float, dict[str, Any]]:
         """Mean test accuracy and loss of the devices' own models (each on its architecture), in device
-        order, and the spread of the accuracies (``party_accuracy_min`` / ``_max``)."""
+        order, and the spread of the accuracies (``party_accuracy_min`` / ``_max``). With source domains
+        (``digits_domains``) each model is tested on every domain's test set: its accuracy is their mean,
+        and ``own_domain_accuracy`` / ``other_domain_accuracy`` are the parties' means on their own domain
+        and over the other domains."""
         ctx = self.ctx
+        ranges, domain_of = ctx.world.test_domains, ctx.world.device_domain
+        if ranges is not None and domain_of is not None:
+            return self._evaluate_domains(parties, ranges, domain_of)
         scores = [ctx.executor.evaluate(parties[d], ctx.jobs.model_index(d)) for d in sorted(parties)]
         accs = [a for a, _ in scores]
         fields = {"party_accuracy_min": min(accs), "party_accuracy_max": max(accs)}
         return sum(accs) / len(accs), sum(loss for _, loss in scores) / len(scores), fields
+
+    def _evaluate_domains(self, parties: dict[int, Any], ranges: tuple[tuple[int, int], ...],
+                          domain_of: Any) -> tuple[float, float, dict[str, Any]]:
+        ctx = self.ctx
+        accs, losses, own, other = [], [], [], []
+        for d in sorted(parties):
+            scores = [ctx.executor.evaluate(parties[d], ctx.jobs.model_index(d), r) for r in ranges]
+            accs.append(sum(a for a, _ in scores) / len(scores))
+            losses.append(sum(loss for _, loss in scores) / len(scores))
+            mine = int(domain_of[d])
+            own.append(scores[mine][0])
+            rest = [a for k, (a, _) in enumerate(scores) if k != mine]
+            other.append(sum(rest) / len(rest))
+        fields = {"party_accuracy_min": min(accs), "party_accuracy_max": max(accs),
+                  "own_domain_accuracy": sum(own) / len(own), "other_domain_accuracy": sum(other) / len(other)}
+        return sum(accs) / len(accs), sum(losses) / len(losses), fields
 
     def evaluate(self) -> None:
         """Evaluate the global model now (once per instant and model) and check the accuracy targets."""

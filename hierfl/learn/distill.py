@@ -6,7 +6,8 @@ each other, which one-hot labels do not; a student trained to match it, usually 
 loss on true labels, learns from that. Federated methods built on public data use variants of the
 same loss: FedMD (Li and Wang, 2019) regresses a party's class scores onto the consensus with the
 mean absolute error; FCCL and RHFL use the KL form; FedFTG the soft cross-entropy (student) and an
-L1 distance of logits (generator).
+L1 distance of logits (generator). FCCL also aligns its logits with the parties' mean through a
+cross-correlation of batch-standardised logits (:func:`cross_correlation_loss`).
 
 Every caller passes its own temperature: there is no hidden default, so a protocol's docs state the
 one it uses. Probabilities are handled in log space (``log_softmax``); where a log of a given
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KD_KINDS", "KDKind", "ensemble_target", "kd_loss", "soft_targets"]
+__all__ = ["KD_KINDS", "KDKind", "cross_correlation_loss", "ensemble_target", "kd_loss", "soft_targets"]
 
 KDKind = Literal["kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits"]
 KD_KINDS: tuple[str, ...] = ("kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits")
@@ -122,3 +123,29 @@ def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind
             raise ValueError(f"per-sample weights must have shape {tuple(per.shape)}, got {tuple(weights.shape)}")
         per = per * weights.to(per.dtype)
     return per if reduction == "none" else per.mean()
+
+
+def cross_correlation_loss(student_logits: torch.Tensor, target: torch.Tensor, lambda_col: float) -> torch.Tensor:
+    """FCCL's collaboration loss (Huang, Ye and Du, CVPR 2022; the authors' ``FCCL.py``) on a batch.
+
+    Both ``(B, C)`` inputs are standardised per class dimension over the batch, ``Ẑ = (Z − mean_b Z) /
+    std_b Z`` (the unbiased std, as ``Tensor.std``; clamped at ``1e-12`` so that a constant column
+    gives a finite loss), their cross-correlation is ``M = Ẑ_sᵀ Ẑ_t / B`` (``C × C``) and the loss
+    ``Σ_u (1 − M_uu)² + λ_col Σ_{u≠v} (1 + M_uv)²``: each dimension agrees with the target's, and
+    different dimensions are pushed apart. The target is treated as a constant (no gradient).
+    """
+    import torch
+
+    if student_logits.shape != target.shape or student_logits.dim() != 2 or student_logits.shape[0] < 2:
+        raise ValueError("the cross-correlation loss needs student and target of the same shape (batch >= 2, "
+                         f"classes), got {tuple(student_logits.shape)} and {tuple(target.shape)}")
+    b = student_logits.shape[0]
+
+    def standardise(z: torch.Tensor) -> torch.Tensor:
+        return (z - z.mean(dim=0)) / z.std(dim=0).clamp_min(1e-12)
+
+    m = standardise(student_logits).T @ standardise(target.detach()) / b
+    off_diagonal = ~torch.eye(m.shape[0], dtype=torch.bool)
+    on_term = ((1.0 - torch.diagonal(m)) ** 2).sum()
+    off_term = ((1.0 + m[off_diagonal]) ** 2).sum()
+    return on_term + lambda_col * off_term

@@ -240,9 +240,10 @@ class Executor:
         model) instead of the initial model."""
         raise NotImplementedError
 
-    def evaluate(self, params: Any, model: int = 0) -> tuple[float, float]:
+    def evaluate(self, params: Any, model: int = 0, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """(accuracy, loss) of a model handle on the test set (blocking); ``model``: its architecture
-        (``models:``; 0 = ``model``)."""
+        (``models:``; 0 = ``model``); ``test_rows``: only the test set's ``[start, stop)`` rows (one domain's
+        test set, ``data.dataset: digits_domains``)."""
         raise NotImplementedError
 
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
@@ -571,9 +572,9 @@ class LocalExecutor(Executor):
         """In-process: the vector itself."""
         self.personal.base = np.asarray(self.handles.values([params])[0])
 
-    def evaluate(self, params: Any, model: int = 0) -> tuple[float, float]:
+    def evaluate(self, params: Any, model: int = 0, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """In-process evaluation."""
-        return self.cloud.evaluate(self.handles.values([params])[0], model)
+        return self.cloud.evaluate(self.handles.values([params])[0], model, test_rows)
 
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """In-process, on the host role (one call per model the devices are tested with)."""

@@ -13,7 +13,7 @@ a job costs the driver no Ray call of its own.
 Placement. A job's result does not depend on where it runs (it is a pure function of its start
 model, the device's data and its seed), so jobs go to the host with the fewest outstanding jobs;
 every host holds the shared, read-only training arrays from the object store. A trainer that keeps
-per-device state in the host (SCAFFOLD's control variates) is the exception: each device then has
+per-device state in the host (SCAFFOLD's control variates, FCCL's teacher snapshots) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
 Personalised trainers' device state (local layers) instead travels with the jobs: a job takes

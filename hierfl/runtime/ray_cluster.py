@@ -75,12 +75,15 @@ class HostActor(DeviceHost):
         return time.time()
 
     def evaluate(self, params: np.ndarray, rows: int | None = None, model: int = 0,
-                 row: int | None = None) -> tuple[float, float]:
+                 row: int | None = None, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """(accuracy, loss) of the global model ``params`` on the test set: :meth:`Cloud.evaluate`'s
         computation (the same trainer code and torch thread count, so the same bits), run here so that
         the cloud actor never imports torch. ``rows``: only the first ones (the warm-up); ``model``: the
-        architecture of ``params`` (``models:``); ``row``: ``params`` is a batch of job results, evaluate that row."""
+        architecture of ``params`` (``models:``); ``row``: ``params`` is a batch of job results, evaluate that row;
+        ``test_rows``: only the test set's ``[start, stop)`` rows (one domain's)."""
         x, y = (self.x_test, self.y_test) if rows is None else (self.x_test[:rows], self.y_test[:rows])
+        if test_rows is not None:
+            x, y = x[test_rows[0]:test_rows[1]], y[test_rows[0]:test_rows[1]]
         trainer = self.trainers[model]
         vector = np.asarray(params) if row is None else np.asarray(params)[row]
         return trainer.evaluate(vector[: trainer.num_params], x, y)

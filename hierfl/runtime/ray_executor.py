@@ -414,14 +414,14 @@ class RayExecutor(Executor):
         self._batches.flush()
         self._personal.base = model_ref(params)
 
-    def evaluate(self, params: Any, model: int = 0) -> tuple[float, float]:
+    def evaluate(self, params: Any, model: int = 0, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """Evaluation runs in a host actor; only two floats come back."""
         self._batches.need(params)
         self._batches.flush()
         ref, row = ref_row(params)  # a model handle, or a job's result (a device's own model: party_models)
         # on the host with the fewest outstanding jobs (the cloud actor has no torch): the same
         # computation as Cloud.evaluate, so the same two floats whichever process runs it
-        acc, loss = self._get(self.hosts[self._batches.least_busy()].evaluate.remote(ref, None, model, row))
+        acc, loss = self._get(self.hosts[self._batches.least_busy()].evaluate.remote(ref, None, model, row, test_rows))
         return float(acc), float(loss)
 
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:

@@ -29,6 +29,7 @@ from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
 from hierfl.core.distrans import OffsetSpec
 from hierfl.core.personal import PersonalSpec, support_split
+from hierfl.learn.fccl import FCCLWork
 from hierfl.learn.outputs import run_public_task
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
@@ -284,7 +285,7 @@ class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
     Persistent per-device state: named vectors per device that a trainer declares (SCAFFOLD's ``c``;
-    FedDC's ``h``, ``c``; DisTrans's offset). It lives here, so a device always trains on its home host
+    FedDC's ``h``, ``c``; DisTrans's offset; FCCL's teachers). It lives here, so a device always trains on its home host
     (Ray); it is checkpointed (:meth:`export_state`), measured (:meth:`state_bytes`) and reset (:meth:`reset_devices`).
 
     Personalised jobs keep none here: the executor keeps their local layers (:meth:`train_personal`).
@@ -338,8 +339,10 @@ class DeviceHost:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
         trainer = self.trainers[spec.model]
-        if spec.task is not None:  # output-exchange work on the public split (control: its targets)
-            result, stats = run_public_task(trainer, params, self.x, self.y, spec, seed, control)
+        if spec.task is not None or spec.fccl is not None:  # output-exchange work (control: targets, mean logits)
+            result, stats = (FCCLWork(self.states, self.x, self.y).run(trainer, device, self.parts[device], spec, seed,
+                                                                        params, control)
+                             if spec.fccl is not None else run_public_task(trainer, params, self.x, self.y, spec, seed, control))
             if out is not None:
                 out[...] = result
                 result = out
@@ -538,9 +541,9 @@ class DeviceHost:
 
     def result_width(self, spec: TrainSpec) -> int:
         """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores job's S · C."""
-        task = spec.task
-        if task is not None and task.kind == "scores":
-            return task.samples * self.num_classes
+        task, fccl = spec.task, spec.fccl
+        if (task is not None and task.kind == "scores") or (fccl is not None and fccl.kind == "logits"):
+            return (task.samples if task is not None else fccl.samples()) * self.num_classes  # type: ignore[union-attr]
         return self.trainers[spec.model].num_params * (1 + int(spec.control_variates)) + self._distrans.extra(spec)
 
     def ready(self) -> bool:
@@ -838,11 +841,16 @@ class Cloud:
             return np.einsum("ij,ij->i", vecs, vecs)
         return cosine_similarity(vecs)
 
-    def evaluate(self, params: np.ndarray, model: int = 0) -> tuple[float, float]:
+    def evaluate(self, params: np.ndarray, model: int = 0,
+                 test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ); ``model``: which of
-        the run's architectures ``params`` belongs to (``models:``)."""
+        the run's architectures ``params`` belongs to (``models:``); ``test_rows``: only the test set's
+        ``[start, stop)`` rows (one domain's)."""
         trainer = self.work.trainer_of(model)
-        return trainer.evaluate(np.asarray(params)[: trainer.num_params], self.x_test, self.y_test)
+        x, y = self.x_test, self.y_test
+        if test_rows is not None:
+            x, y = x[test_rows[0]:test_rows[1]], y[test_rows[0]:test_rows[1]]
+        return trainer.evaluate(np.asarray(params)[: trainer.num_params], x, y)
 
     def run_task(self, name: str, params: dict[str, Any], seed: int, tier: str, entity: int, index: list[int],
                  rows: list[int | None], *arrays: np.ndarray) -> tuple[list[np.ndarray], float, dict[str, float], int]:

@@ -81,3 +81,23 @@ def test_bad_input_is_refused():
         kd_loss(S, TCH[0], kind="kl", T=1.0)
     with pytest.raises(ValueError, match="compares logits"):
         kd_loss(S, TCH, kind="mae_logits", teacher_is_prob=True)
+
+
+def test_cross_correlation_loss_by_hand():
+    """B = 2, C = 2. Student (1, 3), (3, 1): column means (2, 2), unbiased std √2, standardised rows
+    (−a, a), (a, −a) with a = 1/√2. Target (0, 0), (2, 2): standardised (−a, −a), (a, a). M = Ẑ_sᵀ Ẑ_t / 2 =
+    [[0.5, 0.5], [−0.5, −0.5]]: on-diagonal (1 − 0.5)² + (1 + 0.5)² = 2.5, off-diagonal (1 + 0.5)² + (1 − 0.5)² = 2.5."""
+    from hierfl.learn.distill import cross_correlation_loss
+
+    s = torch.tensor([[1.0, 3.0], [3.0, 1.0]], requires_grad=True)
+    t = torch.tensor([[0.0, 0.0], [2.0, 2.0]])
+    assert cross_correlation_loss(s, t, 0.0051).item() == pytest.approx(2.5 + 0.0051 * 2.5, rel=1e-6)
+    assert cross_correlation_loss(s, t, 0.0).item() == pytest.approx(2.5, rel=1e-6)
+    # identical inputs: M_uu = (B − 1)/B with the unbiased std (the code's form), so B = 2 leaves (1 − 0.5)² each
+    u = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    assert cross_correlation_loss(u, u, 0.0).item() == pytest.approx(2 * 0.25, rel=1e-6)
+    # the target carries no gradient; the student does
+    cross_correlation_loss(s, t.requires_grad_(), 0.0051).backward()
+    assert s.grad is not None and t.grad is None
+    with pytest.raises(ValueError, match="batch >= 2"):
+        cross_correlation_loss(s[:1], t[:1], 0.0)
