@@ -163,6 +163,10 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
             for key, cfg in [("model", scenario.model), *((f"models.{t}", m) for t, m in scenario.models.items())]]
     if any(reason is not None for _, reason in fits):
         raise ConfigError([Problem(key, reason) for key, reason in fits if reason is not None], source)
+    misfits = scenario.protocol.model_problems(
+        lambda: model_call(model_layout, scenario.model, tuple(dataset.input_shape), dataset.num_classes))
+    if misfits:
+        raise ConfigError(misfits, source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
     shape, classes = tuple(dataset.input_shape), dataset.num_classes
     try:

@@ -9,6 +9,7 @@ and it hears back through events with typed payloads. Events the driver raises o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -84,6 +85,11 @@ class ProtocolConfig(ConfigModel):
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """Cross-section problems (e.g. a hierarchical protocol without edge servers)."""
+        return []
+
+    def model_problems(self, layout: Callable[[], list[tuple[str, tuple[int, ...]]]]) -> list[Problem]:
+        """Problems with ``model``'s parameter layout, known once the dataset's shape is (at build time;
+        ``layout()`` builds it on demand, so a protocol that asks nothing costs nothing)."""
         return []
 
     def create(self, env: Env) -> Protocol:
