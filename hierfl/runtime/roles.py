@@ -27,6 +27,7 @@ from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
 from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.outputs import run_public_task
+from hierfl.learn.sce import train_sce
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
@@ -339,6 +340,12 @@ class DeviceHost:
                 result = out
             return result, stats
         rows = self._rows(device, spec)
+        if spec.sce is not None:  # RHFL: symmetric cross-entropy on the private labels, and its loss report
+            result, stats = train_sce(trainer, params, self.x, self.y, rows, spec, seed)
+            if out is not None:
+                out[...] = result
+                result = out
+            return result, stats
         if not spec.control_variates:
             return trainer.train(params, self.x, self.y, spec, seed, rows=rows, out=out)
         size = self.trainer.num_params
@@ -497,7 +504,7 @@ class DeviceHost:
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
         if ((self.batched is None and self.vmapped is None) or spec.control_variates or spec.attack is not None
-                or spec.model or spec.task is not None or spec.clip_norm is not None):
+                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.sce is not None):
             # (the group trainers hold model 0's training only, and clip no gradients)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
@@ -527,7 +534,7 @@ class DeviceHost:
     def result_width(self, spec: TrainSpec) -> int:
         """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores job's S · C."""
         task = spec.task
-        if task is not None and task.kind == "scores":
+        if task is not None and task.forward_only:
             return task.samples * self.num_classes
         return self.trainers[spec.model].num_params * (2 if spec.control_variates else 1)
 
