@@ -333,15 +333,11 @@ class DeviceHost:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
         trainer = self.trainers[spec.model]
-        if spec.task is not None:  # output-exchange work on the public split (control: its targets)
-            result, stats = run_public_task(trainer, params, self.x, self.y, spec, seed, control)
-            if out is not None:
-                out[...] = result
-                result = out
-            return result, stats
         rows = self._rows(device, spec)
-        if spec.sce is not None:  # RHFL: symmetric cross-entropy on the private labels, and its loss report
-            result, stats = train_sce(trainer, params, self.x, self.y, rows, spec, seed)
+        # output-exchange work on the public split (control: its targets); RHFL's private SCE jobs
+        if spec.task is not None or spec.sce is not None:
+            result, stats = (run_public_task(trainer, params, self.x, self.y, spec, seed, control) if spec.task
+                             else train_sce(trainer, params, self.x, self.y, rows, spec, seed))
             if out is not None:
                 out[...] = result
                 result = out
