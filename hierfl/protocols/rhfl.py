@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from hierfl.config.errors import Problem
+from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.jobs import Endpoint, Job
 from hierfl.core.rhfl import SCESpec, confidence_weights, first_round_weights, loss_decrease
 from hierfl.core.work import PublicTask, TrainSpec
@@ -178,7 +178,8 @@ class _Server:
     weights: dict[int, dict[int, float]] = field(default_factory=dict)    # round → party → W
     reports: dict[int, dict[int, float]] = field(default_factory=dict)    # round → party → F (closer only)
     probs: dict[tuple[int, int], dict[int, Any]] = field(default_factory=dict)  # (round, batch) → party → p
-    sums: dict[tuple[int, int], dict[int, Any]] = field(default_factory=dict)   # (round, batch) → edge → mean
+    sums: dict[tuple[int, int], dict[int, tuple[Any, float]]] = field(default_factory=dict)  # (round, batch) →
+    # edge → its weighted mean and weight (the cloud over edge servers)
 
 
 class RHFL(Protocol):
@@ -216,11 +217,12 @@ class RHFL(Protocol):
                 self.servers[("edge", e)] = _Server(members)
             for d in range(self.n):
                 self.closer[d] = ("cloud", 0)
-        for endpoint, server in self.servers.items():
-            if self.closer.get(server.members[0]) == endpoint and len(server.members) < 2:
-                raise ValueError(f"rhfl with ccr_scope {cfg.ccr_scope}: {endpoint[0]} {endpoint[1]} closes an "
-                                 f"exchange over {len(server.members)} party; each needs at least 2 (fewer edge "
-                                 f"servers, or ccr_scope: global)")
+        lonely = [f"{kind} {i}" for (kind, i), server in sorted(self.servers.items())
+                  if self.closer.get(server.members[0]) == (kind, i) and len(server.members) < 2]
+        if lonely:  # (known once the devices are grouped: refused as a scenario problem, with its key)
+            raise ConfigError([Problem("protocol.ccr_scope", f"{', '.join(lonely)} would close an exchange over a "
+                                       "single party, and RHFL aligns each party with the others; allowed: global, "
+                                       "or fewer edge servers (topology.edge_servers)", cfg.ccr_scope)])
         self.model: dict[int, Any] = {}       # each party's latest model
         self.loss: dict[int, list[float]] = {d: [] for d in range(self.n)}  # its last two reported losses
         self.round = [-1] * self.n
@@ -232,6 +234,7 @@ class RHFL(Protocol):
         # values in flight, keyed by what carries them (the messages themselves are typed payloads)
         self._report_value: dict[tuple[int, int], float] = {}            # (party, round) → F_k
         self._kept: dict[tuple[int, int, int], dict[int, Any]] = {}      # (edge, round, batch) → members' p
+        self._up: dict[tuple[int, int, int], tuple[Any, float]] = {}      # (edge, round, batch) → its mean, weight
         self._total: dict[tuple[int, int], tuple[Any, float]] = {}       # (round, batch) → cloud mean, weight
         self._relayed: dict[tuple[int, int], int] = {}                    # (round, batch) → edges served
         self._target: dict[int, Any] = {}                                  # party → its target on the way
@@ -259,6 +262,7 @@ class RHFL(Protocol):
         seed = self.subset_seed.get(round_)
         if seed is None:  # both ends draw A_t and its order from the same stream: its indices never travel
             seed = self.subset_seed[round_] = int(self.env.rng("public_subset", round_).integers(_SEED_BOUND))
+            self.subset_seed.pop(round_ - 2, None)  # (no party lags more than a round behind another)
         per_batch = self.cfg.exchange == "per_batch"
         return PublicTask(kind, self.public.rows, self.align, seed, stratified=False, loss="soft_ce",
                           window=self.windows[batch] if per_batch else None, teacher_is_prob=True,
@@ -411,7 +415,7 @@ class RHFL(Protocol):
                 self._targets(endpoint, key, mean, total, got, weights)
             else:  # a relay: its weighted mean and weight go up
                 e = endpoint[1]
-                server.sums[key] = {0: (mean, total)}
+                self._up[(e, key[0], key[1])] = (mean, total)
                 self._kept[(e, key[0], key[1])] = got  # each member's own p, for its target later
                 self.env.send(endpoint, ("cloud", 0), "sum_arrived", ServerMsg(e, key[0], key[1]), "upload_probs",
                               size=self._bytes(key[1]))
@@ -421,7 +425,7 @@ class RHFL(Protocol):
         e, r, b = event.payload.edge, event.payload.round, event.payload.batch
         cloud = self.servers[("cloud", 0)]
         got = cloud.sums.setdefault((r, b), {})
-        got[e] = self.servers[("edge", e)].sums.pop((r, b))[0]
+        got[e] = self._up.pop((e, r, b))
         if len(got) < len(self.edge_members):
             return
         del cloud.sums[(r, b)]

@@ -181,5 +181,9 @@ def test_rhfl_edge_scope_closes_at_the_edges():
 
 def test_rhfl_refuses_a_single_party_exchange():
     env = _env(samples=(10, 10, 10), edge_of=[0, 0, 1])
-    with pytest.raises(ValueError, match="edge 1 closes an exchange over 1 party"):
+    from hierfl.config.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
         _cfg(ccr_scope="edge").create(env)
+    assert [p.path for p in info.value.problems] == ["protocol.ccr_scope"]
+    assert "edge 1 would close an exchange over a single party" in info.value.problems[0].message
