@@ -113,8 +113,9 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
 
 def run_public_task(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec,
                     seed: int, targets: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
-    """One :class:`~hierfl.core.work.PublicTask` job: ``scores`` → the flat scores; ``digest`` → the model
-    trained toward ``targets``; ``pretrain`` → the model trained on the public labels."""
+    """One :class:`~hierfl.core.work.PublicTask` job: ``scores`` → the flat scores; ``probs`` → the flat class
+    probabilities; ``digest`` and ``align`` → the model trained toward ``targets`` (scores, or probabilities
+    with ``teacher_is_prob``); ``pretrain`` → the model trained on the public labels."""
     task = spec.task
     assert task is not None
     if task.init_seed is not None:  # the party's own architecture, freshly initialised

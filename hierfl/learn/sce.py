@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["private_sce_loss", "train_sce"]
 
 
-def private_sce_loss(trainer: LocalTrainer, x: np.ndarray, y: np.ndarray, rows: np.ndarray, a: float, b: float,
-                     batch_size: int | None) -> float:
-    """Mean symmetric cross-entropy of the trainer's loaded model over ``x[rows]`` (evaluation mode, no update).
+def private_sce_loss(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, rows: np.ndarray,
+                     a: float, b: float, batch_size: int | None) -> float:
+    """Mean symmetric cross-entropy of the model ``params`` over ``x[rows]`` (evaluation mode, no update).
 
     The mean is over samples (design default; the code averages its batches' means, which differs only
     through a smaller last batch); computed in batches of ``batch_size`` (None: all at once)."""
@@ -36,6 +36,7 @@ def private_sce_loss(trainer: LocalTrainer, x: np.ndarray, y: np.ndarray, rows: 
 
     from hierfl.learn.distill import sce_loss
 
+    trainer._load(params)
     module = trainer.module
     module.eval()
     n = rows.size
@@ -94,6 +95,7 @@ def train_sce(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.nd
             steps += 1
             samples += sel.size
     stats: dict[str, float] = {"loss": loss_sum / steps, "steps": steps, "samples": samples}
+    result = trainer._flat_np.copy()
     if sce.report:
-        stats["ccr_loss"] = private_sce_loss(trainer, x, y, rows, sce.a, sce.b, spec.batch_size)
-    return trainer._flat_np.copy(), stats
+        stats["ccr_loss"] = private_sce_loss(trainer, result, x, y, rows, sce.a, sce.b, spec.batch_size)
+    return result, stats

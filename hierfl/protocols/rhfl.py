@@ -268,7 +268,8 @@ class RHFL(Protocol):
                           window=self.windows[batch] if per_batch else None, teacher_is_prob=True,
                           reuse_forward=per_batch and kind == "align")
 
-    def _bytes(self, batch: int) -> int:
+    def batch_bytes(self, batch: int) -> int:
+        """Bytes of one probability or target message of public batch ``batch``: 4 per sample and class."""
         start, stop = self.windows[batch]
         return self.bytes_per_sample * (stop - start)
 
@@ -386,7 +387,7 @@ class RHFL(Protocol):
         job, _ = self._collect(event)
         self.jobs[job.device] = job  # kept until the probabilities arrive (they are the job's result)
         self.env.send(("device", job.device), self._hop(job.device), "probs_arrived", event.payload,
-                      "upload_probs", size=self._bytes(event.payload.batch))
+                      "upload_probs", size=self.batch_bytes(event.payload.batch))
 
     def on_probs_arrived(self, event: Event) -> None:
         """Probabilities reached the party's server; it closes or relays the batch once it has all of them."""
@@ -418,7 +419,7 @@ class RHFL(Protocol):
                 self._up[(e, key[0], key[1])] = (mean, total)
                 self._kept[(e, key[0], key[1])] = got  # each member's own p, for its target later
                 self.env.send(endpoint, ("cloud", 0), "sum_arrived", ServerMsg(e, key[0], key[1]), "upload_probs",
-                              size=self._bytes(key[1]))
+                              size=self.batch_bytes(key[1]))
 
     def on_sum_arrived(self, event: Event) -> None:
         """An edge server's weighted mean reached the cloud; with every edge's, the total goes down."""
@@ -437,7 +438,7 @@ class RHFL(Protocol):
         self._total[(r, b)] = (mean, total)
         for edge in sorted(self.edge_members):
             self.env.send(("cloud", 0), ("edge", edge), "total_arrived", ServerMsg(edge, r, b), "download_targets",
-                          size=self._bytes(b))
+                          size=self.batch_bytes(b))
 
     def on_total_arrived(self, event: Event) -> None:
         """The total reached an edge server: it forms each member's target."""
@@ -459,7 +460,7 @@ class RHFL(Protocol):
             target = agg.combine([(total, mean, None), (-weights[d], probs[d], None)])
             self._target[d] = target
             self.env.send(endpoint, ("device", d), "target_arrived", BatchMsg(d, r, b), "download_targets",
-                          size=self._bytes(b))
+                          size=self.batch_bytes(b))
 
     def on_target_arrived(self, event: Event) -> None:
         """Align: a step (per batch) or an epoch (per round) toward the target."""

@@ -528,7 +528,7 @@ class DeviceHost:
         return out, stats
 
     def result_width(self, spec: TrainSpec) -> int:
-        """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores job's S · C."""
+        """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores or probabilities job's S · C."""
         task = spec.task
         if task is not None and task.forward_only:
             return task.samples * self.num_classes

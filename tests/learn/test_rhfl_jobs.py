@@ -57,8 +57,7 @@ def test_sce_training_step_and_its_loss_report():
     assert new.tolist() == pytest.approx(expected, abs=1e-6)
     assert stats["loss"] == pytest.approx(0.1 * math.log(3.0) - A * 2 / 3, rel=1e-6)  # before the step
     # the report: the mean SCE of the *final* model on the device's samples
-    trainer._load(new)
-    assert stats["ccr_loss"] == pytest.approx(private_sce_loss(trainer, x, y, np.array([0]), 0.1, 1.0, None))
+    assert stats["ccr_loss"] == pytest.approx(private_sce_loss(trainer, new, x, y, np.array([0]), 0.1, 1.0, None))
     z = [sum(w * xi for w, xi in zip(new[2 * c: 2 * c + 2], (1.0, 2.0))) + new[6 + c] for c in range(3)]
     p0 = math.exp(z[0]) / sum(math.exp(v) for v in z)
     assert stats["ccr_loss"] == pytest.approx(0.1 * -math.log(p0) - A * (1 - p0), rel=1e-5)

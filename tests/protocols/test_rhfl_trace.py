@@ -124,7 +124,7 @@ def test_rhfl_trace_flat():
     # the device keeps its last two losses (per-device state): 12/(m + d) after pre-training and round 0
     assert protocol.loss == {0: [12.0, 3.0], 1: [4.0, 4 / 3], 2: [2.4, 6 / 7]}
     # every exchange carries 4 · B · C bytes: B = 10 public samples, C = 3 classes
-    assert protocol._bytes(0) == 4 * 10 * 3 and protocol.windows == [(0, 10), (10, 20)]
+    assert protocol.batch_bytes(0) == 4 * 10 * 3 and protocol.windows == [(0, 10), (10, 20)]
 
 
 def test_rhfl_per_round_exchanges_once():
