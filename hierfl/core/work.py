@@ -24,6 +24,7 @@ from hierfl.core.fedalign import AlignSpec
 from hierfl.core.feddc import DriftSpec
 from hierfl.core.personal import PersonalSpec
 from hierfl.core.shared import SharedData
+from hierfl.core.rhfl import SCESpec
 
 __all__ = [
     "PublicTask", "TrainSpec", "job_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
@@ -43,6 +44,13 @@ class PublicTask:
     ``init_seed``: the job starts from a fresh initialisation of the device's architecture drawn
     from this seed instead of the parameters it is given (a party's first job, whose architecture
     the run's initial model may not have).
+
+    RHFL adds ``probs`` (a forward pass returning the class probabilities, softmax of the scores) and
+    ``align`` (train toward given target probabilities, ``teacher_is_prob``). ``window``: the job
+    touches only positions ``[start, stop)`` of the drawn subset, in an order shuffled by the same
+    seed (one public batch of an exchange per batch). ``reuse_forward``: the training job's forward
+    pass was already charged to the ``probs`` job before it (the code keeps that forward for the
+    backward pass), so it costs 2 passes per sample instead of 3.
     """
 
     kind: str
@@ -52,23 +60,38 @@ class PublicTask:
     stratified: bool = True
     loss: str = "mae_logits"
     init_seed: int | None = None
+    window: tuple[int, int] | None = None
+    teacher_is_prob: bool = False
+    reuse_forward: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in ("scores", "digest", "pretrain"):
-            raise ValueError(f"PublicTask: kind must be scores, digest or pretrain, got {self.kind!r}")
+        if self.kind not in ("scores", "digest", "pretrain", "probs", "align"):
+            raise ValueError(f"PublicTask: kind must be scores, digest, pretrain, probs or align, got {self.kind!r}")
         if not 0 <= self.rows[0] < self.rows[1] or self.subset_size < 1:
             raise ValueError(f"PublicTask: need rows start < stop and subset_size >= 1, got {self.rows}, "
                              f"{self.subset_size}")
+        if self.window is not None and not 0 <= self.window[0] < self.window[1] <= self._drawn:
+            raise ValueError(f"PublicTask: window must lie in [0, {self._drawn}] and be non-empty, got {self.window}")
 
     @property
-    def samples(self) -> int:
-        """Public samples one pass over the task's data touches."""
+    def _drawn(self) -> int:
         return min(self.subset_size, self.rows[1] - self.rows[0])
 
     @property
+    def forward_only(self) -> bool:
+        """Whether the job is a forward pass only (scores, probabilities)."""
+        return self.kind in ("scores", "probs")
+
+    @property
+    def samples(self) -> int:
+        """Public samples one pass over the task's data touches (its window's, if it has one)."""
+        return self._drawn if self.window is None else self.window[1] - self.window[0]
+
+    @property
     def passes(self) -> int:
-        """Forward-pass equivalents per sample: 1 for scores (forward only), 3 for training (forward + backward)."""
-        return 1 if self.kind == "scores" else 3
+        """Forward-pass equivalents per sample: 1 for scores (forward only), 3 for training (forward + backward),
+        2 for training whose forward was charged before (``reuse_forward``)."""
+        return 1 if self.forward_only else (2 if self.reuse_forward else 3)
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,9 @@ class TrainSpec:
     # output-exchange methods (FedMD): a job on the public split (scores, digest, pre-training) instead
     # of local training on the private data; None for an ordinary job
     task: PublicTask | None = None
+    # RHFL: a private job trained with the symmetric cross-entropy instead of CE, which may also report
+    # its final model's mean loss (one more forward pass per sample, charged); None for an ordinary job
+    sce: SCESpec | None = None
     # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
     # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
     model: int = 0
@@ -204,17 +230,23 @@ def samples_processed(n: int, spec: TrainSpec) -> int:
 
 def work_samples(n: int, spec: TrainSpec) -> float:
     """A job's work in training-sample equivalents (what ``speed_sps`` counts): :func:`samples_processed`
-    for an ordinary job (times ``spec.work_factor``, a heavier local loss); for a public-data task, its samples × epochs × passes / 3 (a forward-only pass
-    costs a third of a training step: training ≈ 3 × the forward FLOPs, as the tiers' GFLOP/s assume)."""
+    for an ordinary job (times ``spec.work_factor``, a heavier local loss); for a public-data task, its
+    samples × epochs × passes / 3 (a forward-only pass costs a third of a training step: training ≈ 3 × the
+    forward FLOPs, as the tiers' GFLOP/s assume). A symmetric cross-entropy job that reports its loss
+    (``spec.sce``) adds one forward pass over the samples it sees (``n/3``)."""
     task = spec.task
     if spec.fccl is not None:  # FCCL: its passes per sample (teacher forwards included)
         return spec.fccl.work_samples(0 if spec.fccl.public else samples_processed(n, spec))
     if task is None:
         if spec.work_factor != 1.0:
             return samples_processed(n, spec) * spec.work_factor
+        if spec.sce is not None and spec.sce.eval_passes:
+            return float(samples_processed(n, spec)) + spec.sce.eval_passes * visible(n, spec) / 3.0
         return float(samples_processed(n, spec))
-    if task.kind == "scores":
+    if task.forward_only:
         return task.samples * task.passes / 3.0
+    if task.passes != 3:  # a training job whose forward pass was charged before
+        return samples_processed(task.samples, spec) * task.passes / 3.0
     return float(samples_processed(task.samples, spec))
 
 

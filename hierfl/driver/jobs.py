@@ -87,7 +87,7 @@ class Jobs:
         ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
         rounded division per device, as in the per-device function, so every value is the same float."""
         key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task, spec.shared, spec.work_factor,
-               None if spec.fccl is None else spec.fccl.cost_key())
+               None if spec.fccl is None else spec.fccl.cost_key(), spec.sce)
         nominal = self._nominal_by_work.get(key)
         if nominal is None:
             n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
@@ -109,7 +109,10 @@ class Jobs:
             if spec.work_factor != 1.0 and spec.task is None:  # a heavier local loss (FedAlign's slim pass)
                 work = work * spec.work_factor
             with np.errstate(divide="ignore", invalid="ignore"):
-                nominal = work.astype(np.float64) / speed
+                work = work.astype(np.float64)
+                if spec.task is None and spec.sce is not None and spec.sce.eval_passes:
+                    work = work + spec.sce.eval_passes * n / 3.0  # RHFL's CCR pass (work_samples)
+                nominal = work / speed
             nominal[(n < 1) | ~(speed > 0)] = np.nan
             self._nominal_by_work[key] = nominal
         self._nominal, self._nominal_spec = nominal, spec

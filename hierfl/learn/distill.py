@@ -8,6 +8,10 @@ same loss: FedMD (Li and Wang, 2019) regresses a party's class scores onto the c
 mean absolute error; FCCL and RHFL use the KL form; FedFTG the soft cross-entropy (student) and an
 L1 distance of logits (generator). FCCL also aligns its logits with the parties' mean through a
 cross-correlation of batch-standardised logits (:func:`cross_correlation_loss`).
+RHFL (Fang and Ye, CVPR 2022) adds two more: a party aligns to the
+other parties' distributions with a confidence-weighted sum of KL terms (:func:`weighted_kl`), and
+trains on its noisy private labels with the symmetric cross-entropy (:func:`sce_loss`; Wang et al.,
+"Symmetric Cross Entropy for Robust Learning with Noisy Labels", ICCV 2019).
 
 Every caller passes its own temperature: there is no hidden default, so a protocol's docs state the
 one it uses. Probabilities are handled in log space (``log_softmax``); where a log of a given
@@ -16,17 +20,21 @@ probability is needed (a teacher that is already a distribution) it is clamped a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KD_KINDS", "KDKind", "cross_correlation_loss", "ensemble_target", "kd_loss", "soft_targets"]
+__all__ = ["KD_KINDS", "KDKind", "RCE_LOG_ZERO", "cross_correlation_loss", "ensemble_target", "kd_loss",
+           "sce_loss", "soft_targets", "weighted_kl"]
 
 KDKind = Literal["kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits"]
 KD_KINDS: tuple[str, ...] = ("kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits")
 _EPS = 1e-7
+# the reverse cross-entropy's log 0, clamped as the RHFL code clamps the one-hot label at 1e-4
+RCE_LOG_ZERO = math.log(1e-4)
 
 
 def soft_targets(logits: torch.Tensor, T: float) -> torch.Tensor:
@@ -149,3 +157,52 @@ def cross_correlation_loss(student_logits: torch.Tensor, target: torch.Tensor, l
     on_term = ((1.0 - torch.diagonal(m)) ** 2).sum()
     off_term = ((1.0 + m[off_diagonal]) ** 2).sum()
     return on_term + lambda_col * off_term
+
+
+def sce_loss(logits: torch.Tensor, labels: torch.Tensor, *, a: float, b: float,
+             reduction: Literal["mean", "none"] = "mean") -> torch.Tensor:
+    """Symmetric cross-entropy ``a·CE(p, y) + b·RCE(p, y)`` of ``logits`` (B, C) on integer ``labels`` (B,).
+
+    ``RCE = −Σ_c p_c log y_c`` with the one-hot ``y`` clamped at ``1e-4`` (so ``log 0`` becomes
+    ``A = log 1e-4 ≈ −9.21``) and ``p = softmax(logits)`` clamped to ``[1e-7, 1]``: ``RCE = −A·Σ_{c≠y} p_c``,
+    about ``−A·(1 − p_y)``. The RCE term is bounded, so a wrong label cannot pull the model as hard as
+    under CE alone (Wang et al., 2019). RHFL's code uses ``a = 0.1``, ``b = 1``; ``a = 1, b = 0`` is CE.
+    ``reduction``: ``mean`` over the batch, or the per-sample losses (``none``).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
+        raise ValueError(f"logits must be (batch, classes) and labels (batch,), got {tuple(logits.shape)} and "
+                         f"{tuple(labels.shape)}")
+    ce = F.cross_entropy(logits, labels, reduction="none")
+    p = torch.softmax(logits, dim=1).clamp(min=_EPS, max=1.0)
+    log_y = torch.full_like(p, RCE_LOG_ZERO)
+    log_y.scatter_(1, labels.unsqueeze(1), 0.0)  # log 1 on the label, log 1e-4 elsewhere
+    rce = -(p * log_y).sum(dim=1)
+    per = a * ce + b * rce
+    return per if reduction == "none" else per.mean()
+
+
+def weighted_kl(student_logits: torch.Tensor, teachers: Sequence[torch.Tensor], weights: Sequence[float]
+                ) -> torch.Tensor:
+    """``Σ_j w_j · KL(p_j ‖ softmax(z_s))`` (batch-mean each): RHFL's alignment of one party to the others.
+
+    ``teachers``: the other parties' distributions ``p_j`` (B, C), already probabilities (the code
+    detaches their softmax); ``weights``: their confidence weights ``W_j`` (any non-negative numbers:
+    in the first round they are all ``1/(K−1)``). Its gradient in ``z_s`` is ``(Σ_j w_j)·p_s − Σ_j w_j p_j``
+    per sample (over the batch size), the gradient of ``kd_loss(z_s, q, kind="soft_ce", teacher_is_prob=True)``
+    with the unnormalised target ``q = Σ_j w_j p_j``: the two differ by a constant, which is why one
+    summed tensor is all a party needs to receive.
+    """
+    if len(teachers) != len(weights) or len(teachers) == 0:
+        raise ValueError(f"need one weight per teacher and at least one teacher, got {len(teachers)} teachers and "
+                         f"{len(weights)} weights")
+    if any(not (math.isfinite(w) and w >= 0) for w in weights):
+        raise ValueError(f"weights must be finite and >= 0, got {list(weights)}")
+    total = None
+    for p, w in zip(teachers, weights):
+        term = w * kd_loss(student_logits, p, kind="kl", T=1.0, teacher_is_prob=True)
+        total = term if total is None else total + term
+    assert total is not None
+    return total

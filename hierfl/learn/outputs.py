@@ -5,7 +5,9 @@ FedMD (Li and Wang, 2019, "FedMD: Heterogenous Federated Learning via Model Dist
 of its model without the final softmax — on a public subset, the server averages them into a
 consensus, and each party *digests* it by training its score model toward the consensus (mean
 absolute error on the logits). Before the rounds, each party pre-trains on the labelled public data
-(transfer learning). The three functions below are that work on one device's model, through the
+(transfer learning). RHFL (Fang and Ye, CVPR 2022) exchanges class probabilities instead and
+aligns each party to a confidence-weighted target (``probs`` and ``align`` tasks). The functions
+below are that work on one device's model, through the
 :class:`~hierfl.learn.local.LocalTrainer` of its architecture.
 """
 
@@ -23,16 +25,24 @@ from hierfl.learn.precision import autocast
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
 
-__all__ = ["class_scores", "run_public_task", "subset_rows", "train_on_public"]
+__all__ = ["class_probs", "class_scores", "run_public_task", "subset_rows", "train_on_public"]
 
 
 def subset_rows(task: PublicTask, y: np.ndarray) -> np.ndarray:
     """The task's public rows in the training arrays: its round's subset (seeded), or the whole split."""
     start, stop = task.rows
     if task.subset_seed is None:
-        return np.arange(start, stop, dtype=np.int64)
-    rng = np.random.default_rng(task.subset_seed)
-    return start + public_subset(np.asarray(y[start:stop]), task.subset_size, rng, task.stratified)
+        rows = np.arange(start, stop, dtype=np.int64)
+        if task.window is None:
+            return rows
+        rng = np.random.default_rng(0)
+    else:
+        rng = np.random.default_rng(task.subset_seed)
+        rows = start + public_subset(np.asarray(y[start:stop]), task.subset_size, rng, task.stratified)
+    if task.window is None:
+        return rows
+    # one public batch: the window of the subset in an order the same seed shuffles (both ends derive it)
+    return rows[rng.permutation(rows.size)][task.window[0] : task.window[1]]
 
 
 def class_scores(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -48,9 +58,17 @@ def class_scores(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows:
     return logits.float().numpy().astype(np.float32).reshape(-1)
 
 
+def class_probs(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``softmax`` of :func:`class_scores` per sample, flattened to ``len(rows) · C`` float32 (RHFL's upload)."""
+    import torch
+
+    scores = torch.from_numpy(class_scores(trainer, params, x, rows).reshape(rows.size, trainer.num_classes))
+    return torch.softmax(scores, dim=1).numpy().astype(np.float32).reshape(-1)
+
+
 def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, rows: np.ndarray,
-                    spec: TrainSpec, seed: int, targets: np.ndarray | None, loss_kind: str
-                    ) -> tuple[np.ndarray, dict[str, float]]:
+                    spec: TrainSpec, seed: int, targets: np.ndarray | None, loss_kind: str,
+                    teacher_is_prob: bool = False) -> tuple[np.ndarray, dict[str, float]]:
     """SGD on ``x[rows]`` from ``params``: toward ``targets`` (``len(rows) · C`` scores, row order) with the
     distillation loss ``loss_kind`` (:func:`hierfl.learn.distill.kd_loss`), or on the labels ``y[rows]``
     with cross-entropy when ``targets`` is None. Data order and optimiser as
@@ -83,7 +101,8 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
             if target is None:
                 loss = F.cross_entropy(out, torch.from_numpy(y[rows[pos]].astype(np.int64)))
             else:
-                loss = kd_loss(out, target[torch.from_numpy(pos)], kind=loss_kind)  # type: ignore[arg-type]
+                loss = kd_loss(out, target[torch.from_numpy(pos)], kind=loss_kind,  # type: ignore[arg-type]
+                               teacher_is_prob=teacher_is_prob)
             loss.backward()
             with torch.no_grad():
                 sgd.step([p.grad for p in plist])
@@ -94,8 +113,9 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
 
 def run_public_task(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec,
                     seed: int, targets: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
-    """One :class:`~hierfl.core.work.PublicTask` job: ``scores`` → the flat scores; ``digest`` → the model
-    trained toward ``targets``; ``pretrain`` → the model trained on the public labels."""
+    """One :class:`~hierfl.core.work.PublicTask` job: ``scores`` → the flat scores; ``probs`` → the flat class
+    probabilities; ``digest`` and ``align`` → the model trained toward ``targets`` (scores, or probabilities
+    with ``teacher_is_prob``); ``pretrain`` → the model trained on the public labels."""
     task = spec.task
     assert task is not None
     if task.init_seed is not None:  # the party's own architecture, freshly initialised
@@ -103,8 +123,10 @@ def run_public_task(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
     rows = subset_rows(task, y)
     if task.kind == "scores":
         return class_scores(trainer, params, x, rows), {"samples": float(rows.size)}
-    if task.kind == "digest":
+    if task.kind == "probs":  # RHFL: the class probabilities, softmax of the scores (float32)
+        return class_probs(trainer, params, x, rows), {"samples": float(rows.size)}
+    if task.kind in ("digest", "align"):
         if targets is None:
-            raise ValueError("a digest job needs the consensus scores it trains toward")
-        return train_on_public(trainer, params, x, y, rows, spec, seed, targets, task.loss)
+            raise ValueError(f"a {task.kind} job needs the target it trains toward")
+        return train_on_public(trainer, params, x, y, rows, spec, seed, targets, task.loss, task.teacher_is_prob)
     return train_on_public(trainer, params, x, y, rows, spec, seed, None, task.loss)

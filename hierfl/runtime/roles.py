@@ -31,6 +31,7 @@ from hierfl.core.distrans import OffsetSpec
 from hierfl.core.personal import PersonalSpec, support_split
 from hierfl.learn.fccl import FCCLWork
 from hierfl.learn.outputs import run_public_task
+from hierfl.learn.sce import train_sce
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
@@ -339,15 +340,20 @@ class DeviceHost:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
         trainer = self.trainers[spec.model]
-        if spec.task is not None or spec.fccl is not None:  # output-exchange work (control: targets, mean logits)
-            result, stats = (FCCLWork(self.states, self.x, self.y).run(trainer, device, self.parts[device], spec, seed,
-                                                                        params, control)
-                             if spec.fccl is not None else run_public_task(trainer, params, self.x, self.y, spec, seed, control))
+        rows = self._rows(device, spec)
+        # output-exchange work (control: targets, mean logits) and RHFL's private SCE jobs
+        if spec.task is not None or spec.fccl is not None or spec.sce is not None:
+            if spec.fccl is not None:
+                result, stats = FCCLWork(self.states, self.x, self.y).run(trainer, device, self.parts[device], spec,
+                                                                          seed, params, control)
+            elif spec.task is not None:
+                result, stats = run_public_task(trainer, params, self.x, self.y, spec, seed, control)
+            else:
+                result, stats = train_sce(trainer, params, self.x, self.y, rows, spec, seed)
             if out is not None:
                 out[...] = result
                 result = out
             return result, stats
-        rows = self._rows(device, spec)
         if spec.offset is not None:  # DisTrans: the device's offset moves with the model
             return self._distrans.train(device, seed, spec, params, self.x, self.y, rows, out)
         if not spec.control_variates:
@@ -512,7 +518,7 @@ class DeviceHost:
         stats: list[dict[str, float]] = [{} for _ in devices]
         if ((self.batched is None and self.vmapped is None) or spec.keeps_device_state or spec.attack is not None
                 or spec.model or spec.task is not None or spec.clip_norm is not None or spec.frozen
-                or spec.align is not None):
+                or spec.align is not None or spec.sce is not None):
             # (the group trainers hold model 0's plain training only, and clip or freeze no gradients)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
@@ -540,9 +546,10 @@ class DeviceHost:
         return out, stats
 
     def result_width(self, spec: TrainSpec) -> int:
-        """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores job's S · C."""
+        """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores, probabilities
+        or logits job's S · C."""
         task, fccl = spec.task, spec.fccl
-        if (task is not None and task.kind == "scores") or (fccl is not None and fccl.kind == "logits"):
+        if (task is not None and task.forward_only) or (fccl is not None and fccl.kind == "logits"):
             return (task.samples if task is not None else fccl.samples()) * self.num_classes  # type: ignore[union-attr]
         return self.trainers[spec.model].num_params * (1 + int(spec.control_variates)) + self._distrans.extra(spec)
 

@@ -260,3 +260,19 @@ def test_resume_keeps_fedmd_parties_and_their_architectures(tmp_path: Path) -> N
         run_scenario(load_scenario(path, overrides), out, progress=_stop_at(2))
     assert resume_run(out).summary["status"] == "completed"
     assert_same_run(ref, out)
+
+
+def test_resume_keeps_rhfl_state_through_edge_servers(tmp_path: Path) -> None:
+    """RHFL's state (each party's model and last two losses, the weights at the cloud and the edges, the sums
+    and targets in flight through the edge servers) survives Ctrl-C and resume: the resumed run is the
+    uninterrupted one."""
+    path = str(SCENARIO.parent / "rhfl_hierarchy.yaml")
+    overrides = ["stop.rounds=12", "stop.virtual_time_s=null", "runtime.checkpoint.every_cloud_aggregations=1",
+                 "protocol.pretrain_epochs=2"]
+    ref = tmp_path / "ref"
+    run_scenario(load_scenario(path, overrides), ref)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(load_scenario(path, overrides), out, progress=_stop_at(7))
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(ref, out)

@@ -101,3 +101,51 @@ def test_cross_correlation_loss_by_hand():
     assert s.grad is not None and t.grad is None
     with pytest.raises(ValueError, match="batch >= 2"):
         cross_correlation_loss(s[:1], t[:1], 0.0)
+# -- RHFL's losses: symmetric cross-entropy and the confidence-weighted KL ------------------------------
+
+A_LOG = math.log(1e-4)  # the reverse cross-entropy's clamped log 0, ≈ −9.2103
+
+
+def test_sce_by_hand():
+    from hierfl.learn.distill import sce_loss
+
+    # sample 1: logits (0, 0), label 0 → p = (½, ½): CE = ln 2, RCE = −½·log 1e-4
+    # sample 2: logits (ln 3, 0), label 0 → p = (¾, ¼): CE = −ln ¾, RCE = −¼·log 1e-4
+    logits = torch.tensor([[0.0, 0.0], [math.log(3.0), 0.0]])
+    labels = torch.tensor([0, 0])
+    per = [0.1 * math.log(2.0) - 0.5 * A_LOG, 0.1 * -math.log(0.75) - 0.25 * A_LOG]
+    got = sce_loss(logits, labels, a=0.1, b=1.0, reduction="none")
+    assert got.tolist() == pytest.approx(per, rel=1e-6)
+    assert sce_loss(logits, labels, a=0.1, b=1.0).item() == pytest.approx(sum(per) / 2, rel=1e-6)
+    # a wrong label: logits (ln 3, 0), label 1 → CE = −ln ¼ = ln 4, RCE = −¾·log 1e-4 (bounded by −A)
+    wrong = sce_loss(logits[1:], torch.tensor([1]), a=0.1, b=1.0).item()
+    assert wrong == pytest.approx(0.1 * math.log(4.0) - 0.75 * A_LOG, rel=1e-6)
+    # a = 1, b = 0 is plain cross-entropy
+    assert sce_loss(logits, labels, a=1.0, b=0.0).item() == pytest.approx((math.log(2.0) - math.log(0.75)) / 2,
+                                                                          rel=1e-6)
+    with pytest.raises(ValueError, match="labels"):
+        sce_loss(logits, torch.tensor([0]), a=0.1, b=1.0)
+
+
+def test_weighted_kl_by_hand_and_its_single_target_gradient():
+    from hierfl.learn.distill import weighted_kl
+
+    # one teacher (¾, ¼), student (0, 0): KL = ¾ ln 1.5 + ¼ ln ½; weight 2 doubles it
+    p = torch.tensor([[0.75, 0.25]])
+    kl = 0.75 * math.log(1.5) + 0.25 * math.log(0.5)
+    assert weighted_kl(S, [p], [2.0]).item() == pytest.approx(2 * kl, rel=1e-6)
+    # two teachers, weights (½, ¼): the gradient in the student's logits is (Σw)·p_s − Σ w_j p_j per sample,
+    # which the soft cross-entropy toward the unnormalised q = Σ w_j p_j also has (what the party receives)
+    z = torch.tensor([[0.5, -0.5, 0.0], [1.0, 0.0, -1.0]], requires_grad=True)
+    p1 = torch.tensor([[0.2, 0.3, 0.5], [0.6, 0.2, 0.2]])
+    p2 = torch.tensor([[0.1, 0.8, 0.1], [1 / 3, 1 / 3, 1 / 3]])
+    weighted_kl(z, [p1, p2], [0.5, 0.25]).backward()
+    g_kl = z.grad.clone()
+    q = 0.5 * p1 + 0.25 * p2
+    ps = torch.softmax(z.detach(), dim=1)
+    assert torch.allclose(g_kl, (0.75 * ps - q) / 2, atol=1e-7)  # batch-mean: ÷ 2
+    z.grad = None
+    kd_loss(z, q, kind="soft_ce", teacher_is_prob=True).backward()
+    assert torch.allclose(z.grad, g_kl, atol=1e-7)
+    with pytest.raises(ValueError, match="one weight per teacher"):
+        weighted_kl(S, [p], [1.0, 2.0])
