@@ -127,12 +127,12 @@ def build_generator(noise_dim: int, num_classes: int, input_shape: tuple[int, ..
     import torch
     from torch import nn
 
-    from hierfl.models import _materialise
+    from hierfl.models import materialise
     from hierfl.models.nets import reset_parameters_
 
     with torch.device("meta"):
         module = _generator_class()(int(noise_dim), int(num_classes), tuple(int(s) for s in input_shape), int(width))
-    _materialise(module)
+    materialise(module)
     gen = torch.Generator().manual_seed(int(seed))
     for layer in module.modules():
         if isinstance(layer, (nn.Linear, nn.Conv2d)):

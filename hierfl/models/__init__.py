@@ -20,7 +20,7 @@ from hierfl.config.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MODELS", "CNNConfig", "CharLSTMConfig", "DualInputConfig", "LogRegConfig", "MLPConfig", "ModelConfig"]
+__all__ = ["MODELS", "CNNConfig", "CharLSTMConfig", "DualInputConfig", "LogRegConfig", "MLPConfig", "ModelConfig", "materialise"]
 
 MODELS: Registry = Registry("model")
 
@@ -91,7 +91,7 @@ class ModelConfig(ConfigModel):
 
         with torch.device("meta"):
             module = self._construct(shape, int(num_classes))
-        _materialise(module)
+        materialise(module)
         nets.reset_parameters_(module, seed)
         return module
 
@@ -109,7 +109,7 @@ class ModelConfig(ConfigModel):
         return False
 
 
-def _materialise(module: torch.nn.Module) -> None:
+def materialise(module: torch.nn.Module) -> None:
     """Give a module built on the ``meta`` device uninitialised CPU storage, in place.
 
     What ``module.to_empty(device="cpu")`` does, without its ``torch.empty_like`` of meta tensors:
