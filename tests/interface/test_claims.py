@@ -145,3 +145,21 @@ def test_table_renders_rows_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyP
     md = table.render(table.load())
     assert md.index("| A ([a]") < md.index("| B \\| pipe ([b]")
     assert "**no**" in md and "1.5 min in all" in md and "## b" in md and "why" in md
+
+
+def test_table_names_no_file_outside_the_repository() -> None:
+    """The claim scripts cite the specification files; the page names the documentation pages instead."""
+    _common()
+    spec = importlib.util.spec_from_file_location("claims_table", CLAIMS / "table.py")
+    assert spec and spec.loader
+    sys.path.insert(0, str(CLAIMS))
+    try:
+        table = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(table)
+    finally:
+        sys.path.remove(str(CLAIMS))
+    text = table.in_repo("see ALGORITHMS.md §5.2, ALGORITHMS_2.md §16, docs/ALGORITHMS.md §4 and DEVICE_TIERS.md [k]")
+    assert text == ("see docs/explanation/algorithms.md §5.2, docs/explanation/algorithms.md §16, "
+                    "docs/explanation/algorithms.md §4 and the device tiers' sources (hierfl/profiles/tiers.yaml) [k]")
+    page = (Path(__file__).resolve().parents[2] / "analysis" / "results" / "claims.md").read_text(encoding="utf-8")
+    assert "ALGORITHMS" not in page and "DEVICE_TIERS.md" not in page
