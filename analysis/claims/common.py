@@ -132,6 +132,22 @@ def first_reaching(run: SweepRun, target: float, metric: str = "accuracy") -> di
     return None
 
 
+def counter_at(run: SweepRun, target: float, key: str) -> float | None:
+    """The counter ``key`` (``t``: the virtual time) on the first evaluation line at or above ``target``
+    accuracy (None: never reached)."""
+    m = first_reaching(run, target)
+    return None if m is None else float(m[key])
+
+
+def arms(runs: Iterable[SweepRun], names: Sequence[str]) -> dict[Any, list[SweepRun]]:
+    """A sweep's trials by scenario (its arms); stops with a clear message if one of ``names`` has none."""
+    groups = by_group(runs, changed("scenario"))
+    missing = [a for a in names if a not in groups]
+    if missing:
+        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    return groups
+
+
 def by_group(runs: Iterable[SweepRun], key: Callable[[SweepRun], Any]) -> dict[Any, list[SweepRun]]:
     """Runs grouped by ``key(run)`` in first-seen order, each group sorted by seed."""
     groups: dict[Any, list[SweepRun]] = {}

@@ -19,8 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import (ClaimResult, by_group, changed, cli, evals, first_reaching, fmt, mean_ci, paired,  # noqa: E402
-                    rel, run_sweep, trials_wall, write_result)
+from common import (ClaimResult, arms, cli, evals, first_reaching, fmt, mean_ci, paired, rel,  # noqa: E402
+                    run_sweep, trials_wall, write_result)
 
 ARMS = ("sharing", "no sharing", "FedAvg", "sharing, js_lowest")
 TARGET = 0.75
@@ -55,10 +55,7 @@ def stage1_s(r) -> float | None:
 def main() -> None:
     args = cli("bgfl", __doc__)
     runs = run_sweep(HERE / "sweep.yaml", args)
-    groups = by_group(runs, changed("scenario"))
-    missing = [a for a in ARMS if a not in groups]
-    if missing:
-        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    groups = arms(runs, ARMS)
     values: dict[str, dict] = {}
     lines = [(f"| method | accuracy at 120 s | rounds in 120 s | accuracy after {ROUNDS} rounds | emulated s to {TARGET} "
              f"| rounds to {TARGET} | first job starts at (s) |"), "|---|---|---|---|---|---|---|"]

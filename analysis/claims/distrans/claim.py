@@ -20,8 +20,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import (ClaimResult, by_group, changed, cli, evals, first_reaching, fmt, mean_ci,  # noqa: E402
-                    paired, rel, run_sweep, trials_wall, write_result)
+from common import (ClaimResult, arms, cli, evals, first_reaching, fmt, mean_ci, paired, rel,  # noqa: E402
+                    run_sweep, trials_wall, write_result)
 
 TARGET = 0.8
 METRIC = "device_accuracy_mean"
@@ -32,10 +32,7 @@ def main() -> None:
     args = cli("distrans", __doc__)
     sweep_file = HERE / "sweep.yaml"
     runs = run_sweep(sweep_file, args)
-    groups = by_group(runs, changed("scenario"))
-    missing = [a for a in ARMS if a not in groups]
-    if missing:
-        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    groups = arms(runs, ARMS)
 
     def last(r, key):
         return float(evals(r)[-1][key])

@@ -19,8 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import (ClaimResult, by_group, changed, cli, first_reaching, fmt, mean_ci, paired,  # noqa: E402
-                    rel, run_sweep, trials_wall, write_result)
+from common import (ClaimResult, arms, cli, counter_at, fmt, mean_ci, paired, rel, run_sweep,  # noqa: E402
+                    trials_wall, write_result)
 
 TARGET = 0.85
 ARMS = ("FedAvg", "FedProx", "FedAlign")
@@ -30,14 +30,10 @@ def main() -> None:
     args = cli("fedalign", __doc__)
     sweep_file = HERE / "sweep.yaml"
     runs = run_sweep(sweep_file, args)
-    groups = by_group(runs, changed("scenario"))
-    missing = [a for a in ARMS if a not in groups]
-    if missing:
-        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    groups = arms(runs, ARMS)
 
     def at_target(r, key):
-        m = first_reaching(r, TARGET)
-        return None if m is None else float(m[key])
+        return counter_at(r, TARGET, key)
 
     def final(r):
         return r.summary.get("final_accuracy")

@@ -18,8 +18,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import (ClaimResult, by_group, changed, cli, first_reaching, fmt, mean_ci, paired,  # noqa: E402
-                    rel, run_sweep, trials_wall, write_result)
+from common import (ClaimResult, arms, cli, counter_at, fmt, mean_ci, paired, rel, run_sweep,  # noqa: E402
+                    trials_wall, write_result)
 
 TARGET = 0.9
 ARMS = ("FedAvg", "FedProx", "SCAFFOLD", "FedDC")
@@ -29,14 +29,10 @@ def main() -> None:
     args = cli("feddc", __doc__)
     sweep_file = HERE / "sweep.yaml"
     runs = run_sweep(sweep_file, args)
-    groups = by_group(runs, changed("scenario"))
-    missing = [a for a in ARMS if a not in groups]
-    if missing:
-        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    groups = arms(runs, ARMS)
 
     def at_target(r, key):  # the counter `key` on the first eval line at or above the target (None: never)
-        m = first_reaching(r, TARGET)
-        return None if m is None else float(m[key])
+        return counter_at(r, TARGET, key)
 
     def rounds(r):
         return at_target(r, "cloud_aggregations")

@@ -19,8 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import (ClaimResult, by_group, changed, cli, evals, first_reaching, fmt, mean_ci,  # noqa: E402
-                    paired, rel, run_sweep, trials_wall, write_result)
+from common import (ClaimResult, arms, cli, counter_at, evals, fmt, mean_ci, paired, rel,  # noqa: E402
+                    run_sweep, trials_wall, write_result)
 
 TARGET = 0.8
 LATE = (21, 30)  # rounds whose evaluations are averaged (FedAvg's accuracy swings from round to round)
@@ -38,14 +38,10 @@ def main() -> None:
     args = cli("fedftg", __doc__)
     sweep_file = HERE / "sweep.yaml"
     runs = run_sweep(sweep_file, args)
-    groups = by_group(runs, changed("scenario"))
-    missing = [a for a in ARMS if a not in groups]
-    if missing:
-        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    groups = arms(runs, ARMS)
 
     def at_target(r, key):  # the counter `key` on the first eval line at or above the target (None: never)
-        m = first_reaching(r, TARGET)
-        return None if m is None else float(m[key])
+        return counter_at(r, TARGET, key)
 
     def rounds(r):
         return at_target(r, "cloud_aggregations")

@@ -21,8 +21,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import (ClaimResult, by_group, changed, cli, first_reaching, fmt, mean_ci, paired,  # noqa: E402
-                    rel, run_sweep, write_result)
+from common import (ClaimResult, arms, cli, counter_at, fmt, mean_ci, paired, rel, run_sweep,  # noqa: E402
+                    write_result)
 
 TARGET = 0.7
 ARMS = ("CloudFL", "HierFAVG", "HierFAVG_6x10")
@@ -32,14 +32,10 @@ def main() -> None:
     args = cli("hierfavg", __doc__)
     sweep_file = HERE / "hierfavg_sweep.yaml"
     runs = run_sweep(sweep_file, args)
-    groups = by_group(runs, changed("scenario"))
-    missing = [a for a in ARMS if a not in groups]
-    if missing:
-        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    groups = arms(runs, ARMS)
 
     def at_target(r, key):  # the counter `key` on the first eval line at or above the target (None: never)
-        m = first_reaching(r, TARGET)
-        return None if m is None else float(m[key])
+        return counter_at(r, TARGET, key)
 
     def time_s(r):
         return at_target(r, "t")

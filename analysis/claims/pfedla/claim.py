@@ -20,8 +20,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import (ClaimResult, by_group, changed, cli, evals, first_reaching, fmt, paired,  # noqa: E402
-                    rel, run_sweep, trials_wall, write_result)
+from common import (ClaimResult, arms, cli, evals, first_reaching, fmt, paired, rel, run_sweep,  # noqa: E402
+                    trials_wall, write_result)
 
 TARGET = 0.75
 METRIC = "device_accuracy_mean"
@@ -50,10 +50,7 @@ def main() -> None:
     args = cli("pfedla", __doc__)
     sweep_file = HERE / "sweep.yaml"
     runs = run_sweep(sweep_file, args)
-    groups = by_group(runs, changed("scenario"))
-    missing = [a for a in ARMS if a not in groups]
-    if missing:
-        raise SystemExit(f"sweep has no trials for {missing}; groups: {list(groups)}")
+    groups = arms(runs, ARMS)
     values: dict[str, dict] = {}
     rows = [(f"| method | mean personalised accuracy after 100 rounds | worst decile | spread (std) | emulated time "
             f"(s) | rounds to {TARGET} | emulated time to {TARGET} (s) | MB through the cloud |"),
