@@ -17,6 +17,20 @@ __all__ = ["main"]
 
 EXIT_USAGE = 2
 
+MAX_DEVICE_LANES = 48
+"""Device lanes a timeline draws by default (``hierfl timeline`` and ``hierfl report`` alike)."""
+
+# the command's own clock: the summary line reports the real seconds since launch (imports, data,
+# executor start-up), not only the run's
+_LAUNCHED = time.perf_counter()
+
+
+def _console() -> Any:
+    """rich's console on stderr; lines are never wrapped (a log piped to a file keeps one line per message)."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
 
 def _load(args: argparse.Namespace):  # noqa: ANN202 - returns Scenario
     from hierfl.scenario.loader import load_scenario
@@ -112,7 +126,6 @@ def _out_problem(exc: Exception) -> Exception:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -143,7 +156,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except BaseException:
         start.close()
         raise
-    console = Console(stderr=True)
+    console = _console()
     if leftover:
         console.print(f"[yellow]warning:[/yellow] {escape(str(out))} keeps files the run does not write (from "
                       f"before, left untouched): {escape(', '.join(leftover[:8]))}{' …' if len(leftover) > 8 else ''}")
@@ -177,6 +190,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             result = run_scenario(scenario, out, progress=progress, source=args.scenario, built=built,
                                   start=start)
+            ended = time.perf_counter()
         except RunError as exc:
             return _run_failed(console, exc, out)
         except OutputWriteError as exc:
@@ -184,19 +198,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return 1
     s = result.summary
     ttt = "not reached" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f}s"
+    wall, startup = _real_times(s, ended)
     console.print(f"done: {s['rounds']} rounds, virtual {s['virtual_time_s']:.1f}s, "
                   f"final accuracy {_acc(s['final_accuracy'])}, time to target {ttt}, "
-                  f"wall {s['wall_s']:.1f}s (start-up {s['startup_s']:.1f}s) → {out}")
+                  f"wall {wall:.1f}s (start-up {startup:.1f}s) → {out}")
     return 0
+
+
+def _real_times(summary: dict[str, Any], ended: float) -> tuple[float, float]:
+    """The command's real seconds from launch to the run's end, and of those the start-up: everything
+    before the run's first event (imports, loading the scenario, the data, the executor's start)."""
+    wall = ended - _LAUNCHED
+    running = max(0.0, float(summary["wall_s"]) - float(summary["startup_s"]))  # first event to the end
+    return wall, max(0.0, wall - running)
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     """``hierfl resume RUN_DIR``: continue an interrupted, killed or failed run from its checkpoint."""
-    from rich.console import Console
-
     from hierfl.driver import RunError, resume_run
 
-    console = Console(stderr=True)
+    console = _console()
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         print(f"error: {run_dir}: no such run directory", file=sys.stderr)
@@ -248,6 +269,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
             if len(args.runs) != 1:
                 raise ValueError("--group-by takes one sweep directory")
+            if not (Path(args.runs[0]) / "sweep.json").is_file():
+                raise ValueError(f"{args.runs[0]}: --group-by takes a sweep directory (with sweep.json); "
+                                 "for run directories leave out --group-by")
             path = plot_sweep(args.runs[0], out, group_by=args.group_by, metric=args.metric, x=args.x,
                               title=args.title)
         else:
@@ -349,91 +373,123 @@ def _cmd_data_fetch(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hierfl", description="Hierarchical, asynchronous federated-learning emulator "
-                                "on edge networks, in virtual (emulated wall-clock) time.")
+                                "on edge networks, in emulated (virtual) wall-clock time. A user mistake (a bad "
+                                "scenario, a missing file, a bad --set) prints every problem without a traceback "
+                                "and exits with status 2.")
     p.add_argument("--version", action="version", version=f"hierfl {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
+        # the one-line summary lists the command under `hierfl -h`; its page opens with the summary and details
+        return sub.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}." + (
+            f" {details}" if details else ""))
 
     def scenario_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("scenario", help="scenario YAML file")
         sp.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
-                        help="override a scenario key (repeatable), e.g. --set protocol.fraction=0.5")
-        sp.add_argument("--seed", type=int, help="override the scenario seed")
+                        help="override a scenario key (repeatable; the value is YAML), e.g. --set protocol.fraction=0.5")
+        sp.add_argument("--seed", type=int, help="override the scenario's seed (default: the scenario's `seed`)")
 
-    r = sub.add_parser("run", help="run a scenario")
+    r = command("run", "run a scenario and write its run directory",
+                "Prints a progress bar on stderr and, at the end, one line: rounds, emulated time, final accuracy, "
+                "time to target, and the real (wall) and start-up seconds of the command.")
     scenario_args(r)
-    r.add_argument("--out", help="output directory (default runs/<name>)")
-    r.add_argument("--address", help="connect to an existing Ray cluster (e.g. auto, ray://host:10001)")
+    r.add_argument("--out", help="output directory (default runs/<scenario name>)")
+    r.add_argument("--address", help="connect to an existing Ray cluster (e.g. auto, ray://host:10001; "
+                                     "default: runtime.address, else a local Ray instance)")
     r.add_argument("--executor", help="override runtime.executor (a registered executor: local, ray, …; "
-                                      "an unknown one is reported with the allowed names)")
-    r.add_argument("--workers", help="override runtime.workers (an integer or auto)")
+                                      "default: the scenario's, ray when it names none)")
+    r.add_argument("--workers", help="override runtime.workers (an integer or auto; default: the scenario's)")
     r.add_argument("--force", action="store_true",
                    help="replace an earlier run in --out (only the files a run writes; never other files)")
-    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar (the final line is still printed)")
     r.set_defaults(func=_cmd_run)
 
-    rs = sub.add_parser("resume", help="continue an interrupted or killed run from its last checkpoint")
+    rs = command("resume", "continue an interrupted or killed run from its last checkpoint",
+                 "The run's files are cut back to the checkpoint and the run goes on; they end as the "
+                 "uninterrupted run's would (wall-clock fields aside).")
     rs.add_argument("run_dir", help="the run directory (with checkpoint.pkl)")
     rs.add_argument("-q", "--quiet", action="store_true", help="no start message")
     rs.set_defaults(func=_cmd_resume)
 
-    v = sub.add_parser("validate", help="check a scenario, or every trial of a sweep file, without running it")
+    v = command("validate", "check a scenario, or every trial of a sweep file, without running it",
+                "Every problem is listed at once with its key path (exit status 2).")
     scenario_args(v)
     v.add_argument("--build", action="store_true", help="also generate the data and model (catches more errors)")
     v.set_defaults(func=_cmd_validate)
 
-    pl = sub.add_parser("plot", help="overlay runs: a metric against virtual time or rounds")
-    pl.add_argument("runs", nargs="+", help="run directories")
-    pl.add_argument("-o", "--output", help="output file; format from the extension (png, svg, pdf)")
-    pl.add_argument("--x", choices=["time", "round"], default="time")
-    pl.add_argument("--metric", default="accuracy")
-    pl.add_argument("--title")
+    pl = command("plot", "overlay runs: a metric against emulated wall-clock time or cloud rounds",
+                 "One line per run directory; with one sweep directory, the mean and 95%% band over seeds per group.")
+    pl.add_argument("runs", nargs="+", help="run directories (or one sweep directory)")
+    pl.add_argument("-o", "--output", help="output file; format from the extension: png, svg, pdf "
+                                           "(default FIRST_RUN/<metric>.png)")
+    pl.add_argument("--x", choices=["time", "round"], default="time",
+                    help="x axis: emulated wall-clock time (s) or cloud rounds (default time)")
+    pl.add_argument("--metric", default="accuracy",
+                    help="a field of the eval lines of metrics.jsonl: accuracy, loss, bytes_cloud, … "
+                         "(default accuracy)")
+    pl.add_argument("--title", help="the plot's title (default: none)")
     pl.add_argument("--group-by", metavar="KEY.PATH",
                     help="with a sweep directory: mean and 95%% band over seeds per value of this scenario key "
                          "(e.g. straggler.name; default: the sweep's grid point)")
     pl.set_defaults(func=_cmd_plot)
 
-    sw = sub.add_parser("sweep", help="run a sweep file (grid x seeds) as Ray Tune trials")
+    sw = command("sweep", "run a sweep file (grid x seeds) as Ray Tune trials",
+                 "Needs hierfl[tune]. Writes SWEEP_DIR/sweep.csv and a run directory per trial under SWEEP_DIR/runs/.")
     sw.add_argument("sweep", nargs="?", help="sweep YAML file (see scenarios/sweeps/)")
-    sw.add_argument("--out", help="sweep directory (default sweeps/<name>)")
+    sw.add_argument("--out", help="sweep directory (default sweeps/<sweep name>)")
     sw.add_argument("--resume", metavar="SWEEP_DIR", help="finish an interrupted sweep; finished trials are kept")
-    sw.add_argument("--address", help="an existing Ray cluster (auto, HEAD:6379); for ray:// use `ray job submit`")
+    sw.add_argument("--address", help="an existing Ray cluster (auto, HEAD:6379; default: a local Ray instance); "
+                                      "for ray:// use `ray job submit`")
     sw.add_argument("-q", "--quiet", action="store_true", help="no progress view")
     sw.set_defaults(func=_cmd_sweep)
 
-    tb = sub.add_parser("table", help="time to target and final metric per group of a sweep, mean ± 95%% CI")
-    tb.add_argument("sweep_dir", help="sweep directory")
+    tb = command("table", "time to target and final metric per group of a sweep, mean ± 95%% CI",
+                 "Reads a sweep directory written by `hierfl sweep` (for single runs, see `hierfl plot` and "
+                 "`hierfl report`).")
+    tb.add_argument("sweep_dir", help="sweep directory (with sweep.json)")
     tb.add_argument("--group-by", metavar="KEY.PATH", help="scenario key to group by (default: the grid point)")
-    tb.add_argument("--metric", default="accuracy")
-    tb.add_argument("--format", choices=["markdown", "csv"], default="markdown")
+    tb.add_argument("--metric", default="accuracy", help="the eval field whose final value is tabled "
+                                                         "(default accuracy)")
+    tb.add_argument("--format", choices=["markdown", "csv"], default="markdown",
+                    help="what is printed (default markdown)")
     tb.add_argument("--csv", metavar="FILE", help="also write the table as CSV to FILE")
     tb.set_defaults(func=_cmd_table)
 
-    sc = sub.add_parser("schema", help="print the scenario JSON Schema (for YAML language servers)")
-    sc.add_argument("-o", "--output", help="write it to this file instead of stdout")
+    sc = command("schema", "print the scenario JSON Schema (for YAML language servers)")
+    sc.add_argument("-o", "--output", help="write it to this file (default: standard output)")
     sc.set_defaults(func=_cmd_schema)
 
-    da = sub.add_parser("data", help="dataset files")
-    dsub = da.add_subparsers(dest="data_command", required=True)
-    fe = dsub.add_parser("fetch", help="download a file dataset into data/<name>/ (checksummed, resumable)")
+    da = command("data", "dataset files", "Subcommand: fetch.")
+    dsub = da.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
+    fe = dsub.add_parser("fetch", help="download a file dataset into data/<name>/ (checksummed, resumable)",
+                         description="Download a file dataset into data/<name>/ (checksummed, resumable).")
     fe.add_argument("name", help="mnist, fashion_mnist, emnist, cifar10, femnist, shakespeare")
     fe.add_argument("--root", help="target directory (default data/<name>)")
-    fe.add_argument("--from", dest="source", metavar="DIR|URL", help="a mirror: a local directory or a base URL")
+    fe.add_argument("--from", dest="source", metavar="DIR|URL",
+                    help="a mirror: a local directory or a base URL (default: the dataset's own source)")
     fe.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     fe.set_defaults(func=_cmd_data_fetch)
 
-    t = sub.add_parser("timeline", help="Gantt picture of devices, leaders and the cloud over virtual time")
+    t = command("timeline", "Gantt picture of the cloud, leaders and devices over emulated wall-clock time",
+                "The cloud, then each leader (edge server) with its devices under it, as `hierfl report` draws "
+                "them; the x axis ends at the run's stop.")
     t.add_argument("run", help="run directory")
-    t.add_argument("-o", "--output", help="output file; format from the extension (png, svg, pdf)")
-    t.add_argument("--max-devices", type=int, default=40, help="device lanes to draw (default 40)")
-    t.add_argument("--t-max", type=float, help="last virtual second to draw")
+    t.add_argument("-o", "--output", help="output file; format from the extension: png, svg, pdf "
+                                          "(default RUN/timeline.png)")
+    t.add_argument("--max-devices", type=int, default=MAX_DEVICE_LANES,
+                   help=f"device lanes drawn, taken evenly from every group (default {MAX_DEVICE_LANES})")
+    t.add_argument("--t-max", type=float, help="last emulated second to draw (default: the run's end)")
     t.set_defaults(func=_cmd_timeline)
 
-    rp = sub.add_parser("report", help="one self-contained HTML page of a run or a sweep directory (charts, "
-                                       "hierarchy, timeline, per-device tables, the scenario)")
+    rp = command("report", "one self-contained HTML page of a run or a sweep directory",
+                 "Charts, the hierarchy, the timeline, per-device tables and the scenario; opens in any browser, "
+                 "with no network.")
     rp.add_argument("dir", metavar="RUN_DIR|SWEEP_DIR", help="a run directory or a sweep directory")
     rp.add_argument("-o", "--output", help="the HTML file to write (default DIR/report.html)")
-    rp.add_argument("--max-devices", type=int, default=48,
-                    help="device lanes drawn in a run's timeline, taken evenly from every group (default 48)")
+    rp.add_argument("--max-devices", type=int, default=MAX_DEVICE_LANES,
+                    help=f"device lanes drawn in a run's timeline, taken evenly from every group "
+                         f"(default {MAX_DEVICE_LANES})")
     rp.add_argument("--group-by", metavar="KEY.PATH",
                     help="a sweep: group trials by this scenario key (default: the grid point)")
     rp.set_defaults(func=_cmd_report)

@@ -379,7 +379,8 @@ def outputs_page() -> str:
              "new fields and events may appear without a change, so readers ignore what they do not know. "
              "Generated from `hierfl/output/contract.py` and the typed records of `hierfl/env/records.py`; "
              "`tests/output/test_output_contract.py` checks real runs against it.", "",
-             "Units: `t` and every `*_s` field are **virtual** seconds unless marked wall clock; "
+             "Units: `t` and every `*_s` field are **virtual** seconds, except the wall-clock fields "
+             + ", ".join(f"`{n}`" for n in sorted(c.WALL_CLOCK_FIELDS)) + " (real seconds, marked wall clock); "
              "`*_ms` milliseconds, `*_mbps` Mbit/s (10⁶ bit/s), `bytes*` bytes, `*_j` joules.", "",
              "## Files of a run directory", "", _table([(f"`{k}`", v) for k, v in c.FILES.items()], ("file", "content")),
              "", "Only in some situations:", "",
@@ -404,12 +405,32 @@ def outputs_page() -> str:
     return "\n".join(parts)
 
 
+TAG_LEGEND = ("```{admonition} Provenance tags\n:class: tip\n\n"
+              "**[B]**: a design reading, a plausible interpretation of a secondary description of the method, "
+              "unconfirmed. **[D]**: a default chosen here because no source says; always a key you can change. "
+              "Untagged rules follow the method's paper or reference code. The full legend, with [V], [V3] and [K]: "
+              "{ref}`algorithms-provenance-tags`.\n```\n")
+"""The legend put on every generated page where a [B] or [D] tag appears."""
+
+_TAGGED = re.compile(r"\[(?:B|D)\]")
+
+
+def with_tag_legend(page: str) -> str:
+    """``page`` with :data:`TAG_LEGEND` after its title and first paragraph, if a [B] or [D] tag appears."""
+    if not _TAGGED.search(page):
+        return page
+    title, sep, rest = page.partition("\n\n")
+    intro, sep2, body = rest.partition("\n\n")
+    return f"{title}{sep}{intro}{sep2 or chr(10) * 2}{TAG_LEGEND}\n{body}"
+
+
 def generate(out: Path = OUT) -> list[Path]:
     """Write every generated page (a file is rewritten only when its text changed)."""
     regs = sorted(_registries(), key=lambda r: r.kind)
     pages = {"scenario.md": scenario_page(), "outputs.md": outputs_page(), "plugins/index.md": plugins_index(regs)}
     for reg in regs:
         pages[f"plugins/{_slug(reg.kind)}.md"] = plugin_page(reg)
+    pages = {rel: with_tag_legend(text) for rel, text in pages.items()}
     written = []
     for rel, text in pages.items():
         path = out / rel

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["CONTRACT_VERSION", "FILES", "OPTIONAL_FILES", "LINE_FIELDS", "SUMMARY_KEYS", "DEVICES_COLUMNS", "CLUSTERS_FIELDS",
+__all__ = ["CONTRACT_VERSION", "WALL_CLOCK_FIELDS", "FILES", "OPTIONAL_FILES", "LINE_FIELDS", "SUMMARY_KEYS", "DEVICES_COLUMNS", "CLUSTERS_FIELDS",
            "EVAL_EXTRA", "metric_events", "unit_of"]
 
 CONTRACT_VERSION = 1
@@ -102,7 +102,7 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "num_params": ("int", "", "model parameters"),
     "model_bytes": ("int", "bytes", "bytes of one model message (float32)"),
     "totals": ("object", "", "the counters of the eval lines, at the end"),
-    "events": ("object", "", "processed engine events by kind"),
+    "events": ("int", "", "engine events processed"),
     "staleness": ("object", "updates", "staleness distribution per tier (asynchronous protocols)"),
     "warnings": ("list[str]", "", "warnings raised while building the dynamics"),
     "queues": ("object", "", "update-queue lengths over time per tier (mean, max)"),
@@ -149,14 +149,20 @@ CLUSTERS_FIELDS: dict[str, tuple[str, str, str]] = {
 }
 """The fields every ``clusters.jsonl`` line has (a protocol appends its own details)."""
 
-_UNITS = (("wall_s", "s (wall clock)"), ("_mbps", "Mbit/s"), ("_ms", "ms"), ("_j", "J"), ("_s", "s (virtual)"),
-          ("bytes", "bytes"))
+WALL_CLOCK_FIELDS: frozenset[str] = frozenset({"wall_s", "startup_s"})
+"""Fields measured on the real (wall) clock: every other ``*_s`` field is virtual seconds. They are
+the only fields that differ between two runs of the same scenario and seed."""
+
+_UNITS = (("_mbps", "Mbit/s"), ("_ms", "ms"), ("_j", "J"), ("_s", "s (virtual)"), ("bytes", "bytes"))
 
 
 def unit_of(name: str) -> str:
-    """The unit a field's name declares (``_s`` virtual seconds, ``_ms``, ``_mbps``, ``_j``, ``bytes``)."""
+    """The unit a field's name declares: ``s (wall clock)`` for :data:`WALL_CLOCK_FIELDS`, else ``_s``
+    virtual seconds, ``_ms``, ``_mbps``, ``_j``, ``bytes``."""
     if name == "t":
         return "s (virtual)"
+    if name in WALL_CLOCK_FIELDS:
+        return "s (wall clock)"
     for suffix, unit in _UNITS:
         if name.endswith(suffix) or name.startswith(suffix):
             return unit

@@ -19,7 +19,6 @@ sweep file.
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import io
 import json
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hierfl.viz.groups import device_groups, read_clusters, read_devices
 from hierfl.viz.runs import (
     RunReadError,
     eval_series,
@@ -38,6 +38,7 @@ from hierfl.viz.runs import (
     read_summary,
     read_trace,
 )
+from hierfl.viz.timeline import MAX_DEVICE_LANES
 
 __all__ = ["device_groups", "run_report_html", "sweep_report_html", "write_report"]
 
@@ -115,16 +116,6 @@ def _fmt(value: Any) -> str:
             return f"{int(value):,}"
         return f"{value:.4g}"
     return str(value)
-
-
-def _num(text: str) -> Any:
-    """A CSV cell as int, float or text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except (TypeError, ValueError):
-            pass
-    return text
 
 
 def _table(columns: list[str], rows: Iterable[dict[str, Any]], table_id: str, text_cols: Iterable[str] = (),
@@ -228,66 +219,6 @@ def _charts(figures: list[tuple[str, str]], bands: list[int] | None = None) -> s
 
 # -- a run ----------------------------------------------------------------------------------------------
 
-def _read_devices(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "devices.csv"
-    if not path.is_file():
-        return []
-    with open(path, newline="", encoding="utf-8") as fh:
-        return [{k: _num(v) for k, v in row.items()} for row in csv.DictReader(fh)]
-
-
-def _read_clusters(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "clusters.jsonl"
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a crashed run's last line
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
-
-
-def device_groups(clusters: list[dict[str, Any]], devices: list[dict[str, Any]]
-                  ) -> tuple[list[tuple[str, list[int]]], str]:
-    """The hierarchy as ``[(leader label, device ids)]`` and a sentence saying where it comes from.
-
-    The first (initial) ``clusters.jsonl`` record when it is not flat; else the ``edge`` column of
-    ``devices.csv``; else one group under the cloud (devices talk to the cloud directly).
-    """
-    ids = sorted(int(d["device"]) for d in devices if isinstance(d.get("device"), int))
-    first = clusters[0] if clusters else None
-    if first is not None and first.get("grouping") != "flat" and first.get("members"):
-        leaders = first.get("leaders") or []
-        groups = [(str(leaders[c]) if c < len(leaders) and leaders[c] is not None else f"cluster {c}",
-                   sorted(int(d) for d in members)) for c, members in enumerate(first["members"])]
-        more = len(clusters) - 1
-        note = (f"groups as formed at t={float(first.get('t', 0.0)):g}s ({first.get('grouping')} grouping, "
-                "from clusters.jsonl)")
-        if more:
-            note += f"; the run re-clustered {more} time{'s' * (more != 1)} after that (see clusters.jsonl)"
-        grouped = {d for _, m in groups for d in m}
-        loose = [d for d in ids if d not in grouped]
-        if loose:
-            groups.append(("not in any cluster", loose))
-        return groups, note
-    edges = {}
-    for d in devices:
-        e = d.get("edge")
-        if isinstance(e, int) and e >= 0 and isinstance(d.get("device"), int):
-            edges.setdefault(e, []).append(int(d["device"]))
-    if edges:
-        groups = [(f"edge {e}", sorted(m)) for e, m in sorted(edges.items())]
-        loose = [d for d in ids if all(d not in m for _, m in groups)]
-        if loose:
-            groups.append(("cloud (direct)", loose))
-        return groups, "groups from the edge column of devices.csv"
-    return [("cloud", ids)], "a flat run: every device talks to the cloud directly"
-
-
 def _device_activity(events: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
     """Per device id: seconds and counts of each span name, bytes moved, from the trace's device lanes."""
     pids = {e.get("pid") for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
@@ -387,101 +318,25 @@ def _hierarchy(groups: list[tuple[str, list[int]]], note: str) -> str:
     return f'<p class="note">{_esc(note)}.</p><div class="groups">{"".join(parts)}</div>'
 
 
-def _pick_devices(groups: list[tuple[str, list[int]]], max_devices: int) -> list[tuple[str, list[int]]]:
-    """At most ``max_devices`` devices, taken round-robin over the groups (lowest ids first)."""
-    picked: list[list[int]] = [[] for _ in groups]
-    left = max_devices
-    depth = 0
-    while left > 0 and any(depth < len(m) for _, m in groups):
-        for i, (_, members) in enumerate(groups):
-            if left > 0 and depth < len(members):
-                picked[i].append(members[depth])
-                left -= 1
-        depth += 1
-    return [(label, sorted(p)) for (label, _), p in zip(groups, picked)]
-
-
-def _timeline(events: list[dict[str, Any]], groups: list[tuple[str, list[int]]], max_devices: int) -> str:
-    """The Gantt chart: the cloud, then each group's leader lane followed by its device lanes."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
+def _timeline(events: list[dict[str, Any]], groups: list[tuple[str, list[int]]], max_devices: int,
+              t_end: float | None) -> str:
+    """The Gantt chart: the cloud, then each group's leader lane followed by its device lanes, up to the
+    run's stop (``t_end``; the last span's end for a run without a summary). Drawn as ``hierfl timeline``
+    draws it (:func:`hierfl.viz.timeline.draw_timeline`)."""
     from hierfl.viz.plot import new_figure
-    from hierfl.viz.timeline import _DEVICE_RANK, _build_lanes, _span_colors
+    from hierfl.viz.timeline import _build_lanes, draw_timeline, grouped_rows
 
     lanes, global_instants = _build_lanes(events)
     if not lanes:
         return '<p class="note">trace.json has no lanes (no spans or thread names).</p>'
-    by_label = {ln.label: ln for ln in lanes}
-    device_lane = {ln.tid: ln for ln in lanes if ln.rank == _DEVICE_RANK and isinstance(ln.tid, int)}
-    total = sum(len(m) for _, m in groups)
-    shown_groups = _pick_devices(groups, max_devices)
-    rows: list[tuple[str, Any, bool]] = []  # (label, lane or None, is a leader row)
-    used: set[int] = set()
-    for ln in lanes:
-        if ln.rank == 0:
-            rows.append((ln.label, ln, True))
-            used.add(id(ln))
-    bands: list[tuple[int, int, str]] = []
-    for (label, members), (_, picked) in zip(groups, shown_groups):
-        start = len(rows)
-        leader = by_label.get(label)
-        if leader is not None and id(leader) not in used:
-            rows.append((f"{label}  [{len(members)} devices]", leader, True))
-            used.add(id(leader))
-        elif label != "cloud":
-            rows.append((f"{label}  [{len(members)} devices]", None, True))
-        for d in picked:
-            ln = device_lane.get(d)
-            if ln is not None and id(ln) not in used:
-                rows.append((f"   device {d}", ln, False))
-                used.add(id(ln))
-        if len(picked) < len(members):
-            rows.append((f"   … {len(members) - len(picked)} more", None, False))
-        bands.append((start, len(rows), label))
-    for ln in lanes:  # leaders that lead no group (e.g. a failed-over edge), other processes
-        if id(ln) not in used and ln.rank != _DEVICE_RANK:
-            rows.append((ln.label, ln, True))
-    drawn = sum(1 for _, ln, leader in rows if ln is not None and ln.rank == _DEVICE_RANK and not leader)
-    ends = [s + d for ln in lanes for s, d, _ in ln.spans] + [t for ln in lanes for t, _ in ln.instants]
-    t_end = max(ends, default=0.0) or 1.0
-    names = {name for _, ln, _ in rows if ln is not None for _, _, name in ln.spans}
-    colors = _span_colors(names)
+    tl = grouped_rows(lanes, groups, max_devices)
+    if t_end is None:
+        ends = [s + d for ln in lanes for s, d, _ in ln.spans] + [t for ln in lanes for t, _ in ln.instants]
+        t_end = max(ends, default=0.0) or 1.0
 
     def picture(t_lo: float, t_hi: float, title: str) -> str:
-        fig = new_figure(13.0, max(2.5, 0.19 * len(rows) + 1.6))
-        ax = fig.add_subplot()
-        for i, (start, stop, _) in enumerate(bands):
-            if i % 2 == 0:
-                ax.axhspan(start - 0.5, stop - 0.5, color="0.93", zorder=0, linewidth=0)
-        for row, (_, ln, _) in enumerate(rows):
-            if ln is None:
-                continue
-            by_name: dict[str, list[tuple[float, float]]] = {}
-            for start, duration, name in ln.spans:
-                if start <= t_hi and start + duration >= t_lo:
-                    by_name.setdefault(name, []).append((start, duration))
-            for name, bars in by_name.items():
-                ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors[name], edgecolor="none", zorder=2)
-            marks = [t for t, _ in ln.instants if t_lo <= t <= t_hi]
-            if marks:
-                ax.plot(marks, [row] * len(marks), linestyle="none", marker="|", markersize=5, color="black",
-                        zorder=3)
-        for when, _ in global_instants:
-            if t_lo <= when <= t_hi:
-                ax.axvline(when, color="black", linestyle=":", linewidth=0.8)
-        ax.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=8 if len(rows) <= 40 else 6)
-        for tick, (_, _, leader) in zip(ax.get_yticklabels(), rows):
-            if leader:
-                tick.set_fontweight("bold")
-        ax.set_ylim(len(rows) - 0.5, -0.5)
-        ax.set_xlim(t_lo, t_hi)
-        ax.set_xlabel("emulated wall-clock time (s)")
-        ax.set_title(title, fontsize=10, loc="left")
-        ax.grid(True, axis="x", alpha=0.3)
-        handles: list[Any] = [Patch(facecolor=c, label=n) for n, c in colors.items()]
-        handles.append(Line2D([], [], linestyle="none", marker="|", color="black", label="instant (aggregate, …)"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+        fig = new_figure(13.0, max(2.5, 0.19 * len(tl.rows) + 1.6))
+        draw_timeline(fig, tl, global_instants, t_lo, t_hi, title, title_loc="left")
         return _png(fig, dpi=90)
 
     whole = picture(0.0, t_end, f"the whole run, 0–{t_end:g} s")
@@ -491,11 +346,12 @@ def _timeline(events: list[dict[str, Any]], groups: list[tuple[str, list[int]]],
     zoom_end = t_end / 10.0
     zoom = picture(0.0, zoom_end, f"magnified: the first {zoom_end:.3g} s") if typical and zoom_end > typical * 3 \
         and t_end > typical * 100 else None
-    bound = (f"{drawn} of {total} devices drawn (at most {max_devices}, taken evenly from every group, lowest "
+    bound = (f"{tl.drawn} of {tl.total} devices drawn (at most {max_devices}, taken evenly from every group, lowest "
              "ids first; <code>--max-devices</code> draws more); every device is in the tables."
-             if drawn < total else f"All {total} devices drawn.")
+             if tl.drawn < tl.total else f"All {tl.total} devices drawn.")
     return (f'<div class="timeline"><p class="note">One row per entity: the cloud, then every leader (bold) with '
-            f"its devices under it, on shaded bands per group. {bound} Gaps are idle time.</p>"
+            f"its devices under it, on shaded bands per group. Bars are busy spans, gaps idle time, ticks "
+            f"point events (an aggregation, an evaluation, …; their names are in the legend). {bound}</p>"
             f'<img alt="timeline of the cloud, leaders and devices" src="{whole}">'
             + (f'<img alt="the first tenth of the timeline, magnified" src="{zoom}">' if zoom else "") + "</div>")
 
@@ -535,10 +391,30 @@ def _summary_cards(s: dict[str, Any], n_devices: int) -> str:
         figures.append((caption, _svg(fig)))
     if figures:
         out += _charts(figures)
-    extra = {k: s[k] for k in ("energy", "queues", "robustness", "warnings", "error") if k in s}
+    if isinstance(s.get("queues"), dict) and s["queues"]:
+        out += _queues_table(s["queues"])
+    extra = {k: s[k] for k in ("energy", "robustness", "warnings", "error") if k in s}
     if extra:
         out += f"<pre>{_esc(yaml.safe_dump(extra, sort_keys=False, width=110))}</pre>"
     return out
+
+
+def _queues_table(queues: dict[str, Any]) -> str:
+    """``summary.json``'s ``queues`` as a table: a row per tier (all its servers) and per server."""
+    rows = []
+    for tier, q in queues.items():
+        if not isinstance(q, dict):
+            continue
+        rows.append({"tier": tier, "server": "all", "mean queued updates": q.get("mean"),
+                     "most queued updates": q.get("max")})
+        for entity, e in (q.get("by_entity") or {}).items():
+            if isinstance(e, dict):
+                rows.append({"tier": tier, "server": f"{tier} {entity}", "mean queued updates": e.get("mean"),
+                             "most queued updates": e.get("max")})
+    return ('<p class="note">Update queues (summary.json <code>queues</code>): updates waiting at each server, '
+            "time-weighted mean over the run and the most at once.</p>"
+            + _table(["tier", "server", "mean queued updates", "most queued updates"], rows, "queues-table",
+                     text_cols={"tier", "server"}))
 
 
 def _run_curves(run_dir: Path, target: float | None) -> str:
@@ -584,13 +460,13 @@ def _relpath(target: Path, start: Path) -> str:
         return target.resolve().as_uri()
 
 
-def run_report_html(run_dir: Path, out: Path, max_devices: int = 48) -> str:
+def run_report_html(run_dir: Path, out: Path, max_devices: int = MAX_DEVICE_LANES) -> str:
     """The page of one run directory (``out`` is where it goes: links are relative to it)."""
     run_dir = Path(run_dir)
     lines = read_metrics(run_dir)
     summary = read_summary(run_dir)
-    devices = _read_devices(run_dir)
-    clusters = _read_clusters(run_dir)
+    devices = read_devices(run_dir)
+    clusters = read_clusters(run_dir)
     groups, note = device_groups(clusters, devices)
     trace_path = run_dir / "trace.json"
     events: list[dict[str, Any]] = []
@@ -607,7 +483,7 @@ def run_report_html(run_dir: Path, out: Path, max_devices: int = 48) -> str:
                  if summary else '<p class="note">No summary.json: the run is still going or was killed.</p>'),
                 ("curves", "Accuracy and loss", _run_curves(run_dir, target)),
                 ("hierarchy", "Hierarchy", _hierarchy(groups, note)),
-                ("timeline", "Timeline", trace_note or (_timeline(events, groups, max_devices) if events
+                ("timeline", "Timeline", trace_note or (_timeline(events, groups, max_devices, _stop_time(summary)) if events
                                                         else '<p class="note">No trace.json.</p>')),
                 ("devices", "Devices", _device_table(devices, groups, _device_activity(events),
                                                      _device_updates(lines, flat))),
@@ -616,6 +492,11 @@ def run_report_html(run_dir: Path, out: Path, max_devices: int = 48) -> str:
     sub = (f"run directory <code>{_esc(str(run_dir))}</code> — protocol {_esc(str(summary.get('protocol', '?')))}, "
            f"{len(devices)} devices, status {_esc(str(summary.get('status', 'unknown')))}")
     return _page(f"hierfl report — {name}", sub, sections)
+
+
+def _stop_time(summary: dict[str, Any]) -> float | None:
+    stop = summary.get("virtual_time_s")
+    return float(stop) if isinstance(stop, (int, float)) and not isinstance(stop, bool) and stop > 0 else None
 
 
 # -- a sweep --------------------------------------------------------------------------------------------
@@ -712,7 +593,7 @@ def sweep_report_html(sweep_dir: Path, out: Path, group_by: str | None = None) -
 
 # -- entry point ----------------------------------------------------------------------------------------
 
-def write_report(path: str | Path, out: str | Path | None = None, *, max_devices: int = 48,
+def write_report(path: str | Path, out: str | Path | None = None, *, max_devices: int = MAX_DEVICE_LANES,
                  group_by: str | None = None) -> Path:
     """Write the report of a run directory or a sweep directory (default ``PATH/report.html``).
 

@@ -26,15 +26,49 @@ without a token (a cluster without authentication is joined as before):
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ClusterAuthError", "enable_token_mode", "check_token", "requires_token", "token_source", "prepare"]
+__all__ = ["ClusterAuthError", "enable_token_mode", "check_token", "requires_token", "token_source", "prepare",
+           "LOCAL_TOKEN_NOTICE", "local_token_notice"]
 
 MODE_VAR, TOKEN_VAR, PATH_VAR = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 DEFAULT_TOKEN_FILE = "~/.ray/auth_token"
 _CHECK_TIMEOUT_S = 3.0
+
+
+LOCAL_TOKEN_NOTICE = (
+    "note: the local Ray instance hierfl starts is protected by an authentication token, as Ray does by default "
+    f"since 2.59 (the token is kept in {DEFAULT_TOKEN_FILE}). Nothing to do; {MODE_VAR}=disabled starts it "
+    "without one.")
+"""What a run says, once per process, in place of Ray's own warning when it starts a local instance."""
+
+_RAY_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _RayTokenWarning(logging.Filter):
+    """Drops Ray's "Token authentication is enabled" warning: :data:`LOCAL_TOKEN_NOTICE` says it instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled" not in record.getMessage()
+
+
+def local_token_notice(stream: Any = None) -> bool:
+    """Before ``ray.init()`` starts a local instance: Ray's token warning replaced by
+    :data:`LOCAL_TOKEN_NOTICE` on ``stream`` (stderr). Said only where Ray would speak: while
+    ``RAY_AUTH_MODE`` is unset, which the first start in a process sets (so once per process); a
+    user who set it chose, and hears nothing. Returns whether the notice was written."""
+    logger = logging.getLogger(_RAY_SETUP_LOGGER)
+    if not any(isinstance(f, _RayTokenWarning) for f in logger.filters):
+        logger.addFilter(_RayTokenWarning())
+    if os.environ.get(MODE_VAR) is not None:
+        return False
+    print(LOCAL_TOKEN_NOTICE, file=stream if stream is not None else sys.stderr)
+    return True
 
 
 class ClusterAuthError(ConnectionError):

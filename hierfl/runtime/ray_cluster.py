@@ -260,6 +260,8 @@ class RayStart(ExecutorStart):
             # a token-protected cluster named by its address (or RAY_ADDRESS, as in a job): token mode
             # where the user meant it, and a refused token reported now, not after Ray's retries
             ray_auth.prepare(address or os.environ.get("RAY_ADDRESS"))
+            if not (address or os.environ.get("RAY_ADDRESS")):  # a local instance: Ray's token warning in our words
+                ray_auth.local_token_notice()
             _init_with_retry(address)
             self.owns_ray = True
             signals.reassert()  # ray.init installs its own SIGTERM handler: SIGTERM must stay Ctrl-C

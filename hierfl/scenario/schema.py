@@ -312,7 +312,10 @@ class EvaluationConfig(ConfigModel):
     """When the global model is evaluated on the held-out test set."""
 
     every_s: PositiveFloat | None = Field(default=None, description="null = only at start and end")
-    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0, description="accuracy for time_to_target_s")
+    target_accuracy: float | None = Field(
+        default=None, gt=0.0, le=1.0,
+        description="the accuracy time_to_target_s and rounds_to_target are measured against (the run goes on; "
+                    "stop.target_accuracy stops it)")
     # personalisation: what per-device evaluation (data.local_test_fraction) costs the devices in virtual time
     device_eval_cost: Literal["free", "forward"] = Field(
         default="free", description="free: per-device evaluation takes no virtual time; forward: each device is "
@@ -332,7 +335,10 @@ class StopConfig(ConfigModel):
 
     virtual_time_s: PositiveFloat | None = Field(default=None, description="virtual seconds to emulate")
     rounds: PositiveInt | None = Field(default=None, description="cloud aggregations")
-    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0, description="accuracy for time_to_target_s")
+    target_accuracy: float | None = Field(
+        default=None, gt=0.0, le=1.0,
+        description="stop the run at the first evaluation at or above this test accuracy (stop_reason "
+                    "target_accuracy); time_to_target_s is measured against evaluation.target_accuracy")
 
     @model_validator(mode="after")
     def _some_limit(self) -> StopConfig:

@@ -13,7 +13,7 @@ from pydantic import Field, PositiveFloat, field_validator
 from hierfl.config.base import ConfigModel
 from hierfl.devices.tiers import shipped_tiers
 
-__all__ = ["ServerCompute", "ServersConfig"]
+__all__ = ["ServerCompute", "CloudCompute", "EdgeCompute", "ServersConfig"]
 
 
 class ServerCompute(ConfigModel):
@@ -37,14 +37,28 @@ class ServerCompute(ConfigModel):
         return float(self.gflops if self.gflops is not None else shipped_tiers()[self.tier].gflops) * 1e9
 
 
+class CloudCompute(ServerCompute):
+    """The cloud's compute: ``tier`` defaults to ``cloud_gpu``."""
+
+    tier: str = Field(default="cloud_gpu", description="a tier of hierfl/profiles/tiers.yaml whose gflops the "
+                      "cloud computes at (cloud_gpu, cloud_cpu, edge_gpu, edge_cpu, or a device tier)")
+
+
+class EdgeCompute(ServerCompute):
+    """Each edge server's compute: ``tier`` defaults to ``edge_cpu`` (``servers: {edge: {}}`` is the default)."""
+
+    tier: str = Field(default="edge_cpu", description="a tier of hierfl/profiles/tiers.yaml whose gflops each "
+                      "edge server computes at (edge_cpu, edge_gpu, cloud_gpu, cloud_cpu, or a device tier)")
+
+
 class ServersConfig(ConfigModel):
     """``servers: {cloud: {tier: cloud_gpu}, edge: {tier: edge_cpu}}`` (design defaults: a GPU cloud,
     CPU edge servers; both tiers' figures are placeholders)."""
 
-    cloud: ServerCompute = Field(default=ServerCompute(tier="cloud_gpu"),
-                                 description="the cloud's compute for server tasks (default tier cloud_gpu, 3 500 GFLOP/s)")
-    edge: ServerCompute = Field(default=ServerCompute(tier="edge_cpu"),
-                                description="each edge server's compute for server tasks (default tier edge_cpu, 400 GFLOP/s)")
+    cloud: CloudCompute = Field(default=CloudCompute(),
+                                description="the cloud's compute for server tasks (default tier cloud_gpu, 3 500 GFLOP/s)")
+    edge: EdgeCompute = Field(default=EdgeCompute(),
+                              description="each edge server's compute for server tasks (default tier edge_cpu, 400 GFLOP/s)")
 
     def flops_per_s(self, tier: str) -> float:
         """FLOP/s of a server of ``tier`` (``cloud``; ``edge`` or ``device``: an edge server's)."""

@@ -73,8 +73,8 @@ def sweep_runs(sweep_dir: str | Path) -> list[SweepRun]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise RunReadError(f"{sweep_dir}: not a sweep directory (no sweep.json; for run directories "
-                           "leave out --group-by)") from None
+        raise RunReadError(f"{sweep_dir}: not a sweep directory (no sweep.json; `hierfl sweep` writes one; "
+                           "a run directory is read by `hierfl plot` and `hierfl report`)") from None
     except ValueError as exc:
         raise RunReadError(f"{path}: invalid JSON: {exc}") from None
     out = []
