@@ -405,7 +405,7 @@ def _queues_table(queues: dict[str, Any]) -> str:
     for tier, q in queues.items():
         if not isinstance(q, dict):
             continue
-        rows.append({"tier": tier, "server": "all", "mean queued updates": q.get("mean"),
+        rows.append({"tier": tier, "server": "all (total)", "mean queued updates": q.get("mean"),
                      "most queued updates": q.get("max")})
         for entity, e in (q.get("by_entity") or {}).items():
             if isinstance(e, dict):

@@ -27,6 +27,8 @@ import hierfl_reference  # noqa: E402
 
 HAS_SPHINX = all(importlib.util.find_spec(m) is not None for m in ("sphinx", "myst_parser"))
 RUN_BLOCK = re.compile(r"<!-- run -->\s*\n```bash\n(.*?)```", re.S)
+# a command block, and the block of what it prints (stdout and stderr) when one follows it
+RUN_AND_OUTPUT = re.compile(r"<!-- run -->\s*\n```bash\n(.*?)```(?:\s*<!-- output -->\s*\n```text\n(.*?)```)?", re.S)
 
 
 def _env() -> dict[str, str]:
@@ -67,6 +69,57 @@ def test_docs_build_strict(tmp_path):
 
 
 TUTORIALS = sorted((DOCS / "tutorials").glob("*.md"))
+PAGES_THAT_RUN = [p for p in [DOCS / "get-started.md", *TUTORIALS] if p.stem != "index"]
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+# the words before a number that say which clause of docs/determinism.md it falls under
+_WALL_CLOCK = re.compile(r"(wall|start-up)\s*$")
+_LEARNED = re.compile(r"accuracy\s*$")
+# a time to target is decided by accuracies: on another CPU the target may be crossed an evaluation
+# earlier or later, or (where the accuracy stays within the tolerance of it) not at all
+_TIME_TO_TARGET = re.compile(r"time to target (?:not reached|None|\d+(?:\.\d+)?s?)")
+
+
+def output_differences(expected: str, actual: str) -> list[str]:
+    """Where ``actual`` differs from a page's expected output, within the determinism contract.
+
+    Line by line, blank lines ignored: the text between numbers must be equal; a number after
+    ``wall`` or ``start-up`` is this machine's real time (anything); an accuracy may differ by 0.02;
+    a time to target is decided by accuracies, so any is accepted; every other number (emulated
+    times, rounds, counters, bytes, staleness) must be equal as printed.
+    """
+    want = [_TIME_TO_TARGET.sub("time to target …", ln.rstrip()) for ln in expected.strip().splitlines() if ln.strip()]
+    got = [_TIME_TO_TARGET.sub("time to target …", ln.rstrip()) for ln in actual.strip().splitlines() if ln.strip()]
+    if len(want) != len(got):
+        return [f"{len(got)} lines printed, the page shows {len(want)}"]
+    problems = []
+    for w, g in zip(want, got):
+        w_nums, g_nums = list(_NUMBER.finditer(w)), list(_NUMBER.finditer(g))
+        if _NUMBER.sub("#", w) != _NUMBER.sub("#", g) or len(w_nums) != len(g_nums):
+            problems.append(f"page: {w}\nrun:  {g}")
+            continue
+        for wm, gm in zip(w_nums, g_nums):
+            before = w[:wm.start()]
+            if _WALL_CLOCK.search(before):
+                continue
+            if _LEARNED.search(before):
+                ok = abs(float(wm.group()) - float(gm.group())) <= 0.02
+            else:
+                ok = wm.group() == gm.group()
+            if not ok:
+                problems.append(f"page: {w}\nrun:  {g}\n({wm.group()} against {gm.group()} after {before[-30:]!r})")
+    return problems
+
+
+def test_output_comparison_follows_the_determinism_contract():
+    line = "done: 14 rounds, virtual 30.0s, final accuracy 0.9260, time to target 10.0s, wall 5.7s (start-up 5.3s)"
+    assert not output_differences(line, line.replace("5.7s", "61.0s").replace("0.9260", "0.9100"))
+    assert not output_differences(line, line.replace("10.0s", "15.0s"))  # decided by accuracies
+    assert not output_differences(line, line.replace("10.0s", "not reached"))
+    assert output_differences(line, line.replace("0.9260", "0.8900"))     # beyond the learning tolerance
+    assert output_differences(line, line.replace("30.0s", "30.1s"))       # emulated time: exact
+    assert output_differences(line, line.replace("14 rounds", "15 rounds"))
+    assert output_differences(line, line + "\nanother line")
 
 
 def test_tutorials_have_run_blocks():
@@ -74,12 +127,23 @@ def test_tutorials_have_run_blocks():
     assert {"quickstart", "heterogeneity", "hierarchy"} <= set(with_blocks)
 
 
+def test_every_command_of_a_page_shows_its_output():
+    for page in PAGES_THAT_RUN:
+        blocks = RUN_AND_OUTPUT.findall(page.read_text(encoding="utf-8"))
+        assert blocks, f"{page.name}: no command runs"
+        missing = [cmd.strip() for cmd, out in blocks if not out.strip()]
+        assert not missing, f"{page.name}: commands without their expected output: {missing}"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in TUTORIALS if p.stem != "index"], ids=lambda p: p.stem)
+@pytest.mark.parametrize("page", PAGES_THAT_RUN, ids=lambda p: p.stem)
 def test_tutorial_commands_run(page, tmp_path):
     for name in ("scenarios", "topologies", "traces"):
         (tmp_path / name).symlink_to(ROOT / name)
-    for block in RUN_BLOCK.findall(page.read_text(encoding="utf-8")):
+    for block, expected in RUN_AND_OUTPUT.findall(page.read_text(encoding="utf-8")):
         res = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=_env(),
-                             capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, f"{page.name}: this block failed:\n{block}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert res.returncode == 0, f"{page.name}: this block failed:\n{block}\n{res.stdout[-5000:]}"
+        problems = output_differences(expected, res.stdout)
+        assert not problems, (f"{page.name}: this block printed other than the page shows:\n{block}\n"
+                              + "\n".join(problems) + f"\n--- printed:\n{res.stdout}")

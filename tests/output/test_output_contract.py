@@ -95,3 +95,30 @@ def test_trace_is_chrome_trace_events(run_dir):
     trace = json.loads((run_dir / "trace.json").read_text(encoding="utf-8"))
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     assert events and all("ph" in e for e in events)
+
+
+def test_summary_values_have_their_documented_type(run_dir):
+    # e.g. `events` is the count of engine events (an int), as the contract says
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    as_python = {"object": "dict", "null": "None"}
+    wrong = []
+    for key, value in summary.items():
+        declared = "|".join(as_python.get(a.strip(), a.strip()) for a in contract.SUMMARY_KEYS[key][0].split("|"))
+        if not _allows(declared, value):
+            wrong.append(f"{key} = {value!r} is not {contract.SUMMARY_KEYS[key][0]}")
+    assert not wrong, wrong
+    assert isinstance(summary["events"], int)
+
+
+def test_wall_clock_fields_are_labelled_wall_clock():
+    # the unit rule (`*_s` = virtual seconds) knows the fields measured on the real clock
+    assert contract.WALL_CLOCK_FIELDS == {"wall_s", "startup_s"}
+    assert contract.metric_events()["run_start"]["fields"]["startup_s"][1] == "s (wall clock)"
+    assert contract.unit_of("startup_s") == contract.unit_of("wall_s") == "s (wall clock)"
+    assert contract.unit_of("time_to_target_s") == contract.unit_of("compute_s") == "s (virtual)"
+    tables = (contract.LINE_FIELDS, contract.SUMMARY_KEYS, contract.EVAL_EXTRA, contract.DEVICES_COLUMNS,
+              contract.CLUSTERS_FIELDS)
+    for table in tables:  # every hand-written unit agrees with the rule where the name declares one
+        for name, (_type, unit, _meaning) in table.items():
+            if contract.unit_of(name) and _type != "object":
+                assert unit == contract.unit_of(name), (name, unit)
