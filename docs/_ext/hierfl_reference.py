@@ -408,8 +408,7 @@ def outputs_page() -> str:
 TAG_LEGEND = ("```{admonition} Provenance tags\n:class: tip\n\n"
               "**[B]**: a design reading, a plausible interpretation of a secondary description of the method, "
               "unconfirmed. **[D]**: a default chosen here because no source says; always a key you can change. "
-              "Untagged rules follow the method's paper or reference code. The full legend, with [V], [V3] and [K]: "
-              "{ref}`algorithms-provenance-tags`.\n```\n")
+              "The full legend, with the other tags ([V], [V3], [K]): {ref}`algorithms-provenance-tags`.\n```\n")
 """The legend put on every generated page where a [B] or [D] tag appears."""
 
 _TAGGED = re.compile(r"\[(?:B|D)\]")

@@ -147,3 +147,35 @@ def test_tutorial_commands_run(page, tmp_path):
         problems = output_differences(expected, res.stdout)
         assert not problems, (f"{page.name}: this block printed other than the page shows:\n{block}\n"
                               + "\n".join(problems) + f"\n--- printed:\n{res.stdout}")
+
+
+def test_readme_scenario_is_the_quickstart_file():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## A scenario"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None, "README: no yaml block under '## A scenario'"
+    assert block.group(1) == (ROOT / "scenarios" / "quickstart.yaml").read_text(encoding="utf-8"), \
+        "README's scenario block differs from scenarios/quickstart.yaml: copy the file into it"
+
+
+def test_readme_links_resolve():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
+    assert targets and not missing, missing
+
+
+def test_provenance_tags_have_their_legend_where_they_appear(tmp_path):
+    hierfl_reference.generate(tmp_path)
+    generated = sorted(tmp_path.rglob("*.md"))
+    tagged = [p for p in generated if re.search(r"\[[BD]\]", p.read_text(encoding="utf-8"))]
+    names = {p.stem for p in tagged}
+    assert {"protocol", "straggler-policy", "re-clustering-policy"} & names, names
+    for page in tagged:
+        assert hierfl_reference.TAG_LEGEND in page.read_text(encoding="utf-8"), f"{page.name}: no [B]/[D] legend"
+    written = [p for p in DOCS.rglob("*.md") if "_build" not in p.parts and "generated" not in p.parts]
+    for page in written:
+        text = page.read_text(encoding="utf-8")
+        if re.search(r"\[[BD]\]", text):
+            assert "algorithms-provenance-tags" in text or page.name == "algorithms.md", \
+                f"{page.relative_to(DOCS)}: [B]/[D] tags without their legend"
