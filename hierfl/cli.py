@@ -387,7 +387,8 @@ def _parser() -> argparse.ArgumentParser:
     def scenario_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("scenario", help="scenario YAML file")
         sp.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
-                        help="override a scenario key (repeatable; the value is YAML), e.g. --set protocol.fraction=0.5")
+                        help="override a scenario key (repeatable; the value is YAML), e.g. --set protocol.fraction=0.5 "
+                             "(default: none, the scenario as written)")
         sp.add_argument("--seed", type=int, help="override the scenario's seed (default: the scenario's `seed`)")
 
     r = command("run", "run a scenario and write its run directory",
@@ -438,7 +439,8 @@ def _parser() -> argparse.ArgumentParser:
                  "Needs hierfl[tune]. Writes SWEEP_DIR/sweep.csv and a run directory per trial under SWEEP_DIR/runs/.")
     sw.add_argument("sweep", nargs="?", help="sweep YAML file (see scenarios/sweeps/)")
     sw.add_argument("--out", help="sweep directory (default sweeps/<sweep name>)")
-    sw.add_argument("--resume", metavar="SWEEP_DIR", help="finish an interrupted sweep; finished trials are kept")
+    sw.add_argument("--resume", metavar="SWEEP_DIR",
+                    help="finish an interrupted sweep; finished trials are kept (default: start a new sweep)")
     sw.add_argument("--address", help="an existing Ray cluster (auto, HEAD:6379; default: a local Ray instance); "
                                       "for ray:// use `ray job submit`")
     sw.add_argument("-q", "--quiet", action="store_true", help="no progress view")
@@ -453,7 +455,7 @@ def _parser() -> argparse.ArgumentParser:
                                                          "(default accuracy)")
     tb.add_argument("--format", choices=["markdown", "csv"], default="markdown",
                     help="what is printed (default markdown)")
-    tb.add_argument("--csv", metavar="FILE", help="also write the table as CSV to FILE")
+    tb.add_argument("--csv", metavar="FILE", help="also write the table as CSV to FILE (default: no file)")
     tb.set_defaults(func=_cmd_table)
 
     sc = command("schema", "print the scenario JSON Schema (for YAML language servers)")

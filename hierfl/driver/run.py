@@ -55,7 +55,8 @@ def run_scenario(scenario: Scenario, out_dir: str | Path, progress: ProgressFn |
     """
     from hierfl.driver.session import RunSession
 
-    return RunSession(scenario, Path(out_dir), progress, source, None).execute(built, start)  # type: ignore[no-any-return]
+    launched = start.marks.get("runtime_start") if start is not None else None  # wall_s counts the build made before
+    return RunSession(scenario, Path(out_dir), progress, source, None, launched).execute(built, start)  # type: ignore[no-any-return]
 
 
 def resume_run(run_dir: str | Path, progress: ProgressFn | None = None) -> RunResult:

@@ -55,9 +55,12 @@ class RunSession:
     """A run from its build to its summary; :meth:`execute` runs the phases in order."""
 
     def __init__(self, scenario: Scenario, out: Path, progress: ProgressFn | None, source: str | None,
-                 resume: Checkpoint | None) -> None:
+                 resume: Checkpoint | None, launched: float | None = None) -> None:
         self.scenario, self.out, self.progress, self.source, self.resume = scenario, out, progress, source, resume
-        self.wall0, self.run_start = time.perf_counter(), time.time()
+        # the run's real clock starts at `launched` (epoch seconds: when the caller began the executor's
+        # start-up and the build), else now: wall_s and startup_s then count the build wherever it ran
+        self.run_start = time.time() if launched is None else float(launched)
+        self.wall0 = time.perf_counter() - (time.time() - self.run_start)
         self.built: Built | None = None
         self.start: ExecutorStart | None = None
         self.executor: Executor | None = None

@@ -94,3 +94,24 @@ def test_bad_overrides_say_what_is_accepted(bad, words):
         hierfl.run(TINY, overrides=bad)
     text = info.value.report()
     assert all(w in text for w in words), text
+
+
+def test_the_api_is_listed_and_says_which_executor_runs(tmp_path):
+    assert {"run", "load_run", "sweep", "load_sweep", "RunResultFrames"} <= set(dir(hierfl))
+    doc = hierfl.run.__doc__ or ""
+    assert "runtime.executor" in doc and "Ray" in doc and 'executor="local"' in doc
+    # executor= takes the place of the scenario's runtime.executor, with any form of overrides
+    ray_scenario = {**TINY, "runtime": {"executor": "ray"}}
+    for overrides in (None, (), ["stop.rounds=1"], {"stop.rounds": 1}, "stop.rounds=1"):
+        r = hierfl.run(ray_scenario, overrides=overrides, executor="local", out=tmp_path / f"run{len(str(overrides))}")
+        assert r.summary["executor"] == "local" and r.config["runtime"]["executor"] == "local"
+    with pytest.raises(ConfigError, match="runtime.executor"):
+        hierfl.run(TINY, executor="nowhere")
+
+
+def test_the_readme_api_example_runs_on_the_local_executor():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Python API"):]
+    code = section[section.index("```python\n") + len("```python\n"):]
+    code = code[:code.index("```")]
+    assert 'executor="local"' in code and "hierfl.run(" in code

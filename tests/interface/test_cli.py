@@ -81,3 +81,65 @@ def test_validate_a_sweep_file_checks_every_trial(tmp_path, capsys):
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
     assert main(["validate", str(tmp_path / "sweep.yaml")]) == 2
     assert "base scenario file not found" in capsys.readouterr().err
+
+
+def _subparsers(parser):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield name, sub
+                for inner, deeper in _subparsers(sub):
+                    yield f"{name} {inner}", deeper
+
+
+def test_every_command_has_a_description_and_every_option_help_with_its_default():
+    import argparse
+
+    from hierfl.cli import _parser
+
+    problems = []
+    for name, sub in _subparsers(_parser()):
+        if not (sub.description or "").strip():
+            problems.append(f"{name}: no description")
+        for action in sub._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            label = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            if not (action.help or "").strip():
+                problems.append(f"{label}: no help")
+            elif action.option_strings and not isinstance(action, argparse._StoreTrueAction) \
+                    and "default" not in action.help:
+                problems.append(f"{label}: the help does not state the default")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_summary_line_gives_the_commands_real_times_on_one_line(tmp_path, capsys, monkeypatch):
+    import re
+
+    import hierfl.cli as cli
+
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / ("a-run-directory-whose-name-is-long-enough-to-push-the-line-past-eighty-columns" * 2)
+    monkeypatch.setattr(cli, "_LAUNCHED", cli._LAUNCHED - 100.0)  # as if launched 100 s ago
+    assert main(["run", str(scen), "--out", str(out), "-q"]) == 0
+    err = capsys.readouterr().err
+    done = [line for line in err.splitlines() if line.startswith("done:")]
+    assert len(done) == 1 and done[0].endswith(str(out)), err  # not wrapped at 80 columns
+    wall, startup = (float(x) for x in re.search(r"wall ([\d.]+)s \(start-up ([\d.]+)s\)", done[0]).groups())
+    summary = json.loads((out / "summary.json").read_text())
+    assert wall >= 100.0 and startup >= 100.0 and wall - startup <= summary["wall_s"] + 0.05
+    # summary.json's start-up counts from the executor's start, the data's build included
+    assert summary["startup_s"] <= summary["wall_s"]
+
+
+def test_table_of_a_run_directory_says_what_it_reads(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    assert main(["table", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "not a sweep directory" in err and "--group-by" not in err and "hierfl report" in err
+    assert main(["plot", str(tmp_path / "run"), "--group-by", "seed"]) == 2
+    assert "leave out --group-by" in capsys.readouterr().err

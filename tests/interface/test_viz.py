@@ -276,3 +276,84 @@ def test_plot_timeline_more_devices_than_max(tmp_path: Path) -> None:
     out = plot_timeline(run, tmp_path / "many.svg", max_devices=5)
     text = out.read_text(encoding="utf-8")
     assert "7 omitted" in text  # title text is kept as <text>/comments in the SVG
+
+
+def _edge_run(tmp_path: Path, stop_s: float | None) -> Path:
+    """A run of 4 devices under 2 edge servers (devices.csv), whose last span ends at 5 s."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "cloud"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "edge servers"}},
+        {"ph": "M", "name": "process_name", "pid": 3, "args": {"name": "devices"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 0, "args": {"name": "cloud"}},
+    ]
+    for e in (0, 1):
+        events.append({"ph": "M", "name": "thread_name", "pid": 2, "tid": e, "args": {"name": f"edge {e}"}})
+        events.append({"ph": "i", "s": "t", "name": "aggregate", "ts": 2e6, "pid": 2, "tid": e})
+    for d in range(4):
+        events.append({"ph": "M", "name": "thread_name", "pid": 3, "tid": d, "args": {"name": f"device {d}"}})
+        events.append({"ph": "X", "name": "train", "ts": 1e6 * d, "dur": 2e6, "pid": 3, "tid": d, "args": {}})
+    run = write_run(tmp_path / "r", summary=None if stop_s is None else {"virtual_time_s": stop_s},
+                    trace=json.dumps(events))
+    rows = ["device,edge", "0,0", "1,1", "2,0", "3,1"]
+    (run / "devices.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return run
+
+
+def test_timeline_ends_at_the_stop_and_cuts_the_bars_there(tmp_path: Path) -> None:
+    from hierfl.viz.plot import X_LABELS, new_figure
+    from hierfl.viz.timeline import _build_lanes, draw_timeline, grouped_rows, run_end
+
+    run = _edge_run(tmp_path, stop_s=3.0)
+    lanes, instants = _build_lanes(read_trace(run))
+    assert run_end(run, lanes, instants) == 3.0  # summary.json's stop, not the last span's end (5 s)
+    assert run_end(_edge_run(tmp_path / "going", stop_s=None), lanes, instants) == 5.0
+    fig = new_figure(8, 4)
+    draw_timeline(fig, grouped_rows(lanes, [("edge 0", [0, 2]), ("edge 1", [1, 3])], 48), instants, 0.0, 3.0, "t")
+    ax = fig.axes[0]
+    assert ax.get_xlim() == (0.0, 3.0) and ax.get_xlabel() == X_LABELS["time"]
+    right = max(p.vertices[:, 0].max() for c in ax.collections for p in c.get_paths())
+    assert right <= 3.0 + 1e-12  # device 2's bar (2 s to 4 s) and device 3's (3 s to 5 s) end at the stop
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "train" in legend and any(t.startswith("point event") and "aggregate" in t for t in legend)
+    assert "busy" in ax.get_legend().get_title().get_text()
+    svg = plot_timeline(run, tmp_path / "t.svg").read_text(encoding="utf-8")
+    assert "0–3 s" in svg
+
+
+def test_timeline_groups_devices_under_their_edge_as_the_report_does(tmp_path: Path) -> None:
+    from hierfl.report import run_report_html
+    from hierfl.viz.groups import device_groups, read_clusters, read_devices
+    from hierfl.viz.timeline import MAX_DEVICE_LANES, _build_lanes, grouped_rows
+
+    run = _edge_run(tmp_path, stop_s=3.0)
+    groups, _ = device_groups(read_clusters(run), read_devices(run))
+    assert groups == [("edge 0", [0, 2]), ("edge 1", [1, 3])]
+    lanes, _ = _build_lanes(read_trace(run))
+    tl = grouped_rows(lanes, groups, max_devices=3)
+    labels = [label.strip() for label, _, _ in tl.rows]
+    assert labels == ["cloud", "edge 0  [2 devices]", "device 0", "device 2", "edge 1  [2 devices]", "device 1",
+                      "… 1 more"]
+    assert (tl.drawn, tl.total) == (3, 4)
+    svg = plot_timeline(run, tmp_path / "t.svg", max_devices=3).read_text(encoding="utf-8")
+    assert "3 of 4 devices shown, 1 omitted" in svg
+    # one default for both pictures
+    import inspect
+
+    from hierfl.cli import MAX_DEVICE_LANES as CLI_DEFAULT
+
+    assert CLI_DEFAULT == MAX_DEVICE_LANES == inspect.signature(plot_timeline).parameters["max_devices"].default
+    assert inspect.signature(run_report_html).parameters["max_devices"].default == MAX_DEVICE_LANES
+
+
+def test_report_shows_queues_as_a_table(tmp_path: Path) -> None:
+    from hierfl.report import run_report_html
+
+    queues = {"edge": {"mean": 1.23456789012, "max": 4,
+                       "by_entity": {"0": {"mean": 0.5, "max": 2}, "1": {"mean": 0.73456789, "max": 3}}}}
+    run = write_run(tmp_path / "r", summary={"status": "completed", "queues": queues})
+    page = run_report_html(run, run / "report.html")
+    table = page[page.index('id="queues-table"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 1 + 3  # the header, the tier, its two servers
+    assert "edge 1" in table and ">1.235<" in table and ">0.7346<" in table
+    assert "by_entity" not in page and "1.23456789012" not in table.replace('data-v="1.23456789012"', "")
