@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.sweep.aggregate import common_grid, mean_ci, sweep_runs
+from hierfl.viz.plot import X_LABELS
 from hierfl.viz.runs import RunReadError, eval_series
 
 __all__ = ["collect", "table_markdown", "plot", "main"]
@@ -143,7 +144,7 @@ def plot(points: dict[tuple[str, str, str], dict[str, Any]], out: Path, target: 
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(loc="lower right", fontsize="x-small")
             if i == len(protos) - 1:
-                ax.set_xlabel("emulated time (s)")
+                ax.set_xlabel(X_LABELS["time"])
             if j == 0:
                 ax.set_ylabel("accuracy")
     fig.suptitle("accuracy: mean and 95 % band over seeds, per re-clustering policy", fontsize="medium")

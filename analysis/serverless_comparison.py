@@ -114,7 +114,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.plot(t, [statistics.fmean(a) for a in acc], label=m)
         ax.fill_between(t, [min(a) for a in acc], [max(a) for a in acc], alpha=0.2)
     ax.axhline(TARGET, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("emulated time, s")
+    from hierfl.viz.plot import X_LABELS
+
+    ax.set_xlabel(X_LABELS["time"])
     ax.set_ylabel("test accuracy (average model for D-PSGD)")
     ax.legend(fontsize=8)
     fig.tight_layout()
