@@ -197,8 +197,12 @@ class NoScaffold:
     def reset(self, devices: list[int]) -> None:
         self.resets.append(list(devices))
 
+    def regroup(self, edge_of: Any) -> None:
+        self.regroups.append([int(e) for e in edge_of])
+
     def __init__(self) -> None:
         self.resets: list[list[int]] = []
+        self.regroups: list[list[int]] = []
 
 
 def _combine(terms: list[tuple[float, Any, Any]]) -> float:

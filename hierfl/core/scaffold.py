@@ -15,9 +15,28 @@ With momentum or weight decay in the local optimiser the option-II estimate is a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
-__all__ = ["option2_control", "correction", "control_weights"]
+from hierfl.core.method import JobMethod
+
+__all__ = ["option2_control", "correction", "control_weights", "ControlJob"]
+
+
+@dataclass(frozen=True)
+class ControlJob(JobMethod):
+    """A SCAFFOLD job (as a job method, :mod:`hierfl.core.method`): every gradient is corrected by ``c − c_i``
+    with the server control ``c`` that came with the job; the device's ``c_i`` (per-device state of its host)
+    moves by option II and the result is the packed ``[y; Δc_i]``."""
+
+    keeps_device_state: ClassVar[bool] = True
+    state_names: ClassVar[tuple[str, ...]] = ("c",)
+
+    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
+        """``[y; Δc_i]``: twice the model."""
+        return 2 * num_params
 
 
 def correction(c: np.ndarray, c_i: np.ndarray) -> np.ndarray:

@@ -39,6 +39,13 @@ class RoundRules:
         trainer = scenario.training.trainer
         self._rules: dict[tuple[str, int], Any] | None = (
             {} if world is not None and any(trainer.round_rule(1, t) is not None for t in ("cloud", "edge")) else None)
+        self._edge_of: np.ndarray | None = None  # the devices' edges after a re-grouping (None: the topology's)
+
+    def regroup(self, edge_of: np.ndarray) -> None:
+        """Devices moved between edges: each edge's rule is made again over its members now."""
+        self._edge_of = np.asarray(edge_of, dtype=np.int64).copy()
+        if self._rules is not None:
+            self._rules = {key: rule for key, rule in self._rules.items() if key[0] != "edge"}
 
     def at(self, tier: str, entity: int) -> Any:
         """The rule (or optimizer, or None) of ``(tier, entity)``."""
@@ -47,7 +54,12 @@ class RoundRules:
         rule = self._rules.get((tier, entity))
         if rule is None:
             world = self._world
-            members = world.num_devices if tier == "cloud" else int(world.edge_members(entity).size)
+            if tier == "cloud":
+                members = world.num_devices
+            elif self._edge_of is not None:
+                members = int((self._edge_of == entity).sum())
+            else:
+                members = int(world.edge_members(entity).size)
             rule = self._rules[(tier, entity)] = self._scenario.training.trainer.round_rule(members, tier)
         return rule
 
@@ -313,8 +325,12 @@ class ControlVariates:
     in the world, a device's control is its edge's ``c_e`` and its κ_i is relative to its edge's members
     (``1/N_e`` for FedDC's uniform weighting); the edges then relay nothing to the cloud."""
 
-    def __init__(self, executor: Any, world: Any, spec: Any, trainer: Any, edge_rounds: bool = False) -> None:
+    def __init__(self, executor: Any, world: Any, spec: Any, trainer: Any, edge_rounds: bool = False,
+                 round_rules: RoundRules | None = None) -> None:
         self._executor = executor
+        self._round_rules = round_rules
+        self._weighting = getattr(trainer, "control_weighting", "samples")
+        self._samples = world.samples
         self._coefs = None
         # edge_rounds: the protocol aggregates its devices' updates at edge servers (HierFAVG)
         self.by_edge = bool(spec.control_variates and trainer.edge_controls and edge_rounds
@@ -327,10 +343,26 @@ class ControlVariates:
             if not self.by_edge:
                 self._coefs = control_weights(samples, weighting)
             else:  # each edge's own c_e: weights over its members
-                self._coefs = np.zeros(samples.size, dtype=np.float64)
-                for edge in np.unique(world.edge_of):
-                    members = np.flatnonzero(world.edge_of == edge)
-                    self._coefs[members] = control_weights(samples[members], weighting)
+                self._coefs = self._edge_coefs(world.edge_of)
+
+    def _edge_coefs(self, edge_of: np.ndarray) -> np.ndarray:
+        """κ_i relative to the members of each device's edge."""
+        from hierfl.core.scaffold import control_weights
+
+        coefs = np.zeros(self._samples.size, dtype=np.float64)
+        for edge in np.unique(edge_of):
+            members = np.flatnonzero(edge_of == edge)
+            coefs[members] = control_weights(self._samples[members], self._weighting)
+        return coefs
+
+    def regroup(self, edge_of: Any) -> None:
+        """Devices moved between edges (``edge_of``: each device's edge now): with edge-scoped controls each
+        device's κ_i is taken over its new edge's members, and each edge's round rule counts them."""
+        edge_of = np.asarray(edge_of, dtype=np.int64)
+        if self.by_edge:
+            self._coefs = self._edge_coefs(edge_of)
+        if self._round_rules is not None:
+            self._round_rules.regroup(edge_of)
 
     @property
     def relays(self) -> bool:

@@ -120,6 +120,10 @@ class ControlVariates(Protocol):
         """Forget the per-device state of ``devices`` (SCAFFOLD's ``c_i``, FedDC's ``h_i`` and ``c_i``): they
         start again from zeros (a device that moved to another group, ``migration.device_state: reset``)."""
 
+    def regroup(self, edge_of: Any) -> None:
+        """Devices moved between edge servers (``edge_of``: each device's edge now): weights and round rules
+        taken over an edge's members follow the new membership."""
+
 
 class Aggregator(Protocol):
     """One aggregation point. It aggregates and accounts (counters, trace, metric lines, staleness,

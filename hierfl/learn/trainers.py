@@ -50,6 +50,7 @@ from hierfl.core.distrans import OffsetSpec
 from hierfl.core.fedalign import AlignSpec, align_work_factor
 from hierfl.core.feddc import DriftRule, DriftSpec
 from hierfl.core.personal import PersonalSpec
+from hierfl.core.scaffold import ControlJob
 
 __all__ = ["TRAINERS", "TrainerConfig", "SGDTrainer", "FedProxTrainer", "ScaffoldTrainer", "NoTrainer",
            "FedPerTrainer", "LGFedAvgTrainer", "FedMetaTrainer", "FedAvgMetaTrainer", "FedDCTrainer",
@@ -163,8 +164,8 @@ class ScaffoldTrainer(TrainerConfig):
         return 2
 
     def spec_fields(self) -> dict[str, Any]:
-        """``control_variates``."""
-        return {"control_variates": True}
+        """``control_variates`` and the SCAFFOLD job (:class:`~hierfl.core.scaffold.ControlJob`)."""
+        return {"control_variates": True, "method": ControlJob()}
 
 
 @TRAINERS.register
@@ -204,8 +205,8 @@ class FedDCTrainer(TrainerConfig):
         return 2
 
     def spec_fields(self) -> dict[str, Any]:
-        """``control_variates``, the ``drift`` spec and the clipping norm."""
-        return {"control_variates": True, "drift": DriftSpec(float(self.alpha), self.server_rule),
+        """``control_variates``, the drift job (:class:`~hierfl.core.feddc.DriftSpec`) and the clipping norm."""
+        return {"control_variates": True, "method": DriftSpec(float(self.alpha), self.server_rule),
                 "clip_norm": None if self.clip_norm is None else float(self.clip_norm)}
 
     control_scope: Literal["edge", "cloud"] = Field(
@@ -238,6 +239,15 @@ class FedDCTrainer(TrainerConfig):
             if self.server_rule == "code" and scenario.server_optimizer.at(tier) is not None:
                 out.append((f"server_optimizer.{tier}", "feddc's server rule sets the model itself; allowed: "
                             "no server optimizer", scenario.server_optimizer.at(tier).name))
+        aggregation = getattr(scenario, "aggregation", None)
+        for tier in ("cloud", "edge") if aggregation is not None else ():
+            rule = aggregation.at(tier)
+            if not getattr(rule, "is_mean", True):
+                # the drift H and the control c sum every device's update; a robust rule's aggregate leaves some
+                # out or moves them, so H would silently part from the devices' h_i
+                out.append((f"aggregation.{tier}", "feddc's server state (the drift H and the control c) sums "
+                            "every device's update, which a robust rule's aggregate does not; allowed: mean",
+                            rule.name))
         return out
 
 
@@ -333,8 +343,8 @@ class DisTransTrainer(TrainerConfig):
                     "joint]")
 
     def spec_fields(self) -> dict[str, Any]:
-        """The ``offset`` spec (its ``init_seed`` is set from the scenario seed by the build)."""
-        return {"offset": OffsetSpec(self.offset_mode, float(self.lr_offset), self.offset_update)}
+        """The offset job (:class:`~hierfl.core.distrans.OffsetSpec`) (its ``init_seed`` is set from the scenario seed by the build)."""
+        return {"method": OffsetSpec(self.offset_mode, float(self.lr_offset), self.offset_update)}
 
     def work_factor(self, model: Any, input_shape: tuple[int, ...], num_classes: int, call: Any) -> float:
         """2 with alternating updates (a second forward and backward per batch), else 1: the dual input's two

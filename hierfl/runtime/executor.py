@@ -586,7 +586,9 @@ class LocalExecutor(Executor):
         for model, slots in eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
             index = [pos.get(sets[k][0], 0) for k in slots]
             out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
-                                                    self.handles.values([model])[0], *arrays, offset=spec.offset)
+                                                    self.handles.values([model])[0], *arrays,
+                                                    method=spec.method if spec.method is not None
+                                                    and spec.method.device_evaluation else None)
         return out
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:

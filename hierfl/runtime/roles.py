@@ -15,10 +15,8 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.aggregate import WeightedSum, linear_combination
-from hierfl.core.scaffold import correction, option2_control
+from hierfl.core.method import JobContext, JobMethod
 from hierfl.runtime.device_state import DeviceState
-from hierfl.runtime.distrans_jobs import DisTransJobs
-from hierfl.runtime.feddc_jobs import FedDCJobs
 from hierfl.core.serveropt import OptState
 from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
@@ -27,11 +25,7 @@ from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
-from hierfl.core.distrans import OffsetSpec
 from hierfl.core.personal import PersonalSpec, support_split
-from hierfl.learn.fccl import FCCLWork
-from hierfl.learn.outputs import run_public_task
-from hierfl.learn.sce import train_sce
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
@@ -285,9 +279,10 @@ def group_trainers(trainer: LocalTrainer, model: ModelSpec,
 class DeviceHost:
     """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
 
-    Persistent per-device state: named vectors per device that a trainer declares (SCAFFOLD's ``c``;
-    FedDC's ``h``, ``c``; DisTrans's offset; FCCL's teachers). It lives here, so a device always trains on its home host
-    (Ray); it is checkpointed (:meth:`export_state`), measured (:meth:`state_bytes`) and reset (:meth:`reset_devices`).
+    Persistent per-device state: named vectors per device that a job method keeps
+    (:attr:`JobMethod.keeps_device_state <hierfl.core.method.JobMethod.keeps_device_state>`). It lives here, so a
+    device always trains on its home host (Ray); it is checkpointed (:meth:`export_state`), measured
+    (:meth:`state_bytes`) and reset (:meth:`reset_devices`).
 
     Personalised jobs keep none here: the executor keeps their local layers (:meth:`train_personal`).
     """
@@ -302,9 +297,10 @@ class DeviceHost:
         self.device = resolve_device(device_of(model))
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                     device=self.device, precision=precision_of(model))
-        self.states = DeviceState()  # per-device vectors a trainer keeps (SCAFFOLD's c; FedDC's h, c)
-        self._feddc = FedDCJobs(self.trainer, self.states, parts)  # FedDC's jobs (their ω_i, K̄ and state)
-        self._distrans = DisTransJobs(model_cfg, tuple(input_shape), num_classes, threads, self.states)  # offsets
+        self.states = DeviceState()  # per-device vectors the job methods keep
+        self._model = (model_cfg, tuple(input_shape), int(num_classes), int(threads))
+        self._input_size = int(np.prod(input_shape))
+        self._method_caches: dict[type, dict[str, Any]] = {}  # what a job method keeps on this host, by its class
         # models: one trainer per architecture (a job's spec.model picks it); the first is self.trainer
         self.trainers = [self.trainer] + [LocalTrainer(cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                                        device=self.device, precision=precision_of(model))
@@ -320,10 +316,9 @@ class DeviceHost:
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """One local job of ``device`` starting from ``params``; seeded by ``seed`` only.
 
-        With ``spec.control_variates`` (SCAFFOLD, option II) ``control`` is the server's ``c``;
-        every gradient is corrected by ``c − c_i``, the device's ``c_i`` is updated and the
-        result is the packed ``[y; Δc_i]`` (twice the model's length). ``out``: optional array
-        of the result's length that receives it. The device's samples are read from the host's
+        With a job method (``spec.method``) the method runs the job (:meth:`JobMethod.run`), given
+        ``control``, the extra vector that came with the job (a server control, targets). ``out``:
+        optional array of the result's length that receives it. The device's samples are read from the host's
         arrays through its rows (never gathered into a per-job copy first).
         """
         result, stats = self._train(device, seed, spec, params, control, out)
@@ -339,43 +334,24 @@ class DeviceHost:
                control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
+        if spec.method is not None:
+            return spec.method.run(self._context(device, seed, spec, params, control, out))
         trainer = self.trainers[spec.model]
-        rows = self._rows(device, spec)
-        # output-exchange work (control: targets, mean logits) and RHFL's private SCE jobs
-        if spec.task is not None or spec.fccl is not None or spec.sce is not None:
-            if spec.fccl is not None:
-                result, stats = FCCLWork(self.states, self.x, self.y).run(trainer, device, self.parts[device], spec,
-                                                                          seed, params, control)
-            elif spec.task is not None:
-                result, stats = run_public_task(trainer, params, self.x, self.y, spec, seed, control)
-            else:
-                result, stats = train_sce(trainer, params, self.x, self.y, rows, spec, seed)
-            if out is not None:
-                out[...] = result
-                result = out
-            return result, stats
-        if spec.offset is not None:  # DisTrans: the device's offset moves with the model
-            return self._distrans.train(device, seed, spec, params, self.x, self.y, rows, out)
-        if not spec.control_variates:
-            return trainer.train(params, self.x, self._shared.y_for(spec.shared, device), spec, seed, rows=rows, out=out)
-        size = self.trainer.num_params
-        if control is None and spec.drift is None:
-            raise ValueError(f"device {device}: a job with control variates needs the server control c")
-        # None with FedDC: an edge's own c_e before its first round, zeros
-        c = np.zeros(size, dtype=np.float32) if control is None else np.asarray(control, dtype=np.float32)
-        if spec.drift is not None:
-            y_new, dc, stats = self._feddc.train(device, seed, spec, params, c, self.x, self.y, out)
-        else:
-            c_i = self.states.get(device, "c", c)
-            y_new, stats = self.trainer.train(params, self.x, self.y, spec, seed, correction=correction(c, c_i),
-                                              rows=rows, out=None if out is None else out[:size])
-            c_new, dc = option2_control(c_i, c, params, y_new, int(stats["steps"]), spec.lr)
-            self.states.put(device, c=c_new)
-        if out is None:
-            return np.concatenate([y_new, dc]), stats
-        out[:size] = y_new
-        out[size:] = dc
-        return out, stats
+        return trainer.train(params, self.x, self._shared.y_for(spec.shared, device), spec, seed,
+                             rows=self._rows(device, spec), out=out)
+
+    def method_context(self, device: int, spec: TrainSpec, params: np.ndarray | None = None) -> JobContext:
+        """What a job of ``spec``'s method on ``device`` would see of this host (tests, inspection)."""
+        return self._context(device, 0, spec, np.zeros(0, np.float32) if params is None else params, None, None)
+
+    def _context(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, received: np.ndarray | None,
+                 out: np.ndarray | None, method: JobMethod | None = None) -> JobContext:
+        """What a job method sees of this host for one job (or one evaluation) of ``device``."""
+        kind = type(spec.method if method is None else method)
+        cache = self._method_caches.setdefault(kind, {})
+        return JobContext(device=device, seed=seed, spec=spec, params=params, received=received,
+                          trainer=self.trainers[spec.model], x=self.x, y=self.y, rows=self._rows(device, spec),
+                          parts=self.parts, state=self.states, model=self._model, out=out, cache=cache)
 
     def state_bytes(self) -> tuple[int, int]:
         """``(devices holding state, bytes of their state vectors)`` on this host (memory accounting)."""
@@ -424,13 +400,14 @@ class DeviceHost:
 
     def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
                          state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray,
-                         offset: OffsetSpec | None = None) -> np.ndarray:
+                         method: JobMethod | None = None) -> np.ndarray:
         """Per-device evaluation of evaluation sets ``slots`` (indices into ``eval_sets``) with ``params``.
 
         Each device is tested with its personalised model (:meth:`Personaliser.adapted`; state ``k``
         is ``arrays[state_index[k]]``, row ``state_rows[k]``, or none with index ``-1``) on its held-out
         rows, or — a held-out device — adapted on the support part of its rows and tested on the
-        query part; with ``offset`` (DisTrans) through its own offset. Returns ``(len(slots), 3)`` float64
+        query part; with a ``method`` that declares ``device_evaluation``, through it (:meth:`JobMethod.evaluate`:
+        a device's own offset, kept here). Returns ``(len(slots), 3)`` float64
         rows: correct, tested samples, loss sum.
         """
         out = np.zeros((len(slots), 3), dtype=np.float64)
@@ -447,8 +424,12 @@ class DeviceHost:
             else:
                 state = None if state_index[k] < 0 else _pick(arrays[state_index[k]], state_rows[k])
                 theta = pz.adapted(device, params, state, self.x, self.y, rows[s_pos])
-            acc, loss = (self.trainer.evaluate(theta, self.x[test], self.y[test]) if offset is None
-                         else self._distrans.evaluate(device, offset, params, self.x[test], self.y[test]))
+            if method is None:
+                acc, loss = self.trainer.evaluate(theta, self.x[test], self.y[test])
+            else:
+                ctx = self._context(device, 0, TrainSpec(method=method), params, None, None)
+                ctx.x, ctx.y = self.x[test], self.y[test]
+                acc, loss = method.evaluate(ctx)
             out[k] = (round(acc * test.size), test.size, loss * test.size)
         return out
 
@@ -516,21 +497,22 @@ class DeviceHost:
         """
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
-        if ((self.batched is None and self.vmapped is None) or spec.keeps_device_state or spec.attack is not None
-                or spec.model or spec.task is not None or spec.clip_norm is not None or spec.frozen
-                or spec.align is not None or spec.sce is not None):
-            # (the group trainers hold model 0's plain training only, and clip or freeze no gradients)
+        if ((self.batched is None and self.vmapped is None) or spec.method is not None or spec.attack is not None
+                or spec.model or spec.clip_norm is not None or spec.frozen or spec.align is not None):
+            # (the group trainers hold model 0's plain training only, and clip or freeze no gradients; a job
+            # method's job runs alone)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
             return out, stats
-        subgroups: list[list[int]]
-        if self.batched is not None:
-            by_size: dict[int, list[int]] = {}
-            for k, device in enumerate(devices):
-                by_size.setdefault(int(self._rows(device, spec).size), []).append(k)
-            subgroups = list(by_size.values())
-        else:
-            subgroups = [list(range(len(devices)))]
+        # each job reads its own labels (a shared dataset with malicious sharers shows their shares flipped to all
+        # but themselves), so jobs reading different label arrays never share a (sub-)group
+        labels = [self._shared.y_for(spec.shared, device) for device in devices]
+        by_key: dict[tuple[int, int], list[int]] = {}
+        for k, device in enumerate(devices):
+            # the CPU batched trainer runs devices of equal sample count in lockstep; the vmap trainer pads
+            size = int(self._rows(device, spec).size) if self.batched is not None else 0
+            by_key.setdefault((size, id(labels[k])), []).append(k)
+        subgroups: list[list[int]] = list(by_key.values())
         for ks in subgroups:
             if len(ks) == 1 and self.device == "cpu":
                 k = ks[0]
@@ -538,7 +520,7 @@ class DeviceHost:
                 continue
             rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
             trainer: Any = self.batched if self.batched is not None else self.vmapped
-            st = trainer.train_group([params[k] for k in ks], self.x, self.y,
+            st = trainer.train_group([params[k] for k in ks], self.x, labels[ks[0]],
                                      [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks], rows)
             out[ks] = rows
             for j, (k, one) in enumerate(zip(ks, st)):
@@ -546,12 +528,12 @@ class DeviceHost:
         return out, stats
 
     def result_width(self, spec: TrainSpec) -> int:
-        """Length of one job's result: its model's parameters (twice with SCAFFOLD), or a scores, probabilities
-        or logits job's S · C."""
-        task, fccl = spec.task, spec.fccl
-        if (task is not None and task.forward_only) or (fccl is not None and fccl.kind == "logits"):
-            return (task.samples if task is not None else fccl.samples()) * self.num_classes  # type: ignore[union-attr]
-        return self.trainers[spec.model].num_params * (1 + int(spec.control_variates)) + self._distrans.extra(spec)
+        """Length of one job's result: its model's parameters, or what its job method returns
+        (:meth:`JobMethod.result_width`)."""
+        num_params = self.trainers[spec.model].num_params
+        if spec.method is None:
+            return num_params
+        return spec.method.result_width(num_params, self.num_classes, self._input_size)
 
     def ready(self) -> bool:
         """Start-up barrier for actors."""

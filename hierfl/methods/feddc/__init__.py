@@ -1,0 +1,3 @@
+"""feddc: its device job's runner (:mod:`.job`)."""
+
+from hierfl.methods.feddc import job as job  # noqa: F401  (registers the runner)

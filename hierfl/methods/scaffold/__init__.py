@@ -1,0 +1,3 @@
+"""scaffold: its device job's runner (:mod:`.job`)."""
+
+from hierfl.methods.scaffold import job as job  # noqa: F401  (registers the runner)
