@@ -172,7 +172,7 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
         world.num_classes = int(classes)
         world.sample_bytes = public_bytes(1, math.prod(shape), True)
-        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (BGFL, PFNM, FedMA, FedFTG)
+        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (protocols that need them)
             y = dataset.y_train
             world.label_counts = np.stack([np.bincount(y[p], minlength=classes)[:classes] for p in parts]
                                           ).astype(np.int64)
@@ -187,11 +187,11 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
                                       public_bytes(public_rows.size, math.prod(shape), pub.labelled))
         models = _device_models(scenario, world.tier, shape, classes, model_call)
         params = model_call(init_params, scenario.model, shape, classes, stream_seed(seed, "model.init"))
-        # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
+        # one message's size: model and control travel together with control variates (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
         spec = train_spec(scenario)
         factor = scenario.training.trainer.work_factor(scenario.model, shape, classes, model_call)
-        if factor != 1.0:  # a heavier local loss (FedAlign's slim pass) takes longer in virtual time
+        if factor != 1.0:  # a heavier local loss (an extra pass of the trainer's loss) takes longer in virtual time
             spec = dataclasses.replace(spec, work_factor=factor)
         if spec.personal is not None:
             params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec, model_call)

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from hierfl.core.controls import control_weights
 from hierfl.core.method import JobMethod
 
 __all__ = ["option2_control", "correction", "control_weights", "ControlJob"]
@@ -57,16 +58,3 @@ def option2_control(c_i: np.ndarray, c: np.ndarray, x: np.ndarray, y: np.ndarray
            + (np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) / (steps * lr)).astype(np.float32)
     return new, (new.astype(np.float64) - ci).astype(np.float32)
 
-
-def control_weights(samples: np.ndarray, weighting: str) -> np.ndarray:
-    """``κ_i`` per device: ``1/N`` (``uniform``) or ``n_i / n`` (``samples``)."""
-    n = np.asarray(samples, dtype=np.float64)
-    if n.size == 0:
-        raise ValueError("control weights of no device")
-    if weighting == "uniform":
-        return np.full(n.size, 1.0 / n.size)
-    if weighting == "samples":
-        if n.sum() <= 0:
-            raise ValueError("control weights: devices hold no samples")
-        return n / n.sum()
-    raise ValueError(f"unknown control weighting {weighting!r}; allowed: uniform, samples")

@@ -30,7 +30,7 @@ __all__ = ["Aggregation", "ControlVariates", "RoundRules"]
 
 class RoundRules:
     """What ends a synchronous round of *device* updates at each aggregator: the trainer's round rule
-    over the devices that aggregator serves (FedDC's drift rule, made once per aggregator), else the
+    over the devices that aggregator serves (:meth:`TrainerConfig.round_rule`, made once per aggregator), else the
     tier's server optimizer. Decided once per run: without a trainer rule it is the optimizer."""
 
     def __init__(self, scenario: Scenario, world: Any) -> None:
@@ -97,7 +97,7 @@ class Aggregation:
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
         self._stacks: dict[str, Layer] = {}
-        # what ends a synchronous round of device updates at each aggregator (FedDC's rule, else the optimizer)
+        # what ends a synchronous round of device updates at each aggregator (the trainer's rule, else the optimizer)
         self.round_rules = RoundRules(scenario, world)
         # each server's own computation (server tasks), queued per server in virtual time
         self.server_jobs = ServerJobs(scenario.servers, executor, telemetry, clock)
@@ -157,7 +157,7 @@ class Aggregation:
         """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
 
         ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
-        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
+        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (a relay of control deltas).
         """
         if self.nonfinite.nothing_folded(("edge", edge)):  # every update of the round was non-finite and left out
             if base is None or pack_control:
@@ -317,13 +317,13 @@ class Aggregation:
 
 
 class ControlVariates:
-    """SCAFFOLD's control variates (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
-    Federated Learning", ICML 2020) as a protocol sees them (``env.scaffold``): whether jobs carry
+    """Control variates kept by the servers (variance reduction in the manner of Karimireddy et al., ICML 2020:
+    Federated Learning", ICML 2020) as a protocol sees them (``env.controls``): whether jobs carry
     them, the server control ``c`` now, and each device's weight κ_i in the server's ``c`` step.
 
-    With a trainer whose edges keep their own control (FedDC's ``control_scope: edge``) and edge servers
+    With a trainer whose edges keep their own control (:attr:`TrainerConfig.edge_controls`) and edge servers
     in the world, a device's control is its edge's ``c_e`` and its κ_i is relative to its edge's members
-    (``1/N_e`` for FedDC's uniform weighting); the edges then relay nothing to the cloud."""
+    (``1/N_e`` with uniform weighting); the edges then relay nothing to the cloud."""
 
     def __init__(self, executor: Any, world: Any, spec: Any, trainer: Any, edge_rounds: bool = False,
                  round_rules: RoundRules | None = None) -> None:
@@ -336,7 +336,7 @@ class ControlVariates:
         self.by_edge = bool(spec.control_variates and trainer.edge_controls and edge_rounds
                             and (world.edge_of >= 0).any())
         if spec.control_variates:
-            from hierfl.core.scaffold import control_weights
+            from hierfl.core.controls import control_weights
 
             weighting = getattr(trainer, "control_weighting", "samples")
             samples = world.samples
@@ -347,7 +347,7 @@ class ControlVariates:
 
     def _edge_coefs(self, edge_of: np.ndarray) -> np.ndarray:
         """κ_i relative to the members of each device's edge."""
-        from hierfl.core.scaffold import control_weights
+        from hierfl.core.controls import control_weights
 
         coefs = np.zeros(self._samples.size, dtype=np.float64)
         for edge in np.unique(edge_of):
@@ -366,12 +366,12 @@ class ControlVariates:
 
     @property
     def relays(self) -> bool:
-        """Whether edge servers relay their devices' control deltas to the cloud's ``c`` (SCAFFOLD)."""
+        """Whether edge servers relay their devices' control deltas to the cloud's ``c``."""
         return self._coefs is not None and not self.by_edge
 
     @property
     def on(self) -> bool:
-        """Whether jobs carry control variates (``training.trainer: scaffold``)."""
+        """Whether jobs carry control variates (the trainer's ``needs_control_variates``)."""
         return self._coefs is not None
 
     def control(self, edge: int | None = None) -> Any:
@@ -382,11 +382,11 @@ class ControlVariates:
         return self._executor.servers.control(edge if self.by_edge and edge is not None else None)
 
     def coef(self, device: int) -> float | None:
-        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
+        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without control variates."""
         return None if self._coefs is None else float(self._coefs[device])
 
     def reset(self, devices: list[int]) -> None:
-        """Forget the per-device state of ``devices`` (their control ``c_i``; FedDC's drift ``h_i`` too): they
+        """Forget the per-device state of ``devices`` (every vector its job method keeps for it): they
         start again from zeros, after every job they were given before."""
         if devices:
             self._executor.state.reset_devices(sorted(int(d) for d in devices))

@@ -20,7 +20,7 @@ class Aggregation:
     """One aggregator's (a leader's or the cloud's) running state.
 
     * the weighted sum of the models arriving in this round (float64, in arrival order);
-    * SCAFFOLD: the sum ``Σ κ_i Δc_i`` of the control deltas that came with them (float64) —
+    * control variates: the sum ``Σ κ_i Δc_i`` of the control deltas that came with them (float64) —
       an update with a ``control_coef`` is a packed ``[model; Δc]`` vector of twice the length;
     * the server optimizer's state (docs/explanation/algorithms.md §5.7), kept across rounds;
     * with a robust ``rule`` (``aggregation:`` set, or attacks on): the updates themselves, kept
@@ -48,7 +48,7 @@ class Aggregation:
         if control_coef is not None:
             half = vec.shape[0] // 2
             if vec.shape[0] != 2 * half:
-                raise ValueError(f"a SCAFFOLD update is [model; control delta], got an odd length {vec.shape[0]}")
+                raise ValueError(f"an update with control variates is [model; control delta], got an odd length {vec.shape[0]}")
             dc = vec[half:].astype(np.float64) * float(control_coef)
             self.control_sum = dc if self.control_sum is None else self.control_sum + dc
             vec = vec[:half]
@@ -117,8 +117,8 @@ class Aggregation:
             avg, self.pending = self.pending.result(), None
         if opt is None:
             return avg  # plain averaging: the average itself, bit for bit
-        # a server optimizer, or a round rule that needs the round's size too (FedDC's drift); a rule that
-        # keeps its aggregator's own control (FedDC's edge c_e) takes the round's control sum
+        # a server optimizer, or a round rule that needs the round's size too (a trainer's round rule); a rule that
+        # keeps its aggregator's own control (an edge's own c_e) takes the round's control sum
         out = opt.round_step(base, avg, count, self.opt_state)
         if opt.take_control(self.control_sum, self.opt_state):
             self.control_sum = None

@@ -75,7 +75,7 @@ class DeviceHost:
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
         self._personalisers: dict[PersonalSpec, Personaliser] = {}
-        self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (BGFL's D_g) added
+        self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (D_g) added
         # opt-in fast path: groups of jobs trained together (None: every job alone)
         self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
 

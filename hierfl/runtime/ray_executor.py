@@ -445,7 +445,7 @@ class RayExecutor(Executor):
 
     def _eval_chunks(self, group: list[int], spec: TrainSpec) -> list[list[int]]:
         """Each host's evaluation slots: one contiguous chunk per host, or — devices evaluated with state
-        their home host keeps (DisTrans's offsets) — each device's slots at its home."""
+        their home host keeps (a job method's ``device_evaluation``) — each device's slots at its home."""
         if _evaluating(spec) is not None:
             return [[k for k in group if self._eval_devices[k] % self.workers == host] for host in range(self.workers)]
         bounds = np.linspace(0, len(group), self.workers + 1).astype(int)

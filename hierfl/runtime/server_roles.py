@@ -64,7 +64,7 @@ class LeaderHost:
                pack_control: bool = False) -> np.ndarray:
         """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the leader's model.
 
-        ``pack_control``: return ``[model; Σ κ_i Δc_i]`` (the SCAFFOLD control deltas gathered
+        ``pack_control``: return ``[model; Σ κ_i Δc_i]`` (the control deltas gathered
         since the last upload, relayed to the cloud) instead of the model alone.
         """
         agg = self._at(leader)
@@ -83,7 +83,7 @@ class LeaderHost:
         return model
 
     def get_control(self, leader: int) -> np.ndarray | None:
-        """The leader's own control ``c_e`` (FedDC with an edge-scoped control), None before its first round."""
+        """The leader's own control ``c_e`` (edge-scoped controls), None before its first round."""
         return self._at(leader).opt_state.control
 
     def server_step(self, leader: int, opt: ServerOptimizerConfig, coefs: list[float], plus: list[int],
@@ -173,7 +173,7 @@ class Cloud:
         self.version = 0
         self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
         self._agg = Aggregation(None if robust is None else robust.cloud)
-        self.control = np.zeros_like(self.model)  # SCAFFOLD's server control c (zeros until used)
+        self.control = np.zeros_like(self.model)  # the server control c of control variates (zeros until used)
         self.x_test = x_test
         self.y_test = y_test
         # the evaluators (made on first use) and the server tasks' work (hierfl.learn.server_tasks)
@@ -240,7 +240,7 @@ class Cloud:
     def commit(self, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None) -> np.ndarray:
         """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the global model.
 
-        SCAFFOLD control deltas that came with the updates move the server control:
+        control deltas that came with the updates move the server control:
         ``c ← c + Σ κ_i Δc_i``.
         """
         loss = self._validation_loss if self.robust is not None and self.robust.validation > 0 else None
@@ -252,7 +252,7 @@ class Cloud:
         return self.model
 
     def get_control(self) -> np.ndarray:
-        """The server control ``c`` (SCAFFOLD) as it is now."""
+        """The server control ``c`` as it is now."""
         return self.control
 
     def server_step(self, opt: ServerOptimizerConfig, coefs: list[float], plus: list[int],
@@ -304,7 +304,7 @@ class Cloud:
         return self.work.run(name, params, seed, tier, entity, [_pick(arrays[i], r) for i, r in zip(index, rows)])
 
     def export_state(self) -> dict[str, Any]:
-        """Global model, version, running aggregation and SCAFFOLD control, for a checkpoint."""
+        """Global model, version, running aggregation and server control, for a checkpoint."""
         return copy.deepcopy({"model": self.model, "version": self.version, "agg": self._agg,
                               "control": self.control, "server_state": self.work.state})
 
