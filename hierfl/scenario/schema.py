@@ -39,6 +39,7 @@ from hierfl.energy.config import EnergyConfig
 from hierfl.executors import EXECUTORS
 from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
+import hierfl.methods  # noqa: F401  (every shipped method registers its plug-ins)
 from hierfl.models import MODELS
 from hierfl.policies.straggler import MIN_INTERVAL_S, default_policy, device_policy_field
 from hierfl.protocols import PROTOCOLS
