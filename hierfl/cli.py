@@ -381,8 +381,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, summary: str, details: str = "") -> argparse.ArgumentParser:
         # the one-line summary lists the command under `hierfl -h`; its page opens with the summary and details
-        return sub.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}." + (
-            f" {details}" if details else ""))
+        # (help strings are %-formatted, descriptions are not: a literal % is %% in the one only)
+        text = f"{summary[0].upper()}{summary[1:]}." + (f" {details}" if details else "")
+        return sub.add_parser(name, help=summary, description=text.replace("%%", "%"))
 
     def scenario_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("scenario", help="scenario YAML file")
@@ -420,7 +421,7 @@ def _parser() -> argparse.ArgumentParser:
     v.set_defaults(func=_cmd_validate)
 
     pl = command("plot", "overlay runs: a metric against emulated wall-clock time or cloud rounds",
-                 "One line per run directory; with one sweep directory, the mean and 95%% band over seeds per group.")
+                 "One line per run directory; with one sweep directory, the mean and 95% band over seeds per group.")
     pl.add_argument("runs", nargs="+", help="run directories (or one sweep directory)")
     pl.add_argument("-o", "--output", help="output file; format from the extension: png, svg, pdf "
                                            "(default FIRST_RUN/<metric>.png)")
@@ -481,7 +482,7 @@ def _parser() -> argparse.ArgumentParser:
                                           "(default RUN/timeline.png)")
     t.add_argument("--max-devices", type=int, default=MAX_DEVICE_LANES,
                    help=f"device lanes drawn, taken evenly from every group (default {MAX_DEVICE_LANES})")
-    t.add_argument("--t-max", type=float, help="last emulated second to draw (default: the run's end)")
+    t.add_argument("--t-max", type=float, help="last emulated second to draw (default: the run's stop, summary.json's virtual_time_s)")
     t.set_defaults(func=_cmd_timeline)
 
     rp = command("report", "one self-contained HTML page of a run or a sweep directory",
