@@ -243,7 +243,7 @@ def draw_timeline(fig: Any, tl: TimelineRows, global_instants: list[tuple[float,
     colors = _span_colors(names)
     ax = fig.add_subplot()
     for i, (start, stop, _) in enumerate(tl.bands):
-        if i % 2 == 0:
+        if i % 2 == 0 and len(tl.bands) > 1:  # bands tell groups apart: a flat run has one
             ax.axhspan(start - 0.5, stop - 0.5, color="0.93", zorder=0, linewidth=0)
     marked: list[str] = []
     for row, (_, ln, _) in enumerate(rows):
