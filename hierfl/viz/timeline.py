@@ -215,10 +215,10 @@ def grouped_rows(lanes: list[_Lane], groups: list[tuple[str, list[int]]], max_de
         elif label != "cloud":
             rows.append((f"{label}  [{len(members)} devices]", None, True))
         for d in picked:
-            ln = device_lane.get(d)
-            if ln is not None and id(ln) not in used:
-                rows.append((f"   device {d}", ln, False))
-                used.add(id(ln))
+            dev = device_lane.get(d)
+            if dev is not None and id(dev) not in used:
+                rows.append((f"   device {d}", dev, False))
+                used.add(id(dev))
         if len(picked) < len(members):
             rows.append((f"   … {len(members) - len(picked)} more", None, False))
         bands.append((start, len(rows), label))
@@ -242,9 +242,9 @@ def draw_timeline(fig: Any, tl: TimelineRows, global_instants: list[tuple[float,
     names = {name for _, ln, _ in rows if ln is not None for s, d, name in ln.spans if s <= t_hi and s + d >= t_lo}
     colors = _span_colors(names)
     ax = fig.add_subplot()
-    for i, (start, stop, _) in enumerate(tl.bands):
+    for i, (first, end, _) in enumerate(tl.bands):
         if i % 2 == 0 and len(tl.bands) > 1:  # bands tell groups apart: a flat run has one
-            ax.axhspan(start - 0.5, stop - 0.5, color="0.93", zorder=0, linewidth=0)
+            ax.axhspan(first - 0.5, end - 0.5, color="0.93", zorder=0, linewidth=0)
     marked: list[str] = []
     for row, (_, ln, _) in enumerate(rows):
         if ln is None:
