@@ -318,9 +318,11 @@ def _init_ray(address: str | None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     # a token-protected cluster by its address: token mode where the user meant it, and a refused
     # token reported at once (ClusterAuthError) instead of after Ray's 20 s of retries
-    from hierfl.runtime.ray_auth import prepare
+    from hierfl.runtime.ray_auth import local_token_notice, prepare
 
     prepare(address)
+    if address == "local":  # a new local instance: Ray's token warning in hierfl's words
+        local_token_notice()
     ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
 
 
