@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.fedalign import AlignSpec
 from hierfl.core.method import JobMethod
 from hierfl.core.personal import PersonalSpec
 from hierfl.core.shared import SharedData
@@ -149,8 +148,6 @@ class TrainSpec:
     # extra local compute a trainer's loss costs (FedAlign's slim pass): a job's work is this many times
     # its samples processed (docs/explanation/timing.md); 1.0 for every other trainer
     work_factor: float = 1.0
-    # FedAlign (``training.trainer: fedalign``): the Lipschitz term of the final block; None = plain CE
-    align: AlignSpec | None = None
     # a method's own job (hierfl.core.method): what the device runs instead of plain local training, what
     # it costs and returns, and the per-device state it keeps; None = plain local training
     method: JobMethod | None = None

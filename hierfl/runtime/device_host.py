@@ -98,26 +98,30 @@ class DeviceHost:
         return self.parts[device] if spec.revealed is None else self.parts[device][: spec.revealed]
 
     def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
-               control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
+               control: np.ndarray | None, out: np.ndarray | None,
+               labels: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
         if spec.attack is not None:
             return self._train_byzantine(device, seed, spec, params, control, out)
         if spec.method is not None:
-            return spec.method.run(self._context(device, seed, spec, params, control, out))
+            return spec.method.run(self._context(device, seed, spec, params, control, out, labels=labels))
         trainer = self.trainers[spec.model]
-        return trainer.train(params, self.x, self._shared.y_for(spec.shared, device), spec, seed,
-                             rows=self._rows(device, spec), out=out)
+        y = self._shared.y_for(spec.shared, device) if labels is None else labels
+        return trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out)
 
     def method_context(self, device: int, spec: TrainSpec, params: np.ndarray | None = None) -> JobContext:
         """What a job of ``spec``'s method on ``device`` would see of this host (tests, inspection)."""
         return self._context(device, 0, spec, np.zeros(0, np.float32) if params is None else params, None, None)
 
     def _context(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, received: np.ndarray | None,
-                 out: np.ndarray | None, method: JobMethod | None = None) -> JobContext:
-        """What a job method sees of this host for one job (or one evaluation) of ``device``."""
+                 out: np.ndarray | None, method: JobMethod | None = None,
+                 labels: np.ndarray | None = None) -> JobContext:
+        """What a job method sees of this host for one job (or one evaluation) of ``device``: the labels this
+        device's job reads (``labels`` when given: a label-flipping device's)."""
         kind = type(spec.method if method is None else method)
         cache = self._method_caches.setdefault(kind, {})
+        y = self._shared.y_for(spec.shared, device) if labels is None else labels
         return JobContext(device=device, seed=seed, spec=spec, params=params, received=received,
-                          trainer=self.trainers[spec.model], x=self.x, y=self.y, rows=self._rows(device, spec),
+                          trainer=self.trainers[spec.model], x=self.x, y=y, rows=self._rows(device, spec),
                           parts=self.parts, state=self.states, model=self._model, out=out, cache=cache)
 
     def state_bytes(self) -> tuple[int, int]:
@@ -135,15 +139,17 @@ class DeviceHost:
         then its behaviour transforms the model part of the result (seeded by the job's seed)."""
         behavior = spec.attack
         honest = replace(spec, attack=None)
-        y = self.y
-        if type(behavior).flips_labels:
-            if self._y_flip is None:  # C − 1 − y: every label moved, the same permutation on every host
-                self._y_flip = (self.num_classes - 1 - self.y).astype(self.y.dtype)
-            y, self.y = self.y, self._y_flip
-        try:
-            result, stats = self.train(device, seed, honest, params, control, out)
-        finally:
-            self.y = y
+        labels = None
+        if type(behavior).flips_labels:  # C − 1 − y of the labels it would read: every label moved
+            own = self._shared.y_for(honest.shared, device)
+            if own is self.y:  # the common case, made once (the same permutation on every host)
+                if self._y_flip is None:
+                    self._y_flip = (self.num_classes - 1 - self.y).astype(self.y.dtype)
+                labels = self._y_flip
+            else:
+                labels = (self.num_classes - 1 - own).astype(own.dtype)
+        result, stats = self._train(device, seed, honest, params, control, out, labels=labels)
+        stats = flag_nonfinite(result, stats)
         size = self.trainer.num_params
         start = np.asarray(params, dtype=np.float32)[:size]
         rng = np.random.default_rng([seed, 0xB12])
@@ -265,7 +271,7 @@ class DeviceHost:
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
         if ((self.batched is None and self.vmapped is None) or spec.method is not None or spec.attack is not None
-                or spec.model or spec.clip_norm is not None or spec.frozen or spec.align is not None):
+                or spec.model or spec.clip_norm is not None or spec.frozen):
             # (the group trainers hold model 0's plain training only, and clip or freeze no gradients; a job
             # method's job runs alone)
             for k, (device, seed) in enumerate(zip(devices, seeds)):

@@ -130,3 +130,16 @@ def test_grouped_jobs_with_a_shared_set_read_their_own_labels():
     # and the flipped labels really matter: device 2 reads a flipped share, device 1 (the malicious one) does not
     true_labels, _ = alone.train(2, 12, replace(spec, shared=replace(shared, flipped=())), theta)
     assert np.abs(grouped[1] - true_labels).max() > 1e-4
+
+
+def test_a_label_flipping_device_trains_on_flipped_labels():
+    """``label_flip`` trains on ``C − 1 − y`` (its job once read the true labels through the shared-set view)."""
+    from hierfl.robust.behaviours import LabelFlip
+
+    host, x, y, theta = _host([np.arange(5)])
+    spec = TrainSpec(epochs=1, batch_size=2, lr=0.3)
+    byz, _ = host.train(0, 1, replace(spec, attack=LabelFlip()), theta)
+    honest, _ = host.train(0, 1, spec, theta)
+    flipped, _ = host.trainer.train(theta, x, (C - 1 - y).astype(y.dtype), spec, 1, rows=np.arange(5))
+    np.testing.assert_array_equal(byz, flipped)
+    assert np.abs(byz - honest).max() > 1e-3

@@ -44,8 +44,8 @@ class FedAlignTrainer(TrainerConfig):
                     "no clipping [design default 10]")
 
     def spec_fields(self) -> dict[str, Any]:
-        """The ``align`` spec and the clipping norm."""
-        return {"align": AlignSpec(float(self.mu), float(self.width), bool(self.normalize_lip), int(self.power_iters)),
+        """The FedAlign job (:class:`~hierfl.core.fedalign.AlignSpec`, a job method) and the clipping norm."""
+        return {"method": AlignSpec(float(self.mu), float(self.width), bool(self.normalize_lip), int(self.power_iters)),
                 "clip_norm": None if self.clip_norm is None else float(self.clip_norm)}
 
     def work_factor(self, model: Any, input_shape: tuple[int, ...], num_classes: int, call: Any) -> float:
