@@ -393,10 +393,21 @@ def _summary_cards(s: dict[str, Any], n_devices: int) -> str:
         out += _charts(figures)
     if isinstance(s.get("queues"), dict) and s["queues"]:
         out += _queues_table(s["queues"])
-    extra = {k: s[k] for k in ("energy", "robustness", "warnings", "error") if k in s}
+    extra = {k: _rounded(s[k]) for k in ("energy", "robustness", "warnings", "error") if k in s}
     if extra:
         out += f"<pre>{_esc(yaml.safe_dump(extra, sort_keys=False, width=110))}</pre>"
     return out
+
+
+def _rounded(value: Any) -> Any:
+    """``value`` with every float to 4 significant digits, for reading (summary.json keeps them whole)."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
 
 
 def _queues_table(queues: dict[str, Any]) -> str:

@@ -357,3 +357,12 @@ def test_report_shows_queues_as_a_table(tmp_path: Path) -> None:
     assert table.count("<tr>") == 1 + 3  # the header, the tier, its two servers
     assert "edge 1" in table and ">1.235<" in table and ">0.7346<" in table
     assert "by_entity" not in page and "1.23456789012" not in table.replace('data-v="1.23456789012"', "")
+
+
+def test_report_rounds_the_other_summary_sections(tmp_path: Path) -> None:
+    from hierfl.report import run_report_html
+
+    energy = {"total_j": 1234.56789012345, "per_device": {"mean_j": 0.000123456789}}
+    run = write_run(tmp_path / "r", summary={"status": "completed", "energy": energy})
+    page = run_report_html(run, run / "report.html")
+    assert "1235" in page and "0.0001235" in page and "1234.56789012345" not in page
