@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,6 +20,29 @@ class ConfigModel(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    # knob → (sibling key, the sibling's values under which the knob is read): a knob set explicitly while
+    # its sibling says it is not read would do nothing, so the scenario checks refuse it (ignored_settings)
+    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {}
+
+    def ignored_settings(self) -> list[tuple[str, str, Any]]:
+        """``(key, message, value)`` for each key set here that this config would ignore (from
+        ``read_only_with``; a plug-in overrides this for conditions a mapping cannot say)."""
+        out = []
+        for key, (sibling, values) in self.read_only_with.items():
+            now = getattr(self, sibling)
+            if key in self.model_fields_set and now not in values:
+                shown = ", ".join(_yaml(v) for v in values)
+                out.append((key, f"read only with {sibling}: {shown}; with {sibling}: {_yaml(now)} it would be "
+                                 f"ignored; remove it (or set {sibling}: {_yaml(values[0])})", getattr(self, key)))
+        return out
+
+
+def _yaml(value: Any) -> str:
+    """A value as YAML writes it (``true``, ``null``, ``match``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "null" if value is None else str(value)
 
 
 def rename_alias(data: Any, alias: str, key: str) -> Any:

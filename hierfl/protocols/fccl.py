@@ -110,7 +110,7 @@ class FCCLConfig(ProtocolConfig):
                                         "left it (collaborated; design knob)")
     public_size: PositiveInt = Field(
         default=5000, description="samples of the round's public subset A_t, re-drawn every round (authors' "
-                                  "code: 5000); capped at the public split's size")
+                                  "code: 5000); the default is capped at the public split's size, a value set above it is refused")
     public_batch_size: PositiveInt = Field(
         default=512, description="public batch size B_p (CVPR code: 512; FCCL+: 256); no batch may hold a "
                                  "single sample (the standardisation over the batch needs two)")
@@ -146,6 +146,10 @@ class FCCLConfig(ProtocolConfig):
                 problems.append(Problem("data.public.placement", "fccl's parties compute logits on the public "
                                         "data, so they must hold it; allowed: preinstalled, download_once",
                                         pub.placement))
+            if "public_size" in self.model_fields_set and self.public_size > pub.size:
+                problems.append(Problem("protocol.public_size", f"larger than the public split (data.public.size = "
+                                        f"{pub.size}), so it would be capped; allowed: 1..{pub.size}",
+                                        self.public_size))
             size = min(self.public_size, pub.size)
             if size % self.public_batch_size == 1 or size < 2:
                 problems.append(Problem("protocol.public_batch_size", f"the public subset of {size} samples leaves "

@@ -83,7 +83,7 @@ class FedMDConfig(ProtocolConfig):
 
     align_size: PositiveInt = Field(
         default=5000, description="size of the round's alignment set A_t, re-drawn every round (authors' code: "
-                                  "5000); capped at the public split's size")
+                                  "5000); the default is capped at the public split's size, a value set above it is refused")
     stratified: bool = Field(default=True, description="draw A_t stratified by label (authors' code: yes)")
     digest_epochs: PositiveInt = Field(default=1, description="epochs of the digest on A_t (authors' code: 1)")
     digest_batch_size: PositiveInt = Field(default=256, description="batch size of the digest (authors' code: 256)")
@@ -126,6 +126,10 @@ class FedMDConfig(ProtocolConfig):
             if not pub.labelled:
                 problems.append(Problem("data.public.labelled", "fedmd's transfer-learning phase trains on the "
                                         "public labels; allowed: true", pub.labelled))
+            if "align_size" in self.model_fields_set and self.align_size > pub.size:
+                problems.append(Problem("protocol.align_size", f"larger than the public split (data.public.size = "
+                                        f"{pub.size}), so it would be capped; allowed: 1..{pub.size}",
+                                        self.align_size))
             if pub.placement == "server_only":
                 problems.append(Problem("data.public.placement", "fedmd's parties compute scores on the public "
                                         "data, so they must hold it; allowed: preinstalled, download_once",

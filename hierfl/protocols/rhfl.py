@@ -107,7 +107,8 @@ class RHFLConfig(ProtocolConfig):
                                       "edge (each edge server runs RHFL among its members; needs edge servers)")
     align_size: PositiveInt | None = Field(
         default=None, description="public samples aligned on per round, drawn from the stream public_subset; null "
-                                  "= the whole public split, reshuffled every round (authors' code)")
+                                  "= the whole public split, reshuffled every round (authors' code); a value above the split's size is "
+                                  "refused")
     public_batch_size: PositiveInt = Field(
         default=256, description="public batch size of the alignment (authors' code: 256)")
     align_lr: PositiveFloat | None = Field(
@@ -136,9 +137,15 @@ class RHFLConfig(ProtocolConfig):
         if pub is None:
             problems.append(Problem("data.public", "rhfl aligns the parties on public data: set data.public "
                                     "(size, placement)"))
-        elif pub.placement == "server_only":
-            problems.append(Problem("data.public.placement", "rhfl's parties compute probabilities on the public "
-                                    "data, so they must hold it; allowed: preinstalled, download_once", pub.placement))
+        else:
+            if pub.placement == "server_only":
+                problems.append(Problem("data.public.placement", "rhfl's parties compute probabilities on the "
+                                        "public data, so they must hold it; allowed: preinstalled, download_once",
+                                        pub.placement))
+            if self.align_size is not None and self.align_size > pub.size:
+                problems.append(Problem("protocol.align_size", f"larger than the public split (data.public.size = "
+                                        f"{pub.size}), so it would be capped; allowed: 1..{pub.size}, or null (the "
+                                        "whole split)", self.align_size))
         if self.sce_a + self.sce_b <= 0:
             problems.append(Problem("protocol.sce_b", "sce_a + sce_b must be > 0 (both terms off leaves no local "
                                     "loss)", self.sce_b))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.devices import shipped_tiers
 from hierfl.dynamics import EVENTS, Facts
@@ -24,8 +25,9 @@ from hierfl.policies.straggler import STRAGGLERS, neutral_names
 from hierfl.protocols import PROTOCOLS
 from hierfl.scenario.schema import Scenario
 from hierfl.topology import TopologyFileError, check_devices, load_topology_file
+from hierfl.topology.devgraph import DEVICE_GRAPHS
 
-__all__ = ["resolve_files", "cross_checks", "raw_cross_checks"]
+__all__ = ["resolve_files", "cross_checks", "raw_cross_checks", "ignored_settings"]
 
 
 def _edge_count_problem(edges: Any, n: Any) -> list[Problem]:
@@ -104,6 +106,47 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_energy_checks(scenario))
     problems.extend(_runtime_checks(scenario))
     problems.extend(_models_checks(scenario))
+    problems.extend(_serverless_checks(scenario))
+    problems.extend(ignored_settings(scenario))
+    return problems
+
+
+def ignored_settings(node: Any, path: str = "") -> list[Problem]:
+    """Every key set in the scenario that its section would ignore (each config's ``ignored_settings``:
+    ``read_only_with`` declarations and the plug-ins' own), refused by declaration."""
+    problems: list[Problem] = []
+    if isinstance(node, ConfigModel):
+        problems.extend(Problem(f"{path}.{key}".lstrip("."), message, value, refused=True)
+                        for key, message, value in node.ignored_settings())
+        for key in type(node).model_fields:
+            problems.extend(ignored_settings(getattr(node, key), f"{path}.{key}"))
+    elif isinstance(node, (list, tuple)):
+        for i, item in enumerate(node):
+            problems.extend(ignored_settings(item, f"{path}.{i}"))
+    elif isinstance(node, dict):
+        for key, item in node.items():
+            problems.extend(ignored_settings(item, f"{path}.{key}"))
+    return problems
+
+
+def _serverless_checks(scenario: Scenario) -> list[Problem]:
+    """A protocol without servers has no use for edge servers; one that mixes over the device graph's
+    edges needs some (``needs_graph_edges``; a graph's ``no_edges``)."""
+    proto, topo = scenario.protocol, scenario.topology
+    cls = type(proto)
+    problems: list[Problem] = []
+    if cls.serverless and topo.file is None and topo.generator is None and (topo.edge_servers or 0) > 0:
+        problems.append(Problem("topology.edge_servers", f"protocol {proto.name} has no servers: devices mix over "
+                                "topology.device_graph, so edge servers would be ignored; allowed: 0",
+                                topo.edge_servers, refused=True))
+    graph = topo.device_graph
+    if graph is not None and cls.needs_graph_edges and type(graph).no_edges:
+        able = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).serverless
+                         and not PROTOCOLS.get(n).needs_graph_edges)
+        fits = ", ".join(n for n in DEVICE_GRAPHS.names() if not DEVICE_GRAPHS.get(n).no_edges)
+        problems.append(Problem("topology.device_graph.name", f"{graph.name} has no edges, so under {proto.name} no "
+                                f"device would ever communicate; allowed: {fits} (learning alone: protocol "
+                                f"{able or 'none'})", graph.name, refused=True))
     return problems
 
 
