@@ -25,13 +25,20 @@ class ConfigModel(BaseModel):
     # its sibling says it is not read would do nothing, so the scenario checks refuse it (ignored_settings)
     read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {}
 
+    def non_default(self, key: str) -> bool:
+        """Whether ``key`` holds a value other than its default: a setting (a default written out, as in a
+        run's resolved ``config.yaml``, is not one)."""
+        field = type(self).model_fields[key]
+        return bool(getattr(self, key) != field.get_default(call_default_factory=True))
+
     def ignored_settings(self) -> list[tuple[str, str, Any]]:
-        """``(key, message, value)`` for each key set here that this config would ignore (from
-        ``read_only_with``; a plug-in overrides this for conditions a mapping cannot say)."""
+        """``(key, message, value)`` for each key set here (to a value other than its default) that this
+        config would ignore (from ``read_only_with``; a plug-in overrides this for conditions a mapping
+        cannot say)."""
         out = []
         for key, (sibling, values) in self.read_only_with.items():
             now = getattr(self, sibling)
-            if key in self.model_fields_set and now not in values:
+            if self.non_default(key) and now not in values:
                 shown = ", ".join(_yaml(v) for v in values)
                 out.append((key, f"read only with {sibling}: {shown}; with {sibling}: {_yaml(now)} it would be "
                                  f"ignored; remove it (or set {sibling}: {_yaml(values[0])})", getattr(self, key)))

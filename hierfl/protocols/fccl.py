@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
@@ -76,6 +77,9 @@ class FCCLConfig(ProtocolConfig):
     """``protocol: {name: fccl, exchange: per_batch, ...}``; needs ``data.public`` (labels unused)."""
 
     name: Literal["fccl"] = "fccl"
+    # the collaborative phase's knobs mean nothing to the reference without collaboration
+    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {
+        key: ("collaborate", (True,)) for key in ('lambda_col', 'self_target', 'exchange', 'public_size', 'public_batch_size')}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
@@ -110,7 +114,7 @@ class FCCLConfig(ProtocolConfig):
                                         "left it (collaborated; design knob)")
     public_size: PositiveInt = Field(
         default=5000, description="samples of the round's public subset A_t, re-drawn every round (authors' "
-                                  "code: 5000); the default is capped at the public split's size, a value set above it is refused")
+                                  "code: 5000); the default is capped at the public split's size, any other value above it is refused")
     public_batch_size: PositiveInt = Field(
         default=512, description="public batch size B_p (CVPR code: 512; FCCL+: 256); no batch may hold a "
                                  "single sample (the standardisation over the batch needs two)")
@@ -129,7 +133,8 @@ class FCCLConfig(ProtocolConfig):
         default=True, description="false: the reference without collaboration (design default true): after "
                                   "pre-training every party only runs its local phase, round after round, and "
                                   "nothing is exchanged (with lambda_loc: 0, plain training alone); needs "
-                                  "stop.virtual_time_s")
+                                  "stop.virtual_time_s; lambda_col, self_target, exchange, public_size and "
+                                  "public_batch_size are then unused, and refused if set")
 
     def check(self, scenario: Any) -> list[Problem]:
         """Public data at the devices, no one-sample public batch, the plain local trainer."""
@@ -146,10 +151,10 @@ class FCCLConfig(ProtocolConfig):
                 problems.append(Problem("data.public.placement", "fccl's parties compute logits on the public "
                                         "data, so they must hold it; allowed: preinstalled, download_once",
                                         pub.placement))
-            if "public_size" in self.model_fields_set and self.public_size > pub.size:
+            if self.non_default("public_size") and self.public_size > pub.size:
                 problems.append(Problem("protocol.public_size", f"larger than the public split (data.public.size = "
                                         f"{pub.size}), so it would be capped; allowed: 1..{pub.size}",
-                                        self.public_size))
+                                        self.public_size, refused=True))
             size = min(self.public_size, pub.size)
             if size % self.public_batch_size == 1 or size < 2:
                 problems.append(Problem("protocol.public_batch_size", f"the public subset of {size} samples leaves "

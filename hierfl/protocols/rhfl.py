@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -79,6 +80,9 @@ class RHFLConfig(ProtocolConfig):
     """``protocol: {name: rhfl, eta: 0.5, sce_a: 0.1, sce_b: 1.0, ...}``; needs ``data.public``."""
 
     name: Literal["rhfl"] = "rhfl"
+    # the exchange's knobs mean nothing to the reference without collaboration (align_size still sets the default private epochs)
+    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {
+        key: ("collaborate", (True,)) for key in ('eta', 'exchange', 'public_batch_size', 'align_lr', 'ccr_guard')}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
@@ -127,7 +131,9 @@ class RHFLConfig(ProtocolConfig):
                                    "1/(K−1)) instead of dividing by about zero (design default; the code divides)")
     collaborate: bool = Field(
         default=True, description="false: the no-collaboration reference (design default true): after pre-training "
-                                  "every party only trains on its private data with SCE, round after round")
+                                  "every party only trains on its private data with SCE, round after round; eta, "
+                                  "exchange, public_batch_size, align_lr and ccr_guard are then unused, and refused "
+                                  "if set")
 
     def check(self, scenario: Any) -> list[Problem]:
         """Public data at the devices, at least 2 parties, the plain trainer; a time budget where no cloud
@@ -145,7 +151,7 @@ class RHFLConfig(ProtocolConfig):
             if self.align_size is not None and self.align_size > pub.size:
                 problems.append(Problem("protocol.align_size", f"larger than the public split (data.public.size = "
                                         f"{pub.size}), so it would be capped; allowed: 1..{pub.size}, or null (the "
-                                        "whole split)", self.align_size))
+                                        "whole split)", self.align_size, refused=True))
         if self.sce_a + self.sce_b <= 0:
             problems.append(Problem("protocol.sce_b", "sce_a + sce_b must be > 0 (both terms off leaves no local "
                                     "loss)", self.sce_b))
