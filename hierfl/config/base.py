@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ConfigModel", "rename_alias", "name_shorthand", "cloud_shorthand"]
+__all__ = ["ConfigModel", "ReadWith", "rename_alias", "name_shorthand", "cloud_shorthand"]
 
 
 class ConfigModel(BaseModel):
@@ -21,9 +21,10 @@ class ConfigModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    # knob → (sibling key, the sibling's values under which the knob is read): a knob set explicitly while
-    # its sibling says it is not read would do nothing, so the scenario checks refuse it (ignored_settings)
-    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {}
+    # knob → ReadWith(sibling key, the sibling's values under which the knob is read): a knob set (to a value
+    # other than its default) while its sibling says it is not read would do nothing, so the scenario checks
+    # refuse it (ignored_settings), or warn about it (unread_warnings) where the declaration says `warn`
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {}
 
     def non_default(self, key: str) -> bool:
         """Whether ``key`` holds a value other than its default: a setting (a default written out, as in a
@@ -33,16 +34,35 @@ class ConfigModel(BaseModel):
 
     def ignored_settings(self) -> list[tuple[str, str, Any]]:
         """``(key, message, value)`` for each key set here (to a value other than its default) that this
-        config would ignore (from ``read_only_with``; a plug-in overrides this for conditions a mapping
-        cannot say)."""
+        config would ignore and refuses (from ``read_only_with``; a plug-in overrides this for conditions a
+        mapping cannot say)."""
+        return self._unread(warn=False)
+
+    def unread_warnings(self) -> list[tuple[str, str, Any]]:
+        """``(key, message, value)`` for each key set here that would be ignored, declared ``warn``: a base
+        scenario shared by a sweep's arms sets it for the arms that read it."""
+        return self._unread(warn=True)
+
+    def _unread(self, warn: bool) -> list[tuple[str, str, Any]]:
         out = []
-        for key, (sibling, values) in self.read_only_with.items():
-            now = getattr(self, sibling)
-            if self.non_default(key) and now not in values:
-                shown = ", ".join(_yaml(v) for v in values)
-                out.append((key, f"read only with {sibling}: {shown}; with {sibling}: {_yaml(now)} it would be "
-                                 f"ignored; remove it (or set {sibling}: {_yaml(values[0])})", getattr(self, key)))
+        for key, rule in self.read_only_with.items():
+            now = getattr(self, rule.sibling)
+            if rule.warn == warn and self.non_default(key) and now not in rule.values:
+                shown = ", ".join(_yaml(v) for v in rule.values)
+                out.append((key, f"read only with {rule.sibling}: {shown}; with {rule.sibling}: {_yaml(now)} it "
+                                 f"would be ignored; remove it (or set {rule.sibling}: {_yaml(rule.values[0])})",
+                            getattr(self, key)))
         return out
+
+
+class ReadWith(NamedTuple):
+    """A knob read only while ``sibling`` has one of ``values``; set otherwise it is refused, or only warned
+    about with ``warn`` (where a base scenario shared by a sweep's arms sets it for the arms that read it:
+    FedMD's consensus knobs in a base whose no-collaboration arm turns ``collaborate`` off)."""
+
+    sibling: str
+    values: tuple[Any, ...]
+    warn: bool = False
 
 
 def _yaml(value: Any) -> str:

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.core.fccl import FCCLJob, num_batches
 from hierfl.core.jobs import Job
@@ -77,9 +78,11 @@ class FCCLConfig(ProtocolConfig):
     """``protocol: {name: fccl, exchange: per_batch, ...}``; needs ``data.public`` (labels unused)."""
 
     name: Literal["fccl"] = "fccl"
-    # the collaborative phase's knobs mean nothing to the reference without collaboration
-    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {
-        key: ("collaborate", (True,)) for key in ('lambda_col', 'self_target', 'exchange', 'public_size', 'public_batch_size')}
+    # the collaborative phase's knobs mean nothing to the reference without collaboration,
+    # which sweeps derive from a collaborating base: a warning, not a refusal
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("collaborate", (True,), warn=True)
+        for key in ("lambda_col", "self_target", "exchange", "public_size", "public_batch_size")}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
@@ -134,7 +137,7 @@ class FCCLConfig(ProtocolConfig):
                                   "pre-training every party only runs its local phase, round after round, and "
                                   "nothing is exchanged (with lambda_loc: 0, plain training alone); needs "
                                   "stop.virtual_time_s; lambda_col, self_target, exchange, public_size and "
-                                  "public_batch_size are then unused, and refused if set")
+                                  "public_batch_size are then unused, and a warning names any set")
 
     def check(self, scenario: Any) -> list[Problem]:
         """Public data at the devices, no one-sample public batch, the plain local trainer."""

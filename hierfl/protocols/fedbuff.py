@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.env import Env
 from hierfl.policies.staleness import STALENESS, FedBuffStaleness
@@ -56,8 +57,8 @@ class FedBuffConfig(ProtocolConfig):
     avg_staleness: NonNegativeInt = Field(
         default=1, description="τ̄ of normalize_staleness: the staleness that gets weight 1 [V: FLSim default 1]; "
                                "read only with normalize_staleness: true (set without it, it is refused)")
-    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {
-        "avg_staleness": ("normalize_staleness", (True,))}
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        "avg_staleness": ReadWith("normalize_staleness", (True,))}
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """The buffer must be fillable: K ≤ number of devices."""

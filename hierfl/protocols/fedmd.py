@@ -41,6 +41,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.core.jobs import Job
 from hierfl.core.work import PublicTask, TrainSpec
@@ -73,9 +74,11 @@ class FedMDConfig(ProtocolConfig):
     """``protocol: {name: fedmd, align_size: 5000, revisit_epochs: 4, ...}``; needs ``data.public``."""
 
     name: Literal["fedmd"] = "fedmd"
-    # the consensus and digest knobs mean nothing to the reference without collaboration
-    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {
-        key: ("collaborate", (True,)) for key in ('align_size', 'stratified', 'digest_epochs', 'digest_batch_size', 'digest_lr')}
+    # the consensus and digest knobs mean nothing to the reference without collaboration,
+    # which sweeps derive from a collaborating base: a warning, not a refusal
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("collaborate", (True,), warn=True)
+        for key in ("align_size", "stratified", "digest_epochs", "digest_batch_size", "digest_lr")}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
@@ -113,7 +116,8 @@ class FedMDConfig(ProtocolConfig):
         default=True, description="false: the no-collaboration reference the paper compares against (design "
                                   "default true): after transfer learning every party only revisits its private "
                                   "data, round after round, and nothing is exchanged; needs stop.virtual_time_s; "
-                                  "align_size, stratified and the digest_* keys are then unused, and refused if set")
+                                  "align_size, stratified and the digest_* keys are then unused, and a warning names any "
+                                  "set")
     consensus_scope: Literal["global"] = Field(
         default="global", description="where the consensus is averaged: global (every party; with edge servers, "
                                       "each edge averages its members' scores and the cloud weights the edge means "

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from hierfl.config.base import ReadWith
 from hierfl.env import Env
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS
@@ -47,8 +48,8 @@ class PFNMConfig(MatchedConfig):
     name: Literal["pfnm"] = "pfnm"
     decides_on_models: ClassVar[str | None] = "the matched widths depend on the trained weights"
     # the matching's prior and sweeps mean nothing to the coordinate-wise average
-    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {
-        key: ("rule", ("match",)) for key in ("gamma", "sigma2", "sigma0_2", "iters")}
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("rule", ("match",)) for key in ("gamma", "sigma2", "sigma0_2", "iters")}
 
     rule: Literal["match", "average"] = Field(
         default="match", description="match: PFNM's matching; average: the same rounds with the networks averaged "

@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.jobs import Endpoint, Job
 from hierfl.core.rhfl import SCESpec, confidence_weights, first_round_weights, loss_decrease
@@ -80,9 +81,11 @@ class RHFLConfig(ProtocolConfig):
     """``protocol: {name: rhfl, eta: 0.5, sce_a: 0.1, sce_b: 1.0, ...}``; needs ``data.public``."""
 
     name: Literal["rhfl"] = "rhfl"
-    # the exchange's knobs mean nothing to the reference without collaboration (align_size still sets the default private epochs)
-    read_only_with: ClassVar[Mapping[str, tuple[str, tuple[Any, ...]]]] = {
-        key: ("collaborate", (True,)) for key in ('eta', 'exchange', 'public_batch_size', 'align_lr', 'ccr_guard')}
+    # the exchange's knobs mean nothing to the reference without collaboration, which sweeps derive from a
+    # collaborating base: a warning, not a refusal (align_size still sets the default private epochs)
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("collaborate", (True,), warn=True)
+        for key in ("eta", "exchange", "public_batch_size", "align_lr", "ccr_guard")}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
@@ -132,8 +135,8 @@ class RHFLConfig(ProtocolConfig):
     collaborate: bool = Field(
         default=True, description="false: the no-collaboration reference (design default true): after pre-training "
                                   "every party only trains on its private data with SCE, round after round; eta, "
-                                  "exchange, public_batch_size, align_lr and ccr_guard are then unused, and refused "
-                                  "if set")
+                                  "exchange, public_batch_size, align_lr and ccr_guard are then unused, and a warning "
+                                  "names any set")
 
     def check(self, scenario: Any) -> list[Problem]:
         """Public data at the devices, at least 2 parties, the plain trainer; a time budget where no cloud

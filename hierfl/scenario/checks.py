@@ -27,7 +27,7 @@ from hierfl.scenario.schema import Scenario
 from hierfl.topology import TopologyFileError, check_devices, load_topology_file
 from hierfl.topology.devgraph import DEVICE_GRAPHS
 
-__all__ = ["resolve_files", "cross_checks", "raw_cross_checks", "ignored_settings"]
+__all__ = ["resolve_files", "cross_checks", "raw_cross_checks", "ignored_settings", "scenario_warnings"]
 
 
 def _edge_count_problem(edges: Any, n: Any) -> list[Problem]:
@@ -111,22 +111,34 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     return problems
 
 
-def ignored_settings(node: Any, path: str = "") -> list[Problem]:
+def ignored_settings(scenario: Scenario) -> list[Problem]:
     """Every key set in the scenario that its section would ignore (each config's ``ignored_settings``:
     ``read_only_with`` declarations and the plug-ins' own), refused by declaration."""
-    problems: list[Problem] = []
+    return [Problem(path, message, value, refused=True)
+            for path, message, value in _unread(scenario, "", lambda c: c.ignored_settings())]
+
+
+def scenario_warnings(scenario: Scenario) -> list[str]:
+    """Keys set in a valid scenario that would be ignored, where their declaration warns instead of refusing
+    (``ReadWith(..., warn=True)``): ``key.path: message (got value)`` lines."""
+    return [Problem(path, message, value).format()
+            for path, message, value in _unread(scenario, "", lambda c: c.unread_warnings())]
+
+
+def _unread(node: Any, path: str, found: Any) -> list[tuple[str, str, Any]]:
+    """``found(config)`` of every config model in the tree under ``node``, with key paths from the root."""
+    out: list[tuple[str, str, Any]] = []
     if isinstance(node, ConfigModel):
-        problems.extend(Problem(f"{path}.{key}".lstrip("."), message, value, refused=True)
-                        for key, message, value in node.ignored_settings())
+        out.extend((f"{path}.{key}".lstrip("."), message, value) for key, message, value in found(node))
         for key in type(node).model_fields:
-            problems.extend(ignored_settings(getattr(node, key), f"{path}.{key}"))
+            out.extend(_unread(getattr(node, key), f"{path}.{key}", found))
     elif isinstance(node, (list, tuple)):
         for i, item in enumerate(node):
-            problems.extend(ignored_settings(item, f"{path}.{i}"))
+            out.extend(_unread(item, f"{path}.{i}", found))
     elif isinstance(node, dict):
         for key, item in node.items():
-            problems.extend(ignored_settings(item, f"{path}.{key}"))
-    return problems
+            out.extend(_unread(item, f"{path}.{key}", found))
+    return out
 
 
 def _serverless_checks(scenario: Scenario) -> list[Problem]:

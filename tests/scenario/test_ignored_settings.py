@@ -61,17 +61,6 @@ CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
     "fedbuff avg_staleness without normalize_staleness": (
         {"protocol": {"name": "fedbuff", "K": 2, "avg_staleness": 3}}, "protocol.avg_staleness",
         ("normalize_staleness: true", "ignored")),
-    "fccl lambda_col without collaboration": (
-        {**GRAPH, "data": {"public": {"size": 60, "labelled": False}},
-         "protocol": {"name": "fccl", "collaborate": False, "lambda_col": 0.1, "public_batch_size": 10}},
-        "protocol.lambda_col", ("collaborate: true", "ignored")),
-    "fedmd digest_epochs without collaboration": (
-        {**GRAPH, "data": {"public": {"size": 60}}, "protocol": {"name": "fedmd", "collaborate": False,
-                                                                 "digest_epochs": 3}},
-        "protocol.digest_epochs", ("collaborate: true", "ignored")),
-    "rhfl eta without collaboration": (
-        {**GRAPH, "data": {"public": {"size": 60}}, "protocol": {"name": "rhfl", "collaborate": False, "eta": 0.1}},
-        "protocol.eta", ("collaborate: true", "ignored")),
     **{f"pfnm {key} under rule average": (
         {**MLP, "protocol": {"name": "pfnm", "rule": "average", key: value}},
         f"protocol.{key}", ("rule: match", "ignored"))
@@ -132,3 +121,38 @@ def test_a_resolved_scenario_loads_again(override):
 
     scenario = validate_raw(_raw(**override))
     assert validate_raw(yaml.safe_load(dump_scenario(scenario))) == scenario
+
+
+# the reference without collaboration is a sweep's arm over a collaborating base: its unread knobs are warned about
+WARNED: dict[str, tuple[dict[str, Any], str]] = {
+    "fccl lambda_col without collaboration": (
+        {**GRAPH, "data": {"public": {"size": 60, "labelled": False}},
+         "protocol": {"name": "fccl", "collaborate": False, "lambda_col": 0.1}},
+        "protocol.lambda_col"),
+    "fedmd digest_epochs without collaboration": (
+        {**GRAPH, "data": {"public": {"size": 60}}, "protocol": {"name": "fedmd", "collaborate": False,
+                                                                 "digest_epochs": 3}},
+        "protocol.digest_epochs"),
+    "rhfl eta without collaboration": (
+        {**GRAPH, "data": {"public": {"size": 60}}, "protocol": {"name": "rhfl", "collaborate": False, "eta": 0.1}},
+        "protocol.eta"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WARNED))
+def test_warned_by_validate(tmp_path, capsys, case):
+    import yaml
+
+    from hierfl.cli import main
+    from hierfl.scenario.checks import scenario_warnings
+
+    override, key = WARNED[case]
+    raw = _raw(**override)
+    warnings = scenario_warnings(validate_raw(raw))
+    assert len(warnings) == 1 and warnings[0].startswith(f"{key}: read only with collaborate: true"), warnings
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["validate", str(path)]) == 0
+    assert f"warning: {key}: " in capsys.readouterr().err
+    raw["protocol"]["collaborate"] = True  # read: no warning
+    assert not scenario_warnings(validate_raw(raw))
