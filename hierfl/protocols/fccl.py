@@ -120,7 +120,8 @@ class FCCLConfig(ProtocolConfig):
                                   "code: 5000); the default is capped at the public split's size, any other value above it is refused")
     public_batch_size: PositiveInt = Field(
         default=512, description="public batch size B_p (CVPR code: 512; FCCL+: 256); no batch may hold a "
-                                 "single sample (the standardisation over the batch needs two)")
+                                 "single sample (the standardisation over the batch needs two); the default is "
+                                 "capped at the subset's size, any other value above it is refused")
     local_epochs: PositiveInt | None = Field(
         default=None, description="epochs of the local phase on the private data, batch training.batch_size; "
                                   "null = the training section's length, training.epochs or training.local_steps "
@@ -159,7 +160,11 @@ class FCCLConfig(ProtocolConfig):
                                         f"{pub.size}), so it would be capped; allowed: 1..{pub.size}",
                                         self.public_size, refused=True))
             size = min(self.public_size, pub.size)
-            if size % self.public_batch_size == 1 or size < 2:
+            if self.non_default("public_batch_size") and self.public_batch_size > size and self.collaborate:
+                problems.append(Problem("protocol.public_batch_size", f"larger than the round's public subset ({size} "
+                                        f"samples), so it would be capped; allowed: 2..{size}",
+                                        self.public_batch_size, refused=True))
+            elif size % self.public_batch_size == 1 or size < 2:
                 problems.append(Problem("protocol.public_batch_size", f"the public subset of {size} samples leaves "
                                         "a batch of one sample, whose logits cannot be standardised over the batch; "
                                         "choose a batch size that leaves at least two", self.public_batch_size))

@@ -117,7 +117,8 @@ class RHFLConfig(ProtocolConfig):
                                   "= the whole public split, reshuffled every round (authors' code); a value above the split's size is "
                                   "refused")
     public_batch_size: PositiveInt = Field(
-        default=256, description="public batch size of the alignment (authors' code: 256)")
+        default=256, description="public batch size of the alignment (authors' code: 256); the default is capped "
+                                 "at the samples aligned on per round, any other value above them is refused")
     align_lr: PositiveFloat | None = Field(
         default=None, description="SGD learning rate of the alignment steps; null = training.lr (design default: "
                                   "the code takes an Adam step at 1e-3, this emulator's trainer is SGD)")
@@ -151,6 +152,12 @@ class RHFLConfig(ProtocolConfig):
                 problems.append(Problem("data.public.placement", "rhfl's parties compute probabilities on the "
                                         "public data, so they must hold it; allowed: preinstalled, download_once",
                                         pub.placement))
+            aligned = pub.size if self.align_size is None else min(self.align_size, pub.size)
+            if (self.collaborate and self.exchange == "per_batch" and self.non_default("public_batch_size")
+                    and self.public_batch_size > aligned):
+                problems.append(Problem("protocol.public_batch_size", f"larger than the public samples aligned on "
+                                        f"per round ({aligned}), so it would be capped; allowed: 1..{aligned}",
+                                        self.public_batch_size, refused=True))
             if self.align_size is not None and self.align_size > pub.size:
                 problems.append(Problem("protocol.align_size", f"larger than the public split (data.public.size = "
                                         f"{pub.size}), so it would be capped; allowed: 1..{pub.size}, or null (the "

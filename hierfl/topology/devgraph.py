@@ -89,7 +89,8 @@ class RingGraph(DeviceGraphConfig):
 
 @DEVICE_GRAPHS.register
 class EmptyGraph(DeviceGraphConfig):
-    """``empty``: no edges — every device learns alone (the no-cooperation baseline)."""
+    """``empty``: no edges — every device learns alone (the no-cooperation baseline of ``p2p``; a protocol
+    that is only itself when devices mix, ``dpsgd`` and ``adpsgd``, refuses it)."""
 
     name: Literal["empty"] = "empty"
     no_edges: ClassVar[bool] = True

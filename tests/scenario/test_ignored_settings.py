@@ -51,6 +51,13 @@ CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
     "rhfl align_size above the public split": (
         {"data": {"public": {"size": 60}}, "protocol": {"name": "rhfl", "align_size": 100}},
         "protocol.align_size", ("capped", "allowed: 1..60")),
+    "fccl public_batch_size above the public subset": (
+        {"data": {"public": {"size": 60, "labelled": False}},
+         "protocol": {"name": "fccl", "public_size": 30, "public_batch_size": 40, "pretrain_epochs": 1}},
+        "protocol.public_batch_size", ("capped", "allowed: 2..30")),
+    "rhfl public_batch_size above the aligned samples": (
+        {"data": {"public": {"size": 60}}, "protocol": {"name": "rhfl", "align_size": 50, "public_batch_size": 51}},
+        "protocol.public_batch_size", ("capped", "allowed: 1..50")),
     "domains samples_per_device above a share": (
         {**DOMAINS, "devices": {"count": 3}}, "data.partition.samples_per_device", ("capped", "allowed: 1..")),
     "fedbuff concurrency above the devices": (
