@@ -212,7 +212,7 @@ class FedDCTrainer(TrainerConfig):
         default="edge",
         description="under a hierarchy, whose control c the devices use: their edge's own c_e, stepped by the "
                     "edge over its members (edge), or the cloud's, relayed by the edges as SCAFFOLD's (cloud) "
-                    "[design default: edge]")
+                    "[design default: edge]; cloud without edge servers is refused")
 
     def round_rule(self, members: int, tier: str) -> Any:
         """The aggregator's rule over a round of device updates from ``members`` devices, or None."""
@@ -238,6 +238,10 @@ class FedDCTrainer(TrainerConfig):
             if self.server_rule == "code" and scenario.server_optimizer.at(tier) is not None:
                 out.append((f"server_optimizer.{tier}", "feddc's server rule sets the model itself; allowed: "
                             "no server optimizer", scenario.server_optimizer.at(tier).name))
+        if self.non_default("control_scope") and not scenario.topology.edge_servers:
+            out.append(("training.trainer.control_scope", "chooses between the edges' and the cloud's control, and "
+                        "there are no edge servers (topology.edge_servers: 0), so it would be ignored; allowed: "
+                        "edge (the default) without edge servers", self.control_scope))
         return out
 
 
@@ -485,9 +489,20 @@ class FedMetaTrainer(_MetaKnobs):
 class FedAvgMetaTrainer(_MetaKnobs):
     """``trainer: {name: fedavgmeta, inner_lr: 0.01, inner_steps: 1}``: FedAvgMeta (FedMeta's baseline) —
     plain SGD jobs; evaluation fine-tunes on the device's support set first. ``head_layers`` > 0:
-    with FedPer's personal layers."""
+    with FedPer's personal layers. Without per-device evaluation (``data.local_test_fraction`` and
+    ``data.test_devices`` 0) ``support_fraction``, ``inner_lr`` and ``inner_steps`` are refused."""
 
     name: Literal["fedavgmeta"] = "fedavgmeta"
+
+    def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
+        """The fine-tuning knobs act only where devices are evaluated on their own data."""
+        data = scenario.data
+        if data.local_test_fraction > 0 or data.test_devices > 0:
+            return []
+        return [(f"training.trainer.{key}", "fedavgmeta fine-tunes a device only to evaluate it, and no device is "
+                 "evaluated on its own (data.local_test_fraction: 0, data.test_devices: 0), so it would be ignored; "
+                 "allowed: set data.local_test_fraction or data.test_devices (or leave it out)", getattr(self, key))
+                for key in ("support_fraction", "inner_lr", "inner_steps") if self.non_default(key)]
 
     def personal_spec(self) -> PersonalSpec:
         """Fine-tuning at evaluation."""

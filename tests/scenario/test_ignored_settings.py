@@ -58,6 +58,13 @@ CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
     "rhfl public_batch_size above the aligned samples": (
         {"data": {"public": {"size": 60}}, "protocol": {"name": "rhfl", "align_size": 50, "public_batch_size": 51}},
         "protocol.public_batch_size", ("capped", "allowed: 1..50")),
+    "fedavgmeta fine-tuning without per-device evaluation": (
+        {"training": {"trainer": {"name": "fedavgmeta", "inner_steps": 3}}}, "training.trainer.inner_steps",
+        ("no device is evaluated", "data.local_test_fraction")),
+    "feddc control_scope without edge servers": (
+        {"training": {"trainer": {"name": "feddc", "control_scope": "cloud"}},
+         "protocol": {"name": "fedavg", "weighting": "uniform"}}, "training.trainer.control_scope",
+        ("no edge servers", "allowed: edge")),
     "domains samples_per_device above a share": (
         {**DOMAINS, "devices": {"count": 3}}, "data.partition.samples_per_device", ("capped", "allowed: 1..")),
     "fedbuff concurrency above the devices": (
@@ -89,7 +96,8 @@ def test_refused_at_load_time_with_what_is_allowed(case):
     found = [p for p in info.value.problems if p.path == key]
     assert len(found) == 1, info.value.report()
     assert all(w in found[0].message for w in words), found[0].message
-    assert found[0].refused  # by declaration: a sweep may skip such a trial
+    if not key.startswith("training."):  # a protocol's or topology's declaration: a sweep may skip such a trial
+        assert found[0].refused
 
 
 @pytest.mark.parametrize(("override", "why"), [
@@ -101,6 +109,8 @@ def test_refused_at_load_time_with_what_is_allowed(case):
     ({**MLP, "protocol": {"name": "pfnm", "rule": "average", "gamma": 7.0}}, "a default written out is not a setting"),
     ({"protocol": {"name": "fedbuff", "K": 2, "concurrency": 4}}, "every device at once"),
     ({"protocol": {"name": "fedbuff", "K": 2}}, "the default 100 is capped, as documented"),
+    ({"training": {"trainer": {"name": "fedavgmeta", "inner_steps": 3}}, "data": {"local_test_fraction": 0.25}},
+     "each device is fine-tuned before its own evaluation"),
     ({"protocol": {"name": "fedbuff", "K": 2, "normalize_staleness": True, "avg_staleness": 2}}, "read"),
 ])
 def test_what_is_used_still_loads(override, why):
