@@ -49,9 +49,9 @@ class ConfigModel(BaseModel):
             now = getattr(self, rule.sibling)
             if rule.warn == warn and self.non_default(key) and now not in rule.values:
                 shown = ", ".join(_yaml(v) for v in rule.values)
-                out.append((key, f"read only with {rule.sibling}: {shown}; with {rule.sibling}: {_yaml(now)} it "
-                                 f"would be ignored; remove it (or set {rule.sibling}: {_yaml(rule.values[0])})",
-                            getattr(self, key)))
+                message = (f"read only with {rule.sibling}: {shown}; with {rule.sibling}: {_yaml(now)} it would be "
+                           f"ignored; remove it (or set {rule.sibling}: {_yaml(rule.values[0])})")
+                out.append((key, message, getattr(self, key)))
         return out
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
+from hierfl.config.registry import close_names
 from hierfl.devices import shipped_tiers
 from hierfl.dynamics import EVENTS, Facts
 from hierfl.dynamics.availability import steady_names
@@ -251,7 +252,9 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
     allowed = ", ".join(known)
     for name in (dev.tiers or {}):
         if name not in known:
-            problems.append(Problem(f"devices.tiers.{name}", f"unknown tier; allowed: {allowed} "
+            close = close_names(name, known)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            problems.append(Problem(f"devices.tiers.{name}", f"unknown tier{hint}; allowed: {allowed} "
                                     "(or define it under devices.custom_tiers)"))
     avail = dev.availability
     problems.extend(avail.problems(dev.count, known, "devices.availability"))

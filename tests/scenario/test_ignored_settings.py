@@ -84,7 +84,7 @@ CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_refused_by_the_cli(tmp_path, capsys, case):
-    override, key, words = CASES[case]
+    override, key, _ = CASES[case]
     assert_refused(tmp_path, capsys, _raw(**override), key)
 
 

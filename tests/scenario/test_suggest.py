@@ -112,3 +112,10 @@ def test_registries_named_in_the_schema_have_their_key_path():
     paths = registry_paths(Scenario)
     assert paths[id(PROTOCOLS)] == "protocol"
     assert paths[id(TRAINERS)] == "training.trainer"
+
+
+def test_a_misspelt_tier_is_suggested():
+    raw = _raw()
+    raw["devices"] = {"count": 4, "tiers": {"phone_hihg": 1.0}}
+    message = _problems(raw)["devices.tiers.phone_hihg"]
+    assert "did you mean 'phone_high'" in message
