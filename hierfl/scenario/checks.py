@@ -14,6 +14,7 @@ Run by the loader after the schema accepted every section, in two steps:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hierfl.config.base import ConfigModel
@@ -126,7 +127,8 @@ def scenario_warnings(scenario: Scenario) -> list[str]:
             for path, message, value in _unread(scenario, "", lambda c: c.unread_warnings())]
 
 
-def _unread(node: Any, path: str, found: Any) -> list[tuple[str, str, Any]]:
+def _unread(node: Any, path: str, found: Callable[[ConfigModel], list[tuple[str, str, Any]]]
+            ) -> list[tuple[str, str, Any]]:
     """``found(config)`` of every config model in the tree under ``node``, with key paths from the root."""
     out: list[tuple[str, str, Any]] = []
     if isinstance(node, ConfigModel):
@@ -157,8 +159,8 @@ def _serverless_checks(scenario: Scenario) -> list[Problem]:
         able = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).serverless
                          and not PROTOCOLS.get(n).needs_graph_edges)
         fits = ", ".join(n for n in DEVICE_GRAPHS.names() if not DEVICE_GRAPHS.get(n).no_edges)
-        problems.append(Problem("topology.device_graph.name", f"{graph.name} has no edges, so under {proto.name} no "
-                                f"device would ever communicate; allowed: {fits} (learning alone: protocol "
+        problems.append(Problem("topology.device_graph.name", f"the {graph.name} graph has no edges, so under "
+                                f"{proto.name} no device would ever communicate; allowed: {fits} (learning alone: protocol "
                                 f"{able or 'none'})", graph.name, refused=True))
     return problems
 

@@ -9,7 +9,6 @@ registries are the only source, so a new plug-in or key is suggested as soon as 
 
 from __future__ import annotations
 
-import functools
 import types
 from collections.abc import Iterable, Sequence
 from typing import Any, Union, get_args, get_origin
@@ -87,7 +86,6 @@ def unknown_key(root: type[BaseModel], loc: Sequence[Any]) -> str:
     return f"unknown key{hint}{' ' if hint else '; '}allowed: {', '.join(keys)}"
 
 
-@functools.cache
 def registry_paths(root: type[BaseModel]) -> dict[int, str]:
     """``id(registry)`` → the first key path of ``root``'s schema where that registry's plug-ins are named
     (``training.trainer`` for the trainers; ``<key>`` for a mapping's keys, ``<i>`` for a list's items)."""
