@@ -17,8 +17,11 @@ from pydantic import BaseModel, ValidationError
 import hierfl.scenario  # noqa: F401  (assembles the schema: every plug-in is registered)
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import ConfigError
+from hierfl.config.registry import Registry
 from hierfl.protocols import PROTOCOLS
 from hierfl.scenario.loader import deep_merge, validate_raw
+from hierfl.scenario.schema import Scenario
+from hierfl.scenario.suggest import registry_paths
 from tests.conftest import TINY
 
 # a protocol is swept in the first of these settings its example accepts (as the conformance suite runs it)
@@ -126,30 +129,60 @@ def _unread(cls: type[ConfigModel], data: dict[str, Any], warn: bool) -> list[tu
     return [p for p in found if p[0] in cls.read_only_with]
 
 
-def _protocol_base(name: str) -> dict[str, Any] | None:
-    example = PROTOCOLS.example(name).model_dump()
-    for setting in SETTINGS:
-        raw = deep_merge(copy.deepcopy(TINY), {"protocol": example, "stop": {"rounds": 2}, **setting})
+PATHS = registry_paths(Scenario)
+SWEPT = [r for r in Registry.instances() if "<" not in PATHS.get(id(r), "<")]  # named at one plain key path
+
+
+def _put(raw: dict[str, Any], path: str, value: Any) -> None:
+    node = raw
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def _base(registry: Registry, name: str) -> tuple[dict[str, Any], Any] | None:
+    """A tiny scenario naming ``name`` at the registry's key path (its example), in the first setting it loads in."""
+    example, path = registry.example(name), PATHS[id(registry)]
+    settings = SETTINGS
+    if path.startswith("protocol."):  # a protocol's own plug-in (staleness, re-clustering): a protocol that takes it
+        key = path.split(".")[1]
+        settings = [{**s, "protocol": PROTOCOLS.example(p).model_dump()} for p in PROTOCOLS.names()
+                    if key in PROTOCOLS.get(p).model_fields for s in SETTINGS]
+    for setting in settings:
+        raw = deep_merge(copy.deepcopy(TINY), {**setting, "stop": {"rounds": 2, **setting.get("stop", {})}})
+        _put(raw, path, example.model_dump())
         try:
             validate_raw(raw)
         except ConfigError:
             continue
-        return raw
+        return raw, example
     return None
 
 
-@pytest.mark.parametrize("name", PROTOCOLS.names())
-def test_every_protocol_knob_loads_or_is_refused_with_its_key(name):
-    raw = _protocol_base(name)
-    assert raw is not None, f"protocol {name} accepts none of the sweep's settings"
-    cls = PROTOCOLS.get(name)
-    for key, field in cls.model_fields.items():
-        if key == "name":
+def test_the_sweep_covers_the_plug_in_kinds():
+    assert {r.kind for r in SWEPT} >= {"protocol", "trainer", "partition", "dataset", "model", "straggler policy"}
+
+
+@pytest.mark.parametrize("registry", SWEPT, ids=lambda r: r.kind)
+def test_every_knob_loads_or_is_refused_with_its_key(registry):
+    """Each plug-in's example, each knob at other values: a valid scenario or a ConfigError with key paths."""
+    path, swept = PATHS[id(registry)], 0
+    for name in registry.names():
+        found = _base(registry, name)
+        if found is None:  # needs a setting the sweep does not make (a file, a dataset's own split): the suites cover it
             continue
-        for value in _alternatives(field.annotation, raw["protocol"].get(key)):
-            trial = copy.deepcopy(raw)
-            trial["protocol"][key] = value
-            try:
-                validate_raw(trial)
-            except ConfigError as exc:  # any other exception fails the test: a crash, not a refusal
-                assert all(p.path for p in exc.problems), exc.report()
+        raw, example = found
+        for key, field in type(example).model_fields.items():
+            if key == registry.key:
+                continue
+            for value in _alternatives(field.annotation, getattr(example, key)):
+                trial = copy.deepcopy(raw)
+                _put(trial, path, {**example.model_dump(), key: value})
+                swept += 1
+                try:
+                    validate_raw(trial)
+                except ConfigError as exc:  # any other exception fails the test: a crash, not a refusal
+                    assert all(p.path for p in exc.problems), exc.report()
+    # device behaviours need compromised edge servers of a hierarchy (tests/robust covers their keys)
+    assert swept or registry.kind == "device behavior", f"no {registry.kind} was swept"
