@@ -173,3 +173,11 @@ def test_warned_by_validate(tmp_path, capsys, case):
     assert f"warning: {key}: " in capsys.readouterr().err
     raw["protocol"]["collaborate"] = True  # read: no warning
     assert not scenario_warnings(validate_raw(raw))
+
+
+def test_run_prints_them_among_its_warnings():
+    from hierfl.assemble import build
+    from hierfl.driver.sanity import run_warnings
+
+    scenario = validate_raw(_raw(**WARNED["fedmd digest_epochs without collaboration"][0]))
+    assert any(w.startswith("protocol.digest_epochs: read only with") for w in run_warnings(scenario, build(scenario)))
