@@ -87,6 +87,8 @@ class FCCLConfig(ProtocolConfig):
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
     decides_on_models: ClassVar[str | None] = "exchanges the models' logits"
+    # every phase steps Adam at protocol.lr (and protocol.weight_decay), never the training section's SGD
+    unread_training: ClassVar[tuple[str, ...]] = ("lr", "momentum", "weight_decay")
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cloud (logits)", synchronous=True, takes_policy=False,
                          note="every exchange is a barrier over all parties' logits; no straggler policy is "
@@ -105,7 +107,8 @@ class FCCLConfig(ProtocolConfig):
                                          "public subset exchanged once per round, every batch then stepped "
                                          "against them (a cheaper approximation)")
     lr: PositiveFloat = Field(default=1e-3, description="Adam's learning rate in both phases (authors' code: 1e-3; "
-                                                        "a fresh optimiser per public batch)")
+                                                        "a fresh optimiser per public batch); training.lr, "
+                                                        "momentum and weight_decay are not read, and refused if set")
     weight_decay: NonNegativeFloat = Field(
         default=0.0, description="Adam's weight decay in the local phase (CVPR code: 0; the FCCL+ code uses 1e-5)")
     lambda_loc: NonNegativeFloat = Field(

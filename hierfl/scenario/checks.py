@@ -109,6 +109,7 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_runtime_checks(scenario))
     problems.extend(_models_checks(scenario))
     problems.extend(_serverless_checks(scenario))
+    problems.extend(_unread_training(scenario))
     problems.extend(ignored_settings(scenario))
     return problems
 
@@ -142,6 +143,16 @@ def _unread(node: Any, path: str, found: Callable[[ConfigModel], list[tuple[str,
         for key, item in node.items():
             out.extend(_unread(item, f"{path}.{key}", found))
     return out
+
+
+def _unread_training(scenario: Scenario) -> list[Problem]:
+    """Keys of ``training:`` the protocol's own jobs never read (its ``unread_training``), set anyway."""
+    proto, training = scenario.protocol, scenario.training
+    return [Problem(f"training.{key}", f"protocol {proto.name} trains with its own optimizer and never reads "
+                    f"training.{key}, so it would be ignored; allowed: its default "
+                    f"({type(training).model_fields[key].default}), or leave it out", getattr(training, key),
+                    refused=True)
+            for key in type(proto).unread_training if training.non_default(key)]
 
 
 def _serverless_checks(scenario: Scenario) -> list[Problem]:

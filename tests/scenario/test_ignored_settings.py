@@ -23,6 +23,7 @@ def _raw(**override: Any) -> dict[str, Any]:
 
 
 GRAPH = {"stop": {"virtual_time_s": 3.0}}
+ADAM = {"training": {"lr": 0.01}}  # fccl steps Adam at protocol.lr: tiny's training.lr 0.1 would be refused
 MLP = {"model": {"name": "mlp", "hidden": [6]}}
 DOMAINS = {"data": {"dataset": {"name": "digits_domains", "domains": ["plain", "inverted"]},
                     "partition": {"name": "domains", "samples_per_device": 1_000_000_000}}}
@@ -42,7 +43,7 @@ CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
         {**GRAPH, "protocol": "adpsgd", "topology": {"device_graph": "empty"}},
         "topology.device_graph.name", ("no edges", "ring")),
     "fccl public_size above the public split": (
-        {"data": {"public": {"size": 60, "labelled": False}},
+        {**ADAM, "data": {"public": {"size": 60, "labelled": False}},
          "protocol": {"name": "fccl", "public_size": 61, "public_batch_size": 10, "pretrain_epochs": 1}},
         "protocol.public_size", ("capped", "allowed: 1..60")),
     "fedmd align_size above the public split": (
@@ -52,12 +53,18 @@ CASES: dict[str, tuple[dict[str, Any], str, tuple[str, ...]]] = {
         {"data": {"public": {"size": 60}}, "protocol": {"name": "rhfl", "align_size": 100}},
         "protocol.align_size", ("capped", "allowed: 1..60")),
     "fccl public_batch_size above the public subset": (
-        {"data": {"public": {"size": 60, "labelled": False}},
+        {**ADAM, "data": {"public": {"size": 60, "labelled": False}},
          "protocol": {"name": "fccl", "public_size": 30, "public_batch_size": 40, "pretrain_epochs": 1}},
         "protocol.public_batch_size", ("capped", "allowed: 2..30")),
     "rhfl public_batch_size above the aligned samples": (
         {"data": {"public": {"size": 60}}, "protocol": {"name": "rhfl", "align_size": 50, "public_batch_size": 51}},
         "protocol.public_batch_size", ("capped", "allowed: 1..50")),
+    "fccl training.lr (it steps Adam at protocol.lr)": (
+        {"data": {"public": {"size": 60, "labelled": False}}, "protocol": {"name": "fccl", "pretrain_epochs": 1}},
+        "training.lr", ("own optimizer", "allowed: its default")),
+    "fccl training.momentum": (
+        {"data": {"public": {"size": 60}}, "training": {"lr": 0.01, "momentum": 0.9}, "protocol": "fccl"},
+        "training.momentum", ("own optimizer",)),
     "fedavgmeta fine-tuning without per-device evaluation": (
         {"training": {"trainer": {"name": "fedavgmeta", "inner_steps": 3}}}, "training.trainer.inner_steps",
         ("no device is evaluated", "data.local_test_fraction")),
@@ -143,7 +150,7 @@ def test_a_resolved_scenario_loads_again(override):
 # the reference without collaboration is a sweep's arm over a collaborating base: its unread knobs are warned about
 WARNED: dict[str, tuple[dict[str, Any], str]] = {
     "fccl lambda_col without collaboration": (
-        {**GRAPH, "data": {"public": {"size": 60, "labelled": False}},
+        {**GRAPH, **ADAM, "data": {"public": {"size": 60, "labelled": False}},
          "protocol": {"name": "fccl", "collaborate": False, "lambda_col": 0.1}},
         "protocol.lambda_col"),
     "fedmd digest_epochs without collaboration": (

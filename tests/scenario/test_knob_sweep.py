@@ -31,6 +31,7 @@ SETTINGS: list[dict[str, Any]] = [
     {"topology": {"device_graph": {"name": "ring"}}, "stop": {"virtual_time_s": 3.0}},
     {"data": {"public": {"size": 40}}},
     {"data": {"public": {"size": 40, "labelled": False}}, "stop": {"virtual_time_s": 3.0}},
+    {"data": {"public": {"size": 40}}, "training": {"lr": 0.01}},  # fccl refuses training.lr (Adam at its own lr)
     {"model": {"name": "mlp", "hidden": [6]}},
 ]
 
