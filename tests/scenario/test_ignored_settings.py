@@ -1,8 +1,10 @@
 """Settings a run would ignore or cap are refused: exit 2, the key path and what is allowed, no traceback.
 
-Each case is a scenario that ran before, silently doing less than it says (edge servers no serverless
-protocol uses, a device graph without edges under a protocol that mixes over them, a public subset or
-a per-device sample count larger than what there is, PFNM's matching knobs under ``rule: average``).
+Each case is a scenario that ran before, silently doing less than it says: edge servers no serverless
+protocol uses, a device graph without edges under a protocol that mixes over them, a public subset, a
+batch, a concurrency or a per-device sample count larger than what there is, knobs read only under
+another key's value (PFNM's matching knobs under ``rule: average``), training keys a protocol's own
+jobs never read. A default is never a setting; the no-collaboration arms' unread knobs are warnings.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def test_refused_at_load_time_with_what_is_allowed(case):
     found = [p for p in info.value.problems if p.path == key]
     assert len(found) == 1, info.value.report()
     assert all(w in found[0].message for w in words), found[0].message
-    if not key.startswith("training."):  # a protocol's or topology's declaration: a sweep may skip such a trial
+    if not key.startswith("training.trainer."):  # a declaration (not a trainer's own check): a sweep may skip it
         assert found[0].refused
 
 
