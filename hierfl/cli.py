@@ -114,6 +114,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return _validate_sweep(args)
     scenario = _load(args)
     built = _built_checks(scenario, args.scenario) if args.build else None
+    if built is None:  # with --build, the built checks print these among theirs
+        from hierfl.scenario.checks import scenario_warnings
+
+        for warning in scenario_warnings(scenario):
+            print(f"warning: {warning}", file=sys.stderr)
     print(f"{args.scenario}: OK — {_describe(scenario, built)}")
     return 0
 

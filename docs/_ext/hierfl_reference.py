@@ -327,8 +327,21 @@ def plugin_page(reg: Any) -> str:
         points = getattr(cls, "aggregation_points", None)
         if points:
             parts += _points_section(points)
+        parts += _read_with_section(getattr(cls, "read_only_with", {}))
         parts += [f"Defined in `{cls.__module__}.{cls.__qualname__}`.", ""]
     return "\n".join(parts)
+
+
+def _read_with_section(rules: Any) -> list[str]:
+    """A plug-in's keys read only under another key's values (``read_only_with``): set otherwise, refused or
+    warned about."""
+    if not rules:
+        return []
+    rows = [(f"`{key}`", f"`{rule.sibling}`: " + ", ".join(f"`{str(v).lower() if isinstance(v, bool) else v}`"
+                                                            for v in rule.values),
+             "warning" if rule.warn else "refused (exit 2)") for key, rule in rules.items()]
+    return ["Keys read only with another key's value (set to anything but their default otherwise, they "
+            "would be ignored):", "", _table(rows, ("key", "read only with", "otherwise")), ""]
 
 
 def _points_section(points: Any) -> list[str]:

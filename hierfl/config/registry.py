@@ -10,6 +10,7 @@ hook on the plug-in class, never a check of its name.
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar, Union
@@ -18,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 
 from hierfl.config.base import name_shorthand
 
-__all__ = ["Registry"]
+__all__ = ["Registry", "close_names"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -87,9 +88,27 @@ class Registry:
         except KeyError:
             raise KeyError(self.unknown(name)) from None
 
-    def unknown(self, name: object) -> str:
-        """The message for a name that is not registered."""
-        return f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}"
+    def unknown(self, name: object, allowed: Sequence[str] | None = None,
+                where: Callable[[Registry], str | None] | None = None) -> str:
+        """The message for a name that is not registered: the close names first ("did you mean"), the
+        allowed ones (``allowed``, default every registered name), and the other kinds with a plug-in of
+        that name (a trainer given as a protocol), at their key path when ``where`` knows it."""
+        allowed = self.names() if allowed is None else list(allowed)
+        text = f"unknown {self.kind} {name!r}"
+        if isinstance(name, str):
+            elsewhere = []
+            if not any(n.lower() == name.lower() for n in allowed):  # FedAvg is fedavg's misspelling
+                for other in _INSTANCES:
+                    hit = [n for n in other.names() if n.lower() == name.lower()]
+                    if other is not self and hit:
+                        path = where(other) if where is not None else None
+                        elsewhere.append(f"{hit[0]!r} is a {other.kind}" + (f" ({path})" if path else ""))
+            if elsewhere:  # before the list of names, which a long message may cut
+                text += f": {'; '.join(elsewhere)}, not a {self.kind}"
+            close = close_names(name, allowed)
+            if close:
+                text += f"; did you mean {' or '.join(repr(c) for c in close)}?"
+        return f"{text}{' ' if text.endswith('?') else '; '}allowed: {', '.join(allowed)}"
 
     def example(self, name: str) -> Any:
         """A minimal valid config of ``name``: its class's ``example()``, else ``{key: name}`` with defaults."""
@@ -124,6 +143,12 @@ class Registry:
         stays a string and an unknown one is reported with the allowed names.
         """
         return Annotated[str, BeforeValidator(functools.partial(_check_name, self))]
+
+
+def close_names(name: str, names: Sequence[str]) -> list[str]:
+    """Up to three of ``names`` close to ``name`` (ignoring case), closest first."""
+    lowered = {n.lower(): n for n in names}
+    return [lowered[n] for n in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.6)]
 
 
 def _check_name(registry: Registry, value: Any) -> Any:

@@ -221,8 +221,9 @@ class DomainsConfig(PartitionConfig):
     name: Literal["domains"] = "domains"
     covers_all: ClassVar[bool] = False
     samples_per_device: PositiveInt | None = Field(
-        default=None, description="at most this many samples per device, the rest of its share unused (design "
-                                  "default null: the whole share; the FCCL code gives its parties 80 to 5,000)")
+        default=None, description="this many samples per device, the rest of its share unused (design default "
+                                  "null: the whole share; the FCCL code gives its parties 80 to 5,000); more than "
+                                  "the smallest device's share is refused")
 
     def split(self, dataset: Dataset, num_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
         """Each device's share of its domain's samples (in a seeded random order)."""
@@ -242,8 +243,18 @@ class DomainsConfig(PartitionConfig):
                 raise DataError("partition", f"domain {dataset.domains[k]!r} has {rows.size} samples for "
                                              f"{len(devices)} devices")
             for dev, share in zip(devices, np.array_split(rows, len(devices))):
-                parts[dev] = share if self.samples_per_device is None else share[: self.samples_per_device]
-        return parts
+                parts[dev] = share
+        cap = self.samples_per_device
+        if cap is None:
+            return parts
+        smallest = min(range(num_devices), key=lambda dev: (parts[dev].size, dev))
+        if cap > parts[smallest].size:  # a cap no share reaches would silently give fewer samples than asked
+            domain = dataset.domains[smallest % d]
+            raise DataError("partition.samples_per_device",
+                            f"{cap} is more than device {smallest}'s share of domain {domain!r} "
+                            f"({parts[smallest].size} samples), so it would be capped; allowed: "
+                            f"1..{parts[smallest].size}, or null (each device's whole share)")
+        return [share[:cap] for share in parts]
 
 
 @PARTITIONERS.register

@@ -28,8 +28,11 @@ def _fastest_round_trip(built: Any, partial: bool) -> float:
 
 
 def run_warnings(scenario: Any, built: Any) -> list[str]:
-    """Warnings for ``scenario`` as built (empty when nothing looks wrong)."""
-    out: list[str] = []
+    """Warnings for ``scenario`` as built (empty when nothing looks wrong), after the load-time ones
+    (settings declared to warn when they would be ignored, :func:`hierfl.scenario.checks.scenario_warnings`)."""
+    from hierfl.scenario.checks import scenario_warnings
+
+    out: list[str] = scenario_warnings(scenario)
     budget = scenario.stop.virtual_time_s
     every = scenario.evaluation.every_s
     if budget is not None and every is not None and budget / every > MAX_EVALUATIONS:

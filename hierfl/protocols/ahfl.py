@@ -32,11 +32,13 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeInt, field_validator
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.core.recluster import moved_devices
 from hierfl.kernel.engine import Event, Priority
@@ -107,8 +109,11 @@ class AHFLConfig(ProtocolConfig):
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base weight α at leaders and cloud [D]")
     staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="σ(τ) weighting stale updates (a staleness function by name)")  # type: ignore[valid-type]
     reg: Literal["prox", "l2"] = Field(default="prox", description="local regulariser [D]/[B]")
-    rho: float = Field(default=0.005, ge=0.0, description="ρ of reg=prox [D]")
-    lam: float = Field(default=5e-4, ge=0.0, description="λ (weight decay) of reg=l2 [D]")
+    rho: float = Field(default=0.005, ge=0.0, description="ρ of reg=prox (another value under l2 is refused) [D]")
+    lam: float = Field(default=5e-4, ge=0.0, description="λ (weight decay) of reg=l2 (another value under prox is "
+                                                        "refused) [D]")
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        "rho": ReadWith("reg", ("prox",)), "lam": ReadWith("reg", ("l2",))}
     leader_period: float | Literal["auto"] = Field(
         default="auto", description="seconds; auto = median over members of compute + upload time [D]")
     cloud_period: float | Literal["auto"] = Field(

@@ -48,6 +48,12 @@ class ProtocolConfig(ConfigModel):
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ()
     control_variates: ClassVar[bool] = False
 
+    # keys of the training section its own jobs never read (FCCL trains with Adam at protocol.lr): set to
+    # anything but their default they would do nothing, so they are refused
+    unread_training: ClassVar[tuple[str, ...]] = ()
+    # serverless: whether it is only that method when devices mix over the device graph's edges, so a graph
+    # with none (`device_graph: empty`) is refused (p2p's learning-alone baseline takes it)
+    needs_graph_edges: ClassVar[bool] = False
     # whether it runs with no server at all (peers on a device graph): no cloud aggregations, so rounds stay
     # 0 and only stop.virtual_time_s ends the run; the cloud only observes (evaluations)
     serverless: ClassVar[bool] = False

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from hierfl.config.base import ConfigModel
+from hierfl.config.base import ConfigModel, ReadWith
 from hierfl.core.work import TrainSpec
 from hierfl.env import Env
 from hierfl.kernel.engine import Event, Priority
@@ -90,7 +91,8 @@ class CoopConfig(ProtocolConfig):
         default="continue", description="a client below the window trains again (continue) or stays idle and asks "
                                         "again every poll_s seconds (wait) (design default continue)")
     poll_s: float = Field(default=5.0, gt=0, description="seconds between age queries under too_soon: wait "
-                          "(design default 5)")
+                          "(design default 5; another value under continue is refused)")
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {"poll_s": ReadWith("too_soon", ("wait",))}
     query_bytes: PositiveInt = Field(default=64, description="bytes of an age query and of its answer (the "
                                      "smallest message; design default 64)")
     stream: StreamConfig | None = Field(default=None, description="streaming data: each job trains on the samples "

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.core.fccl import FCCLJob, num_batches
 from hierfl.core.jobs import Job
@@ -76,10 +78,17 @@ class FCCLConfig(ProtocolConfig):
     """``protocol: {name: fccl, exchange: per_batch, ...}``; needs ``data.public`` (labels unused)."""
 
     name: Literal["fccl"] = "fccl"
+    # the collaborative phase's knobs mean nothing to the reference without collaboration,
+    # which sweeps derive from a collaborating base: a warning, not a refusal
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("collaborate", (True,), warn=True)
+        for key in ("lambda_col", "self_target", "exchange", "public_size", "public_batch_size")}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
     decides_on_models: ClassVar[str | None] = "exchanges the models' logits"
+    # every phase steps Adam at protocol.lr (and protocol.weight_decay), never the training section's SGD
+    unread_training: ClassVar[tuple[str, ...]] = ("lr", "momentum", "weight_decay")
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cloud (logits)", synchronous=True, takes_policy=False,
                          note="every exchange is a barrier over all parties' logits; no straggler policy is "
@@ -98,7 +107,8 @@ class FCCLConfig(ProtocolConfig):
                                          "public subset exchanged once per round, every batch then stepped "
                                          "against them (a cheaper approximation)")
     lr: PositiveFloat = Field(default=1e-3, description="Adam's learning rate in both phases (authors' code: 1e-3; "
-                                                        "a fresh optimiser per public batch)")
+                                                        "a fresh optimiser per public batch); training.lr, "
+                                                        "momentum and weight_decay are not read, and refused if set")
     weight_decay: NonNegativeFloat = Field(
         default=0.0, description="Adam's weight decay in the local phase (CVPR code: 0; the FCCL+ code uses 1e-5)")
     lambda_loc: NonNegativeFloat = Field(
@@ -110,10 +120,11 @@ class FCCLConfig(ProtocolConfig):
                                         "left it (collaborated; design knob)")
     public_size: PositiveInt = Field(
         default=5000, description="samples of the round's public subset A_t, re-drawn every round (authors' "
-                                  "code: 5000); capped at the public split's size")
+                                  "code: 5000); the default is capped at the public split's size, any other value above it is refused")
     public_batch_size: PositiveInt = Field(
         default=512, description="public batch size B_p (CVPR code: 512; FCCL+: 256); no batch may hold a "
-                                 "single sample (the standardisation over the batch needs two)")
+                                 "single sample (the standardisation over the batch needs two); the default is "
+                                 "capped at the subset's size, any other value above it is refused")
     local_epochs: PositiveInt | None = Field(
         default=None, description="epochs of the local phase on the private data, batch training.batch_size; "
                                   "null = the training section's length, training.epochs or training.local_steps "
@@ -129,7 +140,8 @@ class FCCLConfig(ProtocolConfig):
         default=True, description="false: the reference without collaboration (design default true): after "
                                   "pre-training every party only runs its local phase, round after round, and "
                                   "nothing is exchanged (with lambda_loc: 0, plain training alone); needs "
-                                  "stop.virtual_time_s")
+                                  "stop.virtual_time_s; lambda_col, self_target, exchange, public_size and "
+                                  "public_batch_size are then unused, and a warning names any set")
 
     def check(self, scenario: Any) -> list[Problem]:
         """Public data at the devices, no one-sample public batch, the plain local trainer."""
@@ -146,8 +158,16 @@ class FCCLConfig(ProtocolConfig):
                 problems.append(Problem("data.public.placement", "fccl's parties compute logits on the public "
                                         "data, so they must hold it; allowed: preinstalled, download_once",
                                         pub.placement))
+            if self.non_default("public_size") and self.public_size > pub.size:
+                problems.append(Problem("protocol.public_size", f"larger than the public split (data.public.size = "
+                                        f"{pub.size}), so it would be capped; allowed: 1..{pub.size}",
+                                        self.public_size, refused=True))
             size = min(self.public_size, pub.size)
-            if size % self.public_batch_size == 1 or size < 2:
+            if self.non_default("public_batch_size") and self.public_batch_size > size and self.collaborate:
+                problems.append(Problem("protocol.public_batch_size", f"larger than the round's public subset ({size} "
+                                        f"samples), so it would be capped; allowed: 2..{size}",
+                                        self.public_batch_size, refused=True))
+            elif size % self.public_batch_size == 1 or size < 2:
                 problems.append(Problem("protocol.public_batch_size", f"the public subset of {size} samples leaves "
                                         "a batch of one sample, whose logits cannot be standardised over the batch; "
                                         "choose a batch size that leaves at least two", self.public_batch_size))

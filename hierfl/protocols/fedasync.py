@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from hierfl.config.base import ConfigModel
+from hierfl.config.errors import Problem
 from hierfl.kernel.engine import Event, Priority
 from hierfl.kernel.rankedset import RankedSet
 from hierfl.core.work import TrainSpec
@@ -31,7 +32,7 @@ from hierfl.env import Env, Timer
 from hierfl.policies.staleness import STALENESS, PolynomialStaleness, StalenessConfig
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 
-__all__ = ["FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync", "VersionMsg"]
+__all__ = ["concurrency_problems", "FedAsyncConfig", "LocalStepsConfig", "FedAsync", "FlatAsync", "VersionMsg"]
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,29 @@ class FedAsyncConfig(ProtocolConfig):
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
     staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="s(τ) scaling the mixing weight α (a staleness function by name)")  # type: ignore[valid-type]
     rho: float = Field(default=0.005, ge=0.0, description="proximal coefficient ρ of local training [V3/D]")
-    concurrency: PositiveInt | None = Field(default=None, description="devices training at once; null = all [D]")
+    concurrency: PositiveInt | None = Field(default=None, description="devices training at once; null = all; more "
+                                            "than devices.count is refused [D]")
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
     local_steps: LocalStepsConfig | None = Field(
         default=None, description="H ~ uniform{min..max} SGD steps per job (§5.3); null = the training section [D]")
 
+    def check(self, scenario: Any) -> list[Problem]:
+        """A concurrency the devices can fill."""
+        return concurrency_problems(self, scenario.devices.count)
+
     def create(self, env: Env) -> FedAsync:
         """A FedAsync run."""
         return FedAsync(self, env)
+
+
+def concurrency_problems(cfg: ProtocolConfig, devices: int) -> list[Problem]:
+    """A ``concurrency`` set above ``devices`` would be capped at it: refused (the default is capped, as documented)."""
+    value = getattr(cfg, "concurrency", None)
+    if cfg.non_default("concurrency") and value is not None and value > devices:
+        return [Problem("protocol.concurrency", f"more devices training at once than there are devices "
+                        f"(devices.count = {devices}), so it would be capped; allowed: 1..{devices}", value,
+                        refused=True)]
+    return []
 
 
 class FlatAsync(Protocol):

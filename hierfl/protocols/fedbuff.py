@@ -13,15 +13,17 @@ With ``normalize_staleness`` each weight is divided by ``s(avg_staleness)``, as 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.env import Env
 from hierfl.policies.staleness import STALENESS, FedBuffStaleness
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
-from hierfl.protocols.fedasync import FlatAsync
+from hierfl.protocols.fedasync import FlatAsync, concurrency_problems
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
@@ -44,7 +46,8 @@ class FedBuffConfig(ProtocolConfig):
 
     name: Literal["fedbuff"] = "fedbuff"
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
-    concurrency: PositiveInt = Field(default=100, description="devices training at once, capped at N [D]")
+    concurrency: PositiveInt = Field(default=100, description="devices training at once; the default is capped at N, "
+                                                              "any other value above devices.count is refused [D]")
     server_lr: float = Field(default=1.0, gt=0.0, description="η_g of the server SGD step [D]")
     staleness: STALENESS.union() = Field(default=FedBuffStaleness(), description="s(τ) weighting each buffered update (a staleness function by name)")  # type: ignore[valid-type]
     max_staleness: NonNegativeInt | None = Field(default=None, description="drop staler updates; null = ∞ [D]")
@@ -52,7 +55,10 @@ class FedBuffConfig(ProtocolConfig):
     normalize_staleness: bool = Field(
         default=False, description="divide s(τ) by s(avg_staleness), as FLSim does (§5.4) [V: FLSim; default off]")
     avg_staleness: NonNegativeInt = Field(
-        default=1, description="τ̄ of normalize_staleness: the staleness that gets weight 1 [V: FLSim default 1]")
+        default=1, description="τ̄ of normalize_staleness: the staleness that gets weight 1 [V: FLSim default 1]; "
+                               "read only with normalize_staleness: true (set without it, it is refused)")
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        "avg_staleness": ReadWith("normalize_staleness", (True,))}
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """The buffer must be fillable: K ≤ number of devices."""
@@ -60,6 +66,7 @@ class FedBuffConfig(ProtocolConfig):
         problems = []
         if self.K > n:
             problems.append(Problem("protocol.K", f"buffer larger than the number of devices; allowed: 1..{n}", self.K))
+        problems.extend(concurrency_problems(self, n))
         if self.normalize_staleness and self.staleness(self.avg_staleness) < MIN_NORM:
             problems.append(Problem(
                 "protocol.avg_staleness",

@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.core.jobs import Job
 from hierfl.core.work import PublicTask, TrainSpec
@@ -72,6 +74,11 @@ class FedMDConfig(ProtocolConfig):
     """``protocol: {name: fedmd, align_size: 5000, revisit_epochs: 4, ...}``; needs ``data.public``."""
 
     name: Literal["fedmd"] = "fedmd"
+    # the consensus and digest knobs mean nothing to the reference without collaboration,
+    # which sweeps derive from a collaborating base: a warning, not a refusal
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("collaborate", (True,), warn=True)
+        for key in ("align_size", "stratified", "digest_epochs", "digest_batch_size", "digest_lr")}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
@@ -83,7 +90,7 @@ class FedMDConfig(ProtocolConfig):
 
     align_size: PositiveInt = Field(
         default=5000, description="size of the round's alignment set A_t, re-drawn every round (authors' code: "
-                                  "5000); capped at the public split's size")
+                                  "5000); the default is capped at the public split's size, any other value above it is refused")
     stratified: bool = Field(default=True, description="draw A_t stratified by label (authors' code: yes)")
     digest_epochs: PositiveInt = Field(default=1, description="epochs of the digest on A_t (authors' code: 1)")
     digest_batch_size: PositiveInt = Field(default=256, description="batch size of the digest (authors' code: 256)")
@@ -108,7 +115,9 @@ class FedMDConfig(ProtocolConfig):
     collaborate: bool = Field(
         default=True, description="false: the no-collaboration reference the paper compares against (design "
                                   "default true): after transfer learning every party only revisits its private "
-                                  "data, round after round, and nothing is exchanged; needs stop.virtual_time_s")
+                                  "data, round after round, and nothing is exchanged; needs stop.virtual_time_s; "
+                                  "align_size, stratified and the digest_* keys are then unused, and a warning names any "
+                                  "set")
     consensus_scope: Literal["global"] = Field(
         default="global", description="where the consensus is averaged: global (every party; with edge servers, "
                                       "each edge averages its members' scores and the cloud weights the edge means "
@@ -126,6 +135,10 @@ class FedMDConfig(ProtocolConfig):
             if not pub.labelled:
                 problems.append(Problem("data.public.labelled", "fedmd's transfer-learning phase trains on the "
                                         "public labels; allowed: true", pub.labelled))
+            if self.non_default("align_size") and self.align_size > pub.size:
+                problems.append(Problem("protocol.align_size", f"larger than the public split (data.public.size = "
+                                        f"{pub.size}), so it would be capped; allowed: 1..{pub.size}",
+                                        self.align_size, refused=True))
             if pub.placement == "server_only":
                 problems.append(Problem("data.public.placement", "fedmd's parties compute scores on the public "
                                         "data, so they must hold it; allowed: preinstalled, download_once",

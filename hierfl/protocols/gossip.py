@@ -134,6 +134,8 @@ class GossipConfig(ProtocolConfig):
 class DPSGDConfig(GossipConfig):
     """``protocol: {name: dpsgd, local_steps: 1}`` — synchronous neighbourhood averaging."""
 
+    needs_graph_edges: ClassVar[bool] = True
+
     name: Literal["dpsgd"] = "dpsgd"
     mode: Literal["sync_neighbourhood", "sync_global"] = Field(
         default="sync_neighbourhood", description="sync_neighbourhood: each node waits for its neighbours' messages "
@@ -152,6 +154,8 @@ class DPSGDConfig(GossipConfig):
 @PROTOCOLS.register
 class ADPSGDConfig(GossipConfig):
     """``protocol: {name: adpsgd, local_steps: 1}`` — asynchronous pairwise gossip."""
+
+    needs_graph_edges: ClassVar[bool] = True
 
     name: Literal["adpsgd"] = "adpsgd"
     mode: Literal["async_pairwise"] = Field(

@@ -20,10 +20,12 @@ Virtual time of a flat round: ``max_i (train_i + upload_i) + match_ops / f_serve
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from hierfl.config.base import ReadWith
 from hierfl.env import Env
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS
@@ -45,11 +47,15 @@ class PFNMConfig(MatchedConfig):
 
     name: Literal["pfnm"] = "pfnm"
     decides_on_models: ClassVar[str | None] = "the matched widths depend on the trained weights"
+    # the matching's prior and sweeps mean nothing to the coordinate-wise average
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("rule", ("match",)) for key in ("gamma", "sigma2", "sigma0_2", "iters")}
 
     rule: Literal["match", "average"] = Field(
         default="match", description="match: PFNM's matching; average: the same rounds with the networks averaged "
                                      "coordinate by coordinate, weighted by samples (the baseline the matching is "
-                                     "compared with; design default match)")
+                                     "compared with; design default match); gamma, sigma2, sigma0_2 and iters "
+                                     "are read only by match, so setting one under average is refused")
 
     later_rounds: Literal["global", "submodel"] = Field(
         default="submodel", description="what a device starts a later round from: submodel (the global weights "

@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.jobs import Endpoint, Job
 from hierfl.core.rhfl import SCESpec, confidence_weights, first_round_weights, loss_decrease
@@ -79,6 +81,11 @@ class RHFLConfig(ProtocolConfig):
     """``protocol: {name: rhfl, eta: 0.5, sce_a: 0.1, sce_b: 1.0, ...}``; needs ``data.public``."""
 
     name: Literal["rhfl"] = "rhfl"
+    # the exchange's knobs mean nothing to the reference without collaboration, which sweeps derive from a
+    # collaborating base: a warning, not a refusal (align_size still sets the default private epochs)
+    read_only_with: ClassVar[Mapping[str, ReadWith]] = {
+        key: ReadWith("collaborate", (True,), warn=True)
+        for key in ("eta", "exchange", "public_batch_size", "align_lr", "ccr_guard")}
     exchanges: ClassVar[str] = "outputs"
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
@@ -107,9 +114,11 @@ class RHFLConfig(ProtocolConfig):
                                       "edge (each edge server runs RHFL among its members; needs edge servers)")
     align_size: PositiveInt | None = Field(
         default=None, description="public samples aligned on per round, drawn from the stream public_subset; null "
-                                  "= the whole public split, reshuffled every round (authors' code)")
+                                  "= the whole public split, reshuffled every round (authors' code); a value above the split's size is "
+                                  "refused")
     public_batch_size: PositiveInt = Field(
-        default=256, description="public batch size of the alignment (authors' code: 256)")
+        default=256, description="public batch size of the alignment (authors' code: 256); the default is capped "
+                                 "at the samples aligned on per round, any other value above them is refused")
     align_lr: PositiveFloat | None = Field(
         default=None, description="SGD learning rate of the alignment steps; null = training.lr (design default: "
                                   "the code takes an Adam step at 1e-3, this emulator's trainer is SGD)")
@@ -126,7 +135,9 @@ class RHFLConfig(ProtocolConfig):
                                    "1/(K−1)) instead of dividing by about zero (design default; the code divides)")
     collaborate: bool = Field(
         default=True, description="false: the no-collaboration reference (design default true): after pre-training "
-                                  "every party only trains on its private data with SCE, round after round")
+                                  "every party only trains on its private data with SCE, round after round; eta, "
+                                  "exchange, public_batch_size, align_lr and ccr_guard are then unused, and a warning "
+                                  "names any set")
 
     def check(self, scenario: Any) -> list[Problem]:
         """Public data at the devices, at least 2 parties, the plain trainer; a time budget where no cloud
@@ -136,9 +147,21 @@ class RHFLConfig(ProtocolConfig):
         if pub is None:
             problems.append(Problem("data.public", "rhfl aligns the parties on public data: set data.public "
                                     "(size, placement)"))
-        elif pub.placement == "server_only":
-            problems.append(Problem("data.public.placement", "rhfl's parties compute probabilities on the public "
-                                    "data, so they must hold it; allowed: preinstalled, download_once", pub.placement))
+        else:
+            if pub.placement == "server_only":
+                problems.append(Problem("data.public.placement", "rhfl's parties compute probabilities on the "
+                                        "public data, so they must hold it; allowed: preinstalled, download_once",
+                                        pub.placement))
+            aligned = pub.size if self.align_size is None else min(self.align_size, pub.size)
+            if (self.collaborate and self.exchange == "per_batch" and self.non_default("public_batch_size")
+                    and self.public_batch_size > aligned):
+                problems.append(Problem("protocol.public_batch_size", f"larger than the public samples aligned on "
+                                        f"per round ({aligned}), so it would be capped; allowed: 1..{aligned}",
+                                        self.public_batch_size, refused=True))
+            if self.align_size is not None and self.align_size > pub.size:
+                problems.append(Problem("protocol.align_size", f"larger than the public split (data.public.size = "
+                                        f"{pub.size}), so it would be capped; allowed: 1..{pub.size}, or null (the "
+                                        "whole split)", self.align_size, refused=True))
         if self.sce_a + self.sce_b <= 0:
             problems.append(Problem("protocol.sce_b", "sce_a + sce_b must be > 0 (both terms off leaves no local "
                                     "loss)", self.sce_b))

@@ -14,9 +14,12 @@ Run by the loader after the schema accepted every section, in two steps:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
+from hierfl.config.registry import close_names
 from hierfl.devices import shipped_tiers
 from hierfl.dynamics import EVENTS, Facts
 from hierfl.dynamics.availability import steady_names
@@ -24,8 +27,9 @@ from hierfl.policies.straggler import STRAGGLERS, neutral_names
 from hierfl.protocols import PROTOCOLS
 from hierfl.scenario.schema import Scenario
 from hierfl.topology import TopologyFileError, check_devices, load_topology_file
+from hierfl.topology.devgraph import DEVICE_GRAPHS
 
-__all__ = ["resolve_files", "cross_checks", "raw_cross_checks"]
+__all__ = ["resolve_files", "cross_checks", "raw_cross_checks", "ignored_settings", "scenario_warnings"]
 
 
 def _edge_count_problem(edges: Any, n: Any) -> list[Problem]:
@@ -104,6 +108,71 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_energy_checks(scenario))
     problems.extend(_runtime_checks(scenario))
     problems.extend(_models_checks(scenario))
+    problems.extend(_serverless_checks(scenario))
+    problems.extend(_unread_training(scenario))
+    problems.extend(ignored_settings(scenario))
+    return problems
+
+
+def ignored_settings(scenario: Scenario) -> list[Problem]:
+    """Every key set in the scenario that its section would ignore (each config's ``ignored_settings``:
+    ``read_only_with`` declarations and the plug-ins' own), refused by declaration."""
+    return [Problem(path, message, value, refused=True)
+            for path, message, value in _unread(scenario, "", lambda c: c.ignored_settings())]
+
+
+def scenario_warnings(scenario: Scenario) -> list[str]:
+    """Keys set in a valid scenario that would be ignored, where their declaration warns instead of refusing
+    (``ReadWith(..., warn=True)``): ``key.path: message (got value)`` lines."""
+    return [Problem(path, message, value).format()
+            for path, message, value in _unread(scenario, "", lambda c: c.unread_warnings())]
+
+
+def _unread(node: Any, path: str, found: Callable[[ConfigModel], list[tuple[str, str, Any]]]
+            ) -> list[tuple[str, str, Any]]:
+    """``found(config)`` of every config model in the tree under ``node``, with key paths from the root."""
+    out: list[tuple[str, str, Any]] = []
+    if isinstance(node, ConfigModel):
+        out.extend((f"{path}.{key}".lstrip("."), message, value) for key, message, value in found(node))
+        for key in type(node).model_fields:
+            out.extend(_unread(getattr(node, key), f"{path}.{key}", found))
+    elif isinstance(node, (list, tuple)):
+        for i, item in enumerate(node):
+            out.extend(_unread(item, f"{path}.{i}", found))
+    elif isinstance(node, dict):
+        for key, item in node.items():
+            out.extend(_unread(item, f"{path}.{key}", found))
+    return out
+
+
+def _unread_training(scenario: Scenario) -> list[Problem]:
+    """Keys of ``training:`` the protocol's own jobs never read (its ``unread_training``), set anyway."""
+    proto, training = scenario.protocol, scenario.training
+    return [Problem(f"training.{key}", f"protocol {proto.name} trains with its own optimizer and never reads "
+                    f"training.{key}, so it would be ignored; allowed: its default "
+                    f"({type(training).model_fields[key].default}), or leave it out", getattr(training, key),
+                    refused=True)
+            for key in type(proto).unread_training if training.non_default(key)]
+
+
+def _serverless_checks(scenario: Scenario) -> list[Problem]:
+    """A protocol without servers has no use for edge servers; one that mixes over the device graph's
+    edges needs some (``needs_graph_edges``; a graph's ``no_edges``)."""
+    proto, topo = scenario.protocol, scenario.topology
+    cls = type(proto)
+    problems: list[Problem] = []
+    if cls.serverless and topo.file is None and topo.generator is None and (topo.edge_servers or 0) > 0:
+        problems.append(Problem("topology.edge_servers", f"protocol {proto.name} has no servers: devices mix over "
+                                "topology.device_graph, so edge servers would be ignored; allowed: 0",
+                                topo.edge_servers, refused=True))
+    graph = topo.device_graph
+    if graph is not None and cls.needs_graph_edges and type(graph).no_edges:
+        able = ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).serverless
+                         and not PROTOCOLS.get(n).needs_graph_edges)
+        fits = ", ".join(n for n in DEVICE_GRAPHS.names() if not DEVICE_GRAPHS.get(n).no_edges)
+        problems.append(Problem("topology.device_graph.name", f"the {graph.name} graph has no edges, so under "
+                                f"{proto.name} no device would ever communicate; allowed: {fits} (learning alone: protocol "
+                                f"{able or 'none'})", graph.name, refused=True))
     return problems
 
 
@@ -196,7 +265,9 @@ def _dynamics_checks(scenario: Scenario) -> list[Problem]:
     allowed = ", ".join(known)
     for name in (dev.tiers or {}):
         if name not in known:
-            problems.append(Problem(f"devices.tiers.{name}", f"unknown tier; allowed: {allowed} "
+            close = close_names(name, known)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            problems.append(Problem(f"devices.tiers.{name}", f"unknown tier{hint}; allowed: {allowed} "
                                     "(or define it under devices.custom_tiers)"))
     avail = dev.availability
     problems.extend(avail.problems(dev.count, known, "devices.availability"))

@@ -22,6 +22,7 @@ from hierfl.config.files import context_for
 from hierfl.config.yamlsafe import YAMLLimitError, load_yaml
 from hierfl.scenario.checks import cross_checks, raw_cross_checks, resolve_files
 from hierfl.scenario.schema import Scenario
+from hierfl.scenario.suggest import unknown_key, unknown_name
 
 __all__ = ["load_scenario", "load_raw", "apply_overrides", "override_items", "Overrides", "validate_raw", "deep_merge", "dump_scenario"]
 
@@ -254,7 +255,11 @@ def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list
         path = _strip_tags(tuple(err["loc"]), raw)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (misspelled? the scenario reference in docs/ lists the allowed keys)"
+            msg = unknown_key(Scenario, tuple(err["loc"]))
+        elif err["type"] == "union_tag_invalid":  # an unknown plug-in name: close names, or its right place
+            ctx = err.get("ctx", {})
+            expected = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+            msg = unknown_name(Scenario, str(ctx.get("tag", "")), expected)
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif err["type"] == "union_tag_not_found":  # a plug-in section without `name`

@@ -196,7 +196,9 @@ class TopologyConfig(ConfigModel):
     """
 
     edge_servers: NonNegativeInt | None = Field(
-        default=0, description="0 = devices talk to the cloud directly; null = as topology.file says")
+        default=0, description="0 = devices talk to the cloud directly; null = as topology.file says; a "
+                               "serverless protocol (no server in the data path) refuses more than 0 without a "
+                               "topology file or generator")
     grouping: GROUPINGS.name_field() = Field(  # type: ignore[valid-type]
         default="round_robin",
         description="a registered grouping (hierfl.topology.grouping): round_robin, random, nearest, kmeans "

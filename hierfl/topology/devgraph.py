@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import (
     Field,
@@ -50,6 +50,9 @@ class GraphLink(ConfigModel):
 class DeviceGraphConfig(ConfigModel):
     """Keys every device graph takes."""
 
+    # whether the graph has no edges at all (every device alone): a protocol that needs edges refuses it
+    no_edges: ClassVar[bool] = False
+
     name: str
     link: GraphLink = Field(default=GraphLink(), description="bandwidth and latency of every edge (null values: "
                             "the world's device-to-device rule)")
@@ -86,9 +89,11 @@ class RingGraph(DeviceGraphConfig):
 
 @DEVICE_GRAPHS.register
 class EmptyGraph(DeviceGraphConfig):
-    """``empty``: no edges — every device learns alone (the no-cooperation baseline)."""
+    """``empty``: no edges — every device learns alone (the no-cooperation baseline of ``p2p``; a protocol
+    that is only itself when devices mix, ``dpsgd`` and ``adpsgd``, refuses it)."""
 
     name: Literal["empty"] = "empty"
+    no_edges: ClassVar[bool] = True
 
     def edges_for(self, n: int, seed: int) -> DeviceGraph:
         """``n`` isolated devices."""

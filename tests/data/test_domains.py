@@ -83,6 +83,7 @@ def _raw():
                    "public": {"size": 100, "labelled": False}}
     raw["devices"]["count"] = 3
     raw["protocol"] = {"name": "fccl", "public_size": 40, "public_batch_size": 20, "pretrain_epochs": 1}
+    del raw["training"]["lr"]  # fccl steps Adam at protocol.lr: a training.lr would be refused
     return raw
 
 

@@ -184,6 +184,7 @@ SETTINGS = [{}, {"topology": {"edge_servers": 2}},
             {"devices": {"count": 12}, "data": {"dataset": {"num_samples": 720}}, "topology": {"edge_servers": 2}},
             {"topology": {"device_graph": {"name": "ring"}}, "stop": {"virtual_time_s": 3.0}},
             {"data": {"public": {"size": 40}}},  # output-exchange protocols (fedmd) need a public split
+            {"data": {"public": {"size": 40}}, "training": {"lr": 0.01}},  # fccl refuses training.lr (Adam at its own lr)
             {"model": {"name": "mlp", "hidden": [6]}}]  # neuron matching (pfnm, fedma) needs an MLP
 
 

@@ -31,6 +31,7 @@ SETTINGS = [{}, {"topology": {"edge_servers": 2}},
             # serverless protocols need a device graph, and a time budget (no rounds)
             {"topology": {"device_graph": {"name": "ring"}}, "stop": {"rounds": None, "virtual_time_s": 20.0}},
             {"data": {"public": {"size": 40}}},  # output-exchange protocols (fedmd) need a public split
+            {"data": {"public": {"size": 40}}, "training": {"lr": 0.01}},  # fccl refuses training.lr (Adam at its own lr)
             {"model": {"name": "mlp", "hidden": [6]}}]  # neuron matching (pfnm, fedma) needs an MLP
 
 

@@ -63,7 +63,7 @@ class FedDCTrainer(TrainerConfig):
         default="edge",
         description="under a hierarchy, whose control c the devices use: their edge's own c_e, stepped by the "
                     "edge over its members (edge), or the cloud's, relayed by the edges as SCAFFOLD's (cloud) "
-                    "[design default: edge]")
+                    "[design default: edge]; cloud without edge servers is refused")
 
     def round_rule(self, members: int, tier: str) -> Any:
         """The aggregator's rule over a round of device updates from ``members`` devices, or None."""
@@ -89,6 +89,10 @@ class FedDCTrainer(TrainerConfig):
             if self.server_rule == "code" and scenario.server_optimizer.at(tier) is not None:
                 out.append((f"server_optimizer.{tier}", "feddc's server rule sets the model itself; allowed: "
                             "no server optimizer", scenario.server_optimizer.at(tier).name))
+        if self.non_default("control_scope") and not scenario.topology.edge_servers:
+            out.append(("training.trainer.control_scope", "chooses between the edges' and the cloud's control, and "
+                        "there are no edge servers (topology.edge_servers: 0), so it would be ignored; allowed: "
+                        "edge (the default) without edge servers", self.control_scope))
         aggregation = getattr(scenario, "aggregation", None)
         for tier in ("cloud", "edge") if aggregation is not None else ():
             rule = aggregation.at(tier)

@@ -147,9 +147,20 @@ class FedMetaTrainer(_MetaKnobs):
 class FedAvgMetaTrainer(_MetaKnobs):
     """``trainer: {name: fedavgmeta, inner_lr: 0.01, inner_steps: 1}``: FedAvgMeta (FedMeta's baseline) —
     plain SGD jobs; evaluation fine-tunes on the device's support set first. ``head_layers`` > 0:
-    with FedPer's personal layers."""
+    with FedPer's personal layers. Without per-device evaluation (``data.local_test_fraction`` and
+    ``data.test_devices`` 0) ``support_fraction``, ``inner_lr`` and ``inner_steps`` are refused."""
 
     name: Literal["fedavgmeta"] = "fedavgmeta"
+
+    def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
+        """The fine-tuning knobs act only where devices are evaluated on their own data."""
+        data = scenario.data
+        if data.local_test_fraction > 0 or data.test_devices > 0:
+            return []
+        return [(f"training.trainer.{key}", "fedavgmeta fine-tunes a device only to evaluate it, and no device is "
+                 "evaluated on its own (data.local_test_fraction: 0, data.test_devices: 0), so it would be ignored; "
+                 "allowed: set data.local_test_fraction or data.test_devices (or leave it out)", getattr(self, key))
+                for key in ("support_fraction", "inner_lr", "inner_steps") if self.non_default(key)]
 
     def personal_spec(self) -> PersonalSpec:
         """Fine-tuning at evaluation."""

@@ -68,7 +68,8 @@ class FedCHConfig(ProtocolConfig):
         default="one_minus", description="α = 1 − (K−1)/N [V: conference], or the (K−1)/N reading")
     recluster: RECLUSTER.union() = Field(default=NeverRecluster(), description="when the cloud rebuilds the clusters: never, periodic, adaptive, on_event")  # type: ignore[valid-type]
     recompute_k: bool = Field(default=False, description="recompute K* at every re-clustering [D]")
-    leader_trains: bool = Field(default=True, description="a device leader trains as a member too [D]")
+    leader_trains: bool = Field(default=True, description="a device leader trains as a member too (with edge "
+                                                          "servers as leaders there is none: false is refused) [D]")
     fraction: float = Field(
         default=1.0, gt=0.0, le=1.0,
         description="members a cluster round wants: max(⌊fraction·n_k⌋, 1) of its online members (1 = all [V])")
@@ -103,7 +104,7 @@ class FedCHConfig(ProtocolConfig):
     def check(self, scenario: Scenario) -> list[Problem]:
         """K within 1..N (= E with edge leaders), K: auto needs devices and a budget, K̃ ≤ K."""
         problems: list[Problem] = []
-        if self.staleness is not None and {"a", "b"} & self.model_fields_set:
+        if self.staleness is not None and (self.non_default("a") or self.non_default("b")):
             problems.append(Problem("protocol.staleness", "set either a and b (fedch(a, b)) or staleness, not both"))
         n, e = scenario.devices.count, scenario.topology.edge_servers
         if self.K == "auto":
@@ -124,6 +125,10 @@ class FedCHConfig(ProtocolConfig):
             if isinstance(self.K, int) and self.K != e:
                 problems.append(Problem("protocol.K", f"with edge servers the leaders are the {e} edge servers; "
                                         f"allowed: {e} or auto", self.K))
+            if not self.leader_trains:
+                problems.append(Problem("protocol.leader_trains", "with edge servers as leaders no device leads a "
+                                        "cluster, so it would be ignored; allowed: true", self.leader_trains,
+                                        refused=True))
             if self.construction != "hungarian":
                 problems.append(Problem("protocol.construction", "with edge servers as fixed leaders the "
                                         "construction is a balanced assignment; allowed: hungarian",
