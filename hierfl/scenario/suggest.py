@@ -2,7 +2,7 @@
 
 A key the schema does not know gets the section's allowed keys, the close ones first ("did you mean
 ``count``?"); an unknown plug-in name gets the close registered names, and, when the name belongs to
-another registry, where it goes instead (``protocol: scaffold`` → SCAFFOLD is a trainer,
+another registry, where it goes instead (a trainer's name given as the protocol → it is a trainer,
 ``training.trainer``). Nothing here keeps a list of keys or names: the schema's models and the
 registries are the only source, so a new plug-in or key is suggested as soon as it exists.
 """
