@@ -20,6 +20,15 @@ class ConfigModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        # recorded in creation order, so that a plug-in registered later can rebuild the schemas
+        # that embed its registry's union (hierfl.config.late)
+        from hierfl.config import late
+
+        late.record(cls)
+
 
 def rename_alias(data: Any, alias: str, key: str) -> Any:
     """For a ``mode="before"`` validator: the raw mapping with ``alias`` renamed to ``key``.
