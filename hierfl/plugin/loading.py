@@ -41,7 +41,7 @@ from hierfl.config.errors import ConfigError, Problem
 from hierfl.plugin import API_VERSION
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginRef", "PluginError", "load_plugin", "load_plugins", "load_entry_points",
-           "loaded_plugins", "bundle", "install_bundle", "require", "file_module_name", "looks_like_path"]
+           "loaded_plugins", "refs_for", "bundle", "install_bundle", "require", "file_module_name", "looks_like_path"]
 
 ENTRY_POINT_GROUP = "hierfl.plugins"
 """The entry-point group installed packages register their plug-ins under."""
@@ -316,6 +316,13 @@ def load_entry_points() -> list[PluginRef]:
     if problems:
         raise ConfigError(problems, "installed plug-ins")
     return refs
+
+
+def refs_for(specs: Iterable[str]) -> list[PluginRef]:
+    """The loaded plug-ins a scenario names (its resolved ``plugins:``), then the installed entry points."""
+    by_spec = {ref.spec: ref for ref in _LOADED.values()}
+    refs = [by_spec[s] for s in specs if s in by_spec]
+    return refs + [ref for ref in _LOADED.values() if ref.kind == "entry_point" and ref not in refs]
 
 
 def bundle() -> tuple[dict[str, Any], ...]:
