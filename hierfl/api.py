@@ -102,7 +102,7 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overr
               seed: int | None, plugins: Sequence[str] | None = None) -> tuple[Scenario, str | None]:
     """Load a path, a raw mapping or a :class:`Scenario`, then apply ``overrides`` and ``seed``
     (``plugins`` are loaded first: the scenario may name what they register)."""
-    from hierfl.plugin.loading import load_plugins
+    from hierfl.config.plugins import load_plugins
     from hierfl.scenario.loader import apply_overrides, load_scenario, validate_raw
     from hierfl.scenario.schema import Scenario
 

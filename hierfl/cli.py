@@ -39,7 +39,7 @@ def _plugins(args: argparse.Namespace) -> list[str]:
 
 def _load_plugins(args: argparse.Namespace) -> None:
     """Load ``--plugin`` now (a command that validates no scenario of its own: sweep, schema, resume)."""
-    from hierfl.plugin.loading import load_plugins
+    from hierfl.config.plugins import load_plugins
 
     load_plugins(_plugins(args), key="--plugin", source="command line")
 

@@ -12,7 +12,7 @@ A checkpoint is taken between two events (where the driver's state is consistent
   job slots) are stored by value and put back into the new executor's object store;
 * the roles' state — device-held state (SCAFFOLD's ``c_i``), each leader's and the cloud's model,
   running aggregation and optimizer moments — from :meth:`ExecutorState.export_roles` (``executor.state``);
-* the plug-ins the run was made with (:class:`~hierfl.plugin.loading.PluginRef`: module name, file
+* the plug-ins the run was made with (:class:`~hierfl.config.plugins.PluginRef`: module name, file
   path, content hash), in a small header pickled before the rest: a resume loads them before it
   unpickles anything that may be a plug-in's class, and refuses (naming the plug-in) when one is
   missing or has changed;
@@ -165,7 +165,7 @@ def load_checkpoint(run_dir: Path) -> Checkpoint:
 
 def _require_plugins(recorded: list[dict[str, Any]], path: Path) -> None:
     """Load the plug-ins a checkpoint needs; a :class:`RunError` names each one missing or changed."""
-    from hierfl.plugin.loading import PluginRef, require
+    from hierfl.config.plugins import PluginRef, require
 
     problems = require([PluginRef.from_dict(r) for r in recorded], f"{path}")
     if problems:
@@ -174,7 +174,7 @@ def _require_plugins(recorded: list[dict[str, Any]], path: Path) -> None:
 
 def _header(scenario: Any) -> dict[str, Any]:
     """The checkpoint's header: the plug-ins the run needs (its scenario's and the installed entry points)."""
-    from hierfl.plugin.loading import refs_for
+    from hierfl.config.plugins import refs_for
 
     refs = refs_for(list(getattr(scenario, "plugins", []) or []))
     return {"hierfl_checkpoint": FORMAT, "plugins": [r.without_source().as_dict() for r in refs]}

@@ -18,7 +18,7 @@ model and registers it by the name used in YAML::
 It is loaded with ``hierfl run scenario.yaml --plugin my_method.py``, a scenario's ``plugins:``
 key, ``hierfl.run(..., plugins=[...])`` or the entry-point group ``hierfl.plugins`` of an
 installed package; everywhere a scenario is validated and in every Ray worker
-(:mod:`hierfl.plugin.loading`). ``hierfl check my_method.py`` runs the conformance suite on it
+(:mod:`hierfl.config.plugins`). ``hierfl check my_method.py`` runs the conformance suite on it
 (:mod:`hierfl.plugin.testing`).
 
 Every name below is imported on first use, so ``import hierfl.plugin`` costs nothing and never
@@ -34,8 +34,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-API_VERSION = "1.0"
-"""The plug-in API version, ``"MAJOR.MINOR"`` (a plug-in's ``HIERFL_API`` must match the major)."""
+from hierfl.config.plugins import API_VERSION  # the standard library and the config layer only: import-light
 
 # public name -> the module that defines it (imported on first use)
 _EXPORTS: dict[str, str] = {
@@ -104,6 +103,12 @@ _EXPORTS: dict[str, str] = {
     "BehaviorConfig": "hierfl.robust.behaviours",
     "DistConfig": "hierfl.devices.dists",
     "rng_stream": "hierfl.core.rng",
+    # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)
+    "load_plugins": "hierfl.config.plugins",
+    "load_plugin": "hierfl.config.plugins",
+    "loaded_plugins": "hierfl.config.plugins",
+    "PluginRef": "hierfl.config.plugins",
+    "ENTRY_POINT_GROUP": "hierfl.config.plugins",
 }
 _RENAMED = {"rng_stream": "stream"}  # public name -> the defining module's own name
 

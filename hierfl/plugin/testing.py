@@ -397,7 +397,7 @@ def check_plugin(plugin: str | Path, *, ray: bool = True, out: TextIO | None = N
     ConfigError
         The plug-in cannot be loaded (not found, import error, taken name, API version).
     """
-    from hierfl.plugin.loading import PluginError, load_plugin
+    from hierfl.config.plugins import PluginError, load_plugin
 
     try:
         ref = load_plugin(str(plugin))

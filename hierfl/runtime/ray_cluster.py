@@ -32,7 +32,7 @@ import numpy as np
 import ray
 
 from hierfl.core.work import TrainSpec
-from hierfl.plugin.loading import bundle as plugin_bundle
+from hierfl.config.plugins import bundle as plugin_bundle
 from hierfl.runtime import ray_auth, signals
 from hierfl.runtime.driver_cloud import DriverCloud
 from hierfl.runtime.executor import ClusterLink, RunData
@@ -52,10 +52,10 @@ _INIT_RETRY_PAUSE_S = 2.0
 
 
 def _install_plugins(plugins: Any) -> None:
-    """Load the driver's plug-ins in this actor's process (:func:`hierfl.plugin.loading.install_bundle`),
+    """Load the driver's plug-ins in this actor's process (:func:`hierfl.config.plugins.install_bundle`),
     before any later call's arguments, which may hold a plug-in's classes, are unpickled here."""
     if plugins:
-        from hierfl.plugin.loading import install_bundle
+        from hierfl.config.plugins import install_bundle
 
         install_bundle(plugins)
 

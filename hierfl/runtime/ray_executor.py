@@ -29,7 +29,7 @@ from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import DeviceStates, Executor, ExecutorState, Job, RunData, Servers, Term, eval_groups
 from hierfl.runtime.ray_batches import (Batches, Slot, StateOf, model_ref, ref_row, tags_kw, term_positions,
                                         unique_refs)
-from hierfl.plugin.loading import bundle as plugin_bundle
+from hierfl.config.plugins import bundle as plugin_bundle
 from hierfl.runtime.ray_cluster import (RayCloud, RayCluster, RayDeviceHost, RayLeaderHost, RayStart, is_lost,
                                         listen_to_ray, probe_address)
 from hierfl.runtime.roles import fast_path_of

@@ -285,7 +285,7 @@ def _with_plugins(raw: dict[str, Any], source: str | None, extra: PluginSpecs | 
     directory; errors keyed ``extra_key``), before validation: their names are then part of the schema.
     Returns ``raw`` with ``plugins`` resolved (absolute paths, module names), so the resolved scenario
     (a run's config.yaml, a checkpoint) names every plug-in it needs."""
-    from hierfl.plugin.loading import load_plugins
+    from hierfl.config.plugins import load_plugins
 
     extra_refs = load_plugins(list(extra) if extra else None, base_dir=None, key=extra_key, source=extra_source)
     own = raw.get("plugins")

@@ -148,7 +148,7 @@ def _trainable(config: dict[str, Any]) -> None:
     """The Tune function trainable: one hierfl run, its numeric summary fields reported once."""
     from ray import tune
 
-    from hierfl.plugin.loading import install_bundle
+    from hierfl.config.plugins import install_bundle
 
     # the sweep's plug-ins, from the text the driver read (this node may not have the files), before
     # the trial's scenario is validated
@@ -339,7 +339,7 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
     the trials are validated, and in every trial; the manifest records them (a resumed sweep loads them again).
     Raises :class:`ConfigError` (nothing written) for a bad sweep file or trial scenario.
     """
-    from hierfl.plugin.loading import bundle, load_plugins
+    from hierfl.config.plugins import bundle, load_plugins
 
     tune = _tune()
     _check_address(address)

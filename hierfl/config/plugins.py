@@ -1,5 +1,9 @@
 """Loading plug-ins: a user's own files and modules, installed packages' entry points, Ray workers.
 
+The mechanics sit in the config layer (standard library and :mod:`hierfl.config` only), below the
+scenario loader, the driver and the runtime that call them; the public names are re-exported by
+:mod:`hierfl.plugin`.
+
 Routes, all ending in :func:`load_plugins` before a scenario is validated:
 
 * a scenario's ``plugins: [my_method.py, my_package.module]`` (paths relative to the scenario file);
@@ -32,16 +36,19 @@ import re
 import sys
 import traceback
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
 from hierfl.config.errors import ConfigError, Problem
-from hierfl.plugin import API_VERSION
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginRef", "PluginError", "load_plugin", "load_plugins", "load_entry_points",
+__all__ = ["API_VERSION", "ENTRY_POINT_GROUP", "PluginRef", "PluginError", "load_plugin", "load_plugins", "load_entry_points",
            "loaded_plugins", "refs_for", "bundle", "install_bundle", "require", "file_module_name", "looks_like_path"]
+
+API_VERSION = "1.0"
+"""The plug-in API version, ``"MAJOR.MINOR"`` (re-exported as :data:`hierfl.plugin.API_VERSION`); a
+plug-in's ``HIERFL_API`` must match the major."""
 
 ENTRY_POINT_GROUP = "hierfl.plugins"
 """The entry-point group installed packages register their plug-ins under."""
@@ -87,6 +94,7 @@ class PluginError(Exception):
 
 
 _LOADED: dict[str, PluginRef] = {}  # module name -> ref, in load order
+_SPECS: dict[str, PluginRef] = {}   # every resolved spec loaded (a file's content may come from two paths)
 _ENTRY_POINTS = {"loaded": False}
 
 
@@ -179,9 +187,8 @@ def _refresh_schema() -> None:
 
 def _load_file(path: Path) -> PluginRef:
     resolved = str(path.resolve())
-    for ref in _LOADED.values():  # the same file again (a trial that got it in its bundle, a second run)
-        if ref.kind == "file" and ref.path == resolved:
-            return ref
+    if resolved in _SPECS:  # the same file again (a trial that got it in its bundle, a second run)
+        return _SPECS[resolved]
     if not path.exists():
         raise PluginError(str(path), "file not found")
     if path.is_dir():
@@ -195,10 +202,11 @@ def _load_file(path: Path) -> PluginRef:
     sha = hashlib.sha256(data).hexdigest()
     name = file_module_name(path, sha)
     if name in _LOADED:  # the same content under another path: one module, registered once
-        return _LOADED[name]
-    _guarded(resolved, resolved, lambda: _exec_file(name, resolved, source))
-    ref = PluginRef(resolved, "file", name, resolved, sha, source)
-    _LOADED[name] = ref
+        ref = replace(_LOADED[name], spec=resolved, path=resolved)
+    else:
+        _guarded(resolved, resolved, lambda: _exec_file(name, resolved, source))
+        ref = _LOADED[name] = PluginRef(resolved, "file", name, resolved, sha, source)
+    _SPECS[resolved] = ref
     return ref
 
 
@@ -320,14 +328,15 @@ def load_entry_points() -> list[PluginRef]:
 
 def refs_for(specs: Iterable[str]) -> list[PluginRef]:
     """The loaded plug-ins a scenario names (its resolved ``plugins:``), then the installed entry points."""
-    by_spec = {ref.spec: ref for ref in _LOADED.values()}
+    by_spec = {**{ref.spec: ref for ref in _LOADED.values()}, **_SPECS}
     refs = [by_spec[s] for s in specs if s in by_spec]
     return refs + [ref for ref in _LOADED.values() if ref.kind == "entry_point" and ref not in refs]
 
 
 def bundle() -> tuple[dict[str, Any], ...]:
     """What a Ray worker needs to load this process's plug-ins (:func:`install_bundle`): plain mappings."""
-    return tuple(ref.as_dict() for ref in _LOADED.values())
+    aliases = [ref for spec, ref in _SPECS.items() if _LOADED.get(ref.module) != ref]
+    return tuple(ref.as_dict() for ref in [*_LOADED.values(), *aliases])
 
 
 def install_bundle(items: Iterable[dict[str, Any]]) -> None:
@@ -339,12 +348,15 @@ def install_bundle(items: Iterable[dict[str, Any]]) -> None:
         return
     for ref in refs:
         if ref.module in _LOADED or ref.module in sys.modules:
+            if ref.kind == "file":
+                _SPECS.setdefault(ref.spec, ref)  # another path of a file already here
             continue
         if ref.kind == "file":
             if ref.source is None:
                 raise PluginError(ref.describe(), "no source text in the bundle")
             _guarded(ref.describe(), ref.path, lambda r=ref: _exec_file(r.module, r.path or r.spec, r.source))
             _LOADED[ref.module] = ref
+            _SPECS[ref.spec] = ref  # the driver's path stands for it here (the file may not exist on this node)
         elif ref.kind == "entry_point":
             load_entry_points()
         else:
