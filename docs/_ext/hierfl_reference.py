@@ -404,10 +404,63 @@ def outputs_page() -> str:
     return "\n".join(parts)
 
 
+_API_GROUPS = (
+    ("Registries", lambda obj: type(obj).__name__ == "Registry" or isinstance(obj, dict)),
+    ("Base classes and values", lambda obj: isinstance(obj, type)),
+    ("Functions and constants", lambda obj: True),
+)
+
+
+def plugin_api_page() -> str:
+    """``plugin-api.md``: every public name of :mod:`hierfl.plugin`, where it is defined and what it is."""
+    import importlib
+
+    import hierfl.plugin as api
+
+    lines = ["# Plug-in API: `hierfl.plugin`", "",
+             f"API version **{api.API_VERSION}** (`hierfl.plugin.API_VERSION`). Generated from "
+             "`hierfl/plugin/__init__.py`: each name, the module that defines it and its docstring's first line. "
+             "A plug-in imports only from here; the {doc}`how-to <../../howto/extend>` and the "
+             "{doc}`tutorial <../../tutorials/own-method>` show complete ones.", "",
+             "```{eval-rst}", ".. automodule:: hierfl.plugin", "```", ""]
+    names = [n for n in api.__all__ if n != "API_VERSION"]
+    done: set[str] = set()
+    for title, keep in _API_GROUPS:
+        rows = []
+        for name in names:
+            if name in done:
+                continue
+            obj = getattr(api, name)
+            if not keep(obj):
+                continue
+            done.add(name)
+            module = api._EXPORTS[name]
+            if type(obj).__name__ == "Registry":
+                what = f"registry of {obj.kind}s: {', '.join(f'`{n}`' for n in obj.names())}"
+            elif isinstance(obj, dict):
+                what = f"name → function: {', '.join(f'`{n}`' for n in sorted(obj))}"
+            else:
+                what = _first_line(getattr(obj, "__doc__", None)) if not isinstance(obj, str) else f"`{obj!r}`"
+            rows.append((f"`{name}`", f"`{module}`", _cell(what)))
+        lines += [f"## {title}", "", _table(rows, ("name", "defined in", "what it is")), ""]
+    importlib.import_module("hierfl.plugin.testing")
+    lines += ["## Loading and checking plug-ins", "", "```{eval-rst}",
+              ".. autofunction:: hierfl.config.plugins.load_plugins",
+              ".. autofunction:: hierfl.config.plugins.load_entry_points",
+              ".. autoclass:: hierfl.config.plugins.PluginRef",
+              "   :members: describe",
+              ".. autofunction:: hierfl.plugin.testing.check_plugin",
+              ".. autoclass:: hierfl.plugin.testing.CheckReport",
+              "   :members: passed, table",
+              "```", ""]
+    return "\n".join(lines)
+
+
 def generate(out: Path = OUT) -> list[Path]:
     """Write every generated page (a file is rewritten only when its text changed)."""
     regs = sorted(_registries(), key=lambda r: r.kind)
-    pages = {"scenario.md": scenario_page(), "outputs.md": outputs_page(), "plugins/index.md": plugins_index(regs)}
+    pages = {"scenario.md": scenario_page(), "outputs.md": outputs_page(), "plugins/index.md": plugins_index(regs),
+             "plugin-api.md": plugin_api_page()}
     for reg in regs:
         pages[f"plugins/{_slug(reg.kind)}.md"] = plugin_page(reg)
     written = []
