@@ -12,8 +12,8 @@ Routes, all ending in :func:`load_plugins` before a scenario is validated:
 * the entry-point group ``hierfl.plugins`` of installed distributions (:func:`load_entry_points`,
   once per process; an entry point names a module, or a function that registers).
 
-A file is executed as a module named after its stem and content hash (``hierfl_plugin_<stem>_<sha>``):
-the same file always gets the same name, so pickles (checkpoints, Ray arguments) find its classes
+A file is executed as a module named after its content hash (``hierfl_plugin_<sha256 prefix>``):
+the same file always gets the same name, wherever it lies, so pickles (checkpoints, Ray arguments) find its classes
 again, and a changed file cannot be mistaken for the one a checkpoint was taken with. Loading is
 idempotent; a plug-in that fails part-way is rolled back (its registrations are removed).
 
@@ -108,10 +108,11 @@ def looks_like_path(spec: str) -> bool:
     return spec.endswith(".py") or "/" in spec or os.sep in spec or spec.startswith("~")
 
 
-def file_module_name(path: str | Path, sha256: str) -> str:
-    """The module name of a plug-in file: its stem and the first 12 hex digits of its content hash."""
-    stem = re.sub(r"\W", "_", Path(path).stem) or "plugin"
-    return f"hierfl_plugin_{stem}_{sha256[:12]}"
+def file_module_name(sha256: str) -> str:
+    """The module name of a plug-in file: the first 16 hex digits of its content hash. Not its name:
+    a file moved or renamed since a checkpoint is still the same plug-in, whose pickled classes
+    (named by module) load again; a changed file is another module."""
+    return f"hierfl_plugin_{sha256[:16]}"
 
 
 def _check_api(module: ModuleType, where: str) -> None:
@@ -200,7 +201,7 @@ def _load_file(path: Path) -> PluginRef:
     except (OSError, UnicodeDecodeError) as exc:
         raise PluginError(resolved, f"cannot read it: {exc}") from None
     sha = hashlib.sha256(data).hexdigest()
-    name = file_module_name(path, sha)
+    name = file_module_name(sha)
     if name in _LOADED:  # the same content under another path: one module, registered once
         ref = replace(_LOADED[name], spec=resolved, path=resolved)
     else:

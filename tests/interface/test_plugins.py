@@ -191,7 +191,7 @@ def test_resume_needs_the_plugins_the_checkpoint_recorded(tmp_path):
     assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
     assert f"needs the plug-in {plugin.resolve()}" in missing.stderr and "missing" in missing.stderr
     assert "--plugin" in missing.stderr  # says how to give it
-    # the same content from another place is the same plug-in (its module is named by its hash)
+    # the same content from another place, under another name, is the same plug-in (same hash)
     again = subprocess.run([*cli, "--plugin", str(moved)], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
@@ -247,6 +247,6 @@ def test_check_fails_a_nondeterministic_plugin_and_refuses_a_missing_one(tmp_pat
     '''))
     assert main(["check", str(coin), "--no-ray", "-q"]) == 1
     out = capsys.readouterr().out
-    assert "straggler policy coin  repeatable    FAIL" in out and "FAIL (1 check(s) failed)" in out, out
+    assert "straggler policy coin  repeatable    FAIL" in out and "coin.py: FAIL (" in out, out
     assert main(["check", str(tmp_path / "absent.py")]) == 2
     assert "file not found" in capsys.readouterr().err
