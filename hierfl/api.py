@@ -153,8 +153,8 @@ def run(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides |
     out : path, optional
         The run directory to write (kept); by default a temporary one, removed after reading it
         (the result's ``dir`` is then None).
-    plugins : sequence of paths or module names, optional
-        Plug-ins (``.py`` files, relative to the working directory, or module names) loaded before
+    plugins : sequence of str, optional
+        Plug-ins (``.py`` file paths, relative to the working directory, or module names) loaded before
         the scenario is validated, as ``--plugin`` does; in Ray workers too. Recorded in the run's
         ``config.yaml`` (``plugins:``).
 

@@ -24,7 +24,7 @@ installed package; everywhere a scenario is validated and in every Ray worker
 Every name below is imported on first use, so ``import hierfl.plugin`` costs nothing and never
 imports Ray or torch; ``from hierfl.plugin import PROTOCOLS`` imports only what defines it.
 
-Versioning: :data:`API_VERSION` is ``"MAJOR.MINOR"``. A minor version adds names; a major version
+Versioning: ``API_VERSION`` is ``"MAJOR.MINOR"``. A minor version adds names; a major version
 changes or removes one. A plug-in module may declare ``HIERFL_API = "1"`` (or ``"1.0"``): a
 different major version is refused when it loads.
 """

@@ -383,12 +383,12 @@ def check_plugin(plugin: str | Path, *, ray: bool = True, out: TextIO | None = N
 
     Parameters
     ----------
-    plugin : path or module name
-        The plug-in (loaded as ``--plugin`` loads it).
+    plugin : str
+        The plug-in: a ``.py`` file's path or a module name (loaded as ``--plugin`` loads it).
     ray : bool
         Also run each method on Ray with 2 workers (an instance already up is used).
-    out : text stream, optional
-        Where the table (and, unless ``quiet``, each result as it comes) is written.
+    out : optional
+        A text stream where the table (and, unless ``quiet``, each result as it comes) is written.
     workdir : path, optional
         Where the runs are written (a temporary folder by default, removed afterwards).
 
