@@ -405,10 +405,17 @@ def outputs_page() -> str:
 
 
 _API_GROUPS = (
-    ("Registries", lambda obj: type(obj).__name__ == "Registry" or isinstance(obj, dict)),
+    ("Registries", lambda obj: type(obj).__name__ == "Registry" or obj is _server_tasks()),
     ("Base classes and values", lambda obj: isinstance(obj, type)),
     ("Functions and constants", lambda obj: True),
 )
+
+
+def _server_tasks() -> Any:
+    from hierfl.learn import server_tasks
+
+    server_tasks.discover()  # the shipped tasks register when their modules are imported
+    return server_tasks.SERVER_TASKS
 
 
 def plugin_api_page() -> str:
@@ -436,9 +443,11 @@ def plugin_api_page() -> str:
             done.add(name)
             module = api._EXPORTS[name]
             if type(obj).__name__ == "Registry":
-                what = f"registry of {obj.kind}s: {', '.join(f'`{n}`' for n in obj.names())}"
+                what = f"the {obj.kind} registry: {', '.join(f'`{n}`' for n in obj.names())}"
+            elif obj is _server_tasks():
+                what = f"the server tasks (name → function; register with `server_task`): {', '.join(f'`{n}`' for n in sorted(obj))}"
             elif isinstance(obj, dict):
-                what = f"name → function: {', '.join(f'`{n}`' for n in sorted(obj))}"
+                what = f"a mapping: {', '.join(f'`{n}`' for n in sorted(obj))}"
             else:
                 what = _first_line(getattr(obj, "__doc__", None)) if not isinstance(obj, str) else f"`{obj!r}`"
             rows.append((f"`{name}`", f"`{module}`", _cell(what)))
