@@ -99,17 +99,18 @@ def load_run(run_dir: str | Path) -> RunResultFrames:
 
 
 def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides | None,
-              seed: int | None, plugins: Sequence[str] | None = None) -> tuple[Scenario, str | None]:
+              seed: int | None, plugins: Sequence[str | Path] | str | Path | None = None
+              ) -> tuple[Scenario, str | None]:
     """Load a path, a raw mapping or a :class:`Scenario`, then apply ``overrides`` and ``seed``
     (``plugins`` are loaded first: the scenario may name what they register)."""
     from hierfl.config.plugins import load_plugins
     from hierfl.scenario.loader import apply_overrides, load_scenario, validate_raw
     from hierfl.scenario.schema import Scenario
 
-    plugins = _plugin_list(plugins)
-    load_plugins(plugins, key="plugins", source="plugins=")  # its own errors: keyed plugins[i] of the argument
+    specs = _plugin_list(plugins)
+    load_plugins(specs, key="plugins", source="plugins=")  # its own errors: keyed plugins[i] of the argument
     if isinstance(scenario, (str, Path)):
-        return load_scenario(scenario, overrides, seed=seed, plugins=plugins), str(scenario)
+        return load_scenario(scenario, overrides, seed=seed, plugins=specs), str(scenario)
     if isinstance(scenario, Scenario):
         raw = scenario.model_dump(mode="json")
     elif isinstance(scenario, dict):
@@ -121,7 +122,7 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overr
     if seed is not None:
         raw["seed"] = seed
     raw.setdefault("name", "run")
-    return validate_raw(raw, plugins=plugins), None
+    return validate_raw(raw, plugins=specs), None
 
 
 def _plugin_list(plugins: Any) -> list[str] | None:
