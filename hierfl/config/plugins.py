@@ -35,7 +35,8 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -44,7 +45,7 @@ from typing import Any, Literal
 from hierfl.config.errors import ConfigError, Problem
 
 __all__ = ["API_VERSION", "ENTRY_POINT_GROUP", "PluginRef", "PluginError", "load_plugin", "load_plugins", "load_entry_points",
-           "loaded_plugins", "refs_for", "bundle", "install_bundle", "require", "file_module_name", "looks_like_path"]
+           "loaded_plugins", "isolated", "refs_for", "bundle", "install_bundle", "require", "file_module_name", "looks_like_path"]
 
 API_VERSION = "1.0"
 """The plug-in API version, ``"MAJOR.MINOR"`` (re-exported as :data:`hierfl.plugin.API_VERSION`); a
@@ -325,6 +326,28 @@ def load_entry_points() -> list[PluginRef]:
     if problems:
         raise ConfigError(problems, "installed plug-ins")
     return refs
+
+
+@contextmanager
+def isolated() -> Iterator[None]:
+    """Plug-ins loaded inside are forgotten on exit: their registrations, their modules, the loader's
+    record of them (a test suite's plug-ins must not leak into the tests that follow)."""
+    from hierfl.config import late, registry
+
+    saved = registry.snapshot()
+    loaded, specs, entry_points = dict(_LOADED), dict(_SPECS), dict(_ENTRY_POINTS)
+    try:
+        yield
+    finally:
+        for name in set(_LOADED) - set(loaded):
+            sys.modules.pop(name, None)
+        _LOADED.clear()
+        _LOADED.update(loaded)
+        _SPECS.clear()
+        _SPECS.update(specs)
+        _ENTRY_POINTS.update(entry_points)
+        registry.restore(saved)
+        late.refresh()
 
 
 def refs_for(specs: Iterable[str]) -> list[PluginRef]:

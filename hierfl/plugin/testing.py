@@ -90,13 +90,14 @@ class CheckReport:
 
     @property
     def passed(self) -> bool:
-        """No check failed (and at least one method was checked)."""
-        return bool(self.results) and all(r.status != "FAIL" for r in self.results)
+        """No check failed."""
+        return all(r.status != "FAIL" for r in self.results)
 
     def table(self) -> str:
         """The PASS/FAIL table, one line per check."""
         if not self.results:
-            return f"{self.plugin}: registers no protocol, trainer or straggler policy to check"
+            return (f"{self.plugin}: registers no protocol, trainer or straggler policy, so no method to run "
+                    "(its other plug-ins are checked where a scenario names them)")
         w_method = max(len("method"), *(len(r.method) for r in self.results))
         w_check = max(len("check"), *(len(r.check) for r in self.results))
         lines = [f"{'method':<{w_method}}  {'check':<{w_check}}  result  detail",
@@ -346,6 +347,14 @@ class _Suite:
         return CheckResult(method, "declarations", "PASS", said)
 
 
+def _registers_anything(module: str) -> bool:
+    from hierfl.config.registry import Registry
+    from hierfl.learn.server_tasks import SERVER_TASKS
+
+    return (any(reg.get(n).__module__ == module for reg in Registry.instances() for n in reg.names())
+            or any(getattr(fn, "__module__", None) == module for fn in SERVER_TASKS.values()))
+
+
 def _name(cls: Any) -> str:
     field_ = cls.model_fields.get("name")
     return str(field_.default) if field_ is not None else cls.__name__
@@ -404,6 +413,9 @@ def check_plugin(plugin: str | Path, *, ray: bool = True, out: TextIO | None = N
     except PluginError as exc:
         raise ConfigError([Problem("", exc.reason)], exc.spec) from None
     report = CheckReport(ref.describe())
+    if not _registers_anything(ref.module):
+        raise ConfigError([Problem("", "registers nothing: no class of it is in any registry (a plug-in "
+                                       "decorates its config classes with @REGISTRY.register)")], ref.describe())
 
     def say(text: str) -> None:
         if out is not None:
