@@ -237,6 +237,15 @@ def test_installed_entry_points_register_before_validation(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ep_half", "['entry_point']"]
+    # a broken one stops the command with status 2, naming the entry point and the reason
+    (site / "fake_hierfl_ext-1.0.dist-info" / "entry_points.txt").write_text(
+        "[hierfl.plugins]\nhalf = fake_hierfl_ext:no_such_function\n")
+    scen = _scenario(tmp_path, TINY)
+    bad = subprocess.run([sys.executable, "-m", "hierfl.cli", "validate", str(scen)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert "entry point hierfl.plugins: half = fake_hierfl_ext:no_such_function: import failed: AttributeError" \
+        in bad.stderr, bad.stderr
 
 
 def test_check_fails_a_nondeterministic_plugin_and_refuses_a_missing_one(tmp_path, capsys):
