@@ -184,7 +184,7 @@ class FakeLive:
         return np.array([world.upload_s(d) for d in range(world.num_devices)])
 
 
-class NoScaffold:
+class NoControls:
     on = False
     relays = False
 
@@ -197,8 +197,12 @@ class NoScaffold:
     def reset(self, devices: list[int]) -> None:
         self.resets.append(list(devices))
 
+    def regroup(self, edge_of: Any) -> None:
+        self.regroups.append([int(e) for e in edge_of])
+
     def __init__(self) -> None:
         self.resets: list[list[int]] = []
+        self.regroups: list[list[int]] = []
 
 
 def _combine(terms: list[tuple[float, Any, Any]]) -> float:
@@ -337,7 +341,7 @@ class FakeEnv:
         self.queue = EventQueue()
         self.telemetry = FakeTelemetry()
         self.live = FakeLive(self, away, slow)
-        self.scaffold = NoScaffold()
+        self.controls = NoControls()
         # server tasks on floats by name (see FakeAggregator.run) and when each server's queue runs dry
         self.server_tasks: dict[str, Any] = {}
         self.server_free: dict[tuple[str, int], float] = {}

@@ -19,7 +19,6 @@ from hierfl.assemble.hetero import DeviceModels, device_models, layout_problems
 from hierfl.assemble.public import carve_public
 from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
-from hierfl.core.distrans import mean_initial_offset
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.labelnoise import flip_labels
 from hierfl.core.personal import (
@@ -93,9 +92,8 @@ def train_spec(scenario: Scenario) -> TrainSpec:
     if spec.personal is not None:  # support/query splits are a function of the scenario seed
         personal = dataclasses.replace(spec.personal, split_seed=stream_seed(scenario.seed, "personal.support"))
         spec = dataclasses.replace(spec, personal=personal)
-    if spec.offset is not None:  # DisTrans: each device's first offset is a function of the scenario seed
-        spec = dataclasses.replace(spec, offset=dataclasses.replace(spec.offset, init_seed=stream_seed(
-            scenario.seed, "offset_init")))
+    if spec.method is not None:  # what the job method draws from the scenario seed (its own named streams)
+        spec = dataclasses.replace(spec, method=spec.method.with_run_seed(lambda name: stream_seed(scenario.seed, name)))
     return spec
 
 
@@ -174,7 +172,7 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))
         world.num_classes = int(classes)
         world.sample_bytes = public_bytes(1, math.prod(shape), True)
-        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (BGFL, PFNM, FedMA, FedFTG)
+        if scenario.protocol.needs_label_counts:  # class histograms at the aggregator (protocols that need them)
             y = dataset.y_train
             world.label_counts = np.stack([np.bincount(y[p], minlength=classes)[:classes] for p in parts]
                                           ).astype(np.int64)
@@ -189,17 +187,17 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
                                       public_bytes(public_rows.size, math.prod(shape), pub.labelled))
         models = _device_models(scenario, world.tier, shape, classes, model_call)
         params = model_call(init_params, scenario.model, shape, classes, stream_seed(seed, "model.init"))
-        # one message's size: SCAFFOLD sends model and control together (payload_factor 2), both ways
+        # one message's size: model and control travel together with control variates (payload_factor 2), both ways
         world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
         spec = train_spec(scenario)
         factor = scenario.training.trainer.work_factor(scenario.model, shape, classes, model_call)
-        if factor != 1.0:  # a heavier local loss (FedAlign's slim pass) takes longer in virtual time
+        if factor != 1.0:  # a heavier local loss (an extra pass of the trainer's loss) takes longer in virtual time
             spec = dataclasses.replace(spec, work_factor=factor)
         if spec.personal is not None:
             params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec, model_call)
-        if spec.offset is not None and spec.offset.shared:  # DisTrans offset_mode mean: [model; shared offset]
-            params = np.concatenate([params, mean_initial_offset(math.prod(shape), spec.offset.init_seed,
-                                                          scenario.devices.count)])
+        extra = None if spec.method is None else spec.method.initial_extra(math.prod(shape), scenario.devices.count)
+        if extra is not None:  # the servers average more than the model: [model; extra]
+            params = np.concatenate([params, extra])
             world.model_bytes = model_bytes(params.size)
         dynamics = build_dynamics(scenario, world)
     except ConfigError as exc:  # topology or trace problems found while building: name the scenario file

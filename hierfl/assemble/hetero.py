@@ -1,8 +1,8 @@
 """Per-device model heterogeneity (``models:``): which model each device runs, its FLOPs, and layout checks.
 
 A scenario's ``model`` is every device's model unless ``models:`` names another one for the
-device's tier. Output-exchange methods such as FedMD (Li and Wang, 2019, "FedMD: Heterogenous
-Federated Learning via Model Distillation") are written for exactly this: every participant
+device's tier. Output-exchange methods, which distil through class scores on shared data, are written for
+exactly this: every participant
 designs its own network and only the label space is shared. Weight averaging, on the other hand,
 needs one parameter layout everywhere, so the build refuses a tier's model whose layout differs
 from ``model``'s when the protocol exchanges weights.

@@ -10,9 +10,13 @@ stays on the device (the authors' non-IID default), and the device is evaluated 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+from collections.abc import Callable
 
 import numpy as np
+
+from hierfl.core.method import JobMethod
 
 __all__ = ["OFFSET_MODES", "OFFSET_UPDATES", "OffsetSpec", "initial_offset", "mean_initial_offset"]
 
@@ -21,7 +25,7 @@ OFFSET_UPDATES = ("joint", "alternating")
 
 
 @dataclass(frozen=True)
-class OffsetSpec:
+class OffsetSpec(JobMethod):
     """What a DisTrans job does with its device's offset.
 
     ``mode``: ``local`` (never aggregated) or ``mean`` (the offset travels behind the model, the servers
@@ -43,6 +47,23 @@ class OffsetSpec:
             raise ValueError(f"OffsetSpec: update must be one of {OFFSET_UPDATES}, got {self.update!r}")
         if not (math.isfinite(self.lr_offset) and self.lr_offset >= 0):
             raise ValueError(f"OffsetSpec: lr_offset must be a finite number >= 0, got {self.lr_offset!r}")
+
+    # -- as a job method (hierfl.core.method): the offset is per-device state of the device's host -------
+    keeps_device_state: ClassVar[bool] = True
+    state_names: ClassVar[tuple[str, ...]] = ("offset",)
+    device_evaluation: ClassVar[bool] = True  # a device is tested through its own offset
+
+    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
+        """The model, followed by the trained offset with ``mode: mean``."""
+        return num_params + (input_size if self.shared else 0)
+
+    def with_run_seed(self, seed_of: Callable[[str], int]) -> OffsetSpec:
+        """Each device's first offset is a function of the scenario seed (stream ``offset_init``)."""
+        return replace(self, init_seed=seed_of("offset_init"))
+
+    def initial_extra(self, input_size: int, num_devices: int) -> np.ndarray | None:
+        """With ``mode: mean`` the run's vector is ``[model; shared offset]``, starting from the devices' mean."""
+        return mean_initial_offset(input_size, self.init_seed, num_devices) if self.shared else None
 
     @property
     def shared(self) -> bool:

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
+from hierfl.core.method import JobMethod
 from hierfl.core.public import public_subset
 
 __all__ = ["FCCL_KINDS", "FCCLJob", "batch_positions", "num_batches", "own_target"]
@@ -34,7 +36,7 @@ FCCL_KINDS: tuple[str, ...] = ("pretrain", "logits", "collab", "local")
 
 
 @dataclass(frozen=True)
-class FCCLJob:
+class FCCLJob(JobMethod):
     """One FCCL device job (hashable: it travels in a ``TrainSpec``).
 
     ``kind``: ``pretrain`` (cross-entropy on the private data from a fresh initialisation drawn from
@@ -106,11 +108,30 @@ class FCCLJob:
         """What decides the job's duration (its subset seed does not): ``(kind, public samples, passes)``."""
         return (self.kind, self.samples() if self.public else 0, self.passes())
 
-    def work_samples(self, private_processed: int) -> float:
+    def work_of(self, private_processed: int) -> float:
         """The job's work in training-sample equivalents (3 passes = 1): ``samples × passes / 3``, with the
         private samples processed (epochs × n) for ``pretrain`` and ``local``."""
         samples = self.samples() if self.public else private_processed
         return samples * self.passes() / 3.0
+
+    # -- as a job method (hierfl.core.method): the device keeps its teacher snapshots in its host ------
+    keeps_device_state: ClassVar[bool] = True
+    state_names: ClassVar[tuple[str, ...]] = ("fccl_star", "fccl_prev", "fccl_z", "fccl_self")
+    custom_work: ClassVar[bool] = True
+
+    def uniform_work(self, spec: Any) -> float | None:
+        """A public-data job costs the same on every device."""
+        return self.work_of(0) if self.public else None
+
+    def work_samples(self, n: int, spec: Any) -> float:
+        """A private-data job: its passes per private sample processed (teacher forwards included)."""
+        from hierfl.core.work import samples_processed
+
+        return self.work_of(samples_processed(n, spec))
+
+    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
+        """A logits job returns ``samples × classes`` values; the others the model."""
+        return self.samples() * num_classes if self.kind == "logits" else num_params
 
 
 def num_batches(subset_size: int, batch_size: int) -> int:

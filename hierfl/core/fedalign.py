@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hierfl.core.method import JobMethod
+
 __all__ = ["AlignSpec", "align_work_factor"]
 
 
 @dataclass(frozen=True)
-class AlignSpec:
+class AlignSpec(JobMethod):
     """What a FedAlign job adds to its loss.
 
     ``mu``: weight of the Lipschitz term; ``width``: the slim pass's width multiplier ``ω``;

@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+
+from hierfl.core.method import JobMethod
 
 __all__ = ["DriftSpec", "relative_weights", "mean_steps", "local_terms", "device_update", "DriftRule"]
 
 
 @dataclass(frozen=True)
-class DriftSpec:
+class DriftSpec(JobMethod):
     """What a FedDC job needs besides the training spec (hashable: it travels in a ``TrainSpec``).
 
     ``alpha``: the penalty α; ``server_rule``: ``code`` (upload θ⁺) or ``paper`` (upload θ⁺ + h_i).
@@ -38,6 +40,15 @@ class DriftSpec:
 
     alpha: float
     server_rule: str = "code"
+
+    # as a job method (hierfl.core.method): h_i and c_i are per-device state of the device's host; the
+    # result is the packed [θ⁺; δc_i]
+    keeps_device_state: ClassVar[bool] = True
+    state_names: ClassVar[tuple[str, ...]] = ("h", "c")
+
+    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
+        """``[θ⁺; δc_i]``: twice the model."""
+        return 2 * num_params
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.alpha) or self.alpha < 0:

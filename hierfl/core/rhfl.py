@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+
+from hierfl.core.method import JobMethod
 
 __all__ = ["SCESpec", "ccr_weights", "confidence_weights", "first_round_weights", "loss_decrease"]
 
 
 @dataclass(frozen=True)
-class SCESpec:
+class SCESpec(JobMethod):
     """A private job trained with the symmetric cross-entropy ``a·CE + b·RCE`` (hashable: it travels in a
     ``TrainSpec``).
 
@@ -55,6 +58,17 @@ class SCESpec:
     def eval_passes(self) -> int:
         """Forward passes per private sample beyond training: 1 with the CCR report, else 0."""
         return 1 if self.report else 0
+
+    # as a job method: the CCR report adds one forward pass over the samples the job sees (n/3)
+    custom_work: ClassVar[bool] = True
+
+    def work_samples(self, n: int, spec: Any) -> float:
+        """Training's samples processed, plus a third of the samples seen with the CCR report."""
+        from hierfl.core.work import plain_work_samples, samples_processed, visible
+
+        if spec.work_factor != 1.0 or not self.eval_passes:
+            return plain_work_samples(n, spec)
+        return float(samples_processed(n, spec)) + self.eval_passes * visible(n, spec) / 3.0
 
 
 def first_round_weights(parties: int) -> np.ndarray:

@@ -15,9 +15,29 @@ With momentum or weight decay in the local optimiser the option-II estimate is a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
-__all__ = ["option2_control", "correction", "control_weights"]
+from hierfl.core.controls import control_weights
+from hierfl.core.method import JobMethod
+
+__all__ = ["option2_control", "correction", "control_weights", "ControlJob"]
+
+
+@dataclass(frozen=True)
+class ControlJob(JobMethod):
+    """A SCAFFOLD job (as a job method, :mod:`hierfl.core.method`): every gradient is corrected by ``c − c_i``
+    with the server control ``c`` that came with the job; the device's ``c_i`` (per-device state of its host)
+    moves by option II and the result is the packed ``[y; Δc_i]``."""
+
+    keeps_device_state: ClassVar[bool] = True
+    state_names: ClassVar[tuple[str, ...]] = ("c",)
+
+    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
+        """``[y; Δc_i]``: twice the model."""
+        return 2 * num_params
 
 
 def correction(c: np.ndarray, c_i: np.ndarray) -> np.ndarray:
@@ -38,16 +58,3 @@ def option2_control(c_i: np.ndarray, c: np.ndarray, x: np.ndarray, y: np.ndarray
            + (np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) / (steps * lr)).astype(np.float32)
     return new, (new.astype(np.float64) - ci).astype(np.float32)
 
-
-def control_weights(samples: np.ndarray, weighting: str) -> np.ndarray:
-    """``κ_i`` per device: ``1/N`` (``uniform``) or ``n_i / n`` (``samples``)."""
-    n = np.asarray(samples, dtype=np.float64)
-    if n.size == 0:
-        raise ValueError("control weights of no device")
-    if weighting == "uniform":
-        return np.full(n.size, 1.0 / n.size)
-    if weighting == "samples":
-        if n.sum() <= 0:
-            raise ValueError("control weights: devices hold no samples")
-        return n / n.sum()
-    raise ValueError(f"unknown control weighting {weighting!r}; allowed: uniform, samples")

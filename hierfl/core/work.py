@@ -18,22 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.fccl import FCCLJob
-from hierfl.core.distrans import OffsetSpec
-from hierfl.core.fedalign import AlignSpec
-from hierfl.core.feddc import DriftSpec
+from hierfl.core.method import JobMethod
 from hierfl.core.personal import PersonalSpec
 from hierfl.core.shared import SharedData
-from hierfl.core.rhfl import SCESpec
 
 __all__ = [
-    "PublicTask", "TrainSpec", "job_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
+    "PublicTask", "TrainSpec", "job_samples", "plain_work_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
     "compute_time_s", "transfer_time_s", "model_bytes",
 ]
 
 
 @dataclass(frozen=True)
-class PublicTask:
+class PublicTask(JobMethod):
     """A device job on the public split instead of the device's private data (output-exchange methods).
 
     ``kind``: ``scores`` (a forward pass: the device's class scores on the subset, 1 pass per sample),
@@ -93,6 +89,18 @@ class PublicTask:
         2 for training whose forward was charged before (``reuse_forward``)."""
         return 1 if self.forward_only else (2 if self.reuse_forward else 3)
 
+    def uniform_work(self, spec: TrainSpec) -> float:
+        """Its samples × epochs × passes / 3, the same on every device (its private data does not matter)."""
+        if self.forward_only:
+            return self.samples * self.passes / 3.0
+        if self.passes != 3:  # a training job whose forward pass was charged before
+            return samples_processed(self.samples, spec) * self.passes / 3.0
+        return float(samples_processed(self.samples, spec))
+
+    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
+        """A scores or probabilities job returns ``samples × classes`` values; a training job the model."""
+        return self.samples * num_classes if self.forward_only else num_params
+
 
 @dataclass(frozen=True)
 class TrainSpec:
@@ -125,18 +133,9 @@ class TrainSpec:
     # streaming data (Co-op's ``stream``): the job sees only the first ``revealed`` samples of the
     # device (in its partition's order); None = all of them
     revealed: int | None = None
-    # FedDC (``training.trainer: feddc``): the device keeps a drift h_i and a control c_i, the job
-    # adds FedDC's penalty and correction; needs ``control_variates`` (the server's c travels down)
-    drift: DriftSpec | None = None
     # max-norm gradient clipping of each step's whole gradient (loss terms included, weight decay not),
     # as ``torch.nn.utils.clip_grad_norm_``; None = no clipping (FedDC's code clips at 10)
     clip_norm: float | None = None
-    # output-exchange methods (FedMD): a job on the public split (scores, digest, pre-training) instead
-    # of local training on the private data; None for an ordinary job
-    task: PublicTask | None = None
-    # RHFL: a private job trained with the symmetric cross-entropy instead of CE, which may also report
-    # its final model's mean loss (one more forward pass per sample, charged); None for an ordinary job
-    sce: SCESpec | None = None
     # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
     # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
     model: int = 0
@@ -149,14 +148,9 @@ class TrainSpec:
     # extra local compute a trainer's loss costs (FedAlign's slim pass): a job's work is this many times
     # its samples processed (docs/explanation/timing.md); 1.0 for every other trainer
     work_factor: float = 1.0
-    # FedAlign (``training.trainer: fedalign``): the Lipschitz term of the final block; None = plain CE
-    align: AlignSpec | None = None
-    # DisTrans (``training.trainer: distrans``): the device keeps an input-shaped offset it trains with the
-    # model (per-device state, like FedDC's h_i); None = no offset
-    offset: OffsetSpec | None = None
-    # FCCL (protocol fccl): a pre-training, logits, collaboration or local job with its own cost
-    # (hierfl.core.fccl); the device keeps its teacher snapshots in its host; None for any other job
-    fccl: FCCLJob | None = None
+    # a method's own job (hierfl.core.method): what the device runs instead of plain local training, what
+    # it costs and returns, and the per-device state it keeps; None = plain local training
+    method: JobMethod | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -180,9 +174,15 @@ class TrainSpec:
 
     @property
     def keeps_device_state(self) -> bool:
-        """Whether a job reads and writes state its device keeps in its host (SCAFFOLD's and FedDC's
-        controls, DisTrans's offset, FCCL's teacher snapshots): such a job always runs on its device's home host."""
-        return self.control_variates or self.offset is not None or self.fccl is not None
+        """Whether a job reads and writes state its device keeps in its host (its job method says so): such a
+        job always runs on its device's home host and is never trained in a group."""
+        return self.method is not None and self.method.keeps_device_state
+
+    @property
+    def task(self) -> PublicTask | None:
+        """The job's public-data task, if its method is one (a job on the public split instead of the device's
+        private data: the same work on every device)."""
+        return self.method if isinstance(self.method, PublicTask) else None
 
     @property
     def proximal(self) -> float:
@@ -228,26 +228,23 @@ def samples_processed(n: int, spec: TrainSpec) -> int:
     return spec.steps * b
 
 
+def plain_work_samples(n: int, spec: TrainSpec) -> float:
+    """Plain local training's work: :func:`samples_processed`, times ``spec.work_factor`` (a heavier local loss)."""
+    if spec.work_factor != 1.0:
+        return samples_processed(n, spec) * spec.work_factor
+    return float(samples_processed(n, spec))
+
+
 def work_samples(n: int, spec: TrainSpec) -> float:
-    """A job's work in training-sample equivalents (what ``speed_sps`` counts): :func:`samples_processed`
-    for an ordinary job (times ``spec.work_factor``, a heavier local loss); for a public-data task, its
-    samples × epochs × passes / 3 (a forward-only pass costs a third of a training step: training ≈ 3 × the
-    forward FLOPs, as the tiers' GFLOP/s assume). A symmetric cross-entropy job that reports its loss
-    (``spec.sce``) adds one forward pass over the samples it sees (``n/3``)."""
-    task = spec.task
-    if spec.fccl is not None:  # FCCL: its passes per sample (teacher forwards included)
-        return spec.fccl.work_samples(0 if spec.fccl.public else samples_processed(n, spec))
-    if task is None:
-        if spec.work_factor != 1.0:
-            return samples_processed(n, spec) * spec.work_factor
-        if spec.sce is not None and spec.sce.eval_passes:
-            return float(samples_processed(n, spec)) + spec.sce.eval_passes * visible(n, spec) / 3.0
-        return float(samples_processed(n, spec))
-    if task.forward_only:
-        return task.samples * task.passes / 3.0
-    if task.passes != 3:  # a training job whose forward pass was charged before
-        return samples_processed(task.samples, spec) * task.passes / 3.0
-    return float(samples_processed(task.samples, spec))
+    """A job's work in training-sample equivalents (what ``speed_sps`` counts; a forward-only pass costs a
+    third of a training step: training ≈ 3 × the forward FLOPs, as the tiers' GFLOP/s assume): the job
+    method's own (:meth:`JobMethod.uniform_work`, :meth:`JobMethod.work_samples`), else
+    :func:`plain_work_samples`."""
+    method = spec.method
+    if method is None:
+        return plain_work_samples(n, spec)
+    uniform = method.uniform_work(spec)
+    return uniform if uniform is not None else method.work_samples(n, spec)
 
 
 def compute_time_s(samples: float, speed_sps: float) -> float:

@@ -30,7 +30,7 @@ __all__ = ["Aggregation", "ControlVariates", "RoundRules"]
 
 class RoundRules:
     """What ends a synchronous round of *device* updates at each aggregator: the trainer's round rule
-    over the devices that aggregator serves (FedDC's drift rule, made once per aggregator), else the
+    over the devices that aggregator serves (:meth:`TrainerConfig.round_rule`, made once per aggregator), else the
     tier's server optimizer. Decided once per run: without a trainer rule it is the optimizer."""
 
     def __init__(self, scenario: Scenario, world: Any) -> None:
@@ -39,6 +39,13 @@ class RoundRules:
         trainer = scenario.training.trainer
         self._rules: dict[tuple[str, int], Any] | None = (
             {} if world is not None and any(trainer.round_rule(1, t) is not None for t in ("cloud", "edge")) else None)
+        self._edge_of: np.ndarray | None = None  # the devices' edges after a re-grouping (None: the topology's)
+
+    def regroup(self, edge_of: np.ndarray) -> None:
+        """Devices moved between edges: each edge's rule is made again over its members now."""
+        self._edge_of = np.asarray(edge_of, dtype=np.int64).copy()
+        if self._rules is not None:
+            self._rules = {key: rule for key, rule in self._rules.items() if key[0] != "edge"}
 
     def at(self, tier: str, entity: int) -> Any:
         """The rule (or optimizer, or None) of ``(tier, entity)``."""
@@ -47,7 +54,12 @@ class RoundRules:
         rule = self._rules.get((tier, entity))
         if rule is None:
             world = self._world
-            members = world.num_devices if tier == "cloud" else int(world.edge_members(entity).size)
+            if tier == "cloud":
+                members = world.num_devices
+            elif self._edge_of is not None:
+                members = int((self._edge_of == entity).sum())
+            else:
+                members = int(world.edge_members(entity).size)
             rule = self._rules[(tier, entity)] = self._scenario.training.trainer.round_rule(members, tier)
         return rule
 
@@ -85,7 +97,7 @@ class Aggregation:
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
         self._stacks: dict[str, Layer] = {}
-        # what ends a synchronous round of device updates at each aggregator (FedDC's rule, else the optimizer)
+        # what ends a synchronous round of device updates at each aggregator (the trainer's rule, else the optimizer)
         self.round_rules = RoundRules(scenario, world)
         # each server's own computation (server tasks), queued per server in virtual time
         self.server_jobs = ServerJobs(scenario.servers, executor, telemetry, clock)
@@ -145,7 +157,7 @@ class Aggregation:
         """Finish ``edge``'s aggregation of device updates; returns the new edge-model handle.
 
         ``base``: the model the edge round started from (the ``edge`` server optimizer steps from it);
-        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (SCAFFOLD relay).
+        ``pack_control``: return ``[model; Σ κ Δc]`` for the upload to the cloud (a relay of control deltas).
         """
         if self.nonfinite.nothing_folded(("edge", edge)):  # every update of the round was non-finite and left out
             if base is None or pack_control:
@@ -305,41 +317,61 @@ class Aggregation:
 
 
 class ControlVariates:
-    """SCAFFOLD's control variates (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
-    Federated Learning", ICML 2020) as a protocol sees them (``env.scaffold``): whether jobs carry
+    """Control variates kept by the servers (variance reduction in the manner of Karimireddy et al., ICML 2020:
+    Federated Learning", ICML 2020) as a protocol sees them (``env.controls``): whether jobs carry
     them, the server control ``c`` now, and each device's weight κ_i in the server's ``c`` step.
 
-    With a trainer whose edges keep their own control (FedDC's ``control_scope: edge``) and edge servers
+    With a trainer whose edges keep their own control (:attr:`TrainerConfig.edge_controls`) and edge servers
     in the world, a device's control is its edge's ``c_e`` and its κ_i is relative to its edge's members
-    (``1/N_e`` for FedDC's uniform weighting); the edges then relay nothing to the cloud."""
+    (``1/N_e`` with uniform weighting); the edges then relay nothing to the cloud."""
 
-    def __init__(self, executor: Any, world: Any, spec: Any, trainer: Any, edge_rounds: bool = False) -> None:
+    def __init__(self, executor: Any, world: Any, spec: Any, trainer: Any, edge_rounds: bool = False,
+                 round_rules: RoundRules | None = None) -> None:
         self._executor = executor
+        self._round_rules = round_rules
+        self._weighting = getattr(trainer, "control_weighting", "samples")
+        self._samples = world.samples
         self._coefs = None
         # edge_rounds: the protocol aggregates its devices' updates at edge servers (HierFAVG)
         self.by_edge = bool(spec.control_variates and trainer.edge_controls and edge_rounds
                             and (world.edge_of >= 0).any())
         if spec.control_variates:
-            from hierfl.core.scaffold import control_weights
+            from hierfl.core.controls import control_weights
 
             weighting = getattr(trainer, "control_weighting", "samples")
             samples = world.samples
             if not self.by_edge:
                 self._coefs = control_weights(samples, weighting)
             else:  # each edge's own c_e: weights over its members
-                self._coefs = np.zeros(samples.size, dtype=np.float64)
-                for edge in np.unique(world.edge_of):
-                    members = np.flatnonzero(world.edge_of == edge)
-                    self._coefs[members] = control_weights(samples[members], weighting)
+                self._coefs = self._edge_coefs(world.edge_of)
+
+    def _edge_coefs(self, edge_of: np.ndarray) -> np.ndarray:
+        """κ_i relative to the members of each device's edge."""
+        from hierfl.core.controls import control_weights
+
+        coefs = np.zeros(self._samples.size, dtype=np.float64)
+        for edge in np.unique(edge_of):
+            members = np.flatnonzero(edge_of == edge)
+            coefs[members] = control_weights(self._samples[members], self._weighting)
+        return coefs
+
+    def regroup(self, edge_of: Any) -> None:
+        """Devices moved between edges (``edge_of``: each device's edge now): with edge-scoped controls each
+        device's κ_i is taken over its new edge's members, and each edge's round rule counts them."""
+        edge_of = np.asarray(edge_of, dtype=np.int64)
+        if self.by_edge:
+            self._coefs = self._edge_coefs(edge_of)
+        if self._round_rules is not None:
+            self._round_rules.regroup(edge_of)
 
     @property
     def relays(self) -> bool:
-        """Whether edge servers relay their devices' control deltas to the cloud's ``c`` (SCAFFOLD)."""
+        """Whether edge servers relay their devices' control deltas to the cloud's ``c``."""
         return self._coefs is not None and not self.by_edge
 
     @property
     def on(self) -> bool:
-        """Whether jobs carry control variates (``training.trainer: scaffold``)."""
+        """Whether jobs carry control variates (the trainer's ``needs_control_variates``)."""
         return self._coefs is not None
 
     def control(self, edge: int | None = None) -> Any:
@@ -350,11 +382,11 @@ class ControlVariates:
         return self._executor.servers.control(edge if self.by_edge and edge is not None else None)
 
     def coef(self, device: int) -> float | None:
-        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without SCAFFOLD."""
+        """κ_i of ``device``'s control delta in the server's ``c`` step, or None without control variates."""
         return None if self._coefs is None else float(self._coefs[device])
 
     def reset(self, devices: list[int]) -> None:
-        """Forget the per-device state of ``devices`` (their control ``c_i``; FedDC's drift ``h_i`` too): they
+        """Forget the per-device state of ``devices`` (every vector its job method keeps for it): they
         start again from zeros, after every job they were given before."""
         if devices:
             self._executor.state.reset_devices(sorted(int(d) for d in devices))

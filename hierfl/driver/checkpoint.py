@@ -10,7 +10,7 @@ A checkpoint is taken between two events (where the driver's state is consistent
   whole. The executor, the telemetry's open files and the progress callback are not pickled
   but named (``persistent_id``) and re-attached on load; executor handles (Ray object refs,
   job slots) are stored by value and put back into the new executor's object store;
-* the roles' state — device-held state (SCAFFOLD's ``c_i``), each leader's and the cloud's model,
+* the roles' state — device-held state (a job method's per-device vectors), each leader's and the cloud's model,
   running aggregation and optimizer moments — from :meth:`ExecutorState.export_roles` (``executor.state``);
 * the plug-ins the run was made with (:class:`~hierfl.config.plugins.PluginRef`: module name, file
   path, content hash), in a small header pickled before the rest: a resume loads them before it

@@ -74,8 +74,9 @@ class Context:
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
-        self.scaffold = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
-                                        "edge" in scenario.protocol.server_optimizer_tiers)
+        self.controls = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
+                                        "edge" in scenario.protocol.server_optimizer_tiers,
+                                        self.aggregation.round_rules)
         self.live = Live(self._world, self.dyn, self.queue, self.transfers, self._spec)
         models = getattr(built, "models", None)
         self.jobs = Jobs(self, self._world, self._spec, eval_cost, self.energy,

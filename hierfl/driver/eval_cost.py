@@ -14,7 +14,7 @@ Kaplan et al., "Scaling Laws for Neural Language Models", 2020: 2N FLOPs per sam
 previous evaluation)`` — a device does one thing at a time — and a training job that would start
 while the device is still evaluating waits for it: its duration (what the protocol sees in
 ``train_done`` and in ``planned_compute_s``) includes the wait. Only the forward pass is charged:
-a personalised method's adaptation step before testing (FedMeta, FedAvgMeta) and held-out test
+a personalised method's adaptation step before testing (meta-learned initialisations) and held-out test
 devices (``data.test_devices``, not part of the world) cost nothing. Busy seconds are summed in
 the ``device_eval_s`` counter and drawn as ``evaluate`` spans on the device lanes.
 """

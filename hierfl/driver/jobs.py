@@ -86,8 +86,9 @@ class Jobs:
         """(N,) :meth:`World.compute_s` of every device for ``spec`` (NaN where it would raise), vectorised:
         ``samples_processed / speed`` is an int-to-float conversion (exact below 2^53) and one correctly
         rounded division per device, as in the per-device function, so every value is the same float."""
-        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.task, spec.shared, spec.work_factor,
-               None if spec.fccl is None else spec.fccl.cost_key(), spec.sce)
+        method = spec.method
+        key = (spec.epochs, spec.steps, spec.batch_size, spec.revealed, spec.shared, spec.work_factor,
+               None if method is None else method.cost_key())
         nominal = self._nominal_by_work.get(key)
         if nominal is None:
             n, speed = self._world.samples.astype(np.int64), self._world.speed_sps.astype(np.float64)
@@ -97,21 +98,21 @@ class Jobs:
                 n = n + spec.shared.total
                 for sharer in spec.shared.sharers:
                     n[sharer] -= spec.shared.own(sharer)
-            if spec.task is not None or (spec.fccl is not None and spec.fccl.public):  # the same on every device
-                work = np.full(n.shape, work_samples(0, spec))
+            uniform = None if method is None else method.uniform_work(spec)
+            if uniform is not None:  # the same on every device (public data)
+                work = np.full(n.shape, uniform)
                 n = np.ones_like(n)  # (its private sample count does not matter)
-            elif spec.fccl is not None:  # FCCL's private-data jobs: passes per sample beyond training's 3
-                work = np.array([work_samples(int(k), spec) if k > 0 else 0.0 for k in n])
-            elif spec.epochs is not None:
-                work = spec.epochs * n
+            elif method is not None and method.custom_work:  # the method's own work, device by device
+                work = np.array([method.work_samples(int(k), spec) if k > 0 else 0.0 for k in n])
             else:
-                work = spec.steps * (np.minimum(spec.batch_size, n) if spec.batch_size else n)
-            if spec.work_factor != 1.0 and spec.task is None:  # a heavier local loss (FedAlign's slim pass)
-                work = work * spec.work_factor
+                if spec.epochs is not None:
+                    work = spec.epochs * n
+                else:
+                    work = spec.steps * (np.minimum(spec.batch_size, n) if spec.batch_size else n)
+                if spec.work_factor != 1.0:  # a heavier local loss takes longer
+                    work = work * spec.work_factor
             with np.errstate(divide="ignore", invalid="ignore"):
                 work = work.astype(np.float64)
-                if spec.task is None and spec.sce is not None and spec.sce.eval_passes:
-                    work = work + spec.sce.eval_passes * n / 3.0  # RHFL's CCR pass (work_samples)
                 nominal = work / speed
             nominal[(n < 1) | ~(speed > 0)] = np.nan
             self._nominal_by_work[key] = nominal

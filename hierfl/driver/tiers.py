@@ -173,7 +173,7 @@ class TierAggregator:
 
         ``base``: the model the round started from (the server optimizer steps from it);
         ``source``: whether the cloud's inputs came from devices or edge servers; ``pack_control``:
-        an edge returns ``[model; Σ κ Δc]`` for its upload (SCAFFOLD)."""
+        an edge returns ``[model; Σ κ Δc]`` for its upload (control variates relayed to the cloud)."""
         if self.tier == "cloud":
             return self.agg.commit_cloud(participants, source, base)
         return self.agg.commit_edge(self.entity, participants, base, pack_control)

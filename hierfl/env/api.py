@@ -11,7 +11,7 @@ Its parts, nothing else:
 * **transfers** — send a model between two entities and hear when it arrives;
 * **aggregation** — one :class:`Aggregator` per aggregation point (``env.tier(tier, entity)``),
   which aggregates and does its own accounting, and runs the server's own computation (server
-  tasks, in virtual time); the cloud's model; SCAFFOLD's control variates;
+  tasks, in virtual time); the cloud's model; the servers' control variates;
 * and one :class:`Telemetry` object that owns counters, metric lines and trace events.
 
 The driver (:mod:`hierfl.driver`) implements it; a unit test can implement a fake in a few
@@ -99,7 +99,8 @@ class Live(Protocol):
 
 
 class ControlVariates(Protocol):
-    """SCAFFOLD's control variates (``env.scaffold``)."""
+    """The servers' control variates (``env.controls``): a vector ``c`` that travels down with the model and the
+    devices' κ-weighted deltas ``Δc_i`` that travel up behind their updates."""
 
     @property
     def on(self) -> bool:
@@ -107,18 +108,22 @@ class ControlVariates(Protocol):
 
     @property
     def relays(self) -> bool:
-        """Whether edge servers relay their devices' control deltas to the cloud (SCAFFOLD), rather than
-        keeping a control of their own (FedDC's edge-scoped control)."""
+        """Whether edge servers relay their devices' control deltas to the cloud, rather than
+        keeping a control of their own (edge-scoped controls)."""
 
     def control(self, edge: int | None = None) -> Any:
         """Handle of the control a device of ``edge`` (None: of the cloud) trains with now; None without."""
 
     def coef(self, device: int) -> float | None:
-        """κ_i of ``device``'s control delta, or None without SCAFFOLD."""
+        """κ_i of ``device``'s control delta, or None without control variates."""
 
     def reset(self, devices: list[int]) -> None:
-        """Forget the per-device state of ``devices`` (SCAFFOLD's ``c_i``, FedDC's ``h_i`` and ``c_i``): they
+        """Forget the per-device state of ``devices`` (every vector its job method keeps): they
         start again from zeros (a device that moved to another group, ``migration.device_state: reset``)."""
+
+    def regroup(self, edge_of: Any) -> None:
+        """Devices moved between edge servers (``edge_of``: each device's edge now): weights and round rules
+        taken over an edge's members follow the new membership."""
 
 
 class Aggregator(Protocol):
@@ -134,7 +139,7 @@ class Aggregator(Protocol):
                pack_control: bool = False) -> Any:
         """Finish the round (counted, recorded; at the cloud it may end the run); the new model.
         ``base``: the model the round started from; ``source``: devices or edge servers sent the
-        inputs; ``pack_control``: an edge returns ``[model; Σ κ Δc]`` for its upload (SCAFFOLD)."""
+        inputs; ``pack_control``: an edge returns ``[model; Σ κ Δc]`` for its upload (control variates relayed)."""
 
     def discard(self) -> None:
         """Forget what the running aggregation holds (an aborted round)."""
@@ -280,5 +285,5 @@ class Env(Protocol):
         protocol makes goes through it; it does its own accounting."""
 
     @property
-    def scaffold(self) -> ControlVariates:
-        """SCAFFOLD's control variates: ``on``, the cloud's ``control()`` and each device's ``coef(i)``."""
+    def controls(self) -> ControlVariates:
+        """The servers' control variates: ``on``, the cloud's ``control()`` and each device's ``coef(i)``."""

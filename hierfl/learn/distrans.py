@@ -58,14 +58,14 @@ class OffsetTrainer:
 
         from hierfl.learn.local import index_blocks
 
-        assert spec.offset is not None
+        assert spec.method is not None
         self._load(params)
         module = self.module
         module.train()
         t = torch.from_numpy(np.array(offset, dtype=np.float32)).requires_grad_(True)
         opt = torch.optim.SGD(self._params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
                               foreach=False)
-        lr_t, alternating = float(spec.offset.lr_offset), spec.offset.update == "alternating"
+        lr_t, alternating = float(spec.method.lr_offset), spec.method.update == "alternating"
         n = int(rows.size)
         b = effective_batch(n, spec)
         x2d = np.asarray(x).reshape(np.asarray(x).shape[0], -1)

@@ -53,8 +53,8 @@ class FCCLWork:
 
     def run(self, trainer: LocalTrainer, device: int, rows: np.ndarray, spec: TrainSpec, seed: int,
             params: np.ndarray, control: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
-        """One job (``spec.fccl``): ``(result, stats)``. ``control``: the summed logits of a ``collab`` job."""
-        job = spec.fccl
+        """One job (``spec.method``): ``(result, stats)``. ``control``: the summed logits of a ``collab`` job."""
+        job = spec.method
         assert job is not None
         if job.kind == "pretrain":
             start = init_params(trainer.model_cfg, trainer.input_shape, trainer.num_classes, job.init_seed)

@@ -13,8 +13,8 @@ explicit torch thread count; no global RNG is read or advanced.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -222,7 +222,8 @@ class LocalTrainer:
 
     def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int,
               correction: np.ndarray | None = None, *, rows: np.ndarray | None = None,
-              out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+              out: np.ndarray | None = None, loss: Callable[..., Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, float]]:
         """Local minibatch SGD starting from ``params``.
 
         Semantics (the emulator's timing model relies on them):
@@ -231,8 +232,8 @@ class LocalTrainer:
           only. Epoch mode: per epoch ``perm = rng.permutation(n)``, consecutive batches of ``b``
           (the last one partial). Step mode: a stream of concatenated permutations cut into
           ``steps`` consecutive chunks of exactly ``b`` (chunks may cross epoch boundaries).
-        - Loss: cross-entropy, mean over the batch (FedAlign, ``spec.align``: plus its Lipschitz term,
-          :func:`hierfl.learn.align.fedalign_loss`). Optimiser: ``torch.optim.SGD(lr, momentum,
+        - Loss: cross-entropy, mean over the batch; or ``loss(module, xb, yb)`` when given (a job method's
+          own local objective, differentiable, computed with autograd). Optimiser: ``torch.optim.SGD(lr, momentum,
           weight_decay, foreach=False)`` arithmetic, fresh per call (no state is carried between
           jobs), replayed without ``torch.optim`` by :class:`~hierfl.learn.sgd.ExactSGD`.
           ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the loss (FedAsync/AHFL's ρ,
@@ -305,9 +306,9 @@ class LocalTrainer:
         rng = np.random.default_rng(seed)
         sgd = self._sgd
         sgd.start(spec, corr)
-        # FedAlign's loss taps the final block: autograd (the hand-written chain knows cross-entropy only)
-        chain = self._chain if spec.align is None else None
-        align = spec.align
+        # a job method's own loss goes through autograd (the hand-written chain knows cross-entropy only)
+        chain = self._chain if loss is None else None
+        objective = loss
         module = self.module
         params_list = self._params
         bf16 = self.precision == "bf16"
@@ -333,10 +334,8 @@ class LocalTrainer:
                 else:
                     for p in params_list:
                         p.grad = None
-                    if align is not None:  # FedAlign: CE + μ·(Lipschitz term of the slim final block)
-                        from hierfl.learn.align import fedalign_loss
-
-                        loss = fedalign_loss(module, xb, yb, align)
+                    if objective is not None:  # the job method's local objective
+                        loss = objective(module, xb, yb)
                     elif bf16:  # forward in autocast, loss in float32 from the logits (precision.py)
                         with autocast("bf16", "cpu"):
                             logits = module(xb)

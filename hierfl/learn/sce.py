@@ -53,18 +53,18 @@ def private_sce_loss(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y
 
 def train_sce(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, rows: np.ndarray,
               spec: TrainSpec, seed: int) -> tuple[np.ndarray, dict[str, float]]:
-    """SGD with ``spec.sce``'s symmetric cross-entropy on ``x[rows]`` with the (possibly noisy) labels ``y[rows]``.
+    """SGD with ``spec.method``'s symmetric cross-entropy on ``x[rows]`` with the (possibly noisy) labels ``y[rows]``.
 
     Data order and optimiser as :meth:`LocalTrainer.train` (``spec``'s epochs or steps, batch size, lr,
-    momentum, weight decay; seeded by ``seed`` only). With ``spec.sce.init_seed`` the job starts from a
-    fresh initialisation of the trainer's architecture. With ``spec.sce.report`` the stats carry
+    momentum, weight decay; seeded by ``seed`` only). With ``spec.method.init_seed`` the job starts from a
+    fresh initialisation of the trainer's architecture. With ``spec.method.report`` the stats carry
     ``ccr_loss``, the final model's mean loss over all ``rows`` (:func:`private_sce_loss`).
     """
     import torch
 
     from hierfl.learn.distill import sce_loss
 
-    sce = spec.sce
+    sce = spec.method
     if sce is None:
         raise ValueError("train_sce needs a spec with sce set")
     if sce.init_seed is not None:  # the party's own architecture, freshly initialised (its pre-training)

@@ -84,6 +84,9 @@ _EXPORTS: dict[str, str] = {
     "TrainSpec": "hierfl.core.work",
     # the other plug-in kinds' bases
     "TrainerConfig": "hierfl.learn.trainers",
+    "JobMethod": "hierfl.core.method",
+    "JobContext": "hierfl.core.method",
+    "StateStore": "hierfl.core.method",
     "StragglerPolicy": "hierfl.policies.straggler",
     "ReclusterConfig": "hierfl.policies.recluster",
     "StalenessConfig": "hierfl.policies.staleness",

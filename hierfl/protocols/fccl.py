@@ -189,7 +189,7 @@ class FCCL(Protocol):
         # the local phase: local_epochs, or the training section's length (its epochs or local_steps)
         length = {"epochs": cfg.local_epochs, "steps": None} if cfg.local_epochs else {"epochs": base.epochs,
                                                                                         "steps": base.steps}
-        self.local_spec = TrainSpec(**length, batch_size=base.batch_size, fccl=dataclasses.replace(self.base,
+        self.local_spec = TrainSpec(**length, batch_size=base.batch_size, method=dataclasses.replace(self.base,
                                                                                                     kind="local"))
         edge_of = env.world.edge_of
         self.members: dict[int, list[int]] = {}
@@ -234,7 +234,7 @@ class FCCL(Protocol):
     def _pretrain(self, device: int) -> None:
         seed = int(self.env.rng("fccl.init", device).integers(_SEED_BOUND))  # each party its own initialisation
         job = dataclasses.replace(self.base, kind="pretrain", init_seed=seed)
-        spec = TrainSpec(epochs=self.cfg.pretrain_epochs, batch_size=self.cfg.pretrain_batch_size, fccl=job)
+        spec = TrainSpec(epochs=self.cfg.pretrain_epochs, batch_size=self.cfg.pretrain_batch_size, method=job)
         self._job(device, self.env.global_model, spec, "pretrain_done", setup=True)
 
     def on_pretrain_done(self, event: Event) -> None:
@@ -267,7 +267,7 @@ class FCCL(Protocol):
 
     def _logits(self, device: int) -> None:
         batch = self.batch_of[device]
-        spec = TrainSpec(epochs=1, batch_size=None, fccl=self._exchange_job("logits", batch))
+        spec = TrainSpec(epochs=1, batch_size=None, method=self._exchange_job("logits", batch))
         self._job(device, self.model[device], spec, "logits_done", batch)
 
     def _bytes(self, batch: int) -> int:
@@ -350,7 +350,7 @@ class FCCL(Protocol):
     def on_mean_arrived(self, event: Event) -> None:
         """Collaboration: Adam steps on the cross-correlation loss toward the target formed from the mean."""
         msg = event.payload
-        spec = TrainSpec(epochs=1, batch_size=None, fccl=self._exchange_job("collab", msg.batch))
+        spec = TrainSpec(epochs=1, batch_size=None, method=self._exchange_job("collab", msg.batch))
         self._job(msg.device, self.model[msg.device], spec, "collab_done", msg.batch, control=self.mean)
 
     def on_collab_done(self, event: Event) -> None:

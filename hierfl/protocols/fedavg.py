@@ -110,7 +110,7 @@ class FedAvg(Protocol):
         self.jobs, self.arrived = {}, set()
         self.round_model = env.global_model
         self.barrier = Barrier(self, policy, ("cloud", 0), self.round, self.selected, m, self._close)
-        self.round_control = env.scaffold.control()
+        self.round_control = env.controls.control()
         for device in self.selected:
             self.send_model(device, "device_cloud", RoundMsg(device, self.round))
 
@@ -136,7 +136,7 @@ class FedAvg(Protocol):
         device = event.payload.device
         self.arrived.add(device)
         weight = self.barrier.weight(device, float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0)
-        env.tier("cloud").add(self.jobs.pop(device).params, weight, env.scaffold.coef(device))
+        env.tier("cloud").add(self.jobs.pop(device).params, weight, env.controls.coef(device))
         self.barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:

@@ -203,7 +203,7 @@ class FedFTG(FedAvg):
         weight = self.barrier.weight(device, full)
         handle = self.jobs.pop(device).params
         self.teachers[device] = (handle, weight)
-        env.tier("cloud").add(handle, weight, env.scaffold.coef(device))
+        env.tier("cloud").add(handle, weight, env.controls.coef(device))
         self.barrier.arrive(device)
 
     def _close(self, arrived: list[int]) -> None:

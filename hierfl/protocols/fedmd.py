@@ -211,7 +211,7 @@ class FedMD(Protocol):
         seed = int(self.env.rng("fedmd.init", device).integers(_SEED_BOUND))  # each party its own initialisation
         task = PublicTask("pretrain", pub.rows, pub.size, init_seed=seed)
         spec = TrainSpec(epochs=self.cfg.transfer_public_epochs, batch_size=self.cfg.transfer_batch_size,
-                         lr=self.env.spec.lr, task=task)
+                         lr=self.env.spec.lr, method=task)
         self._job(device, self.env.global_model, spec, "transfer_public_done", -1, setup=True)
 
     def on_transfer_public_done(self, event: Event) -> None:
@@ -242,9 +242,9 @@ class FedMD(Protocol):
         seed = int(env.rng("public_subset", self.round).integers(_SEED_BOUND))
         scores = PublicTask("scores", pub.rows, self.align, seed, cfg.stratified)
         digest = dataclasses.replace(scores, kind="digest", loss="mae_logits")
-        self._round_specs = (TrainSpec(epochs=1, batch_size=None, task=scores),
+        self._round_specs = (TrainSpec(epochs=1, batch_size=None, method=scores),
                              TrainSpec(epochs=cfg.digest_epochs, batch_size=cfg.digest_batch_size,
-                                       lr=cfg.digest_lr if cfg.digest_lr is not None else env.spec.lr, task=digest))
+                                       lr=cfg.digest_lr if cfg.digest_lr is not None else env.spec.lr, method=digest))
         for d in range(self.n):
             self._job(d, self.model[d], self._round_specs[0], "scores_done", self.round)
 

@@ -126,7 +126,7 @@ class HierFAVG(Protocol):
         self.edge_weight = {e: float(world.edge_samples(e)) for e in self.edges}
         self.edge_model: dict[int, Any] = {e: env.global_model for e in self.edges}
         self.edge_start: dict[int, Any] = {}  # model each edge round started from (edge optimizer's base)
-        self.control: Any = env.scaffold.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
+        self.control: Any = env.controls.control()      # SCAFFOLD: the cloud's c, relayed by the edges (None otherwise)
         # FedDC's edge-scoped control: each edge's own c_e, read when its round begins (empty otherwise)
         self.edge_control: dict[int, Any] = {}
         self.edge_round = {e: 0 for e in self.edges}
@@ -190,8 +190,8 @@ class HierFAVG(Protocol):
                                      functools.partial(self._close_edge_round, edge), until=until)
         self.edge_start[edge] = self.edge_model[edge]
         self.round_began[edge] = env.now
-        if env.scaffold.on and not env.scaffold.relays:
-            self.edge_control[edge] = env.scaffold.control(edge)
+        if env.controls.on and not env.controls.relays:
+            self.edge_control[edge] = env.controls.control(edge)
         for device in self.selected[edge]:
             self.send_model(device, "device_edge", EdgeMsg(device, edge))
 
@@ -220,7 +220,7 @@ class HierFAVG(Protocol):
         barrier = self.barrier[edge]
         # partial work may weigh less; FedDC's code rule averages uniformly (weighting: uniform)
         base = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
-        env.tier("edge", edge).add(self.jobs.pop(device).params, barrier.weight(device, base), env.scaffold.coef(device))
+        env.tier("edge", edge).add(self.jobs.pop(device).params, barrier.weight(device, base), env.controls.coef(device))
         barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -263,7 +263,7 @@ class HierFAVG(Protocol):
         if arrived:
             # SCAFFOLD: the upload carries [edge model; Σ κ_i Δc_i of its devices since the last upload]
             self.edge_model[edge] = env.tier("edge", edge).commit(sorted(arrived), base=self.edge_start[edge],
-                                                                  pack_control=upload and env.scaffold.relays)
+                                                                  pack_control=upload and env.controls.relays)
         self.edge_round[edge] += 1
         self.regroup.round_closed(edge, env.now - self.round_began.get(edge, env.now))
         if upload:
@@ -324,7 +324,7 @@ class HierFAVG(Protocol):
         self.uploading.pop(edge, None)
         assert self.cloud_barrier is not None
         weight = self.cloud_barrier.weight(edge, self.edge_weight[edge])  # partial work may weigh less
-        env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.scaffold.relays else None)
+        env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.controls.relays else None)
         self.regroup.applied(edge)
         self.cloud_barrier.arrive(edge)
 
@@ -335,7 +335,7 @@ class HierFAVG(Protocol):
         self.cloud_round += 1
         if env.stopping:
             return
-        self.control = env.scaffold.control()  # travels down with the global model
+        self.control = env.controls.control()  # travels down with the global model
         self._next_cloud_round()
 
     def _next_cloud_round(self) -> None:

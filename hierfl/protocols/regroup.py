@@ -154,7 +154,9 @@ class Regrouping:
                     sent += 1
         size = int(env.world.model_bytes) * sent
         if self.cfg.migration.device_state == "reset":
-            env.scaffold.reset(sorted(moves))
+            env.controls.reset(sorted(moves))
+        if self.server is None:  # devices moved between edge servers: what is taken over an edge follows them
+            env.controls.regroup(np.asarray(new, dtype=np.int64))
         tel.count("devices_migrated", len(moves))
         tel.count("bytes_migration", size)
         grouping = self.cfg.grouping or self.fallback

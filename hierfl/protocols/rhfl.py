@@ -256,7 +256,7 @@ class RHFL(Protocol):
 
     def _sce_spec(self, device: int, epochs: int, report: bool, init_seed: int | None = None) -> TrainSpec:
         sce = SCESpec(self.cfg.sce_a, self.cfg.sce_b, report=report, init_seed=init_seed)
-        return dataclasses.replace(self.env.spec, epochs=epochs, steps=None, sce=sce)
+        return dataclasses.replace(self.env.spec, epochs=epochs, steps=None, method=sce)
 
     def _task(self, round_: int, batch: int, kind: str) -> PublicTask:
         seed = self.subset_seed.get(round_)
@@ -324,7 +324,7 @@ class RHFL(Protocol):
     def _next_batch(self, device: int, batch: int) -> None:
         self.batch[device] = batch
         r = self.round[device]
-        spec = TrainSpec(epochs=1, batch_size=None, task=self._task(r, batch, "probs"))
+        spec = TrainSpec(epochs=1, batch_size=None, method=self._task(r, batch, "probs"))
         self._job(device, self.model[device], spec, "probs_done", BatchMsg(device, r, batch))
 
     def on_report_arrived(self, event: Event) -> None:
@@ -468,9 +468,9 @@ class RHFL(Protocol):
         lr = self.cfg.align_lr if self.cfg.align_lr is not None else self.env.spec.lr
         task = self._task(r, b, "align")
         if self.cfg.exchange == "per_batch":  # one step on the whole batch
-            spec = TrainSpec(epochs=1, batch_size=None, lr=lr, task=task)
+            spec = TrainSpec(epochs=1, batch_size=None, lr=lr, method=task)
         else:
-            spec = TrainSpec(epochs=1, batch_size=self.cfg.public_batch_size, lr=lr, task=task)
+            spec = TrainSpec(epochs=1, batch_size=self.cfg.public_batch_size, lr=lr, method=task)
         self._job(d, self.model[d], spec, "align_done", event.payload, control=self._target.pop(d))
 
     def on_align_done(self, event: Event) -> None:

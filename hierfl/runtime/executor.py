@@ -61,7 +61,7 @@ class Servers:
                  tag: Any = None) -> None:
         """Fold an arriving update into ``edge``'s running aggregation (does not wait).
 
-        With ``control_coef`` the update is a packed SCAFFOLD ``[y; Δc]``; ``κ·Δc`` is summed apart.
+        With ``control_coef`` the update is a packed ``[y; Δc]`` (control variates); ``κ·Δc`` is summed apart.
         ``tag``: a Byzantine update's tag (robust aggregation only; see :class:`~hierfl.runtime.roles.Aggregation`).
         """
         raise NotImplementedError
@@ -114,7 +114,7 @@ class Servers:
         raise NotImplementedError
 
     def control(self, edge: int | None = None) -> Any:
-        """Handle of the cloud's SCAFFOLD control ``c`` (or of ``edge``'s own control ``c_e``, FedDC) as of
+        """Handle of the cloud's control ``c`` (or of ``edge``'s own control ``c_e``, with edge-scoped controls) as of
         the last commit."""
         raise NotImplementedError
 
@@ -154,7 +154,7 @@ class ExecutorState:
         return 0, 0
 
     def reset_devices(self, devices: list[int]) -> None:
-        """Forget the per-device state (a trainer's vectors: SCAFFOLD's ``c_i``, FedDC's ``h_i`` and ``c_i``) of
+        """Forget the per-device state (the vectors a job method keeps) of
         ``devices``, after every job submitted before: they start again from zeros (a device that moved to
         another group under ``migration.device_state: reset``)."""
         raise NotImplementedError
@@ -223,7 +223,7 @@ class Executor:
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Submit a job; returns (params handle, stats handle, host index) without waiting.
 
-        ``control``: handle of SCAFFOLD's server control ``c`` (jobs with ``spec.control_variates``);
+        ``control``: handle of the server control ``c`` (jobs with ``spec.control_variates``);
         such a job's result is the packed ``[y; Δc]``.
         """
         raise NotImplementedError
@@ -272,7 +272,7 @@ class Executor:
 
     def summary_part(self) -> dict[str, Any]:
         """``summary.json``'s part: the executor's name and how many workers it ran; with persistent
-        per-device state (SCAFFOLD, FedDC), what it holds (``device_state``)."""
+        per-device state (job methods that keep some), what it holds (``device_state``)."""
         part: dict[str, Any] = {"executor": self.name, "workers": self.workers}
         held, nbytes = self.state.device_state_bytes()
         if held:
@@ -586,7 +586,9 @@ class LocalExecutor(Executor):
         for model, slots in eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
             index = [pos.get(sets[k][0], 0) for k in slots]
             out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
-                                                    self.handles.values([model])[0], *arrays, offset=spec.offset)
+                                                    self.handles.values([model])[0], *arrays,
+                                                    method=spec.method if spec.method is not None
+                                                    and spec.method.device_evaluation else None)
         return out
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:

@@ -13,7 +13,7 @@ a job costs the driver no Ray call of its own.
 Placement. A job's result does not depend on where it runs (it is a pure function of its start
 model, the device's data and its seed), so jobs go to the host with the fewest outstanding jobs;
 every host holds the shared, read-only training arrays from the object store. A trainer that keeps
-per-device state in the host (SCAFFOLD's control variates, FCCL's teacher snapshots) is the exception: each device then has
+per-device state in the host (a job method's ``keeps_device_state``) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
 Personalised trainers' device state (local layers) instead travels with the jobs: a job takes
@@ -196,7 +196,7 @@ class Batches:
                 self._dispatch(host, spec, batch)
 
     def _place(self, jobs: list[Slot]) -> dict[tuple[int, TrainSpec], list[Slot]]:
-        """The jobs by host and spec: a SCAFFOLD job at its device's home, a fast-path group on one host,
+        """The jobs by host and spec: a job that keeps device state at its device's home, a fast-path group on one host,
         any other on the least busy host."""
         groups: dict[tuple[int, TrainSpec], list[Slot]] = {}
         group_host: dict[int, int] = {}
@@ -215,7 +215,7 @@ class Batches:
         return groups
 
     def _dispatch(self, host: int, spec: TrainSpec, batch: list[Slot]) -> None:
-        """One call for a host's jobs of one spec: start models (and SCAFFOLD controls) in, two arrays out."""
+        """One call for a host's jobs of one spec: start models (and server controls) in, two arrays out."""
         controls = [slot.control for slot in batch if slot.control is not None]
         index, rows, arrays = unique_refs([slot.params for slot in batch] + controls)
         control_index: list[int] | None = None

@@ -441,7 +441,7 @@ class RayExecutor(Executor):
                     continue
                 index, rows, refs = unique_refs([self._personal.of(self._eval_devices[k]) for k in slots])
                 calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, ref, *refs,
-                                                                      offset=spec.offset))
+                                                                      method=_evaluating(spec)))
                 where.append(slots)
         for slots, rows_out in zip(where, ray.get(calls)):
             out[slots] = rows_out
@@ -449,8 +449,8 @@ class RayExecutor(Executor):
 
     def _eval_chunks(self, group: list[int], spec: TrainSpec) -> list[list[int]]:
         """Each host's evaluation slots: one contiguous chunk per host, or — devices evaluated with state
-        their home host keeps (DisTrans's offsets) — each device's slots at its home."""
-        if spec.offset is not None:
+        their home host keeps (a job method's ``device_evaluation``) — each device's slots at its home."""
+        if _evaluating(spec) is not None:
             return [[k for k in group if self._eval_devices[k] % self.workers == host] for host in range(self.workers)]
         bounds = np.linspace(0, len(group), self.workers + 1).astype(int)
         return [group[int(bounds[host]):int(bounds[host + 1])] for host in range(self.workers)]
@@ -484,3 +484,10 @@ class RayExecutor(Executor):
             except Exception:  # noqa: BLE001 - best effort at shutdown
                 pass
         self._start.close()
+
+
+def _evaluating(spec: TrainSpec) -> Any:
+    """The job method devices are evaluated through (its ``device_evaluation``, with state their home host
+    keeps), or None."""
+    method = spec.method
+    return method if method is not None and method.device_evaluation else None

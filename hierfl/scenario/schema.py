@@ -39,6 +39,7 @@ from hierfl.energy.config import EnergyConfig
 from hierfl.executors import EXECUTORS
 from hierfl.learn.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
+import hierfl.methods  # noqa: F401  (every shipped method registers its plug-ins)
 from hierfl.models import MODELS
 from hierfl.policies.straggler import MIN_INTERVAL_S, default_policy, device_policy_field
 from hierfl.protocols import PROTOCOLS
@@ -80,7 +81,7 @@ class PublicDataConfig(ConfigModel):
 
     size: PositiveInt = Field(description="public samples, drawn at random (stream data.public) from the training "
                                           "samples; the devices' private data are split from the rest")
-    labelled: bool = Field(default=True, description="whether the public samples' labels are visible (FedMD's "
+    labelled: bool = Field(default=True, description="whether the public samples' labels are visible (an output-exchange method's "
                                                      "transfer-learning phase needs them)")
     placement: Literal["preinstalled", "download_once", "server_only"] = Field(
         default="preinstalled",
@@ -128,7 +129,7 @@ class DataConfig(ConfigModel):
                                   "per device, seeded per device); null = clean labels")
     public: PublicDataConfig | None = Field(
         default=None, description="a public split disjoint from the private and test data, for methods that "
-                                  "exchange outputs on shared data (FedMD); null = none")
+                                  "exchange outputs on shared data; null = none")
 
 
 class DevicesConfig(ConfigModel):
@@ -299,7 +300,7 @@ class TrainingConfig(ConfigModel):
     weight_decay: float = Field(default=0.0, ge=0.0, description="L2 weight decay")
     optimizer: Literal["sgd"] = Field(default="sgd", description="local optimizer (sgd)")
     trainer: TRAINERS.union() = Field(  # type: ignore[valid-type]
-        default=SGDTrainer(), description="local trainer plug-in: sgd, fedprox (mu), scaffold")
+        default=SGDTrainer(), description="local trainer plug-in (see Trainers)")
 
     @model_validator(mode="before")
     @classmethod

@@ -34,9 +34,9 @@ def test_passes_per_sample_and_work():
     assert num_batches(50, 20) == 3
     # work in training-sample equivalents (3 passes = 1): the last batch's logits 10·2/3; a local job of
     # 2 epochs on 30 private samples 60·5/3 = 100
-    assert work_samples(999, TrainSpec(fccl=FCCLJob("logits", batch=2, **base))) == pytest.approx(20 / 3)
-    assert work_samples(30, TrainSpec(epochs=2, batch_size=8, fccl=FCCLJob("local"))) == pytest.approx(100.0)
-    assert work_samples(30, TrainSpec(epochs=2, batch_size=8, fccl=FCCLJob("pretrain"))) == pytest.approx(60.0)
+    assert work_samples(999, TrainSpec(method=FCCLJob("logits", batch=2, **base))) == pytest.approx(20 / 3)
+    assert work_samples(30, TrainSpec(epochs=2, batch_size=8, method=FCCLJob("local"))) == pytest.approx(100.0)
+    assert work_samples(30, TrainSpec(epochs=2, batch_size=8, method=FCCLJob("pretrain"))) == pytest.approx(60.0)
     # the subset's seed does not change the cost
     assert FCCLJob("collab", subset_seed=1, batch=0, **base).cost_key() == FCCLJob("collab", batch=0, **base).cost_key()
     with pytest.raises(ValueError, match="kind"):

@@ -68,7 +68,10 @@ ROLES: dict[str, str] = {
     "behaviours": "learn",   # plug-ins the device hosts run: device behaviours
     "driver": "driver",      # the driver's service: plays the feature, counts and reports it
     "protocol": "protocols",  # helpers the protocols share
+    "job": "learn",          # a method's device job: the runner of its job method (hierfl.core.method)
 }
+# the method packages: ``hierfl/methods/<method>/<role>.py``, each module the layer of its role (ROLES)
+METHODS = "methods"
 # the words that name each feature: no module or package elsewhere carries one in its name
 FEATURE_WORDS = {"robust": ("robust", "attack", "byzantine"), "faults": ("fault", "outage"), "energy": ("energy",)}
 # documented exceptions (path relative to the repository → why it lives elsewhere)
@@ -148,6 +151,8 @@ def layer_of(module: str) -> str | None:
     """
     parts = module.split(".")
     pkg = package_of(module)
+    if pkg == METHODS:  # hierfl.methods.<method>.<role>
+        return None if len(parts) < 4 else ROLES.get(parts[3], f"{METHODS}.{parts[3]}")
     if pkg not in FEATURES:
         return pkg
     if len(parts) < 3:

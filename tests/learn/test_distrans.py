@@ -14,6 +14,7 @@ import torch
 import yaml
 from torch import nn
 
+from hierfl.methods.distrans.job import offset_trainer
 from hierfl.assemble import build
 from hierfl.cli import main
 from hierfl.core.distrans import OffsetSpec, initial_offset, mean_initial_offset
@@ -51,7 +52,7 @@ def _tiny_trainer() -> tuple[OffsetTrainer, np.ndarray]:
 
 X = np.array([[2.0, 1.0]], dtype=np.float32)
 Y = np.array([0])
-ONE = TrainSpec(epochs=1, batch_size=1, lr=0.1, offset=OffsetSpec(lr_offset=0.1))
+ONE = TrainSpec(epochs=1, batch_size=1, lr=0.1, method=OffsetSpec(lr_offset=0.1))
 
 
 def test_joint_step_by_hand():
@@ -72,7 +73,7 @@ def test_joint_step_by_hand():
 def test_alternating_takes_the_offset_step_at_the_moved_model():
     """The model steps as in the joint job; the offset then steps by −0.1·∂ℓ/∂t at the moved model."""
     trainer, params = _tiny_trainer()
-    alt = TrainSpec(epochs=1, batch_size=1, lr=0.1, offset=OffsetSpec(lr_offset=0.1, update="alternating"))
+    alt = TrainSpec(epochs=1, batch_size=1, lr=0.1, method=OffsetSpec(lr_offset=0.1, update="alternating"))
     t0 = np.array([0.0, 2.0], dtype=np.float32)
     joint_model, _, _ = trainer.train(params, t0, X, Y, np.array([0]), ONE, 0)
     model, offset, _ = trainer.train(params, t0, X, Y, np.array([0]), alt, 0)
@@ -96,15 +97,15 @@ def test_the_offset_is_device_state_and_each_device_is_evaluated_through_its_own
     """After a job the device holds its 5-value offset (20 bytes); evaluation of its own test rows goes
     through that offset (the zero offset gives other numbers); a reset forgets it."""
     host, spec, w = _host()
-    assert spec.offset is not None and spec.offset.init_seed != 0
+    assert spec.method is not None and spec.method.init_seed != 0
     new, _ = host.train(0, 1, spec, w)
     offset = host.export_state()[0]["offset"]
     assert offset.shape == (5,) and host.state_bytes() == (1, 20)
-    assert not np.array_equal(offset, initial_offset(5, spec.offset.init_seed, 0))
+    assert not np.array_equal(offset, initial_offset(5, spec.method.init_seed, 0))
     device, _, test = host.eval_sets[0]
     assert device == 0
-    row = host.evaluate_devices(None, [0], [-1], [None], new, offset=spec.offset)[0]
-    acc, loss = host._distrans.trainer.evaluate(new, offset, host.x[test], host.y[test])
+    row = host.evaluate_devices(None, [0], [-1], [None], new, method=spec.method)[0]
+    acc, loss = offset_trainer(host.method_context(0, spec)).evaluate(new, offset, host.x[test], host.y[test])
     np.testing.assert_allclose(row, [round(acc * test.size), test.size, loss * test.size], rtol=1e-12)
     plain = host.evaluate_devices(None, [0], [-1], [None], new)[0]
     assert plain[2] != row[2]
@@ -194,18 +195,18 @@ def test_mean_mode_jobs_start_from_the_received_offset_and_return_theirs():
     """A job's start vector is [w; t̄]: it trains from t̄ (not the device's own offset) and returns
     [θ⁺; t⁺], t⁺ also kept as the device's state; its evaluation goes through the t̄ it is given."""
     host, spec, w = _host(training={"trainer": {"name": "distrans", "offset_mode": "mean"}})
-    p = host._distrans.trainer.num_params
-    assert w.size == p + 5 and spec.offset.shared
-    np.testing.assert_array_equal(w[p:], mean_initial_offset(5, spec.offset.init_seed, 4))
+    p = offset_trainer(host.method_context(0, spec)).num_params
+    assert w.size == p + 5 and spec.method.shared
+    np.testing.assert_array_equal(w[p:], mean_initial_offset(5, spec.method.init_seed, 4))
     out, _ = host.train(1, 3, spec, w)
     assert out.shape == (p + 5,) and host.result_width(spec) == p + 5
-    model, offset, _ = host._distrans.trainer.train(w[:p], w[p:], host.x, host.y, host.parts[1], spec, 3)
+    model, offset, _ = offset_trainer(host.method_context(0, spec)).train(w[:p], w[p:], host.x, host.y, host.parts[1], spec, 3)
     np.testing.assert_array_equal(out[:p], model)
     np.testing.assert_array_equal(out[p:], offset)
     np.testing.assert_array_equal(host.export_state()[1]["offset"], offset)
     _, _, test = host.eval_sets[1]
-    row = host.evaluate_devices(None, [1], [-1], [None], out, offset=spec.offset)[0]
-    acc, loss = host._distrans.trainer.evaluate(out[:p], out[p:], host.x[test], host.y[test])
+    row = host.evaluate_devices(None, [1], [-1], [None], out, method=spec.method)[0]
+    acc, loss = offset_trainer(host.method_context(0, spec)).evaluate(out[:p], out[p:], host.x[test], host.y[test])
     np.testing.assert_allclose(row, [round(acc * test.size), test.size, loss * test.size], rtol=1e-12)
 
 

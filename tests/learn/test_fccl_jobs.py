@@ -42,7 +42,7 @@ def test_local_phase_distils_from_the_snapshot_and_the_pretrained_model():
     kl = 0.6 * math.log(1.8) + 0.4 * math.log(0.6)
     teacher = _bias([math.log(3.0), 0.0, 0.0])
     zero = np.zeros(9, dtype=np.float32)
-    spec = TrainSpec(epochs=1, batch_size=2, fccl=FCCLJob("local", lr=0.1))
+    spec = TrainSpec(epochs=1, batch_size=2, method=FCCLJob("local", lr=0.1))
     states.put(0, fccl_star=teacher, fccl_prev=teacher)  # both teachers: CE + KL + KL
     _, stats = work.run(trainer, 0, PRIVATE, spec, 1, zero, None)
     assert stats["loss"] == pytest.approx(math.log(3.0) + 2 * kl, rel=1e-5)
@@ -52,17 +52,17 @@ def test_local_phase_distils_from_the_snapshot_and_the_pretrained_model():
     states.put(0, fccl_star=teacher, fccl_prev=zero)  # the snapshot is the student itself: one KL term
     assert work.run(trainer, 0, PRIVATE, spec, 1, zero, None)[1]["loss"] == pytest.approx(math.log(3) + kl, rel=1e-5)
     states.put(0, fccl_star=teacher, fccl_prev=teacher)
-    half = TrainSpec(epochs=1, batch_size=2, fccl=FCCLJob("local", lr=0.1, lambda_loc=0.5))
+    half = TrainSpec(epochs=1, batch_size=2, method=FCCLJob("local", lr=0.1, lambda_loc=0.5))
     assert work.run(trainer, 0, PRIVATE, half, 1, zero, None)[1]["loss"] == pytest.approx(math.log(3) + kl, rel=1e-5)
     # inter_teacher collaborated: the inter-domain teacher is the model the job starts from (zero), not the snapshot
     states.put(0, fccl_star=teacher, fccl_prev=teacher)
-    collab = TrainSpec(epochs=1, batch_size=2, fccl=FCCLJob("local", lr=0.1, inter_teacher="collaborated"))
+    collab = TrainSpec(epochs=1, batch_size=2, method=FCCLJob("local", lr=0.1, inter_teacher="collaborated"))
     assert work.run(trainer, 0, PRIVATE, collab, 1, zero, None)[1]["loss"] == pytest.approx(math.log(3) + kl, rel=1e-5)
 
 
 def test_pretraining_keeps_both_frozen_models():
     trainer, states, work = _work()
-    spec = TrainSpec(epochs=2, batch_size=1, fccl=FCCLJob("pretrain", init_seed=5))
+    spec = TrainSpec(epochs=2, batch_size=1, method=FCCLJob("pretrain", init_seed=5))
     result, stats = work.run(trainer, 3, PRIVATE, spec, 1, np.full(9, 7.0, dtype=np.float32), None)
     assert stats["steps"] == 4.0
     assert np.array_equal(states[3]["fccl_star"], result) and np.array_equal(states[3]["fccl_prev"], result)
@@ -80,7 +80,7 @@ def test_logits_then_one_fresh_adam_step_toward_the_target():
     snap = np.array([0.1, 0.2, -0.3, 0.4, 0.2, -0.1, 0.3, 0.0, 0.0], dtype=np.float32)
     states.put(0, fccl_prev=snap)
     base = FCCLJob("logits", rows=(2, 6), subset_size=4, subset_seed=9, batch_size=4, batch=0, parties=2, lr=0.01)
-    z, _ = work.run(trainer, 0, PRIVATE, TrainSpec(fccl=base), 1, params, None)
+    z, _ = work.run(trainer, 0, PRIVATE, TrainSpec(method=base), 1, params, None)
     w, b = params[:6].reshape(3, 2), params[6:]
     # the batch: the 4 public rows in the round's seeded order (both ends derive it, batch_positions)
     order = (2 + batch_positions(base, 4)[0]).tolist()
@@ -99,7 +99,7 @@ def test_logits_then_one_fresh_adam_step_toward_the_target():
     out = xb @ theta[:6].reshape(3, 2).T + theta[6:]
     cross_correlation_loss(out, torch.from_numpy(target), 0.0051).backward()
     g = theta.grad.numpy()
-    new, stats = work.run(trainer, 0, PRIVATE, TrainSpec(fccl=FCCLJob(**{**base.__dict__, "kind": "collab"})), 1,
+    new, stats = work.run(trainer, 0, PRIVATE, TrainSpec(method=FCCLJob(**{**base.__dict__, "kind": "collab"})), 1,
                           params, mean.reshape(-1))
     assert stats["steps"] == 1.0
     assert np.allclose(new, params - 0.01 * g / (np.abs(g) + 1e-8), atol=1e-6)
@@ -108,7 +108,7 @@ def test_logits_then_one_fresh_adam_step_toward_the_target():
 def test_missing_state_is_a_clear_error():
     trainer, _, work = _work()
     with pytest.raises(ValueError, match="fccl_star is missing"):
-        work.run(trainer, 0, PRIVATE, TrainSpec(fccl=FCCLJob("local")), 1, np.zeros(9, dtype=np.float32), None)
+        work.run(trainer, 0, PRIVATE, TrainSpec(method=FCCLJob("local")), 1, np.zeros(9, dtype=np.float32), None)
 
 
 def test_per_round_current_target_uses_the_live_output():
@@ -128,5 +128,5 @@ def test_per_round_current_target_uses_the_live_output():
     out = torch.from_numpy(X[order]) @ theta[:6].reshape(3, 2).T + theta[6:]
     cross_correlation_loss(out, torch.from_numpy(mean - 0.25), 0.0051).backward()
     g = theta.grad.numpy()
-    new, _ = work.run(trainer, 0, PRIVATE, TrainSpec(fccl=job), 1, params, mean.reshape(-1))
+    new, _ = work.run(trainer, 0, PRIVATE, TrainSpec(method=job), 1, params, mean.reshape(-1))
     assert np.allclose(new, params - 0.01 * g / (np.abs(g) + 1e-8), atol=1e-6)

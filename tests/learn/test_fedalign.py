@@ -4,6 +4,8 @@ pass's cost in virtual time, the trainer under FedAvg/FedAsync/HierFAVG, and bad
 
 from __future__ import annotations
 
+from functools import partial
+
 import json
 import math
 
@@ -102,9 +104,10 @@ def test_a_cnn_job_slims_its_second_convolution_block():
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((12, 64)).astype(np.float32), rng.integers(0, 3, 12)
     w0 = init_params(cfg, (1, 8, 8), 3, seed=1)
-    spec = TrainSpec(epochs=1, batch_size=4, lr=0.05, align=AlignSpec(mu=0.45, width=0.5), clip_norm=10.0)
-    a1, s1 = trainer.train(w0, x, y, spec, seed=2)
-    a2, _ = trainer.train(w0, x, y, spec, seed=2)
+    spec = TrainSpec(epochs=1, batch_size=4, lr=0.05, clip_norm=10.0)
+    loss = partial(fedalign_loss, spec=AlignSpec(mu=0.45, width=0.5))
+    a1, s1 = trainer.train(w0, x, y, spec, seed=2, loss=loss)
+    a2, _ = trainer.train(w0, x, y, spec, seed=2, loss=loss)
     plain, s0 = trainer.train(w0, x, y, TrainSpec(epochs=1, batch_size=4, lr=0.05, clip_norm=10.0), seed=2)
     assert np.array_equal(a1, a2) and np.isfinite(a1).all()
     assert not np.array_equal(a1, plain) and s1["loss"] != s0["loss"]

@@ -92,7 +92,7 @@ def _host():
 
 def _spec(rule: str = "code", clip: float | None = None) -> TrainSpec:
     return TrainSpec(epochs=None, steps=2, batch_size=None, lr=0.5, control_variates=True,
-                     drift=DriftSpec(0.3, rule), clip_norm=clip)
+                     method=DriftSpec(0.3, rule), clip_norm=clip)
 
 
 def test_two_jobs_of_a_device_by_hand():
@@ -113,7 +113,7 @@ def test_two_jobs_of_a_device_by_hand():
     np.testing.assert_allclose(host.export_state()[0]["c"], -delta, rtol=1e-4, atol=1e-6)
     # the second job: one step from w' = θ2 (the proximal term is zero at the first step)
     c = np.full(p, 0.1, dtype=np.float32)
-    one = TrainSpec(epochs=None, steps=1, batch_size=None, lr=0.5, control_variates=True, drift=DriftSpec(0.3))
+    one = TrainSpec(epochs=None, steps=1, batch_size=None, lr=0.5, control_variates=True, method=DriftSpec(0.3))
     w2 = t2.astype(np.float32)
     out2, _ = host.train(0, 2, one, w2, c)
     corr = 0.25 * delta + 0.1 / 1.2 + delta
@@ -139,7 +139,7 @@ def test_gradient_clipping_bounds_the_step():
     host, _, _, w = _host()
     p = w.size
     one = TrainSpec(epochs=None, steps=1, batch_size=None, lr=0.5, control_variates=True,
-                    drift=DriftSpec(0.3), clip_norm=1e-3)
+                    method=DriftSpec(0.3), clip_norm=1e-3)
     out, _ = host.train(0, 1, one, w, np.zeros(p, dtype=np.float32))
     assert np.linalg.norm(out[:p].astype(np.float64) - w) == pytest.approx(0.5e-3, rel=1e-3)
 
@@ -195,7 +195,7 @@ def test_spec_fields_and_defaults():
     cfg = tiny(protocol=UNIFORM, training={"trainer": "feddc"}).training.trainer
     assert (cfg.alpha, cfg.server_rule, cfg.clip_norm, cfg.control_scope) == (0.01, "code", 10.0, "edge")
     spec = train_spec(tiny(protocol=UNIFORM, training={"trainer": FEDDC}))
-    assert spec.control_variates and spec.drift == DriftSpec(0.3, "code") and spec.clip_norm == 10.0
+    assert spec.control_variates and spec.method == DriftSpec(0.3, "code") and spec.clip_norm == 10.0
 
 
 def _w0(scenario) -> np.ndarray:

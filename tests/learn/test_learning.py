@@ -12,6 +12,7 @@ import yaml
 
 from hierfl.assemble import build, train_spec
 from hierfl.cli import main
+from hierfl.core.scaffold import ControlJob
 from hierfl.core.work import TrainSpec
 from hierfl.driver import run_scenario
 from hierfl.dynamics.availability import steady_names
@@ -71,7 +72,7 @@ def _host(parts):
 def test_scaffold_job_by_hand_and_control_persists_in_host():
     """One full-batch step: y = x − η(g(x) + c − c_i); option II then gives c_i⁺ = g(x) exactly (K = 1)."""
     host, x, y, theta = _host([np.arange(5)])
-    spec = TrainSpec(epochs=None, steps=1, batch_size=None, lr=0.5, control_variates=True)
+    spec = TrainSpec(epochs=None, steps=1, batch_size=None, lr=0.5, control_variates=True, method=ControlJob())
     p = theta.size
     c = np.full(p, 0.1, dtype=np.float32)
     out, stats = host.train(0, 7, spec, theta, c)
@@ -96,7 +97,7 @@ def test_scaffold_job_by_hand_and_control_persists_in_host():
 def test_scaffold_server_control_step_and_edge_relay():
     """Cloud: c ← c + Σ κ_i Δc_i; a leader relays [model; Σ κ_i Δc_i] and the cloud adds it with κ = 1."""
     host, x, y, theta = _host([np.arange(0, 3), np.arange(3, 5)])
-    spec = TrainSpec(epochs=None, steps=1, batch_size=None, lr=0.5, control_variates=True)
+    spec = TrainSpec(epochs=None, steps=1, batch_size=None, lr=0.5, control_variates=True, method=ControlJob())
     p = theta.size
     zero = np.zeros(p, dtype=np.float32)
     u0, _ = host.train(0, 1, spec, theta, zero)

@@ -26,7 +26,7 @@ def _trainer():
 
 def test_probs_are_the_softmax_of_the_logits():
     params = np.arange(1, 10, dtype=np.float32) / 10  # logits at (1, 2): (1.2, 1.9, 2.6)
-    spec = TrainSpec(epochs=1, task=PublicTask("probs", (1, 2), 1))
+    spec = TrainSpec(epochs=1, method=PublicTask("probs", (1, 2), 1))
     probs, _ = run_public_task(_trainer(), params, X, Y, spec, 0, None)
     e = [math.exp(z) for z in (1.2, 1.9, 2.6)]
     assert probs.tolist() == pytest.approx([v / sum(e) for v in e], rel=1e-6)
@@ -37,7 +37,7 @@ def test_the_alignment_step_follows_the_weighted_kl_gradient():
     gradient in the logits is ¾·p_k − q = (−¼, 0, ¼) and one SGD step of lr 0.4 at x = (1, 2) gives
     W = 0.1·[(1, 2), (0, 0), (−1, −2)], b = (0.1, 0, −0.1); the loss reported, −Σ q log p_k = ¾ ln 3."""
     task = PublicTask("align", (1, 2), 1, loss="soft_ce", teacher_is_prob=True, reuse_forward=True)
-    spec = TrainSpec(epochs=1, batch_size=None, lr=0.4, task=task)
+    spec = TrainSpec(epochs=1, batch_size=None, lr=0.4, method=task)
     new, stats = run_public_task(_trainer(), np.zeros(9, dtype=np.float32), X, Y, spec, 0,
                                  np.array([0.5, 0.25, 0.0], dtype=np.float32))
     assert new.tolist() == pytest.approx([0.1, 0.2, 0.0, 0.0, -0.1, -0.2, 0.1, 0.0, -0.1], abs=1e-7)
@@ -50,7 +50,7 @@ def test_sce_training_step_and_its_loss_report():
     trainer = _trainer()
     x = np.array([[1.0, 2.0]], dtype=np.float32)
     y = np.array([0])
-    spec = TrainSpec(epochs=1, batch_size=1, lr=0.1, sce=SCESpec(0.1, 1.0))
+    spec = TrainSpec(epochs=1, batch_size=1, lr=0.1, method=SCESpec(0.1, 1.0))
     new, stats = train_sce(trainer, np.zeros(9, dtype=np.float32), x, y, np.array([0]), spec, 0)
     g = [0.1 * c + A * r for c, r in zip((-2 / 3, 1 / 3, 1 / 3), (2 / 9, -1 / 9, -1 / 9))]
     expected = [-0.1 * gc * xi for gc in g for xi in (1.0, 2.0)] + [-0.1 * gc for gc in g]
@@ -62,7 +62,7 @@ def test_sce_training_step_and_its_loss_report():
     p0 = math.exp(z[0]) / sum(math.exp(v) for v in z)
     assert stats["ccr_loss"] == pytest.approx(0.1 * -math.log(p0) - A * (1 - p0), rel=1e-5)
     # no report asked: no statistic; init_seed: a fresh start, whatever the parameters given
-    plain = TrainSpec(epochs=1, batch_size=1, lr=0.1, sce=SCESpec(0.1, 1.0, report=False, init_seed=5))
+    plain = TrainSpec(epochs=1, batch_size=1, lr=0.1, method=SCESpec(0.1, 1.0, report=False, init_seed=5))
     a, st = train_sce(trainer, np.zeros(9, dtype=np.float32), x, y, np.array([0]), plain, 0)
     b, _ = train_sce(trainer, np.ones(9, dtype=np.float32), x, y, np.array([0]), plain, 0)
     assert "ccr_loss" not in st and a.tolist() == b.tolist()
@@ -84,12 +84,12 @@ def test_batch_windows_partition_the_round_subset():
 def test_what_each_job_costs():
     # in training-sample equivalents (3 forward passes each): probabilities on 30 samples, 1 pass each → 10;
     # an alignment step reusing its forward, 2 passes → 20; without reuse, 3 → 30
-    probs = TrainSpec(epochs=1, batch_size=None, task=PublicTask("probs", (0, 60), 60, window=(0, 30)))
+    probs = TrainSpec(epochs=1, batch_size=None, method=PublicTask("probs", (0, 60), 60, window=(0, 30)))
     assert work_samples(0, probs) == 10.0
     step = PublicTask("align", (0, 60), 60, window=(0, 30), reuse_forward=True)
-    assert work_samples(0, TrainSpec(epochs=1, batch_size=None, task=step)) == 20.0
+    assert work_samples(0, TrainSpec(epochs=1, batch_size=None, method=step)) == 20.0
     epoch = PublicTask("align", (0, 60), 60)
-    assert work_samples(0, TrainSpec(epochs=1, batch_size=30, task=epoch)) == 60.0
+    assert work_samples(0, TrainSpec(epochs=1, batch_size=30, method=epoch)) == 60.0
     # SCE training: 2 epochs on 60 samples + the CCR pass over the 60 (one forward each, 20)
-    assert work_samples(60, TrainSpec(epochs=2, sce=SCESpec(0.1, 1.0))) == 140.0
-    assert work_samples(60, TrainSpec(epochs=2, sce=SCESpec(0.1, 1.0, report=False))) == 120.0
+    assert work_samples(60, TrainSpec(epochs=2, method=SCESpec(0.1, 1.0))) == 140.0
+    assert work_samples(60, TrainSpec(epochs=2, method=SCESpec(0.1, 1.0, report=False))) == 120.0

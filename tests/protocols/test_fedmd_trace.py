@@ -98,12 +98,12 @@ def test_scores_are_the_logits_and_the_digest_is_an_sgd_step_on_the_mae():
     # z = W·(1, 2) + b = (0.1 + 0.4 + 0.7, 0.3 + 0.8 + 0.8, 0.5 + 1.2 + 0.9)
     assert class_scores(trainer, params, x, np.array([1])).tolist() == pytest.approx([1.2, 1.9, 2.6])
     task = PublicTask("digest", (1, 2), 1, loss="mae_logits")
-    spec = TrainSpec(epochs=1, batch_size=1, lr=0.3, task=task)
+    spec = TrainSpec(epochs=1, batch_size=1, lr=0.3, method=task)
     new, stats = run_public_task(trainer, np.zeros(9, dtype=np.float32), x, y, spec, 0,
                                  np.array([1.0, -2.0, 0.5], dtype=np.float32))
     assert new.tolist() == pytest.approx([0.1, 0.2, -0.1, -0.2, 0.1, 0.2, 0.1, -0.1, 0.1], abs=1e-7)
     assert stats["loss"] == pytest.approx(3.5 / 3)  # the MAE before the step: (1 + 2 + 0.5) / 3
-    scores = run_public_task(trainer, params, x, y, TrainSpec(epochs=1, task=PublicTask("scores", (1, 2), 1)), 0,
+    scores = run_public_task(trainer, params, x, y, TrainSpec(epochs=1, method=PublicTask("scores", (1, 2), 1)), 0,
                              None)[0]
     assert scores.tolist() == pytest.approx([1.2, 1.9, 2.6])
 

@@ -82,7 +82,7 @@ class FakeEnv:
         return self
 
     @property
-    def scaffold(self) -> FakeEnv:  # no SCAFFOLD
+    def controls(self) -> FakeEnv:  # no control variates
         return self
 
     def online_count(self) -> int:

@@ -57,3 +57,36 @@ def test_reset_is_the_same_bits_under_ray(tmp_path: Path, ray_session):
     for key in ("final_accuracy", "final_loss", "virtual_time_s", "device_state"):
         assert ray[key] == local[key], key
     assert ray["totals"]["devices_migrated"] == local["totals"]["devices_migrated"]
+
+
+def test_feddc_edge_weights_and_rules_follow_the_membership_after_regrouping(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    """FedDC's edge-scoped control weights κ_i = 1/N_e and each edge's drift rule over N_e devices are taken over
+    an edge's members now, not over the topology's first assignment."""
+    from hierfl.driver.aggregation import ControlVariates
+
+    seen: list[tuple[list[int], list[float], dict[int, int]]] = []
+    real = ControlVariates.regroup
+
+    def spy(self: Any, edge_of: Any) -> None:
+        real(self, edge_of)
+        rules = self._round_rules
+        members = {e: rules.at("edge", e).members for e in (0, 1)}
+        seen.append(([int(e) for e in edge_of], [self.coef(d) for d in range(6)], members))
+
+    monkeypatch.setattr(ControlVariates, "regroup", spy)
+    s = run_scenario(_feddc_regroup("keep"), tmp_path / "keep").summary
+    assert s["totals"]["devices_migrated"] > 0 and seen
+    edge_of, coefs, members = seen[-1]
+    for e in (0, 1):
+        n_e = edge_of.count(e)
+        assert members[e] == n_e
+        assert all(coefs[d] == pytest.approx(1.0 / n_e) for d in range(6) if edge_of[d] == e)
+
+
+def test_feddc_under_a_robust_rule_is_refused():
+    from hierfl.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"aggregation\.cloud.*allowed: mean"):
+        tiny(protocol={"name": "fedavg", "weighting": "uniform"}, training={"trainer": {"name": "feddc"}},
+             aggregation={"cloud": {"name": "trimmed_mean", "beta": 0.1}})

@@ -1,0 +1,4 @@
+"""distrans: its ``training.trainer`` config (:mod:`.config`) and its device job's runner (:mod:`.job`)."""
+
+from hierfl.methods.distrans import config as config  # noqa: F401  (registers the trainer)
+from hierfl.methods.distrans import job as job  # noqa: F401  (registers the runner)

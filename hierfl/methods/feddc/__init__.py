@@ -1,0 +1,4 @@
+"""feddc: its ``training.trainer`` config (:mod:`.config`) and its device job's runner (:mod:`.job`)."""
+
+from hierfl.methods.feddc import config as config  # noqa: F401  (registers the trainer)
+from hierfl.methods.feddc import job as job  # noqa: F401  (registers the runner)

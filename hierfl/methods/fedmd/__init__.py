@@ -1,0 +1,3 @@
+"""fedmd: its device job's runner (:mod:`.job`)."""
+
+from hierfl.methods.fedmd import job as job  # noqa: F401  (registers the runner)

@@ -1,0 +1,4 @@
+"""scaffold: its ``training.trainer`` config (:mod:`.config`) and its device job's runner (:mod:`.job`)."""
+
+from hierfl.methods.scaffold import config as config  # noqa: F401  (registers the trainer)
+from hierfl.methods.scaffold import job as job  # noqa: F401  (registers the runner)

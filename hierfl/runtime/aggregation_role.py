@@ -1,0 +1,155 @@
+"""One aggregator's running state (a leader's or the cloud's): the weighted sum of a round's updates, the control
+deltas that came with them, the server optimizer's state and a robust rule's kept rows and reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hierfl.core.aggregate import WeightedSum
+from hierfl.core.serveropt import OptState
+from hierfl.learn.serveropt import ServerOptimizerConfig
+
+__all__ = ['Aggregation', 'robust_step']
+
+
+
+
+class Aggregation:
+    """One aggregator's (a leader's or the cloud's) running state.
+
+    * the weighted sum of the models arriving in this round (float64, in arrival order);
+    * control variates: the sum ``Σ κ_i Δc_i`` of the control deltas that came with them (float64) —
+      an update with a ``control_coef`` is a packed ``[model; Δc]`` vector of twice the length;
+    * the server optimizer's state (docs/explanation/algorithms.md §5.7), kept across rounds;
+    * with a robust ``rule`` (``aggregation:`` set, or attacks on): the updates themselves, kept
+      until the commit, where the rule combines them (:mod:`hierfl.robust.rules`), and one report
+      per commit (accepted / rejected, honest / Byzantine, distance from the honest mean).
+    """
+
+    def __init__(self, rule: Any = None) -> None:
+        self.pending: WeightedSum | None = None
+        self.control_sum: np.ndarray | None = None
+        self.opt_state = OptState()
+        self.rule = rule
+        self._rows: list[np.ndarray] = []
+        self._weights: list[float] = []
+        self._tags: list[Any] = []
+        self.reports: list[dict[str, Any]] = []
+
+    def add(self, vector: np.ndarray, weight: float, control_coef: float | None = None, tag: Any = None) -> None:
+        """Fold in one update (a packed ``[model; Δc]`` when ``control_coef`` is given).
+
+        ``tag`` (robust aggregation only): None for an honest update, else ``(source, behaviour
+        name, ALIE z or None)`` of a Byzantine one.
+        """
+        vec = np.asarray(vector)
+        if control_coef is not None:
+            half = vec.shape[0] // 2
+            if vec.shape[0] != 2 * half:
+                raise ValueError(f"an update with control variates is [model; control delta], got an odd length {vec.shape[0]}")
+            dc = vec[half:].astype(np.float64) * float(control_coef)
+            self.control_sum = dc if self.control_sum is None else self.control_sum + dc
+            vec = vec[:half]
+        if self.rule is not None:
+            self._rows.append(vec)
+            self._weights.append(float(weight))
+            self._tags.append(tag)
+            return
+        if self.pending is None:
+            self.pending = WeightedSum()
+        self.pending.add(vec, weight)
+
+    def _robust(self, base: np.ndarray | None, loss: Any, tier: str, entity: int) -> np.ndarray:
+        """The rule's aggregate of the kept updates (float32) and its report."""
+        from hierfl.robust.math import alie_vector, finite_rows
+
+        if not self._rows:
+            raise ValueError("aggregation with no update")
+        V = np.stack([np.asarray(r, dtype=np.float64) for r in self._rows])
+        w = np.asarray(self._weights, dtype=np.float64)
+        tags = self._tags
+        self._rows, self._weights, self._tags = [], [], []
+        byz = np.array([t is not None for t in tags])
+        honest = ~byz
+        honest_mean = None
+        if honest.any() and w[honest].sum() > 0:
+            honest_mean = (w[honest] @ V[honest]) / w[honest].sum()
+        alie = [i for i, t in enumerate(tags) if t is not None and t[2] is not None]
+        if alie:  # colluders send μ − zσ of the honest updates (their own when none is honest)
+            ref = V[honest] if honest.any() else V[alie]
+            vec = alie_vector(ref, float(tags[alie[0]][2])).astype(np.float32).astype(np.float64)
+            V[alie] = vec
+        m = V.shape[0]
+        accepted = np.zeros(m, dtype=bool)
+        finite = np.ones(m, dtype=bool) if self.rule.is_mean else finite_rows(V)
+        clipped = 0
+        if finite.any():
+            out = self.rule.apply(V[finite], w[finite], base, loss)
+            accepted[np.flatnonzero(finite)[out.accepted]] = True
+            agg, clipped = out.aggregate, out.clipped
+        else:  # nothing usable: the model stays where the round started
+            agg = np.asarray(base, dtype=np.float64) if base is not None else np.full(V.shape[1], np.nan)
+        dist = None if honest_mean is None else float(np.linalg.norm(agg - honest_mean))
+        self.reports.append({
+            "tier": tier, "entity": int(entity), "rule": self.rule.name, "m": int(m),
+            "accepted": int(accepted.sum()), "rejected": int(m - accepted.sum()),
+            "rejected_nonfinite": int((~finite).sum()), "clipped": int(clipped),
+            "honest": int(honest.sum()), "malicious": int(byz.sum()),
+            "malicious_accepted": int((byz & accepted).sum()), "honest_rejected": int((honest & ~accepted).sum()),
+            "rejected_ids": [int(i) for i in np.flatnonzero(~accepted)],
+            "dist_honest_mean": dist if dist is None or np.isfinite(dist) else None,
+        })
+        return np.asarray(agg.astype(np.float32))
+
+    def finish(self, opt: ServerOptimizerConfig | None, base: np.ndarray | None, loss: Any = None,
+               tier: str = "cloud", entity: int = 0) -> np.ndarray:
+        """End the round: the weighted average (or the robust rule's aggregate), or ``opt`` stepped from
+        ``base`` with ``Δ = aggregate − base``."""
+        if self.rule is not None:
+            count = len(self._rows)
+            avg = self._robust(base, loss, tier, entity)
+        else:
+            if self.pending is None:
+                raise ValueError("aggregation with no update")
+            count = self.pending.count
+            avg, self.pending = self.pending.result(), None
+        if opt is None:
+            return avg  # plain averaging: the average itself, bit for bit
+        # a server optimizer, or a round rule that needs the round's size too (a trainer's round rule); a rule that
+        # keeps its aggregator's own control (an edge's own c_e) takes the round's control sum
+        out = opt.round_step(base, avg, count, self.opt_state)
+        if opt.take_control(self.control_sum, self.opt_state):
+            self.control_sum = None
+        return out
+
+    def take_reports(self) -> list[dict[str, Any]]:
+        """The robust-aggregation reports since the last call."""
+        out, self.reports = self.reports, []
+        return out
+
+    def take_control(self, size: int) -> np.ndarray:
+        """``Σ κ_i Δc_i`` since the last call (zeros if none), as float32; resets it."""
+        out = np.zeros(size, dtype=np.float32) if self.control_sum is None else self.control_sum.astype(np.float32)
+        self.control_sum = None
+        return out
+
+
+def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, coefs: list[float],
+                plus: list[np.ndarray], minus: list[np.ndarray | None], tags: list[Any], base: np.ndarray,
+                tier: str, entity: int, reports: list[dict[str, Any]]) -> np.ndarray:
+    """A buffer / queue step under a robust rule: the rule combines the deltas ``a_i − b_i`` (weights
+    ``c_i``) into ``d``; the step is ``Δ = (Σ c_i)·d``, added to ``base`` (or stepped by ``opt``). Under the
+    mean this is exactly ``Σ c_i (a_i − b_i)``, the protocols' own step."""
+    agg = Aggregation(rule)
+    size = base.shape[0]
+    for c, a, b, tag in zip(coefs, plus, minus, tags):
+        d = np.asarray(a, dtype=np.float64) - (0.0 if b is None else np.asarray(b, dtype=np.float64))
+        agg.add(d, abs(float(c)), None, tag)
+    d_rule = agg.finish(None, np.zeros(size, dtype=np.float32), tier=tier, entity=entity).astype(np.float64)
+    reports.extend(agg.take_reports())
+    delta = float(sum(coefs)) * d_rule
+    if opt is not None:
+        return opt.step(base, delta, state)
+    return (np.asarray(base, dtype=np.float64) + delta).astype(np.float32)

@@ -1,0 +1,337 @@
+"""The device host role: many virtual devices' sample indices, their persistent state and the local training loop
+(one job, a fast-path group, a job method's own job, personalised jobs and per-device evaluation)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from hierfl.core.method import JobContext, JobMethod
+from hierfl.runtime.device_state import DeviceState
+from hierfl.core.shared import SharedRows
+from hierfl.core.work import TrainSpec
+from hierfl.learn.batched import BatchedTrainer
+from hierfl.learn.chain import LinearChain
+from hierfl.learn.vmapped import VmapTrainer, resolve_device
+from hierfl.learn.local import LocalTrainer
+from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
+from hierfl.core.personal import PersonalSpec, support_split
+
+__all__ = ['DeviceHost', 'group_trainers']
+
+
+from hierfl.runtime.role_common import ModelSpec, _pick, cpu_batching_of, device_of, fast_path_of, flag_nonfinite, models_of, precision_of
+
+
+def group_trainers(trainer: LocalTrainer, model: ModelSpec,
+                   device: str) -> tuple[BatchedTrainer | None, VmapTrainer | None]:
+    """The fast path's group trainers of a host (None, None: every job alone). Linear/ReLU chains on CPU
+    in fp32: the hand-written group trainer (faster there than vmap); every other model, every model on
+    CUDA and every bf16 run: torch.func's vmap (refuses batch norm, dropout, buffers)."""
+    if not fast_path_of(model):
+        return None, None
+    batched = BatchedTrainer.of(trainer) if device == "cpu" else None
+    # on a CPU, vmap's grouped convolutions and LSTMs run slower than one job after another (measured:
+    # docs/howto/batched-learning.md), so only Linear/ReLU chains are grouped there unless
+    # runtime.cpu_batching asks for vmap; bf16 chains group with vmap (no hand-written bf16)
+    chain = LinearChain.of(trainer.module) is not None
+    if batched is None and (device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
+        return None, VmapTrainer(trainer, device)
+    return batched, None
+
+
+class DeviceHost:
+    """Hosts many virtual devices: their sample indices, their persistent state and the local training loop.
+
+    Persistent per-device state: named vectors per device that a job method keeps
+    (:attr:`JobMethod.keeps_device_state <hierfl.core.method.JobMethod.keeps_device_state>`). It lives here, so a
+    device always trains on its home host (Ray); it is checkpointed (:meth:`export_state`), measured
+    (:meth:`state_bytes`) and reset (:meth:`reset_devices`).
+
+    Personalised jobs keep none here: the executor keeps their local layers (:meth:`train_personal`).
+    """
+
+    def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
+                 eval_sets: list[tuple[int, np.ndarray, np.ndarray | None]] | None = None) -> None:
+        model_cfg, input_shape, num_classes, threads = model[:4]
+        self.x = x_train
+        self.y = y_train
+        self.parts = parts
+        self.eval_sets = list(eval_sets or [])
+        self.device = resolve_device(device_of(model))
+        self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
+                                    device=self.device, precision=precision_of(model))
+        self.states = DeviceState()  # per-device vectors the job methods keep
+        self._model = (model_cfg, tuple(input_shape), int(num_classes), int(threads))
+        self._input_size = int(np.prod(input_shape))
+        self._method_caches: dict[type, dict[str, Any]] = {}  # what a job method keeps on this host, by its class
+        # models: one trainer per architecture (a job's spec.model picks it); the first is self.trainer
+        self.trainers = [self.trainer] + [LocalTrainer(cfg, tuple(input_shape), num_classes, torch_threads=threads,
+                                                       device=self.device, precision=precision_of(model))
+                                          for cfg in models_of(model)[1:]]
+        self.num_classes = int(num_classes)
+        self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
+        self._personalisers: dict[PersonalSpec, Personaliser] = {}
+        self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (D_g) added
+        # opt-in fast path: groups of jobs trained together (None: every job alone)
+        self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
+
+    def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+              control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+        """One local job of ``device`` starting from ``params``; seeded by ``seed`` only.
+
+        With a job method (``spec.method``) the method runs the job (:meth:`JobMethod.run`), given
+        ``control``, the extra vector that came with the job (a server control, targets). ``out``:
+        optional array of the result's length that receives it. The device's samples are read from the host's
+        arrays through its rows (never gathered into a per-job copy first).
+        """
+        result, stats = self._train(device, seed, spec, params, control, out)
+        return result, flag_nonfinite(result, stats)
+
+    def _rows(self, device: int, spec: TrainSpec) -> np.ndarray:
+        """The device's rows a job sees: all, the first ``spec.revealed`` (streaming), or with a shared set added."""
+        if spec.shared is not None:
+            return self._shared.rows(spec.shared, device)
+        return self.parts[device] if spec.revealed is None else self.parts[device][: spec.revealed]
+
+    def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+               control: np.ndarray | None, out: np.ndarray | None,
+               labels: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+        if spec.attack is not None:
+            return self._train_byzantine(device, seed, spec, params, control, out)
+        if spec.method is not None:
+            return spec.method.run(self._context(device, seed, spec, params, control, out, labels=labels))
+        trainer = self.trainers[spec.model]
+        y = self._shared.y_for(spec.shared, device) if labels is None else labels
+        return trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out)
+
+    def method_context(self, device: int, spec: TrainSpec, params: np.ndarray | None = None) -> JobContext:
+        """What a job of ``spec``'s method on ``device`` would see of this host (tests, inspection)."""
+        return self._context(device, 0, spec, np.zeros(0, np.float32) if params is None else params, None, None)
+
+    def _context(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, received: np.ndarray | None,
+                 out: np.ndarray | None, method: JobMethod | None = None,
+                 labels: np.ndarray | None = None) -> JobContext:
+        """What a job method sees of this host for one job (or one evaluation) of ``device``: the labels this
+        device's job reads (``labels`` when given: a label-flipping device's)."""
+        kind = type(spec.method if method is None else method)
+        cache = self._method_caches.setdefault(kind, {})
+        y = self._shared.y_for(spec.shared, device) if labels is None else labels
+        return JobContext(device=device, seed=seed, spec=spec, params=params, received=received,
+                          trainer=self.trainers[spec.model], x=self.x, y=y, rows=self._rows(device, spec),
+                          parts=self.parts, state=self.states, model=self._model, out=out, cache=cache)
+
+    def state_bytes(self) -> tuple[int, int]:
+        """``(devices holding state, bytes of their state vectors)`` on this host (memory accounting)."""
+        return self.states.nbytes()
+
+    def reset_devices(self, devices: list[int]) -> bool:
+        """Forget the state of ``devices`` (they start again from zeros: a device that changed aggregator)."""
+        self.states.reset(devices)
+        return True
+
+    def _train_byzantine(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+                         control: np.ndarray | None, out: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
+        """A Byzantine device's job: trained like an honest one (on flipped labels for ``label_flip``),
+        then its behaviour transforms the model part of the result (seeded by the job's seed)."""
+        behavior = spec.attack
+        honest = replace(spec, attack=None)
+        labels = None
+        if type(behavior).flips_labels:  # C − 1 − y of the labels it would read: every label moved
+            own = self._shared.y_for(honest.shared, device)
+            if own is self.y:  # the common case, made once (the same permutation on every host)
+                if self._y_flip is None:
+                    self._y_flip = (self.num_classes - 1 - self.y).astype(self.y.dtype)
+                labels = self._y_flip
+            else:
+                labels = (self.num_classes - 1 - own).astype(own.dtype)
+        result, stats = self._train(device, seed, honest, params, control, out, labels=labels)
+        stats = flag_nonfinite(result, stats)
+        size = self.trainer.num_params
+        start = np.asarray(params, dtype=np.float32)[:size]
+        rng = np.random.default_rng([seed, 0xB12])
+        result[:size] = behavior.transform(result[:size], start, rng)
+        return result, stats
+
+    def personaliser(self, spec: PersonalSpec) -> Personaliser:
+        """The (cached) runner of ``spec`` on this host's model."""
+        pz = self._personalisers.get(spec)
+        if pz is None:
+            pz = self._personalisers[spec] = Personaliser(self.trainer, spec)
+        return pz
+
+    def train_personal(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
+                       state: np.ndarray | None) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
+        """One personalised job: ``(global update, stats, new device state)``; ``state`` is the device's
+        state or, for its first job, the initial global vector (see :class:`Personaliser`)."""
+        assert spec.personal is not None
+        return self.personaliser(spec.personal).train(device, params, self.x, self.y, self._rows(device, spec),
+                                                      spec, seed, state)
+
+    def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
+                         state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray,
+                         method: JobMethod | None = None) -> np.ndarray:
+        """Per-device evaluation of evaluation sets ``slots`` (indices into ``eval_sets``) with ``params``.
+
+        Each device is tested with its personalised model (:meth:`Personaliser.adapted`; state ``k``
+        is ``arrays[state_index[k]]``, row ``state_rows[k]``, or none with index ``-1``) on its held-out
+        rows, or — a held-out device — adapted on the support part of its rows and tested on the
+        query part; with a ``method`` that declares ``device_evaluation``, through it (:meth:`JobMethod.evaluate`:
+        a device's own offset, kept here). Returns ``(len(slots), 3)`` float64
+        rows: correct, tested samples, loss sum.
+        """
+        out = np.zeros((len(slots), 3), dtype=np.float64)
+        pz = None if personal is None else self.personaliser(personal)
+        fraction = DEFAULT_QUERY_FRACTION if personal is None else personal.support_fraction
+        split_seed = 0 if personal is None else personal.split_seed
+        for k, slot in enumerate(slots):
+            device, rows, test = self.eval_sets[slot]
+            s_pos, q_pos = support_split(rows.size, fraction, split_seed, device)
+            if test is None:
+                test = rows[q_pos]
+            if pz is None:
+                theta = np.asarray(params[: self.trainer.num_params])
+            else:
+                state = None if state_index[k] < 0 else _pick(arrays[state_index[k]], state_rows[k])
+                theta = pz.adapted(device, params, state, self.x, self.y, rows[s_pos])
+            if method is None:
+                acc, loss = self.trainer.evaluate(theta, self.x[test], self.y[test])
+            else:
+                ctx = self._context(device, 0, TrainSpec(method=method), params, None, None)
+                ctx.x, ctx.y = self.x[test], self.y[test]
+                acc, loss = method.evaluate(ctx)
+            out[k] = (round(acc * test.size), test.size, loss * test.size)
+        return out
+
+    def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
+                   param_rows: list[int | None], control_index: list[int] | None,
+                   *param_arrays: np.ndarray, groups: list[int] | None = None,
+                   state_index: list[int] | None = None, state_rows: list[int | None] | None = None
+                   ) -> tuple[Any, ...]:
+        """Several jobs in one call (the Ray executor's batching): results are the rows of one array.
+
+        Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``), with
+        the server control ``param_arrays[control_index[k]]`` when given (``-1``: none).
+        Without ``groups`` each job is exactly :meth:`train`, so batching never changes a result.
+        Personalised jobs (``spec.personal``) are :meth:`train_personal` with state
+        ``param_arrays[state_index[k]]`` (row ``state_rows[k]``); the call then returns a third
+        array, the new states as rows.
+        ``groups`` (fast path only): job ``k`` belongs to group ``groups[k]``; the jobs of a group
+        are trained together by :meth:`train_group`, as the executor formed the group.
+        """
+        def start(k: int) -> np.ndarray:
+            return _pick(param_arrays[param_index[k]], param_rows[k])
+
+        if spec.personal is not None:
+            if state_index is None or state_rows is None:
+                raise ValueError("personalised jobs need their devices' states")
+            results = [self.train_personal(device, seed, spec, start(k),
+                                           None if state_index[k] < 0 else _pick(param_arrays[state_index[k]],
+                                                                                 state_rows[k]))
+                       for k, (device, seed) in enumerate(zip(devices, seeds))]
+            return (np.stack([r[0] for r in results]), [r[1] for r in results],
+                    np.stack([r[2] for r in results]))
+        out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
+        stats: list[dict[str, float]] = [{} for _ in devices]
+
+        if groups is not None:
+            if spec.keeps_device_state:
+                raise ValueError("jobs that keep per-device state are never trained in a group")
+            if len(groups) != len(devices):
+                raise ValueError(f"groups names {len(groups)} jobs, the call has {len(devices)}")
+            members: dict[int, list[int]] = {}
+            for k, g in enumerate(groups):
+                members.setdefault(g if g >= 0 else -1 - k, []).append(k)  # g < 0: a job alone
+            for ks in members.values():
+                rows, st = self.train_group([devices[k] for k in ks], [seeds[k] for k in ks], spec,
+                                            [start(k) for k in ks])
+                out[ks] = rows
+                for k, one in zip(ks, st):
+                    stats[k] = one
+            return out, stats
+        for k, (device, seed) in enumerate(zip(devices, seeds)):
+            ci = -1 if control_index is None else control_index[k]
+            _, stats[k] = self.train(device, seed, spec, start(k), None if ci < 0 else param_arrays[ci], out=out[k])
+        return out, stats
+
+    def train_group(self, devices: list[int], seeds: list[int], spec: TrainSpec,
+                    params: list[np.ndarray]) -> tuple[np.ndarray, list[dict[str, float]]]:
+        """The jobs of one fast-path group (formed by the executor; see :mod:`hierfl.learn.batched`).
+
+        Linear/ReLU chains on CPU in fp32 (:class:`BatchedTrainer`): the group is cut into sub-groups of
+        devices with the same sample count (in order of first appearance), which run in lockstep.
+        Other models, every model on CUDA and every bf16 run (:class:`VmapTrainer`): the whole group runs in
+        lockstep, unequal sample counts padded and masked. On CPU a job alone in its (sub-)group,
+        and without the fast path every job, is exactly :meth:`train`. Returns the results as rows
+        of one array, in job order, and each job's stats.
+        """
+        out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
+        stats: list[dict[str, float]] = [{} for _ in devices]
+        if ((self.batched is None and self.vmapped is None) or spec.method is not None or spec.attack is not None
+                or spec.model or spec.clip_norm is not None or spec.frozen):
+            # (the group trainers hold model 0's plain training only, and clip or freeze no gradients; a job
+            # method's job runs alone)
+            for k, (device, seed) in enumerate(zip(devices, seeds)):
+                _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
+            return out, stats
+        # each job reads its own labels (a shared dataset with malicious sharers shows their shares flipped to all
+        # but themselves), so jobs reading different label arrays never share a (sub-)group
+        labels = [self._shared.y_for(spec.shared, device) for device in devices]
+        by_key: dict[tuple[int, int], list[int]] = {}
+        for k, device in enumerate(devices):
+            # the CPU batched trainer runs devices of equal sample count in lockstep; the vmap trainer pads
+            size = int(self._rows(device, spec).size) if self.batched is not None else 0
+            by_key.setdefault((size, id(labels[k])), []).append(k)
+        subgroups: list[list[int]] = list(by_key.values())
+        for ks in subgroups:
+            if len(ks) == 1 and self.device == "cpu":
+                k = ks[0]
+                _, stats[k] = self.train(devices[k], seeds[k], spec, params[k], out=out[k])
+                continue
+            rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
+            trainer: Any = self.batched if self.batched is not None else self.vmapped
+            st = trainer.train_group([params[k] for k in ks], self.x, labels[ks[0]],
+                                     [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks], rows)
+            out[ks] = rows
+            for j, (k, one) in enumerate(zip(ks, st)):
+                stats[k] = flag_nonfinite(rows[j], one)
+        return out, stats
+
+    def result_width(self, spec: TrainSpec) -> int:
+        """Length of one job's result: its model's parameters, or what its job method returns
+        (:meth:`JobMethod.result_width`)."""
+        num_params = self.trainers[spec.model].num_params
+        if spec.method is None:
+            return num_params
+        return spec.method.result_width(num_params, self.num_classes, self._input_size)
+
+    def ready(self) -> bool:
+        """Start-up barrier for actors."""
+        return True
+
+    def pid(self) -> int:
+        """The hosting process's id (operations and fault-injection tests)."""
+        return os.getpid()
+
+    def export_state(self) -> dict[int, dict[str, np.ndarray]]:
+        """The persistent per-device state (device → named vectors), for a checkpoint."""
+        return self.states.export()
+
+    def import_state(self, states: dict[int, Any]) -> bool:
+        """Take over per-device state from a checkpoint (:meth:`DeviceState.merge`)."""
+        self.states.merge(states)
+        return True
+
+    def warmup(self, spec: TrainSpec, params: np.ndarray) -> bool:
+        """Run one short throw-away job: the first job of a process pays torch's lazy start-up
+        (about a second), which belongs to start-up time, not to the first emulated round."""
+        short = TrainSpec(epochs=None, steps=2, batch_size=spec.batch_size, lr=spec.lr,
+                          momentum=spec.momentum, weight_decay=spec.weight_decay)
+        params = np.asarray(params)[: self.trainer.num_params]  # Meta-SGD's [θ; α]: θ
+        self.train(0, 0, short, params)
+        if self.batched is not None or self.vmapped is not None:  # the batched kernels' first call, too
+            self.train_group([0, 0], [0, 1], short, [params, params])
+        return True

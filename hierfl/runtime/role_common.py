@@ -1,0 +1,101 @@
+"""What every role shares: the run's model spec tuple and its accessors, the non-finite flag, and the arithmetic
+of packed rows (averages and combinations of models picked from arrays or their rows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hierfl.core.aggregate import WeightedSum, linear_combination
+
+__all__ = ['ModelSpec', 'models_of', 'fast_path_of', 'device_of', 'cpu_batching_of', 'precision_of', 'NONFINITE', 'flag_nonfinite', 'average_rows', 'combine_packed', 'delta_packed']
+
+
+ModelSpec = tuple[Any, ...]
+"""(model config, input shape, number of classes, torch threads[, fast path[, device[, precision[, CPU batching]]]]).
+
+The optional fifth element (``runtime.fast_path``, default ``False``) turns on the opt-in batched
+fast path: executors group jobs and hosts train a group's jobs together (``logreg``/``mlp`` on CPU:
+:mod:`hierfl.learn.batched`; every other model, and every model on CUDA: :mod:`hierfl.learn.vmapped`);
+the numbers then differ from the one-job-at-a-time path within float tolerance. The optional sixth
+(``runtime.device``: ``cpu``, ``cuda`` or ``auto``, default ``cpu``) is the torch device of batched
+training and evaluation, resolved in each host's own process. The optional seventh
+(``runtime.precision``: ``fp32`` or ``bf16``, default ``fp32``) is the precision of every forward
+pass, one job, a group or an evaluation (:mod:`hierfl.learn.precision`). The optional eighth
+(``runtime.cpu_batching``: ``auto`` or ``vmap``, default ``auto``) says which models a CPU host
+trains in groups: ``auto`` only Linear/ReLU chains, every other model job by job. The optional ninth
+(``models:``) is the tuple of the run's further model configs: a job whose ``spec.model`` is ``k >= 1``
+runs the ``k``-th of them (model 0 is the first element).
+"""
+
+
+def models_of(model: ModelSpec) -> tuple[Any, ...]:
+    """Every model config of a :data:`ModelSpec`: the first element, then the optional ninth's."""
+    return (model[0], *(model[8] if len(model) > 8 and model[8] else ()))
+
+
+def fast_path_of(model: ModelSpec) -> bool:
+    """Whether a :data:`ModelSpec` turns the batched fast path on (its optional fifth element)."""
+    return bool(model[4]) if len(model) > 4 else False
+
+
+def device_of(model: ModelSpec) -> str:
+    """The :data:`ModelSpec`'s ``runtime.device`` (its optional sixth element; ``cpu`` without one)."""
+    return str(model[5]) if len(model) > 5 and model[5] else "cpu"
+
+
+def cpu_batching_of(model: ModelSpec) -> str:
+    """The :data:`ModelSpec`'s ``runtime.cpu_batching`` (its optional eighth element; ``auto`` without one)."""
+    return str(model[7]) if len(model) > 7 and model[7] else "auto"
+
+
+def precision_of(model: ModelSpec) -> str:
+    """The :data:`ModelSpec`'s ``runtime.precision`` (its optional seventh element; ``fp32`` without one)."""
+    return str(model[6]) if len(model) > 6 and model[6] else "fp32"
+
+
+NONFINITE = "nonfinite"
+"""Key of a job's stats set (to 1.0) when its result holds NaN or Inf; absent otherwise."""
+
+
+def flag_nonfinite(result: np.ndarray, stats: dict[str, float]) -> dict[str, float]:
+    """Mark ``stats`` when ``result`` is not finite: one ``isfinite`` pass per update, on the host that
+    made it (the driver never downloads an update; it reads the flag with the stats it waits for).
+    The key is added only when set, so finite runs' outputs are unchanged."""
+    if not np.isfinite(result).all():
+        stats = dict(stats)
+        stats[NONFINITE] = 1.0
+    return stats
+
+
+def _pick(array: np.ndarray, row: int | None) -> np.ndarray:
+    """A whole vector, or one row (zero-copy view) of a batch of results."""
+    return array if row is None else array[row]
+
+
+def average_rows(weights: list[float], index: list[int], rows: list[int | None],
+                 *arrays: np.ndarray) -> np.ndarray:
+    """Weighted average of model ``k`` = ``arrays[index[k]]`` (row ``rows[k]``), summed in the given order."""
+    acc = WeightedSum()
+    for k, w in enumerate(weights):
+        acc.add(_pick(arrays[index[k]], rows[k]), w)
+    return acc.result()
+
+def combine_packed(coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
+                   minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+    """:func:`~hierfl.core.aggregate.linear_combination` of packed terms: term ``j`` is
+    ``coefs[j] · (arrays[plus[j]] − arrays[minus[j]])`` (rows picked; ``minus[j] < 0``: no subtrahend)."""
+    # (_pick inline: one term per update of an asynchronous aggregation)
+    terms = [(c, arrays[p] if pr is None else arrays[p][pr],
+              None if m < 0 else arrays[m] if mr is None else arrays[m][mr])
+             for c, p, pr, m, mr in zip(coefs, plus, plus_rows, minus, minus_rows)]
+    return linear_combination(terms)
+
+
+def delta_packed(coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
+                 minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
+    """Like :func:`combine_packed`, in float64: the delta a server optimizer steps with."""
+    terms = [(c, _pick(arrays[p], pr), None if m < 0 else _pick(arrays[m], mr))
+             for c, p, pr, m, mr in zip(coefs, plus, plus_rows, minus, minus_rows)]
+    return linear_combination(terms, dtype=np.float64)
