@@ -189,8 +189,9 @@ def _refresh_schema() -> None:
 
 def _load_file(path: Path) -> PluginRef:
     resolved = str(path.resolve())
-    if resolved in _SPECS:  # the same file again (a trial that got it in its bundle, a second run)
-        return _SPECS[resolved]
+    known = _SPECS.get(resolved)
+    if known is not None and not path.is_file():  # a trial that got it in its bundle: not on this node
+        return known
     if not path.exists():
         raise PluginError(str(path), "file not found")
     if path.is_dir():
@@ -202,6 +203,10 @@ def _load_file(path: Path) -> PluginRef:
     except (OSError, UnicodeDecodeError) as exc:
         raise PluginError(resolved, f"cannot read it: {exc}") from None
     sha = hashlib.sha256(data).hexdigest()
+    if known is not None and known.sha256 == sha:  # the same file again (a second run, a sweep's trial)
+        return known
+    if known is not None:  # edited since it was loaded (a notebook): the new text replaces the old
+        _forget(known)
     name = file_module_name(sha)
     if name in _LOADED:  # the same content under another path: one module, registered once
         ref = replace(_LOADED[name], spec=resolved, path=resolved)
@@ -210,6 +215,17 @@ def _load_file(path: Path) -> PluginRef:
         ref = _LOADED[name] = PluginRef(resolved, "file", name, resolved, sha, source)
     _SPECS[resolved] = ref
     return ref
+
+
+def _forget(ref: PluginRef) -> None:
+    """Unload a file plug-in whose file has changed: its registrations, its module, the loader's record."""
+    from hierfl.config import registry
+
+    registry.forget_module(ref.module)
+    sys.modules.pop(ref.module, None)
+    _LOADED.pop(ref.module, None)
+    for spec in [s for s, r in _SPECS.items() if r.module == ref.module]:
+        del _SPECS[spec]
 
 
 def _file_hash(path: str | None) -> str | None:

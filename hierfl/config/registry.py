@@ -23,7 +23,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from hierfl.config import late
 from hierfl.config.base import name_shorthand
 
-__all__ = ["Registry", "DuplicateName", "snapshot", "restore"]
+__all__ = ["Registry", "DuplicateName", "snapshot", "restore", "forget_module"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -177,3 +177,13 @@ def restore(state: list[tuple[Registry, dict[str, Any]]]) -> None:
         if entries.keys() != reg._entries.keys() and reg.used:
             late.changed()
         reg._entries = dict(entries)
+
+
+def forget_module(module: str) -> None:
+    """Remove every registration of classes defined in ``module`` (a plug-in file loaded again after an edit)."""
+    for reg in _INSTANCES:
+        gone = [name for name, cls in reg._entries.items() if getattr(cls, "__module__", None) == module]
+        for name in gone:
+            del reg._entries[name]
+        if gone and reg.used:
+            late.changed()

@@ -270,3 +270,24 @@ def test_check_fails_a_nondeterministic_plugin_and_refuses_a_missing_one(tmp_pat
     (tmp_path / "empty.py").write_text("x = 1\n")
     assert main(["check", str(tmp_path / "empty.py")]) == 2
     assert "registers nothing" in capsys.readouterr().err
+
+
+def test_a_file_edited_since_it_was_loaded_replaces_its_old_names(tmp_path):
+    # a notebook: run, edit the plug-in, run again in the same process
+    plugin = tmp_path / "edited.py"
+    text = textwrap.dedent('''
+        from typing import Literal
+        from hierfl.plugin import STRAGGLERS, StragglerPolicy
+
+        @STRAGGLERS.register
+        class Policy(StragglerPolicy):
+            """``straggler: first_draft``."""
+            name: Literal["first_draft"] = "first_draft"
+    ''')
+    plugin.write_text(text)
+    assert validate_raw({**TINY, "straggler": "first_draft"}, plugins=[str(plugin)]).straggler.name == "first_draft"
+    plugin.write_text(text.replace("first_draft", "second_draft"))
+    sc = validate_raw({**TINY, "straggler": "second_draft"}, plugins=[str(plugin)])
+    assert sc.straggler.name == "second_draft" and sc.plugins == [str(plugin.resolve())]
+    with pytest.raises(ConfigError, match="second_draft"):  # the old name is gone, the new one listed
+        validate_raw({**TINY, "straggler": "first_draft"})
