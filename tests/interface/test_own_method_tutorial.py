@@ -14,19 +14,11 @@ import numpy as np
 import pytest
 
 from hierfl.cli import main
-from hierfl.config.plugins import isolated
 from hierfl.plugin.testing import check_plugin, comparable_lines
 from hierfl.scenario.loader import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "own_method"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _forget_the_plugins():
-    """The plug-ins these tests load leave nothing registered for the tests that follow."""
-    with isolated():
-        yield
 
 
 def _copy(tmp_path: Path) -> Path:

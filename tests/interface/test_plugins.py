@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from hierfl.cli import main
-from hierfl.config.plugins import isolated
 from hierfl.config.errors import ConfigError
 from hierfl.plugin.testing import comparable_lines
 from hierfl.scenario.loader import load_scenario, validate_raw
@@ -32,13 +31,6 @@ EXAMPLE = ROOT / "examples" / "own_method" / "my_fedavg.py"
 # the plug-in's protocol and policy, on the tiny scenario
 WITH_PLUGIN = {**TINY, "protocol": {"name": "my_fedavg", "clients": 3}, "straggler": {"name": "quorum", "share": 0.6},
                "stop": {"virtual_time_s": 4.0}}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _forget_the_plugins():
-    """The plug-ins these tests load leave nothing registered for the tests that follow."""
-    with isolated():
-        yield
 
 
 def _outside(tmp_path: Path) -> Path:

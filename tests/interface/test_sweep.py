@@ -18,7 +18,6 @@ import hierfl
 from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl import api
-from hierfl.config.plugins import isolated
 from hierfl.sweep.aggregate import common_grid, mean_ci, sweep_table
 from hierfl.sweep.run import run_sweep
 from hierfl.sweep.spec import Trial, expand, expand_all, load_sweep
@@ -318,8 +317,7 @@ def test_a_plugin_given_with_plugins_runs_in_every_trial(ray_session, tmp_path):
     plugin.write_text((Path(__file__).resolve().parents[2] / "examples" / "own_method" / "my_fedavg.py").read_text())
     grid = {"protocol": [{"name": "fedavg", "fraction": 1.0}, {"name": "my_fedavg", "clients": 3}]}
     path = _write(tmp_path, grid, seeds=[1], set=["stop.rounds=2"])
-    with isolated():  # nothing it registers is left for the tests that follow
-        frame = api.sweep(path, tmp_path / "out", plugins=[plugin])  # hierfl.sweep (the package shadows the name)
+    frame = api.sweep(path, tmp_path / "out", plugins=[plugin])  # hierfl.sweep (the package shadows the name here)
     assert list(frame["status"]) == ["completed", "completed"] and set(frame["protocol.name"]) == {"fedavg", "my_fedavg"}
     manifest = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert manifest["plugins"] == [str(plugin.resolve())]  # a resumed sweep loads it again
