@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,13 +99,18 @@ def load_run(run_dir: str | Path) -> RunResultFrames:
 
 
 def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides | None,
-              seed: int | None) -> tuple[Scenario, str | None]:
-    """Load a path, a raw mapping or a :class:`Scenario`, then apply ``overrides`` and ``seed``."""
+              seed: int | None, plugins: Sequence[str | Path] | str | Path | None = None
+              ) -> tuple[Scenario, str | None]:
+    """Load a path, a raw mapping or a :class:`Scenario`, then apply ``overrides`` and ``seed``
+    (``plugins`` are loaded first: the scenario may name what they register)."""
+    from hierfl.config.plugins import load_plugins
     from hierfl.scenario.loader import apply_overrides, load_scenario, validate_raw
     from hierfl.scenario.schema import Scenario
 
+    specs = _plugin_list(plugins)
+    load_plugins(specs, key="plugins", source="plugins=")  # its own errors: keyed plugins[i] of the argument
     if isinstance(scenario, (str, Path)):
-        return load_scenario(scenario, overrides, seed=seed), str(scenario)
+        return load_scenario(scenario, overrides, seed=seed, plugins=specs), str(scenario)
     if isinstance(scenario, Scenario):
         raw = scenario.model_dump(mode="json")
     elif isinstance(scenario, dict):
@@ -116,7 +122,16 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overr
     if seed is not None:
         raw["seed"] = seed
     raw.setdefault("name", "run")
-    return validate_raw(raw), None
+    return validate_raw(raw, plugins=specs), None
+
+
+def _plugin_list(plugins: Any) -> list[str] | None:
+    """``plugins=`` as a list (one path or module name may be given alone)."""
+    if plugins is None:
+        return None
+    if isinstance(plugins, (str, Path)):
+        return [str(plugins)]
+    return [str(p) if isinstance(p, Path) else p for p in plugins]
 
 
 def _with_executor(overrides: Overrides | None, executor: str | None) -> Overrides | None:
@@ -137,7 +152,8 @@ def _with_executor(overrides: Overrides | None, executor: str | None) -> Overrid
 
 
 def run(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides | None = (),
-        seed: int | None = None, out: str | Path | None = None, *, executor: str | None = None) -> RunResultFrames:
+        seed: int | None = None, out: str | Path | None = None, *, executor: str | None = None,
+        plugins: Sequence[str | Path] | str | Path | None = None) -> RunResultFrames:
     """Run a scenario and return its summary and frames.
 
     The run uses the scenario's ``runtime.executor``: **Ray** unless the scenario says otherwise
@@ -165,6 +181,10 @@ def run(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides |
     executor : str, optional
         A registered executor (``local``, ``ray``) in place of the scenario's ``runtime.executor``;
         by default the scenario's (``ray`` when it names none).
+    plugins : sequence of str, optional
+        Plug-ins (``.py`` file paths, relative to the working directory, or module names) loaded before
+        the scenario is validated, as ``--plugin`` does; in Ray workers too. Recorded in the run's
+        ``config.yaml`` (``plugins:``).
 
     Raises
     ------
@@ -175,7 +195,7 @@ def run(scenario: str | Path | dict[str, Any] | Scenario, overrides: Overrides |
     """
     from hierfl.driver import run_scenario
 
-    sc, source = _scenario(scenario, _with_executor(overrides, executor), seed)
+    sc, source = _scenario(scenario, _with_executor(overrides, executor), seed, plugins)
     if out is not None:
         run_scenario(sc, Path(out), source=source)
         return load_run(out)
@@ -196,14 +216,17 @@ def load_sweep(sweep_dir: str | Path) -> pd.DataFrame:
 
 
 def sweep(sweep_file: str | Path | None = None, out: str | Path | None = None, *,
-          resume: str | Path | None = None, address: str | None = None, quiet: bool = True) -> pd.DataFrame:
+          resume: str | Path | None = None, address: str | None = None, quiet: bool = True,
+          plugins: Sequence[str | Path] | str | Path | None = None) -> pd.DataFrame:
     """Run a sweep file on Ray Tune (see :func:`hierfl.sweep.run.run_sweep`) and return ``sweep.csv``
-    as a frame; ``resume`` finishes an interrupted sweep directory instead. Needs ``hierfl[tune]``."""
+    as a frame; ``resume`` finishes an interrupted sweep directory instead. Needs ``hierfl[tune]``.
+    ``plugins`` are loaded here and in every trial before its scenario is validated."""
     import pandas as pd
 
     from hierfl.sweep.run import run_sweep
 
-    result = run_sweep(sweep_file, out, resume=resume, address=address, quiet=quiet)
+    result = run_sweep(sweep_file, out, resume=resume, address=address, quiet=quiet,
+                       plugins=_plugin_list(plugins))
     frame = pd.DataFrame(result["rows"])
     frame.attrs["dir"] = str(result["dir"])
     return frame

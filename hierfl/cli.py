@@ -1,4 +1,4 @@
-"""``hierfl`` command line: run, resume, validate, plot, timeline, report, sweep, table, schema, data.
+"""``hierfl`` command line: run, resume, validate, check, plot, timeline, report, sweep, table, schema, data.
 
 User mistakes (bad scenario, missing file, bad ``--set``) print every problem without a
 traceback and exit with status 2.
@@ -42,7 +42,20 @@ def _load(args: argparse.Namespace):  # noqa: ANN202 - returns Scenario
         overrides.append(f"runtime.executor={args.executor}")
     if getattr(args, "workers", None):
         overrides.append(f"runtime.workers={args.workers}")
-    return load_scenario(args.scenario, overrides, seed=args.seed)
+    _load_plugins(args)  # first: a bad --plugin is reported as the command line's, not the scenario's
+    return load_scenario(args.scenario, overrides, seed=args.seed, plugins=_plugins(args))
+
+
+def _plugins(args: argparse.Namespace) -> list[str]:
+    """``--plugin`` values (files relative to the working directory, or module names)."""
+    return list(getattr(args, "plugin", None) or [])
+
+
+def _load_plugins(args: argparse.Namespace) -> None:
+    """Load ``--plugin`` now (a command that validates no scenario of its own: sweep, schema, resume)."""
+    from hierfl.config.plugins import load_plugins
+
+    load_plugins(_plugins(args), key="--plugin", source="command line")
 
 
 def _is_sweep_file(path: str) -> bool:
@@ -86,6 +99,7 @@ def _validate_sweep(args: argparse.Namespace) -> int:
     if args.seed is not None:
         raise ConfigError([Problem("--seed", "a sweep file sets its trials' seeds (`seeds:`); leave out --seed")],
                           "command line")
+    _load_plugins(args)  # before the trials are validated: their scenarios may name the plug-ins' methods
     spec = load_sweep(args.scenario)
     try:
         trials, problems = check_trials(spec, args.scenario, extra=list(args.set or []))
@@ -227,6 +241,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         print(f"error: {run_dir}: no such run directory", file=sys.stderr)
         return EXIT_USAGE
+    _load_plugins(args)  # a plug-in the checkpoint needs, given again (e.g. moved since)
     try:
         from hierfl.driver.checkpoint import load_checkpoint
 
@@ -322,7 +337,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from hierfl.runtime.ray_auth import ClusterAuthError
 
     try:
-        result = run_sweep(args.sweep, args.out, resume=args.resume, address=args.address, quiet=args.quiet)
+        result = run_sweep(args.sweep, args.out, resume=args.resume, address=args.address, quiet=args.quiet,
+                           plugins=_plugins(args))
     except ClusterAuthError as exc:  # a start-up failure, as for `hierfl run`: one line, status 1
         print(f"sweep failed: cannot join the Ray cluster: {exc}", file=sys.stderr)
         return 1
@@ -355,6 +371,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     from hierfl.scenario.jsonschema import scenario_json_schema
 
+    _load_plugins(args)  # their names and keys are then part of the schema
     text = json.dumps(scenario_json_schema(), indent=2) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -362,6 +379,14 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """``hierfl check PLUGIN``: the conformance suite on a user's plug-in (exit 0 all pass, 1 a failure)."""
+    from hierfl.plugin.testing import check_plugin
+
+    report = check_plugin(args.plugin_file, ray=not args.no_ray, out=sys.stdout, quiet=args.quiet)
+    return 0 if report.passed else 1
 
 
 def _cmd_data_fetch(args: argparse.Namespace) -> int:
@@ -396,6 +421,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="override a scenario key (repeatable; the value is YAML), e.g. --set protocol.fraction=0.5 "
                              "(default: none, the scenario as written)")
         sp.add_argument("--seed", type=int, help="override the scenario's seed (default: the scenario's `seed`)")
+        plugin_arg(sp)
+
+    def plugin_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--plugin", action="append", metavar="FILE.py|MODULE",
+                        help="load a plug-in (a .py file or a module name) before the scenario is validated "
+                             "(repeatable; default: none); also in every Ray worker and sweep trial")
 
     r = command("run", "run a scenario and write its run directory",
                 "Prints a progress bar on stderr and, at the end, one line: rounds, emulated time, final accuracy, "
@@ -417,6 +448,7 @@ def _parser() -> argparse.ArgumentParser:
                  "uninterrupted run's would (wall-clock fields aside).")
     rs.add_argument("run_dir", help="the run directory (with checkpoint.pkl)")
     rs.add_argument("-q", "--quiet", action="store_true", help="no start message")
+    plugin_arg(rs)
     rs.set_defaults(func=_cmd_resume)
 
     v = command("validate", "check a scenario, or every trial of a sweep file, without running it",
@@ -424,6 +456,15 @@ def _parser() -> argparse.ArgumentParser:
     scenario_args(v)
     v.add_argument("--build", action="store_true", help="also generate the data and model (catches more errors)")
     v.set_defaults(func=_cmd_validate)
+
+    ck = command("check", "conformance suite of a plug-in: each method it registers on a tiny scenario",
+                 "Runs each protocol, trainer or straggler policy the plug-in registers on a tiny scenario with the "
+                 "local executor and with Ray (2 workers) and checks identical bits, resume, timing-only times and "
+                 "declarations. Exit status 0 when every check passes, 1 otherwise, 2 for a bad plug-in.")
+    ck.add_argument("plugin_file", metavar="PLUGIN", help="the plug-in: a .py file or a module name")
+    ck.add_argument("--no-ray", action="store_true", help="skip the Ray executor's checks (default: run them)")
+    ck.add_argument("-q", "--quiet", action="store_true", help="only the table (default: progress too)")
+    ck.set_defaults(func=_cmd_check)
 
     pl = command("plot", "overlay runs: a metric against emulated wall-clock time or cloud rounds",
                  "One line per run directory; with one sweep directory, the mean and 95% band over seeds per group.")
@@ -450,6 +491,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--address", help="an existing Ray cluster (auto, HEAD:6379; default: a local Ray instance); "
                                       "for ray:// use `ray job submit`")
     sw.add_argument("-q", "--quiet", action="store_true", help="no progress view")
+    plugin_arg(sw)
     sw.set_defaults(func=_cmd_sweep)
 
     tb = command("table", "time to target and final metric per group of a sweep, mean ± 95%% CI",
@@ -466,6 +508,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sc = command("schema", "print the scenario JSON Schema (for YAML language servers)")
     sc.add_argument("-o", "--output", help="write it to this file (default: standard output)")
+    plugin_arg(sc)
     sc.set_defaults(func=_cmd_schema)
 
     da = command("data", "dataset files", "Subcommand: fetch.")

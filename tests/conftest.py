@@ -31,6 +31,16 @@ def tiny(**override: Any) -> Scenario:
     return validate_raw(deep_merge(copy.deepcopy(TINY), override))
 
 
+@pytest.fixture(autouse=True)
+def _forget_plugins():
+    """A plug-in a test loads (its own file, a shipped scenario's ``plugins:``) is forgotten after it: its
+    names never reach the tests that list every registered plug-in."""
+    from hierfl.config.plugins import isolated
+
+    with isolated():
+        yield
+
+
 @pytest.fixture(scope="session")
 def ray_session():  # noqa: ANN201
     """One shared local Ray instance (2 CPUs, no dashboard)."""

@@ -434,12 +434,72 @@ def with_tag_legend(page: str) -> str:
     title, sep, rest = page.partition("\n\n")
     intro, sep2, body = rest.partition("\n\n")
     return f"{title}{sep}{intro}{sep2 or chr(10) * 2}{TAG_LEGEND}\n{body}"
+_API_GROUPS = (
+    ("Registries", lambda obj: type(obj).__name__ == "Registry" or obj is _server_tasks()),
+    ("Base classes and values", lambda obj: isinstance(obj, type)),
+    ("Functions and constants", lambda obj: True),
+)
+
+
+def _server_tasks() -> Any:
+    from hierfl.learn import server_tasks
+
+    server_tasks.discover()  # the shipped tasks register when their modules are imported
+    return server_tasks.SERVER_TASKS
+
+
+def plugin_api_page() -> str:
+    """``plugin-api.md``: every public name of :mod:`hierfl.plugin`, where it is defined and what it is."""
+    import importlib
+
+    import hierfl.plugin as api
+
+    lines = ["# Plug-in API: `hierfl.plugin`", "",
+             f"API version **{api.API_VERSION}** (`hierfl.plugin.API_VERSION`). Generated from "
+             "`hierfl/plugin/__init__.py`: each name, the module that defines it and its docstring's first line. "
+             "A plug-in imports only from here; the {doc}`how-to <../../howto/extend>` and the "
+             "{doc}`tutorial <../../tutorials/own-method>` show complete ones.", "",
+             "```{eval-rst}", ".. automodule:: hierfl.plugin", "```", ""]
+    names = [n for n in api.__all__ if n != "API_VERSION"]
+    done: set[str] = set()
+    for title, keep in _API_GROUPS:
+        rows = []
+        for name in names:
+            if name in done:
+                continue
+            obj = getattr(api, name)
+            if not keep(obj):
+                continue
+            done.add(name)
+            module = api._EXPORTS[name]
+            if type(obj).__name__ == "Registry":
+                what = f"the {obj.kind} registry: {', '.join(f'`{n}`' for n in obj.names())}"
+            elif obj is _server_tasks():
+                what = f"the server tasks (name → function; register with `server_task`): {', '.join(f'`{n}`' for n in sorted(obj))}"
+            elif isinstance(obj, dict):
+                what = f"a mapping: {', '.join(f'`{n}`' for n in sorted(obj))}"
+            else:
+                what = _first_line(getattr(obj, "__doc__", None)) if not isinstance(obj, str) else f"`{obj!r}`"
+            rows.append((f"`{name}`", f"`{module}`", _cell(what)))
+        lines += [f"## {title}", "", _table(rows, ("name", "defined in", "what it is")), ""]
+    importlib.import_module("hierfl.plugin.testing")
+    lines += ["## Loading and checking plug-ins", "", "```{eval-rst}",
+              ".. autofunction:: hierfl.config.plugins.load_plugins",
+              ".. autofunction:: hierfl.config.plugins.load_entry_points",
+              ".. autoclass:: hierfl.config.plugins.PluginRef",
+              "   :members: describe",
+              ".. autofunction:: hierfl.plugin.testing.check_plugin",
+              ".. autoclass:: hierfl.plugin.testing.CheckReport",
+              "   :members: passed, table",
+              "```", ""]
+    return "\n".join(lines)
 
 
 def generate(out: Path = OUT) -> list[Path]:
     """Write every generated page (a file is rewritten only when its text changed)."""
     regs = sorted(_registries(), key=lambda r: r.kind)
-    pages = {"scenario.md": scenario_page(), "outputs.md": outputs_page(), "plugins/index.md": plugins_index(regs)}
+    pages = {"scenario.md": scenario_page(), "outputs.md": outputs_page(), "plugins/index.md": plugins_index(regs),
+             "plugin-api.md": plugin_api_page()}
     for reg in regs:
         pages[f"plugins/{_slug(reg.kind)}.md"] = plugin_page(reg)
     pages = {rel: with_tag_legend(text) for rel, text in pages.items()}

@@ -21,6 +21,15 @@ class ConfigModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        # recorded in creation order, so that a plug-in registered later can rebuild the schemas
+        # that embed its registry's union (hierfl.config.late)
+        from hierfl.config import late
+
+        late.record(cls)
+
     # knob → ReadWith(sibling key, the sibling's values under which the knob is read): a knob set (to a value
     # other than its default) while its sibling says it is not read would do nothing, so the scenario checks
     # refuse it (ignored_settings), or warn about it (unread_warnings) where the declaration says `warn`

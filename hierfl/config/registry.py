@@ -6,6 +6,10 @@ under that name. The scenario schema builds a discriminated union from each regi
 unknown name is reported with the list of allowed names, every plug-in's own keys are validated
 with ``extra="forbid"``, and a bare string is shorthand for ``{name: <string>}``. Behaviour is a
 hook on the plug-in class, never a check of its name.
+
+The union is late-bound (:mod:`hierfl.config.late`): it is built from the registry as it is when
+pydantic generates the schema, and a registration after that (a user's plug-in file) marks the
+schemas stale, so that :func:`hierfl.config.late.refresh` rebuilds them with the new name.
 """
 
 from __future__ import annotations
@@ -17,13 +21,18 @@ from typing import Annotated, Any, TypeVar, Union
 
 from pydantic import BaseModel, BeforeValidator, Field
 
+from hierfl.config import late
 from hierfl.config.base import name_shorthand
 
-__all__ = ["Registry", "close_names"]
+__all__ = ["Registry", "close_names", "DuplicateName", "snapshot", "restore", "forget_module"]
 
 M = TypeVar("M", bound=BaseModel)
 
 _INSTANCES: list[Registry] = []
+
+
+class DuplicateName(ValueError):
+    """A name registered twice (by two classes): the second registration is refused."""
 
 
 class Registry:
@@ -51,6 +60,7 @@ class Registry:
         self._shorthand = shorthand
         self._order = tuple(order)
         self._entries: dict[str, Any] = {}
+        self.used = False  # a union over it was built: a later registration makes schemas stale
         _INSTANCES.append(self)
 
     @staticmethod
@@ -65,8 +75,10 @@ class Registry:
         if not isinstance(name, str):
             raise TypeError(f"{cls.__name__}: a {self.kind} config needs `{self.key}: Literal[...] = '...'`")
         if name in self._entries and self._entries[name] is not cls:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
+            raise DuplicateName(f"{self.kind} {name!r} is already registered (by {_origin(self._entries[name])})")
         self._entries[name] = cls
+        if self.used:
+            late.changed()
         return cls
 
     def names(self) -> list[str]:
@@ -127,14 +139,23 @@ class Registry:
         ``where`` keeps only the classes it accepts (e.g. the straggler policies allowed at the
         cloud); ``variant`` maps each class to the subclass used in this field (e.g. a policy plus
         its ``cloud`` key). A bare string is shorthand for ``{name: <string>}`` (``protocol: fedavg``).
+
+        The union is late-bound: the :class:`~hierfl.config.late.Late` marker rebuilds it from the
+        registry whenever pydantic generates the schema, so a plug-in registered later is part of it
+        after :func:`hierfl.config.late.refresh`. The annotation itself names the classes registered now
+        (for code that reads annotations).
         """
-        classes = [self._entries[n] for n in self.names() if where is None or where(self._entries[n])]
-        if variant is not None:
-            classes = [variant(cls) for cls in classes]
-        if not classes:
-            raise RuntimeError(f"no {self.kind} registered")
-        inner = classes[0] if len(classes) == 1 else Annotated[Union[tuple(classes)], Field(discriminator=self.key)]  # noqa: UP007
-        return Annotated[inner, BeforeValidator(self._before)]
+        def members() -> list[Any]:  # the classes the union holds now (variants included)
+            classes = [self._entries[n] for n in self.names() if where is None or where(self._entries[n])]
+            return [variant(cls) for cls in classes] if variant is not None else classes
+
+        def build() -> Any:
+            classes = members()
+            if not classes:
+                raise RuntimeError(f"no {self.kind} registered")
+            return classes[0] if len(classes) == 1 else Annotated[Union[tuple(classes)], Field(discriminator=self.key)]  # noqa: UP007
+
+        return Annotated[build(), late.Late(build, members, self), BeforeValidator(self._before)]
 
     def name_field(self) -> Any:
         """A field type holding just a registered name (a bare string, or ``{name: ...}`` alone).
@@ -157,3 +178,37 @@ def _check_name(registry: Registry, value: Any) -> Any:
     if isinstance(value, str) and value not in registry:
         raise ValueError(registry.unknown(value))
     return value
+
+
+def _origin(cls: Any) -> str:
+    """Where a registered class comes from, for messages: its module (a plug-in file's path when known)."""
+    module = getattr(cls, "__module__", "?")
+    import sys
+
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return f"{module} ({path})" if path and not module.startswith("hierfl.") else module
+
+
+def snapshot() -> list[tuple[Registry, dict[str, Any]]]:
+    """Every registry's entries now (a plug-in that fails part-way is rolled back to this)."""
+    return [(reg, dict(reg._entries)) for reg in _INSTANCES]
+
+
+def restore(state: list[tuple[Registry, dict[str, Any]]]) -> None:
+    """Put the registries back as :func:`snapshot` saw them (registries created since are emptied)."""
+    saved = {id(reg): entries for reg, entries in state}
+    for reg in _INSTANCES:
+        entries = saved.get(id(reg), {})
+        if entries.keys() != reg._entries.keys() and reg.used:
+            late.changed()
+        reg._entries = dict(entries)
+
+
+def forget_module(module: str) -> None:
+    """Remove every registration of classes defined in ``module`` (a plug-in file loaded again after an edit)."""
+    for reg in _INSTANCES:
+        gone = [name for name, cls in reg._entries.items() if getattr(cls, "__module__", None) == module]
+        for name in gone:
+            del reg._entries[name]
+        if gone and reg.used:
+            late.changed()

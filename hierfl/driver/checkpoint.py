@@ -12,6 +12,10 @@ A checkpoint is taken between two events (where the driver's state is consistent
   job slots) are stored by value and put back into the new executor's object store;
 * the roles' state — device-held state (a job method's per-device vectors), each leader's and the cloud's model,
   running aggregation and optimizer moments — from :meth:`ExecutorState.export_roles` (``executor.state``);
+* the plug-ins the run was made with (:class:`~hierfl.config.plugins.PluginRef`: module name, file
+  path, content hash), in a small header pickled before the rest: a resume loads them before it
+  unpickles anything that may be a plug-in's class, and refuses (naming the plug-in) when one is
+  missing or has changed;
 * the byte sizes of ``metrics.jsonl``, ``clusters.jsonl`` and ``trace.json`` (flushed and
   fsync'ed first) and the content of ``devices.csv``: a resumed run cuts the files back to those
   sizes and appends, so its files are the uninterrupted run's (wall-clock fields aside).
@@ -147,11 +151,33 @@ def load_checkpoint(run_dir: Path) -> Checkpoint:
     try:
         with open(path, "rb") as fh:
             ckpt = pickle.load(fh)
+            if isinstance(ckpt, dict) and ckpt.get("hierfl_checkpoint") == FORMAT:
+                _require_plugins(ckpt.get("plugins", []), path)  # before the rest, which may hold their classes
+                ckpt = pickle.load(fh)
+    except RunError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any unreadable file is reported the same way
         raise RunError(f"{path}: unreadable checkpoint ({type(exc).__name__}: {exc})") from None
     if not isinstance(ckpt, Checkpoint) or ckpt.format != FORMAT:
         raise RunError(f"{path}: not a checkpoint of this hierfl version")
     return ckpt
+
+
+def _require_plugins(recorded: list[dict[str, Any]], path: Path) -> None:
+    """Load the plug-ins a checkpoint needs; a :class:`RunError` names each one missing or changed."""
+    from hierfl.config.plugins import PluginRef, require
+
+    problems = require([PluginRef.from_dict(r) for r in recorded], f"{path}")
+    if problems:
+        raise RunError("; ".join(problems))
+
+
+def _header(scenario: Any) -> dict[str, Any]:
+    """The checkpoint's header: the plug-ins the run needs (its scenario's and the installed entry points)."""
+    from hierfl.config.plugins import refs_for
+
+    refs = refs_for(list(getattr(scenario, "plugins", []) or []))
+    return {"hierfl_checkpoint": FORMAT, "plugins": [r.without_source().as_dict() for r in refs]}
 
 
 class Checkpointer:
@@ -173,6 +199,7 @@ class Checkpointer:
         # the loop asks every ``stride`` events: every one when checkpoints go by rounds (taken right
         # at the round), else every 8th (the wall-clock test costs more than a fast event's share)
         self.stride = 1 if config.every_cloud_aggregations is not None else 8
+        self._header: bytes | None = None
 
     def due(self, run: Any) -> bool:
         """Whether a checkpoint is due now (one before the first event; then by rounds or wall time)."""
@@ -209,7 +236,10 @@ class Checkpointer:
         ckpt = Checkpoint(self.scenario, self.source, ctx.now, int(ctx.counters["cloud_aggregations"]), self.count,
                           roles, buf.getvalue(), offsets, devices.read_bytes() if devices.is_file() else b"",
                           self.startup_s, self.recoveries)
-        _write_atomic(self.out_dir / CHECKPOINT_FILE, pickle.dumps(ckpt, protocol=pickle.HIGHEST_PROTOCOL))
+        if self._header is None:  # the plug-ins do not change during a run
+            self._header = pickle.dumps(_header(self.scenario), protocol=pickle.HIGHEST_PROTOCOL)
+        _write_atomic(self.out_dir / CHECKPOINT_FILE,
+                      self._header + pickle.dumps(ckpt, protocol=pickle.HIGHEST_PROTOCOL))
         self.latest = ckpt
         self._last_wall = time.perf_counter()
         self._last_rounds = ckpt.rounds

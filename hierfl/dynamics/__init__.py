@@ -22,10 +22,10 @@ from hierfl.dynamics.availability import (
     MarkovAvailability,
 )
 from hierfl.dynamics.churn import JoinEvent, LeaveEvent
-from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft, EventKind, Facts, Selector, event_entry_model
+from hierfl.dynamics.events import EVENTS, DeviceEvent, DynamicsDraft, EventKind, Facts, Selector, event_entry_field, event_entry_model
 from hierfl.dynamics.links import EdgeLinkEvent, LinkEvent
 from hierfl.dynamics.slowdown import SlowdownEvent
 
 __all__ = ["AVAILABILITY", "AlwaysAvailability", "AvailabilityConfig", "AvailabilityTraceConfig", "MarkovAvailability",
-           "EVENTS", "DeviceEvent", "DynamicsDraft", "EventKind", "Facts", "Selector", "event_entry_model",
+           "EVENTS", "DeviceEvent", "DynamicsDraft", "EventKind", "Facts", "Selector", "event_entry_model", "event_entry_field",
            "SlowdownEvent", "LinkEvent", "EdgeLinkEvent", "LeaveEvent", "JoinEvent"]

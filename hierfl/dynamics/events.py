@@ -17,21 +17,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, create_model, model_validator
 
 from hierfl.config.base import ConfigModel, rename_alias
 from hierfl.config.errors import Problem
+from hierfl.config.late import Late
 from hierfl.config.registry import Registry
 from hierfl.core.dynamics import Availability, Dynamics, merge_intervals, select
 from hierfl.core.rng import stream
 from hierfl.core.world import World
 
 __all__ = ["EVENTS", "EventKind", "DeviceEvent", "Selector", "Facts", "DynamicsDraft", "EventEntry",
-           "event_entry_model", "resolve_selector"]
+           "event_entry_model", "event_entry_field", "resolve_selector"]
 
 # the order in which an ``events:`` entry lists its kinds (its fields, as written to config.yaml),
 # kept whatever module registers first (the fault and attack kinds live in their feature packages)
@@ -208,14 +208,31 @@ def _summary(cls: type) -> str:
     return (cls.__doc__ or "").strip().split("\n")[0]
 
 
-@lru_cache(maxsize=1)
+_ENTRY_MODELS: dict[tuple[type, ...], type[EventEntry]] = {}
+
+
 def event_entry_model() -> type[EventEntry]:
     """The ``events:`` entry model: ``at_s`` plus one optional field per registered kind (registration order).
 
-    Built once, when the scenario schema is assembled (after every kind has been registered).
+    One model per set of kinds: a plug-in's event kind makes a new model with its field, which the
+    scenario schema picks up through :func:`event_entry_field` when it is refreshed.
     """
-    fields: dict[str, Any] = {cls.name: (cls | None, Field(default=None, description=_summary(cls)))
-                              for cls in EVENTS.classes()}
-    model = create_model("EventConfig", __base__=EventEntry, __module__=__name__, **fields)
-    globals()["EventConfig"] = model  # importable (and picklable) by its name
+    kinds = tuple(EVENTS.classes())
+    model = _ENTRY_MODELS.get(kinds)
+    if model is None:
+        fields: dict[str, Any] = {cls.name: (cls | None, Field(default=None, description=_summary(cls)))
+                                  for cls in kinds}
+        model = create_model("EventConfig", __base__=EventEntry, __module__=__name__, **fields)
+        _ENTRY_MODELS[kinds] = model
+    globals()["EventConfig"] = model  # importable (and picklable) by its name: the current one
     return model
+
+
+def event_entry_field() -> Any:
+    """Field type of one ``events:`` entry, late-bound: the entry model of the kinds registered when
+    the schema is (re)built (:mod:`hierfl.config.late`)."""
+    def build() -> Any:
+        EVENTS.used = True
+        return event_entry_model()
+
+    return Annotated[event_entry_model(), Late(build, lambda: (*EVENTS.classes(), event_entry_model()), EVENTS)]

@@ -302,6 +302,8 @@ def neutral_names() -> list[str]:
 def _with_cloud(cls: type[StragglerPolicy]) -> type[StragglerPolicy]:
     """``cls`` with a ``cloud`` key: the policy of the cloud round over edge servers (HierFAVG)."""
     name = f"{cls.__name__}WithCloud"
+    if not cls.__module__.startswith("hierfl."):  # a plug-in's policy: its module keeps the name unique
+        name += "_" + "".join(c if c.isalnum() else "_" for c in cls.__module__)
     variant = create_model(name, __base__=cls, __module__=__name__, __doc__=cls.__doc__,
                            cloud=(cloud_policy_field(), Field(default_factory=_default_cloud,
                                                               description="policy of the protocol's cloud round over edge servers, where it declares one (hierfavg)")))
@@ -326,22 +328,27 @@ def default_cloud_policy() -> StragglerPolicy:
     return WaitAll()
 
 
-@lru_cache(maxsize=1)
-def _variants() -> dict[type[StragglerPolicy], type[StragglerPolicy]]:
-    return {cls: _with_cloud(cls) for cls in STRAGGLERS.classes()}
+_VARIANTS: dict[type[StragglerPolicy], type[StragglerPolicy]] = {}
+
+
+def _variant(cls: type[StragglerPolicy]) -> type[StragglerPolicy]:
+    """``cls`` with its ``cloud`` key, made once per policy class (a plug-in's policy gets its own on first use)."""
+    if cls not in _VARIANTS:
+        _VARIANTS[cls] = _with_cloud(cls)
+    return _VARIANTS[cls]
 
 
 @lru_cache(maxsize=1)
 def device_policy_field() -> Any:
     """Field type of ``straggler:``: every registered policy, each with its ``cloud`` key.
 
-    Built once, when the scenario schema is assembled (after every policy has been registered).
+    Late-bound (:mod:`hierfl.config.late`): a policy registered by a plug-in joins it when the
+    schema is refreshed.
     """
-    variants = _variants()
-    return STRAGGLERS.union(variant=lambda cls: variants[cls])
+    return STRAGGLERS.union(variant=_variant)
 
 
 @lru_cache(maxsize=1)
 def default_policy() -> StragglerPolicy:
     """``straggler: wait_all`` (and ``wait_all`` at the cloud)."""
-    return _variants()[WaitAll]()
+    return _variant(WaitAll)()

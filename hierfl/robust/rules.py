@@ -258,7 +258,9 @@ class NormClipRule(RuleConfig):
 
     name: Literal["norm_clip"] = "norm_clip"
     bound: PositiveFloat = Field(default=1.0, description="L2 bound on each update (model − start model)")
-    then: AGGREGATION_RULES.union() = Field(default=MeanRule(), description="the rule that aggregates the clipped updates")  # type: ignore[valid-type]
+    # any rule but another clip (late-bound: a plug-in's rule joins; the clip itself never nests)
+    then: AGGREGATION_RULES.union(where=lambda cls: not issubclass(cls, NormClipRule)) = Field(  # type: ignore[valid-type]
+        default=MeanRule(), description="the rule that aggregates the clipped updates")
 
     @property
     def needs_loss_inner(self) -> bool:

@@ -32,6 +32,7 @@ import numpy as np
 import ray
 
 from hierfl.core.work import TrainSpec
+from hierfl.config.plugins import bundle as plugin_bundle
 from hierfl.runtime import ray_auth, signals
 from hierfl.runtime.driver_cloud import DriverCloud
 from hierfl.runtime.executor import ClusterLink, RunData
@@ -42,7 +43,7 @@ from hierfl.runtime.start import ExecutorStart
 if TYPE_CHECKING:
     from hierfl.runtime.ray_executor import RayExecutor
 
-__all__ = ["RayStart", "RayCluster", "RayDeviceHost", "RayLeaderHost", "RayCloud", "HostActor", "CloudActor",
+__all__ = ["RayStart", "RayCluster", "RayDeviceHost", "RayLeaderHost", "RayCloud", "HostActor", "CloudActor", "LeaderActor",
            "probe_address", "is_lost", "listen_to_ray"]
 
 _PROBE_TIMEOUT_S = 5.0
@@ -50,10 +51,20 @@ _INIT_ATTEMPTS = 2          # ray.init tries on a busy machine
 _INIT_RETRY_PAUSE_S = 2.0
 
 
+def _install_plugins(plugins: Any) -> None:
+    """Load the driver's plug-ins in this actor's process (:func:`hierfl.config.plugins.install_bundle`),
+    before any later call's arguments, which may hold a plug-in's classes, are unpickled here."""
+    if plugins:
+        from hierfl.config.plugins import install_bundle
+
+        install_bundle(plugins)
+
+
 class HostActor(DeviceHost):
     """A :class:`DeviceHost` whose process starts before the data exists: ``setup`` builds the role."""
 
-    def __init__(self, import_torch: bool = True) -> None:  # the role's own __init__ runs in setup, with the data
+    def __init__(self, import_torch: bool = True, plugins: Any = ()) -> None:  # the role's own __init__ runs in setup
+        _install_plugins(plugins)  # plain data: nothing of a plug-in is unpickled before this
         if import_torch:  # the slow part of an actor's start: done while the driver builds
             importlib.import_module("torch")
         # else: torch comes with setup, after the data is in the object store; at that moment the
@@ -97,7 +108,8 @@ class HostActor(DeviceHost):
 class CloudActor(Cloud):
     """A :class:`Cloud` whose process starts before the data exists: ``setup`` builds the role."""
 
-    def __init__(self) -> None:  # the role's own __init__ runs in setup, with the data
+    def __init__(self, plugins: Any = ()) -> None:  # the role's own __init__ runs in setup, with the data
+        _install_plugins(plugins)
         # no torch here: the cloud aggregates with numpy, and the Ray executor evaluates on a host;
         # torch is imported on first use only if a robust rule needs a validation loss (Zeno)
         pass
@@ -116,9 +128,21 @@ class CloudActor(Cloud):
         return time.time()
 
 
+class LeaderActor(LeaderHost):
+    """A :class:`LeaderHost` that loads the run's plug-ins first: ``setup`` builds the role (its
+    arguments may hold a plug-in's aggregation rule, unpicklable before the plug-in is loaded)."""
+
+    def __init__(self, plugins: Any = ()) -> None:
+        _install_plugins(plugins)
+
+    def setup(self, *args: Any) -> None:
+        """Become the leaders' host (:class:`LeaderHost`'s arguments)."""
+        LeaderHost.__init__(self, *args)
+
+
 # Actor classes (typed Any: Ray's remote wrappers are dynamic).
 RayDeviceHost: Any = ray.remote(HostActor)
-RayLeaderHost: Any = ray.remote(LeaderHost)
+RayLeaderHost: Any = ray.remote(LeaderActor)
 RayCloud: Any = ray.remote(CloudActor)
 
 
@@ -274,10 +298,11 @@ class RayStart(ExecutorStart):
         # put, the run's memory peak, which they would raise by about 0.14 GB each (scale, goal
         # (c)). On a cluster a host's import may overlap the driver's build as before.
         gpus = {"num_gpus": self.gpus_per_host} if self.gpus_per_host > 0 else {}
+        plugins = plugin_bundle()  # every actor loads the driver's plug-ins before it unpickles the run's values
         self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
-            h == 0 or not self.owns_ray) for h in range(self.workers)]
+            h == 0 or not self.owns_ray, plugins) for h in range(self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
-                      else RayCloud.options(num_cpus=0).remote())
+                      else RayCloud.options(num_cpus=0).remote(plugins))
 
     def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the first host actor, which imports torch anyway: the driver process then

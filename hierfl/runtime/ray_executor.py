@@ -29,6 +29,7 @@ from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.executor import DeviceStates, Executor, ExecutorState, Job, RunData, Servers, Term, eval_groups
 from hierfl.runtime.ray_batches import (Batches, Slot, StateOf, model_ref, ref_row, tags_kw, term_positions,
                                         unique_refs)
+from hierfl.config.plugins import bundle as plugin_bundle
 from hierfl.runtime.ray_cluster import (RayCloud, RayCluster, RayDeviceHost, RayLeaderHost, RayStart, is_lost,
                                         listen_to_ray, probe_address)
 from hierfl.runtime.roles import fast_path_of
@@ -319,7 +320,10 @@ class RayExecutor(Executor):
         xt_ref, yt_ref = ray.put(data.x_test), ray.put(data.y_test)
         self._data_refs = (x_ref, y_ref, xt_ref, yt_ref)
         self._start.marks["data_in_store"] = time.time()
-        self.leaders: Any = RayLeaderHost.options(num_cpus=0).remote(data.robust) if data.num_edges > 0 else None
+        self.leaders: Any = None
+        if data.num_edges > 0:  # plug-ins first (constructor), then the role (its arguments may hold theirs)
+            self.leaders = RayLeaderHost.options(num_cpus=0).remote(plugin_bundle())
+            self.leaders.setup.remote(data.robust)
         # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
         self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model, evals_ref, xt_ref, yt_ref)
                         for h in self.hosts]

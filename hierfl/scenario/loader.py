@@ -24,7 +24,7 @@ from hierfl.scenario.checks import cross_checks, raw_cross_checks, resolve_files
 from hierfl.scenario.schema import Scenario
 from hierfl.scenario.suggest import unknown_key, unknown_name
 
-__all__ = ["load_scenario", "load_raw", "apply_overrides", "override_items", "Overrides", "validate_raw", "deep_merge", "dump_scenario"]
+__all__ = ["load_scenario", "load_raw", "PluginSpecs", "apply_overrides", "override_items", "Overrides", "validate_raw", "deep_merge", "dump_scenario"]
 
 _DISCRIMINATORS = ("name", "dist")
 
@@ -232,16 +232,22 @@ def _strip_tags(loc: tuple[Any, ...], raw: Any) -> str:
 
 def _plugin_names(loc: tuple[Any, ...]) -> list[str]:
     """The registered ``name``s allowed at ``loc`` (a plug-in section of the schema), or []."""
+    from hierfl.config.late import Late
+
     node: Any = Scenario
+    meta: list[Any] = []
     for part in loc:
         fields = getattr(node, "model_fields", None)
         if not isinstance(part, str) or fields is None or part not in fields:
             return []
-        node = fields[part].annotation
+        node, meta = fields[part].annotation, list(fields[part].metadata)
     names: list[str] = []
-    stack = [node]
+    stack = [node, *meta]
     while stack:  # unwrap Annotated / Union / Optional down to the config classes
         t = stack.pop()
+        if isinstance(t, Late):  # a late-bound union: the classes registered now (plug-ins' included)
+            stack.extend(t.members())
+            continue
         field = getattr(t, "model_fields", {}).get("name")
         if field is not None and isinstance(field.default, str):
             names.append(field.default)
@@ -274,8 +280,35 @@ def _problems_from_validation(exc: ValidationError, raw: dict[str, Any]) -> list
     return problems
 
 
-def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
-    """Validate a raw mapping into a :class:`Scenario`, raising :class:`ConfigError` with every problem."""
+PluginSpecs = Sequence[str]
+"""What ``plugins=`` takes: plug-in files (relative to the working directory) or module names."""
+
+
+def _with_plugins(raw: dict[str, Any], source: str | None, extra: PluginSpecs | None = None,
+                  extra_key: str = "plugins=", extra_source: str = "hierfl.run") -> dict[str, Any]:
+    """Load the scenario's ``plugins:`` (relative to its file) and ``extra`` ones (relative to the working
+    directory; errors keyed ``extra_key``), before validation: their names are then part of the schema.
+    Returns ``raw`` with ``plugins`` resolved (absolute paths, module names), so the resolved scenario
+    (a run's config.yaml, a checkpoint) names every plug-in it needs."""
+    from hierfl.config.plugins import load_plugins
+
+    extra_refs = load_plugins(list(extra) if extra else None, base_dir=None, key=extra_key, source=extra_source)
+    own = raw.get("plugins")
+    base = Path(source).resolve().parent if source and Path(source).is_file() else None
+    refs = load_plugins(own, base_dir=base, source=source)
+    if own is None and not extra_refs:
+        return raw
+    specs = [r.spec for r in refs if r.kind != "entry_point"]
+    specs += [r.spec for r in extra_refs if r.spec not in specs and r.kind != "entry_point"]
+    return {**raw, "plugins": specs}
+
+
+def validate_raw(raw: dict[str, Any], source: str | None = None, plugins: PluginSpecs | None = None) -> Scenario:
+    """Validate a raw mapping into a :class:`Scenario`, raising :class:`ConfigError` with every problem.
+
+    The scenario's ``plugins:`` and ``plugins`` (files relative to the working directory, or module
+    names) are loaded first, with the installed packages' entry points."""
+    raw = _with_plugins(raw, source, plugins)
     try:  # the context tells file-valued keys (topology.file, trace files) where the scenario lives
         scenario = Scenario.model_validate(raw, context=context_for(source))
     except ValidationError as exc:
@@ -289,14 +322,16 @@ def validate_raw(raw: dict[str, Any], source: str | None = None) -> Scenario:
     return scenario
 
 
-def load_scenario(path: str | Path, overrides: Overrides | None = (), seed: int | None = None) -> Scenario:
-    """Load, merge, override and validate a scenario file (``overrides``: see :func:`override_items`)."""
+def load_scenario(path: str | Path, overrides: Overrides | None = (), seed: int | None = None,
+                  plugins: PluginSpecs | None = None) -> Scenario:
+    """Load, merge, override and validate a scenario file (``overrides``: see :func:`override_items`;
+    ``plugins``: plug-in files or modules loaded besides the scenario's own ``plugins:``)."""
     raw = apply_overrides(load_raw(path), overrides)
     if "name" not in raw:  # a run is named after its file unless it says otherwise
         raw["name"] = re.sub(r"[^A-Za-z0-9._-]", "-", Path(path).stem) or "run"
     if seed is not None:
         raw["seed"] = seed
-    return validate_raw(raw, str(path))
+    return validate_raw(raw, str(path), plugins)
 
 
 def dump_scenario(scenario: Scenario) -> str:

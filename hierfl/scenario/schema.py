@@ -34,7 +34,7 @@ from hierfl.config.base import ConfigModel, rename_alias
 from hierfl.config.files import resolve_file
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
 from hierfl.devices import ConstantDist, Dist, TierSpec
-from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_model
+from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_field, event_entry_model
 from hierfl.energy.config import EnergyConfig
 from hierfl.executors import EXECUTORS
 from hierfl.learn.serveropt import ServerOptimizerSection
@@ -183,7 +183,18 @@ class LinkConfig(ConfigModel):
     latency_ms: float = Field(default=20.0, ge=0, description="one-way latency of the link, ms")
 
 
-_GENERATOR = TypeAdapter(GENERATORS.union())
+_GENERATORS: dict[int, TypeAdapter[Any]] = {}
+
+
+def _generator_adapter() -> TypeAdapter[Any]:
+    """A validator of ``topology.generator`` alone, as registered now (a plug-in's generator included)."""
+    from hierfl.config import late
+
+    gen = late.generation()
+    if gen not in _GENERATORS:
+        _GENERATORS.clear()
+        _GENERATORS[gen] = TypeAdapter(GENERATORS.union())
+    return _GENERATORS[gen]
 
 
 class TopologyConfig(ConfigModel):
@@ -230,7 +241,7 @@ class TopologyConfig(ConfigModel):
         data = dict(data)
         if data.get("edge_servers") is None and data.get("file") is None:
             try:
-                data["edge_servers"] = _GENERATOR.validate_python(data["generator"]).num_edges
+                data["edge_servers"] = _generator_adapter().validate_python(data["generator"]).num_edges
             except ValidationError:
                 pass  # reported by the field's own validation
         if data.get("edge_servers") is None:
@@ -489,6 +500,11 @@ class Scenario(ConfigModel):
     """A complete, validated scenario."""
 
     name: str = Field(description="names the run directory (letters, digits, . _ -); default: the file's stem")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="plug-ins loaded before the scenario is validated: .py files (relative to the scenario file) "
+                    "or module names; recorded resolved (absolute paths), with --plugin's and plugins='s "
+                    "(docs/howto/extend.md)")
     seed: NonNegativeInt = Field(default=0, description="the only source of randomness; --seed overrides")
     data: DataConfig
     model: MODELS.union() = Field(description="the model plug-in")  # type: ignore[valid-type]
@@ -505,7 +521,7 @@ class Scenario(ConfigModel):
     evaluation: EvaluationConfig = EvaluationConfig()
     stop: StopConfig
     runtime: RuntimeConfig = RuntimeConfig()
-    events: list[EventConfig] = Field(default_factory=list, description="changes at given virtual times")  # type: ignore[valid-type]
+    events: list[event_entry_field()] = Field(default_factory=list, description="changes at given virtual times")  # type: ignore[valid-type]
     network: NetworkConfig = NetworkConfig()
     servers: ServersConfig = Field(default=ServersConfig(), description="how fast the cloud and the edge servers "
                                    "run server tasks (a protocol's own computation at a server: fine-tuning, a "

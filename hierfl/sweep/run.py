@@ -93,7 +93,8 @@ def finished_summary(run_dir: Path, expected: dict[str, Any]) -> dict[str, Any] 
     return None
 
 
-def run_trial(trial: dict[str, Any], base: str, sweep_dir: str, cwd: str | None = None) -> dict[str, Any]:
+def run_trial(trial: dict[str, Any], base: str, sweep_dir: str, cwd: str | None = None,
+              plugins: list[str] | None = None) -> dict[str, Any]:
     """Run one trial into ``sweep_dir/runs/<id>`` and return its summary.
 
     A run directory that already holds a completed run of the same resolved scenario is not run
@@ -106,7 +107,7 @@ def run_trial(trial: dict[str, Any], base: str, sweep_dir: str, cwd: str | None 
         os.chdir(cwd)
     t = Trial.from_dict(trial)
     base = t.base or base  # a `scenarios:` sweep names each trial's own base
-    scenario = load_scenario(base, [*t.overrides, LOCAL], seed=t.seed)
+    scenario = load_scenario(base, [*t.overrides, LOCAL], seed=t.seed, plugins=plugins)
     out = Path(sweep_dir) / "runs" / t.id
     expected = scenario.model_dump(mode="json")
     expected.pop("versions", None)
@@ -147,7 +148,13 @@ def _trainable(config: dict[str, Any]) -> None:
     """The Tune function trainable: one hierfl run, its numeric summary fields reported once."""
     from ray import tune
 
-    summary = run_trial(config["trial"], config["base"], config["sweep_dir"], config.get("cwd"))
+    from hierfl.config.plugins import install_bundle
+
+    # the sweep's plug-ins, from the text the driver read (this node may not have the files), before
+    # the trial's scenario is validated
+    install_bundle(config.get("plugin_bundle") or ())
+    summary = run_trial(config["trial"], config["base"], config["sweep_dir"], config.get("cwd"),
+                        config.get("plugins") or None)
     tune.report({k: v for k, v in _flat(summary).items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
 
 
@@ -327,16 +334,25 @@ def _init_ray(address: str | None) -> None:
 
 
 def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = None, *, resume: str | Path | None = None,
-              address: str | None = None, quiet: bool = False) -> SweepResult:
+              address: str | None = None, quiet: bool = False, plugins: list[str] | None = None) -> SweepResult:
     """Run a sweep file (or ``resume`` an interrupted sweep directory) on Ray Tune; returns the rows.
 
+    ``plugins`` (files relative to the working directory, or module names) are loaded here before
+    the trials are validated, and in every trial; the manifest records them (a resumed sweep loads them again).
     Raises :class:`ConfigError` (nothing written) for a bad sweep file or trial scenario.
     """
+    from hierfl.config.plugins import bundle, load_plugins
+
     tune = _tune()
     _check_address(address)
+    refs = load_plugins(plugins, key="plugins", source="sweep plug-ins")
+    plugin_specs = [r.spec for r in refs]  # resolved: absolute paths, module names
     if resume is not None:
         sweep_dir = Path(resume)
         manifest = read_manifest(sweep_dir)
+        recorded = list(manifest.get("plugins") or [])  # the plug-ins the sweep began with
+        load_plugins(recorded, key="plugins", source=str(sweep_dir / MANIFEST))
+        plugin_specs += [p for p in recorded if p not in plugin_specs]
         spec = SweepSpec.model_validate(manifest["spec"])
     else:
         if sweep_file is None:
@@ -347,7 +363,8 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
         except ConfigError as exc:
             raise ConfigError(exc.problems, str(sweep_file)) from None
         base = base_map.get(None, (None, []))[0]  # None for a `scenarios:` sweep: every trial names its own
-        runnable, _, refused = expand_all(spec, base, str(sweep_file), sweep_dir=Path(sweep_file).parent)
+        runnable, _, refused = expand_all(spec, base, str(sweep_file), sweep_dir=Path(sweep_file).parent,
+                                          plugins=plugin_specs)
         # the manifest keeps the grid's order (trial ids are numbered over every trial, refused ones too)
         trials = sorted([*runnable, *refused], key=lambda t: t.id)
         sweep_dir = Path(out) if out is not None else Path("sweeps") / spec.name
@@ -356,7 +373,7 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
                                            "it, or another --out")], str(sweep_file))
         manifest = {"name": spec.name, "sweep_file": str(Path(sweep_file).resolve()),
                     "base": str(base.resolve()) if base else None, "cwd": os.getcwd(), "spec": spec.model_dump(mode="json"),
-                    "trials": [t.as_dict() for t in trials]}
+                    "plugins": plugin_specs, "trials": [t.as_dict() for t in trials]}
         sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     sweep_dir = sweep_dir.resolve()
@@ -375,7 +392,7 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
                                    resume_errored=False, restart_errored=False)
     else:
         param_space = {"trial": tune.grid_search(trials_d), "base": manifest["base"], "sweep_dir": str(sweep_dir),
-                       "cwd": manifest["cwd"]}
+                       "cwd": manifest["cwd"], "plugins": plugin_specs, "plugin_bundle": list(bundle())}
         tuner = tune.Tuner(
             trainable, param_space=param_space,
             tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=False,

@@ -315,15 +315,17 @@ def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None,
 
 
 def expand_all(spec: SweepSpec, base: Path | None = None, source: str | None = None, *,
-               sweep_dir: Path | None = None) -> tuple[list[Trial], list[Scenario], list[Trial]]:
-    """:func:`expand`, and the trials refused by declaration (``refused: skip``), each with its reason."""
+               sweep_dir: Path | None = None, plugins: Sequence[str] | None = None
+               ) -> tuple[list[Trial], list[Scenario], list[Trial]]:
+    """:func:`expand`, and the trials refused by declaration (``refused: skip``), each with its reason
+    (``plugins``: loaded besides each trial scenario's own, and recorded in it)."""
     trials: list[Trial] = []
     scenarios: list[Scenario] = []
     refused: list[Trial] = []
     problems: list[Problem] = []
     for trial, base_path, where in _points(spec, base, source, sweep_dir):
         try:
-            sc = load_scenario(base_path, trial.overrides, seed=trial.seed)
+            sc = load_scenario(base_path, trial.overrides, seed=trial.seed, plugins=plugins)
         except ConfigError as exc:
             why = refusal_text(exc.problems) if spec.refused == "skip" else None
             if why is not None:

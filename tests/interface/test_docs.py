@@ -3,7 +3,7 @@
 * The site builds with ``sphinx-build -W --keep-going -n`` (a warning or a broken cross-reference
   fails), as ``make docs`` builds it; skipped where Sphinx is not installed (the ``docs`` extra).
 * Every command block of a tutorial marked ``<!-- run -->`` runs, in order, in a scratch directory
-  that sees the repository's scenarios, topologies and traces, so the tutorials cannot rot.
+  that sees the repository's scenarios, topologies, traces and examples, so the tutorials cannot rot.
 * Every scenario key and registered plug-in has a description: the generated reference would
   otherwise show an empty cell.
 """
@@ -138,7 +138,7 @@ def test_every_command_of_a_page_shows_its_output():
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_THAT_RUN, ids=lambda p: p.stem)
 def test_tutorial_commands_run(page, tmp_path):
-    for name in ("scenarios", "topologies", "traces"):
+    for name in ("scenarios", "topologies", "traces", "examples"):
         (tmp_path / name).symlink_to(ROOT / name)
     for block, expected in RUN_AND_OUTPUT.findall(page.read_text(encoding="utf-8")):
         res = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=_env(),

@@ -41,7 +41,8 @@ ALLOWED: dict[str, set[str]] = {
     "dynamics": {"core", "config", "traces", "learn"},
     "scenario": {"core", "config", "data", "devices", "dynamics", "executors", "learn", "models", "policies",
                  "protocols", "topology", "traces"},
-    "driver": {"kernel", "core", "env", "assemble", "devices", "learn", "output", "runtime", "scenario"},
+    # config: a checkpoint records and reloads the run's plug-ins (hierfl.config.plugins)
+    "driver": {"kernel", "core", "env", "assemble", "devices", "learn", "output", "runtime", "scenario", "config"},
 }
 THIRD_PARTY_FORBIDDEN = {
     "kernel": {"numpy", "pydantic", "torch", "ray", "yaml"},

@@ -17,6 +17,7 @@ import yaml
 import hierfl
 from hierfl.cli import main
 from hierfl.config.errors import ConfigError
+from hierfl import api
 from hierfl.sweep.aggregate import common_grid, mean_ci, sweep_table
 from hierfl.sweep.run import run_sweep
 from hierfl.sweep.spec import Trial, expand, expand_all, load_sweep
@@ -305,3 +306,20 @@ def test_a_scenarios_sweep_runs_each_base_and_groups_by_scenario(ray_session, tm
     assert capsys.readouterr().out.startswith("| scenario | runs |")
     assert main(["plot", str(tmp_path / "out"), "--group-by", "scenario", "-o", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 10_000
+
+
+@pytest.mark.ray
+def test_a_plugin_given_with_plugins_runs_in_every_trial(ray_session, tmp_path):
+    # the tutorial's plug-in, outside the checkout, given only to hierfl.sweep: the driver validates the
+    # trials with it, and each Tune trial (its own worker process) loads it from the text the driver read
+    plugin = tmp_path / "mine" / "my_fedavg.py"
+    plugin.parent.mkdir()
+    plugin.write_text((Path(__file__).resolve().parents[2] / "examples" / "own_method" / "my_fedavg.py").read_text())
+    grid = {"protocol": [{"name": "fedavg", "fraction": 1.0}, {"name": "my_fedavg", "clients": 3}]}
+    path = _write(tmp_path, grid, seeds=[1], set=["stop.rounds=2"])
+    frame = api.sweep(path, tmp_path / "out", plugins=[plugin])  # hierfl.sweep (the package shadows the name here)
+    assert list(frame["status"]) == ["completed", "completed"] and set(frame["protocol.name"]) == {"fedavg", "my_fedavg"}
+    manifest = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert manifest["plugins"] == [str(plugin.resolve())]  # a resumed sweep loads it again
+    mine = next(tmp_path / "out" / "runs" / t["id"] for t in manifest["trials"] if "my_fedavg" in t["id"])
+    assert _config(mine)["plugins"] == [str(plugin.resolve())]
