@@ -7,6 +7,8 @@ checkout, so nothing here can import it from the repository.
 
 from __future__ import annotations
 
+import re
+
 import json
 import os
 import shutil
@@ -96,7 +98,8 @@ def test_an_unknown_name_lists_the_plugins_names(tmp_path):
         validate_raw({**WITH_PLUGIN, "protocol": {"name": "my_fedavgg"}, "straggler": {"name": "quorumm"}})
     text = err.value.report()
     assert "protocol:" in text and "'my_fedavg'" in text and "'fedavg'" in text
-    assert "straggler:" in text and "'quorum'" in text and "'deadline'" in text
+    assert "straggler policy 'quorumm'; did you mean 'quorum'?" in text
+    assert re.search(r"allowed: deadline, [a-z_, ]*\bquorum\b", text)
     with pytest.raises(ConfigError, match=r"protocol.clients: Input should be greater than or equal to 1"):
         validate_raw({**WITH_PLUGIN, "protocol": {"name": "my_fedavg", "clients": 0}})
 
