@@ -87,6 +87,7 @@ _EXPORTS: dict[str, str] = {
     "JobMethod": "hierfl.core.method",
     "JobContext": "hierfl.core.method",
     "StateStore": "hierfl.core.method",
+    "runner": "hierfl.core.method",
     "StragglerPolicy": "hierfl.policies.straggler",
     "ReclusterConfig": "hierfl.policies.recluster",
     "StalenessConfig": "hierfl.policies.staleness",

@@ -15,7 +15,8 @@ FedAvg), a tiny scenario (a few devices, a small synthetic dataset, a few virtua
   time and order. A protocol that declares ``decides_on_models`` is skipped, saying why;
 * ``declarations``: what the method declares agrees with what it does (a serverless protocol never
   aggregates at the cloud, any other does; no cloud aggregation combines more updates than
-  ``expected_inputs`` says).
+  ``expected_inputs`` says; a trainer's job method keeps per-device state exactly when it declares
+  ``keeps_device_state``).
 
 Outputs compared ignore only wall-clock fields (``wall_s``, ``startup_s``, ``startup``) and the
 executor's own name and worker count. A bad plug-in (not found, fails to import, wrong API
@@ -344,7 +345,29 @@ class _Suite:
                 return CheckResult(method, "declarations", "FAIL", f"expected_inputs says {expected} updates per cloud "
                                    f"aggregation, one combined {over[0]['participants']}")
         said = f"{len(cloud)} cloud aggregations" + (f", at most {expected} updates each" if expected is not None else "")
+        state = _state_problem(scenario, run)
+        if state is not None:
+            return CheckResult(method, "declarations", "FAIL", state)
         return CheckResult(method, "declarations", "PASS", said)
+
+
+def _state_problem(scenario: Any, run: _Run) -> str | None:
+    """What a trainer's job method declares of per-device state against what the run kept, or None if they agree:
+    a job that keeps state says so (``keeps_device_state``: it then runs on its device's home host, never batched)
+    and a job that says so keeps some."""
+    from hierfl.assemble import train_spec
+
+    job = train_spec(scenario).method
+    kept = int((run.summary.get("device_state") or {}).get("bytes", 0) or 0)
+    if job is None:
+        return None
+    declared = bool(type(job).keeps_device_state)
+    if kept and not declared:
+        return (f"{type(job).__name__} kept {kept} bytes of per-device state but does not declare "
+                "keeps_device_state = True (its jobs could run on another host and lose it)")
+    if declared and not kept and run.summary.get("rounds", 0):
+        return f"{type(job).__name__} declares keeps_device_state but no device kept any state"
+    return None
 
 
 def _registers_anything(module: str) -> bool:
