@@ -1,6 +1,6 @@
 """A consensus (blockchain) delay model in virtual time: pure math, with the random draws injected.
 
-For protocols that write to a ledger (BGFL's shared-data stage: Lian et al., "Blockchain-Based
+For protocols that write to a ledger (a blockchain-based shared-data stage: Lian et al., "Blockchain-Based
 Two-Stage Federated Learning With Non-IID Data in IoMT System", IEEE TCSS 2023): how long until
 what a node submits is in a block and confirmed. Proof of work finds blocks one after another at
 exponential intervals (Nakamoto, 2008) with mean ``2^difficulty / hash_rate`` (difficulty in bits of

@@ -1,8 +1,8 @@
 """Label distributions at the aggregator: Jensen–Shannon scores and client selection by them (pure numpy).
 
-BGFL (Lian et al., "Blockchain-Based Two-Stage Federated Learning With Non-IID Data in IoMT System",
-IEEE TCSS 2023) scores each client by how far its label distribution lies from a reference one and
-selects the lower-scored (closer) clients first. docs/explanation/algorithms.md §5.15.
+Lian et al. ("Blockchain-Based Two-Stage Federated Learning With Non-IID Data in IoMT System", IEEE
+TCSS 2023) score each client by how far its label distribution lies from a reference one and select
+the lower-scored (closer) clients first. docs/explanation/algorithms.md §5.15.
 
 * :func:`js_divergence` — ``JS₂(p ‖ q) = ½ KL₂(p ‖ m) + ½ KL₂(q ‖ m)``, ``m = (p + q)/2``, base-2 logs,
   so it lies in ``[0, 1]`` (0: the same distribution; 1: disjoint supports);

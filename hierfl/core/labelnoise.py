@@ -1,7 +1,7 @@
 """Label noise injected per device (pure): symmetric and pair-flip corruption of training labels.
 
-RHFL (Fang and Ye, CVPR 2022, "Robust Federated Learning with Noisy and Heterogeneous Clients")
-studies parties whose private labels are noisy: a label is kept with probability ``1 − ε_i`` and
+Methods robust to noisy labels (Fang and Ye, "Robust Federated Learning with Noisy and Heterogeneous
+Clients", CVPR 2022) study parties whose private labels are noisy: a label is kept with probability ``1 − ε_i`` and
 otherwise replaced, either by one of the other classes drawn uniformly (symmetric noise) or by the
 next class (pair flip, ``c → (c + 1) mod C``), the two noise models of the noisy-label literature.
 """

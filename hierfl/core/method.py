@@ -1,9 +1,9 @@
 """A method's own device job: what one local job runs, what it costs and what it returns (public plug-in API).
 
 Plain local training (SGD with the scenario's ``training:`` settings) needs nothing here. A method
-whose devices do something else in a job — correct every gradient by control variates (SCAFFOLD),
-keep a drift (FedDC), train an input offset beside the model (DisTrans), distil from teacher
-snapshots (FCCL), compute class scores on public data (FedMD, RHFL) — describes that job as a
+whose devices do something else in a job — correct every gradient by control variates, keep a
+drift, train an input offset beside the model, distil from teacher snapshots, compute class scores
+on public data — describes that job as a
 **job method**: a frozen, hashable dataclass subclassing :class:`JobMethod`, carried in
 :attr:`TrainSpec.method <hierfl.core.work.TrainSpec.method>`. Nothing in the driver, the executors
 or the device hosts names a method: they ask the job method.
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["JobMethod", "JobContext", "StateStore", "runner", "METHOD_PACKAGES"]
 
 # modules whose import registers the runners of the shipped job methods (imported by a host on the first
-# job whose method has no runner yet: a Ray worker never imported the driver's modules)
+# job whose method has no runner yet: a Ray worker never imported the driver's modules); the server tasks'
+# discovery also imports the ``server`` module of each of their subpackages (hierfl.learn.server_tasks)
 METHOD_PACKAGES: list[str] = ["hierfl.methods"]
 
 _RUNNERS: dict[tuple[type, str], Callable[..., Any]] = {}

@@ -36,24 +36,25 @@ class LayerSplitError(ValueError):
 class PersonalSpec:
     """What a personalised local job does on its device.
 
-    ``kind``: ``split`` (FedPer / LG-FedAvg: train the whole model, keep ``local`` layers),
-    ``maml`` (FedMeta with MAML), ``meta_sgd`` (FedMeta with Meta-SGD: the global vector is
-    ``[θ; α]``), ``finetune`` (FedAvgMeta: plain SGD in training, fine-tuning at evaluation).
+    ``kind``: ``split`` (personalisation layers: train the whole model, keep ``local`` layers),
+    ``maml`` (a meta-learned initialisation with MAML), ``meta_sgd`` (a meta-learned initialisation
+    with Meta-SGD: the global vector is ``[θ; α]``), ``finetune`` (plain SGD in training, fine-tuning
+    at evaluation).
     """
 
     kind: str
     local: LayerSel = 0                # layers kept on the device (as head count, see ``from_end``) or names
-    from_end: bool = True              # int ``local``: the last k layers (FedPer) / all but the last k (LG)
+    from_end: bool = True              # int ``local``: the last k layers (local head) / all but the last k (local base)
     support_fraction: float = 0.2      # share of a device's samples in its support set (meta methods)
-    inner_lr: float = 0.01             # α of MAML / initial α of Meta-SGD / fine-tuning rate of FedAvgMeta
+    inner_lr: float = 0.01             # α of MAML / initial α of Meta-SGD / the fine-tuning rate (finetune)
     inner_steps: int = 1               # adaptation steps on the support set (training and evaluation)
     first_order: bool = False          # MAML: drop the second-order term (FOMAML)
     split_seed: int = 0                # seeds each device's support/query split
-    warmup_rounds: int = 0             # LG-FedAvg: the first cloud rounds train the whole model (FedAvg)
+    warmup_rounds: int = 0             # a local base: the first cloud rounds train the whole model (plain averaging)
 
     @property
     def meta(self) -> bool:
-        """Whether jobs train on support/query splits (FedMeta)."""
+        """Whether jobs train on support/query splits (a meta-learned initialisation)."""
         return self.kind in ("maml", "meta_sgd")
 
     @property

@@ -1,7 +1,7 @@
 """Public (proxy) data: the per-round subsets methods draw from it and what shipping it costs (pure).
 
-Output-exchange methods (FedMD: Li and Wang, 2019, "FedMD: Heterogenous Federated Learning via
-Model Distillation"; FCCL, RHFL) let devices compare predictions on a dataset everyone holds.
+Output-exchange methods (model distillation through class scores, Li and Wang, 2019, arXiv
+1910.03581, and its successors) let devices compare predictions on a dataset everyone holds.
 Each round uses a fresh subset ``A_t`` of it; both ends derive the subset from the same seeded
 stream, so its indices are never sent.
 """
@@ -42,7 +42,7 @@ def public_subset(labels: np.ndarray, size: int, rng: np.random.Generator, strat
 
     ``stratified``: every class gets its share of ``size`` by the largest-remainder rule on the
     class frequencies (ties: smaller class label first), drawn without replacement inside the
-    class, as FedMD's alignment set; else a plain draw without replacement. ``size`` at least the
+    class, as a distillation method's alignment set; else a plain draw without replacement. ``size`` at least the
     pool's size returns the whole pool.
     """
     n = int(labels.shape[0])

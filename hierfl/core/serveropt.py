@@ -91,8 +91,8 @@ class OptState:
     m: np.ndarray | None = None
     v: np.ndarray | None = None
     steps: int = 0
-    # FedDC's H = Σ_i h_i at this aggregator (hierfl.core.feddc.DriftRule); None until its first round
+    # a drift-correcting round rule's H = Σ_i h_i at this aggregator (the devices' drifts); None until its first round
     drift: np.ndarray | None = None
-    # FedDC with an edge-scoped control: the edge's own c_e (float32); None until its first round
+    # a round rule with an edge-scoped control: the edge's own c_e (float32); None until its first round
     control: np.ndarray | None = None
 

@@ -1,9 +1,9 @@
 """A shared dataset built at run time from samples the devices give up (pure numpy).
 
-BGFL (Lian, Zeng, Wang, Gadekallu, Su, "Blockchain-Based Two-Stage Federated Learning With Non-IID
-Data in IoMT System", IEEE TCSS 10(4), 2023) counters label skew with a data-sharing stage: a few
-clients (the *sharers*) each give a fraction α of their samples; the pooled samples ``D_g`` go to
-every client, which then trains on ``D_i ∪ D_g``. docs/explanation/algorithms.md §5.15.
+A data-sharing stage counters label skew (Lian, Zeng, Wang, Gadekallu, Su, "Blockchain-Based Two-Stage
+Federated Learning With Non-IID Data in IoMT System", IEEE TCSS 10(4), 2023): a few clients (the
+*sharers*) each give a fraction α of their samples; the pooled samples, a shared dataset ``D_g``, go
+to every client, which then trains on ``D_i ∪ D_g``. docs/explanation/algorithms.md §5.15.
 
 The paper keeps the sharers' "most representative" samples without saying how; this module draws a
 class-stratified random α-fraction (design default):
@@ -74,7 +74,7 @@ class SharedData:
     sharers: tuple[int, ...]
     counts: tuple[tuple[int, ...], ...]  # per sharer, its share's per-class counts (true labels)
     seed: int
-    # malicious sharers: their shares carry flipped labels C − 1 − y (BGFL's threat model); their own jobs
+    # malicious sharers: their shares carry flipped labels C − 1 − y (the data-sharing threat model); their own jobs
     # keep the true labels
     flipped: tuple[int, ...] = ()
 

@@ -41,7 +41,8 @@ class PublicTask(JobMethod):
     from this seed instead of the parameters it is given (a party's first job, whose architecture
     the run's initial model may not have).
 
-    RHFL adds ``probs`` (a forward pass returning the class probabilities, softmax of the scores) and
+    Methods robust to noisy labels add ``probs`` (a forward pass returning the class probabilities,
+    softmax of the scores) and
     ``align`` (train toward given target probabilities, ``teacher_is_prob``). ``window``: the job
     touches only positions ``[start, stop)`` of the drawn subset, in an order shuffled by the same
     seed (one public batch of an exchange per batch). ``reuse_forward``: the training job's forward
@@ -118,7 +119,7 @@ class TrainSpec:
     weight_decay: float = 0.0
     prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (FedAsync, AHFL); 0 = none
     # local trainer (``training.trainer``): FedProx's μ adds to ρ (same term, kept apart so a
-    # protocol that sets its own ρ does not erase μ); SCAFFOLD corrects every gradient by c − c_i
+    # protocol that sets its own ρ does not erase μ); control variates correct every gradient by c − c_i
     mu: float = 0.0
     control_variates: bool = False
     # timing only (``training.trainer: none``): the job takes its virtual time but is not run; its
@@ -127,25 +128,25 @@ class TrainSpec:
     # a Byzantine device's behaviour (a ``hierfl.robust.behaviours`` config, hashable): the host
     # trains on flipped labels or transforms the result; None for an honest job
     attack: Any = None
-    # personalisation (``training.trainer``: fedper, lg_fedavg, fedmeta, fedavgmeta): what stays on
+    # personalisation (the personalised trainers, hierfl.methods.personal): what stays on
     # the device and how it adapts; None = every parameter is global (hierfl.learn.personal)
     personal: PersonalSpec | None = None
     # streaming data (Co-op's ``stream``): the job sees only the first ``revealed`` samples of the
     # device (in its partition's order); None = all of them
     revealed: int | None = None
     # max-norm gradient clipping of each step's whole gradient (loss terms included, weight decay not),
-    # as ``torch.nn.utils.clip_grad_norm_``; None = no clipping (FedDC's code clips at 10)
+    # as ``torch.nn.utils.clip_grad_norm_``; None = no clipping (drift correction's code clips at 10)
     clip_norm: float | None = None
     # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
     # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
     model: int = 0
-    # FedMA's layer-wise sub-rounds: the first ``frozen`` entries of the flat vector (the matched layers,
+    # matched averaging's layer-wise sub-rounds: the first ``frozen`` entries of the flat vector (the matched layers,
     # which lead the layout) keep their values; the job trains only the rest. 0 = every parameter trains
     frozen: int = 0
-    # a shared dataset built at run time (BGFL's D_g): the job trains on the device's rows plus the other
+    # a shared dataset D_g built at run time: the job trains on the device's rows plus the other
     # sharers' shares (hierfl.core.shared); None = the device's own rows only
     shared: SharedData | None = None
-    # extra local compute a trainer's loss costs (FedAlign's slim pass): a job's work is this many times
+    # extra local compute a trainer's loss costs (a slim pass through the final block): a job's work is this many times
     # its samples processed (docs/explanation/timing.md); 1.0 for every other trainer
     work_factor: float = 1.0
     # a method's own job (hierfl.core.method): what the device runs instead of plain local training, what

@@ -67,7 +67,7 @@ class World:
     # -- output-exchange methods (data.public, models:) --
     public: PublicData | None = None             # the public split, where it is and what shipping it costs
     num_classes: int = 0                         # the label space every model shares (class-score messages)
-    # -- class histograms at the aggregator (protocols that declare needs_label_counts: BGFL, PFNM, FedMA, FedFTG) --
+    # -- class histograms at the aggregator (for protocols that declare needs_label_counts) --
     label_counts: np.ndarray | None = None       # (N, C) int64: each device's training samples per class
     sample_bytes: int = 0                        # one training sample shipped: float32 features + a 4-byte label
     # -- domain-heterogeneous data (data.dataset: digits_domains) --

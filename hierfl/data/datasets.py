@@ -488,8 +488,8 @@ def digit_domain(name: str, images: np.ndarray, rng: np.random.Generator, noise_
 class DigitsDomainsConfig(DatasetConfig):
     """Domain-heterogeneous digits: scikit-learn's ``load_digits`` seen through several named domains.
 
-    A stand-in, built offline, for the Digits benchmark of heterogeneous-domain methods (FCCL:
-    MNIST, USPS, SVHN, SYN), whose images cannot be fetched here. The 1,797 images are split by one
+    A stand-in, built offline, for the Digits benchmark of heterogeneous-domain methods (MNIST,
+    USPS, SVHN, SYN), whose images cannot be fetched here. The 1,797 images are split by one
     seeded permutation into test (``test_fraction``) and training images; the training images are cut
     into one disjoint, near-equal part per domain (each domain has its own images, as the real
     datasets do), each seen through its domain's transform (:func:`digit_domain`). Every domain's

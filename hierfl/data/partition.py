@@ -222,8 +222,8 @@ class DomainsConfig(PartitionConfig):
     covers_all: ClassVar[bool] = False
     samples_per_device: PositiveInt | None = Field(
         default=None, description="this many samples per device, the rest of its share unused (design default "
-                                  "null: the whole share; the FCCL code gives its parties 80 to 5,000); more than "
-                                  "the smallest device's share is refused")
+                                  "null: the whole share; heterogeneous-domain benchmarks give their parties 80 to "
+                                  "5,000); more than the smallest device's share is refused")
 
     def split(self, dataset: Dataset, num_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
         """Each device's share of its domain's samples (in a seeded random order)."""

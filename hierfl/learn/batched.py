@@ -12,8 +12,8 @@ one-job-at-a-time path in the last bits, and may differ with the group a job is 
 
 Determinism therefore rests on the groups: they are decided by the executors from the driver's
 sequence of calls only (:mod:`hierfl.runtime.executor`), never by hosts, workers or timing, and
-a group is always trained whole by one host, in order. SCAFFOLD jobs (per-device state) are never
-grouped. The host trains a group of any other model (and of any model on CUDA) with
+a group is always trained whole by one host, in order. Jobs with control variates (per-device
+state) are never grouped. The host trains a group of any other model (and of any model on CUDA) with
 :class:`hierfl.learn.vmapped.VmapTrainer`; Linear/ReLU chains on CPU use this trainer, which is
 faster there (``analysis/bench/learning.py``).
 """
@@ -82,7 +82,7 @@ class BatchedTrainer:
         if not (k_jobs == len(rows) == len(seeds) == out.shape[0]) or k_jobs < 1:
             raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
         if spec.control_variates:
-            raise ValueError("SCAFFOLD jobs keep per-device state: they are never trained in a group")
+            raise ValueError("jobs with control variates keep per-device state: they are never trained in a group")
         if spec.clip_norm is not None:
             raise ValueError("jobs with gradient clipping are trained one at a time (no grouped clipping)")
         n = int(rows[0].size)
@@ -180,7 +180,7 @@ class JobGroups:
       an aggregation, evaluation or fetch of it): the executor calls :meth:`seal`;
     * it holds :data:`GROUP_MAX` jobs, or a ``train`` call has another spec (:meth:`add`).
 
-    SCAFFOLD jobs (``spec.control_variates``) are never grouped: they run alone. An executor
+    Jobs with control variates (``spec.control_variates``) are never grouped: they run alone. An executor
     trains each closed group whole, on one host.
     """
 

@@ -4,14 +4,15 @@ Hinton, Vinyals and Dean (2015), "Distilling the Knowledge in a Neural Network" 
 a teacher's softened output distribution ``p^T(z) = softmax(z / T)`` carries how classes resemble
 each other, which one-hot labels do not; a student trained to match it, usually beside the ordinary
 loss on true labels, learns from that. Federated methods built on public data use variants of the
-same loss: FedMD (Li and Wang, 2019) regresses a party's class scores onto the consensus with the
-mean absolute error; FCCL and RHFL use the KL form; FedFTG the soft cross-entropy (student) and an
-L1 distance of logits (generator). FCCL also aligns its logits with the parties' mean through a
-cross-correlation of batch-standardised logits (:func:`cross_correlation_loss`).
-RHFL (Fang and Ye, CVPR 2022) adds two more: a party aligns to the
-other parties' distributions with a confidence-weighted sum of KL terms (:func:`weighted_kl`), and
-trains on its noisy private labels with the symmetric cross-entropy (:func:`sce_loss`; Wang et al.,
-"Symmetric Cross Entropy for Robust Learning with Noisy Labels", ICCV 2019).
+same loss: distillation through class scores (Li and Wang, 2019) regresses a party's class scores
+onto the consensus with the mean absolute error; methods that distil from snapshots or from the other
+parties use the KL form; data-free fine-tuning at the server the soft cross-entropy (student) and an
+L1 distance of logits (generator). A party may also align its logits with the parties' mean through a
+cross-correlation of batch-standardised logits (:func:`cross_correlation_loss`). Methods robust to
+noisy labels add two more: a party aligns to the other parties' distributions with a
+confidence-weighted sum of KL terms (:func:`weighted_kl`), and trains on its noisy private labels
+with the symmetric cross-entropy (:func:`sce_loss`; Wang et al., "Symmetric Cross Entropy for Robust
+Learning with Noisy Labels", ICCV 2019).
 
 Every caller passes its own temperature: there is no hidden default, so a protocol's docs state the
 one it uses. Probabilities are handled in log space (``log_softmax``); where a log of a given
@@ -33,7 +34,7 @@ __all__ = ["KD_KINDS", "KDKind", "RCE_LOG_ZERO", "cross_correlation_loss", "ense
 KDKind = Literal["kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits"]
 KD_KINDS: tuple[str, ...] = ("kl", "soft_ce", "mae_logits", "l1_logits", "mse_logits")
 _EPS = 1e-7
-# the reverse cross-entropy's log 0, clamped as the RHFL code clamps the one-hot label at 1e-4
+# the reverse cross-entropy's log 0, clamped as the noisy-label methods' code clamps the one-hot label at 1e-4
 RCE_LOG_ZERO = math.log(1e-4)
 
 
@@ -85,8 +86,8 @@ def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind
     kind
         ``kl``: ``T²·KL(q ‖ p^T(z_s))`` with ``q = p^T(z_t)`` (Hinton; the ``T²`` keeps the soft term's
         gradients, which shrink like ``1/T²``, comparable across temperatures; ``t2_scale=False`` drops
-        it). ``soft_ce``: ``−Σ_c q_c log p^T(z_s)_c``. ``mae_logits``: ``mean_c |z_s − z_t|`` (FedMD's
-        digest). ``l1_logits``: ``Σ_c |z_s − z_t|`` per sample. ``mse_logits``: ``mean_c (z_s − z_t)²``.
+        it). ``soft_ce``: ``−Σ_c q_c log p^T(z_s)_c``. ``mae_logits``: ``mean_c |z_s − z_t|`` (a
+        consensus digest). ``l1_logits``: ``Σ_c |z_s − z_t|`` per sample. ``mse_logits``: ``mean_c (z_s − z_t)²``.
         The ``*_logits`` kinds ignore ``T`` and need logits as the teacher.
     T
         Temperature of the ``kl`` and ``soft_ce`` kinds.
@@ -97,7 +98,7 @@ def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind
         convention); ``none``: the per-sample losses (B,), for per-sample weighting.
     weights
         Optional per-sample weights ``w`` (B,): ``batchmean`` becomes ``mean_b w_b·ℓ_b`` and ``none``
-        returns ``w_b·ℓ_b`` (FedFTG weights each generated sample by its teacher's share of the class).
+        returns ``w_b·ℓ_b`` (e.g. each generated sample weighted by its teacher's share of the class).
     """
     import torch
 
@@ -134,7 +135,7 @@ def kd_loss(student_logits: torch.Tensor, teacher: torch.Tensor, *, kind: KDKind
 
 
 def cross_correlation_loss(student_logits: torch.Tensor, target: torch.Tensor, lambda_col: float) -> torch.Tensor:
-    """FCCL's collaboration loss (Huang, Ye and Du, CVPR 2022; the authors' ``FCCL.py``) on a batch.
+    """A collaboration loss by cross-correlation (Huang, Ye and Du, CVPR 2022, and the authors' code) on a batch.
 
     Both ``(B, C)`` inputs are standardised per class dimension over the batch, ``Ẑ = (Z − mean_b Z) /
     std_b Z`` (the unbiased std, as ``Tensor.std``; clamped at ``1e-12`` so that a constant column
@@ -166,7 +167,8 @@ def sce_loss(logits: torch.Tensor, labels: torch.Tensor, *, a: float, b: float,
     ``RCE = −Σ_c p_c log y_c`` with the one-hot ``y`` clamped at ``1e-4`` (so ``log 0`` becomes
     ``A = log 1e-4 ≈ −9.21``) and ``p = softmax(logits)`` clamped to ``[1e-7, 1]``: ``RCE = −A·Σ_{c≠y} p_c``,
     about ``−A·(1 − p_y)``. The RCE term is bounded, so a wrong label cannot pull the model as hard as
-    under CE alone (Wang et al., 2019). RHFL's code uses ``a = 0.1``, ``b = 1``; ``a = 1, b = 0`` is CE.
+    under CE alone (Wang et al., 2019). Fang and Ye's code (CVPR 2022) uses ``a = 0.1``, ``b = 1``;
+    ``a = 1, b = 0`` is CE.
     ``reduction``: ``mean`` over the batch, or the per-sample losses (``none``).
     """
     import torch
@@ -186,7 +188,7 @@ def sce_loss(logits: torch.Tensor, labels: torch.Tensor, *, a: float, b: float,
 
 def weighted_kl(student_logits: torch.Tensor, teachers: Sequence[torch.Tensor], weights: Sequence[float]
                 ) -> torch.Tensor:
-    """``Σ_j w_j · KL(p_j ‖ softmax(z_s))`` (batch-mean each): RHFL's alignment of one party to the others.
+    """``Σ_j w_j · KL(p_j ‖ softmax(z_s))`` (batch-mean each): one party's confidence-weighted alignment to the others.
 
     ``teachers``: the other parties' distributions ``p_j`` (B, C), already probabilities (the code
     detaches their softmax); ``weights``: their confidence weights ``W_j`` (any non-negative numbers:

@@ -73,7 +73,7 @@ def forward_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_clas
 
 def final_block_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:
     """FLOPs of one sample's pass through the model's final block (:class:`~hierfl.models.nets.FinalBlockTaps`),
-    counted as :func:`forward_flops` counts them: FedAlign's slim pass costs ``width²`` of it."""
+    counted as :func:`forward_flops` counts them: a slim pass at width ``ω`` costs ``ω²`` of it."""
     module = model_cfg.build(input_shape, num_classes)
     return _flops(module, input_shape, module.final_block_layers())  # type: ignore[operator]
 
@@ -238,9 +238,9 @@ class LocalTrainer:
           jobs), replayed without ``torch.optim`` by :class:`~hierfl.learn.sgd.ExactSGD`.
           ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the loss (FedAsync/AHFL's ρ,
           FedProx's μ: Li et al., MLSys 2020, docs/explanation/algorithms.md §5.5).
-        - ``correction`` (SCAFFOLD's ``c − c_i``, docs/explanation/algorithms.md §5.6), when given, is added to
-          every step's gradient before the optimiser step.
-        - ``spec.frozen = k > 0`` (FedMA's frozen layers): the first ``k`` entries of the vector keep the
+        - ``correction`` (control variates' ``c − c_i``, docs/explanation/algorithms.md §5.6), when given, is
+          added to every step's gradient before the optimiser step.
+        - ``spec.frozen = k > 0`` (matched averaging's frozen layers): the first ``k`` entries of the vector keep the
           values of ``params`` — restored after every optimiser step, so the trainable entries see exactly
           the gradients of a model whose leading layers are constant.
         - Exactly ``num_steps(n, spec)`` steps over ``samples_processed(n, spec)`` samples.
@@ -268,7 +268,7 @@ class LocalTrainer:
         seed
             Seed of the data order.
         correction
-            Optional flat float32 vector added to each gradient (SCAFFOLD).
+            Optional flat float32 vector added to each gradient (control variates).
         rows
             Optional sample indices into ``x``/``y``: train on ``x[rows]``, ``y[rows]`` without
             gathering them first (a device host passes the whole data set and the device's rows).

@@ -1,12 +1,12 @@
 """Device work on the public split for output-exchange methods: class scores, digest and pre-training.
 
-FedMD (Li and Wang, 2019, "FedMD: Heterogenous Federated Learning via Model Distillation", arXiv
-1910.03581; the authors' code ``FedMD.py``): every party computes its class scores — the outputs
-of its model without the final softmax — on a public subset, the server averages them into a
-consensus, and each party *digests* it by training its score model toward the consensus (mean
-absolute error on the logits). Before the rounds, each party pre-trains on the labelled public data
-(transfer learning). RHFL (Fang and Ye, CVPR 2022) exchanges class probabilities instead and
-aligns each party to a confidence-weighted target (``probs`` and ``align`` tasks). The functions
+Model distillation through class scores (Li and Wang, 2019, arXiv 1910.03581, and the authors'
+code): every party computes its class scores — the outputs of its model without the final softmax —
+on a public subset, the server averages them into a consensus, and each party *digests* it by
+training its score model toward the consensus (mean absolute error on the logits). Before the
+rounds, each party pre-trains on the labelled public data (transfer learning). Methods robust to
+noisy labels exchange class probabilities instead and align each party to a confidence-weighted
+target (``probs`` and ``align`` tasks). The functions
 below are that work on one device's model, through the
 :class:`~hierfl.learn.local.LocalTrainer` of its architecture.
 """
@@ -59,7 +59,7 @@ def class_scores(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows:
 
 
 def class_probs(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``softmax`` of :func:`class_scores` per sample, flattened to ``len(rows) · C`` float32 (RHFL's upload)."""
+    """``softmax`` of :func:`class_scores` per sample, flattened to ``len(rows) · C`` float32 (uploaded probabilities)."""
     import torch
 
     scores = torch.from_numpy(class_scores(trainer, params, x, rows).reshape(rows.size, trainer.num_classes))
@@ -123,7 +123,7 @@ def run_public_task(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
     rows = subset_rows(task, y)
     if task.kind == "scores":
         return class_scores(trainer, params, x, rows), {"samples": float(rows.size)}
-    if task.kind == "probs":  # RHFL: the class probabilities, softmax of the scores (float32)
+    if task.kind == "probs":  # the class probabilities, softmax of the scores (float32)
         return class_probs(trainer, params, x, rows), {"samples": float(rows.size)}
     if task.kind in ("digest", "align"):
         if targets is None:

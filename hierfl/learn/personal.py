@@ -1,18 +1,21 @@
 """Personalised local jobs and per-device evaluation on a device host (torch).
 
-The methods (their configs are trainer plug-ins in :mod:`hierfl.learn.trainers`):
+The kinds of personalisation (their configs are trainer plug-ins, :mod:`hierfl.methods.personal`):
 
-* **FedPer** — Arivazhagan, Aggarwal, Singh, Choudhary, "Federated Learning with Personalization
+* **A local head** — Arivazhagan, Aggarwal, Singh, Choudhary, "Federated Learning with Personalization
   Layers", arXiv 1912.00818 (docs/explanation/algorithms.md §5.10): the base is global, the head stays local.
-* **LG-FedAvg** — Liang, Liu, Ziyin, Allen, Auerbach, Brent, Salakhutdinov, Morency, "Think Locally,
+* **A local base** — Liang, Liu, Ziyin, Allen, Auerbach, Brent, Salakhutdinov, Morency, "Think Locally,
   Act Globally", arXiv 2001.01523 (§5.10): the lower layers stay local, the top layers are global.
-* **FedMeta** — Chen, Luo, Dong, Li, He, "Federated Meta-Learning with Fast Convergence and Efficient
-  Communication", arXiv 1802.07876, with MAML (Finn, Abbeel, Levine, ICML 2017; second order, or
-  first order as a knob) and Meta-SGD (Li, Zhou, Chen, Li, arXiv 1707.09835: a learned per-parameter
-  inner rate α that the cloud averages with θ). Each device splits its samples into a support and
-  a query set; a job adapts on support batches and steps θ (and α) on the query loss after adaptation.
-* **FedAvgMeta** (FedMeta's baseline): FedAvg training, then fine-tuning on the support set at test time.
-* **FedMeta + FedPer** (the Vietnamese study's combination): meta-learning of the base with the head kept local.
+* **A meta-learned initialisation** — Chen, Luo, Dong, Li, He, "Federated Meta-Learning with Fast
+  Convergence and Efficient Communication", arXiv 1802.07876, with MAML (Finn, Abbeel, Levine, ICML
+  2017; second order, or first order as a knob) and Meta-SGD (Li, Zhou, Chen, Li, arXiv 1707.09835: a
+  learned per-parameter inner rate α that the cloud averages with θ). Each device splits its samples
+  into a support and a query set; a job adapts on support batches and steps θ (and α) on the query
+  loss after adaptation.
+* **Fine-tuning at test time** (that paper's baseline): plain training, then fine-tuning on the
+  support set at test time.
+* **Meta-learning with a local head** (the Vietnamese study's combination): meta-learning of the base
+  with the head kept local.
 
 What never leaves a device: the parameters of its local layers. A job starts from the global model
 with the device's own local layers put in, and returns the trained vector with its local layers
@@ -128,11 +131,11 @@ class Personaliser:
     def train_group(self, devices: list[int], params: list[np.ndarray], x: np.ndarray, y: np.ndarray,
                     rows: list[np.ndarray], spec: TrainSpec, seeds: list[int], states: list[np.ndarray | None],
                     batched: Any) -> list[tuple[np.ndarray, dict[str, float], np.ndarray]]:
-        """Several split-layer jobs (FedPer, LG-FedAvg, FedAvgMeta's training) trained together by
+        """Several split-layer jobs (a local head or base, fine-tuning's training) trained together by
         ``batched`` (a :class:`~hierfl.learn.vmapped.VmapTrainer`): each job is :meth:`train`'s —
         start from the global θ with the device's local layers put in, train every layer, send the
         global part (local layers zeroed), keep the local part — within float tolerance.
-        Meta-learning jobs (``fedmeta``) are trained one at a time (:meth:`train`)."""
+        Meta-learning jobs (support/query steps) are trained one at a time (:meth:`train`)."""
         if self.spec.meta:
             raise ValueError("meta-learning jobs (support/query steps) are trained one at a time")
         for p in params:

@@ -1,9 +1,8 @@
 """Server tasks: work an edge server or the cloud runs itself (fine-tuning, a generator, a matching).
 
-Methods such as FedFTG (Zhang et al., CVPR 2022: a generator and a fine-tuning of the global model
-at the server), pFedLA (Ma et al., CVPR 2022: a hypernetwork per client at the server) and FedMA
-(Wang et al., ICLR 2020: neuron matching at the server) compute at a server, and that computation
-takes time. A *server task* is that computation; a protocol starts one with
+Some methods compute at a server — a generator trained against the devices' models and a fine-tuning of
+the global model, a hypernetwork per client, a matching of neurons across the devices' models — and that
+computation takes time. A *server task* is that computation; a protocol starts one with
 ``env.tier(tier, entity).run(name, inputs, done, payload, params)`` and the driver charges it on
 the server's clock (``servers:``), first in, first out behind the server's earlier tasks.
 
@@ -24,19 +23,24 @@ is the only clock, so the same task takes the same time on every machine.
 generator's weights, one hypernetwork per client); it is saved in checkpoints with the roles'
 state, and its size is reported per tier in ``summary.json`` (``server_state_bytes``).
 
-A plug-in task is one module in :mod:`hierfl.learn.tasks` that calls :func:`server_task` at
-import; the package imports every module in it the first time a task is looked up.
+A method's tasks live in its package, ``hierfl/methods/<method>/server.py``, which calls
+:func:`server_task` at import; tasks no one method owns are modules of :mod:`hierfl.learn.tasks`.
+:func:`discover` imports both the first time a task is looked up, in whatever process looks it up
+(the driver, or the Ray worker that hosts the server point), so every process has the registrations.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from hierfl.core.method import METHOD_PACKAGES
 
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
@@ -109,7 +113,8 @@ def server_task(name: str, example: Example | None = None) -> Callable[[ServerTa
 
 
 def discover() -> None:
-    """Import every module of :mod:`hierfl.learn.tasks` (each registers its tasks)."""
+    """Import every module of :mod:`hierfl.learn.tasks` and the ``server`` module of every method package
+    (each registers its tasks): the packages of :data:`hierfl.core.method.METHOD_PACKAGES`, in name order."""
     global _DISCOVERED  # noqa: PLW0603 - once per process
     if _DISCOVERED:
         return
@@ -117,6 +122,11 @@ def discover() -> None:
     package = importlib.import_module("hierfl.learn.tasks")
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         importlib.import_module(f"hierfl.learn.tasks.{info.name}")
+    for name in METHOD_PACKAGES:
+        methods = importlib.import_module(name)
+        for info in sorted(pkgutil.iter_modules(getattr(methods, "__path__", [])), key=lambda m: m.name):
+            if info.ispkg and importlib.util.find_spec(f"{name}.{info.name}.server") is not None:
+                importlib.import_module(f"{name}.{info.name}.server")
 
 
 def get_task(name: str) -> ServerTask:

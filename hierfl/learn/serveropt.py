@@ -49,14 +49,14 @@ class ServerOptimizerConfig(ConfigModel):
 
     def round_step(self, x: np.ndarray | None, avg: np.ndarray, count: int, state: OptState) -> np.ndarray:
         """The end of a synchronous round: step ``x`` with ``Δ = avg − x`` (``count``: the round's
-        updates, which a round rule such as FedDC's needs and an optimizer does not)."""
+        updates, which a drift-correcting round rule needs and an optimizer does not)."""
         if x is None:
             raise ValueError("a server optimizer needs the model the round started from")
         return self.step(x, avg.astype(np.float64) - np.asarray(x, dtype=np.float64), state)
 
     def take_control(self, control_sum: np.ndarray | None, state: OptState) -> bool:
         """Whether this round rule steps its aggregator's own control with the round's control sum: an
-        optimizer keeps none (SCAFFOLD's sum waits for the upload)."""
+        optimizer keeps none (the control sum of plain control variates waits for the upload)."""
         return False
 
 

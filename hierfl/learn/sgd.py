@@ -8,8 +8,8 @@ operations of ``torch/optim/sgd.py::_single_tensor_sgd`` (torch 2.13, ``dampenin
 element goes through the same kernel path and the results are identical in every bit:
 
 * proximal term (FedProx's μ, FedAsync/AHFL's ρ; docs/explanation/algorithms.md §5.5): ``g += ρ (w − w_start)``;
-* SCAFFOLD's correction (docs/explanation/algorithms.md §5.6): ``g += c − c_i``;
-* max-norm clipping of the whole gradient (``spec.clip_norm``, FedDC): the arithmetic of
+* the correction of control variates (docs/explanation/algorithms.md §5.6): ``g += c − c_i``;
+* max-norm clipping of the whole gradient (``spec.clip_norm``, drift correction): the arithmetic of
   ``torch.nn.utils.clip_grad_norm_(foreach=False)`` over the gradients so far;
 * weight decay: ``g ← g + wd·w`` (a new tensor in torch; here a preallocated one);
 * momentum: ``buf ← g`` on the first step of a job, then ``buf ← m·buf + g``; ``g ← buf``;
@@ -83,7 +83,7 @@ class ExactSGD:
     def start(self, spec: TrainSpec, correction: np.ndarray | None = None) -> None:
         """Begin a job from the parameters now in ``flat``: fresh momentum, anchor = start model.
 
-        ``correction``: SCAFFOLD's flat float32 ``c − c_i`` (shape checked by the caller), or ``None``.
+        ``correction``: the control variates' flat float32 ``c − c_i`` (shape checked by the caller), or ``None``.
         """
         self.lr = spec.lr
         self.momentum = spec.momentum

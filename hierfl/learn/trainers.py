@@ -28,7 +28,7 @@ class TrainerConfig(ConfigModel):
 
     Class attributes state what the trainer needs from the rest of the scenario (checked at load
     time by :mod:`hierfl.scenario.checks`): ``needs_control_variates`` — a protocol that carries
-    SCAFFOLD's control variates; ``needs_every_update`` — why every trained update must arrive
+    control variates; ``needs_every_update`` — why every trained update must arrive
     (no straggler policy that drops updates, no devices going offline), or None.
     """
 
@@ -51,13 +51,13 @@ class TrainerConfig(ConfigModel):
 
     def round_rule(self, members: int, tier: str) -> Any:
         """The rule an aggregator of ``tier`` applies at the end of a synchronous round of updates from
-        ``members`` devices, in place of a server optimizer (FedDC's drift), or None (plain averaging)."""
+        ``members`` devices, in place of a server optimizer (a drift correction), or None (plain averaging)."""
         return None
 
     @property
     def edge_controls(self) -> bool:
-        """Whether an edge server keeps its own server control ``c_e`` for its devices (FedDC), instead of
-        relaying its devices' control deltas to the cloud's ``c`` (SCAFFOLD)."""
+        """Whether an edge server keeps its own server control ``c_e`` for its devices, instead of
+        relaying its devices' control deltas to the cloud's ``c`` (plain control variates)."""
         return False
 
     def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:

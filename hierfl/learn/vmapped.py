@@ -12,7 +12,7 @@ Per job the semantics are those of :meth:`hierfl.learn.local.LocalTrainer.train`
   path takes for the same (seed, device, job);
 * the same loss (cross-entropy, mean over the batch), the same number of steps and samples;
 * the same optimiser arithmetic, in the same order as :class:`~hierfl.learn.sgd.ExactSGD`:
-  proximal term ``g += ρ (w − w_start)``, SCAFFOLD's ``g += c − c_i`` (per job), weight decay
+  proximal term ``g += ρ (w − w_start)``, control variates' ``g += c − c_i`` (per job), weight decay
   ``g ← g + wd·w``, momentum (``buf ← g`` on the first step, then ``buf ← m·buf + g``), ``w ← w − lr·g``.
 
 Jobs of unequal sample counts batch together: every step gathers a ``(K, B_max)`` block of sample
@@ -237,7 +237,7 @@ class VmapTrainer:
                     corrections: list[np.ndarray] | None = None) -> list[dict[str, float]]:
         """Train ``K = len(params)`` jobs in lockstep; job ``k`` starts from ``params[k]`` on ``x[rows[k]]``.
 
-        ``rows[k]`` may have different lengths. ``corrections`` (SCAFFOLD): job ``k``'s flat
+        ``rows[k]`` may have different lengths. ``corrections`` (control variates): job ``k``'s flat
         ``c − c_i``, added to each of its gradients. Results go to ``out[k]`` (``(K, P)`` float32);
         returns each job's ``{'loss', 'steps', 'samples'}`` like the single-job trainer.
         """

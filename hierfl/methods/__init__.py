@@ -1,9 +1,12 @@
 """The shipped methods, one package each, written against the public plug-in API (:mod:`hierfl.plugin`).
 
 Importing this package imports every method package in it, which registers what each method adds
-(its job runners today; its protocol, trainer and server parts as they move here). A method package
-is laid out by layer role: ``math.py`` (numpy only), ``config.py``, ``job.py`` (the device job's
-runner, with torch), ``protocol.py``, ``server.py``.
+(its trainer configs and job runners; its protocol parts as they move here). A method package is
+laid out by layer role: ``math.py`` (numpy only: its rules and its job settings), ``config.py`` (its
+``training.trainer`` config), ``job.py`` (the device job's runner), ``trainer.py`` (its torch work,
+imported where it runs), ``protocol.py``, ``server.py`` (its server tasks: imported, and so
+registered, the first time a server task is looked up, :func:`hierfl.learn.server_tasks.discover`,
+so that loading a scenario imports no torch).
 """
 
 import importlib

@@ -105,7 +105,7 @@ class ModelConfig(ConfigModel):
     @property
     def slimmable_final_block(self) -> bool:
         """Whether the built module has feature taps around a width-slimmable final block
-        (:class:`hierfl.models.nets.FinalBlockTaps`; FedAlign needs one)."""
+        (:class:`hierfl.models.nets.FinalBlockTaps`; a Lipschitz term of the final block needs one)."""
         return False
 
 
@@ -189,7 +189,7 @@ class CNNConfig(ModelConfig):
 
 @MODELS.register
 class DualInputConfig(ModelConfig):
-    """DisTrans's dual-input model (Yuan et al., "Addressing Heterogeneity in Federated Learning via
+    """A dual-input model (Yuan et al., "Addressing Heterogeneity in Federated Learning via
     Distributional Transformation", ECCV 2022): a shared ``backbone`` (an ``mlp`` or ``cnn`` whose output
     layer gives ``features`` values) applied to two views of each sample shifted by the device's offset,
     ``x_L = (1 − a)x + a·t`` and ``x_R = (1 + a)x − a·t``, and a linear head on both views' features
@@ -204,7 +204,7 @@ class DualInputConfig(ModelConfig):
     features: PositiveInt = Field(default=64, description="features the backbone gives per view (the head sees twice "
                                                           "as many) [design default 64]")
     a: float = Field(default=0.2, ge=0.0, le=1.0, allow_inf_nan=False,
-                     description="DisTrans's mixing a of the two views (distrans.a): 0.2 in the authors' non-IID run, "
+                     description="the mixing a of the two views: 0.2 in the authors' non-IID run, "
                                  "0.3 in their IID run [design default 0.2, from the authors' code]")
 
     def check_input(self, input_shape: tuple[int, ...]) -> str | None:

@@ -19,8 +19,8 @@ def slim_size(channels: int, width: float) -> int:
 
 
 class FinalBlockTaps:
-    """Feature taps around a model's final block and a slim pass through it (FedAlign, Mendieta et al.,
-    CVPR 2022: the Lipschitz term of the last block is measured at full and at reduced width).
+    """Feature taps around a model's final block and a slim pass through it (Mendieta et al., CVPR
+    2022: a Lipschitz term of the last block is measured at full and at reduced width).
 
     A model with this mixin splits its forward pass into ``stem → final block → head``:
     :meth:`taps` returns the features entering the block (``f_in``), leaving it (``f_out``) and the
@@ -101,7 +101,7 @@ class CNN(nn.Module, FinalBlockTaps):
     """CNN of McMahan et al. (2017): conv5x5+ReLU+pool2, conv5x5+ReLU+pool2, FC+ReLU, FC.
 
     Its final block (:class:`FinalBlockTaps`) is the second convolution block (conv+ReLU+pool), the
-    last one with spatial features, as FedAlign slims a ResNet's last residual stage."""
+    last one with spatial features, as Mendieta et al. slim a ResNet's last residual stage."""
 
     def __init__(
         self, input_shape: tuple[int, int, int], channels: Sequence[int], hidden: int, num_classes: int
@@ -152,7 +152,7 @@ class CNN(nn.Module, FinalBlockTaps):
 
 
 class DualInput(nn.Module):
-    """Dual-input wrapper with a shared backbone (DisTrans, Yuan et al., ECCV 2022): the backbone ``φ``
+    """Dual-input wrapper with a shared backbone (Yuan et al., ECCV 2022): the backbone ``φ``
     sees two views of each sample shifted by an input-shaped offset ``t``,
     ``x_L = (1 − a)·x + a·t`` and ``x_R = (1 + a)·x − a·t``, and a linear head classifies
     ``concat(ReLU(φ(x_L)), ReLU(φ(x_R)))``.

@@ -110,7 +110,7 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "recoveries": ("int", "", "lost Ray actors or nodes the run recovered from"),
     "energy": ("object", "J", "energy totals, per-device mean and max, per-tier sums (with energy:)"),
     "device_state": ("object", "bytes", "persistent per-device state held at the end (trainers that keep it: "
-                     "SCAFFOLD, FedDC): devices holding some, bytes in total and per such device"),
+                     "control variates, drifts): devices holding some, bytes in total and per such device"),
     "server_jobs": ("object", "", "server tasks (a protocol's own computation at a server): tasks started, "
                     "virtual seconds busy and bytes each tier's points keep, per tier (present when any ran)"),
     "error": ("str", "", "the error of a failed run"),

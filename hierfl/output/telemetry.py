@@ -31,7 +31,7 @@ COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_
 # counters a feature adds on its first count (only the runs that use it carry them, so others' totals
 # stay as they were): re-grouping (``protocol.recluster``) counts the devices it moved and their transfers;
 # server jobs (a protocol's own computation at a server) count their tasks, virtual seconds and FLOPs; a
-# ledger (BGFL) counts the blocks that carry data and the bytes written to the chain
+# ledger (a blockchain-based protocol) counts the blocks that carry data and the bytes written to the chain
 OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration", "server_jobs", "server_job_s", "server_flops",
                                "chain_blocks", "bytes_on_chain"})
 

@@ -59,8 +59,8 @@ class MigrationConfig(ConfigModel):
                     "bytes_device_tier and bytes_migration, traced as `migrate`) [D]")
     device_state: Literal["keep", "reset"] = Field(
         default="keep",
-        description="the device's persistent local state (SCAFFOLD's control c_i, FedDC's drift h_i and control "
-                    "c_i): keep = it moves with the device unchanged [D]; reset = forgotten, the device starts "
+        description="the device's persistent local state (what a trainer keeps per device: a control c_i, "
+                    "a drift h_i): keep = it moves with the device unchanged [D]; reset = forgotten, the device starts "
                     "again from zeros in its new group as a device joining afresh would (its old server's sums "
                     "keep what it contributed)")
 

@@ -38,7 +38,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
-from hierfl.core.fccl import FCCLJob, num_batches
+from hierfl.methods.fccl.math import FCCLJob, num_batches
 from hierfl.core.jobs import Job
 from hierfl.core.work import TrainSpec
 from hierfl.env import Env, Payload

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from hierfl.config.errors import Problem
-from hierfl.core.pfedla import layer_groups
+from hierfl.methods.pfedla.math import layer_groups
 from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event, Priority
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig

@@ -47,7 +47,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 from hierfl.config.base import ReadWith
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.jobs import Endpoint, Job
-from hierfl.core.rhfl import SCESpec, confidence_weights, first_round_weights, loss_decrease
+from hierfl.methods.rhfl.math import SCESpec, confidence_weights, first_round_weights, loss_decrease
 from hierfl.core.work import PublicTask, TrainSpec
 from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event

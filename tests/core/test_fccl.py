@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierfl.core.fccl import FCCLJob, batch_positions, num_batches, own_target
+from hierfl.methods.fccl.math import FCCLJob, batch_positions, num_batches, own_target
 from hierfl.core.work import TrainSpec, work_samples
 
 

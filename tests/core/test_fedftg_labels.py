@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hierfl.core.fedftg import (
+from hierfl.methods.fedftg.math import (
     CLASS_WEIGHT_EPS,
     allot_labels,
     batch_weights,

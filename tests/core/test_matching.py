@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from hierfl.core.matching import (
+from hierfl.methods.matched.math import (
     assignment_cost,
     assignment_ops,
     class_average,

@@ -1,4 +1,4 @@
-"""pFedLA's layer-wise aggregation against hand calculations on tiny tensors (hierfl.core.pfedla)."""
+"""pFedLA's layer-wise aggregation against hand calculations on tiny tensors (hierfl.methods.pfedla.math)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierfl.core.pfedla import kept_layers, layer_groups, layer_weights, personalise
+from hierfl.methods.pfedla.math import kept_layers, layer_groups, layer_weights, personalise
 
 LAYOUT = [("a.weight", (2,)), ("a.bias", (1,)), ("b.weight", (1,))]
 

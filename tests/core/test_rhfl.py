@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hierfl.core.rhfl import SCESpec, ccr_weights, confidence_weights, first_round_weights, loss_decrease
+from hierfl.methods.rhfl.math import SCESpec, ccr_weights, confidence_weights, first_round_weights, loss_decrease
 
 
 def test_first_round_weights_are_one_over_k_minus_one():

@@ -5,6 +5,9 @@ out per server, traced on the server's lane, its result handed to the protocol a
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +259,24 @@ def _shipped_tasks() -> list[str]:
 
     discover()
     return sorted(name for name, fn in SERVER_TASKS.items() if fn.__module__.startswith("hierfl."))
+
+
+def test_shipped_tasks_live_in_their_method_package_or_the_shared_tasks():
+    # a method's tasks are its package's server.py; hierfl.learn.tasks holds those no one method owns
+    homes = {name: SERVER_TASKS[name].__module__ for name in _shipped_tasks()}
+    stray = {name: mod for name, mod in homes.items()
+             if not (mod.startswith("hierfl.learn.tasks.") or re.fullmatch(r"hierfl\.methods\.\w+\.server", mod))}
+    assert not stray, stray
+    assert any(mod.startswith("hierfl.methods.") for mod in homes.values())
+
+
+def test_a_fresh_process_finds_a_method_packages_task_on_first_look_up():
+    # a Ray worker (or the process of a cloud role) imports nothing of the methods before its first task:
+    # looking one up registers every shipped task there
+    code = ("import sys\nfrom hierfl.learn.server_tasks import get_task\n"
+            "print(get_task('pfnm_match').__module__, get_task('public_finetune').__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["hierfl.methods.matched.server", "hierfl.learn.tasks.public_finetune"]
 
 
 @pytest.mark.parametrize("name", _shipped_tasks())

@@ -69,6 +69,8 @@ ROLES: dict[str, str] = {
     "driver": "driver",      # the driver's service: plays the feature, counts and reports it
     "protocol": "protocols",  # helpers the protocols share
     "job": "learn",          # a method's device job: the runner of its job method (hierfl.core.method)
+    "trainer": "learn",      # a method's torch work: its local loss and training, or its server-side models
+    "server": "learn",       # a method's server tasks (hierfl.learn.server_tasks), registered by name
 }
 # the method packages: ``hierfl/methods/<method>/<role>.py``, each module the layer of its role (ROLES)
 METHODS = "methods"

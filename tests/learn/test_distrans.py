@@ -17,10 +17,10 @@ from torch import nn
 from hierfl.methods.distrans.job import offset_trainer
 from hierfl.assemble import build
 from hierfl.cli import main
-from hierfl.core.distrans import OffsetSpec, initial_offset, mean_initial_offset
+from hierfl.methods.distrans.math import OffsetSpec, initial_offset, mean_initial_offset
 from hierfl.core.work import TrainSpec
 from hierfl.driver import resume_run, run_scenario
-from hierfl.learn.distrans import OffsetTrainer
+from hierfl.methods.distrans.trainer import OffsetTrainer
 from hierfl.models import DualInputConfig
 from hierfl.models.nets import DualInput
 from hierfl.runtime.roles import DeviceHost

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from hierfl.core.fccl import FCCLJob, batch_positions, own_target
+from hierfl.methods.fccl.math import FCCLJob, batch_positions, own_target
 from hierfl.core.work import TrainSpec
 from hierfl.learn.distill import cross_correlation_loss
-from hierfl.learn.fccl import FCCLWork
+from hierfl.methods.fccl.trainer import FCCLWork
 from hierfl.learn.local import LocalTrainer
 from hierfl.models import LogRegConfig
 from hierfl.runtime.device_state import DeviceState

@@ -16,10 +16,10 @@ import yaml
 
 from hierfl.assemble import build
 from hierfl.cli import main
-from hierfl.core.fedalign import AlignSpec, align_work_factor
+from hierfl.methods.fedalign.math import AlignSpec, align_work_factor
 from hierfl.core.work import TrainSpec
 from hierfl.driver import run_scenario
-from hierfl.learn.align import fedalign_loss, top_singular, transfer_matrix
+from hierfl.methods.fedalign.trainer import fedalign_loss, top_singular, transfer_matrix
 from hierfl.learn.local import LocalTrainer, init_params
 from hierfl.models import CNNConfig, MLPConfig
 from tests.conftest import TINY, tiny

@@ -12,7 +12,7 @@ import yaml
 
 from hierfl.assemble import build, train_spec
 from hierfl.cli import main
-from hierfl.core.feddc import (
+from hierfl.methods.feddc.math import (
     DriftRule,
     DriftSpec,
     device_update,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hierfl.learn.distill import kd_loss
-from hierfl.learn.fedftg import (
+from hierfl.methods.fedftg.trainer import (
     FTGSettings,
     build_generator,
     class_loss,

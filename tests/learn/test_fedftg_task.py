@@ -7,7 +7,7 @@ import pytest
 
 from hierfl.learn.local import LocalTrainer, forward_flops, init_params
 from hierfl.learn.server_tasks import ServerContext, get_task
-from hierfl.learn.tasks.fedftg import settings_of, weighted_mean
+from hierfl.methods.fedftg.server import settings_of, weighted_mean
 from hierfl.models import LogRegConfig
 
 CFG = LogRegConfig()

@@ -12,7 +12,7 @@ import yaml
 
 from hierfl.assemble import build, train_spec
 from hierfl.cli import main
-from hierfl.core.scaffold import ControlJob
+from hierfl.methods.scaffold.math import ControlJob
 from hierfl.core.work import TrainSpec
 from hierfl.driver import run_scenario
 from hierfl.dynamics.availability import steady_names

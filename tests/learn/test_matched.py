@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hierfl.core.mlp_layout import mlp_layers, mlp_vector
-from hierfl.learn.matched import (
+from hierfl.methods.matched.trainer import (
     Shape,
     active_layers,
     embed,
@@ -119,7 +119,7 @@ def test_fedma_final_by_hand() -> None:
 def test_submodel_gives_each_client_its_matched_neurons_in_its_own_order() -> None:
     """Permuted clients, matched with a weak prior: each client's sub-network of the global model is its own
     network again (its order, its width)."""
-    from hierfl.learn.matched import submodel
+    from hierfl.methods.matched.trainer import submodel
 
     rng = np.random.default_rng(5)
     base = _narrow(rng, [3, 2])

@@ -1,11 +1,11 @@
-"""pFedLA's hypernetworks and server jobs against hand calculations on tiny tensors (hierfl.learn.pfedla)."""
+"""pFedLA's hypernetworks and server jobs against hand calculations on tiny tensors (hierfl.methods.pfedla.trainer)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hierfl.learn.pfedla import (
+from hierfl.methods.pfedla.trainer import (
     HyperShape,
     hn_alpha,
     hypernet_step,
@@ -117,7 +117,7 @@ def _params(**kw):
 
 
 def test_client_update_creates_the_store_steps_and_personalises():
-    from hierfl.learn.pfedla import client_update
+    from hierfl.methods.pfedla.trainer import client_update
 
     layout = [("l.weight", (1,)), ("l.bias", (1,))]
     shape = HyperShape(embed_dim=1, hidden_dim=1, layers=1, clients=2)
@@ -144,7 +144,7 @@ def test_client_update_creates_the_store_steps_and_personalises():
 
 
 def test_client_update_with_k_keep_returns_the_own_layer_and_its_size():
-    from hierfl.learn.pfedla import client_update
+    from hierfl.methods.pfedla.trainer import client_update
 
     layout = [("a.weight", (2,)), ("b.weight", (1,))]
     state = {"models": np.array([[1.0, 2.0, 3.0], [5.0, 6.0, 7.0]], dtype=np.float32)}
@@ -160,7 +160,7 @@ def test_client_update_with_k_keep_returns_the_own_layer_and_its_size():
 
 
 def test_store_mean_by_hand():
-    from hierfl.learn.pfedla import store_mean
+    from hierfl.methods.pfedla.trainer import store_mean
 
     mean, flops = store_mean({"models": np.array([[1.0, 2.0], [3.0, 6.0]], dtype=np.float32)})
     assert mean.tolist() == [2.0, 4.0] and flops == 4.0

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from hierfl.core.rhfl import SCESpec
+from hierfl.methods.rhfl.math import SCESpec
 from hierfl.core.work import PublicTask, TrainSpec, work_samples
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.outputs import run_public_task, subset_rows
-from hierfl.learn.sce import private_sce_loss, train_sce
+from hierfl.methods.rhfl.trainer import private_sce_loss, train_sce
 from hierfl.models import LogRegConfig
 
 A = math.log(1e-4)

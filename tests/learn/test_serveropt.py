@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierfl.core.scaffold import control_weights, correction, option2_control
+from hierfl.methods.scaffold.math import control_weights, correction, option2_control
 from hierfl.core.serveropt import OptState
 from hierfl.learn.serveropt import (
     SERVER_OPTIMIZERS,

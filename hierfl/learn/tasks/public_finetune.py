@@ -1,8 +1,8 @@
 """``public_finetune``: the server trains a model on the labelled public split.
 
 The simplest server-side training, and the building block of methods that fine-tune the
-aggregate at the server on data it holds (FedMD's transfer-learning phase run at a server, a
-server-side calibration). Charged as a device job of the same work would be
+aggregate at the server on data it holds (a distillation method's transfer-learning phase run at
+a server, a server-side calibration). Charged as a device job of the same work would be
 (ALGORITHMS_2 conventions: ``samples × 3 × F(model)`` FLOPs), on the server's FLOP/s.
 """
 

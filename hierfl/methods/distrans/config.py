@@ -1,5 +1,5 @@
 """The ``training.trainer`` config of distrans: ``distrans`` — Yuan et al., "Addressing Heterogeneity in Federated Learning via Distributional
-  Transformation", ECCV 2022 (:mod:`hierfl.learn.distrans`): each device trains an input-shaped offset with
+  Transformation", ECCV 2022 (:mod:`hierfl.methods.distrans.trainer`): each device trains an input-shaped offset with
   the dual-input model and keeps it (its host's per-device state); devices are evaluated with their own.
 """
 
@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from hierfl.core.distrans import OffsetSpec
+from hierfl.methods.distrans.math import OffsetSpec
 from hierfl.learn.trainers import TRAINERS, TrainerConfig, one_model
 
 __all__ = ["DisTransTrainer"]
@@ -48,7 +48,8 @@ class DisTransTrainer(TrainerConfig):
                     "joint]")
 
     def spec_fields(self) -> dict[str, Any]:
-        """The offset job (:class:`~hierfl.core.distrans.OffsetSpec`) (its ``init_seed`` is set from the scenario seed by the build)."""
+        """The offset job (:class:`~hierfl.methods.distrans.math.OffsetSpec`; its ``init_seed`` is set from the
+        scenario seed by the build)."""
         return {"method": OffsetSpec(self.offset_mode, float(self.lr_offset), self.offset_update)}
 
     def work_factor(self, model: Any, input_shape: tuple[int, ...], num_classes: int, call: Any) -> float:

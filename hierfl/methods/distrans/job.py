@@ -1,5 +1,5 @@
 """DisTrans's device job and per-device evaluation (Yuan et al., "Addressing Heterogeneity in Federated
-Learning via Distributional Transformation", ECCV 2022; math in :mod:`hierfl.core.distrans`).
+Learning via Distributional Transformation", ECCV 2022; math in :mod:`hierfl.methods.distrans.math`).
 
 Each device's input-shaped offset ``t_i`` is per-device state of its host (name ``offset``): made on the
 device's first job (or evaluation) from the scenario seed, moved by each job, checkpointed with the host,
@@ -15,17 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.distrans import OffsetSpec, initial_offset
+from hierfl.methods.distrans.math import OffsetSpec, initial_offset
 from hierfl.core.method import JobContext, runner
 
 __all__ = ["run_offset_job", "evaluate_with_offset", "offset_trainer"]
 
 
 def offset_trainer(ctx: JobContext) -> Any:
-    """The host's :class:`~hierfl.learn.distrans.OffsetTrainer` (the dual-input model; made once per host)."""
+    """The host's :class:`~hierfl.methods.distrans.trainer.OffsetTrainer` (the dual-input model; made once per host)."""
     trainer = ctx.cache.get("offset_trainer")
     if trainer is None:
-        from hierfl.learn.distrans import OffsetTrainer
+        from hierfl.methods.distrans.trainer import OffsetTrainer
 
         cfg, shape, classes, threads = ctx.model
         trainer = ctx.cache["offset_trainer"] = OffsetTrainer(cfg.build(tuple(shape), classes), threads)

@@ -1,5 +1,5 @@
 """The ``training.trainer`` config of fedalign: ``fedalign`` — Mendieta et al., "Local Learning Matters: Rethinking Data Heterogeneity in Federated
-  Learning", CVPR 2022 (:mod:`hierfl.learn.align`): cross-entropy plus μ times the Lipschitz term of the
+  Learning", CVPR 2022 (:mod:`hierfl.methods.fedalign.trainer`): cross-entropy plus μ times the Lipschitz term of the
   model's final block at a slim width; any protocol. Its slim pass is charged as a work factor.
 """
 
@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from hierfl.core.fedalign import AlignSpec, align_work_factor
+from hierfl.methods.fedalign.math import AlignSpec, align_work_factor
 from hierfl.learn.trainers import TRAINERS, TrainerConfig, one_model
 
 __all__ = ["FedAlignTrainer"]
@@ -21,7 +21,7 @@ class FedAlignTrainer(TrainerConfig):
 
     Local loss ``ℓ_CE + μ·(sg(ℓ_CE)/sg(ℓ_Lip))·ℓ_Lip`` (``normalize_lip``, the authors' code) or
     ``ℓ_CE + μ·ℓ_Lip`` (the paper), ``ℓ_Lip`` the squared gap between the final block's transfer-matrix
-    spectral norms at full width and at width ``ω`` (:mod:`hierfl.learn.align`). A pure local-loss change:
+    spectral norms at full width and at width ``ω`` (:mod:`hierfl.methods.fedalign.trainer`). A pure local-loss change:
     any protocol, any tier. A job's work is ``1 + ω²·F(block)/F(model)`` times a plain job's.
     """
 
@@ -44,7 +44,7 @@ class FedAlignTrainer(TrainerConfig):
                     "no clipping [design default 10]")
 
     def spec_fields(self) -> dict[str, Any]:
-        """The FedAlign job (:class:`~hierfl.core.fedalign.AlignSpec`, a job method) and the clipping norm."""
+        """The FedAlign job (:class:`~hierfl.methods.fedalign.math.AlignSpec`, a job method) and the clipping norm."""
         return {"method": AlignSpec(float(self.mu), float(self.width), bool(self.normalize_lip), int(self.power_iters)),
                 "clip_norm": None if self.clip_norm is None else float(self.clip_norm)}
 

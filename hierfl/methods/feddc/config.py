@@ -1,5 +1,5 @@
 """The ``training.trainer`` config of feddc: ``feddc`` — Gao et al., "FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling and
-  Correction", CVPR 2022 (docs/explanation/algorithms.md §5.14; math in :mod:`hierfl.core.feddc`):
+  Correction", CVPR 2022 (docs/explanation/algorithms.md §5.14; math in :mod:`hierfl.methods.feddc.math`):
   each device keeps a drift ``h_i`` and a control ``c_i`` (its host's per-device state, like
   SCAFFOLD's ``c_i``); the aggregator that receives the devices' updates runs the server rule
   (:meth:`TrainerConfig.round_rule`). Messages carry two vectors each way.
@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from hierfl.core.feddc import DriftRule, DriftSpec
+from hierfl.methods.feddc.math import DriftRule, DriftSpec
 from hierfl.learn.trainers import TRAINERS, TrainerConfig
 from hierfl.methods.scaffold.config import ScaffoldTrainer
 
@@ -21,7 +21,7 @@ __all__ = ["FedDCTrainer"]
 @TRAINERS.register
 class FedDCTrainer(TrainerConfig):
     """``trainer: {name: feddc, alpha: 0.01, server_rule: code}``: FedDC (Gao et al., CVPR 2022), local
-    drift decoupling and correction (:mod:`hierfl.core.feddc`).
+    drift decoupling and correction (:mod:`hierfl.methods.feddc.math`).
 
     Each device keeps a drift ``h_i`` and a control ``c_i``; messages carry two vectors each way, down
     ``(w, c)`` and up ``[θ⁺; δc_i]``, like SCAFFOLD's. The aggregator that receives the devices'
@@ -55,7 +55,7 @@ class FedDCTrainer(TrainerConfig):
         return 2
 
     def spec_fields(self) -> dict[str, Any]:
-        """``control_variates``, the drift job (:class:`~hierfl.core.feddc.DriftSpec`) and the clipping norm."""
+        """``control_variates``, the drift job (:class:`~hierfl.methods.feddc.math.DriftSpec`) and the clipping norm."""
         return {"control_variates": True, "method": DriftSpec(float(self.alpha), self.server_rule),
                 "clip_norm": None if self.clip_norm is None else float(self.clip_norm)}
 

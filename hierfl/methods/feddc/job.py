@@ -1,5 +1,5 @@
 """FedDC's device job (Gao et al., "FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling and
-Correction", CVPR 2022; math in :mod:`hierfl.core.feddc`).
+Correction", CVPR 2022; math in :mod:`hierfl.methods.feddc.math`).
 
 A job reads and moves the device's drift ``h_i`` and control ``c_i`` (per-device state of its host).
 FedDC's penalty gradient ``α_i (θ − w)`` is the exact SGD replay's proximal term and ``α_i h_i + g_i``
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from hierfl.core.feddc import DriftSpec, device_update, local_terms, mean_steps, relative_weights
+from hierfl.methods.feddc.math import DriftSpec, device_update, local_terms, mean_steps, relative_weights
 from hierfl.core.method import JobContext, runner
 
 __all__ = ["run_drift_job"]

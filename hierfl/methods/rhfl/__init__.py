@@ -1,3 +1,4 @@
-"""rhfl: its device job's runner (:mod:`.job`)."""
+"""rhfl: its math (:mod:`.math`: client-confidence re-weighting, the loss spec), its device job's runner
+(:mod:`.job`) and the training with the symmetric cross-entropy (:mod:`.trainer`)."""
 
 from hierfl.methods.rhfl import job as job  # noqa: F401  (registers the runner)

@@ -1,5 +1,5 @@
 """The ``training.trainer`` config of scaffold: ``scaffold`` — Karimireddy et al., ICML 2020, option II (docs/explanation/algorithms.md §5.6; math in
-  :mod:`hierfl.core.scaffold`). Each device's control ``c_i`` lives in its device host and
+  :mod:`hierfl.methods.scaffold.math`). Each device's control ``c_i`` lives in its device host and
   persists across rounds; the cloud keeps ``c``, stepped ``c ← c + Σ_{i∈S} κ_i Δc_i``. The paper
   averages ``Δy`` uniformly and uses ``κ_i = 1/N``; hierfl's FedAvg/HierFAVG average models by
   sample count, so ``κ_i = n_i / n`` by default (``c`` then tracks ``Σ (n_i/n) c_i``, the gradient
@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from hierfl.core.scaffold import ControlJob
+from hierfl.methods.scaffold.math import ControlJob
 from hierfl.learn.trainers import TRAINERS, TrainerConfig
 
 __all__ = ["ScaffoldTrainer"]
@@ -44,5 +44,5 @@ class ScaffoldTrainer(TrainerConfig):
         return 2
 
     def spec_fields(self) -> dict[str, Any]:
-        """``control_variates`` and the SCAFFOLD job (:class:`~hierfl.core.scaffold.ControlJob`)."""
+        """``control_variates`` and the SCAFFOLD job (:class:`~hierfl.methods.scaffold.math.ControlJob`)."""
         return {"control_variates": True, "method": ControlJob()}

@@ -1,5 +1,5 @@
 """SCAFFOLD's device job, option II (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
-Federated Learning", ICML 2020; math in :mod:`hierfl.core.scaffold`).
+Federated Learning", ICML 2020; math in :mod:`hierfl.methods.scaffold.math`).
 
 The job trains with every gradient corrected by ``c − c_i`` (``c``: the server control that came with the
 job; ``c_i``: the device's own, kept by its host), then moves ``c_i`` by option II and returns
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hierfl.core.method import JobContext, runner
-from hierfl.core.scaffold import ControlJob, correction, option2_control
+from hierfl.methods.scaffold.math import ControlJob, correction, option2_control
 
 __all__ = ["run_control_job"]
 

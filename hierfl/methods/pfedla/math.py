@@ -2,7 +2,7 @@
 
 Ma, Zhang, Guo, Xu, "Layer-wised Model Aggregation for Personalized Federated Learning", CVPR 2022 (arXiv
 2205.03993), as a third-party implementation has it (docs/explanation/algorithms.md, pFedLA). Pure numpy:
-the hypernetworks that produce the weights are in :mod:`hierfl.learn.pfedla`. Sums over clients run in client
+the hypernetworks that produce the weights are in :mod:`hierfl.methods.pfedla.trainer`. Sums over clients run in client
 order in float64, element-wise (no BLAS reductions), so the bits do not depend on thread counts.
 """
 

@@ -29,7 +29,7 @@ checkpointed) in the order embedding, ``W1, b1, W2, b2, W3, b3`` (PyTorch's ``(o
 then every head's weight ``(N, h)`` and finally every head's bias ``(N,)``.
 
 The layer-wise sums themselves (aggregation units, normalised weights, ``θ̄``) are pure numpy in
-:mod:`hierfl.core.pfedla`. Sums over clients run in a fixed order in float64 (element-wise numpy, no
+:mod:`hierfl.methods.pfedla.math`. Sums over clients run in a fixed order in float64 (element-wise numpy, no
 BLAS reductions), so the result does not depend on thread counts.
 """
 
@@ -42,7 +42,7 @@ from typing import Literal
 
 import numpy as np
 
-from hierfl.core.pfedla import Granularity, kept_layers, layer_groups, layer_weights, personalise
+from hierfl.methods.pfedla.math import Granularity, kept_layers, layer_groups, layer_weights, personalise
 
 __all__ = ["Granularity", "HyperShape", "VjpSign", "client_update", "create_store", "hn_alpha", "hypernet_step", "init_hypernet",
            "kept_layers", "layer_groups", "layer_weights", "pack_hypernet", "personalise", "store_mean", "update_flops"]

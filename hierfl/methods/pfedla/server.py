@@ -2,7 +2,7 @@
 models) and ``pfedla_mean`` (an edge's mean).
 
 Ma et al., "Layer-wised Model Aggregation for Personalized Federated Learning", CVPR 2022 (arXiv
-2205.03993); the math and its provenance are in :mod:`hierfl.learn.pfedla`. The server point's state
+2205.03993); the math and its provenance are in :mod:`hierfl.methods.pfedla.trainer`. The server point's state
 holds ``models`` (``N × P``: every client's latest trained model) and ``hypernets`` (``N × H``: one
 hypernetwork per client), created by the point's ``pfedla_init`` task or else by its first ``pfedla`` task.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.pfedla import layer_groups
+from hierfl.methods.pfedla.math import layer_groups
 from hierfl.learn.local import init_params
-from hierfl.learn.pfedla import HyperShape, client_update, create_store, store_mean
+from hierfl.methods.pfedla.trainer import HyperShape, client_update, create_store, store_mean
 from hierfl.learn.server_tasks import ServerContext, ServerResult, server_task
 
 __all__ = ["pfedla", "pfedla_init", "pfedla_mean"]

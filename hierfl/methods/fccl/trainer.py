@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierfl.core.fccl import FCCLJob, batch_positions, own_target
+from hierfl.methods.fccl.math import FCCLJob, batch_positions, own_target
 from hierfl.core.work import TrainSpec, effective_batch, samples_processed
 from hierfl.learn.local import index_blocks, init_params
 from hierfl.learn.outputs import class_scores

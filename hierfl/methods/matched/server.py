@@ -1,7 +1,7 @@
 """Server tasks of matched averaging: ``matched_init``, ``pfnm_match``, ``fedma_layer``, ``fedma_final``.
 
 PFNM (Yurochkin et al., ICML 2019, arXiv 1905.12022) and FedMA (Wang et al., ICLR 2020, arXiv
-2002.06440); the work itself is :mod:`hierfl.learn.matched` over :mod:`hierfl.core.matching`. Each task
+2002.06440); the work itself is :mod:`hierfl.methods.matched.trainer` over :mod:`hierfl.methods.matched.math`. Each task
 charges an operation count (docs/explanation/algorithms.md, "PFNM and FedMA": ``3·r·c·D + r·c·min(r, c)``
 per assignment plus one pass over the weights), never a measured time.
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.learn.matched import (
+from hierfl.methods.matched.trainer import (
     Shape,
     fedma_final,
     fedma_layer,
@@ -97,7 +97,7 @@ def matched_init(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str,
 @server_task("pfnm_match", example=lambda ctx: (_ex_models(ctx), {**_EX, "iters": 1, "counts": [[3, 1], [1, 3]]}))
 def pfnm_match(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
                rng: np.random.Generator) -> ServerResult:
-    """PFNM's one-shot matching of the input networks (:func:`~hierfl.learn.matched.pfnm_global`); one input
+    """PFNM's one-shot matching of the input networks (:func:`~hierfl.methods.matched.trainer.pfnm_global`); one input
     is returned as it is; ``rule: average`` averages them coordinate by coordinate (``weights``). ``counts``:
     each input's class histogram (None: equal shares). Stats: the global hidden widths (``width<k>``) and the
     operations (``ops``).
@@ -127,7 +127,7 @@ def pfnm_match(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, A
 @server_task("fedma_layer", example=lambda ctx: (_ex_models(ctx), {**_EX, "iters": 1, "layer": 0}))
 def fedma_layer_task(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
                      rng: np.random.Generator) -> ServerResult:
-    """FedMA's sub-round on hidden layer ``params["layer"]`` (:func:`~hierfl.learn.matched.fedma_layer`):
+    """FedMA's sub-round on hidden layer ``params["layer"]`` (:func:`~hierfl.methods.matched.trainer.fedma_layer`):
     one output per input, the input after taking the global layer. Stats: ``width`` and ``ops``."""
     shape = _shape(ctx, params)
     widths = _widths(shape, params, len(inputs))
@@ -165,7 +165,7 @@ def _ex_submodels(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]
 def matched_submodels(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
                       rng: np.random.Generator) -> ServerResult:
     """Each client's matched sub-network of the global network ``inputs[0]`` (active ``widths``), from the
-    assignments of the point's last matching (:func:`~hierfl.learn.matched.submodel`); a client the point
+    assignments of the point's last matching (:func:`~hierfl.methods.matched.trainer.submodel`); a client the point
     never matched gets the whole network. Stats: each client's widths (``width<k>.<i>``, ``i`` its
     position in ``clients``). Charged one operation per entry of each output."""
     shape = _shape(ctx, params)

@@ -2,7 +2,7 @@
 
 PFNM: Yurochkin et al., "Bayesian Nonparametric Federated Learning of Neural Networks", ICML 2019
 (arXiv 1905.12022); FedMA: Wang et al., "Federated Learning with Matched Averaging", ICLR 2020
-(arXiv 2002.06440). The matching itself is :mod:`hierfl.core.matching`; this module cuts the models
+(arXiv 2002.06440). The matching itself is :mod:`hierfl.methods.matched.math`; this module cuts the models
 into layers, keeps each model's *active* neurons and puts the result back into the run's layout.
 
 Models of growing width live in the run's ``mlp`` layout (its ``hidden`` widths are the *capacity*):
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hierfl.core.matching import (
+from hierfl.methods.matched.math import (
     class_average,
     match_fc_layer,
     match_mlp,
@@ -101,7 +101,7 @@ def fedma_layer(models: Sequence[np.ndarray], widths: Sequence[Sequence[int]], l
                 ) -> tuple[list[np.ndarray], int, list[np.ndarray], float]:
     """One FedMA sub-round on hidden layer ``layer`` (0-based): match the clients' neurons of that layer
     (their input side already reads the previous global layer), give every client the global layer and
-    move its next layer's input side to the global order (:func:`~hierfl.core.matching.permute_inputs`).
+    move its next layer's input side to the global order (:func:`~hierfl.methods.matched.math.permute_inputs`).
 
     ``widths[j]``: client ``j``'s active widths; layers before ``layer`` must already agree. Returns the
     clients' models after the sub-round (capacity layout), the global width of the layer, the assignments
@@ -129,7 +129,7 @@ def fedma_layer(models: Sequence[np.ndarray], widths: Sequence[Sequence[int]], l
 def fedma_final(models: Sequence[np.ndarray], widths: Sequence[int], counts: Sequence[np.ndarray],
                 shape: Shape) -> tuple[np.ndarray, float]:
     """FedMA's last step: the hidden layers every client now shares (``widths``) and the output layer
-    averaged per class by the clients' class frequencies (:func:`~hierfl.core.matching.class_average`).
+    averaged per class by the clients' class frequencies (:func:`~hierfl.methods.matched.math.class_average`).
     Returns the global model and the operations (two per averaged weight and client)."""
     clients = [active_layers(shape.layers(m), widths) for m in models]
     W, b = class_average([c[-1][0] for c in clients], [c[-1][1] for c in clients], counts)

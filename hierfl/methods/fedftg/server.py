@@ -6,12 +6,12 @@ of the run's architecture 0; the student is their average ``Σ w_k θ_k / Σ w_k
 aggregation, computed here: it is instantaneous in virtual time, as every aggregation). ``params``:
 the teachers' ``weights`` (K), their label histograms ``counts`` (K × C), ``noise_seed`` (the seed
 of the generator's draws, which FedFTG takes from the stream ``("generator_noise", round)``; the
-job's own stream when absent) and the :class:`~hierfl.learn.fedftg.FTGSettings` fields. The
+job's own stream when absent) and the :class:`~hierfl.methods.fedftg.trainer.FTGSettings` fields. The
 generator lives in the server point's state (``ctx.state``) from one task to the next.
 
 Charged (ALGORITHMS_2 conventions, counted from the authors' loops)
 ``B·I·[I_g·K·3(F_G + F_T + F_S) + I_d·(F_G + 3F_S + K·F_T)]`` FLOPs, ``F_T = F_S = F(model)`` and
-``F_G`` the generator's forward FLOPs (:func:`hierfl.learn.fedftg.generator_flops`).
+``F_G`` the generator's forward FLOPs (:func:`hierfl.methods.fedftg.trainer.generator_flops`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.fedftg import finetune_flops
-from hierfl.learn.fedftg import FTGSettings, build_generator, finetune, generator_flops
+from hierfl.methods.fedftg.math import finetune_flops
+from hierfl.methods.fedftg.trainer import FTGSettings, build_generator, finetune, generator_flops
 from hierfl.learn.server_tasks import ServerContext, ServerResult, server_task
 
 __all__ = ["fedftg", "settings_of", "weighted_mean"]

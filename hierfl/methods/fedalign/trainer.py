@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hierfl.core.fedalign import AlignSpec
+from hierfl.methods.fedalign.math import AlignSpec
 
 if TYPE_CHECKING:
     import torch

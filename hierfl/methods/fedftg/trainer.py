@@ -8,7 +8,7 @@ authors' code (``methods/local_fn_gan.py::train_global_model_cgan_bs_weight_iloo
 per-sample class weighting are knobs.
 
 One job, ``I`` iterations. Each draws noise ``z ~ N(0, I)`` and ``B`` labels ``y`` (from the
-customised label sampling, :func:`hierfl.core.fedftg.allot_labels`), then
+customised label sampling, :func:`hierfl.methods.fedftg.math.allot_labels`), then
 
 * **generator**, ``I_g`` times, one Adam step per teacher ``k``:
   ``L_G,k = L_md + λ_cls·L_cls + λ_div·L_div / K`` with the hardness term
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from hierfl.core.fedftg import allot_labels, batch_weights, class_client_weights
+from hierfl.methods.fedftg.math import allot_labels, batch_weights, class_client_weights
 
 if TYPE_CHECKING:
     import torch

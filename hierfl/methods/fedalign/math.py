@@ -3,7 +3,7 @@
 Mendieta, Yang, Wang, Lee, Ding, Chen, "Local Learning Matters: Rethinking Data Heterogeneity in
 Federated Learning", CVPR 2022 (arXiv 2111.14213). A device adds to its cross-entropy ``μ`` times a
 Lipschitz term of the model's final block: the block's transfer-matrix spectral norm at full width and
-at a slim width ``ω`` are pulled together. The torch side is :mod:`hierfl.learn.align`.
+at a slim width ``ω`` are pulled together. The torch side is :mod:`hierfl.methods.fedalign.trainer`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,3 @@
+"""pfedla: its layer-wise aggregation (:mod:`.math`), the per-client hypernetworks in torch (:mod:`.trainer`)
+and its server tasks (:mod:`.server`, registered when a server task is first looked up:
+:func:`hierfl.learn.server_tasks.discover`)."""
