@@ -67,7 +67,7 @@ class ConfigModel(BaseModel):
 class ReadWith(NamedTuple):
     """A knob read only while ``sibling`` has one of ``values``; set otherwise it is refused, or only warned
     about with ``warn`` (where a base scenario shared by a sweep's arms sets it for the arms that read it:
-    FedMD's consensus knobs in a base whose no-collaboration arm turns ``collaborate`` off)."""
+    an output-exchange protocol's consensus knobs in a base whose no-collaboration arm turns ``collaborate`` off)."""
 
     sibling: str
     values: tuple[Any, ...]
