@@ -114,14 +114,15 @@ class DeviceHost:
 
     def _context(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray, received: np.ndarray | None,
                  out: np.ndarray | None, method: JobMethod | None = None,
-                 labels: np.ndarray | None = None) -> JobContext:
+                 labels: np.ndarray | None = None, rows: np.ndarray | None = None) -> JobContext:
         """What a job method sees of this host for one job (or one evaluation) of ``device``: the labels this
         device's job reads (``labels`` when given: a label-flipping device's)."""
         kind = type(spec.method if method is None else method)
         cache = self._method_caches.setdefault(kind, {})
         y = self._shared.y_for(spec.shared, device) if labels is None else labels
         return JobContext(device=device, seed=seed, spec=spec, params=params, received=received,
-                          trainer=self.trainers[spec.model], x=self.x, y=y, rows=self._rows(device, spec),
+                          trainer=self.trainers[spec.model], x=self.x, y=y,
+                          rows=self._rows(device, spec) if rows is None else rows,
                           parts=self.parts, state=self.states, model=self._model, out=out, cache=cache)
 
     def state_bytes(self) -> tuple[int, int]:
@@ -200,7 +201,8 @@ class DeviceHost:
             if method is None:
                 acc, loss = self.trainer.evaluate(theta, self.x[test], self.y[test])
             else:
-                ctx = self._context(device, 0, TrainSpec(method=method), params, None, None)
+                # (a held-out device has no rows of its own here: the context gets its test rows)
+                ctx = self._context(device, 0, TrainSpec(method=method), params, None, None, rows=test)
                 ctx.x, ctx.y = self.x[test], self.y[test]
                 acc, loss = method.evaluate(ctx)
             out[k] = (round(acc * test.size), test.size, loss * test.size)
