@@ -2,8 +2,8 @@
 
 W. Huang, M. Ye, B. Du, "Learn from Others and Be Yourself in Heterogeneous Federated Learning",
 CVPR 2022; the rules follow the authors' code (``WenkeHuang/FCCL``: ``fccl/Idea/Ours/FCCL.py``,
-``fccl/Idea/utils_idea.py``), docs/explanation/algorithms.md §8.2. Device work: :mod:`hierfl.learn.fccl`;
-costs and targets: :mod:`hierfl.core.fccl`.
+``fccl/Idea/utils_idea.py``), docs/explanation/algorithms.md §8.2. Device work: :mod:`hierfl.methods.fccl.trainer`;
+costs and targets: :mod:`hierfl.methods.fccl.math`.
 
 Every device (a *party*) runs its own architecture (``models:``) on data from its own domain.
 Before the rounds each party pre-trains on its private data alone; that model is frozen as its

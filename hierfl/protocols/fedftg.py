@@ -13,7 +13,7 @@ Round ``t`` (synchronous, at the cloud):
    every upload);
 3. when the round closes the cloud starts ONE server job (``env.tier("cloud").run("fedftg", …)``) on the
    received models: it averages them (``w̄ = Σ n_k θ_k / Σ n_k``, the student) and trains a conditional
-   generator and the student against the teachers ``θ_k`` (:func:`hierfl.learn.fedftg.finetune`),
+   generator and the student against the teachers ``θ_k`` (:func:`hierfl.methods.fedftg.trainer.finetune`),
    charged ``B·I·[I_g·K·3(F_G + 2F) + I_d·(F_G + 3F + K·F)]`` FLOPs on the cloud's compute
    (``servers.cloud``), after any earlier job of the cloud;
 4. at the job's end the round's cloud aggregation is complete (accounted then, so a run bounded by
@@ -44,7 +44,7 @@ from hierfl.protocols.fedavg import FedAvg
 
 __all__ = ["TASK", "FTGKnobs", "FedFTG", "FedFTGConfig", "FinetuneMsg"]
 
-TASK = "fedftg"  # the server task (hierfl.learn.tasks.fedftg)
+TASK = "fedftg"  # the server task (hierfl.methods.fedftg.server)
 _SEED_BOUND = 2 ** 62
 
 

@@ -3,7 +3,7 @@
 PFNM (Yurochkin et al., ICML 2019, arXiv 1905.12022) and FedMA (Wang et al., ICLR 2020, arXiv
 2002.06440); docs/explanation/algorithms.md, "PFNM and FedMA". The matching is server work (a server
 job charged by its operation count on the server's tier); the models are hierfl's ``mlp`` in a
-fixed-capacity layout whose active width grows (:mod:`hierfl.learn.matched`).
+fixed-capacity layout whose active width grows (:mod:`hierfl.methods.matched.trainer`).
 
 Where it runs [D]: every layer sub-round needs all members, so the matching belongs inside a
 synchronous group. Flat (no edge servers): the cloud matches the devices. With edge servers: each edge

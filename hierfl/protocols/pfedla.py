@@ -3,7 +3,7 @@
 X. Ma, J. Zhang, S. Guo, W. Xu, "Layer-wised Model Aggregation for Personalized Federated Learning",
 CVPR 2022 (arXiv 2205.03993). No official code exists: the rules follow an unofficial implementation
 and the hypernetwork update's sign the official pFedHN code (docs/explanation/algorithms.md, pFedLA;
-the math is :mod:`hierfl.learn.pfedla`).
+the math is :mod:`hierfl.methods.pfedla.trainer`).
 
 The aggregation point (the cloud when devices talk to it directly, else each edge server for its
 own members) keeps, for each of its ``N`` clients, the latest trained model ``θ_i`` and a
@@ -46,7 +46,7 @@ from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protoc
 __all__ = ["EdgeMeanMsg", "PFedLA", "PFedLAConfig"]
 
 _SEED_BOUND = 2 ** 62
-TASK = "pfedla"          # the server task of hierfl.learn.pfedla (one per client return)
+TASK = "pfedla"          # the server task of hierfl.methods.pfedla.server (one per client return)
 MEAN_TASK = "pfedla_mean"  # an edge server's mean of its stored models (cloud: average)
 INIT_TASK = "pfedla_init"  # a server's store of per-client initial models (init: per_client)
 

@@ -10,8 +10,8 @@ Round ``t`` at a matching point (the cloud when flat, each edge server in a hier
    rounds — the code's extra communication rounds — from its matched sub-network, cut by the server from
    its last assignments, or from the whole global network: ``later_rounds``) and uploads all its weights;
 2. with every member's, the server matches the hidden layers from the last down to the first
-   (:func:`hierfl.core.matching.match_mlp`, class shares from the members' label histograms) — a server
-   job charged by its operation count (:func:`hierfl.core.matching.assignment_ops` per assignment);
+   (:func:`hierfl.methods.matched.math.match_mlp`, class shares from the members' label histograms) — a server
+   job charged by its operation count (:func:`hierfl.methods.matched.math.assignment_ops` per assignment);
 3. flat, the matched model is the global model (one cloud aggregation); with edge servers the cloud
    matches the edges' models the same way (:mod:`hierfl.protocols.matched`).
 

@@ -10,7 +10,7 @@ symmetric cross-entropy (SCE, ``a·CE + b·RCE``). Then every round ``t``:
 1. *client confidence* (CCR): each party reports ``F_k = (L_k^{t−1} − L_k^t) / L_k^t`` from the mean SCE of
    its model on its private data at the end of its last two private jobs (a 64-byte scalar); the server
    that closes the exchange turns the reports into weights ``W = softmax(1/(K−1) + η·F/ΣF)``
-   (:func:`hierfl.core.rhfl.ccr_weights`); round 0: every ``W_k = 1/(K−1)``;
+   (:func:`hierfl.methods.rhfl.math.ccr_weights`); round 0: every ``W_k = 1/(K−1)``;
 2. *alignment* on the round's public set ``A_t`` (the stream ``("public_subset", t)``), batch by batch
    (``exchange: per_batch``, as the code's lock-step): each party computes its class probabilities
    ``p_k`` on the batch (forward only) and uploads them (``4·B·C`` bytes); the server sums
