@@ -51,7 +51,8 @@ _SHARED_SCOPES = ("module", "class", "package")
 def pytest_configure(config: pytest.Config) -> None:
     """Give this test process a Ray temporary directory of its own (every Ray it or its
     subprocesses start puts its sessions, sockets and logs there), unless the caller chose one."""
-    if "RAY_TMPDIR" in os.environ:
+    controller = getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+    if "RAY_TMPDIR" in os.environ or controller:  # an xdist controller runs no test
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     # short: Ray's socket paths under it must stay within the 107-character limit of AF_UNIX
