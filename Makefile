@@ -38,10 +38,10 @@ run: install
 	@echo "convergence plot: runs/quickstart/accuracy.png"
 
 # the whole suite, every test, in $(TEST_WORKERS) pytest-xdist workers (each with its own Ray instance);
-# loadgroup keeps the tests that share a module fixture, or a golden scenario's two runs, in one
+# a module's tests run in one worker (its module fixtures built once), a golden scenario's two runs in one
 # worker (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
 TEST_WORKERS ?= 2
-PYTEST  := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+PYTEST  := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 test: install
 	$(PYTEST) tests
 

@@ -1,12 +1,13 @@
-"""Shared fixtures: one local Ray instance per test process, tiny scenarios; grouping for pytest-xdist.
+"""Shared fixtures: one local Ray instance per test process, tiny scenarios; the scheduling of
+pytest-xdist workers.
 
-``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadgroup``). Each worker
+``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadscope``). Each worker
 is a test process of its own: it starts at most one Ray instance (:func:`ray_session`), whose
 temporary directory is private to the process (``RAY_TMPDIR``, set in :func:`pytest_configure`)
 and whose ports the operating system assigns, so two workers (or two people's suites on one
-machine) never share a Ray instance, a socket or a log folder. Tests that share a module-scoped
-fixture are kept in one worker (:func:`pytest_collection_modifyitems`), so that the fixture is
-built once, as in a serial run.
+machine) never share a Ray instance, a socket or a log folder. A module's tests run in one worker,
+so that its module-scoped fixtures are built once, as in a serial run; the golden module is split
+by scenario (:func:`xdist_scope`).
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ def tiny(**override: Any) -> Scenario:
 
 
 _RAY_TMPDIR_KEY = "_hierfl_ray_tmpdir"
-# fixture scopes whose value tests of one module share: such tests run in one xdist worker
-_SHARED_SCOPES = ("module", "class", "package")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,25 +68,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put a test that uses a module-scoped (or class-, package-scoped) fixture, or a
-    session-scoped one defined in its own module, in its module's ``xdist_group``: under
-    ``--dist loadgroup`` such tests then run in one worker and the fixture is built once. Tests
-    with an ``xdist_group`` of their own keep it; every other test is scheduled alone."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        module = item.nodeid.split("::", 1)[0]
-        for defs in info.name2fixturedefs.values():
-            fixture = defs[-1]
-            local = fixture.baseid.split("::", 1)[0] == module
-            if fixture.scope in _SHARED_SCOPES or (fixture.scope == "session" and local):
-                item.add_marker(pytest.mark.xdist_group(module))
-                break
+# modules whose tests share nothing but a session fixture keyed by the test's parameter: one
+# scheduling unit per parameter (a golden scenario's local and Ray tests, which compare with the
+# worker's local run of that scenario), not one per module, which would be a third of the suite
+SPLIT_BY_PARAMETER = ("tests/determinism/test_golden.py",)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit pytest-xdist hands to one worker: ``nodeid``'s module, or for a module of
+    :data:`SPLIT_BY_PARAMETER`, its module and the test's parameter id."""
+    module, _, rest = nodeid.partition("::")
+    if module in SPLIT_BY_PARAMETER and "[" in rest:
+        return f"{module}[{rest.split('[', 1)[1]}"
+    return module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with the units of :func:`xdist_scope` (pytest-xdist's own scopes are
+    modules and classes; its ``loadgroup`` marks do not reach the scheduler under pytest 9)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

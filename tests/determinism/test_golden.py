@@ -26,9 +26,7 @@ pytestmark = pytest.mark.golden
 
 # scale scenarios run on the local executor only here (their Ray run would dominate the suite)
 RAY_MAX_DEVICES = 2000
-# a scenario's local and Ray tests in one xdist group: the Ray run is compared with the local run
-# that the worker's session made (local_runs), so both must run in the same worker
-GOLDEN_PARAMS = [pytest.param(p, id=p.stem, marks=pytest.mark.xdist_group(f"golden-{p.stem}")) for p in SCENARIOS]
+IDS = [p.stem for p in SCENARIOS]
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +66,7 @@ def _skip_if_unrunnable(path: Path) -> None:
         pytest.skip(reason)
 
 
-@pytest.mark.parametrize("path", GOLDEN_PARAMS)
+@pytest.mark.parametrize("path", SCENARIOS, ids=IDS)
 def test_golden_local(path, local_runs):
     _skip_if_unrunnable(path)
     assert golden_path(path.stem).exists(), (
@@ -79,7 +77,7 @@ def test_golden_local(path, local_runs):
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("path", GOLDEN_PARAMS)
+@pytest.mark.parametrize("path", SCENARIOS, ids=IDS)
 def test_golden_ray_gives_the_local_bits(path, tmp_path, local_runs, ray_session):
     _skip_if_unrunnable(path)
     from hierfl.scenario.loader import load_scenario
