@@ -83,6 +83,7 @@ def xdist_scope(nodeid: str) -> str:
     return module
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown where the plug-in is not loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadscope`` with the units of :func:`xdist_scope` (pytest-xdist's own scopes are
     modules and classes; its ``loadgroup`` marks do not reach the scheduler under pytest 9)."""
