@@ -98,6 +98,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ModuleScheduling(config, log)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``ray`` every test that takes :func:`ray_session` (the marker's meaning: it uses a Ray
+    instance), so that ``-m "not ray"`` (``make test-fast``) leaves it out whether or not its
+    module marked it."""
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()) and item.get_closest_marker("ray") is None:
+            item.add_marker(pytest.mark.ray)
+
+
 @pytest.fixture(scope="session")
 def ray_session():  # noqa: ANN201
     """One local Ray instance for this test process (2 CPUs, no dashboard), in the process's own

@@ -81,6 +81,7 @@ def test_claims_file_validates(path: Path) -> None:
 CASES = _smoke_cases()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_claims_smoke_one_round(case: tuple[str, Path, list[str]], tmp_path: Path) -> None:
     """One round of each claims scenario (each value of each swept key at least once) completes."""
