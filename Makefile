@@ -45,7 +45,7 @@ PYTEST  := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 test: install
 	$(PYTEST) tests
 
-# the contributor's loop (under 2 minutes on 2 cores): the suite less the golden runs of the shipped
+# the contributor's loop (budget: 2 minutes on 2 cores): the suite less the golden runs of the shipped
 # scenarios and the tests marked slow, ray or browser; `make test` (and CI) run everything
 FAST_MARKERS := not slow and not ray and not browser and not golden
 test-fast: install
