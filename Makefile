@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test docs bench bench-scale claims clean lock
+.PHONY: install run test test-fast docs bench bench-scale claims clean lock
 
 install: $(STAMP)
 
@@ -37,8 +37,19 @@ run: install
 	$(BIN)/hierfl plot runs/quickstart -o runs/quickstart/accuracy.png
 	@echo "convergence plot: runs/quickstart/accuracy.png"
 
+# the whole suite, every test, in $(TEST_WORKERS) pytest-xdist workers (each with its own Ray instance);
+# a module's tests run in one worker (its module fixtures built once), a golden scenario's two runs in one
+# worker (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
+PYTEST  := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(PYTEST) tests
+
+# the contributor's loop (budget: 2 minutes on 2 cores): the suite less the golden runs of the shipped
+# scenarios and the tests marked slow, ray or browser; `make test` (and CI) run everything
+FAST_MARKERS := not slow and not ray and not browser and not golden
+test-fast: install
+	$(PYTEST) -m "$(FAST_MARKERS)" tests
 
 # the documentation site, strict: a warning or a broken cross-reference fails the build
 docs: install

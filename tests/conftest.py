@@ -1,8 +1,21 @@
-"""Shared fixtures: one local Ray instance for the whole session, tiny scenarios."""
+"""Shared fixtures: one local Ray instance per test process, tiny scenarios; the scheduling of
+pytest-xdist workers.
+
+``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadscope``). Each worker
+is a test process of its own: it starts at most one Ray instance (:func:`ray_session`), whose
+temporary directory is private to the process (``RAY_TMPDIR``, set in :func:`pytest_configure`)
+and whose ports the operating system assigns, so two workers (or two people's suites on one
+machine) never share a Ray instance, a socket or a log folder. A module's tests run in one worker,
+so that its module-scoped fixtures are built once, as in a serial run; the golden module is split
+by scenario (:func:`xdist_scope`).
+"""
 
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import tempfile
 from typing import Any
 
 import pytest
@@ -39,11 +52,73 @@ def _forget_plugins():
 
     with isolated():
         yield
+_RAY_TMPDIR_KEY = "_hierfl_ray_tmpdir"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this test process a Ray temporary directory of its own (every Ray it or its
+    subprocesses start puts its sessions, sockets and logs there), unless the caller chose one."""
+    controller = getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+    if "RAY_TMPDIR" in os.environ or controller:  # an xdist controller runs no test
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    # short: Ray's socket paths under it must stay within the 107-character limit of AF_UNIX
+    path = tempfile.mkdtemp(prefix=f"hierfl-ray-{worker}-")
+    os.environ["RAY_TMPDIR"] = path
+    setattr(config, _RAY_TMPDIR_KEY, path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the Ray temporary directory :func:`pytest_configure` made (Ray is shut down by now)."""
+    path = getattr(config, _RAY_TMPDIR_KEY, None)
+    if path is not None:
+        os.environ.pop("RAY_TMPDIR", None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# modules whose tests share nothing but a session fixture keyed by the test's parameter: one
+# scheduling unit per parameter (a golden scenario's local and Ray tests, which compare with the
+# worker's local run of that scenario), not one per module, which would be a third of the suite
+SPLIT_BY_PARAMETER = ("tests/determinism/test_golden.py",)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit pytest-xdist hands to one worker: ``nodeid``'s module, or for a module of
+    :data:`SPLIT_BY_PARAMETER`, its module and the test's parameter id."""
+    module, _, rest = nodeid.partition("::")
+    if module in SPLIT_BY_PARAMETER and "[" in rest:
+        return f"{module}[{rest.split('[', 1)[1]}"
+    return module
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown where the plug-in is not loaded
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope`` with the units of :func:`xdist_scope` (pytest-xdist's own scopes are
+    modules and classes; its ``loadgroup`` marks do not reach the scheduler under pytest 9)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``ray`` every test that takes :func:`ray_session` (the marker's meaning: it uses a Ray
+    instance), so that ``-m "not ray"`` (``make test-fast``) leaves it out whether or not its
+    module marked it."""
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()) and item.get_closest_marker("ray") is None:
+            item.add_marker(pytest.mark.ray)
 
 
 @pytest.fixture(scope="session")
 def ray_session():  # noqa: ANN201
-    """One shared local Ray instance (2 CPUs, no dashboard)."""
+    """One local Ray instance for this test process (2 CPUs, no dashboard), in the process's own
+    temporary directory, on ports the operating system assigns."""
     import ray
 
     if not ray.is_initialized():

@@ -37,6 +37,7 @@ def _emulation(run_dir: Path) -> tuple[list[dict], dict]:
     return [_without_learning(r, "metrics") for r in lines], _without_learning(summary, "summary")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", CASES)
 def test_times_counts_and_selections_do_not_depend_on_model_values(stem, tmp_path):
     path = ROOT / "scenarios" / f"{stem}.yaml"

@@ -22,6 +22,8 @@ from tests.golden import (
     skip_reason,
 )
 
+pytestmark = pytest.mark.golden
+
 # scale scenarios run on the local executor only here (their Ray run would dominate the suite)
 RAY_MAX_DEVICES = 2000
 IDS = [p.stem for p in SCENARIOS]

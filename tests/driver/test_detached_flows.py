@@ -155,6 +155,7 @@ def _run(case: str, tmp: Path) -> tuple[dict[str, bytes], int]:
     return outputs, int(summary["events"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_detaching_changes_no_output(case, tmp_path, monkeypatch):
     detached, events_detached = _run(case, tmp_path / "detached")

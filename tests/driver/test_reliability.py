@@ -193,6 +193,7 @@ def executor_args(request: pytest.FixtureRequest) -> list[str]:
     return ["--executor", "ray", "--address", ray.get_runtime_context().gcs_address]
 
 
+@pytest.mark.slow
 def test_sigterm_is_ctrl_c(tmp_path, executor_args):
     raw = _with(stop={"rounds": 100000, "virtual_time_s": 1e7}, runtime={"executor": "local", "workers": 1},
                 evaluation={"every_s": 1.0})

@@ -54,6 +54,7 @@ def test_a_protocol_deciding_on_model_values_refuses_timing_only(tmp_path, capsy
     assert "training.trainer" in err and "cosine similarity" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_timing_only_gives_the_training_runs_times_selections_and_counters(case, tmp_path):
     path = ROOT / "scenarios" / f"{case}.yaml"

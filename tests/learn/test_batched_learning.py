@@ -221,6 +221,7 @@ def test_device_setting():
         resolve_device("tpu")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_cuda_without_cuda_is_a_load_time_error(tmp_path):
     from hierfl.cli import main
@@ -302,6 +303,7 @@ def test_emulated_times_do_not_depend_on_the_batched_path(tmp_path, monkeypatch)
     np.testing.assert_allclose(fast.final_params, exact.final_params, rtol=0, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_local_run_does_not_import_ray(tmp_path):
     code = (
         "import sys\nfrom hierfl.driver import run_scenario\nfrom hierfl.scenario.loader import load_scenario\n"

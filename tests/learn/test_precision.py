@@ -163,6 +163,7 @@ def _run(stem: str, out: Path, *extra: str) -> dict:
     pytest.param("digits_cnn", ("runtime.fast_path=true", "runtime.device=cpu", "runtime.cpu_batching=vmap"),
                  id="digits_cnn-vmap"),
 ])
+@pytest.mark.slow
 def test_bf16_accuracy_and_emulated_times(tmp_path, stem, extra):
     fp32 = _run(stem, tmp_path / "fp32", *extra)
     bf16 = _run(stem, tmp_path / "bf16", *extra, "runtime.precision=bf16")

@@ -67,6 +67,7 @@ def test_eval_lines_carry_the_observer_fields(tmp_path) -> None:
     assert res.summary["rounds"] == 0 and res.summary["final_accuracy"] > 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", ["p2p_rgg", "adpsgd_torus", "coop"])
 def test_resume_ends_as_the_uninterrupted_run(tmp_path, stem) -> None:
     """Interrupted after 20 virtual seconds (checkpoints every wall second) and resumed: the same files."""

@@ -75,6 +75,7 @@ def _accepts(proto: str, key: str, cfg: dict[str, Any]) -> bool:
     return point is not None and point.closable and policy.refusal(point) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proto,key,label,cfg", CASES, ids=[f"{p}-{k}-{lab}" for p, k, lab, _ in CASES])
 def test_policy_at_point(proto, key, label, cfg, tmp_path):
     timing = {} if PROTOCOLS.get(proto).decides_on_models else {"training": {"trainer": "none"}}
