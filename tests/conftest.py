@@ -76,10 +76,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-# modules whose tests share nothing but a session fixture keyed by the test's parameter: one
-# scheduling unit per parameter (a golden scenario's local and Ray tests, which compare with the
-# worker's local run of that scenario), not one per module, which would be a third of the suite
-SPLIT_BY_PARAMETER = ("tests/determinism/test_golden.py",)
+# long modules whose tests share no module-scoped fixture: one scheduling unit per parameter id,
+# not one per module (as one unit, the golden module alone would be a third of the suite, and
+# test_determinism's Ray comparisons a long tail). The golden module's local and Ray tests of a
+# scenario share an id, so they stay together: the Ray run is compared with the worker's local run.
+SPLIT_BY_PARAMETER = (
+    "tests/determinism/test_golden.py",
+    "tests/determinism/test_determinism.py",
+    "tests/determinism/test_contract.py",
+    "tests/interface/test_claims.py",
+    "tests/scenario/test_straggler_points.py",
+    "tests/driver/test_timing_only.py",
+)
 
 
 def xdist_scope(nodeid: str) -> str:
