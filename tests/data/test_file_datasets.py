@@ -255,8 +255,15 @@ _WRITERS = {
     "shakespeare": lambda root, sc: write_leaf_dir(root, "shakespeare", num_users=sc.devices.count, per_user=2,
                                                    files=2),
 }
-FILE_SCENARIOS = sorted(p for p in (ROOT / "scenarios").glob("*.yaml")
-                        if load_scenario(p).data.dataset.name in _WRITERS)
+def _file_scenarios() -> list[Path]:
+    """The shipped scenarios on a file dataset (read at collection: a scenario's plug-ins are forgotten after)."""
+    from hierfl.config.plugins import isolated
+
+    with isolated():
+        return sorted(p for p in (ROOT / "scenarios").glob("*.yaml") if load_scenario(p).data.dataset.name in _WRITERS)
+
+
+FILE_SCENARIOS = _file_scenarios()
 
 
 def test_every_file_dataset_has_a_scenario():
