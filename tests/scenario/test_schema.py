@@ -31,8 +31,25 @@ def _errors(validator, data):
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
 def test_every_shipped_scenario_validates(validator, path):
+    merged = load_raw(path)
+    if merged.get("plugins"):  # its plug-ins' names are in the schema `hierfl schema --plugin …` prints
+        from hierfl.config.plugins import isolated, load_plugins
+
+        with isolated():
+            load_plugins(merged["plugins"], base_dir=path.parent)
+            schema = scenario_json_schema()
+        validator = jsonschema.Draft202012Validator(schema)
+        assert _errors(validator, {**merged, "protocol": {"name": "no_such_protocol"}}) != []
     assert _errors(validator, yaml.safe_load(path.read_text(encoding="utf-8"))) == []  # what an editor sees
-    assert _errors(validator, load_raw(path)) == []  # the merged scenario the loader validates
+    assert _errors(validator, merged) == []  # the merged scenario the loader validates
+
+
+def test_a_plugins_names_are_in_the_schema_only_with_the_plugin():
+    """Without its plug-in a scenario naming a plug-in's protocol is refused (an editor's schema knows the shipped
+    names); `hierfl schema --plugin` gives the schema that accepts it."""
+    merged = load_raw(ROOT / "scenarios" / "own_method.yaml")
+    plain = jsonschema.Draft202012Validator(scenario_json_schema())
+    assert [p for p, _ in _errors(plain, merged)] == ["protocol", "straggler"]  # my_fedavg, quorum
 
 
 def test_the_schema_rejects_what_the_loader_rejects(validator):
