@@ -374,7 +374,8 @@ def _registers_anything(module: str) -> bool:
     from hierfl.config.registry import Registry
     from hierfl.learn.server_tasks import SERVER_TASKS
 
-    return (any(reg.get(n).__module__ == module for reg in Registry.instances() for n in reg.names())
+    return (any(reg.get(n).__module__ == module or reg.get(n).__module__.startswith(module + ".")
+                for reg in Registry.instances() for n in reg.names())
             or any(getattr(fn, "__module__", None) == module for fn in SERVER_TASKS.values()))
 
 
