@@ -353,6 +353,10 @@ def _load_module(name: str) -> PluginRef:
             return importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                here = Path(*name.split("."))
+                if (here / "__init__.py").is_file():  # a package folder given by its bare name
+                    raise PluginError(name, f"no such module installed; the folder {here}{os.sep} is here: give "
+                                            f"its path, ./{here.as_posix()}/") from None
                 raise PluginError(name, "no such module (not installed, and not on the Python path); a file "
                                         "needs its path, e.g. ./my_method.py") from None
             raise

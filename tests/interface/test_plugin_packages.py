@@ -150,3 +150,11 @@ def test_a_checkpoint_requires_the_same_package(tmp_path):
     shutil.rmtree(folder)
     missing = require([ref], "the checkpoint")
     assert len(missing) == 1 and "folder not found" in missing[0] and "--plugin" in missing[0]
+
+
+def test_a_folder_given_by_its_bare_name_gets_a_hint(tmp_path, monkeypatch):
+    folder = _package(tmp_path)
+    monkeypatch.chdir(folder.parent)
+    with pytest.raises(PluginError, match=r"the folder nudge_method/ is here: give its path, \./nudge_method/"):
+        load_plugin("nudge_method")
+    assert load_plugin("./nudge_method/").kind == "package"
