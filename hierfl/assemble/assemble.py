@@ -187,8 +187,8 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
                                       public_bytes(public_rows.size, math.prod(shape), pub.labelled))
         models = _device_models(scenario, world.tier, shape, classes, model_call)
         params = model_call(init_params, scenario.model, shape, classes, stream_seed(seed, "model.init"))
-        # one message's size: model and control travel together with control variates (payload_factor 2), both ways
-        world.model_bytes = model_bytes(params.size) * scenario.training.trainer.payload_factor
+        # one message's size: what the trainer's messages carry (the model, or the model with a control vector)
+        world.model_bytes = scenario.training.trainer.layout.nbytes(params.size)
         spec = train_spec(scenario)
         factor = scenario.training.trainer.work_factor(scenario.model, shape, classes, model_call)
         if factor != 1.0:  # a heavier local loss (an extra pass of the trainer's loss) takes longer in virtual time

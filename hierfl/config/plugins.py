@@ -6,7 +6,9 @@ scenario loader, the driver and the runtime that call them; the public names are
 
 Routes, all ending in :func:`load_plugins` before a scenario is validated:
 
-* a scenario's ``plugins: [my_method.py, my_package.module]`` (paths relative to the scenario file);
+* a scenario's ``plugins: [my_method.py, my_method_pkg/, my_package.module]`` (paths relative to the
+  scenario file): a ``.py`` file, a package folder (with ``__init__.py``, imported under the folder's
+  name, so its modules import each other as if installed), or an installed module's name;
 * ``--plugin PATH_OR_MODULE`` on the command line (paths relative to the working directory);
 * ``plugins=[...]`` in the Python API (``hierfl.run``, ``hierfl.sweep``, the loader);
 * the entry-point group ``hierfl.plugins`` of installed distributions (:func:`load_entry_points`,
@@ -18,22 +20,27 @@ again, and a changed file cannot be mistaken for the one a checkpoint was taken 
 idempotent; a plug-in that fails part-way is rolled back (its registrations are removed).
 
 Ray workers: every actor and every Tune trial gets :func:`bundle` (each plug-in's module name, and
-a file plug-in's source text) and calls :func:`install_bundle` before it unpickles anything of the
+a file plug-in's source text or a package folder's files) and calls :func:`install_bundle` before it unpickles anything of the
 run. The source travels with the call rather than through ``runtime_env``: the executor often
 attaches to a Ray instance that is already up (a cluster, a sweep's trial, the tests' shared
 instance), whose job-level ``runtime_env`` cannot change, and a per-actor ``runtime_env`` would
-start fresh worker processes for every run. An installed module is imported by name in the
+start fresh worker processes for every run. A package folder's files are written out once per node
+(under the temporary directory, keyed by their hash) and imported from there under the same name, so a
+cluster's nodes need no copy of the user's folder. An installed module is imported by name in the
 worker (it must be installed on every node, as hierfl itself).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib
 import importlib.util
 import os
 import re
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -54,7 +61,7 @@ plug-in's ``HIERFL_API`` must match the major."""
 ENTRY_POINT_GROUP = "hierfl.plugins"
 """The entry-point group installed packages register their plug-ins under."""
 
-Kind = Literal["file", "module", "entry_point"]
+Kind = Literal["file", "package", "module", "entry_point"]
 
 
 @dataclass(frozen=True)
@@ -66,11 +73,12 @@ class PluginRef:
     module: str                # the module name it is imported as
     path: str | None = None    # the file it was read from (a module's own file, when it has one)
     sha256: str | None = None  # of that file's bytes
-    source: str | None = field(default=None, repr=False, compare=False)  # a file plug-in's text, for workers
+    # a file plug-in's text, or a package folder's files (JSON: relative path -> text), for workers
+    source: str | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
-        """How a message names it: the file, or the module."""
-        return self.path if self.kind == "file" and self.path else self.spec
+        """How a message names it: the file or folder, or the module."""
+        return self.path if self.kind in ("file", "package") and self.path else self.spec
 
     def as_dict(self) -> dict[str, Any]:
         """A plain mapping (JSON-safe): what checkpoints, sweep manifests and Tune configs hold."""
@@ -135,11 +143,19 @@ def _failure(exc: BaseException, filename: str | None) -> str:
     if isinstance(exc, DuplicateName):
         return f"registers a name already taken: {exc}"
     where = ""
-    if filename is not None:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    if filename is not None:  # a plug-in file, or a package folder (its files' frames, named relative to it)
+        inside = filename.rstrip(os.sep) + os.sep
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if f.filename == filename or f.filename.startswith(inside)]
         if frames:
-            where = f" (line {frames[-1].lineno}: {(frames[-1].line or '').strip()})"
-    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+            name = frames[-1].filename
+            what = f"{name[len(inside):]} " if name.startswith(inside) else ""
+            where = f" ({what}line {frames[-1].lineno}: {(frames[-1].line or '').strip()})"
+        if isinstance(exc, SyntaxError) and exc.lineno is not None:
+            name = exc.filename or ""
+            what = f"{name[len(inside):]} " if name.startswith(inside) else ""
+            where = f" ({what}line {exc.lineno}: {(exc.text or '').strip()})"
+    elif isinstance(exc, SyntaxError) and exc.lineno is not None:
         where = f" (line {exc.lineno}: {(exc.text or '').strip()})"
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"import failed: {type(exc).__name__}{': ' + message if message else ''}{where}"
@@ -190,13 +206,15 @@ def _refresh_schema() -> None:
 def _load_file(path: Path) -> PluginRef:
     resolved = str(path.resolve())
     known = _SPECS.get(resolved)
-    if known is not None and not path.is_file():  # a trial that got it in its bundle: not on this node
+    if known is not None and not path.exists():  # a trial that got it in its bundle: not on this node
         return known
     if not path.exists():
         raise PluginError(str(path), "file not found")
     if path.is_dir():
-        raise PluginError(str(path), "is a directory; give a .py file, or a package's module name (pkg.module) "
-                                     "with the package on the Python path")
+        if (path / "__init__.py").is_file():
+            return _load_package(path)
+        raise PluginError(str(path), "is a folder without __init__.py; give a .py file, a package folder (with "
+                                     "__init__.py), or an installed module's name (pkg.module)")
     try:
         data = path.read_bytes()
         source = data.decode("utf-8")
@@ -217,12 +235,101 @@ def _load_file(path: Path) -> PluginRef:
     return ref
 
 
+def _package_sources(folder: Path) -> dict[str, str]:
+    """Every ``.py`` file of a package folder (sub-packages included, caches and hidden folders not), by its
+    path relative to the folder, in a stable order."""
+    out: dict[str, str] = {}
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(folder)
+        if any(part == "__pycache__" or part.startswith(".") for part in rel.parts):
+            continue
+        try:
+            out[rel.as_posix()] = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PluginError(str(path), f"cannot read it: {exc}") from None
+    return out
+
+
+def _package_hash(sources: dict[str, str]) -> str:
+    digest = hashlib.sha256()
+    for rel in sorted(sources):
+        digest.update(rel.encode("utf-8") + b"\0" + sources[rel].encode("utf-8") + b"\0")
+    return digest.hexdigest()
+
+
+def _exec_package(name: str, folder: Path) -> ModuleType:
+    """Import the package folder ``folder`` as the top-level module ``name`` (its sub-modules, relative or absolute
+    imports of its own name, and pickles of its classes then resolve as for an installed package)."""
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None  # noqa: S101 - a file location with a loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        _drop_modules(name)
+        raise
+    return module
+
+
+def _drop_modules(name: str) -> None:
+    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[mod]
+
+
+def _load_package(folder: Path) -> PluginRef:
+    """A package folder plug-in: imported under the folder's own name, so its modules import each other as they
+    would installed; its files' text travels to Ray workers (:func:`install_bundle`)."""
+    resolved = str(folder.resolve())
+    name = folder.resolve().name
+    if not name.isidentifier():
+        raise PluginError(resolved, f"a package folder's name is its module name, and {name!r} is not a valid one")
+    sources = _package_sources(folder)
+    sha = _package_hash(sources)
+    known = _SPECS.get(resolved) or _LOADED.get(name)
+    if known is not None and known.kind == "package" and known.sha256 == sha:
+        _SPECS[resolved] = known
+        return known
+    if known is not None and known.kind == "package":  # edited since it was loaded: the new files replace the old
+        _forget(known)
+    elif name in sys.modules:
+        where = getattr(sys.modules[name], "__file__", None) or "elsewhere"
+        raise PluginError(resolved, f"a module named {name!r} is already imported (from {where}); rename the folder")
+    ref = PluginRef(resolved, "package", name, resolved, sha, json.dumps(sources, sort_keys=True))
+    _guarded(resolved, resolved, lambda: _exec_package(name, folder))
+    _LOADED[name] = ref
+    _SPECS[resolved] = ref
+    return ref
+
+
+def _materialise(ref: PluginRef) -> Path:
+    """A package plug-in's files written out on this node (a Ray worker whose node may lack the folder): under the
+    temporary directory, keyed by their hash, so the workers of a node share one copy."""
+    root = Path(tempfile.gettempdir()) / "hierfl_plugins" / (ref.sha256 or "unknown")[:16]
+    folder = root / ref.module
+    if not (folder / "__init__.py").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging_", dir=root))
+        for rel, text in json.loads(ref.source or "{}").items():
+            target = staging / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        try:
+            os.replace(staging, folder)  # atomic: another worker of this node may be writing the same copy
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
 def _forget(ref: PluginRef) -> None:
-    """Unload a file plug-in whose file has changed: its registrations, its module, the loader's record."""
+    """Unload a file or package plug-in whose files have changed: its registrations, its modules, the loader's
+    record."""
     from hierfl.config import registry
 
-    registry.forget_module(ref.module)
-    sys.modules.pop(ref.module, None)
+    for mod in [m for m in sys.modules if m == ref.module or m.startswith(ref.module + ".")]:
+        registry.forget_module(mod)
+    _drop_modules(ref.module)
     _LOADED.pop(ref.module, None)
     for spec in [s for s, r in _SPECS.items() if r.module == ref.module]:
         del _SPECS[spec]
@@ -246,6 +353,10 @@ def _load_module(name: str) -> PluginRef:
             return importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                here = Path(*name.split("."))
+                if (here / "__init__.py").is_file():  # a package folder given by its bare name
+                    raise PluginError(name, f"no such module installed; the folder {here}{os.sep} is here: give "
+                                            f"its path, ./{here.as_posix()}/") from None
                 raise PluginError(name, "no such module (not installed, and not on the Python path); a file "
                                         "needs its path, e.g. ./my_method.py") from None
             raise
@@ -356,7 +467,7 @@ def isolated() -> Iterator[None]:
         yield
     finally:
         for name in set(_LOADED) - set(loaded):
-            sys.modules.pop(name, None)
+            _drop_modules(name)
         _LOADED.clear()
         _LOADED.update(loaded)
         _SPECS.clear()
@@ -387,7 +498,16 @@ def install_bundle(items: Iterable[dict[str, Any]]) -> None:
     if not refs:
         return
     for ref in refs:
-        if ref.module in _LOADED or ref.module in sys.modules:
+        if ref.kind == "package":  # named after its folder, not its content: a long-lived worker may hold another
+            have = _LOADED.get(ref.module)  # version of it (an edited package), which the new files replace
+            if have is not None and have.sha256 == ref.sha256:
+                _SPECS.setdefault(ref.spec, ref)
+                continue
+            if have is not None:
+                _forget(have)
+            elif ref.module in sys.modules:
+                raise PluginError(ref.describe(), f"a module named {ref.module!r} is already imported in this worker")
+        elif ref.module in _LOADED or ref.module in sys.modules:
             if ref.kind == "file":
                 _SPECS.setdefault(ref.spec, ref)  # another path of a file already here
             continue
@@ -397,6 +517,13 @@ def install_bundle(items: Iterable[dict[str, Any]]) -> None:
             _guarded(ref.describe(), ref.path, lambda r=ref: _exec_file(r.module, r.path or r.spec, r.source))
             _LOADED[ref.module] = ref
             _SPECS[ref.spec] = ref  # the driver's path stands for it here (the file may not exist on this node)
+        elif ref.kind == "package":
+            if ref.source is None:
+                raise PluginError(ref.describe(), "no files in the bundle")
+            folder = _materialise(ref)
+            _guarded(ref.describe(), str(folder), lambda r=ref, f=folder: _exec_package(r.module, f))
+            _LOADED[ref.module] = ref
+            _SPECS[ref.spec] = ref
         elif ref.kind == "entry_point":
             load_entry_points()
         else:
@@ -411,6 +538,16 @@ def require(refs: Iterable[PluginRef], what: str) -> list[str]:
     for ref in refs:
         if ref.module in _LOADED and (ref.sha256 is None or _LOADED[ref.module].sha256 == ref.sha256):
             continue
+        if ref.kind == "package":
+            folder = Path(ref.path or ref.spec)
+            if not (folder / "__init__.py").is_file():
+                problems.append(f"{what} needs the plug-in package {ref.describe()} (module {ref.module}), which is "
+                                "missing: folder not found; give it with --plugin PATH")
+                continue
+            if _package_hash(_package_sources(folder)) != ref.sha256:
+                problems.append(f"{what} needs the plug-in package {ref.describe()} as it was (sha256 {ref.sha256}); "
+                                "its files have changed since, so the run could not continue with the same results")
+                continue
         if ref.kind == "file":
             path = Path(ref.path or ref.spec)
             if not path.is_file():
@@ -422,7 +559,7 @@ def require(refs: Iterable[PluginRef], what: str) -> list[str]:
                                 "file has changed since, so the run could not continue with the same results")
                 continue
         try:
-            if ref.kind == "file":
+            if ref.kind in ("file", "package"):
                 load_plugin(str(ref.path))
             elif ref.kind == "entry_point":
                 load_entry_points()

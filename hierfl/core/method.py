@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from hierfl.core.message import MODEL_ONLY, MessageLayout
+
 if TYPE_CHECKING:
     from hierfl.core.work import TrainSpec
 
@@ -175,9 +177,13 @@ class JobMethod:
         and may hold ``loss`` and the method's own numbers."""
         return _runner_of(type(self), "run")(self, ctx)  # type: ignore[no-any-return]
 
+    # what the job's result carries (hierfl.core.message): the model alone, or the model with named parts after
+    # it (``CONTROLLED``: a control delta the aggregator sums apart); it sets the default result width
+    layout: ClassVar[MessageLayout] = MODEL_ONLY
+
     def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
-        """Length of the job's result: by default the model's parameters."""
-        return num_params
+        """Length of the job's result: by default the width of its :attr:`layout` (the model's parameters)."""
+        return self.layout.width(num_params)
 
     def uniform_work(self, spec: TrainSpec) -> float | None:
         """The job's work when it is the same on every device whatever its data (a pass over public data),

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
+from hierfl.core.message import MODEL_ONLY, MessageLayout
 
 __all__ = ["TRAINERS", "TrainerConfig", "SGDTrainer", "NoTrainer", "one_model"]
 
@@ -38,9 +39,10 @@ class TrainerConfig(ConfigModel):
     timing_only: ClassVar[bool] = False
 
     @property
-    def payload_factor(self) -> int:
-        """Vectors per message: every transfer moves this many model-sized float32 vectors."""
-        return 1
+    def layout(self) -> MessageLayout:
+        """What every model message of a run with this trainer carries (:mod:`hierfl.core.message`): the model
+        alone by default; its :meth:`~hierfl.core.message.MessageLayout.nbytes` sizes every model transfer."""
+        return MODEL_ONLY
 
     def spec_fields(self) -> dict[str, Any]:
         """The :class:`~hierfl.core.work.TrainSpec` fields this trainer sets."""

@@ -82,6 +82,10 @@ _EXPORTS: dict[str, str] = {
     "DRIVER_EVENTS": "hierfl.env.events",
     "RoundEmpty": "hierfl.env.records",
     "TrainSpec": "hierfl.core.work",
+    "MessageLayout": "hierfl.core.message",
+    "Part": "hierfl.core.message",
+    "MODEL_ONLY": "hierfl.core.message",
+    "CONTROLLED": "hierfl.core.message",
     # the other plug-in kinds' bases
     "TrainerConfig": "hierfl.learn.trainers",
     "JobMethod": "hierfl.core.method",

@@ -118,7 +118,7 @@ def methods_of(module: str) -> list[tuple[str, Any]]:
 
     out: list[tuple[str, Any]] = []
     for registry in (PROTOCOLS, TRAINERS, STRAGGLERS):
-        out += [(registry.kind, registry.get(n)) for n in registry.names() if registry.get(n).__module__ == module]
+        out += [(registry.kind, registry.get(n)) for n in registry.names() if _within(registry.get(n).__module__, module)]
     return out
 
 
@@ -374,8 +374,13 @@ def _registers_anything(module: str) -> bool:
     from hierfl.config.registry import Registry
     from hierfl.learn.server_tasks import SERVER_TASKS
 
-    return (any(reg.get(n).__module__ == module for reg in Registry.instances() for n in reg.names())
-            or any(getattr(fn, "__module__", None) == module for fn in SERVER_TASKS.values()))
+    return (any(_within(reg.get(n).__module__, module) for reg in Registry.instances() for n in reg.names())
+            or any(_within(getattr(fn, "__module__", None), module) for fn in SERVER_TASKS.values()))
+
+
+def _within(name: str | None, module: str) -> bool:
+    """Whether ``name`` is the plug-in's module or one of its sub-modules (a package folder's)."""
+    return name is not None and (name == module or name.startswith(module + "."))
 
 
 def _name(cls: Any) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.aggregate import WeightedSum
+from hierfl.core.message import CONTROLLED, MODEL
 from hierfl.core.serveropt import OptState
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
@@ -21,7 +22,7 @@ class Aggregation:
 
     * the weighted sum of the models arriving in this round (float64, in arrival order);
     * control variates: the sum ``Σ κ_i Δc_i`` of the control deltas that came with them (float64) —
-      an update with a ``control_coef`` is a packed ``[model; Δc]`` vector of twice the length;
+      an update with a ``control_coef`` carries the control-variates message (:data:`~hierfl.core.message.CONTROLLED`);
     * the server optimizer's state (docs/explanation/algorithms.md §5.7), kept across rounds;
     * with a robust ``rule`` (``aggregation:`` set, or attacks on): the updates themselves, kept
       until the commit, where the rule combines them (:mod:`hierfl.robust.rules`), and one report
@@ -39,19 +40,17 @@ class Aggregation:
         self.reports: list[dict[str, Any]] = []
 
     def add(self, vector: np.ndarray, weight: float, control_coef: float | None = None, tag: Any = None) -> None:
-        """Fold in one update (a packed ``[model; Δc]`` when ``control_coef`` is given).
+        """Fold in one update (the control-variates message when ``control_coef`` is given).
 
         ``tag`` (robust aggregation only): None for an honest update, else ``(source, behaviour
         name, ALIE z or None)`` of a Byzantine one.
         """
         vec = np.asarray(vector)
-        if control_coef is not None:
-            half = vec.shape[0] // 2
-            if vec.shape[0] != 2 * half:
-                raise ValueError(f"an update with control variates is [model; control delta], got an odd length {vec.shape[0]}")
-            dc = vec[half:].astype(np.float64) * float(control_coef)
+        if control_coef is not None:  # the control-variates message: κ·Δc is summed apart, the model averaged
+            parts = CONTROLLED.split(vec)
+            dc = parts["control"].astype(np.float64) * float(control_coef)
             self.control_sum = dc if self.control_sum is None else self.control_sum + dc
-            vec = vec[:half]
+            vec = parts[MODEL]
         if self.rule is not None:
             self._rows.append(vec)
             self._weights.append(float(weight))

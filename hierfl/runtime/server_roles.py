@@ -16,6 +16,7 @@ from hierfl.learn.serveropt import ServerOptimizerConfig
 __all__ = ['LeaderHost', 'ServerWork', 'Cloud']
 
 
+from hierfl.core.message import CONTROLLED, MODEL
 from hierfl.runtime.aggregation_role import Aggregation, robust_step
 from hierfl.runtime.role_common import ModelSpec, _pick, average_rows, combine_packed, delta_packed, device_of, models_of, precision_of
 
@@ -79,7 +80,7 @@ class LeaderHost:
         self.models[leader] = model
         self.versions[leader] = self.versions.get(leader, 0) + 1
         if pack_control:
-            return np.concatenate([model, agg.take_control(model.size)])
+            return CONTROLLED.join({MODEL: model, "control": agg.take_control(model.size)})
         return model
 
     def get_control(self, leader: int) -> np.ndarray | None:

@@ -355,6 +355,7 @@ def _trainer_checks(scenario: Scenario) -> list[Problem]:
         return [Problem("training.trainer", f"{name} needs a protocol with synchronous rounds that carries "
                         f"control variates; protocol {proto.name!r} does not; allowed: {', '.join(able)}", name)]
     problems = [Problem(key, message, value) for key, message, value in trainer.scenario_problems(scenario)]
+    problems += _layout_problems(trainer)
     if trainer.needs_every_update is None:
         return problems
     why = f"{name} needs {trainer.needs_every_update}"
@@ -371,3 +372,20 @@ def _trainer_checks(scenario: Scenario) -> list[Problem]:
         elif event.spec.infra_fault:
             problems.append(Problem(f"events.{i}.{event.kind}", f"{why}: a failed server loses updates"))
     return problems
+
+
+def _layout_problems(trainer: Any) -> list[Problem]:
+    """A trainer's declared messages (``TrainerConfig.layout``, which sizes every transfer) against what its jobs
+    return (``JobMethod.layout``) and what control variates need (the control after the model, summed apart):
+    a mismatch would move vectors of one length while charging the bytes of another."""
+    from hierfl.core.message import CONTROLLED
+
+    layout, name = trainer.layout, trainer.name
+    if trainer.needs_control_variates and layout != CONTROLLED:
+        return [Problem("training.trainer", f"{name} needs control variates, so its messages carry the model and the "
+                        f"control (layout CONTROLLED); it declares parts {', '.join(layout.names)}", name)]
+    job = trainer.spec_fields().get("method")
+    if job is not None and type(job).layout.extra and type(job).layout != layout:
+        return [Problem("training.trainer", f"{name}'s jobs return parts {', '.join(type(job).layout.names)} but its "
+                        f"messages declare {', '.join(layout.names)} (TrainerConfig.layout sizes every transfer)", name)]
+    return []

@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from hierfl.core.message import MODEL, MessageLayout, Part
 from hierfl.core.method import JobContext, JobMethod, StateStore, runner
 from hierfl.core.shared import SharedData
 from hierfl.core.work import TrainSpec, work_samples
@@ -19,18 +20,19 @@ from hierfl.runtime.roles import DeviceHost
 from tests.learn.test_local_training import C, D, _tiny_data
 
 
+NUDGED = MessageLayout((Part(MODEL), Part("update")))
+
+
 @dataclass(frozen=True)
 class MomentumNudge(JobMethod):
     """A user's job method: plain SGD, then the result moves by ``beta`` times the device's last update (kept as
-    per-device state ``last``); it returns ``[model; update]`` and charges an extra half pass per sample."""
+    per-device state ``last``); it returns the model and the update (layout ``NUDGED``) and charges an extra half pass per sample."""
 
     beta: float = 0.5
     keeps_device_state: ClassVar[bool] = True
     state_names: ClassVar[tuple[str, ...]] = ("last",)
     custom_work: ClassVar[bool] = True
-
-    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
-        return 2 * num_params
+    layout: ClassVar[MessageLayout] = NUDGED
 
     def work_samples(self, n: int, spec: TrainSpec) -> float:
         return 1.5 * super().work_samples(n, spec)
@@ -42,7 +44,7 @@ class MomentumNudge(JobMethod):
         moved = (new + self.beta * last).astype(np.float32)
         update = (moved - ctx.params).astype(np.float32)
         ctx.state.put(ctx.device, last=update)
-        return ctx.finish(np.concatenate([moved, update]), stats)
+        return ctx.finish(NUDGED.join({MODEL: moved, "update": update}), stats)
 
 
 def _host(parts: list[np.ndarray], fast: bool = False) -> tuple[DeviceHost, np.ndarray, np.ndarray, np.ndarray]:

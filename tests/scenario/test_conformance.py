@@ -226,7 +226,7 @@ def test_trainer_step(name):
     # uniform FedAvg weights: every trainer accepts them (FedDC's default server rule requires them)
     scenario = tiny(training={"trainer": cfg.model_dump()}, protocol={"weighting": "uniform"},
                     model=TRAINER_MODELS.get(name, {"name": "logreg"}))
-    assert cfg.payload_factor >= 1 and scenario.training.trainer == cfg
+    assert cfg.layout.nbytes(10) >= 40 and scenario.training.trainer == cfg
     spec = TrainSpec(epochs=None, steps=2, batch_size=2, lr=0.1, **cfg.spec_fields())
     model = scenario.model
     trainer = LocalTrainer(model, (3,), 3)

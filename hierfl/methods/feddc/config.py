@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from hierfl.core.message import CONTROLLED, MessageLayout
 from hierfl.methods.feddc.math import DriftRule, DriftSpec
 from hierfl.learn.trainers import TRAINERS, TrainerConfig
 from hierfl.methods.scaffold.config import ScaffoldTrainer
@@ -50,9 +51,9 @@ class FedDCTrainer(TrainerConfig):
                     "null: no clipping [design default 10]")
 
     @property
-    def payload_factor(self) -> int:
-        """Model and control travel together."""
-        return 2
+    def layout(self) -> MessageLayout:
+        """Model and control travel together, both ways (down ``c``, up ``Δc_i``)."""
+        return CONTROLLED
 
     def spec_fields(self) -> dict[str, Any]:
         """``control_variates``, the drift job (:class:`~hierfl.methods.feddc.math.DriftSpec`) and the clipping norm."""

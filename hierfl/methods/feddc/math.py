@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hierfl.core.method import JobMethod
+from hierfl.core.message import CONTROLLED, MessageLayout
 
 __all__ = ["DriftSpec", "relative_weights", "mean_steps", "local_terms", "device_update", "DriftRule"]
 
@@ -42,13 +43,10 @@ class DriftSpec(JobMethod):
     server_rule: str = "code"
 
     # as a job method (hierfl.core.method): h_i and c_i are per-device state of the device's host; the
-    # result is the packed [θ⁺; δc_i]
+    # result carries θ⁺ and δc_i (the control-variates message, δc_i summed apart by the aggregator)
     keeps_device_state: ClassVar[bool] = True
     state_names: ClassVar[tuple[str, ...]] = ("h", "c")
-
-    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
-        """``[θ⁺; δc_i]``: twice the model."""
-        return 2 * num_params
+    layout: ClassVar[MessageLayout] = CONTROLLED
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.alpha) or self.alpha < 0:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from hierfl.config.base import rename_alias
+from hierfl.core.message import MODEL, MODEL_ONLY, Part, MessageLayout
 from hierfl.core.personal import PersonalSpec
 from hierfl.learn.trainers import TRAINERS, TrainerConfig
 
@@ -36,6 +37,10 @@ class _PersonalBase(TrainerConfig):
     def spec_fields(self) -> dict[str, Any]:
         """``personal`` (its ``split_seed`` is set from the scenario seed by the build)."""
         return {"personal": self.personal_spec()}
+
+
+# Meta-SGD's global vector: θ, then the learned per-parameter step sizes α, averaged with it
+STEP_SIZES = MessageLayout((Part(MODEL), Part("step_sizes")))
 
 
 @TRAINERS.register
@@ -132,9 +137,9 @@ class FedMetaTrainer(_MetaKnobs):
     first_order: bool = Field(default=False, description="MAML without the second-order term")
 
     @property
-    def payload_factor(self) -> int:
-        """Meta-SGD's global vector is ``[θ; α]``."""
-        return 2 if self.learner == "meta_sgd" else 1
+    def layout(self) -> MessageLayout:
+        """Meta-SGD's global vector carries the learned step sizes α after θ, averaged with it."""
+        return STEP_SIZES if self.learner == "meta_sgd" else MODEL_ONLY
 
     def personal_spec(self) -> PersonalSpec:
         """The meta-learner."""

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from hierfl.core.message import CONTROLLED, MessageLayout
 from hierfl.methods.scaffold.math import ControlJob
 from hierfl.learn.trainers import TRAINERS, TrainerConfig
 
@@ -39,9 +40,9 @@ class ScaffoldTrainer(TrainerConfig):
                     "model average) or 1/N (uniform, the paper's choice with its uniform average) [D]")
 
     @property
-    def payload_factor(self) -> int:
-        """Model and control travel together."""
-        return 2
+    def layout(self) -> MessageLayout:
+        """Model and control travel together, both ways (down ``c``, up ``Δc_i``)."""
+        return CONTROLLED
 
     def spec_fields(self) -> dict[str, Any]:
         """``control_variates`` and the SCAFFOLD job (:class:`~hierfl.methods.scaffold.math.ControlJob`)."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from hierfl.core.controls import control_weights
 from hierfl.core.method import JobMethod
+from hierfl.core.message import CONTROLLED, MessageLayout
 
 __all__ = ["option2_control", "correction", "control_weights", "ControlJob"]
 
@@ -30,14 +31,11 @@ __all__ = ["option2_control", "correction", "control_weights", "ControlJob"]
 class ControlJob(JobMethod):
     """A SCAFFOLD job (as a job method, :mod:`hierfl.core.method`): every gradient is corrected by ``c − c_i``
     with the server control ``c`` that came with the job; the device's ``c_i`` (per-device state of its host)
-    moves by option II and the result is the packed ``[y; Δc_i]``."""
+    moves by option II and the result carries ``y`` and ``Δc_i`` (layout :data:`~hierfl.core.message.CONTROLLED`)."""
 
     keeps_device_state: ClassVar[bool] = True
     state_names: ClassVar[tuple[str, ...]] = ("c",)
-
-    def result_width(self, num_params: int, num_classes: int, input_size: int) -> int:
-        """``[y; Δc_i]``: twice the model."""
-        return 2 * num_params
+    layout: ClassVar[MessageLayout] = CONTROLLED
 
 
 def correction(c: np.ndarray, c_i: np.ndarray) -> np.ndarray:
