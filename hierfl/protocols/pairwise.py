@@ -4,7 +4,7 @@ A node asks a partner for an exchange; requests wait first come, first served, a
 starts only when neither node is in another one (each node holds one lock). An exchange is two
 messages sent at once, one each way; it is complete when both have arrived, and void when one of
 its nodes leaves. What the nodes send and do with what they receive is the protocol's business
-(:mod:`hierfl.protocols.gossip`); this class only keeps the queue, the locks and the exchanges.
+(:mod:`hierfl.methods.gossip.protocol`); this class only keeps the queue, the locks and the exchanges.
 """
 
 from __future__ import annotations
