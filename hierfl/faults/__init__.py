@@ -23,7 +23,7 @@ module            layer        holds
 Where it is wired in elsewhere: the dynamics state holds the windows (``hierfl/core/dynamics.py``),
 the transfers know which servers are down (``hierfl/driver/transfers.py``), and each protocol
 that survives faults has its semantics in its own code — HierFAVG's and AHFL's in their modules,
-FedCH's in ``hierfl/protocols/fedch/outages.py`` (its clusters and rounds are FedCH's state).
+FedCH's in ``hierfl/methods/fedch/protocol_outages.py`` (its clusters and rounds are FedCH's state).
 
 This file imports nothing, so :mod:`hierfl.faults.math` can be imported without pydantic.
 """

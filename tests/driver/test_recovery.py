@@ -127,6 +127,25 @@ def test_checkpoints_can_be_switched_off(tmp_path: Path) -> None:
         resume_run(tmp_path / "run")
 
 
+def test_a_checkpoint_of_an_earlier_format_is_refused_with_a_reason(tmp_path: Path, capsys: Any) -> None:
+    """A checkpoint written before the protocols moved (format 1) names module paths that are gone: resuming it
+    stops with a message and exit status 2, not an import error from the middle of the unpickling."""
+    import pickle
+
+    from hierfl.driver.checkpoint import FORMAT
+
+    assert FORMAT == 2
+    run = tmp_path / "old"
+    run.mkdir()
+    with open(run / CHECKPOINT_FILE, "wb") as fh:  # the header of format 1, then a class at its old module path
+        pickle.dump({"hierfl_checkpoint": 1, "plugins": []}, fh)
+        fh.write(b"chierfl.protocols.fedavg\nFedAvg\n.")  # pickle's GLOBAL opcode: importing it would fail
+    with pytest.raises(RunError, match="not a checkpoint of this hierfl version"):
+        resume_run(run)
+    assert main(["resume", str(run)]) == 2
+    assert "not a checkpoint of this hierfl version" in capsys.readouterr().err
+
+
 FAULT_PLANS = {
     # (round, roles whose processes are killed): one rollback after losing a host and the leader at
     # once. The cloud role runs in the driver by default (hierfl.runtime.driver_cloud): it has no

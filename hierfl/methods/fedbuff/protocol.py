@@ -23,7 +23,7 @@ from hierfl.config.errors import Problem
 from hierfl.env import Env
 from hierfl.policies.staleness import STALENESS, FedBuffStaleness
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
-from hierfl.protocols.fedasync import FlatAsync, concurrency_problems
+from hierfl.methods.fedasync.protocol import FlatAsync, concurrency_problems
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario

@@ -30,18 +30,18 @@ own access link to the cloud; edge-leader clusters use the device ↔ edge and e
 
 The package, one concept per module:
 
-* :mod:`~hierfl.protocols.fedch.config` — :class:`FedCHConfig` (``protocol: {name: fedch, …}``);
-* :mod:`~hierfl.protocols.fedch.protocol` — :class:`FedCH`: cluster rounds and the cloud;
-* :mod:`~hierfl.protocols.fedch.state` — :class:`FedCHState`, the clusters and models in flight;
-* :mod:`~hierfl.protocols.fedch.messages` — the typed payloads of FedCH's events;
-* :mod:`~hierfl.protocols.fedch.construction` — :class:`ClusterBuilder`: measurements, K, clusters;
-* :mod:`~hierfl.protocols.fedch.churn` — :class:`Reclustering`: teardown, rebuild, lost leaders.
+* :mod:`~hierfl.methods.fedch.config` — :class:`FedCHConfig` (``protocol: {name: fedch, …}``);
+* :mod:`~hierfl.methods.fedch.protocol` — :class:`FedCH`: cluster rounds and the cloud;
+* :mod:`~hierfl.methods.fedch.protocol_state` — :class:`FedCHState`, the clusters and models in flight;
+* :mod:`~hierfl.methods.fedch.protocol_messages` — the typed payloads of FedCH's events;
+* :mod:`~hierfl.methods.fedch.protocol_construction` — :class:`ClusterBuilder`: measurements, K, clusters;
+* :mod:`~hierfl.methods.fedch.protocol_churn` — :class:`Reclustering`: teardown, rebuild, lost leaders.
 """
 
-from hierfl.protocols.fedch.churn import Reclustering
-from hierfl.protocols.fedch.config import FedCHConfig, KStarConfig
-from hierfl.protocols.fedch.construction import ClusterBuilder
-from hierfl.protocols.fedch.protocol import FedCH
-from hierfl.protocols.fedch.state import FedCHState
+from hierfl.methods.fedch.protocol_churn import Reclustering
+from hierfl.methods.fedch.config import FedCHConfig, KStarConfig
+from hierfl.methods.fedch.protocol_construction import ClusterBuilder
+from hierfl.methods.fedch.protocol import FedCH
+from hierfl.methods.fedch.protocol_state import FedCHState
 
 __all__ = ["FedCHConfig", "KStarConfig", "FedCH", "FedCHState", "ClusterBuilder", "Reclustering"]
