@@ -248,3 +248,27 @@ def test_worst_decile_and_spread_in_the_python_api_frames(tmp_path):
         assert col in evals.columns and evals[col].notna().all()
     assert (evals["device_accuracy_worst10"] <= evals["device_accuracy_p10"] + 1e-12).all()
     assert (evals["device_accuracy_std"] >= 0).all()
+
+
+def test_a_held_out_device_is_adapted_on_its_support_rows_and_tested_on_its_query_rows():
+    """Per-device evaluation through the job method: a held-out device's rows are cut by the trainer's own
+    seeded split (not the default one), it adapts on the support part and is tested on the query part."""
+    from hierfl.core.method import JobMethod
+    from hierfl.methods.personal.job import personaliser
+
+    sc = tiny(training={"trainer": {"name": "fedavgmeta", "support_fraction": 0.5, "inner_steps": 2}},
+              data={"test_devices": 1}, model=MLP)
+    b, ex = _executor(sc)
+    job, host = b.spec.method, ex.host
+    device, rows, test = host.eval_sets[0]
+    assert isinstance(job, PersonalJob) and test is None and job.split_seed != 0
+    support, query = support_split(rows.size, 0.5, job.split_seed, device)
+    assert not np.array_equal(query, JobMethod.eval_split(job, device, rows.size)[1])  # not the default split
+    got = host.evaluate_devices([0], b.init_params, method=job)[0]
+    pz = personaliser(job, host.method_context(0, b.spec))  # (the host's runner of the job: any device's context)
+    theta = pz.adapted(b.init_params, b.init_params, host.x[rows[support]], host.y[rows[support]])
+    assert not np.array_equal(theta, b.init_params)  # the fine-tuning steps moved it
+    acc, loss = host.trainer.evaluate(theta, host.x[rows[query]], host.y[rows[query]])
+    np.testing.assert_allclose(got, [round(acc * query.size), query.size, loss * query.size], rtol=1e-12)
+    plain = host.evaluate_devices([0], b.init_params)[0]
+    assert plain[1] != got[1] or plain[2] != got[2]
