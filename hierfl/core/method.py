@@ -18,7 +18,13 @@ or the device hosts names a method: they ask the job method.
 * :meth:`JobMethod.result_width` is the length of the vector the job returns.
 * ``keeps_device_state``: the job reads and writes the device's named vectors
   (:attr:`JobContext.state`), so it always runs on the device's home host, is never trained in a
-  group, and its state is checkpointed, measured and reset on migration by the host.
+  group, and its state is checkpointed, measured and reset on migration by the host. A device's state
+  that was never written may start from :attr:`JobContext.base` (the run's initial model, or the global
+  model at the end of the method's :meth:`JobMethod.plain_rounds`).
+* ``device_evaluation``: devices are tested through :meth:`JobMethod.evaluate`, on their home host, given
+  the support rows :meth:`JobMethod.eval_split` chooses to adapt on (:attr:`JobContext.support`).
+* :meth:`JobMethod.initial_vector`: the run's vector and a message's length, where some parameters never
+  leave the device or values travel behind the model.
 
 The class is pure (numpy only): the runner of a shipped method may live in the method's own
 package and import torch there, registered with :func:`runner` so that the dataclass itself can
