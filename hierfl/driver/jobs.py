@@ -197,8 +197,8 @@ class Jobs:
         (:meth:`JobMethod.plain_rounds <hierfl.core.method.JobMethod.plain_rounds>` cloud rounds) without the
         method — plain jobs on the whole model; when they end, devices whose state was never written start
         from the global model (:meth:`Executor.set_state_base <hierfl.runtime.executor.Executor.set_state_base>`)."""
-        if not self._warmup_rounds or spec.method is None:
-            return spec
+        if not self._warmup_rounds or spec.method is None or spec.method != self._spec.method:
+            return spec  # (a protocol's own job, with a method of its own, is not the run's method's warm-up)
         if self.counters["cloud_aggregations"] < self._warmup_rounds:
             return dataclasses.replace(spec, method=None)
         self._warmup_rounds = 0
