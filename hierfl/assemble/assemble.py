@@ -21,12 +21,7 @@ from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.labelnoise import flip_labels
-from hierfl.core.personal import (
-    LayerSplitError,
-    local_mask,
-    local_test_split,
-    resolve_layers,
-)
+from hierfl.core.device_eval import local_test_split
 from hierfl.core.public import PublicData, public_bytes
 from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
@@ -89,9 +84,6 @@ def train_spec(scenario: Scenario) -> TrainSpec:
     t = scenario.training
     spec = TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
                      momentum=t.momentum, weight_decay=t.weight_decay, **t.trainer.spec_fields())
-    if spec.personal is not None:  # support/query splits are a function of the scenario seed
-        personal = dataclasses.replace(spec.personal, split_seed=stream_seed(scenario.seed, "personal.support"))
-        spec = dataclasses.replace(spec, personal=personal)
     if spec.method is not None:  # what the job method draws from the scenario seed (its own named streams)
         spec = dataclasses.replace(spec, method=spec.method.with_run_seed(lambda name: stream_seed(scenario.seed, name)))
     return spec
@@ -114,22 +106,20 @@ def _split_devices(scenario: Scenario, parts: list[np.ndarray]
     return train, evals
 
 
-def _personal_bytes(scenario: Scenario, params: np.ndarray, shape: tuple[int, ...], classes: int,
-                    spec: TrainSpec, call: ModelCall = in_process) -> tuple[np.ndarray, int]:
-    """A personalised trainer's global vector (Meta-SGD: ``[θ; α]``) and one message's size: only the
-    global parameters travel. Raises ConfigError at the trainer's layer key if the split does not fit."""
-    personal = spec.personal
-    assert personal is not None
-    layout = call(model_layout, scenario.model, shape, classes)
+def _method_vector(scenario: Scenario, params: np.ndarray, shape: tuple[int, ...], classes: int,
+                   spec: TrainSpec, call: ModelCall = in_process) -> tuple[np.ndarray, int] | None:
+    """The job method's initial vector and one message's size (:meth:`JobMethod.initial_vector`), or None when
+    the method leaves both alone. Raises ConfigError at the trainer's layer key if its settings do not fit the model."""
+    assert spec.method is not None
     try:
-        layers = resolve_layers(layout, personal.local, personal.from_end)
-    except LayerSplitError as exc:
+        made = spec.method.initial_vector(params, lambda: call(model_layout, scenario.model, shape, classes))
+    except ValueError as exc:
         key = scenario.training.trainer.layer_key or "training.trainer"
         raise ConfigError([Problem(key, str(exc))]) from None
-    local = int(local_mask(layout, layers).sum())
-    if personal.kind == "meta_sgd":  # α starts at inner_lr everywhere and is learned with θ
-        params = np.concatenate([params, np.full(params.size, personal.inner_lr, dtype=np.float32)])
-    return params, model_bytes(params.size - local)
+    if made is None:
+        return None
+    vector, sent = made
+    return vector, model_bytes(sent)
 
 
 def build(scenario: Scenario, source: str | None = None, model_call: ModelCall = in_process) -> Built:
@@ -193,8 +183,9 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
         factor = scenario.training.trainer.work_factor(scenario.model, shape, classes, model_call)
         if factor != 1.0:  # a heavier local loss (an extra pass of the trainer's loss) takes longer in virtual time
             spec = dataclasses.replace(spec, work_factor=factor)
-        if spec.personal is not None:
-            params, world.model_bytes = _personal_bytes(scenario, params, shape, classes, spec, model_call)
+        made = None if spec.method is None else _method_vector(scenario, params, shape, classes, spec, model_call)
+        if made is not None:  # the method's own vector (values behind the model) and message (parameters kept home)
+            params, world.model_bytes = made
         extra = None if spec.method is None else spec.method.initial_extra(math.prod(shape), scenario.devices.count)
         if extra is not None:  # the servers average more than the model: [model; extra]
             params = np.concatenate([params, extra])

@@ -18,7 +18,13 @@ or the device hosts names a method: they ask the job method.
 * :meth:`JobMethod.result_width` is the length of the vector the job returns.
 * ``keeps_device_state``: the job reads and writes the device's named vectors
   (:attr:`JobContext.state`), so it always runs on the device's home host, is never trained in a
-  group, and its state is checkpointed, measured and reset on migration by the host.
+  group, and its state is checkpointed, measured and reset on migration by the host. A device's state
+  that was never written may start from :attr:`JobContext.base` (the run's initial model, or the global
+  model at the end of the method's :meth:`JobMethod.plain_rounds`).
+* ``device_evaluation``: devices are tested through :meth:`JobMethod.evaluate`, on their home host, given
+  the support rows :meth:`JobMethod.eval_split` chooses to adapt on (:attr:`JobContext.support`).
+* :meth:`JobMethod.initial_vector`: the run's vector and a message's length, where some parameters never
+  leave the device or values travel behind the model.
 
 The class is pure (numpy only): the runner of a shipped method may live in the method's own
 package and import torch there, registered with :func:`runner` so that the dataclass itself can
@@ -27,7 +33,7 @@ stay importable without torch. A user's job method simply overrides :meth:`JobMe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -131,7 +137,10 @@ class JobContext:
     None if none); ``out`` an optional preallocated result array of :meth:`JobMethod.result_width`;
     ``state`` the host's per-device state; ``cache`` a dict the host keeps for the method's class across
     jobs (tables made once per host, a second model runner); ``model`` the job's
-    ``(model config, input shape, number of classes, torch threads)``.
+    ``(model config, input shape, number of classes, torch threads)``; ``base`` the model a device's state
+    starts from before its first job writes it (the run's initial vector, or the global model when the
+    method's plain rounds ended: :meth:`JobMethod.plain_rounds`); ``support`` (evaluation only) the
+    samples ``(x, y)`` the device may adapt on before it is tested (:meth:`JobMethod.eval_split`).
     """
 
     device: int
@@ -148,6 +157,8 @@ class JobContext:
     model: tuple[Any, int | tuple[int, ...], int, int]
     out: np.ndarray | None = None
     cache: dict[str, Any] = field(default_factory=dict)
+    base: np.ndarray | None = None
+    support: tuple[np.ndarray, np.ndarray] | None = None
 
     def finish(self, result: np.ndarray, stats: dict[str, float]) -> tuple[np.ndarray, dict[str, float]]:
         """Return ``result`` through ``out`` when the host gave one (a row of a batch of results)."""
@@ -213,6 +224,20 @@ class JobMethod:
         than the model: every message is then that much longer); None (the default) for none."""
         return None
 
+    def initial_vector(self, params: np.ndarray,
+                       layout: Callable[[], Sequence[tuple[str, tuple[int, ...]]]]) -> tuple[np.ndarray, int] | None:
+        """The run's initial vector made from the model's initial ``params``, and how many of its values a
+        message carries (parameters that never leave the device are not sent); ``layout()`` gives the
+        model's ``(parameter name, shape)`` list. None (the default): the parameters, all sent. Raises
+        ``ValueError`` when the settings do not fit the model (reported at the trainer's key)."""
+        return None
+
+    def plain_rounds(self) -> int:
+        """Cloud rounds at the start of the run whose jobs and evaluations are plain local training (a warm-up
+        of the whole model); when they end, the global model becomes the model devices' state starts from
+        (:attr:`JobContext.base`). By default none."""
+        return 0
+
     #: devices are evaluated through :meth:`evaluate` (with state their home host keeps) instead of the
     #: plain forward pass of the model they are given
     device_evaluation: ClassVar[bool] = False
@@ -221,6 +246,14 @@ class JobMethod:
         """``(accuracy, mean loss)`` of ``ctx.params`` on ``ctx.x``, ``ctx.y`` for device ``ctx.device``
         (only with ``device_evaluation``)."""
         return _runner_of(type(self), "evaluate")(self, ctx)  # type: ignore[no-any-return]
+
+    def eval_split(self, device: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Positions, among a device's ``n`` own rows, of its support set (what :meth:`evaluate` may adapt on:
+        :attr:`JobContext.support`) and of its query set (the test rows of a held-out device, one that never
+        trains); only with ``device_evaluation``. By default a seeded fifth of the rows is support."""
+        from hierfl.core.device_eval import DEFAULT_SUPPORT_FRACTION, support_split
+
+        return support_split(n, DEFAULT_SUPPORT_FRACTION, 0, device)
 
 
 def _runner_of(cls: type, what: str) -> Callable[..., Any]:

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.method import JobMethod
-from hierfl.core.personal import PersonalSpec
 from hierfl.core.shared import SharedData
 
 __all__ = [
@@ -128,9 +127,6 @@ class TrainSpec:
     # a Byzantine device's behaviour (a ``hierfl.robust.behaviours`` config, hashable): the host
     # trains on flipped labels or transforms the result; None for an honest job
     attack: Any = None
-    # personalisation (the personalised trainers, hierfl.methods.personal): what stays on
-    # the device and how it adapts; None = every parameter is global (hierfl.learn.personal)
-    personal: PersonalSpec | None = None
     # streaming data (Co-op's ``stream``): the job sees only the first ``revealed`` samples of the
     # device (in its partition's order); None = all of them
     revealed: int | None = None

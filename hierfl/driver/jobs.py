@@ -54,9 +54,8 @@ class Jobs:
         self._nominal: np.ndarray | None = None
         self._nominal_spec: TrainSpec | None = None
         self._nominal_by_work: dict[tuple[Any, ...], np.ndarray] = {}
-        # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
-        personal = spec.personal
-        self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
+        # a job method's plain rounds (a warm-up of the whole model): the method starts after this many cloud rounds
+        self._warmup_rounds = 0 if spec.method is None else spec.method.plain_rounds()
         # models: which architecture each device runs, stamped on its jobs' specs (None: one model, no stamp)
         self._model_of = model_of
         self._stamped: dict[tuple[TrainSpec, int], TrainSpec] = {}
@@ -136,8 +135,8 @@ class Jobs:
         spec = spec or self._spec
         if self._model_of is not None:
             spec = self._model_spec(spec, device)
-        if self._warmup_rounds:  # (personal_phase's own first test)
-            spec = self.personal_phase(spec)
+        if self._warmup_rounds:  # (method_phase's own first test)
+            spec = self.method_phase(spec)
         behavior = None
         if self.robust is not None:  # a Byzantine device's job carries its behaviour (timing unchanged)
             spec, behavior = self.robust.job_spec(device, now, spec)
@@ -193,16 +192,17 @@ class Jobs:
             stamped = self._stamped[key] = dataclasses.replace(spec, model=key[1])
         return stamped
 
-    def personal_phase(self, spec: TrainSpec) -> TrainSpec:
-        """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up
-        (``warmup_rounds`` cloud rounds) without personalisation — plain FedAvg jobs on the whole
-        model; when it ends, devices without state take their local layers from the global model."""
-        if not self._warmup_rounds or spec.personal is None:
-            return spec
+    def method_phase(self, spec: TrainSpec) -> TrainSpec:
+        """``spec`` as jobs and evaluations run it now: during its job method's plain rounds
+        (:meth:`JobMethod.plain_rounds <hierfl.core.method.JobMethod.plain_rounds>` cloud rounds) without the
+        method — plain jobs on the whole model; when they end, devices whose state was never written start
+        from the global model (:meth:`Executor.set_state_base <hierfl.runtime.executor.Executor.set_state_base>`)."""
+        if not self._warmup_rounds or spec.method is None or spec.method != self._spec.method:
+            return spec  # (a protocol's own job, with a method of its own, is not the run's method's warm-up)
         if self.counters["cloud_aggregations"] < self._warmup_rounds:
-            return dataclasses.replace(spec, personal=None)
+            return dataclasses.replace(spec, method=None)
         self._warmup_rounds = 0
-        self.executor.set_personal_base(self.aggregation.global_model)
+        self.executor.set_state_base(self.aggregation.global_model)
         return spec
 
     def planned_compute_s(self, device: int, spec: TrainSpec | None = None) -> float:

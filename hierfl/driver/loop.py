@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hierfl.kernel.engine import Priority
-from hierfl.core.personal import device_accuracy_fields
+from hierfl.core.device_eval import device_accuracy_fields
 from hierfl.driver.context import Context, DivergedError, RunError
 from hierfl.env.events import describe
 from hierfl.env.records import Eval
@@ -116,7 +116,7 @@ class RunLoop:
         if ctx.spec.train and ctx.device_eval and not diverged:  # data.local_test_fraction / data.test_devices
             try:
                 own = self.protocol.device_models()  # WSCC: each device's cluster model
-                spec = ctx.jobs.personal_phase(ctx.spec)
+                spec = ctx.jobs.method_phase(ctx.spec)
                 device_fields = device_accuracy_fields(ctx.executor.evaluate_devices(ctx.global_model, spec, own))
                 ctx.jobs.charge_device_eval()  # evaluation.device_eval_cost (free by default)
             except Exception as exc:

@@ -48,7 +48,7 @@ class TrainerConfig(ConfigModel):
         """The :class:`~hierfl.core.work.TrainSpec` fields this trainer sets."""
         return {}
 
-    # the key whose layer split the build checks against the model (personalised trainers)
+    # the key a job method's settings that do not fit the model are reported at (JobMethod.initial_vector)
     layer_key: ClassVar[str | None] = None
 
     def round_rule(self, members: int, tier: str) -> Any:

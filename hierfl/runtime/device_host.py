@@ -1,5 +1,5 @@
 """The device host role: many virtual devices' sample indices, their persistent state and the local training loop
-(one job, a fast-path group, a job method's own job, personalised jobs and per-device evaluation)."""
+(one job, a fast-path group, a job method's own job and per-device evaluation)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ from hierfl.learn.batched import BatchedTrainer
 from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
-from hierfl.learn.personal import DEFAULT_QUERY_FRACTION, Personaliser
-from hierfl.core.personal import PersonalSpec, support_split
+from hierfl.core.device_eval import DEFAULT_SUPPORT_FRACTION, support_split
 
 __all__ = ['DeviceHost', 'group_trainers']
 
@@ -49,9 +48,8 @@ class DeviceHost:
     Persistent per-device state: named vectors per device that a job method keeps
     (:attr:`JobMethod.keeps_device_state <hierfl.core.method.JobMethod.keeps_device_state>`). It lives here, so a
     device always trains on its home host (Ray); it is checkpointed (:meth:`export_state`), measured
-    (:meth:`state_bytes`) and reset (:meth:`reset_devices`).
-
-    Personalised jobs keep none here: the executor keeps their local layers (:meth:`train_personal`).
+    (:meth:`state_bytes`) and reset (:meth:`reset_devices`). A device's state that was never written
+    starts from :attr:`state_base` (the run's initial model until the executor says otherwise).
     """
 
     def __init__(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
@@ -65,6 +63,7 @@ class DeviceHost:
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                     device=self.device, precision=precision_of(model))
         self.states = DeviceState()  # per-device vectors the job methods keep
+        self.state_base: np.ndarray | None = None  # the model devices' state starts from (set_state_base)
         self._model = (model_cfg, tuple(input_shape), int(num_classes), int(threads))
         self._input_size = int(np.prod(input_shape))
         self._method_caches: dict[type, dict[str, Any]] = {}  # what a job method keeps on this host, by its class
@@ -74,7 +73,6 @@ class DeviceHost:
                                           for cfg in models_of(model)[1:]]
         self.num_classes = int(num_classes)
         self._y_flip: np.ndarray | None = None  # labels of label-flipping devices (made on first use)
-        self._personalisers: dict[PersonalSpec, Personaliser] = {}
         self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (D_g) added
         # opt-in fast path: groups of jobs trained together (None: every job alone)
         self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
@@ -123,7 +121,14 @@ class DeviceHost:
         return JobContext(device=device, seed=seed, spec=spec, params=params, received=received,
                           trainer=self.trainers[spec.model], x=self.x, y=y,
                           rows=self._rows(device, spec) if rows is None else rows,
-                          parts=self.parts, state=self.states, model=self._model, out=out, cache=cache)
+                          parts=self.parts, state=self.states, model=self._model, out=out, cache=cache,
+                          base=self.state_base)
+
+    def set_state_base(self, params: np.ndarray) -> bool:
+        """From now on, a device whose state was never written starts from ``params``
+        (:attr:`JobContext.base <hierfl.core.method.JobContext.base>`)."""
+        self.state_base = np.asarray(params)
+        return True
 
     def state_bytes(self) -> tuple[int, int]:
         """``(devices holding state, bytes of their state vectors)`` on this host (memory accounting)."""
@@ -157,85 +162,50 @@ class DeviceHost:
         result[:size] = behavior.transform(result[:size], start, rng)
         return result, stats
 
-    def personaliser(self, spec: PersonalSpec) -> Personaliser:
-        """The (cached) runner of ``spec`` on this host's model."""
-        pz = self._personalisers.get(spec)
-        if pz is None:
-            pz = self._personalisers[spec] = Personaliser(self.trainer, spec)
-        return pz
-
-    def train_personal(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
-                       state: np.ndarray | None) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
-        """One personalised job: ``(global update, stats, new device state)``; ``state`` is the device's
-        state or, for its first job, the initial global vector (see :class:`Personaliser`)."""
-        assert spec.personal is not None
-        return self.personaliser(spec.personal).train(device, params, self.x, self.y, self._rows(device, spec),
-                                                      spec, seed, state)
-
-    def evaluate_devices(self, personal: PersonalSpec | None, slots: list[int], state_index: list[int],
-                         state_rows: list[int | None], params: np.ndarray, *arrays: np.ndarray,
-                         method: JobMethod | None = None) -> np.ndarray:
+    def evaluate_devices(self, slots: list[int], params: np.ndarray, method: JobMethod | None = None) -> np.ndarray:
         """Per-device evaluation of evaluation sets ``slots`` (indices into ``eval_sets``) with ``params``.
 
-        Each device is tested with its personalised model (:meth:`Personaliser.adapted`; state ``k``
-        is ``arrays[state_index[k]]``, row ``state_rows[k]``, or none with index ``-1``) on its held-out
-        rows, or — a held-out device — adapted on the support part of its rows and tested on the
-        query part; with a ``method`` that declares ``device_evaluation``, through it (:meth:`JobMethod.evaluate`:
-        a device's own offset, kept here). Returns ``(len(slots), 3)`` float64
-        rows: correct, tested samples, loss sum.
+        Each device is tested on its held-out rows or — a held-out device — on the query part of its rows
+        (:meth:`JobMethod.eval_split`); with a ``method`` that declares ``device_evaluation``, through it
+        (:meth:`JobMethod.evaluate`: with the device's state kept here, given the support part of its own rows
+        to adapt on). Returns ``(len(slots), 3)`` float64 rows: correct, tested samples, loss sum.
         """
         out = np.zeros((len(slots), 3), dtype=np.float64)
-        pz = None if personal is None else self.personaliser(personal)
-        fraction = DEFAULT_QUERY_FRACTION if personal is None else personal.support_fraction
-        split_seed = 0 if personal is None else personal.split_seed
         for k, slot in enumerate(slots):
             device, rows, test = self.eval_sets[slot]
-            s_pos, q_pos = support_split(rows.size, fraction, split_seed, device)
+            if method is None:
+                s_pos, q_pos = support_split(rows.size, DEFAULT_SUPPORT_FRACTION, 0, device)
+            else:
+                s_pos, q_pos = method.eval_split(device, rows.size)
             if test is None:
                 test = rows[q_pos]
-            if pz is None:
-                theta = np.asarray(params[: self.trainer.num_params])
-            else:
-                state = None if state_index[k] < 0 else _pick(arrays[state_index[k]], state_rows[k])
-                theta = pz.adapted(device, params, state, self.x, self.y, rows[s_pos])
             if method is None:
-                acc, loss = self.trainer.evaluate(theta, self.x[test], self.y[test])
+                acc, loss = self.trainer.evaluate(np.asarray(params[: self.trainer.num_params]), self.x[test],
+                                                  self.y[test])
             else:
                 # (a held-out device has no rows of its own here: the context gets its test rows)
                 ctx = self._context(device, 0, TrainSpec(method=method), params, None, None, rows=test)
                 ctx.x, ctx.y = self.x[test], self.y[test]
+                support = rows[s_pos]
+                ctx.support = (self.x[support], self.y[support])
                 acc, loss = method.evaluate(ctx)
             out[k] = (round(acc * test.size), test.size, loss * test.size)
         return out
 
     def train_many(self, devices: list[int], seeds: list[int], spec: TrainSpec, param_index: list[int],
                    param_rows: list[int | None], control_index: list[int] | None,
-                   *param_arrays: np.ndarray, groups: list[int] | None = None,
-                   state_index: list[int] | None = None, state_rows: list[int | None] | None = None
-                   ) -> tuple[Any, ...]:
+                   *param_arrays: np.ndarray, groups: list[int] | None = None) -> tuple[Any, ...]:
         """Several jobs in one call (the Ray executor's batching): results are the rows of one array.
 
         Job ``k`` starts from ``param_arrays[param_index[k]]`` (or its row ``param_rows[k]``), with
         the server control ``param_arrays[control_index[k]]`` when given (``-1``: none).
         Without ``groups`` each job is exactly :meth:`train`, so batching never changes a result.
-        Personalised jobs (``spec.personal``) are :meth:`train_personal` with state
-        ``param_arrays[state_index[k]]`` (row ``state_rows[k]``); the call then returns a third
-        array, the new states as rows.
         ``groups`` (fast path only): job ``k`` belongs to group ``groups[k]``; the jobs of a group
         are trained together by :meth:`train_group`, as the executor formed the group.
         """
         def start(k: int) -> np.ndarray:
             return _pick(param_arrays[param_index[k]], param_rows[k])
 
-        if spec.personal is not None:
-            if state_index is None or state_rows is None:
-                raise ValueError("personalised jobs need their devices' states")
-            results = [self.train_personal(device, seed, spec, start(k),
-                                           None if state_index[k] < 0 else _pick(param_arrays[state_index[k]],
-                                                                                 state_rows[k]))
-                       for k, (device, seed) in enumerate(zip(devices, seeds))]
-            return (np.stack([r[0] for r in results]), [r[1] for r in results],
-                    np.stack([r[2] for r in results]))
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
 
@@ -332,7 +302,7 @@ class DeviceHost:
         (about a second), which belongs to start-up time, not to the first emulated round."""
         short = TrainSpec(epochs=None, steps=2, batch_size=spec.batch_size, lr=spec.lr,
                           momentum=spec.momentum, weight_decay=spec.weight_decay)
-        params = np.asarray(params)[: self.trainer.num_params]  # Meta-SGD's [θ; α]: θ
+        params = np.asarray(params)[: self.trainer.num_params]  # (a vector with values behind the model: the model)
         self.train(0, 0, short, params)
         if self.batched is not None or self.vmapped is not None:  # the batched kernels' first call, too
             self.train_group([0, 0], [0, 1], short, [params, params])

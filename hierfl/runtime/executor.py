@@ -17,7 +17,7 @@ The interface is split by concern, so that each caller sees only its part:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from hierfl.learn.batched import JobGroups
 from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec, fast_path_of
 
-__all__ = ["Job", "Executor", "Servers", "ExecutorState", "ClusterLink", "DeviceStates", "LocalExecutor", "RunData",
+__all__ = ["Job", "Executor", "Servers", "ExecutorState", "ClusterLink", "LocalExecutor", "RunData",
            "eval_groups", "make_executor", "Term"]
 
 
@@ -131,8 +131,8 @@ class ExecutorState:
     :mod:`hierfl.driver.checkpoint`)."""
 
     def driver_state(self) -> Any:
-        """The executor's own driver-side state that results depend on (the open fast-path group, the
-        device states of personalised trainers), pickled with the driver's state so its jobs keep their identity."""
+        """The executor's own driver-side state that results depend on (the open fast-path group, the model
+        devices' state starts from), pickled with the driver's state so its jobs keep their identity."""
         return None
 
     def set_driver_state(self, state: Any) -> None:
@@ -232,12 +232,11 @@ class Executor:
         """Block until ``job`` has finished; return its stats."""
         raise NotImplementedError
 
-    # The one place a device's state (personalised trainers) lives: the executor keeps, per device,
-    # the handle of the state its last personalised job returned; the next job of the device takes
-    # it, on whichever host it runs. A device without state starts from the base's local layers.
-    def set_personal_base(self, params: Any) -> None:
-        """From now on, a device without state takes its local layers from ``params`` (LG-FedAvg's warm-up
-        model) instead of the initial model."""
+    def set_state_base(self, params: Any) -> None:
+        """From now on, a device whose per-device state was never written starts from the model handle ``params``
+        instead of the initial model (:attr:`JobContext.base <hierfl.core.method.JobContext.base>`: a job
+        method's plain rounds ended, :meth:`JobMethod.plain_rounds <hierfl.core.method.JobMethod.plain_rounds>`);
+        jobs submitted before still see the earlier one."""
         raise NotImplementedError
 
     def evaluate(self, params: Any, model: int = 0, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
@@ -248,8 +247,8 @@ class Executor:
 
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
-        for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
-        ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
+        for the run's evaluation sets, in their order; each device tested through ``spec``'s job method when it
+        declares ``device_evaluation``. ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
         raise NotImplementedError
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
@@ -281,24 +280,6 @@ class Executor:
 
     def close(self) -> None:
         """Release resources."""
-
-
-@dataclass
-class DeviceStates:
-    """Personalised trainers' device state, as the executor keeps it: each device's state handle, and
-    the model a device without state takes its local layers from (``base``, else ``init``)."""
-
-    init: Any
-    states: dict[int, Any] = field(default_factory=dict)
-    base: Any = None
-
-    def of(self, device: int) -> Any:
-        """The handle ``device``'s next job starts from."""
-        return self.states.get(device, self.base if self.base is not None else self.init)
-
-    def base_model(self) -> Any:
-        """Where a device without state takes its local layers from."""
-        return self.init if self.base is None else self.base
 
 
 def eval_groups(num_evals: int, eval_devices: list[int], params: Any,
@@ -481,15 +462,15 @@ class _LocalState(ExecutorState):
 
     def driver_state(self) -> Any:
         """The fast-path groups, open one included (its jobs are untrained: they stay so, and are
-        trained on resume in the same group, so sealing never happens early), and the device states
-        of personalised trainers with their base model."""
-        personal = self._ex.personal
-        return {"groups": self._ex.handles.groups, "states": personal.states, "base": personal.base}
+        trained on resume in the same group, so sealing never happens early), and the model devices'
+        state starts from if it was replaced (None: the initial model)."""
+        return {"groups": self._ex.handles.groups, "base": self._ex.state_base}
 
     def set_driver_state(self, state: Any) -> None:
-        """The groups, with the very job objects the driver's state refers to; the device states."""
-        personal = self._ex.personal
-        self._ex.handles.groups, personal.states, personal.base = state["groups"], state["states"], state["base"]
+        """The groups, with the very job objects the driver's state refers to; the state base, given to the host."""
+        self._ex.handles.groups = state["groups"]
+        if state.get("base") is not None:
+            self._ex.set_state_base(state["base"])
 
     def export_roles(self) -> dict[str, Any]:
         """The role objects' state (in-process: nothing can have failed unseen)."""
@@ -530,7 +511,8 @@ class LocalExecutor(Executor):
         self.leaders = LeaderHost(data.robust)
         self.cloud = Cloud(data.init_params, data.x_test, data.y_test, data.model, data.robust, data.public)
         self._init = np.asarray(data.init_params, dtype=np.float32)
-        self.personal = DeviceStates(self._init)  # where stateless devices take their local layers: init
+        self.state_base: Any = None  # the model devices' state starts from, once replaced (None: the initial model)
+        self.host.set_state_base(self._init)
         self.handles = _Handles(self.host, JobGroups() if fast_path_of(data.model) else None)
         self.servers = _LocalServers(self.leaders, self.cloud, self.handles)
         self.state = _LocalState(self)
@@ -544,11 +526,6 @@ class LocalExecutor(Executor):
     def train(self, device: int, seed: int, spec: TrainSpec, params: Any, control: Any = None) -> tuple[Any, Any, int]:
         """Runs the job immediately (its virtual time is accounted by the emulator); fast path: joins a group."""
         handles = self.handles
-        if spec.personal is not None:  # device state in, new device state out (kept here)
-            states = self.personal.states
-            new, stats, states[device] = self.host.train_personal(
-                device, seed, spec, handles.values([params])[0], states.get(device, self.personal.base_model()))
-            return new, stats, 0
         if handles.groups is not None and not spec.keeps_device_state and control is None:
             job = _Pending(device, seed, spec, params)
             _, closed = handles.groups.add(job, spec, params)
@@ -568,9 +545,11 @@ class LocalExecutor(Executor):
             stats = stats.stats
         return dict(stats)
 
-    def set_personal_base(self, params: Any) -> None:
-        """In-process: the vector itself."""
-        self.personal.base = np.asarray(self.handles.values([params])[0])
+    def set_state_base(self, params: Any) -> None:
+        """In-process: the vector itself, given to the host (every job submitted before has run or holds its
+        own group's turn: stateful jobs are never grouped)."""
+        self.state_base = np.asarray(self.handles.values([params])[0])
+        self.host.set_state_base(self.state_base)
 
     def evaluate(self, params: Any, model: int = 0, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """In-process evaluation."""
@@ -580,15 +559,9 @@ class LocalExecutor(Executor):
         """In-process, on the host role (one call per model the devices are tested with)."""
         sets = self.host.eval_sets
         out = np.zeros((len(sets), 3))
-        states = self.personal.states
-        arrays = [self.personal.base_model()] + list(states.values())
-        pos = {d: k + 1 for k, d in enumerate(states)}
+        method = spec.method if spec.method is not None and spec.method.device_evaluation else None
         for model, slots in eval_groups(len(sets), [int(d) for d, _, _ in sets], params, per_device):
-            index = [pos.get(sets[k][0], 0) for k in slots]
-            out[slots] = self.host.evaluate_devices(spec.personal, slots, index, [None] * len(slots),
-                                                    self.handles.values([model])[0], *arrays,
-                                                    method=spec.method if spec.method is not None
-                                                    and spec.method.device_evaluation else None)
+            out[slots] = self.host.evaluate_devices(slots, self.handles.values([model])[0], method=method)
         return out
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:

@@ -16,9 +16,6 @@ every host holds the shared, read-only training arrays from the object store. A 
 per-device state in the host (a job method's ``keeps_device_state``) is the exception: each device then has
 a fixed home host, ``device % workers``, and all its jobs run there in submission order (Ray runs
 one caller's tasks on an actor in order), so its state evolves exactly as in the local executor.
-Personalised trainers' device state (local layers) instead travels with the jobs: a job takes
-the handle of its device's state and returns the new state as a third batch array, whose handle
-the executor keeps (:class:`StateOf`); such jobs are pooled like any other.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from hierfl.core.jobs import Term
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import JobGroups
 
-__all__ = ["Batches", "BatchStats", "Slot", "StateOf", "model_ref", "ref_row", "tags_kw", "term_positions",
+__all__ = ["Batches", "BatchStats", "Slot", "model_ref", "ref_row", "tags_kw", "term_positions",
            "unique_refs"]
 
 _MAX_BUFFERED_JOBS_PER_HOST = 64
@@ -52,8 +49,6 @@ class Slot:
     stats: Any = None
     host: int = -1
     group: int = -1  # fast path: the job's group (JobGroups), -1: none
-    state: Any = None       # personalised jobs: handle of the device's state going in
-    state_ref: Any = None   # ... and the batch array of the states coming out (row ``row``)
     batch: BatchStats | None = None  # the stats of the batch it was dispatched in, fetched once
 
 
@@ -66,17 +61,8 @@ class BatchStats:
     value: list[dict[str, float]] | None = None
 
 
-@dataclass(eq=False)
-class StateOf:
-    """Handle of the device state a personalised job returns (row ``slot.row`` of ``slot.state_ref``)."""
-
-    slot: Slot
-
-
 def ref_row(handle: Any) -> tuple[Any, int | None]:
     """(object ref, row or None) behind a handle: a job's row of its batch array, or a whole vector."""
-    if isinstance(handle, StateOf):
-        return handle.slot.state_ref, handle.slot.row
     if isinstance(handle, Slot):
         return handle.ref, handle.row
     return handle, None
@@ -190,10 +176,7 @@ class Batches:
             self.jobs = [s for s in jobs if s.group == self.groups.open_id]
             jobs = [s for s in jobs if s.group != self.groups.open_id]
         for (host, spec), batch in self._place(jobs).items():
-            if spec.personal is not None:
-                self._dispatch_personal(host, spec, batch)
-            else:
-                self._dispatch(host, spec, batch)
+            self._dispatch(host, spec, batch)
 
     def _place(self, jobs: list[Slot]) -> dict[tuple[int, TrainSpec], list[Slot]]:
         """The jobs by host and spec: a job that keeps device state at its device's home, a fast-path group on one host,
@@ -229,17 +212,6 @@ class Batches:
         box = BatchStats(stats_ref)
         for k, slot in enumerate(batch):
             slot.ref, slot.row, slot.stats, slot.batch = out_ref, k, stats_ref, box
-
-    def _dispatch_personal(self, host: int, spec: TrainSpec, batch: list[Slot]) -> None:
-        """One call for a host's personalised jobs: start models and device states in, three arrays out."""
-        index, rows, arrays = unique_refs([slot.params for slot in batch] + [slot.state for slot in batch])
-        k = len(batch)
-        out_ref, stats_ref, state_ref = self.hosts[host].train_many.options(num_returns=3).remote(
-            [s.device for s in batch], [s.seed for s in batch], spec, index[:k], rows[:k], None, *arrays,
-            state_index=index[k:], state_rows=rows[k:])
-        box = BatchStats(stats_ref)
-        for j, slot in enumerate(batch):
-            slot.ref, slot.row, slot.stats, slot.state_ref, slot.batch = out_ref, j, stats_ref, state_ref, box
 
     # -- fold-ins -------------------------------------------------------------------------------
     def fold_edge(self, edge: int, weight: float, update: Any, control_coef: float | None, tag: Any) -> None:

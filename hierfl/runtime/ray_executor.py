@@ -26,8 +26,8 @@ import ray
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import JobGroups
 from hierfl.learn.serveropt import ServerOptimizerConfig
-from hierfl.runtime.executor import DeviceStates, Executor, ExecutorState, Job, RunData, Servers, Term, eval_groups
-from hierfl.runtime.ray_batches import (Batches, Slot, StateOf, model_ref, ref_row, tags_kw, term_positions,
+from hierfl.runtime.executor import Executor, ExecutorState, Job, RunData, Servers, Term, eval_groups
+from hierfl.runtime.ray_batches import (Batches, Slot, model_ref, ref_row, tags_kw, term_positions,
                                         unique_refs)
 from hierfl.config.plugins import bundle as plugin_bundle
 from hierfl.runtime.ray_cluster import (RayCloud, RayCluster, RayDeviceHost, RayLeaderHost, RayStart, is_lost,
@@ -178,8 +178,8 @@ class RayServers(Servers):
 class RayState(ExecutorState):
     """The Ray executor's checkpoint state: the actors' state, and the handles of this Ray session by value."""
 
-    def __init__(self, ex: RayExecutor, batches: Batches, personal: DeviceStates) -> None:
-        self._ex, self._b, self._personal = ex, batches, personal
+    def __init__(self, ex: RayExecutor, batches: Batches) -> None:
+        self._ex, self._b = ex, batches
         self._exported: dict[int, tuple[Any, Any]] = {}  # id(ref) -> (ref, value) fetched by the current checkpoint
 
     def checkpoint_over(self) -> None:
@@ -189,17 +189,19 @@ class RayState(ExecutorState):
 
     def driver_state(self) -> Any:
         """The open fast-path group's jobs, in order (they are not dispatched yet; sealing the group
-        early would change its members' bits), and the next group id."""
-        # also: each device's state handle (personalised trainers) and the personal base model
-        out: dict[str, Any] = {"states": self._personal.states, "base": self._personal.base}
+        early would change its members' bits), and the next group id; the model devices' state starts from,
+        if it was replaced (None: the initial model)."""
+        out: dict[str, Any] = {"base": self._ex.state_base}
         groups = self._b.groups
         if groups is not None:
             out.update({"open": list(groups.open), "next_id": groups.next_id})
         return out
 
     def set_driver_state(self, state: Any) -> None:
-        """Re-form the open group from the restored (undispatched) job slots, in their order."""
-        self._personal.states, self._personal.base = state["states"], state["base"]
+        """Re-form the open group from the restored (undispatched) job slots, in their order; give the hosts
+        the state base."""
+        if state.get("base") is not None:
+            self._ex.set_state_base(state["base"])
         if "open" not in state or self._b.groups is None:
             return
         self._b.reopen(state["open"], int(state["next_id"]))
@@ -245,15 +247,11 @@ class RayState(ExecutorState):
         ray.get(calls)
 
     def is_handle(self, obj: Any) -> bool:
-        """Object refs, job slots and device-state handles live in this Ray session only."""
-        return isinstance(obj, (Slot, StateOf, ray.ObjectRef))
+        """Object refs and job slots live in this Ray session only."""
+        return isinstance(obj, (Slot, ray.ObjectRef))
 
     def export_handle(self, handle: Any) -> Any:
-        """A job slot's row and stats, a device state's value, or a ref's value."""
-        if isinstance(handle, StateOf):
-            if handle.slot.state_ref is None:
-                self._b.flush()
-            return ("ref", np.array(ray.get(handle.slot.state_ref)[handle.slot.row]))
+        """A job slot's row and stats, or a ref's value."""
         if isinstance(handle, Slot):
             return self._export_slot(handle)
         return ("ref", ray.get(handle))
@@ -316,7 +314,7 @@ class RayExecutor(Executor):
         self._num_evals = len(data.eval_sets)
         self._eval_devices = [int(d) for d, _, _ in data.eval_sets]
         self._init = ray.put(np.asarray(data.init_params, dtype=np.float32))
-        self._personal = DeviceStates(self._init)  # each device's state handle (personalised trainers)
+        self.state_base: Any = None  # the model devices' state starts from, once replaced (None: the initial model)
         xt_ref, yt_ref = ray.put(data.x_test), ray.put(data.y_test)
         self._data_refs = (x_ref, y_ref, xt_ref, yt_ref)
         self._start.marks["data_in_store"] = time.time()
@@ -329,12 +327,14 @@ class RayExecutor(Executor):
                         for h in self.hosts]
         self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust,
                                                      data.public)
+        # a device's per-device state that was never written starts from the initial model (JobContext.base)
+        self._bases = [h.set_state_base.remote(self._init) for h in self.hosts]
         self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
         self._cloud_warm = self.cloud.warm.remote()
         groups = JobGroups() if fast_path_of(data.model) else None  # the opt-in fast path
         self._batches = Batches(self.hosts, self.leaders, self.cloud, groups)
         self.servers = RayServers(self._batches, data.robust is not None)
-        self.state = RayState(self, self._batches, self._personal)
+        self.state = RayState(self, self._batches)
         self.cluster = RayCluster(self._start)
 
     def _get(self, refs: Any) -> Any:
@@ -342,7 +342,7 @@ class RayExecutor(Executor):
         try:
             return ray.get(refs)
         except Exception:
-            ray.get([*self._setups, self._cloud_setup, *self._warms, self._cloud_warm])
+            ray.get([*self._setups, self._cloud_setup, *self._bases, *self._warms, self._cloud_warm])
             raise
 
     def data_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -371,13 +371,7 @@ class RayExecutor(Executor):
         self.state.checkpoint_over()
         batches = self._batches
         slot = Slot(device, seed, spec, params, control)
-        if spec.personal is not None:  # the device's state goes in; the job's new state becomes its state
-            state = self._personal.of(device)
-            if isinstance(state, StateOf) and state.slot.ref is None:
-                batches.flush_jobs()  # its previous job is still buffered: bind it to its batch first
-            slot.state = state
-            self._personal.states[device] = StateOf(slot)
-        elif batches.groups is not None:
+        if batches.groups is not None:
             if spec.keeps_device_state or control is not None:
                 batches.need(params, control)
             else:
@@ -412,11 +406,12 @@ class RayExecutor(Executor):
             if slot.host >= 0:  # a job restored from a checkpoint ran on no host of this executor
                 self._batches.outstanding[slot.host] -= 1
 
-    def set_personal_base(self, params: Any) -> None:
-        """A model ref (the warm-up's global model)."""
+    def set_state_base(self, params: Any) -> None:
+        """A model ref, sent to every host after every buffered job (actor calls run in order)."""
         self._batches.need(params)
         self._batches.flush()
-        self._personal.base = model_ref(params)
+        self.state_base = model_ref(params)
+        ray.get([h.set_state_base.remote(self.state_base) for h in self.hosts])
 
     def evaluate(self, params: Any, model: int = 0, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
         """Evaluation runs in a host actor; only two floats come back."""
@@ -439,9 +434,7 @@ class RayExecutor(Executor):
             for host, slots in enumerate(self._eval_chunks(group, spec)):
                 if not slots:
                     continue
-                index, rows, refs = unique_refs([self._personal.of(self._eval_devices[k]) for k in slots])
-                calls.append(self.hosts[host].evaluate_devices.remote(spec.personal, slots, index, rows, ref, *refs,
-                                                                      method=_evaluating(spec)))
+                calls.append(self.hosts[host].evaluate_devices.remote(slots, ref, method=_evaluating(spec)))
                 where.append(slots)
         for slots, rows_out in zip(where, ray.get(calls)):
             out[slots] = rows_out

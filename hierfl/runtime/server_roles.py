@@ -289,7 +289,7 @@ class Cloud:
 
     def evaluate(self, params: np.ndarray, model: int = 0,
                  test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
-        """(accuracy, loss) of ``params`` on the test set (Meta-SGD's ``[θ; α]``: of θ); ``model``: which of
+        """(accuracy, loss) of ``params`` on the test set (of its model part); ``model``: which of
         the run's architectures ``params`` belongs to (``models:``); ``test_rows``: only the test set's
         ``[start, stop)`` rows (one domain's)."""
         trainer = self.work.trainer_of(model)

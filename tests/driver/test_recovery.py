@@ -253,16 +253,24 @@ def test_cluster_survives_a_removed_worker_node(reference: Path, tmp_path: Path)
     assert_same_run(reference, out, same_config=False)
 
 
-def test_resume_keeps_personal_layers(tmp_path: Path) -> None:
-    """Device-held state of a personalised trainer (LG-FedAvg's local layers) survives Ctrl-C and resume."""
-    path = str(SCENARIO.parent / "lg_fedavg.yaml")
+@pytest.mark.parametrize(("stem", "extra", "stop_at"), [
+    ("lg_fedavg", [], 2),
+    # after a warm-up of 2 rounds: devices that never trained start from the warm-up's model (the state base)
+    ("lg_fedavg", ["training.trainer.warmup_rounds=2", "stop.rounds=5"], 4),
+    ("fedmeta_sgd", [], 2),  # Meta-SGD with a local head, through edge servers
+], ids=["lg_fedavg", "lg_fedavg-warmup", "fedmeta_sgd"])
+def test_resume_keeps_personal_layers(tmp_path: Path, stem: str, extra: list[str], stop_at: int) -> None:
+    """Device-held state of a personalised trainer (its devices' local layers, kept by their hosts) survives
+    Ctrl-C and resume: the resumed run is the uninterrupted one, its device state included."""
+    path = str(SCENARIO.parent / f"{stem}.yaml")
     overrides = ["stop.rounds=4", "stop.target_accuracy=null", "runtime.executor=local",
-                 "runtime.checkpoint.every_cloud_aggregations=1"]
+                 "runtime.checkpoint.every_cloud_aggregations=1", *extra]
     ref = tmp_path / "ref"
     run_scenario(load_scenario(path, overrides), ref)
+    assert json.loads((ref / "summary.json").read_text())["device_state"]["devices"] > 0
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run_scenario(load_scenario(path, overrides), out, progress=_stop_at(2))
+        run_scenario(load_scenario(path, overrides), out, progress=_stop_at(stop_at))
     assert resume_run(out).summary["status"] == "completed"
     assert_same_run(ref, out)
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 from torch import nn
 
-from hierfl.core.personal import PersonalSpec
+from hierfl.methods.personal.math import PersonalJob
 from hierfl.core.work import TrainSpec, effective_batch
 from hierfl.learn.local import LocalTrainer, index_blocks, init_params
-from hierfl.learn.personal import Personaliser
+from hierfl.methods.personal.trainer import Personaliser
 from hierfl.learn.vmapped import UnsupportedModel, VmapTrainer, check_module, resolve_device, step_plan
 from hierfl.models import CharLSTMConfig, CNNConfig, LogRegConfig, MLPConfig, ModelConfig
 from hierfl.runtime.roles import DeviceHost
@@ -126,7 +126,7 @@ def test_personal_layers_batched():
     cfg, shape, classes = CNNConfig(channels=(4, 8), hidden=32), (1, 8, 8), 10
     spec = SPECS["momentum-wd"]
     trainer, x, y, rows, params, _ = _group(cfg, shape, classes, spec)
-    for pspec in (PersonalSpec("split", 1, from_end=True), PersonalSpec("split", 2, from_end=False)):
+    for pspec in (PersonalJob("split", 1, from_end=True), PersonalJob("split", 2, from_end=False)):
         pz = Personaliser(trainer, pspec)
         rng = np.random.default_rng(3)
         # devices' own local layers (near the initial ones); device 0 has none yet: the initial model's

@@ -104,10 +104,10 @@ def test_the_offset_is_device_state_and_each_device_is_evaluated_through_its_own
     assert not np.array_equal(offset, initial_offset(5, spec.method.init_seed, 0))
     device, _, test = host.eval_sets[0]
     assert device == 0
-    row = host.evaluate_devices(None, [0], [-1], [None], new, method=spec.method)[0]
+    row = host.evaluate_devices([0], new, method=spec.method)[0]
     acc, loss = offset_trainer(host.method_context(0, spec)).evaluate(new, offset, host.x[test], host.y[test])
     np.testing.assert_allclose(row, [round(acc * test.size), test.size, loss * test.size], rtol=1e-12)
-    plain = host.evaluate_devices(None, [0], [-1], [None], new)[0]
+    plain = host.evaluate_devices([0], new)[0]
     assert plain[2] != row[2]
     host.reset_devices([0])
     assert host.state_bytes() == (0, 0)
@@ -205,7 +205,7 @@ def test_mean_mode_jobs_start_from_the_received_offset_and_return_theirs():
     np.testing.assert_array_equal(out[p:], offset)
     np.testing.assert_array_equal(host.export_state()[1]["offset"], offset)
     _, _, test = host.eval_sets[1]
-    row = host.evaluate_devices(None, [1], [-1], [None], out, method=spec.method)[0]
+    row = host.evaluate_devices([1], out, method=spec.method)[0]
     acc, loss = offset_trainer(host.method_context(0, spec)).evaluate(out[:p], out[p:], host.x[test], host.y[test])
     np.testing.assert_allclose(row, [round(acc * test.size), test.size, loss * test.size], rtol=1e-12)
 

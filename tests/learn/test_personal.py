@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from hierfl.assemble import build
-from hierfl.core.personal import (LayerSplitError, device_accuracy_fields, layer_names, local_mask, resolve_layers,
-                                  support_split, weighted_quantiles, weighted_tail_mean)
+from hierfl.core.device_eval import device_accuracy_fields, support_split, weighted_quantiles, weighted_tail_mean
 from hierfl.driver import run_scenario
 from hierfl.learn.local import param_layout
-from hierfl.learn.personal import meta_grads
+from hierfl.methods.personal.math import LayerSplitError, PersonalJob, layer_names, local_mask, resolve_layers
+from hierfl.methods.personal.trainer import meta_grads
 from hierfl.models import MLPConfig
 from hierfl.runtime.executor import LocalExecutor, RunData
 from tests.conftest import TINY, tiny
@@ -117,27 +117,54 @@ def _executor(sc):
     return b, LocalExecutor(data)
 
 
-def test_fedper_head_stays_on_the_device_and_its_state_follows_it():
+def test_fedper_head_stays_on_the_device_as_its_state():
     sc = tiny(training={"trainer": "fedper"}, model=MLP)
     b, ex = _executor(sc)
+    assert isinstance(b.spec.method, PersonalJob) and b.spec.keeps_device_state
     head = np.zeros(57, dtype=bool)
     head[36:] = True
     assert b.world.model_bytes == 4 * 36  # a message carries the base only
     up, _, _ = ex.train(0, 7, b.spec, b.init_params)
     assert not up[head].any() and up[~head].any()  # the upload's head is zeros
-    saved = copy.deepcopy(ex.state.driver_state())  # what a checkpoint keeps of the device states
-    state = saved["states"][0]
+    saved = copy.deepcopy(ex.state.export_roles())  # what a checkpoint keeps of the device states
+    state = saved["hosts"][0]["local"]
     assert state.shape == (21,) and not np.array_equal(state, b.init_params[head])
+    assert ex.state.device_state_bytes() == (1, 21 * 4) and 1 not in saved["hosts"]
     # the next job starts from the device's own head: putting the same state back gives the same job
     up2, _, _ = ex.train(0, 8, b.spec, up)
-    after = np.array(ex.state.driver_state()["states"][0])
-    ex.state.set_driver_state(copy.deepcopy(saved))
+    after = np.array(ex.state.export_roles()["hosts"][0]["local"])
+    assert not np.array_equal(after, state)
+    ex.state.import_roles(copy.deepcopy(saved))
     up3, _, _ = ex.train(0, 8, b.spec, up)
-    assert np.array_equal(up2, up3) and np.array_equal(ex.state.driver_state()["states"][0], after)
+    assert np.array_equal(up2, up3) and np.array_equal(ex.state.export_roles()["hosts"][0]["local"], after)
     zeroed = copy.deepcopy(saved)
-    zeroed["states"][0] = np.zeros(21, dtype=np.float32)
-    ex.state.set_driver_state(zeroed)
+    zeroed["hosts"][0]["local"] = np.zeros(21, dtype=np.float32)
+    ex.state.import_roles(zeroed)
     assert not np.array_equal(ex.train(0, 8, b.spec, up)[0], up2)
+    # a reset device (it moved under migration.device_state: reset) starts again from the initial model's head,
+    # as a device that never trained does
+    ex.state.reset_devices([0])
+    assert ex.state.device_state_bytes() == (0, 0)
+    fresh, _, _ = ex.train(0, 7, b.spec, b.init_params)
+    assert np.array_equal(fresh, up) and np.array_equal(ex.state.export_roles()["hosts"][0]["local"], state)
+
+
+def test_devices_without_state_start_from_the_state_base():
+    """After a warm-up the model devices start from is the warm-up's global model, not the initial one: a device
+    that never trained takes its local layers from it (and keeps the initial model's before)."""
+    sc = tiny(training={"trainer": "fedper"}, model=MLP)
+    b, ex = _executor(sc)
+    trained, _, _ = ex.train(0, 7, b.spec, b.init_params)
+    before, _, _ = ex.train(1, 7, b.spec, trained)
+    ex.state.reset_devices([1])
+    warm = b.init_params + 0.5
+    ex.set_state_base(warm)
+    after, _, _ = ex.train(1, 7, b.spec, trained)
+    assert not np.array_equal(before, after)
+    ex.state.reset_devices([1])
+    ex.set_state_base(b.init_params)
+    assert np.array_equal(ex.train(1, 7, b.spec, trained)[0], before)
+    assert ex.state.driver_state()["base"] is not None
 
 
 def test_fedper_run_cloud_model_lacks_the_head_and_bytes_are_the_base(tmp_path):
@@ -221,3 +248,27 @@ def test_worst_decile_and_spread_in_the_python_api_frames(tmp_path):
         assert col in evals.columns and evals[col].notna().all()
     assert (evals["device_accuracy_worst10"] <= evals["device_accuracy_p10"] + 1e-12).all()
     assert (evals["device_accuracy_std"] >= 0).all()
+
+
+def test_a_held_out_device_is_adapted_on_its_support_rows_and_tested_on_its_query_rows():
+    """Per-device evaluation through the job method: a held-out device's rows are cut by the trainer's own
+    seeded split (not the default one), it adapts on the support part and is tested on the query part."""
+    from hierfl.core.method import JobMethod
+    from hierfl.methods.personal.job import personaliser
+
+    sc = tiny(training={"trainer": {"name": "fedavgmeta", "support_fraction": 0.5, "inner_steps": 2}},
+              data={"test_devices": 1}, model=MLP)
+    b, ex = _executor(sc)
+    job, host = b.spec.method, ex.host
+    device, rows, test = host.eval_sets[0]
+    assert isinstance(job, PersonalJob) and test is None and job.split_seed != 0
+    support, query = support_split(rows.size, 0.5, job.split_seed, device)
+    assert not np.array_equal(query, JobMethod.eval_split(job, device, rows.size)[1])  # not the default split
+    got = host.evaluate_devices([0], b.init_params, method=job)[0]
+    pz = personaliser(job, host.method_context(0, b.spec))  # (the host's runner of the job: any device's context)
+    theta = pz.adapted(b.init_params, b.init_params, host.x[rows[support]], host.y[rows[support]])
+    assert not np.array_equal(theta, b.init_params)  # the fine-tuning steps moved it
+    acc, loss = host.trainer.evaluate(theta, host.x[rows[query]], host.y[rows[query]])
+    np.testing.assert_allclose(got, [round(acc * query.size), query.size, loss * query.size], rtol=1e-12)
+    plain = host.evaluate_devices([0], b.init_params)[0]
+    assert plain[1] != got[1] or plain[2] != got[2]

@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 import torch
 
-from hierfl.core.personal import PersonalSpec
+from hierfl.methods.personal.math import PersonalJob
 from hierfl.learn.batched import BatchedTrainer
 from hierfl.learn.local import LocalTrainer, init_params
-from hierfl.learn.personal import Personaliser
+from hierfl.methods.personal.trainer import Personaliser
 from hierfl.learn.precision import PRECISIONS, check_precision
 from hierfl.learn.vmapped import VmapTrainer
 from hierfl.models import CNNConfig, MLPConfig
@@ -87,7 +87,7 @@ def test_fp32_enters_no_autocast(monkeypatch):
         trainer.evaluate(params[0], x, y)
         out = np.empty((len(SIZES), trainer.num_params), dtype=np.float32)
         VmapTrainer(trainer).train_group(params, x, y, rows, SPECS["sgd"], SEEDS, out)
-        pz = Personaliser(trainer, PersonalSpec("maml", 1, inner_steps=1))
+        pz = Personaliser(trainer, PersonalJob("maml", 1, inner_steps=1))
         pz.train(0, params[0], x, y, rows[0], SPECS["sgd"], 1, params[0])
     # Linear chains keep their hand-written fp32 gradients (one job and a group)
     chain = LocalTrainer(MLPConfig(hidden=[16]), (1, 8, 8), 10)
@@ -134,7 +134,7 @@ def test_bf16_evaluation_and_meta_learning():
     spec = SPECS["sgd"]
     got = []
     for trainer in (t32, t16, t16):
-        pz = Personaliser(trainer, PersonalSpec("maml", 1, inner_steps=2))
+        pz = Personaliser(trainer, PersonalJob("maml", 1, inner_steps=2))
         got.append(pz.train(0, p0, x, y, rows[3], spec, 7, p0)[0])
     assert np.array_equal(got[1].view(np.uint32), got[2].view(np.uint32))
     assert 0 < np.abs(got[1] - got[0]).max() <= PARAM_TOL

@@ -1,6 +1,7 @@
-"""The ``training.trainer`` config of personal: ``fedper``, ``lg_fedavg``, ``fedmeta``, ``fedavgmeta`` — personalisation (docs/explanation/algorithms.md
-  §5.10, FedMeta arXiv 1802.07876): see :mod:`hierfl.learn.personal`. What stays on a device is
-  never sent: a message carries only the global parameters (``message_params``).
+"""The ``training.trainer`` configs of the personalised trainers: ``fedper``, ``lg_fedavg``, ``fedmeta``,
+``fedavgmeta`` (docs/explanation/algorithms.md §5.10, FedMeta arXiv 1802.07876). Each hands its jobs a
+:class:`~hierfl.methods.personal.math.PersonalJob` (job runner: :mod:`hierfl.methods.personal.job`). What
+stays on a device is never sent: a message carries only the global parameters.
 
 These are config models only (no torch): the runtime reads :meth:`TrainerConfig.spec_fields`
 through :class:`~hierfl.core.work.TrainSpec`.
@@ -14,7 +15,7 @@ from pydantic import Field, model_validator
 
 from hierfl.config.base import rename_alias
 from hierfl.core.message import MODEL, MODEL_ONLY, Part, MessageLayout
-from hierfl.core.personal import PersonalSpec
+from hierfl.methods.personal.math import PersonalJob
 from hierfl.learn.trainers import TRAINERS, TrainerConfig
 
 __all__ = ["FedPerTrainer", "LGFedAvgTrainer", "FedMetaTrainer", "FedAvgMetaTrainer"]
@@ -28,15 +29,15 @@ def _layers(value: LayerSplit) -> int | tuple[str, ...]:
 
 
 class _PersonalBase(TrainerConfig):
-    """Shared by the personalised trainers: the :class:`~hierfl.core.personal.PersonalSpec` they send."""
+    """Shared by the personalised trainers: the :class:`~hierfl.methods.personal.math.PersonalJob` of their jobs."""
 
-    def personal_spec(self) -> PersonalSpec:
+    def personal_spec(self) -> PersonalJob:
         """What a job does on its device."""
         raise NotImplementedError
 
     def spec_fields(self) -> dict[str, Any]:
-        """``personal`` (its ``split_seed`` is set from the scenario seed by the build)."""
-        return {"personal": self.personal_spec()}
+        """``method`` (its ``split_seed`` is set from the scenario seed by the build)."""
+        return {"method": self.personal_spec()}
 
 
 # Meta-SGD's global vector: θ, then the learned per-parameter step sizes α, averaged with it
@@ -67,9 +68,9 @@ class FedPerTrainer(_PersonalBase):
             raise ValueError("head_layers: name at least one module")
         return self
 
-    def personal_spec(self) -> PersonalSpec:
+    def personal_spec(self) -> PersonalJob:
         """A split keeping the head."""
-        return PersonalSpec("split", _layers(self.head_layers), from_end=True)
+        return PersonalJob("split", _layers(self.head_layers), from_end=True)
 
 
 @TRAINERS.register
@@ -98,12 +99,12 @@ class LGFedAvgTrainer(_PersonalBase):
             raise ValueError("global_layers: name at least one module")
         return self
 
-    def personal_spec(self) -> PersonalSpec:
+    def personal_spec(self) -> PersonalJob:
         """A split keeping everything but the top."""
         if isinstance(self.global_layers, int):
-            return PersonalSpec("split", self.global_layers, from_end=False, warmup_rounds=self.warmup_rounds)
+            return PersonalJob("split", self.global_layers, from_end=False, warmup_rounds=self.warmup_rounds)
         # names of global layers: resolved against the model by the host (the complement stays local)
-        return PersonalSpec("split", ("!",) + tuple(self.global_layers), from_end=False,
+        return PersonalJob("split", ("!",) + tuple(self.global_layers), from_end=False,
                             warmup_rounds=self.warmup_rounds)
 
 
@@ -138,12 +139,13 @@ class FedMetaTrainer(_MetaKnobs):
 
     @property
     def layout(self) -> MessageLayout:
-        """Meta-SGD's global vector carries the learned step sizes α after θ, averaged with it."""
+        """Meta-SGD's global vector carries the learned step sizes α after θ, averaged with it (with layers kept on
+        the device, the job method's ``initial_vector`` sizes the messages: only the global values travel)."""
         return STEP_SIZES if self.learner == "meta_sgd" else MODEL_ONLY
 
-    def personal_spec(self) -> PersonalSpec:
+    def personal_spec(self) -> PersonalJob:
         """The meta-learner."""
-        return PersonalSpec(self.learner, _layers(self.head_layers), from_end=True,
+        return PersonalJob(self.learner, _layers(self.head_layers), from_end=True,
                             support_fraction=self.support_fraction, inner_lr=self.inner_lr,
                             inner_steps=self.inner_steps, first_order=self.first_order)
 
@@ -167,8 +169,8 @@ class FedAvgMetaTrainer(_MetaKnobs):
                  "allowed: set data.local_test_fraction or data.test_devices (or leave it out)", getattr(self, key))
                 for key in ("support_fraction", "inner_lr", "inner_steps") if self.non_default(key)]
 
-    def personal_spec(self) -> PersonalSpec:
+    def personal_spec(self) -> PersonalJob:
         """Fine-tuning at evaluation."""
-        return PersonalSpec("finetune", _layers(self.head_layers), from_end=True,
+        return PersonalJob("finetune", _layers(self.head_layers), from_end=True,
                             support_fraction=self.support_fraction, inner_lr=self.inner_lr,
                             inner_steps=self.inner_steps)

@@ -1,28 +1,24 @@
-"""Personalised local jobs and per-device evaluation on a device host (torch).
+"""The personalised trainers' torch work on a device host: jobs, and the model a device is tested with.
 
-The kinds of personalisation (their configs are trainer plug-ins, :mod:`hierfl.methods.personal`):
+The kinds (settings: :class:`~hierfl.methods.personal.math.PersonalJob`; configs: :mod:`.config`):
 
-* **A local head** — Arivazhagan, Aggarwal, Singh, Choudhary, "Federated Learning with Personalization
-  Layers", arXiv 1912.00818 (docs/explanation/algorithms.md §5.10): the base is global, the head stays local.
-* **A local base** — Liang, Liu, Ziyin, Allen, Auerbach, Brent, Salakhutdinov, Morency, "Think Locally,
-  Act Globally", arXiv 2001.01523 (§5.10): the lower layers stay local, the top layers are global.
-* **A meta-learned initialisation** — Chen, Luo, Dong, Li, He, "Federated Meta-Learning with Fast
-  Convergence and Efficient Communication", arXiv 1802.07876, with MAML (Finn, Abbeel, Levine, ICML
+* **A local head** (FedPer, arXiv 1912.00818; docs/explanation/algorithms.md §5.10): the base is global,
+  the head stays local.
+* **A local base** (LG-FedAvg, arXiv 2001.01523; §5.10): the lower layers stay local, the top layers are global.
+* **A meta-learned initialisation** (FedMeta, arXiv 1802.07876) with MAML (Finn, Abbeel, Levine, ICML
   2017; second order, or first order as a knob) and Meta-SGD (Li, Zhou, Chen, Li, arXiv 1707.09835: a
   learned per-parameter inner rate α that the cloud averages with θ). Each device splits its samples
   into a support and a query set; a job adapts on support batches and steps θ (and α) on the query
   loss after adaptation.
-* **Fine-tuning at test time** (that paper's baseline): plain training, then fine-tuning on the
-  support set at test time.
-* **Meta-learning with a local head** (the Vietnamese study's combination): meta-learning of the base
-  with the head kept local.
+* **Fine-tuning at test time** (that paper's baseline, FedAvgMeta): plain training, then fine-tuning on
+  the support set at test time.
+* **Meta-learning with a local head**: meta-learning of the base with the head kept local.
 
 What never leaves a device: the parameters of its local layers. A job starts from the global model
 with the device's own local layers put in, and returns the trained vector with its local layers
-*zeroed* (so the cloud's model has zeros there under plain averaging) plus the new local layers as
-the device's state. The state is held by the executor (see :mod:`hierfl.runtime.executor`), not by
-a host, so it follows the device to whichever host runs its next job. A device with no state yet
-starts from the initial model's local layers.
+*zeroed* (so the cloud's model has zeros there under plain averaging) plus the new local layers, which
+the runner (:mod:`.job`) keeps as the device's state in its home host. A device with no state yet
+starts from the local layers of the model devices start from (the initial model, or the warm-up's).
 """
 
 from __future__ import annotations
@@ -32,19 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hierfl.core.personal import PersonalSpec, local_mask, resolve_layers, support_split
+from hierfl.core.device_eval import support_split
 from hierfl.core.work import TrainSpec, effective_batch, num_steps
 from hierfl.learn.precision import autocast
+from hierfl.methods.personal.math import PersonalJob, local_mask, resolve_layers
 
 if TYPE_CHECKING:
     import torch
 
     from hierfl.learn.local import LocalTrainer
 
-__all__ = ["Personaliser", "meta_grads", "DEFAULT_QUERY_FRACTION"]
-
-DEFAULT_QUERY_FRACTION = 0.2
-"""Support share used to cut an unseen test device's data when the method has no ``support_fraction``."""
+__all__ = ["Personaliser", "meta_grads"]
 
 
 def meta_grads(params: Sequence[torch.Tensor], alphas: Sequence[Any], support_loss: Callable[[list[Any]], Any],
@@ -78,13 +72,13 @@ def meta_grads(params: Sequence[torch.Tensor], alphas: Sequence[Any], support_lo
 
 
 class Personaliser:
-    """One host's runner of a :class:`PersonalSpec`: the local-layer mask, jobs and adapted evaluation.
+    """One host's runner of a :class:`PersonalJob`: the local-layer mask, jobs and adapted evaluation.
 
     ``width`` is the length of the global vector (``num_params``, or ``2 · num_params`` for
     Meta-SGD's ``[θ; α]``); ``state_len`` the length of a device's state (its local layers).
     """
 
-    def __init__(self, trainer: LocalTrainer, spec: PersonalSpec) -> None:
+    def __init__(self, trainer: LocalTrainer, spec: PersonalJob) -> None:
         self.trainer = trainer
         self.spec = spec
         self.num_params = trainer.num_params
@@ -228,18 +222,16 @@ class Personaliser:
         return new_theta, new_alpha, {"loss": loss_sum / max(steps, 1), "steps": steps, "samples": samples}
 
     # -- evaluation -------------------------------------------------------------------------
-    def adapted(self, device: int, params: np.ndarray, state: np.ndarray | None, x: np.ndarray, y: np.ndarray,
-                support: np.ndarray) -> np.ndarray:
-        """The model device ``device`` is tested with: its local layers, then (meta methods, FedAvgMeta)
-        ``inner_steps`` full-batch steps on its support set — with α (MAML: ``inner_lr``; Meta-SGD:
-        the learned α) or, for FedAvgMeta, plain SGD at ``inner_lr``."""
+    def adapted(self, params: np.ndarray, state: np.ndarray | None, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The model a device is tested with: its local layers put in (``state``, see :meth:`start_theta`),
+        then (meta methods, FedAvgMeta) ``inner_steps`` full-batch steps on its support samples ``x``, ``y``
+        — with α (MAML: ``inner_lr``; Meta-SGD: the learned α) or, for FedAvgMeta, plain SGD at ``inner_lr``."""
         import torch
 
         theta = self.start_theta(params, state)
-        if not self.spec.adapts or support.size == 0:
+        if not self.spec.adapts or len(y) == 0:
             return theta
-        x2d = np.asarray(x).reshape(np.asarray(x).shape[0], -1)
-        loss = self._loss_fn(x2d[support], y[support])
+        loss = self._loss_fn(np.asarray(x).reshape(len(y), -1), y)
         ps = self._tensors(theta, True)
         if self.spec.kind == "meta_sgd":
             alphas: list[Any] = self._tensors(np.asarray(params[self.num_params:], dtype=np.float32), False)
