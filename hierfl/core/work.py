@@ -107,7 +107,7 @@ class PublicTask(JobMethod):
 class TrainSpec:
     """What one local training job does: SGD hyper-parameters and its length.
 
-    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (FedSGD).
+    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (one gradient step per epoch, McMahan et al. 2017).
     The proximal coefficient a job uses is ``prox + mu`` (see :attr:`proximal`).
     """
 
@@ -117,8 +117,8 @@ class TrainSpec:
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
-    prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (FedAsync, AHFL); 0 = none
-    # local trainer (``training.trainer``): FedProx's μ adds to ρ (same term, kept apart so a
+    prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (a protocol's own, Xie et al. 2019); 0 = none
+    # local trainer (``training.trainer``): a proximal trainer's μ (Li et al. 2020) adds to ρ (same term, kept apart so a
     # protocol that sets its own ρ does not erase μ); control variates correct every gradient by c − c_i
     mu: float = 0.0
     control_variates: bool = False
@@ -131,7 +131,7 @@ class TrainSpec:
     # personalisation (the personalised trainers, hierfl.methods.personal): what stays on
     # the device and how it adapts; None = every parameter is global (hierfl.learn.personal)
     personal: PersonalSpec | None = None
-    # streaming data (Co-op's ``stream``): the job sees only the first ``revealed`` samples of the
+    # streaming data (a protocol's ``stream``): the job sees only the first ``revealed`` samples of the
     # device (in its partition's order); None = all of them
     revealed: int | None = None
     # max-norm gradient clipping of each step's whole gradient (loss terms included, weight decay not),
@@ -187,7 +187,7 @@ class TrainSpec:
 
     @property
     def proximal(self) -> float:
-        """Coefficient of ``(·/2)‖w − w_start‖²``: the protocol's ρ plus FedProx's μ."""
+        """Coefficient of ``(·/2)‖w − w_start‖²``: the protocol's ρ plus the trainer's μ."""
         return self.prox + self.mu
 
 

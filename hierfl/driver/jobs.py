@@ -54,7 +54,7 @@ class Jobs:
         self._nominal: np.ndarray | None = None
         self._nominal_spec: TrainSpec | None = None
         self._nominal_by_work: dict[tuple[Any, ...], np.ndarray] = {}
-        # LG-FedAvg's warm-up: personalisation starts after this many cloud rounds
+        # a personalising trainer's warm-up: personalisation starts after this many cloud rounds
         personal = spec.personal
         self._warmup_rounds = 0 if personal is None else personal.warmup_rounds
         # models: which architecture each device runs, stamped on its jobs' specs (None: one model, no stamp)
@@ -195,7 +195,7 @@ class Jobs:
 
     def personal_phase(self, spec: TrainSpec) -> TrainSpec:
         """``spec`` as jobs and evaluations run it now: during a personalised trainer's warm-up
-        (``warmup_rounds`` cloud rounds) without personalisation — plain FedAvg jobs on the whole
+        (``warmup_rounds`` cloud rounds) without personalisation — plain local-training jobs on the whole
         model; when it ends, devices without state take their local layers from the global model."""
         if not self._warmup_rounds or spec.personal is None:
             return spec

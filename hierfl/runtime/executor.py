@@ -236,7 +236,7 @@ class Executor:
     # the handle of the state its last personalised job returned; the next job of the device takes
     # it, on whichever host it runs. A device without state starts from the base's local layers.
     def set_personal_base(self, params: Any) -> None:
-        """From now on, a device without state takes its local layers from ``params`` (LG-FedAvg's warm-up
+        """From now on, a device without state takes its local layers from ``params`` (a personalising trainer's warm-up
         model) instead of the initial model."""
         raise NotImplementedError
 
@@ -249,7 +249,7 @@ class Executor:
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
         for the run's evaluation sets, in their order; each device personalised per ``spec.personal``.
-        ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
+        ``per_device``: a device's own model handle (e.g. its cluster's) instead of ``params``."""
         raise NotImplementedError
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:

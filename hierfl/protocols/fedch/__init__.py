@@ -4,7 +4,7 @@ Z. Wang, H. Xu, J. Liu, Y. Xu, H. Huang, Y. Zhao, "Accelerating Federated Learni
 Construction and Hierarchical Aggregation", IEEE TMC 22(7):3805–3822, 2023 (DOI
 10.1109/TMC.2022.3147792); conference precursor INFOCOM 2021 (CFL/DCFL). docs/explanation/algorithms.md §2:
 
-* construction (§2.3, :mod:`hierfl.core.fedch_clusters`): K balanced clusters by a Hungarian
+* construction (§2.3, :mod:`hierfl.methods.fedch.math`): K balanced clusters by a Hungarian
   device-by-slot assignment with leader (medoid) updates; leaders are devices, or the edge
   servers when the topology has them (then a balanced device → edge assignment);
   ``K: auto`` = K* of §2.4;

@@ -13,8 +13,9 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.env import Env
+from hierfl.methods.fedch.policies import FedCHStaleness
 from hierfl.policies.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
-from hierfl.policies.staleness import STALENESS, FedCHStaleness
+from hierfl.policies.staleness import STALENESS
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
 from hierfl.protocols.fedch.protocol import FedCH
 
