@@ -93,9 +93,10 @@ def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | Non
 
     The one primitive of the asynchronous protocols (docs/explanation/algorithms.md §4.3, §5.3, §5.4): a
     mix (Xie et al. 2019) is ``[(1−α, w), (α, w_k)]``, a buffer step (Nguyen et al. 2022)
-    ``[(1, x), (η·s_i/K, y_i, y0_i)]``, a leader's rebase (§4.3) ``[(1, w), (1, w_k, w_last)]``. Accumulation is float64 in the given order
-    (the virtual-time order), so every executor gets the same bits; differences are taken in
-    float64 before scaling, so a small delta keeps its precision. Coefficients may be negative.
+    ``[(1, x), (η·s_i/K, y_i, y0_i)]``, a leader's rebase (§4.3) ``[(1, w), (1, w_k, w_last)]``.
+    Accumulation is float64 in the given order (the virtual-time order), so every executor gets the
+    same bits; differences are taken in float64 before scaling, so a small delta keeps its precision.
+    Coefficients may be negative.
     """
     if not terms:
         raise ValueError("linear combination of no vectors")

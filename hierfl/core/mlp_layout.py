@@ -2,7 +2,7 @@
 
 hierfl's ``mlp`` model (:class:`hierfl.models.MLPConfig`) lays its flat vector out as
 ``W_1, b_1, W_2, b_2, …, W_n, b_n`` with ``W_k`` of shape ``(out, in)`` (``module.parameters()`` order).
-Matched averaging (Yurochkin et al. 2019, Wang et al. 2020: docs/explanation/algorithms.md §9) changes the hidden widths between rounds;
+Matched averaging (docs/explanation/algorithms.md §9) changes the hidden widths between rounds;
 :func:`relayout` moves a network into a layout of other widths, keeping each kept neuron's weights and
 giving added neurons zero incoming and outgoing weights and zero bias.
 

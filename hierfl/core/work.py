@@ -107,7 +107,7 @@ class PublicTask(JobMethod):
 class TrainSpec:
     """What one local training job does: SGD hyper-parameters and its length.
 
-    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (one gradient step per epoch, McMahan et al. 2017).
+    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (one step per epoch).
     The proximal coefficient a job uses is ``prox + mu`` (see :attr:`proximal`).
     """
 
@@ -118,7 +118,7 @@ class TrainSpec:
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (a protocol's own, Xie et al. 2019); 0 = none
-    # local trainer (``training.trainer``): a proximal trainer's μ (Li et al. 2020) adds to ρ (same term, kept apart so a
+    # local trainer (``training.trainer``): a proximal μ (Li et al. 2020) adds to ρ (same term, kept apart so a
     # protocol that sets its own ρ does not erase μ); control variates correct every gradient by c − c_i
     mu: float = 0.0
     control_variates: bool = False

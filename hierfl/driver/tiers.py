@@ -52,7 +52,7 @@ class Plain(Layer):
 
 
 class ServerOptimizer(Layer):
-    """The tier's server optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (an adaptive optimizer of Reddi et al. 2021, …)."""
+    """The tier's server optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (Reddi et al. 2021, …)."""
 
     def step(self, entity: int, base: Any, deltas: list[Term], sources: list[int]) -> Any:
         return self.agg.server_step(self.tier, entity, base, deltas)
@@ -109,7 +109,7 @@ class RobustQueue(Wrapper):
 
 @register_wrapper
 class AsyncScreen(Wrapper):
-    """An asynchronous screen (``zeno_pp``): the stepped model is kept only if it passes (one asynchronous update at a time)."""
+    """An asynchronous screen (``zeno_pp``): the stepped model is kept only if it passes (one update at a time)."""
 
     name = "async_screen"
     rank = 20
@@ -212,12 +212,12 @@ class TierAggregator:
         return self.agg.combine(self.tier, terms)
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> Any:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (grouping by similarity);
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (for grouping);
         ``measure="sq_norm"``: the squared norm of each (a serverless run's consensus distance)."""
         return self.agg.executor.similarity(models, base, measure)
 
     def evaluate_loss(self, model: Any) -> float:
-        """Test loss of ``model`` on the run's test set (a protocol choosing its number of groups needs the initial gap)."""
+        """Test loss of ``model`` on the run's test set (choosing a number of groups needs the initial gap)."""
         return float(self.agg.executor.evaluate(model)[1])
 
     def evaluate(self, model: Any) -> tuple[float, float]:

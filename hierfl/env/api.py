@@ -164,11 +164,11 @@ class Aggregator(Protocol):
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (grouping by similarity);
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (for grouping);
         ``measure="sq_norm"``: the vector of their squared norms instead (consensus distance)."""
 
     def evaluate_loss(self, model: Any) -> float:
-        """Test loss of ``model`` (a protocol choosing its number of groups needs the initial gap)."""
+        """Test loss of ``model`` (choosing a number of groups needs the initial gap)."""
 
     def evaluate(self, model: Any) -> tuple[float, float]:
         """``(accuracy, loss)`` of ``model`` on the run's test set (an observer's look at one node's model)."""

@@ -43,7 +43,7 @@ class RuleConfig(ConfigModel):
 
     name: str
     needs_loss: ClassVar[bool] = False  # scores candidates on a validation batch (Zeno): cloud only
-    asynchronous: ClassVar[bool] = False  # screens single asynchronous updates (Zeno++: one asynchronous update at a time)
+    asynchronous: ClassVar[bool] = False  # screens single asynchronous updates (Zeno++)
 
     @property
     def is_mean(self) -> bool:

@@ -4,7 +4,7 @@ docs/explanation/algorithms.md §5.7 — ``fedavg`` (server SGD; η = 1 is plain
 tier), ``fedavgm`` (server momentum, Hsu, Qi, Brown, arXiv 1909.06335), and the adaptive ``fedadagrad``,
 ``fedadam``, ``fedyogi`` of Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (arXiv 2003.00295). The
 math is in :mod:`hierfl.methods.fedopt.math`; each config here is registered in
-:data:`hierfl.learn.serveropt.SERVER_OPTIMIZERS` and steps through it.
+:data:`hierfl.learn.serveropt.SERVER_OPTIMIZERS` and steps through its rule.
 """
 
 from __future__ import annotations
