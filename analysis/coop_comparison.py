@@ -63,7 +63,7 @@ def run_one(args: tuple[str, int]) -> dict[str, Any]:
 
 
 def _fedasync(raw: dict[str, Any]) -> Any:
-    from hierfl.protocols import FedAsyncConfig
+    from hierfl.methods.fedasync.protocol import FedAsyncConfig
 
     return FedAsyncConfig.model_validate(raw)
 

@@ -1,7 +1,7 @@
 """The shipped methods, one package each, written against the public plug-in API (:mod:`hierfl.plugin`).
 
 Importing this package imports every method package in it, which registers what each method adds
-(its trainer configs and job runners; its protocol parts as they move here). A method package is
+(its protocol, its trainer config, its job runner). A method package is
 laid out by layer role: ``math.py`` (numpy only: its rules and its job settings), ``config.py`` (its
 ``training.trainer`` config), ``job.py`` (the device job's runner), ``trainer.py`` (its torch work,
 imported where it runs), ``protocol.py``, ``server.py`` (its server tasks: imported, and so

@@ -1,24 +1,22 @@
-"""Protocols, registered by the name used in YAML (``protocol.name``).
+"""Protocols, registered by the name used in YAML (``protocol.name``): the framework they are written on.
 
-Every module of this package is imported here, so a new protocol is one new file: its config
-class registers itself with ``@PROTOCOLS.register`` (see :mod:`hierfl.protocols.fedavg`).
+This package holds what every protocol shares: the base classes and the registry (:mod:`.base`), the
+straggler barrier (:mod:`.straggler`), re-grouping (:mod:`.regroup`), locked pairwise exchanges
+(:mod:`.pairwise`) and the chain ledger (:mod:`.ledger`). The shipped protocols live in their methods'
+packages (``hierfl/methods/<method>/protocol.py``, :mod:`hierfl.methods`), each config class registering
+itself with ``@PROTOCOLS.register``; importing this package imports them all, so that the registry is
+complete whichever module a caller imports first.
 """
 
 import importlib
 import pkgutil
 
-from hierfl.protocols.ahfl import AHFL, AHFLConfig
 from hierfl.protocols.base import PROTOCOLS, Protocol, ProtocolConfig
-from hierfl.protocols.fedasync import FedAsync, FedAsyncConfig
-from hierfl.protocols.fedavg import FedAvg, FedAvgConfig
-from hierfl.protocols.fedbuff import FedBuff, FedBuffConfig
-from hierfl.protocols.fedch import FedCH, FedCHConfig
-from hierfl.protocols.fedhisyn import FedHiSyn, FedHiSynConfig
-from hierfl.protocols.hierfavg import HierFAVG, HierFAVGConfig
 
 for _module in pkgutil.iter_modules(__path__):  # plug-ins added as new files register on import
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["PROTOCOLS", "Protocol", "ProtocolConfig", "FedAvg", "FedAvgConfig", "FedHiSyn", "FedHiSynConfig",
-           "HierFAVG", "HierFAVGConfig", "AHFL", "AHFLConfig", "FedAsync", "FedAsyncConfig", "FedBuff", "FedBuffConfig",
-           "FedCH", "FedCHConfig"]
+# last: a method's protocol imports this package's modules (here complete) while it registers
+import hierfl.methods  # noqa: E402, F401  (every shipped method registers its protocol)
+
+__all__ = ["PROTOCOLS", "Protocol", "ProtocolConfig"]

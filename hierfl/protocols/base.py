@@ -42,17 +42,18 @@ class ProtocolConfig(ConfigModel):
     Class attributes say which learning plug-ins the protocol honours (checked at load time, so
     a setting a protocol would ignore is an error): ``server_optimizer_tiers`` — the tiers whose
     aggregation goes through ``server_optimizer`` (``cloud``, ``edge``); ``control_variates`` —
-    whether it carries SCAFFOLD's control variates.
+    whether it carries control variates (a server control and one per device, for the drift-correcting
+    job methods).
     """
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ()
     control_variates: ClassVar[bool] = False
 
-    # keys of the training section its own jobs never read (FCCL trains with Adam at protocol.lr): set to
-    # anything but their default they would do nothing, so they are refused
+    # keys of the training section its own jobs never read (a protocol whose jobs train with their own optimiser
+    # at protocol.lr): set to anything but their default they would do nothing, so they are refused
     unread_training: ClassVar[tuple[str, ...]] = ()
     # serverless: whether it is only that method when devices mix over the device graph's edges, so a graph
-    # with none (`device_graph: empty`) is refused (p2p's learning-alone baseline takes it)
+    # with none (`device_graph: empty`) is refused (a protocol whose learning-alone baseline takes it does not)
     needs_graph_edges: ClassVar[bool] = False
     # whether it runs with no server at all (peers on a device graph): no cloud aggregations, so rounds stay
     # 0 and only stop.virtual_time_s ends the run; the cloud only observes (evaluations)
@@ -180,8 +181,8 @@ class Protocol:
         return None
 
     def device_models(self) -> dict[int, Any] | None:
-        """Per-device evaluation: a device's own model handle where it is not the global model (WSCC's
-        cluster models); None: every device is tested with the global model."""
+        """Per-device evaluation: a device's own model handle where it is not the global model (one model
+        per cluster, say); None: every device is tested with the global model."""
         return None
 
     def observe(self) -> dict[str, Any]:

@@ -13,7 +13,8 @@ The delay model itself is pure (:mod:`hierfl.core.chain`); this service binds on
 * :meth:`Ledger.upload` and :meth:`Ledger.download` are the bulk transfers between a device and the
   chain host (shares, the shared set), through the network model like any message.
 
-Used by BGFL (Lian et al., IEEE TCSS 2023), docs/explanation/algorithms.md §5.13 and §5.15.
+A protocol that shares data through a chain uses it (Lian et al., IEEE TCSS 2023; docs/explanation/algorithms.md
+§5.13 and §5.15).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Locked pairwise exchanges: the bookkeeping of asynchronous gossip (AD-PSGD, Lian et al., ICML 2018).
+"""Locked pairwise exchanges: the bookkeeping of asynchronous gossip (Lian et al.,
+"Asynchronous Decentralized Parallel Stochastic Gradient Descent", ICML 2018).
 
 A node asks a partner for an exchange; requests wait first come, first served, and an exchange
 starts only when neither node is in another one (each node holds one lock). An exchange is two
 messages sent at once, one each way; it is complete when both have arrived, and void when one of
-its nodes leaves. What the nodes send and do with what they receive is the protocol's business
-(:mod:`hierfl.protocols.gossip`); this class only keeps the queue, the locks and the exchanges.
+its nodes leaves. What the nodes send and do with what they receive is the protocol's business; this
+class only keeps the queue, the locks and the exchanges.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Re-grouping as a policy of the grouping (``protocol.recluster:``), shared by the grouping protocols.
 
 A :class:`Regrouping` is composed into a protocol whose devices are grouped: under edge servers
-(HierFAVG, AHFL) or into groups of its own (FedAT's tiers, FedHiSyn's capacity classes). The protocol
+or into groups of its own (tiers by speed, capacity classes). The protocol
 tells it what happens — a group's round closed after ``round_s`` (:meth:`Regrouping.round_closed`),
 a group's model was applied at the cloud (:meth:`Regrouping.applied`) — and asks it, at each of its
 decision points, whether to re-group (:meth:`Regrouping.due`). The policy
@@ -13,7 +13,7 @@ counter and, per moved device that is online, one model transfer from its new se
 counted in the tier's byte counters and in ``bytes_migration``). The protocol then moves its own
 state.
 
-The triggers generalise the dynamic clustering of FedCH (Wang et al., "Accelerating Federated
+The triggers generalise the dynamic clustering of Wang et al. ("Accelerating Federated
 Learning with Cluster Construction and Hierarchical Aggregation", IEEE TMC 2023, §2.5).
 """
 
@@ -54,7 +54,7 @@ def world_snapshot(env: Env) -> WorldSnapshot:
 class Migrate(DeviceMsg):
     """The new group's model on its way to a device that moved to it (its migration transfer)."""
 
-    group: int        # its new group: an edge server, or the protocol's own group (FedAT's tier, …)
+    group: int        # its new group: an edge server, or the protocol's own group (a tier, a capacity class, …)
     from_group: int
 
 
@@ -68,7 +68,7 @@ class Regrouping:
         self.env = env
         self.groups = list(groups)   # the edge servers (or a protocol's own group ids) that hold a group
         self.fallback = fallback
-        # a protocol with groups of its own (FedAT's tiers, FedHiSyn's classes) forms them itself: ``own``
+        # a protocol with groups of its own (tiers, capacity classes) forms them itself: ``own``
         # gives the new group of every device, ``server`` the one endpoint a moved device's model comes from
         # (None: its new edge server); a bound method and a tuple, so a checkpoint can pickle them
         self.own = own

@@ -5,13 +5,13 @@ and the rule that closes it —
 
 * ``wait_all`` — every selected participant that is still online;
 * ``deadline`` — ``seconds`` after the round began (earlier if everyone arrived); with
-  ``partial: true`` each device plans as many local steps as fit before the deadline (FedProx's
-  partial work, Li et al., MLSys 2020, §3 "γ-inexact solutions");
+  ``partial: true`` each device plans as many local steps as fit before the deadline (the partial
+  work of Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020, §3 "γ-inexact solutions");
 * ``over_select`` — ``⌈factor·K⌉`` were selected, the first ``K`` to arrive are kept (FedScale's
   over-commitment, Lai et al., ICML 2022);
 * ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close it;
 * ``random_epochs`` — a seeded share of the selected devices are stragglers that do 1 … E − 1
-  epochs (FedProx's systems heterogeneity): kept (``partial: true``) or dropped before computing.
+  epochs (the systems heterogeneity of Li et al.): kept (``partial: true``) or dropped before computing.
 
 When a barrier closes, participants still on their way are abandoned: their transfers and jobs
 are withdrawn, and their compute so far is counted as wasted (``wasted_compute_s``) along with
@@ -69,12 +69,12 @@ class Barrier:
         self.started = self.env.now
         self.on_close = on_close
         self.abandon_fn = abandon or proto.abandon
-        self.info = dict(info or {})  # extra fields of the round_close line (e.g. FedCH's cluster)
+        self.info = dict(info or {})  # extra fields of the round_close line (e.g. the cluster of a cluster round)
         # partial work: the share of its full job's samples each device planned (absent: the full job)
         self.work: dict[int, float] = {}
         self.needed = policy.needed(len(selected), wanted) if selected else 0
-        # stragglers by assignment (random_epochs): a seeded draw per server and round, so FedAvg
-        # (dropping them) and FedProx (keeping them) see the same stragglers, as in the reference code
+        # stragglers by assignment (random_epochs): a seeded draw per server and round, so a policy
+        # dropping them and one keeping them see the same stragglers, as in the reference code
         self.stragglers: frozenset[int] = frozenset()
         assigned = getattr(policy, "assigned_stragglers", None)  # a duck-typed policy may lack the hook
         k = assigned(len(selected)) if assigned is not None and selected else 0
@@ -82,7 +82,7 @@ class Barrier:
             rng = self.env.rng(f"straggler.assigned.{server[0]}", int(server[1]), int(round_id))
             self.stragglers = frozenset(int(i) for i in rng.choice(sorted(self.selected), size=k, replace=False))
         # the closing time: the policy's deadline, or `until` (a partial-work deadline handed down by the
-        # round above, e.g. HierFAVG's cloud round) if earlier; participants plan partial work to `plan_by`
+        # round above, e.g. a hierarchy's cloud round) if earlier; participants plan partial work to `plan_by`
         seconds = policy.deadline_s
         own = None if seconds is None else self.started + float(seconds)
         self.deadline: float | None = min((t for t in (own, until) if t is not None), default=None)
@@ -97,8 +97,8 @@ class Barrier:
 
     def weight(self, who: int, full: float) -> float:
         """``who``'s aggregation weight, ``full`` for a whole job: under partial work with
-        ``partial_weight: work`` scaled by the share of the job it did (else ``full``: FedProx
-        weighs partial solutions by sample count as whole ones)."""
+        ``partial_weight: work`` scaled by the share of the job it did (else ``full``: Li et al.
+        weigh partial solutions by sample count as whole ones)."""
         share = self.work.get(who)
         weigh = getattr(self.policy, "weigh_partial", None)  # a duck-typed policy may lack the hook
         return full if share is None or weigh is None else float(weigh(full, share))
@@ -127,7 +127,7 @@ class Barrier:
         """Close without handing anything to the protocol (its server was cut off); returns wasted compute.
 
         ``stragglers=False``: the participants still on the way are withdrawn for another reason
-        (FedCH re-clustering, a lost leader) and are not counted in ``stragglers_dropped``."""
+        (re-clustering, a lost leader) and are not counted in ``stragglers_dropped``."""
         if self.closed:
             return 0.0
         self.closed = True
@@ -188,7 +188,7 @@ def _drop_before_compute(env: Any, device: int, barrier: Barrier, why: str, **in
 
 def _assigned_work(env: Any, device: int, barrier: Barrier, spec: TrainSpec) -> TrainSpec | None:
     """The job of an assigned straggler (``random_epochs``): ``x`` uniform in 1 … E − 1 epochs (or
-    1 … H − 1 steps), or None when the policy drops stragglers (FedAvg in Li et al.'s experiments)."""
+    1 … H − 1 steps), or None when the policy drops stragglers (plain averaging in Li et al.'s experiments)."""
     if not barrier.policy.keeps_stragglers:
         _drop_before_compute(env, device, barrier, "straggler_dropped")
         return None
@@ -212,12 +212,12 @@ def planned_spec(proto: Protocol, device: int, barrier: Barrier, spec: TrainSpec
     many local steps as its compute really gets through before the deadline, leaving time for an
     uncontended upload (None: not even one step fits — the device is dropped now, having computed
     nothing). ``upload_s``: that upload's time when it does not go over the device's own server link
-    (FedCH: to a device leader).
+    (to a device acting as a cluster's leader).
 
     The steps are counted on the job's own duration (:meth:`~hierfl.env.api.Env.planned_compute_s`:
     this job's per-task jitter, the slowdown windows it will cross, a wait behind the device's own
     evaluation), not on the nominal speed, so the job ends by ``deadline − upload`` whatever its
-    jitter: the device stops wherever its compute has got to (FedProx's γ-inexact partial work,
+    jitter: the device stops wherever its compute has got to (the γ-inexact partial work of
     Li et al., MLSys 2020, §3). A device that goes offline before that end is lost as any other.
     """
     env = proto.env

@@ -52,7 +52,7 @@ def test_same_seed_twice_identical_and_other_seed_differs(tmp_path):
 
 def ahfl_tiny(**kw):
     sc = hier_tiny(**kw)
-    from hierfl.protocols import AHFLConfig
+    from hierfl.methods.ahfl.protocol import AHFLConfig
 
     return sc.model_copy(update={"protocol": AHFLConfig(leader_period=0.4, cloud_period=1.1, max_staleness=3),
                                  "stop": tiny(stop={"rounds": 4}).stop})

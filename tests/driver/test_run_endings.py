@@ -101,7 +101,7 @@ def test_diverged(tmp_path, capsys):
 
 
 def test_failed_in_a_protocol_handler(tmp_path, capsys, monkeypatch):
-    from hierfl.protocols.fedavg import FedAvg
+    from hierfl.methods.fedavg.protocol import FedAvg
 
     calls = {"n": 0}
     real = FedAvg.on_upload_done

@@ -21,7 +21,7 @@ from hierfl.driver.server_jobs import ServerJobs
 from hierfl.env.events import ServerJobDone
 from hierfl.kernel.engine import EventQueue
 from hierfl.learn.server_tasks import SERVER_TASKS, ServerContext, ServerResult, get_task, server_task
-from hierfl.protocols.fedavg import FedAvg
+from hierfl.methods.fedavg.protocol import FedAvg
 from hierfl.runtime.roles import Cloud
 from hierfl.scenario.servers import ServersConfig
 from tests.conftest import tiny

@@ -73,13 +73,15 @@ ROLES: dict[str, str] = {
     "server": "learn",       # a method's server tasks (hierfl.learn.server_tasks), registered by name
     "policies": "policies",  # a method's plug-ins of the shared policy kinds (a staleness function, a grouping)
 }
-# the method packages: ``hierfl/methods/<method>/<role>.py``, each module the layer of its role (ROLES)
+# the method packages: ``hierfl/methods/<method>/<role>.py``, each module the layer of its role (ROLES); a
+# protocol in parts is ``protocol.py`` and ``protocol_<part>.py`` modules, all of the protocols layer
 METHODS = "methods"
+METHOD_PARTS = ("protocol_",)
 # the words that name each feature: no module or package elsewhere carries one in its name
 FEATURE_WORDS = {"robust": ("robust", "attack", "byzantine"), "faults": ("fault", "outage"), "energy": ("energy",)}
 # documented exceptions (path relative to the repository → why it lives elsewhere)
 HOME_EXCEPTIONS = {
-    "hierfl/protocols/fedch/outages.py": "FedCH's own semantics of edge_fail / cloud_fail: they act on "
+    "hierfl/methods/fedch/protocol_outages.py": "FedCH's own semantics of edge_fail / cloud_fail: they act on "
                                          "FedCH's clusters and rounds, state the protocol owns",
 }
 
@@ -154,8 +156,11 @@ def layer_of(module: str) -> str | None:
     """
     parts = module.split(".")
     pkg = package_of(module)
-    if pkg == METHODS:  # hierfl.methods.<method>.<role>
-        return None if len(parts) < 4 else ROLES.get(parts[3], f"{METHODS}.{parts[3]}")
+    if pkg == METHODS:  # hierfl.methods.<method>.<role>, or .<role>_<part> for a role in parts (METHOD_PARTS)
+        if len(parts) < 4:
+            return None
+        role = parts[3].split("_", 1)[0] if parts[3].startswith(METHOD_PARTS) else parts[3]
+        return ROLES.get(role, f"{METHODS}.{parts[3]}")
     if pkg not in FEATURES:
         return pkg
     if len(parts) < 3:
@@ -292,6 +297,12 @@ def test_the_layer_checker_places_feature_modules_by_role():
     assert layer_of("hierfl.energy.driver") == "driver"
     assert layer_of("hierfl.energy") is None
     assert layer_of("hierfl.energy.misc") == "energy.misc"
+    # a method's modules: by role, a protocol's parts with it; a name that is no role is flagged
+    assert layer_of("hierfl.methods.fedavg.protocol") == "protocols"
+    assert layer_of("hierfl.methods.fedch.protocol_state") == "protocols"
+    assert layer_of("hierfl.methods.fedch.config") == "scenario"
+    assert layer_of("hierfl.methods.fedch.math_extra") == "methods.math_extra"
+    assert layer_of("hierfl.methods.fedch") is None
 
 
 def test_the_layer_checker_flags_a_feature_module_that_breaks_its_role():
@@ -317,7 +328,7 @@ def test_the_feature_checker_flags_strays():
                                         + ", ".join(ROLES) + ")",
                                         "hierfl.robust.driver imports hierfl.faults.driver (another feature)"]
     assert homeless(["hierfl/driver/faults.py", "hierfl/faults/driver.py", "hierfl/learn/robust.py",
-                     "hierfl/dynamics/attack.py", "hierfl/core/engine.py", "hierfl/protocols/fedch/outages.py",
+                     "hierfl/dynamics/attack.py", "hierfl/core/engine.py", "hierfl/methods/fedch/protocol_outages.py",
                      "hierfl/config/defaults.py", "hierfl/scenario/edge_faults.py"]) == [
         "hierfl/driver/faults.py: a faults module outside hierfl/faults/",
         "hierfl/learn/robust.py: a robust module outside hierfl/robust/",

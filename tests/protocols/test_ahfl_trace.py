@@ -1,7 +1,7 @@
 """AHFL against the fake environment: the exact event trace of four virtual seconds."""
 
 from hierfl.policies.staleness import ConstantStaleness
-from hierfl.protocols import AHFLConfig
+from hierfl.methods.ahfl.protocol import AHFLConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # leaders = edge 0 {0, 1} and edge 1 {2, 3}; α = 0.5, σ ≡ 1, leader period 2 s, cloud period 3 s;

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hierfl.protocols.bgfl import BGFLConfig
+from hierfl.methods.bgfl.protocol import BGFLConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 KNOBS = {"chain_scope": "global", "alpha": 0.2, "committee_fraction": 0.5, "fraction": 0.5, "block_time_s": 1.0,

@@ -10,7 +10,7 @@ import pytest
 
 from hierfl.env.events import DeviceLost
 from hierfl.policies.staleness import PolynomialStaleness
-from hierfl.protocols.coop import CoopConfig
+from hierfl.methods.coop.protocol import CoopConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 EXPECTED = [
@@ -132,7 +132,7 @@ def test_coop_runs_with_churn_through_the_driver(tmp_path) -> None:
 
 
 def test_stream_reveals_samples_linearly() -> None:
-    from hierfl.protocols.coop import StreamConfig
+    from hierfl.methods.coop.protocol import StreamConfig
 
     s = StreamConfig(initial_fraction=0.1, full_at_s=600)
     # ceil(100 · (0.1 + 0.9 · t/600)): 10 at 0, 55 at 300, all from 600 on; never below 1

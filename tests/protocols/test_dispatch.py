@@ -9,7 +9,7 @@ from tests.golden import ROOT
 
 def test_a_handler_is_looked_up_per_protocol_object(tmp_path, monkeypatch):
     from hierfl.driver import run_scenario
-    from hierfl.protocols import fedavg
+    from hierfl.methods.fedavg import protocol as fedavg
 
     sc = load_scenario(ROOT / "scenarios" / "quickstart.yaml", ["stop.virtual_time_s=20", "training.trainer=none", "runtime.executor=local",
                                                                 "evaluation.target_accuracy=null"])

@@ -19,7 +19,7 @@ import numpy as np
 
 from hierfl.core.public import PublicData
 from hierfl.core.work import TrainSpec
-from hierfl.protocols.fccl import FCCLConfig
+from hierfl.methods.fccl.protocol import FCCLConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 EXPECTED = [

@@ -1,7 +1,7 @@
 """FedAsync against the fake environment: the exact event trace of a few virtual seconds."""
 
 from hierfl.policies.staleness import PolynomialStaleness
-from hierfl.protocols import FedAsyncConfig
+from hierfl.methods.fedasync.protocol import FedAsyncConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # 3 devices, 2 training at once; α = 0.5, s(τ) = 1/(τ + 1); unit_s = 1 + 0.5·d, transfers 0.25 s

@@ -14,7 +14,7 @@ import pytest
 from hierfl.assemble import build
 from hierfl.config.errors import ConfigError
 from hierfl.driver import run_scenario
-from hierfl.protocols.fedat import cross_tier_weights
+from hierfl.methods.fedat.protocol import cross_tier_weights
 from tests.badinput import assert_refused
 from tests.conftest import TINY, tiny
 

@@ -1,6 +1,6 @@
 """FedAT against the fake environment: the exact event trace of a few virtual seconds."""
 
-from hierfl.protocols.fedat import FedATConfig
+from hierfl.methods.fedat.protocol import FedATConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # response times 0.25 + (1 + 0.5·d) + 0.25 split into M = 2 tiers: tier 0 = {0, 1}, tier 1 = {2, 3};

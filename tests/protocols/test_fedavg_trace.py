@@ -1,7 +1,7 @@
 """FedAvg against the fake environment: the exact event trace of two rounds."""
 
 from hierfl.core.rng import stream
-from hierfl.protocols import FedAvgConfig
+from hierfl.methods.fedavg.protocol import FedAvgConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # 4 devices talking to the cloud; unit_s = 1 + 0.5·d, every transfer 0.25 s, a job's model = start + d + 1

@@ -1,7 +1,7 @@
 """FedBuff against the fake environment: the exact event trace of a few virtual seconds."""
 
 from hierfl.policies.staleness import ConstantStaleness
-from hierfl.protocols import FedBuffConfig
+from hierfl.methods.fedbuff.protocol import FedBuffConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # 3 devices, 2 training at once, a buffer of K = 2, s(τ) = 1, η_g = 1; unit_s = 1 + 0.5·d, transfers 0.25 s

@@ -1,6 +1,6 @@
 """FedCH against the fake environment: the exact event trace of two cloud aggregations (edge-server leaders)."""
 
-from hierfl.protocols.fedch import FedCHConfig
+from hierfl.methods.fedch import FedCHConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # edge-server leaders: K = 2 edges, members by balanced assignment = {0, 1} and {2, 3}; H = 1 local step

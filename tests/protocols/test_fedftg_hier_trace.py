@@ -4,7 +4,7 @@ cloud round over the edge models, the cloud aggregation accounted at the job's e
 import numpy as np
 
 from hierfl.core.work import TrainSpec
-from hierfl.protocols.fedftg_hier import FedFTGHierConfig
+from hierfl.methods.fedftg.protocol_hier import FedFTGHierConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # edge 0 = {0, 1}, edge 1 = {2, 3}; a job's model = start + d + 1; unit_s = 1 + 0.5·d per step (κ1 = 2 steps);

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hierfl.protocols.fedftg import FedFTGConfig
+from hierfl.methods.fedftg.protocol import FedFTGConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # 4 devices talking to the cloud; unit_s = 1 + 0.5·d, every transfer 0.25 s, a job's model = start + d + 1.

@@ -3,7 +3,7 @@
 import pytest
 
 from hierfl.policies.straggler import Deadline, FirstK
-from hierfl.protocols import FedHiSynConfig
+from hierfl.methods.fedhisyn.protocol import FedHiSynConfig
 from hierfl.protocols.straggler import GUARD_S
 from tests.fakeenv import FakeEnv, FakeWorld
 

@@ -1,6 +1,6 @@
 """FedHiSyn against the fake environment: the exact event trace of one round."""
 
-from hierfl.protocols import FedHiSynConfig
+from hierfl.methods.fedhisyn.protocol import FedHiSynConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # one capacity class: the ring 0 → 1 → 2 → 0 (fastest first); unit_s = 1, 1.5, 2 s; T = 2.5 s;

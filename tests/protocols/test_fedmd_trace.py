@@ -10,7 +10,7 @@ from hierfl.core.work import PublicTask, TrainSpec
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.outputs import class_scores, run_public_task, subset_rows
 from hierfl.models import LogRegConfig
-from hierfl.protocols.fedmd import FedMDConfig
+from hierfl.methods.fedmd.protocol import FedMDConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # 3 parties; a job on device d lasts (1 + 0.5·d) s per epoch and its result is the number start + d + 1;

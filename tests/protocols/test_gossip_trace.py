@@ -11,7 +11,7 @@ import pytest
 
 from hierfl.core.graphs import DeviceGraph, ring
 from hierfl.env.events import DeviceLost
-from hierfl.protocols.gossip import ADPSGDConfig, DPSGDConfig, P2PConfig
+from hierfl.methods.gossip.protocol import ADPSGDConfig, DPSGDConfig, P2PConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 

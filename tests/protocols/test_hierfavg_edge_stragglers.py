@@ -4,7 +4,7 @@ import pytest
 
 from hierfl.core.work import TrainSpec
 from hierfl.policies.straggler import Deadline, FirstK
-from hierfl.protocols import HierFAVGConfig
+from hierfl.methods.hierfavg.protocol import HierFAVGConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # edge 0 = {0, 1}, edge 1 = {2, 3}; κ1 = 1 step of 1, 1.5, 2, 2.5 s; device ↔ edge 0.25 s, edge ↔ cloud

@@ -1,6 +1,6 @@
 """HierFAVG against the fake environment: the exact event trace of one cloud round (κ2 = 2 edge rounds)."""
 
-from hierfl.protocols import HierFAVGConfig
+from hierfl.methods.hierfavg.protocol import HierFAVGConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # edge 0 = {0, 1}, edge 1 = {2, 3}; unit_s = 1 + 0.5·d per local step (κ1 = 1), device ↔ edge 0.25 s,

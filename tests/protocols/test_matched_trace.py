@@ -7,8 +7,8 @@ import pytest
 
 from hierfl.core.mlp_layout import frozen_prefix
 from hierfl.core.work import TrainSpec
-from hierfl.protocols.fedma import FedMAConfig
-from hierfl.protocols.pfnm import PFNMConfig
+from hierfl.methods.matched.protocol_fedma import FedMAConfig
+from hierfl.methods.matched.protocol_pfnm import PFNMConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 SHAPE = {"in_features": 3.0, "classes": 2.0, "layers": 1.0, "capacity0": 4.0}

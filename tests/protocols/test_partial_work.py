@@ -13,7 +13,7 @@ from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
 from hierfl.driver import run_scenario
 from hierfl.policies.straggler import Deadline
-from hierfl.protocols import HierFAVGConfig
+from hierfl.methods.hierfavg.protocol import HierFAVGConfig
 from hierfl.protocols.straggler import steps_before
 from tests.conftest import tiny
 from tests.fakeenv import FakeEnv, FakeWorld

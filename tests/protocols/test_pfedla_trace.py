@@ -6,7 +6,7 @@ transfer device ↔ server takes 0.25 s, edge ↔ cloud 0.5 s. The fake ``pfedla
 0.25 s (edges); the fake ``pfedla_mean`` returns 100 in 0.125 s.
 """
 
-from hierfl.protocols.pfedla import PFedLAConfig
+from hierfl.methods.pfedla.protocol import PFedLAConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 FLAT = [

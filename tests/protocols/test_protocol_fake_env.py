@@ -15,7 +15,7 @@ from hierfl.kernel.engine import Event, Priority
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
 from hierfl.env import Job, Record
-from hierfl.protocols import FedAvgConfig
+from hierfl.methods.fedavg.protocol import FedAvgConfig
 from hierfl.protocols.base import DeviceMsg
 
 

@@ -135,7 +135,7 @@ def test_stop_by_virtual_time_and_target(tmp_path):
 
 def test_failure_midway_keeps_metrics_and_writes_failed_summary(tmp_path, monkeypatch):
     from hierfl.driver import RunError
-    from hierfl.protocols import fedavg
+    from hierfl.methods.fedavg import protocol as fedavg
 
     calls = {"n": 0}
     original = fedavg.FedAvg.on_upload_done

@@ -19,11 +19,13 @@ import pytest
 from hierfl.config.errors import ConfigError
 from hierfl.driver import resume_run, run_scenario
 from hierfl.env import Regroup
-from hierfl.protocols import PROTOCOLS, AHFLConfig, HierFAVGConfig
-from hierfl.protocols.fedat import FedATConfig
-from hierfl.protocols.fedch import FedCHConfig
-from hierfl.protocols.fedhisyn import FedHiSynConfig
-from hierfl.protocols.wscc import WSCCConfig
+from hierfl.protocols import PROTOCOLS
+from hierfl.methods.ahfl.protocol import AHFLConfig
+from hierfl.methods.hierfavg.protocol import HierFAVGConfig
+from hierfl.methods.fedat.protocol import FedATConfig
+from hierfl.methods.fedch import FedCHConfig
+from hierfl.methods.fedhisyn.protocol import FedHiSynConfig
+from hierfl.methods.wscc.protocol import WSCCConfig
 from hierfl.scenario.loader import deep_merge, load_scenario
 from tests.badinput import assert_refused
 from tests.conftest import TINY, tiny

@@ -10,7 +10,7 @@ import pytest
 
 from hierfl.core.public import PublicData
 from hierfl.core.work import TrainSpec
-from hierfl.protocols.rhfl import RHFLConfig
+from hierfl.methods.rhfl.protocol import RHFLConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 

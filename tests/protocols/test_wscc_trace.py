@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hierfl.protocols.wscc import WSCCConfig
+from hierfl.methods.wscc.protocol import WSCCConfig
 from tests.fakeenv import FakeEnv, FakeWorld
 
 # 4 devices talking to the cloud; the cloud's similarity matrix is fixed: {0, 1} alike, {2, 3} alike

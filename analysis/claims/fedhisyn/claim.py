@@ -168,7 +168,7 @@ per job at lr 0.05 for every protocol (not tuned: no tuning sweep), every device
 round of every protocol, evaluation every 5 emulated s, budget 150 s, target 80 %. FedHiSyn: k = 3
 capacity classes with rings, T auto (every device finishes one unit per round), time weighting
 (docs/explanation/algorithms.md §3.2 defaults). FedAT: 3 equal-size tiers by profiled response time, the paper's weights
-`T_(M+1-m)/T`, no constraint term, no compression (`hierfl/protocols/fedat.py`). Seeds {seeds}: the seed
+`T_(M+1-m)/T`, no constraint term, no compression (`hierfl/methods/fedat/protocol.py`). Seeds {seeds}: the seed
 draws the data, the split and the devices.
 
 {chr(10).join(table)}

@@ -40,7 +40,7 @@ from hierfl.config.errors import Problem
 from hierfl.env import Env, Payload, RoundEmpty
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
-from hierfl.protocols.fedavg import FedAvg
+from hierfl.methods.fedavg.protocol import FedAvg
 
 __all__ = ["TASK", "FTGKnobs", "FedFTG", "FedFTGConfig", "FinetuneMsg"]
 
@@ -57,7 +57,7 @@ class FinetuneMsg(Payload):
 
 class FTGKnobs(ProtocolConfig):
     """FedFTG's server-side keys, shared by the flat protocol (``fedftg``) and the hierarchical one
-    (``fedftg_hier``, :mod:`hierfl.protocols.fedftg_hier`)."""
+    (``fedftg_hier``, :mod:`hierfl.methods.fedftg.protocol_hier`)."""
 
     needs_label_counts: ClassVar[bool] = True  # the server weighs its teachers by their label histograms
 

@@ -1,7 +1,7 @@
 """FedCH's config model (``protocol: {name: fedch, ...}``) and its load-time cross-checks.
 
 Every [B]/[D] detail of docs/explanation/algorithms.md §2 is a key here with the default given there; the protocol
-itself is :class:`hierfl.protocols.fedch.protocol.FedCH`.
+itself is :class:`hierfl.methods.fedch.protocol.FedCH`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.env import Env
 from hierfl.methods.fedch.policies import FedCHStaleness
 from hierfl.policies.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
 from hierfl.policies.staleness import STALENESS
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
-from hierfl.protocols.fedch.protocol import FedCH
+from hierfl.methods.fedch.protocol import FedCH
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the environment is only named in a signature: the config (scenario layer) never imports it
+    from hierfl.env import Env
     from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedCHConfig", "KStarConfig"]

@@ -17,10 +17,10 @@ from hierfl.methods.fedch import math as fc
 from hierfl.policies.recluster import AdaptiveRecluster
 from hierfl.core.work import TrainSpec
 from hierfl.env import ClustersRecord, Env
-from hierfl.protocols.fedch.state import Cluster, FedCHState
+from hierfl.methods.fedch.protocol_state import Cluster, FedCHState
 
 if TYPE_CHECKING:
-    from hierfl.protocols.fedch.config import FedCHConfig
+    from hierfl.methods.fedch.config import FedCHConfig
 
 __all__ = ["ClusterBuilder"]
 

@@ -19,7 +19,7 @@ hidden layers ``1..H``:
 3. the output layer: every class's row is averaged with the members' class frequencies.
 
 The round's model is the point's (flat: the global model); with edge servers the cloud matches the
-edges' models (:mod:`hierfl.protocols.matched`). Each sub-round's upload and download carry one layer's
+edges' models (:mod:`hierfl.methods.matched.protocol`). Each sub-round's upload and download carry one layer's
 bytes; the emulator hands the server the member's whole network so that the server job can apply the
 member's own input permutation on its behalf (a local permutation, free in the code as here).
 """
@@ -36,7 +36,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.env import Env
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS
-from hierfl.protocols.matched import MatchedConfig, MatchedProtocol, MatchMsg, PointMsg
+from hierfl.methods.matched.protocol import MatchedConfig, MatchedProtocol, MatchMsg, PointMsg
 
 __all__ = ["FedMA", "FedMAConfig"]
 

@@ -13,7 +13,7 @@ Round ``t`` at a matching point (the cloud when flat, each edge server in a hier
    (:func:`hierfl.methods.matched.math.match_mlp`, class shares from the members' label histograms) — a server
    job charged by its operation count (:func:`hierfl.methods.matched.math.assignment_ops` per assignment);
 3. flat, the matched model is the global model (one cloud aggregation); with edge servers the cloud
-   matches the edges' models the same way (:mod:`hierfl.protocols.matched`).
+   matches the edges' models the same way (:mod:`hierfl.methods.matched.protocol`).
 
 Virtual time of a flat round: ``max_i (train_i + upload_i) + match_ops / f_server + max_i download_i``.
 """
@@ -29,7 +29,7 @@ from hierfl.config.base import ReadWith
 from hierfl.env import Env
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS
-from hierfl.protocols.matched import (
+from hierfl.methods.matched.protocol import (
     MatchedConfig,
     MatchedProtocol,
     MatchMsg,

@@ -24,7 +24,7 @@ from hierfl.env import Env
 from hierfl.methods.fedbuff.policies import FedBuffStaleness
 from hierfl.policies.staleness import STALENESS
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
-from hierfl.protocols.fedasync import FlatAsync, concurrency_problems
+from hierfl.methods.fedasync.protocol import FlatAsync, concurrency_problems
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario

@@ -4,8 +4,8 @@ Z. Wang et al., IEEE TMC 22(7), 2023 (DCFL re-clustering, docs/explanation/algor
 time every open round is withdrawn and the clusters are rebuilt from the world as it is now; a
 device leader found offline stalls its cluster until it is back or, with
 ``on_leader_lost: recluster``, makes the cloud re-cluster at once. :class:`Reclustering` works on
-the protocol's :class:`~hierfl.protocols.fedch.state.FedCHState`, builds with its
-:class:`~hierfl.protocols.fedch.construction.ClusterBuilder` and restarts clusters through the
+the protocol's :class:`~hierfl.methods.fedch.protocol_state.FedCHState`, builds with its
+:class:`~hierfl.methods.fedch.protocol_construction.ClusterBuilder` and restarts clusters through the
 protocol's :class:`Rounds`.
 """
 
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from hierfl.kernel.engine import Priority
 from hierfl.env import DeviceLost, Env, LeaderLost, Recluster
-from hierfl.protocols.fedch.construction import ClusterBuilder
-from hierfl.protocols.fedch.messages import ClusterUpload, LeaderBack
-from hierfl.protocols.fedch.state import Cluster, FedCHState
+from hierfl.methods.fedch.protocol_construction import ClusterBuilder
+from hierfl.methods.fedch.protocol_messages import ClusterUpload, LeaderBack
+from hierfl.methods.fedch.protocol_state import Cluster, FedCHState
 from hierfl.protocols.regroup import world_snapshot
 
 if TYPE_CHECKING:
-    from hierfl.protocols.fedch.config import FedCHConfig
+    from hierfl.methods.fedch.config import FedCHConfig
 
 __all__ = ["Rounds", "Reclustering"]
 

@@ -25,11 +25,11 @@ import numpy as np
 
 from hierfl.env import Env
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
-from hierfl.protocols.fedch.state import Cluster, FedCHState
+from hierfl.methods.fedch.protocol_state import Cluster, FedCHState
 
 if TYPE_CHECKING:
     from hierfl.env.events import ServerDown
-    from hierfl.protocols.fedch.protocol import FedCH
+    from hierfl.methods.fedch.protocol import FedCH
 
 __all__ = ["EdgeFaults"]
 

@@ -1,6 +1,6 @@
 """FedCH's protocol object: synchronous cluster rounds under a straggler policy, an asynchronous cloud.
 
-Z. Wang et al., IEEE TMC 22(7):3805–3822, 2023, docs/explanation/algorithms.md §2.5 (see :mod:`hierfl.protocols.fedch`).
+Z. Wang et al., IEEE TMC 22(7):3805–3822, 2023, docs/explanation/algorithms.md §2.5 (see :mod:`hierfl.methods.fedch`).
 One cluster round, as this module runs it::
 
     cloud --LeaderDownload--> leader            on_leader_download_done → begin_round
@@ -9,9 +9,9 @@ One cluster round, as this module runs it::
     barrier closes (policy, sync_timeout)       _close_cluster_round: average by samples
     leader --ClusterUpload--> cloud             on_cluster_upload_done → on_cloud_apply
 
-:class:`FedCH` holds its state in one :class:`~hierfl.protocols.fedch.state.FedCHState` and uses two
-collaborators: a :class:`~hierfl.protocols.fedch.construction.ClusterBuilder` (construction, K) and a
-:class:`~hierfl.protocols.fedch.churn.Reclustering` (re-clustering, lost and returning leaders).
+:class:`FedCH` holds its state in one :class:`~hierfl.methods.fedch.protocol_state.FedCHState` and uses two
+collaborators: a :class:`~hierfl.methods.fedch.protocol_construction.ClusterBuilder` (construction, K) and a
+:class:`~hierfl.methods.fedch.protocol_churn.Reclustering` (re-clustering, lost and returning leaders).
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ from hierfl.core.work import TrainSpec, transfer_time_s
 from hierfl.env import ClustersRecord, Env, RoundEmpty, Timer
 from hierfl.faults.protocol import CLOUD
 from hierfl.protocols.base import Protocol
-from hierfl.protocols.fedch.churn import Reclustering
-from hierfl.protocols.fedch.construction import ClusterBuilder
-from hierfl.protocols.fedch.messages import ClusterRetry, ClusterTimeout, ClusterUpload, LeaderDownload, MemberMsg
-from hierfl.protocols.fedch.outages import EdgeFaults
-from hierfl.protocols.fedch.state import Cluster, ClusterModel
+from hierfl.methods.fedch.protocol_churn import Reclustering
+from hierfl.methods.fedch.protocol_construction import ClusterBuilder
+from hierfl.methods.fedch.protocol_messages import ClusterRetry, ClusterTimeout, ClusterUpload, LeaderDownload, MemberMsg
+from hierfl.methods.fedch.protocol_outages import EdgeFaults
+from hierfl.methods.fedch.protocol_state import Cluster, ClusterModel
 from hierfl.protocols.regroup import world_snapshot
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
-    from hierfl.protocols.fedch.config import FedCHConfig
+    from hierfl.methods.fedch.config import FedCHConfig
 
 __all__ = ["FedCH"]
 

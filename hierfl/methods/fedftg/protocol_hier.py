@@ -27,8 +27,8 @@ from hierfl.config.errors import Problem
 from hierfl.env import Env, Payload
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint
-from hierfl.protocols.fedftg import TASK, FinetuneMsg, FTGKnobs
-from hierfl.protocols.hierfavg import HierFAVG, HierFAVGConfig
+from hierfl.methods.fedftg.protocol import TASK, FinetuneMsg, FTGKnobs
+from hierfl.methods.hierfavg.protocol import HierFAVG, HierFAVGConfig
 
 __all__ = ["EdgeFinetuneMsg", "FedFTGHier", "FedFTGHierConfig"]
 
