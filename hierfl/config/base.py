@@ -95,7 +95,7 @@ def rename_alias(data: Any, alias: str, key: str) -> Any:
 
 
 def name_shorthand(value: Any, key: str = "name") -> Any:
-    """A bare string names a plug-in: ``protocol: fedavg`` means ``protocol: {name: fedavg}``.
+    """A bare string names a plug-in: ``protocol: <name>`` means ``protocol: {name: <name>}``.
 
     ``key`` is the field that names the plug-in (``name``; ``dist`` for distributions).
     """
@@ -104,7 +104,7 @@ def name_shorthand(value: Any, key: str = "name") -> Any:
 
 def cloud_shorthand(value: Any) -> Any:
     """A per-tier section (``{edge: ..., cloud: ...}``) given as one plug-in means the cloud's:
-    ``server_optimizer: fedadam`` / ``aggregation: {name: geomed}`` set ``cloud`` only."""
+    ``server_optimizer: <name>`` / ``aggregation: {name: geomed}`` set ``cloud`` only."""
     if isinstance(value, str) or (isinstance(value, dict) and "name" in value):
         return {"cloud": value}
     return value

@@ -109,7 +109,7 @@ class Registry:
         text = f"unknown {self.kind} {name!r}"
         if isinstance(name, str):
             elsewhere = []
-            if not any(n.lower() == name.lower() for n in allowed):  # FedAvg is fedavg's misspelling
+            if not any(n.lower() == name.lower() for n in allowed):  # a name in another case is a misspelling
                 for other in _INSTANCES:
                     hit = [n for n in other.names() if n.lower() == name.lower()]
                     if other is not self and hit:
@@ -138,7 +138,7 @@ class Registry:
 
         ``where`` keeps only the classes it accepts (e.g. the straggler policies allowed at the
         cloud); ``variant`` maps each class to the subclass used in this field (e.g. a policy plus
-        its ``cloud`` key). A bare string is shorthand for ``{name: <string>}`` (``protocol: fedavg``).
+        its ``cloud`` key). A bare string is shorthand for ``{name: <string>}`` (``protocol: <name>``).
 
         The union is late-bound: the :class:`~hierfl.config.late.Late` marker rebuilds it from the
         registry whenever pydantic generates the schema, so a plug-in registered later is part of it

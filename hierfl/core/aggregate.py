@@ -77,7 +77,7 @@ def weighted_average(vectors: Sequence[np.ndarray], weights: Sequence[float]) ->
     vectors:
         Flat parameter vectors of equal length, summed in the given order.
     weights:
-        Non-negative weights, typically sample counts ``n_k`` (FedAvg, McMahan et al. 2017).
+        Non-negative weights, typically sample counts ``n_k`` (McMahan et al. 2017).
     """
     if len(vectors) != len(weights):
         raise ValueError(f"{len(vectors)} vectors but {len(weights)} weights")
@@ -92,10 +92,11 @@ def linear_combination(terms: Sequence[tuple[float, np.ndarray, np.ndarray | Non
     """``Σ_j c_j · (a_j − b_j)`` (or ``c_j · a_j`` when ``b_j`` is None) as float32 (or ``dtype``).
 
     The one primitive of the asynchronous protocols (docs/explanation/algorithms.md §4.3, §5.3, §5.4): a
-    FedAsync mix is ``[(1−α, w), (α, w_k)]``, a FedBuff step ``[(1, x), (η·s_i/K, y_i, y0_i)]``,
-    an AHFL rebase ``[(1, w), (1, w_k, w_last)]``. Accumulation is float64 in the given order
-    (the virtual-time order), so every executor gets the same bits; differences are taken in
-    float64 before scaling, so a small delta keeps its precision. Coefficients may be negative.
+    mix (Xie et al. 2019) is ``[(1−α, w), (α, w_k)]``, a buffer step (Nguyen et al. 2022)
+    ``[(1, x), (η·s_i/K, y_i, y0_i)]``, a leader's rebase (§4.3) ``[(1, w), (1, w_k, w_last)]``.
+    Accumulation is float64 in the given order (the virtual-time order), so every executor gets the
+    same bits; differences are taken in float64 before scaling, so a small delta keeps its precision.
+    Coefficients may be negative.
     """
     if not terms:
         raise ValueError("linear combination of no vectors")

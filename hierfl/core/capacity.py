@@ -1,7 +1,6 @@
-"""Capacity classes and intra-class rings (FedHiSyn's grouping), as pure functions.
+"""Capacity classes and intra-class rings (the grouping of Li et al., ICPP 2022), as pure functions.
 
-G. Li, Y. Hu, M. Zhang, J. Liu, Q. Yin, Y. Peng, D. Dou, "FedHiSyn: A Hierarchical Synchronous
-Federated Learning Framework for Resource and Data Heterogeneity", ICPP 2022 (arXiv 2206.10546);
+G. Li, Y. Hu, M. Zhang, J. Liu, Q. Yin, Y. Peng, D. Dou, ICPP 2022 (arXiv 2206.10546);
 docs/explanation/algorithms.md §3.2. Devices are put into ``k`` classes by the time ``t_i`` of one local training
 unit — 1-D k-means on ``log t_i`` (default, [D]) or equal-size quantile bins — and each class is
 a ring ordered fastest → slowest whose slowest member sends back to the fastest ([B]).

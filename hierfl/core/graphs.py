@@ -1,6 +1,6 @@
 """Device–device graphs and their mixing matrices (pure math: arrays and numbers, no hidden RNG).
 
-Serverless protocols (peer-to-peer learning on graphs, D-PSGD, AD-PSGD) let every device talk only
+Serverless protocols (peer-to-peer learning on graphs, decentralised SGD of Lian et al. 2017/18) let every device talk only
 to its one-hop neighbours. This module builds the undirected graphs they run on and the
 Metropolis–Hastings weights they mix with:
 

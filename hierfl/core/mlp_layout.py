@@ -2,7 +2,7 @@
 
 hierfl's ``mlp`` model (:class:`hierfl.models.MLPConfig`) lays its flat vector out as
 ``W_1, b_1, W_2, b_2, …, W_n, b_n`` with ``W_k`` of shape ``(out, in)`` (``module.parameters()`` order).
-Matched averaging (PFNM, FedMA: docs/explanation/algorithms.md) changes the hidden widths between rounds;
+Matched averaging (docs/explanation/algorithms.md §9) changes the hidden widths between rounds;
 :func:`relayout` moves a network into a layout of other widths, keeping each kept neuron's weights and
 giving added neurons zero incoming and outgoing weights and zero bias.
 
@@ -38,7 +38,7 @@ def mlp_size(in_features: int, hidden: Sequence[int], classes: int) -> int:
 
 def frozen_prefix(in_features: int, hidden: Sequence[int], classes: int, layers: int) -> int:
     """How many leading entries of the flat vector the first ``layers`` linear layers hold (what a job
-    with FedMA's layers ``1..layers`` frozen keeps: :attr:`hierfl.core.work.TrainSpec.frozen`)."""
+    with layers ``1..layers`` frozen, as layer-wise matching does, keeps: :attr:`hierfl.core.work.TrainSpec.frozen`)."""
     dims = _dims(in_features, hidden, classes)
     if not 0 <= layers <= len(dims) - 1:
         raise ValueError(f"layers must be in [0, {len(dims) - 1}], got {layers}")

@@ -1,6 +1,6 @@
-"""Re-clustering policies of FedCH's dynamic extension (DCFL), as pure state machines.
+"""Re-clustering policies generalising the dynamic clustering of Wang et al. (DCFL), as pure state machines.
 
-Wang et al., INFOCOM 2021 (DCFL) / IEEE TMC 2023 (FedCH); docs/explanation/algorithms.md §2.5:
+Wang et al., INFOCOM 2021 (DCFL) / IEEE TMC 2023; docs/explanation/algorithms.md §1.5 and §2.5:
 
 * ``never``    — static clusters (CFL);
 * ``periodic`` — the parameter server re-clusters every ``T_b = ϱ·K`` global aggregations

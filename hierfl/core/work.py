@@ -106,7 +106,7 @@ class PublicTask(JobMethod):
 class TrainSpec:
     """What one local training job does: SGD hyper-parameters and its length.
 
-    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (FedSGD).
+    Exactly one of ``epochs`` / ``steps`` is set. ``batch_size=None`` means full batch (one step per epoch).
     The proximal coefficient a job uses is ``prox + mu`` (see :attr:`proximal`).
     """
 
@@ -116,8 +116,8 @@ class TrainSpec:
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
-    prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (FedAsync, AHFL); 0 = none
-    # local trainer (``training.trainer``): FedProx's μ adds to ρ (same term, kept apart so a
+    prox: float = 0.0  # ρ of a proximal term (ρ/2)‖w − w_start‖² (a protocol's own, Xie et al. 2019); 0 = none
+    # local trainer (``training.trainer``): a proximal μ (Li et al. 2020) adds to ρ (same term, kept apart so a
     # protocol that sets its own ρ does not erase μ); control variates correct every gradient by c − c_i
     mu: float = 0.0
     control_variates: bool = False
@@ -127,7 +127,7 @@ class TrainSpec:
     # a Byzantine device's behaviour (a ``hierfl.robust.behaviours`` config, hashable): the host
     # trains on flipped labels or transforms the result; None for an honest job
     attack: Any = None
-    # streaming data (Co-op's ``stream``): the job sees only the first ``revealed`` samples of the
+    # streaming data (a protocol's ``stream``): the job sees only the first ``revealed`` samples of the
     # device (in its partition's order); None = all of them
     revealed: int | None = None
     # max-norm gradient clipping of each step's whole gradient (loss terms included, weight decay not),
@@ -183,7 +183,7 @@ class TrainSpec:
 
     @property
     def proximal(self) -> float:
-        """Coefficient of ``(·/2)‖w − w_start‖²``: the protocol's ρ plus FedProx's μ."""
+        """Coefficient of ``(·/2)‖w − w_start‖²``: the protocol's ρ plus the trainer's μ."""
         return self.prox + self.mu
 
 

@@ -11,8 +11,8 @@ depends on the kernel OpenBLAS picks for the CPU; other float steps are exactly 
 References
 ----------
 Synthetic(α, β): T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi, A. Talwalkar, V. Smith,
-"Federated Optimization in Heterogeneous Networks" (FedProx), MLSys 2020, arXiv 1812.06127;
-reference generator ``litian96/FedProx`` ``data/synthetic_*/generate_synthetic.py`` and
+"Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv 1812.06127;
+reference generator (the paper's code, ``data/synthetic_*/generate_synthetic.py``) and
 ``data/synthetic_iid/generate_iid.py``. See docs/explanation/algorithms.md §6.3.
 """
 
@@ -227,9 +227,9 @@ def generate_synthetic(
     num_classes: int,
     rng: np.random.Generator,
 ) -> SyntheticUsers:
-    """Draw the Synthetic(α, β) users of Li et al. (FedProx), docs/explanation/algorithms.md §6.3.
+    """Draw the Synthetic(α, β) users of Li et al. 2020, docs/explanation/algorithms.md §6.3.
 
-    Follows ``litian96/FedProx`` ``generate_synthetic.py`` / ``generate_iid.py`` step by step,
+    Follows the paper's code, ``generate_synthetic.py`` / ``generate_iid.py`` step by step,
     with ``rng`` in place of the global numpy state. Draw order:
 
     1. ``n_k = int(rng.lognormal(4, 2, U)) + 50``;
@@ -277,7 +277,7 @@ def generate_synthetic(
 
 @DATASETS.register
 class SyntheticConfig(DatasetConfig):
-    """Synthetic(α, β) of Li et al. (FedProx): per-user linear-softmax tasks, power-law sizes.
+    """Synthetic(α, β) of Li et al. 2020: per-user linear-softmax tasks, power-law sizes.
 
     Each user k gets ``n_k = int(LogNormal(4, 2)) + 50`` samples ``x ~ N(v_k, diag(j^-1.2))``
     labelled by its own model ``argmax(x W_k + b_k)``; α controls how much the models differ,
@@ -288,7 +288,7 @@ class SyntheticConfig(DatasetConfig):
     References
     ----------
     T. Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020 (arXiv 1812.06127);
-    generator ``litian96/FedProx`` ``data/synthetic_*/generate_synthetic.py``.
+    generator of the paper's code, ``data/synthetic_*/generate_synthetic.py``.
     """
 
     name: Literal["synthetic"] = "synthetic"

@@ -259,9 +259,9 @@ class DomainsConfig(PartitionConfig):
 
 @PARTITIONERS.register
 class GaussianSizesConfig(PartitionConfig):
-    """IID labels, Gaussian-skewed data sizes (the FedCH INFOCOM'21 precursor's non-uniform setting).
+    """IID labels, Gaussian-skewed data sizes (the non-uniform setting of Wang et al., INFOCOM 2021).
 
-    Wang et al. (INFOCOM 2021, the conference version of FedCH, docs/explanation/algorithms.md §2.7) train on IID
+    Wang et al. (INFOCOM 2021, docs/explanation/algorithms.md §2.7) train on IID
     data whose per-device sizes follow a Gaussian; the mean and spread are not published, so both
     are knobs [D]. Device i draws a relative size ``s_i = max(N(1, sigma²), floor)``; every device
     gets ``min_size`` samples and the remaining ``n − P·min_size`` are dealt in proportion to

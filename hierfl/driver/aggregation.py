@@ -233,7 +233,7 @@ class Aggregation:
 
     def robust_combine(self, tier: str, entity: int, base: Any, deltas: list[Term]) -> Any:
         """``base + Σc · rule(Δ)`` over a buffer / queue of deltas ``Δ_i = a_i − b_i`` weighted ``c_i``
-        (FedBuff, AHFL) when the ``tier`` rule is robust; None under the mean (the caller combines)."""
+        (a buffer or a queue of deltas) when the ``tier`` rule is robust; None under the mean (the caller combines)."""
         if self.robust is None or not self.robust.queues:
             return None
         tags = [self.robust.take(a, tier, entity) for _, a, _ in deltas]
@@ -332,7 +332,7 @@ class ControlVariates:
         self._weighting = getattr(trainer, "control_weighting", "samples")
         self._samples = world.samples
         self._coefs = None
-        # edge_rounds: the protocol aggregates its devices' updates at edge servers (HierFAVG)
+        # edge_rounds: the protocol aggregates its devices' updates at edge servers (a hierarchical round)
         self.by_edge = bool(spec.control_variates and trainer.edge_controls and edge_rounds
                             and (world.edge_of >= 0).any())
         if spec.control_variates:

@@ -115,7 +115,7 @@ class RunLoop:
         device_fields: dict[str, Any] = {}
         if ctx.spec.train and ctx.device_eval and not diverged:  # data.local_test_fraction / data.test_devices
             try:
-                own = self.protocol.device_models()  # WSCC: each device's cluster model
+                own = self.protocol.device_models()  # e.g. each device's cluster model
                 spec = ctx.jobs.method_phase(ctx.spec)
                 device_fields = device_accuracy_fields(ctx.executor.evaluate_devices(ctx.global_model, spec, own))
                 ctx.jobs.charge_device_eval()  # evaluation.device_eval_cost (free by default)

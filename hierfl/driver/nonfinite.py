@@ -83,7 +83,7 @@ class NonFinite:
         """``terms`` without those built on a dropped update.
 
         A delta term ``c·(a − b)`` is simply left out (as if that update never arrived). Plain terms
-        ``c·a`` form a mix (FedAsync's ``(1−α)·x + α·y``): the kept ones are rescaled to the mix's
+        ``c·a`` form a mix (an asynchronous ``(1−α)·x + α·y``): the kept ones are rescaled to the mix's
         total, so leaving ``y`` out gives ``x``, not ``(1−α)·x``.
         """
         if not self._bad:

@@ -7,7 +7,7 @@ how much work it was (``flops``); the emulated server then spends ``flops / FLOP
 server). Its span is drawn on the server's trace lane and ``on_<done>`` fires at its end with a
 :class:`~hierfl.env.events.ServerJobDone`. So a message that depends on the result leaves when
 the job ends, as the conventions for server work require (a server-side fine-tuning, a hypernetwork's
-hypernetworks, FedMA's matching).
+hypernetworks, layer-wise matching).
 
 Why the computation runs at submission rather than at the job's end: its result depends only on
 its inputs, its parameters and its seed, so the order of real computation cannot change a bit;

@@ -52,7 +52,7 @@ class Plain(Layer):
 
 
 class ServerOptimizer(Layer):
-    """The tier's server optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (FedAdam, FedYogi, …)."""
+    """The tier's server optimizer steps ``base`` with ``Δ = Σ c·(a − b)`` (Reddi et al. 2021, …)."""
 
     def step(self, entity: int, base: Any, deltas: list[Term], sources: list[int]) -> Any:
         return self.agg.server_step(self.tier, entity, base, deltas)
@@ -92,7 +92,7 @@ def register_wrapper(cls: type[Wrapper]) -> type[Wrapper]:
 
 @register_wrapper
 class RobustQueue(Wrapper):
-    """A robust rule (``aggregation.<tier>``) over a buffer or queue of deltas (FedBuff, AHFL): the rule
+    """A robust rule (``aggregation.<tier>``) over a buffer or queue of deltas: the rule
     forms the aggregate delta, the server optimizer (if any) steps with it inside the role."""
 
     name = "robust_queue"
@@ -109,7 +109,7 @@ class RobustQueue(Wrapper):
 
 @register_wrapper
 class AsyncScreen(Wrapper):
-    """An asynchronous screen (``zeno_pp``): the stepped model is kept only if it passes (FedAsync)."""
+    """An asynchronous screen (``zeno_pp``): the stepped model is kept only if it passes (one update at a time)."""
 
     name = "async_screen"
     rank = 20
@@ -138,12 +138,12 @@ def compose(agg: Aggregation, tier: str) -> Layer:
 
 class TierAggregator:
     """The aggregation point ``(tier, entity)``: ``("cloud", 0)``, ``("edge", e)`` (an edge server, a
-    cluster leader, a tier of FedAT) or ``("device", i)`` (a device mixing models it received).
+    cluster leader, a tier of devices) or ``("device", i)`` (a device mixing models it received).
 
     Synchronous rounds: :meth:`add` each update as it arrives, then :meth:`commit` (or
     :meth:`discard` an aborted round). Queues and asynchronous updates: :meth:`step` (with
     :meth:`drop` for an update too stale and :meth:`queue` for the queue's length). Models the
-    protocol forms itself (FedCH's clusters, FedAT's tiers): :meth:`average` or :meth:`combine`,
+    protocol forms itself (its clusters or tiers): :meth:`average` or :meth:`combine`,
     then :meth:`aggregated` or :meth:`applied` to account for them.
     """
 
@@ -152,7 +152,7 @@ class TierAggregator:
         self.tier = tier
         self.entity = entity
         self.stack = stack
-        # bound once: AHFL reports a queue length on every arrival
+        # bound once: a queue protocol reports a queue length on every arrival
         self.queue: Callable[[int], None] = partial(agg.telemetry.queue_length, tier, entity)
         self.lane: Endpoint = ("cloud", 0) if tier == "cloud" else (tier, entity)
         # the protocol averages models it gathered at this tier, and a rule can replace that average
@@ -212,12 +212,12 @@ class TierAggregator:
         return self.agg.combine(self.tier, terms)
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> Any:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC);
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (for grouping);
         ``measure="sq_norm"``: the squared norm of each (a serverless run's consensus distance)."""
         return self.agg.executor.similarity(models, base, measure)
 
     def evaluate_loss(self, model: Any) -> float:
-        """Test loss of ``model`` on the run's test set (FedCH's ``K: auto`` needs the initial gap)."""
+        """Test loss of ``model`` on the run's test set (choosing a number of groups needs the initial gap)."""
         return float(self.agg.executor.evaluate(model)[1])
 
     def evaluate(self, model: Any) -> tuple[float, float]:

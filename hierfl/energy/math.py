@@ -12,7 +12,7 @@ transfer of a device to an :class:`EnergyLedger` (``hierfl.energy.driver``); the
   keeps the radio on for ``s`` seconds costs ``α·b/10⁶ + β·s`` mJ. The ``α`` term is the energy per
   bit (the same wherever the bits go); the ``β`` term charges the time on air, so a slow path (a
   WAN-priced device–cloud route, a shared bottleneck) costs the device more energy for the same
-  bits — the premise of HierFAVG's energy claim (Liu et al., ICC 2020). The radio's tail after a
+  bits — the premise of the energy claim of Liu et al., ICC 2020. The radio's tail after a
   burst (Huang et al. §5: LTE ≈ 11.6 s at ≈ 1 W) is not charged [D]: it depends on the phone's
   timers, not on the protocol.
 """

@@ -58,7 +58,7 @@ class Telemetry(Protocol):
         """Append one membership record to ``clusters.jsonl``."""
 
     def devices(self, edge_of: np.ndarray) -> None:
-        """Rewrite ``devices.csv`` with the protocol's own device → server map (FedCH)."""
+        """Rewrite ``devices.csv`` with the protocol's own device → server map (clusters it forms itself)."""
 
 
 class Live(Protocol):
@@ -164,11 +164,11 @@ class Aggregator(Protocol):
         """``Σ c·(a − b)`` over model handles, computed at this tier."""
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:
-        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (WSCC);
+        """Cosine similarity matrix of ``models − base`` (or of the models), computed by the role (for grouping);
         ``measure="sq_norm"``: the vector of their squared norms instead (consensus distance)."""
 
     def evaluate_loss(self, model: Any) -> float:
-        """Test loss of ``model`` (FedCH's ``K: auto`` needs the initial gap)."""
+        """Test loss of ``model`` (choosing a number of groups needs the initial gap)."""
 
     def evaluate(self, model: Any) -> tuple[float, float]:
         """``(accuracy, loss)`` of ``model`` on the run's test set (an observer's look at one node's model)."""

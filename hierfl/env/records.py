@@ -202,7 +202,7 @@ class LinkChange(Record):
 
 @dataclass(frozen=True)
 class Recluster(Record):
-    """FedCH rebuilt its clusters."""
+    """A protocol rebuilt the clusters it forms itself."""
 
     EVENT: ClassVar[str] = "recluster"
     reason: str
@@ -215,7 +215,7 @@ class Recluster(Record):
 
 @dataclass(frozen=True)
 class LeaderLost(Record):
-    """A FedCH device leader dropped out."""
+    """A device that leads a cluster dropped out."""
 
     EVENT: ClassVar[str] = "leader_lost"
     cluster: int
@@ -280,7 +280,7 @@ class Reattach(Record):
 class Regroup(Record):
     """A re-clustering policy re-formed the groups of a hierarchical protocol (``recluster:``): which devices
     moved (``moved[i]`` from group ``from_group[i]`` to ``to_group[i]``: edge servers, or
-    a protocol's own groups such as FedAT's tiers), and the bytes their migration transfers
+    a protocol's own groups such as tiers by speed), and the bytes their migration transfers
     cost; ``extra``: what the trigger saw."""
 
     EVENT: ClassVar[str] = "regroup"
@@ -299,8 +299,8 @@ class ClustersRecord:
     """One ``clusters.jsonl`` line: membership and leaders at a time.
 
     ``head`` fields come after ``grouping``, ``mid`` fields between ``members`` and ``leaders``
-    and ``tail`` fields after ``leaders`` (a protocol's own details: FedCH's generation, K and
-    costs, FedHiSyn's rings and unit times, …).
+    and ``tail`` fields after ``leaders`` (a protocol's own details: its generation, K and
+    costs, rings and unit times, …).
     """
 
     t: float

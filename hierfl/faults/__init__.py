@@ -22,8 +22,8 @@ module            layer        holds
 
 Where it is wired in elsewhere: the dynamics state holds the windows (``hierfl/core/dynamics.py``),
 the transfers know which servers are down (``hierfl/driver/transfers.py``), and each protocol
-that survives faults has its semantics in its own code — HierFAVG's and AHFL's in their modules,
-FedCH's in ``hierfl/methods/fedch/protocol_outages.py`` (its clusters and rounds are FedCH's state).
+that survives faults has its semantics in its own code — each protocol's in its method package,
+one with clusters it forms itself in its own outages module (the clusters and rounds are its state).
 
 This file imports nothing, so :mod:`hierfl.faults.math` can be imported without pydantic.
 """

@@ -1,4 +1,4 @@
-"""Bookkeeping shared by the protocols that survive edge-server and cloud faults (HierFAVG, AHFL, FedCH).
+"""Bookkeeping shared by the protocols that survive edge-server and cloud faults (the hierarchical ones).
 
 What each protocol does when a server fails is its own (the edge_fail and cloud_fail event kinds in docs/reference);
 the accounting is the same everywhere and lives here: the lost work of a failure (a

@@ -7,7 +7,7 @@ changes it is constant. The time-weighted mean over ``[t0, t_end]`` is therefore
 
 Several changes at the same instant (a buffer that fills and is flushed by the same arrival)
 make zero-length segments: they count for the maximum, not for the mean. Used by the emulator
-for the queues of AHFL's leaders and cloud and FedBuff's buffer (asynchronous protocols, "queue lengths over
+for the queues of leaders and cloud and the buffers of asynchronous protocols ("queue lengths over
 time").
 """
 
@@ -95,7 +95,7 @@ class QueueTracker:
         """``series`` (one of ``tier``'s, from :attr:`series`) holds ``length`` from ``t`` on; the tier's total
         follows. For a caller that keeps the series object: no lookup, no checks that it exists."""
         total = self.totals[tier]
-        # StepSeries.set on both, inlined (one call per update arrival in AHFL), the same arithmetic
+        # StepSeries.set on both, inlined (one call per update arrival in a queue protocol), the same arithmetic
         if t < total.t or t < series.t:
             raise ValueError(f"time went backwards: change at t={t} after one at t={max(total.t, series.t)}")
         value = total.value + length - series.value

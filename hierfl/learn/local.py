@@ -236,8 +236,8 @@ class LocalTrainer:
           own local objective, differentiable, computed with autograd). Optimiser: ``torch.optim.SGD(lr, momentum,
           weight_decay, foreach=False)`` arithmetic, fresh per call (no state is carried between
           jobs), replayed without ``torch.optim`` by :class:`~hierfl.learn.sgd.ExactSGD`.
-          ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the loss (FedAsync/AHFL's ρ,
-          FedProx's μ: Li et al., MLSys 2020, docs/explanation/algorithms.md §5.5).
+          ``spec.proximal = ρ + μ > 0`` adds ``(·/2)‖w − params‖²`` to the loss (a protocol's ρ, Xie et al. 2019;
+          a trainer's μ: Li et al., MLSys 2020, docs/explanation/algorithms.md §5.5).
         - ``correction`` (control variates' ``c − c_i``, docs/explanation/algorithms.md §5.6), when given, is
           added to every step's gradient before the optimiser step.
         - ``spec.frozen = k > 0`` (matched averaging's frozen layers): the first ``k`` entries of the vector keep the

@@ -7,7 +7,7 @@ operations of ``torch/optim/sgd.py::_single_tensor_sgd`` (torch 2.13, ``dampenin
 ``nesterov=False``, ``maximize=False``), per parameter tensor, with the same shapes, so every
 element goes through the same kernel path and the results are identical in every bit:
 
-* proximal term (FedProx's μ, FedAsync/AHFL's ρ; docs/explanation/algorithms.md §5.5): ``g += ρ (w − w_start)``;
+* proximal term (a trainer's μ, Li et al. 2020; a protocol's ρ, Xie et al. 2019; algorithms.md §5.5): ``g += ρ (w − w_start)``;
 * the correction of control variates (docs/explanation/algorithms.md §5.6): ``g += c − c_i``;
 * max-norm clipping of the whole gradient (``spec.clip_norm``, drift correction): the arithmetic of
   ``torch.nn.utils.clip_grad_norm_(foreach=False)`` over the gradients so far;

@@ -12,5 +12,12 @@ so that loading a scenario imports no torch).
 import importlib
 import pkgutil
 
+# the server optimizer of a tier the scenario leaves unset (``server_optimizer.cloud`` / ``.edge``): server SGD
+# with η = 1, i.e. plain averaging (hierfl.methods.fedopt)
+DEFAULT_SERVER_OPTIMIZER = "fedavg"
+# the protocol a trainer or a straggler policy runs under in the plug-in conformance suite
+# (hierfl.plugin.testing): synchronous rounds over every device
+HOST_PROTOCOL: dict[str, object] = {"name": "fedavg", "fraction": 1.0}
+
 for _module in pkgutil.iter_modules(__path__):  # a new method package registers on import
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -67,7 +67,7 @@ EVAL_EXTRA: dict[str, tuple[str, str, str]] = {
     "bytes_edge_tier": ("int", "bytes", "bytes moved between edge servers and the cloud"),
     "bytes_cloud": ("int", "bytes", "bytes into and out of the cloud"),
     "messages_cloud": ("int", "", "messages into and out of the cloud"),
-    "bytes_d2d": ("int", "bytes", "bytes moved device to device (FedHiSyn rings, FedCH device leaders)"),
+    "bytes_d2d": ("int", "bytes", "bytes moved device to device (rings of devices, device leaders)"),
     "updates_dropped": ("int", "", "updates discarded (too stale, not finite)"),
     "devices_lost": ("int", "", "jobs or transfers lost to churn or dropout"),
     "stragglers_dropped": ("int", "", "devices abandoned by a straggler policy"),
@@ -145,7 +145,7 @@ CLUSTERS_FIELDS: dict[str, tuple[str, str, str]] = {
     "reason": ("str", "", "start, or what re-clustered"),
     "grouping": ("str", "", "the grouping rule (flat without edge servers)"),
     "members": ("list[list[int]]", "", "device ids per cluster"),
-    "leaders": ("list", "", "each cluster's leader (an edge server, or a device for FedCH)"),
+    "leaders": ("list", "", "each cluster's leader (an edge server, or a device where devices lead)"),
 }
 """The fields every ``clusters.jsonl`` line has (a protocol appends its own details)."""
 

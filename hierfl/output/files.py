@@ -175,7 +175,7 @@ def write_devices(out_dir: Path, world: World, availability: list[str] | None = 
                   extra: dict[str, np.ndarray] | None = None) -> None:
     """``devices.csv``: each device's tier, drawn profile and server (-1: the cloud), its availability
     model and how many slowdown windows the scenario's events give it. ``edge_of``: a protocol's own
-    device → edge map instead of the topology's (FedCH). ``extra``: further per-device columns appended
+    device → edge map instead of the topology's (clusters it forms itself). ``extra``: further per-device columns appended
     at the end (the energy model's joules, written when the run ends)."""
     if edge_of is not None:  # each device's server and its link times as that map has them (on a copy)
         world = dataclasses.replace(world, edge_of=np.asarray(edge_of))

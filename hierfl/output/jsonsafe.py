@@ -4,7 +4,7 @@
 lines) are already plain — Python ints, finite floats, strings, lists of them — and for those the
 rebuilt value encodes to exactly the same JSON text as the value itself. :func:`is_plain` says so
 cheaply (C-level scans for lists), and :func:`jsonable` skips the rebuild then (scale: on the
-timing-only AHFL benchmark ``clean`` cost more than the JSON encoding it prepared).
+timing-only asynchronous hierarchical benchmark ``clean`` cost more than the JSON encoding it prepared).
 """
 
 from __future__ import annotations

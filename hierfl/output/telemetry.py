@@ -63,7 +63,7 @@ class RunTelemetry:
         # {τ: updates} (memory and evaluation cost bounded by the distinct τ, not by the updates);
         # only asynchronous protocols record any (synchronous ones apply fresh updates only)
         self.staleness: dict[str, dict[int, int]] = {}
-        # lengths of the update queues (AHFL leaders and cloud, FedBuff's buffer) over virtual time
+        # lengths of the update queues (leaders, cloud, buffers) over virtual time
         self.queues = QueueTracker()
         self._queue_hits: dict[tuple[str, int], tuple[StepSeries, CounterTrack]] = {}  # queue → (series, counter)
         self._queue_tracks: dict[tuple[str, int], CounterTrack] = {}  # (tier, entity) → its trace counter

@@ -190,7 +190,7 @@ class TraceWriter:
 
 class CounterTrack:
     """A counter track of a :class:`TraceWriter` with one value field, its samples formed by
-    concatenation, for speed: AHFL traces a queue length on every update arrival, and building and
+    concatenation, for speed: a queue protocol traces a queue length on every update arrival, and building and
     encoding an event dict per sample cost more than everything else the run writes (4 to 6 µs a
     sample through :meth:`TraceWriter.counter`, under 1 µs here).
 

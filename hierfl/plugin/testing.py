@@ -1,7 +1,7 @@
 """The conformance suite a user runs on their own plug-in: ``hierfl check PLUGIN.py`` or :func:`check_plugin`.
 
 For each method the plug-in registers (a protocol, a trainer, or a straggler policy, run under
-FedAvg), a tiny scenario (a few devices, a small synthetic dataset, a few virtual seconds) runs:
+:data:`hierfl.methods.HOST_PROTOCOL`), a tiny scenario (a few devices, a small synthetic dataset, a few virtual seconds) runs:
 
 * ``valid``: the tiny scenario with the method validates (with two edge servers, if it needs them);
 * ``repeatable``: two runs with the local executor give identical bits (final model, metrics,
@@ -76,7 +76,7 @@ _WALL_KEYS = frozenset({"wall_s", "startup_s", "startup", "executor", "workers"}
 class CheckResult:
     """One check of one method."""
 
-    method: str   # "protocol my_fedavg"
+    method: str   # "protocol my_protocol"
     check: str    # "ray = local"
     status: Status
     detail: str = ""
@@ -191,16 +191,17 @@ class _Suite:
 
     def scenario(self, kind: str, cls: Any) -> Any:
         """The tiny scenario with the method; ConfigError when it cannot be made valid."""
+        from hierfl.methods import HOST_PROTOCOL
         from hierfl.scenario.loader import deep_merge, validate_raw
 
         example = getattr(cls, "example", None)
         if kind == "straggler policy":
             config = example() if example is not None else cls.model_validate({"name": _name(cls)})
-            setting: dict[str, Any] = {"protocol": {"name": "fedavg", "fraction": 1.0},
+            setting: dict[str, Any] = {"protocol": dict(HOST_PROTOCOL),
                                        "straggler": config.model_dump(mode="json")}
         elif kind == "trainer":
             config = example() if example is not None else cls.model_validate({"name": _name(cls)})
-            setting = {"protocol": {"name": "fedavg", "fraction": 1.0},
+            setting = {"protocol": dict(HOST_PROTOCOL),
                        "training": {"trainer": config.model_dump(mode="json")}}
         else:
             config = example() if example is not None else cls.model_validate({"name": _name(cls)})

@@ -1,4 +1,4 @@
-"""Policy plug-ins: straggler policies at barriers, staleness functions, FedCH re-clustering."""
+"""Policy plug-ins: straggler policies at barriers, staleness functions, re-clustering."""
 
 from hierfl.policies.recluster import RECLUSTER, ReclusterConfig
 from hierfl.policies.staleness import STALENESS, StalenessConfig

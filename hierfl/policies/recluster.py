@@ -1,7 +1,7 @@
 """Re-clustering plug-ins (``protocol.recluster: {name: …}``), a policy of the grouping that every
 hierarchical protocol takes: configs that make a policy of :mod:`hierfl.core.recluster`.
 
-The triggers generalise FedCH's dynamic extension (Wang et al., INFOCOM 2021 / IEEE TMC 2023;
+The triggers generalise the dynamic clustering (Wang et al., INFOCOM 2021 / IEEE TMC 2023;
 docs/explanation/algorithms.md §2.5): ``never``, ``periodic`` (every ϱ·K group models applied at the
 cloud), ``adaptive`` (round time against the group's running median; fire at K̃ flagged groups or
 at a share of them) and ``on_event`` (a slowdown, a link change or churn since the last grouping).
@@ -70,9 +70,9 @@ class ReclusterConfig(ConfigModel):
 
     grouping: GROUPINGS.name_field() | None = Field(  # type: ignore[valid-type]
         default=None,
-        description="a registered grouping the new groups are formed with (nearest, kmeans, fedch, …); "
-                    "null = the protocol's own (topology.grouping; FedCH's Hungarian clusters; WSCC's "
-                    "weight similarity) [D]")
+        description="a registered grouping the new groups are formed with (nearest, kmeans, …); "
+                    "null = the protocol's own (topology.grouping, or the clusters it forms itself, "
+                    "e.g. by weight similarity) [D]")
     migration: MigrationConfig = Field(default_factory=MigrationConfig,
                                        description="what happens to a device that moves to another group")
 
@@ -95,7 +95,7 @@ class ReclusterConfig(ConfigModel):
 
     def every_rounds(self) -> int | None:
         """A fixed period in synchronous rounds, for a protocol that must know before a round whether it
-        re-clusters (WSCC: that round relays every update to the cloud); None: no fixed period."""
+        re-clusters (e.g. a round that relays every update to the cloud); None: no fixed period."""
         return None
 
     def regroup(self, world: World, slowdown: np.ndarray, rng: np.random.Generator, fallback: str,

@@ -1,7 +1,7 @@
 """Staleness-function plug-ins (``staleness: {name: …}``): configs selecting a σ(τ) of :mod:`hierfl.core.staleness`.
 
 docs/explanation/algorithms.md §1.4; the math and its citations are in :mod:`hierfl.core.staleness`. A config is
-called like the function it selects: ``σ = cfg(τ)``.
+called like the function it selects: ``σ = cfg(τ)``. A method package registers its own σ here.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pydantic import Field
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
-from hierfl.core.staleness import constant, exponential, fedbuff, fedch, hinge, polynomial
+from hierfl.core.staleness import constant, exponential, hinge, polynomial
 
 __all__ = ["STALENESS", "StalenessConfig", "ConstantStaleness", "PolynomialStaleness", "HingeStaleness",
-           "FedBuffStaleness", "FedCHStaleness", "ExponentialStaleness"]
+           "ExponentialStaleness"]
 
 STALENESS: Registry = Registry("staleness function")
 
@@ -62,30 +62,6 @@ class HingeStaleness(StalenessConfig):
     def __call__(self, tau: int) -> float:
         """1 if τ ≤ b else 1/(a(τ−b)+1)."""
         return hinge(tau, self.a, self.b)
-
-
-@STALENESS.register
-class FedBuffStaleness(StalenessConfig):
-    """``{name: fedbuff}``: σ(τ) = 1/√(1+τ)."""
-
-    name: Literal["fedbuff"] = "fedbuff"
-
-    def __call__(self, tau: int) -> float:
-        """1/√(1+τ)."""
-        return fedbuff(tau)
-
-
-@STALENESS.register
-class FedCHStaleness(StalenessConfig):
-    """``{name: fedch, a: 5, b: 1}``: full weight up to ``a``, then τ^(−b)."""
-
-    name: Literal["fedch"] = "fedch"
-    a: float = Field(default=5.0, ge=0.0, description="staleness tolerated at full weight")
-    b: float = Field(default=1.0, ge=0.0, le=100.0, description="decay exponent")
-
-    def __call__(self, tau: int) -> float:
-        """1 if τ ≤ a else τ^(−b)."""
-        return fedch(tau, self.a, self.b)
 
 
 @STALENESS.register

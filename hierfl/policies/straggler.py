@@ -2,15 +2,15 @@
 
 * ``wait_all`` — every selected participant that is still online;
 * ``deadline`` — ``seconds`` after the round began (earlier if everyone arrived); with
-  ``partial: true`` each device plans as many local steps as fit before the deadline (FedProx's
-  partial work, Li et al., MLSys 2020, §3 "γ-inexact solutions");
+  ``partial: true`` each device plans as many local steps as fit before the deadline (the partial
+  work of Li et al., MLSys 2020, §3 "γ-inexact solutions");
 * ``over_select`` — ``⌈factor·K⌉`` are selected, the first ``K`` to arrive are kept (FedScale's
   over-commitment, Lai et al., ICML 2022);
 * ``first_k`` — the first ``k`` (or ``fraction``·K) arrivals close the round;
-* ``random_epochs`` — FedProx's systems heterogeneity (Li et al., MLSys 2020, §5.2): each round a
+* ``random_epochs`` — the systems heterogeneity of Li et al., MLSys 2020, §5.2: each round a
   seeded ``fraction`` of the selected devices are stragglers that can do only ``x`` local epochs,
-  ``x`` uniform in ``[1, E)``; ``partial: true`` aggregates their partial work (FedProx), ``false``
-  drops them before they compute (FedAvg).
+  ``x`` uniform in ``[1, E)``; ``partial: true`` aggregates their partial work (the paper's proximal
+  method), ``false`` drops them before they compute (its plain-averaging baseline).
 
 Where a policy may stand is declared, not assumed: each protocol lists its aggregation points
 (:class:`AggregationPoint`: who sends to whom, whether the point waits for a set of participants,
@@ -139,7 +139,7 @@ class StragglerPolicy(ConfigModel):
 
     def weigh_partial(self, full: float, share: float) -> float:
         """Aggregation weight of a partial job that did ``share`` of its full job's samples, ``full``
-        being a whole job's weight: unchanged (FedProx weighs partial solutions like whole ones)."""
+        being a whole job's weight: unchanged (Li et al. 2020 weigh partial solutions like whole ones)."""
         return full
 
 
@@ -155,14 +155,14 @@ class WaitAll(StragglerPolicy):
 @STRAGGLERS.register
 class Deadline(StragglerPolicy):
     """Close the round ``seconds`` after it began; later updates are dropped, or with ``partial``
-    devices plan fewer local steps so they finish in time (FedProx's partial work)."""
+    devices plan fewer local steps so they finish in time (the partial work of Li et al. 2020)."""
 
     name: Literal["deadline"] = "deadline"
     seconds: PositiveFloat = Field(description=f"at least {MIN_INTERVAL_S:g} s (a shorter one is a typo: every round empty)")
     partial: bool = Field(default=False, description="true: devices plan the local steps that fit before the deadline and are aggregated")
     partial_weight: Literal["samples", "work"] = Field(
         default="samples", description="aggregation weight of a partial job: its device's sample count, as a whole "
-                                       "job's (FedProx), or that scaled by the share of the job's samples it "
+                                       "job's (Li et al. 2020), or that scaled by the share of the job's samples it "
                                        "processed [D]")
 
     @field_validator("seconds")
@@ -253,12 +253,12 @@ class FirstK(StragglerPolicy):
 
 @STRAGGLERS.register
 class RandomEpochs(StragglerPolicy):
-    """FedProx's systems heterogeneity (Li et al., MLSys 2020, arXiv 1812.06127, §5.2): each round
+    """The systems heterogeneity of Li et al., MLSys 2020 (arXiv 1812.06127), §5.2: each round
     ``fraction`` of the selected devices are stragglers whose constraints allow only ``x`` local
     epochs, ``x`` uniform in ``[1, E)``; ``partial: true`` aggregates their partial solutions
-    (FedProx), ``partial: false`` drops them (FedAvg).
+    (the paper's proximal method), ``partial: false`` drops them (its plain-averaging baseline).
 
-    As in the reference code (litian96/FedProx ``flearn/trainers/fedprox.py``): ``round(K·(1 −
+    As in the reference code of Li et al. (``flearn/trainers/``): ``round(K·(1 −
     fraction))`` devices of the round are active, the rest are stragglers, and a straggler draws
     ``x = randint(1, E)`` (1 … E − 1 epochs). With ``training.steps`` (or E = 1) the draw is over
     steps, ``1 … H − 1`` [D]. The round waits for every device that computes.
@@ -267,8 +267,8 @@ class RandomEpochs(StragglerPolicy):
     name: Literal["random_epochs"] = "random_epochs"
     fraction: float = Field(ge=0.0, lt=1.0, description="share of each round's selected devices that are stragglers "
                                                          "(below 1: one device of every round is never a straggler)")
-    partial: bool = Field(default=True, description="true: aggregate stragglers' partial work (FedProx); "
-                                                    "false: drop them (FedAvg)")
+    partial: bool = Field(default=True, description="true: aggregate stragglers' partial work (Li et al. 2020); "
+                                                    "false: drop them (their baseline)")
 
     @classmethod
     def example(cls) -> RandomEpochs:
@@ -300,13 +300,13 @@ def neutral_names() -> list[str]:
 
 
 def _with_cloud(cls: type[StragglerPolicy]) -> type[StragglerPolicy]:
-    """``cls`` with a ``cloud`` key: the policy of the cloud round over edge servers (HierFAVG)."""
+    """``cls`` with a ``cloud`` key: the policy of the cloud round over edge servers (where a protocol has one)."""
     name = f"{cls.__name__}WithCloud"
     if not cls.__module__.startswith("hierfl."):  # a plug-in's policy: its module keeps the name unique
         name += "_" + "".join(c if c.isalnum() else "_" for c in cls.__module__)
     variant = create_model(name, __base__=cls, __module__=__name__, __doc__=cls.__doc__,
                            cloud=(cloud_policy_field(), Field(default_factory=_default_cloud,
-                                                              description="policy of the protocol's cloud round over edge servers, where it declares one (hierfavg)")))
+                                                              description="policy of the protocol's cloud round over edge servers, where it declares one")))
     setattr(sys.modules[__name__], name, variant)  # importable (and picklable) by its name
     return variant  # type: ignore[no-any-return]
 

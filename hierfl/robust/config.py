@@ -8,6 +8,7 @@ the aggregating roles receive from it (:class:`RobustSetup`). The rules are
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +81,9 @@ class AggregationSection(ConfigModel):
                 continue
             is_async = bool(type(rule).asynchronous)
             if is_async != (style == "updates"):
-                problems.append(Problem(key, "zeno_pp screens single asynchronous updates (fedasync only)" if is_async
+                problems.append(Problem(key, "zeno_pp screens single asynchronous updates (protocols: "
+                                             f"{', '.join(_protocols(lambda c: c.aggregation_style == 'updates' and tier in c.rule_tiers))})"
+                                        if is_async
                                         else f"protocol {protocol!r} applies one update at a time; allowed: zeno_pp",
                                         rule.name))
                 continue
@@ -88,7 +91,7 @@ class AggregationSection(ConfigModel):
                 problems.append(Problem(key, f"{protocol}'s {tier} combines deltas of different ages: a rule that "
                                              "scores models on the validation batch (zeno) does not apply", rule.name))
                 continue
-            if tier == "edge" and rule_needs_loss(rule):  # (FedCH's cluster leaders are its edge tier)
+            if tier == "edge" and rule_needs_loss(rule):  # (cluster leaders are an edge tier)
                 problems.append(Problem(key, "zeno scores on the cloud's validation batch: cloud tier only",
                                         rule.name))
             problems.extend(rule.problems(key, expected_m.get(tier)))
@@ -96,7 +99,8 @@ class AggregationSection(ConfigModel):
         if eb is not None:
             if "edge" not in tiers:
                 problems.append(Problem("aggregation.edge_behavior", f"protocol {protocol!r} has no edge servers "
-                                        "that aggregate (use hierfavg)", None))
+                                        "that aggregate (protocols with them: "
+                                        f"{', '.join(_protocols(lambda c: 'edge' in c.rule_tiers))})", None))
             for e in eb.edges:
                 if e >= num_edges:
                     problems.append(Problem("aggregation.edge_behavior.edges",
@@ -133,3 +137,10 @@ class RobustSetup:
     def rule(self, tier: str) -> RuleConfig:
         """The rule of ``tier``."""
         return self.cloud if tier == "cloud" else self.edge
+
+
+def _protocols(accept: Callable[[Any], bool]) -> list[str]:
+    """The registered protocols whose config class ``accept`` takes (for messages: where a setting applies)."""
+    from hierfl.protocols import PROTOCOLS  # noqa: PLC0415 (only a refused setting's message needs them)
+
+    return [name for name in PROTOCOLS.names() if accept(PROTOCOLS.get(name))]

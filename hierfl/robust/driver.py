@@ -94,7 +94,7 @@ class RobustLedger:
     # -- reports -------------------------------------------------------------------------------------
     def reports(self, tier: str, reports: list[dict[str, Any]], now: float) -> None:
         """Turn the roles' reports into records, trace marks and totals."""
-        if not self.tracks:  # senders unknown (e.g. FedHiSyn's mixed models): no per-aggregation record
+        if not self.tracks:  # senders unknown (e.g. models mixed along a ring): no per-aggregation record
             return
         for rep in reports:
             sources = self._sources.pop((tier, rep["entity"]), [])

@@ -1,7 +1,7 @@
 """Byzantine-robust aggregation rules as plug-ins (``aggregation: {edge: …, cloud: …}``).
 
 The math is in :mod:`hierfl.robust.math` (sources cited there). A rule combines the updates of one
-synchronous aggregation (a FedAvg / HierFAVG round at the cloud, a HierFAVG edge round) into the
+synchronous aggregation (a synchronous round at the cloud, an edge round) into the
 aggregate; the tier's server optimizer then steps on it exactly as on the plain average. The
 aggregating roles apply it (:class:`hierfl.runtime.roles.Aggregation`); the scenario section that
 picks a rule per tier is :mod:`hierfl.robust.config`.
@@ -43,7 +43,7 @@ class RuleConfig(ConfigModel):
 
     name: str
     needs_loss: ClassVar[bool] = False  # scores candidates on a validation batch (Zeno): cloud only
-    asynchronous: ClassVar[bool] = False  # screens single asynchronous updates (Zeno++: FedAsync)
+    asynchronous: ClassVar[bool] = False  # screens single asynchronous updates (Zeno++)
 
     @property
     def is_mean(self) -> bool:
@@ -69,7 +69,7 @@ def _all(m: int) -> np.ndarray:
 
 @AGGREGATION_RULES.register
 class MeanRule(RuleConfig):
-    """``{name: mean}``: the weighted mean (FedAvg; no robustness)."""
+    """``{name: mean}``: the weighted mean (McMahan et al. 2017; no robustness)."""
 
     name: Literal["mean"] = "mean"
 
@@ -229,7 +229,7 @@ class ZenoRule(RuleConfig):
 @AGGREGATION_RULES.register
 class ZenoPPRule(RuleConfig):
     """``{name: zeno_pp, rho: 0.0005, eps: 0.0, batch: 64}``: Zeno++ (Xie et al. 2020) screens each
-    asynchronous step ``u`` (FedAsync's mix minus the current model) on the cloud's validation batch
+    asynchronous step ``u`` (the asynchronous mix minus the current model) on the cloud's validation batch
     and applies it only if ``f(x) − f(x + u) − ρ‖u‖² ≥ −ε``; a rejected update is dropped and counted."""
 
     name: Literal["zeno_pp"] = "zeno_pp"

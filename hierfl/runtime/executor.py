@@ -248,7 +248,7 @@ class Executor:
     def evaluate_devices(self, params: Any, spec: TrainSpec, per_device: dict[int, Any] | None = None) -> np.ndarray:
         """Per-device evaluation of ``params`` (blocking): ``(K, 3)`` rows (correct, tested, loss sum)
         for the run's evaluation sets, in their order; each device tested through ``spec``'s job method when it
-        declares ``device_evaluation``. ``per_device``: a device's own model handle (WSCC: its cluster's) instead of ``params``."""
+        declares ``device_evaluation``. ``per_device``: a device's own model handle (e.g. its cluster's) instead of ``params``."""
         raise NotImplementedError
 
     def similarity(self, models: list[Any], base: Any = None, measure: str = "cosine") -> np.ndarray:

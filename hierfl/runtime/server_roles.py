@@ -220,7 +220,7 @@ class Cloud:
 
     def robust_average(self, tier: str, entity: int, weights: list[float], index: list[int], rows: list[int | None],
                        tags: list[Any], base: int, *arrays: np.ndarray) -> np.ndarray:
-        """The ``tier`` rule's aggregate of models ``arrays[index[k]]`` (a FedCH cluster round, formed here as
+        """The ``tier`` rule's aggregate of models ``arrays[index[k]]`` (a cluster round, formed here as
         :meth:`average` is); ``base`` indexes the round's start model (``-1``: none)."""
         agg = Aggregation(self.robust.rule(tier))
         for k, w in enumerate(weights):
@@ -265,20 +265,20 @@ class Cloud:
 
     def average(self, weights: list[float], index: list[int], rows: list[int | None],
                 *arrays: np.ndarray) -> np.ndarray:
-        """A weighted average of models for a protocol (e.g. a FedHiSyn device mixing ring arrivals)."""
+        """A weighted average of models for a protocol (e.g. a device mixing ring arrivals)."""
         return average_rows(weights, index, rows, *arrays)
 
     def combine(self, coefs: list[float], plus: list[int], plus_rows: list[int | None], minus: list[int],
                 minus_rows: list[int | None], *arrays: np.ndarray) -> np.ndarray:
-        """The cloud's asynchronous step (FedAsync mix, FedBuff buffer step, AHFL queue): see :func:`combine_packed`."""
+        """The cloud's asynchronous step (an asynchronous mix, a buffer step, a queue): see :func:`combine_packed`."""
         return combine_packed(coefs, plus, plus_rows, minus, minus_rows, *arrays)
 
     def similarity(self, base: int, index: list[int], rows: list[int | None], *arrays: np.ndarray,
                    measure: str = "cosine") -> np.ndarray:
         """Cosine similarity matrix of models ``k`` (``arrays[index[k]]``, row ``rows[k]``) minus
-        ``arrays[base]`` (WSCC's updates; ``base < 0``: of the models themselves); ``measure="sq_norm"``:
+        ``arrays[base]`` (the updates; ``base < 0``: of the models themselves); ``measure="sq_norm"``:
         the vector of their squared norms instead (a serverless run's consensus distance)."""
-        from hierfl.core.wscc import cosine_similarity  # noqa: PLC0415 (only WSCC needs it)
+        from hierfl.core.similarity import cosine_similarity  # noqa: PLC0415 (only a grouping protocol needs it)
 
         ref = None if base < 0 else np.asarray(arrays[base], dtype=np.float64)
         vecs = np.stack([np.asarray(_pick(arrays[i], r), dtype=np.float64) for i, r in zip(index, rows)])

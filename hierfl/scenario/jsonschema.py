@@ -9,7 +9,7 @@ the loader accepts validates:
   a file without ``extends`` must have ``data``, ``model``, ``devices``, ``protocol`` and ``stop``.
   ``name`` is never required (the loader names a run after its file).
 * Shorthands the loader expands before validation: a bare string for a plug-in section
-  (``protocol: fedavg``), a number for a distribution (``uplink_mbps: 10``).
+  (``protocol: <name>``), a number for a distribution (``uplink_mbps: 10``).
 * ``local_steps``, the alias of ``training.steps``.
 
 Editors pick the schema up from the first line of a scenario file::

@@ -217,7 +217,7 @@ def _strip_tags(loc: tuple[Any, ...], raw: Any) -> str:
     node = raw
     for item in loc:
         if isinstance(node, dict) and item not in node and any(node.get(d) == item for d in _DISCRIMINATORS):
-            continue  # the union tag pydantic inserts, e.g. protocol.<fedavg>.fraction
+            continue  # the union tag pydantic inserts, e.g. protocol.<name>.fraction
         if isinstance(item, str) and item.startswith(("function-", "constrained-")):
             continue
         parts.append(str(item))

@@ -37,7 +37,7 @@ from hierfl.devices import ConstantDist, Dist, TierSpec
 from hierfl.dynamics import AVAILABILITY, AlwaysAvailability, event_entry_field, event_entry_model
 from hierfl.energy.config import EnergyConfig
 from hierfl.executors import EXECUTORS
-from hierfl.learn.serveropt import ServerOptimizerSection
+from hierfl.scenario.serveropt import ServerOptimizerSection
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 import hierfl.methods  # noqa: F401  (every shipped method registers its plug-ins)
 from hierfl.models import MODELS
@@ -213,8 +213,8 @@ class TopologyConfig(ConfigModel):
     grouping: GROUPINGS.name_field() = Field(  # type: ignore[valid-type]
         default="round_robin",
         description="a registered grouping (hierfl.topology.grouping): round_robin, random, nearest, kmeans "
-                    "(similar devices together), fedch (FedCH §2.3's balanced Hungarian assignment), "
-                    "topology (as the topology file or generator says)")
+                    "(similar devices together), topology (as the topology file or generator says), or one "
+                    f"a method adds; registered: {', '.join(GROUPINGS.names())}")
     edge_latency_ms: Dist = Field(
         default=ConstantDist(value=0.0),
         description="extra one-way latency per (device, edge server) pair; `nearest` picks the lowest",
@@ -223,7 +223,7 @@ class TopologyConfig(ConfigModel):
     file: str | None = Field(default=None, description="topology file (YAML or GraphML), e.g. topologies/metro-3edge.yaml")
     generator: GENERATORS.union() | None = Field(default=None, description="a generated topology: star, tree, random_geometric")  # type: ignore[valid-type]
     device_graph: DEVICE_GRAPHS.union() | None = Field(  # type: ignore[valid-type]
-        default=None, description="device-to-device graph of serverless protocols (p2p, dpsgd, adpsgd): ring, torus, "
+        default=None, description="device-to-device graph of serverless protocols: ring, torus, "
                                   "random_geometric, erdos_renyi, k_regular, small_world or an explicit edge list")
     _path: str | None = PrivateAttr(default=None)
 
@@ -296,7 +296,7 @@ class TrainingConfig(ConfigModel):
 
     epochs: PositiveInt | None = Field(default=None, description="local epochs per job (1 when neither epochs nor steps is set)")
     steps: PositiveInt | None = Field(default=None, description="local SGD steps per job instead of epochs")
-    batch_size: PositiveInt | None = Field(default=32, description="null = full batch (FedSGD)")
+    batch_size: PositiveInt | None = Field(default=32, description="null = full batch (one gradient step per epoch)")
     lr: PositiveFloat = Field(default=0.01, description="local learning rate")
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0, description="SGD momentum")
     weight_decay: float = Field(default=0.0, ge=0.0, description="L2 weight decay")
@@ -528,7 +528,7 @@ class Scenario(ConfigModel):
                                    "generator, a matching)")
     straggler: device_policy_field() = Field(default=default_policy(), description="policy of the protocol's synchronous device rounds, at the aggregation points it declares (cloud: its round over edge servers)")  # type: ignore[valid-type]
     server_optimizer: ServerOptimizerSection = Field(
-        default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (fedavg, η = 1)")
+        default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (plain averaging by default)")
     aggregation: AggregationSection = Field(
         default=AggregationSection(), description="Byzantine-robust rule of the cloud and edge aggregations (mean)")
     output: OutputConfig = OutputConfig()

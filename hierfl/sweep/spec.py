@@ -23,15 +23,15 @@ set: [...]}`` for overrides that belong to that base only. The label is the tria
 ``scenario`` (a ``sweep.csv`` column; ``hierfl plot/table --group-by scenario``)::
 
     scenarios:
-      ahfl: ../../scenarios/ahfl.yaml
-      fedavg: {scenario: ../../scenarios/fedasync.yaml, set: ["protocol={name: fedavg, fraction: 1.0}"]}
+      mine: ../../scenarios/mine.yaml
+      baseline: {scenario: ../../scenarios/other.yaml, set: ["protocol={name: baseline, fraction: 1.0}"]}
 
 Expanding it (:func:`expand`) loads and validates every trial's scenario up front, so a bad grid
 value is a configuration error (exit 2) before anything runs or is written.
 
 A grid that crosses protocols with straggler policies meets combinations a protocol refuses by
-declaration (a policy at an aggregation point that takes none, e.g. ``deadline`` in AHFL, whose
-aggregations are periodic queues). With ``refused: skip`` such a trial is not an error: it is kept in
+declaration (a policy at an aggregation point that takes none, e.g. ``deadline`` in a protocol
+whose aggregations are periodic queues). With ``refused: skip`` such a trial is not an error: it is kept in
 the manifest with its reason (``Trial.refused``), not run, and shown as ``refused: <reason>`` by
 ``hierfl sweep``, ``hierfl validate`` and ``hierfl table``. Any other problem of a trial is still an
 error, and so is a sweep whose every trial is refused.
@@ -259,7 +259,7 @@ def trial_overrides(spec: SweepSpec, changed: dict[str, Any]) -> list[str]:
 def _points(spec: SweepSpec, base: Path | None, source: str | None,
             sweep_dir: Path | None) -> list[tuple[Trial, Path, str]]:
     """Every trial of ``spec`` (base scenarios × grid in file order × seeds), with its base scenario file and
-    its grid point as text (``scenario=fedavg, straggler=deadline``); nothing is loaded yet."""
+    its grid point as text (``scenario=baseline, straggler=deadline``); nothing is loaded yet."""
     if spec.scenarios is None:
         if base is None:
             base = (sweep_dir or (Path(source).parent if source else Path("."))) / str(spec.scenario)
@@ -307,7 +307,7 @@ def expand(spec: SweepSpec, base: Path | None = None, source: str | None = None,
     ``base`` is the base scenario of a one-base sweep; the files of a ``scenarios:`` sweep are taken
     relative to ``sweep_dir`` (default: the folder of ``source``). All trials are validated before
     any runs; their problems are gathered into one :class:`ConfigError` whose key paths name the
-    grid point (``grid point (scenario=fedavg, straggler=deadline): ...``). Trials refused by
+    grid point (``grid point (scenario=baseline, straggler=deadline): ...``). Trials refused by
     declaration under ``refused: skip`` are left out (:func:`expand_all` returns them too).
     """
     trials, scenarios, _ = expand_all(spec, base, source, sweep_dir=sweep_dir)

@@ -89,8 +89,8 @@ class RingGraph(DeviceGraphConfig):
 
 @DEVICE_GRAPHS.register
 class EmptyGraph(DeviceGraphConfig):
-    """``empty``: no edges — every device learns alone (the no-cooperation baseline of ``p2p``; a protocol
-    that is only itself when devices mix, ``dpsgd`` and ``adpsgd``, refuses it)."""
+    """``empty``: no edges — every device learns alone (the no-cooperation baseline of a serverless
+    protocol; one that is only itself when devices mix refuses it)."""
 
     name: Literal["empty"] = "empty"
     no_edges: ClassVar[bool] = True

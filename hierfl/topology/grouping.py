@@ -4,14 +4,13 @@
 * ``random`` — a seeded random assignment with balanced sizes (stream ``topology.grouping``);
 * ``nearest`` — the edge with the lowest device ↔ edge latency;
 * ``kmeans`` — k-means on (log compute time per epoch, log time to upload 1 MB), one group per
-  edge: groups of similar devices (AHFL §4.3's clustering option);
-* ``fedch`` — balanced Hungarian device → edge assignment on each device's arrival time at the
-  edge (FedCH §2.3, Wang et al., INFOCOM 2021, with the edge servers as fixed leaders);
+  edge: groups of similar devices (docs/explanation/algorithms.md §4.3's clustering option);
 * ``topology`` — as the topology file or generator says (the default with one).
 
 Each is a config registered in :data:`GROUPINGS` with one hook, :meth:`GroupingConfig.assign`,
 from the drawn devices (:class:`GroupingInputs`) to an edge id per device. The math is in
-:mod:`hierfl.core.grouping` and :mod:`hierfl.core.fedch_clusters`.
+:mod:`hierfl.core.grouping`. A method package may register its own grouping here (the balanced
+Hungarian assignment of Wang et al. 2021, docs/explanation/algorithms.md §2.3, is one).
 """
 
 from __future__ import annotations
@@ -24,13 +23,12 @@ import numpy as np
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
 from hierfl.core import grouping
-from hierfl.core.fedch_clusters import assign_to_edges, edge_distance
 from hierfl.core.rng import stream
 from hierfl.topology.realize import attach
 from hierfl.topology.spec import TopologySpec
 
 __all__ = ["GROUPINGS", "GroupingConfig", "GroupingInputs", "FROM_TOPOLOGY", "RoundRobinGrouping",
-           "RandomGrouping", "NearestGrouping", "KMeansGrouping", "FedCHGrouping", "TopologyGrouping"]
+           "RandomGrouping", "NearestGrouping", "KMeansGrouping", "TopologyGrouping"]
 
 GROUPINGS: Registry = Registry("grouping")
 
@@ -127,20 +125,6 @@ class KMeansGrouping(GroupingConfig):
         link = inputs.latency_ms / 1000.0 + 8.0 / inputs.uplink_mbps
         features = np.column_stack([np.log(compute), np.log(link)])
         return grouping.kmeans(features, inputs.num_edges, inputs.rng())
-
-
-@GROUPINGS.register
-class FedCHGrouping(GroupingConfig):
-    """FedCH §2.3 with the edge servers as fixed leaders: balanced sizes, Hungarian assignment on each
-    device's arrival time at the edge (compute time per epoch + time to upload 1 MB there)."""
-
-    name: Literal["fedch"] = "fedch"
-
-    def assign(self, inputs: GroupingInputs) -> np.ndarray:
-        """The balanced assignment minimising the arrival-time distance."""
-        compute = inputs.samples / inputs.speed_sps
-        link = (inputs.latency_ms[:, None] + inputs.edge_latency_ms) / 1000.0 + (8.0 / inputs.uplink_mbps)[:, None]
-        return assign_to_edges(edge_distance(compute, link)).cluster_of.astype(np.int64)
 
 
 @GROUPINGS.register

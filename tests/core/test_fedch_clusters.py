@@ -1,4 +1,4 @@
-"""FedCH construction math (hierfl.core.fedch_clusters) and re-clustering policies: hand-computed
+"""FedCH construction math (hierfl.methods.fedch.math) and re-clustering policies: hand-computed
 cases and a brute-force optimality property (docs/explanation/algorithms.md §2.3–2.5)."""
 
 import itertools
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hierfl.core import fedch_clusters as fc
+from hierfl.methods.fedch import math as fc
 from hierfl.policies.recluster import AdaptiveRecluster, NeverRecluster, PeriodicRecluster
 
 

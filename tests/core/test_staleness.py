@@ -7,24 +7,28 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hierfl.core import staleness as S
+from hierfl.methods.fedbuff.math import fedbuff
+from hierfl.methods.fedbuff.policies import FedBuffStaleness
+from hierfl.methods.fedch.math import fedch
+from hierfl.methods.fedch.policies import FedCHStaleness
 from hierfl.policies import staleness as P
 
 CONFIGS = st.one_of(
     st.builds(P.ConstantStaleness),
     st.builds(P.PolynomialStaleness, a=st.floats(0, 100)),
     st.builds(P.HingeStaleness, a=st.floats(0, 1e6), b=st.floats(0, 1e3)),
-    st.builds(P.FedBuffStaleness),
-    st.builds(P.FedCHStaleness, a=st.floats(0, 1e3), b=st.floats(0, 100)),
+    st.builds(FedBuffStaleness),
+    st.builds(FedCHStaleness, a=st.floats(0, 1e3), b=st.floats(0, 100)),
     st.builds(P.ExponentialStaleness, lam=st.floats(0, 1e3)),
 )
 
 
 def test_hand_computed_values():
     assert S.polynomial(3, 0.5) == pytest.approx(0.5)
-    assert S.fedbuff(8) == pytest.approx(1 / 3)
+    assert fedbuff(8) == pytest.approx(1 / 3)
     assert S.hinge(4, 10, 4) == 1.0 and S.hinge(6, 10, 4) == pytest.approx(1 / 21)
-    assert S.fedch(5, 5, 1) == 1.0 and S.fedch(10, 5, 1) == pytest.approx(0.1)
-    assert S.fedch(0, 0, 2) == 1.0  # guarded: never 0^(-b)
+    assert fedch(5, 5, 1) == 1.0 and fedch(10, 5, 1) == pytest.approx(0.1)
+    assert fedch(0, 0, 2) == 1.0  # guarded: never 0^(-b)
     assert S.exponential(2, 0.5) == pytest.approx(math.exp(-1))
     assert S.constant(1000) == 1.0
     with pytest.raises(ValueError):

@@ -71,6 +71,7 @@ ROLES: dict[str, str] = {
     "job": "learn",          # a method's device job: the runner of its job method (hierfl.core.method)
     "trainer": "learn",      # a method's torch work: its local loss and training, or its server-side models
     "server": "learn",       # a method's server tasks (hierfl.learn.server_tasks), registered by name
+    "policies": "policies",  # a method's plug-ins of the shared policy kinds (a staleness function, a grouping)
 }
 # the method packages: ``hierfl/methods/<method>/<role>.py``, each module the layer of its role (ROLES); a
 # protocol in parts is ``protocol.py`` and ``protocol_<part>.py`` modules, all of the protocols layer

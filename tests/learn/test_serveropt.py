@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 
 from hierfl.methods.scaffold.math import control_weights, correction, option2_control
 from hierfl.core.serveropt import OptState
-from hierfl.learn.serveropt import (
-    SERVER_OPTIMIZERS,
+from hierfl.learn.serveropt import SERVER_OPTIMIZERS
+from hierfl.scenario.serveropt import ServerOptimizerSection
+from hierfl.methods.fedopt.config import (
     FedAdagradOpt,
     FedAdamOpt,
     FedAvgMOpt,
     FedAvgOpt,
     FedYogiOpt,
-    ServerOptimizerSection,
 )
 
 X0 = np.array([0.0, 0.0], dtype=np.float32)

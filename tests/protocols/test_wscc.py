@@ -11,7 +11,8 @@ import yaml
 
 from hierfl.assemble import build
 from hierfl.cli import main
-from hierfl.core.wscc import affinity_clusters, cluster_servers, cosine_similarity, similarity_summary
+from hierfl.core.similarity import cosine_similarity
+from hierfl.methods.wscc.math import affinity_clusters, cluster_servers, similarity_summary
 from hierfl.driver import run_scenario
 from tests.conftest import TINY, tiny
 from tests.determinism.test_determinism import metrics_without_wall

@@ -21,7 +21,8 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.env import Env
-from hierfl.policies.staleness import STALENESS, FedBuffStaleness
+from hierfl.methods.fedbuff.policies import FedBuffStaleness
+from hierfl.policies.staleness import STALENESS
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
 from hierfl.methods.fedasync.protocol import FlatAsync, concurrency_problems
 

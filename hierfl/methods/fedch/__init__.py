@@ -4,7 +4,7 @@ Z. Wang, H. Xu, J. Liu, Y. Xu, H. Huang, Y. Zhao, "Accelerating Federated Learni
 Construction and Hierarchical Aggregation", IEEE TMC 22(7):3805–3822, 2023 (DOI
 10.1109/TMC.2022.3147792); conference precursor INFOCOM 2021 (CFL/DCFL). docs/explanation/algorithms.md §2:
 
-* construction (§2.3, :mod:`hierfl.core.fedch_clusters`): K balanced clusters by a Hungarian
+* construction (§2.3, :mod:`hierfl.methods.fedch.math`): K balanced clusters by a Hungarian
   device-by-slot assignment with leader (medoid) updates; leaders are devices, or the edge
   servers when the topology has them (then a balanced device → edge assignment);
   ``K: auto`` = K* of §2.4;
@@ -30,6 +30,8 @@ own access link to the cloud; edge-leader clusters use the device ↔ edge and e
 
 The package, one concept per module:
 
+* :mod:`~hierfl.methods.fedch.math` — the construction math, K* and the staleness function (pure);
+* :mod:`~hierfl.methods.fedch.policies` — the staleness function and grouping as plug-ins of the shared kinds;
 * :mod:`~hierfl.methods.fedch.config` — :class:`FedCHConfig` (``protocol: {name: fedch, …}``);
 * :mod:`~hierfl.methods.fedch.protocol` — :class:`FedCH`: cluster rounds and the cloud;
 * :mod:`~hierfl.methods.fedch.protocol_state` — :class:`FedCHState`, the clusters and models in flight;
@@ -38,6 +40,7 @@ The package, one concept per module:
 * :mod:`~hierfl.methods.fedch.protocol_churn` — :class:`Reclustering`: teardown, rebuild, lost leaders.
 """
 
+from hierfl.methods.fedch import policies as policies  # noqa: F401  (registers the staleness function and grouping)
 from hierfl.methods.fedch.protocol_churn import Reclustering
 from hierfl.methods.fedch.config import FedCHConfig, KStarConfig
 from hierfl.methods.fedch.protocol_construction import ClusterBuilder

@@ -12,8 +12,9 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
+from hierfl.methods.fedch.policies import FedCHStaleness
 from hierfl.policies.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
-from hierfl.policies.staleness import STALENESS, FedCHStaleness
+from hierfl.policies.staleness import STALENESS
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
 from hierfl.methods.fedch.protocol import FedCH
 

@@ -1,7 +1,7 @@
 """FedCH cluster construction: measure the world now, choose K, build balanced clusters (docs/explanation/algorithms.md §2.3–2.4).
 
 Z. Wang et al., "Accelerating Federated Learning with Cluster Construction and Hierarchical
-Aggregation", IEEE TMC 22(7), 2023. The math is in :mod:`hierfl.core.fedch_clusters`; a
+Aggregation", IEEE TMC 22(7), 2023. The math is in :mod:`hierfl.methods.fedch.math`; a
 :class:`ClusterBuilder` is the protocol's glue around it: it reads what devices would report now
 (compute and link times), picks the leaders and members, and forms the ``clusters.jsonl`` record.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierfl.config.errors import ConfigError, Problem
-from hierfl.core import fedch_clusters as fc
+from hierfl.methods.fedch import math as fc
 from hierfl.policies.recluster import AdaptiveRecluster
 from hierfl.core.work import TrainSpec
 from hierfl.env import ClustersRecord, Env

@@ -58,7 +58,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from hierfl.kernel.engine import Event, Priority
-from hierfl.core.wscc import Clustering, affinity_clusters, cluster_servers, similarity_summary
+from hierfl.methods.wscc.math import Clustering, affinity_clusters, cluster_servers, similarity_summary
 from hierfl.env import Env, Payload
 from hierfl.env.records import ClustersRecord
 from hierfl.policies.recluster import NeverRecluster, RECLUSTER

@@ -1,10 +1,11 @@
-"""WSCC's clustering math: cosine similarity of client updates and affinity propagation (pure).
+"""WSCC's clustering math: affinity propagation on the cosine similarity of client updates (pure).
 
 Tian, Liao, Yu, Blasch, "WSCC: A Weight-Similarity-Based Client Clustering Approach for Non-IID
 Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149); docs/explanation/algorithms.md §5.9.
 Clients are grouped by the cosine similarity of their weights (by default of their warm-up
 *updates* ``w_i − w0``: raw weights are dominated by the shared initialisation), with
-scikit-learn's ``AffinityPropagation`` on the precomputed similarity; AP chooses the number of
+scikit-learn's ``AffinityPropagation`` on the precomputed similarity
+(:func:`hierfl.core.similarity.cosine_similarity`); AP chooses the number of
 clusters. If AP does not converge, or gives every client its own cluster, everyone is one
 cluster (FedAvg) and the reason is reported.
 """
@@ -15,19 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["cosine_similarity", "Clustering", "affinity_clusters", "similarity_summary", "cluster_servers"]
-
-
-def cosine_similarity(vectors: np.ndarray) -> np.ndarray:
-    """``S_ij = cos(v_i, v_j)`` of the rows of ``vectors`` (float64); a zero row has similarity 0 to all."""
-    v = np.asarray(vectors, dtype=np.float64)
-    norms = np.linalg.norm(v, axis=1)
-    safe = np.where(norms > 0, norms, 1.0)
-    u = v / safe[:, None]
-    s = u @ u.T
-    s[norms == 0, :] = 0.0
-    s[:, norms == 0] = 0.0
-    return np.clip(s, -1.0, 1.0)
+__all__ = ["Clustering", "affinity_clusters", "similarity_summary", "cluster_servers"]
 
 
 @dataclass(frozen=True)

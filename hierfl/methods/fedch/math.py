@@ -1,4 +1,4 @@
-"""FedCH cluster construction and the choice of K (pure: arrays and numbers, no RNG, no I/O).
+"""FedCH cluster construction, the choice of K and its staleness function (pure: arrays and numbers, no RNG, no I/O).
 
 Z. Wang, H. Xu, J. Liu, Y. Xu, H. Huang, Y. Zhao, "Accelerating Federated Learning with Cluster
 Construction and Hierarchical Aggregation", IEEE TMC 22(7):3805–3822, 2023; conference precursor
@@ -34,13 +34,13 @@ from typing import Literal
 
 import numpy as np
 
-from hierfl.core.staleness import fedch
+from hierfl.core.staleness import check_tau, clamp
 
 __all__ = [
     "PIN", "Construction", "cluster_sizes", "slot_clusters", "leader_distance", "edge_distance",
     "initial_leaders", "slot_cost_matrix", "assign_slots", "medoid_leaders", "construct_hungarian",
     "assign_to_edges", "construct_balanced_kmeans", "alpha_base", "staleness_alpha", "kstar_objective",
-    "choose_k",
+    "choose_k", "fedch",
 ]
 
 PIN = 1e12
@@ -335,3 +335,12 @@ def choose_k(n: int, **params: float) -> tuple[int, dict[int, float]]:
     values = {k: kstar_objective(k, n, **params) for k in range(1, (n + 1) // 2 + 1)}  # type: ignore[arg-type]
     best = min(values, key=lambda k: (values[k], k))
     return best, values
+
+
+def fedch(tau: int, a: float, b: float) -> float:
+    """The cloud's staleness function (docs/explanation/algorithms.md §1.4, §2.5; Wang et al., INFOCOM 2021):
+    σ(τ) = 1 if τ ≤ a else τ^(−b); τ = 0 always gives 1 (guards 0^(−b))."""
+    t = check_tau(tau)
+    if t <= a or t == 0:
+        return 1.0
+    return clamp(math.exp(-b * math.log(t)))
