@@ -15,6 +15,7 @@ from typing import Any
 
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.world import World
+from hierfl.driver.channels import ChannelLinks
 from hierfl.driver.links import LinkEvents
 from hierfl.driver.routes import Route, Routes
 from hierfl.energy.math import EnergyLedger
@@ -70,6 +71,8 @@ class _Transfer:
     guards: list[Event] | None = None  # its devices' going-offline events (availability), made when needed
     delivery: Event | None = None
     flow: Any = None
+    decode_s: float = 0.0   # a transfer channel's decoding at the receiver, in its latency (``channels:``)
+    receiver: Any = None    # its receiving end, where a channel's decoding is traced
 
 
 class Transfers:
@@ -103,6 +106,8 @@ class Transfers:
         self._next_flow = 0
         self._net_event: Event | None = None
         self.energy: EnergyLedger | None = None  # the device-energy ledger (``energy:``), set by the Context
+        # the transfer channels (``channels:``), set by the Context where one is placed; None: raw float32 models
+        self.channels: ChannelLinks | None = None
         self.links.start(self.net, self.routes, self._reschedule_net)
 
     @property
@@ -130,7 +135,13 @@ class Transfers:
         if self.down and any(end in self.down for end in route.servers):
             dead = next(end for end in route.servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
-        size = self.world.model_bytes if size is None else size
+        encode_s = decode_s = 0.0
+        if size is None:  # a model message: the model's bytes, or its channel's
+            size = self.world.model_bytes
+            if self.channels is not None:
+                coded = self.channels.plan(route.kind, src, dst)
+                if coded is not None:
+                    size, encode_s, decode_s = coded
         counters = self.counters
         for counter in route.counted:
             counters[counter] += size
@@ -145,6 +156,8 @@ class Transfers:
         tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
                        args, route.servers, radio)
         self._transfers[fid] = tr
+        if encode_s or decode_s:  # a channel's work: the flow starts when the sender has encoded the model
+            return self._encode_first(tr, route, fid, now, src, dst, encode_s, decode_s)
         flow = tr.flow = self._start_flow(route, fid, size * 8 / 1e6, now)
         if not self.dyn.availability.trivial:
             self._guard(tr, fid, now)
@@ -167,6 +180,57 @@ class Transfers:
                 return fid  # no flow of the shared schedule changed: its next finish is the same
         self._reschedule_net()
         return fid
+
+    def _index(self, tr: _Transfer, fid: int) -> None:
+        """Index a transfer by its devices and servers (what a device or server going down withdraws)."""
+        for d in tr.devices:
+            mine = self._device_transfers.get(d)
+            if mine is None:
+                self._device_transfers[d] = {fid}
+            else:
+                mine.add(fid)
+        if self.track_servers:
+            index_add(self._server_transfers, tr.servers, fid)
+
+    def _encode_first(self, tr: _Transfer, route: Route, fid: int, now: float, src: Endpoint, dst: Endpoint,
+                      encode_s: float, decode_s: float) -> int:
+        """A model message through a channel: the sender encodes for ``encode_s``, then the flow starts; the
+        receiver decodes for ``decode_s`` after the latency (so the arrival fires after it)."""
+        tr.latency_s += decode_s
+        tr.decode_s, tr.receiver = decode_s, dst
+        tr.start = now + encode_s
+        if encode_s > 0:
+            self.telemetry.span(src, "encode", now, encode_s, bytes=tr.size, peer=f"{dst[0]} {dst[1]}")
+        if not self.dyn.availability.trivial:
+            self._guard(tr, fid, now)
+        self._index(tr, fid)
+        if encode_s > 0:
+            tr.delivery = self.queue.push(now + encode_s, "_encoded", (fid, route), Priority.ARRIVAL,
+                                          handler=self._on_encoded)
+        else:
+            self._launch(tr, route, fid, now)
+        return fid
+
+    def _on_encoded(self, event: Event) -> None:
+        """The sender has encoded a channel's message: its flow starts now."""
+        fid, route = event.payload
+        tr = self._transfers.get(fid)
+        if tr is None:
+            return
+        tr.delivery = None
+        self._launch(tr, route, fid, self.queue.now)
+
+    def _launch(self, tr: _Transfer, route: Route, fid: int, now: float) -> None:
+        """Start a channel message's flow now (what :meth:`send` does inline for every other transfer)."""
+        flow = tr.flow = self._start_flow(route, fid, tr.size * 8 / 1e6, now)
+        if flow.detached:
+            end = flow.end
+            delivery = tr.delivery = self.queue.push((end if end > now else now) + tr.latency_s, tr.event,
+                                                     tr.payload, tr.priority)
+            delivery.transfer = fid
+            if not self._attached:
+                return
+        self._reschedule_net()
 
     def _start_flow(self, route: Route, fid: int, megabits: float, now: float) -> Flow:
         """The transfer's flow in the network, with the finite links its route knows where they still hold.
@@ -234,7 +298,7 @@ class Transfers:
     def _finish_transfer(self, fid: int, lost: bool = False) -> None:
         tr = self._transfers.pop(fid)
         now = self.queue.now
-        if tr.flow.detached:  # its bits were all sent at its end: it leaves the network now
+        if tr.flow is not None and tr.flow.detached:  # its bits were all sent at its end: it leaves the network now
             self.net.remove(now, fid)
         if tr.guards is not None:
             for g in tr.guards:
@@ -248,6 +312,8 @@ class Transfers:
                 mine = self._server_transfers.get(end)
                 if mine is not None:
                     mine.discard(fid)
+        if tr.decode_s and not lost:  # the receiver decoded a channel's message before it arrived
+            self.telemetry.span(tr.receiver, "decode", now - tr.decode_s, tr.decode_s, bytes=tr.size)
         if self.energy is not None:
             # each device end's radio is on from the start to the arrival (latency included) [D]; a transfer
             # cut off part-way costs its time on air only (how many of its bits went is not tracked)
@@ -267,13 +333,16 @@ class Transfers:
             args["shared_max"] = tr.flow.max_sharing
         if lost:
             args["lost"] = True
-        self.telemetry.span(tr.lane, tr.name, tr.start, now - tr.start, bytes=tr.size, **args)
+        duration = now - tr.start
+        if tr.decode_s:  # (a channel's message: its encoding and decoding have spans of their own)
+            duration = max(duration - tr.decode_s, 0.0)
+        self.telemetry.span(tr.lane, tr.name, tr.start, duration, bytes=tr.size, **args)
 
     def _cancel_transfer(self, fid: int) -> None:
         tr = self._transfers[fid]
         if tr.delivery is not None:
             self.queue.cancel(tr.delivery)
-        if fid in self.net.flows and not tr.flow.detached:
+        if fid in self.net.flows and tr.flow is not None and not tr.flow.detached:
             self.net.remove(self.now, fid)
             self._reschedule_net()
         self._finish_transfer(fid, lost=True)   # (a detached flow leaves the network there)

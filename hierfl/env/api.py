@@ -8,7 +8,8 @@ Its parts, nothing else:
   policies and the time budget; ``live``, the world as it is now (who is online, which servers are
   up, slowdowns);
 * **training jobs** — start one on a device from a model and hear when it is done or lost;
-* **transfers** — send a model between two entities and hear when it arrives;
+* **transfers** — send a model between two entities and hear when it arrives (``coded``: the model as the
+  link's transfer channel delivers it);
 * **aggregation** — one :class:`Aggregator` per aggregation point (``env.tier(tier, entity)``),
   which aggregates and does its own accounting, and runs the server's own computation (server
   tasks, in virtual time); the cloud's model; the servers' control variates;
@@ -270,6 +271,13 @@ class Env(Protocol):
 
     def cancel_transfer(self, fid: int) -> None:
         """Withdraw a transfer still in flight (its event never fires)."""
+
+    def coded(self, src: Endpoint, dst: Endpoint, model: Any) -> Any:
+        """The model the receiver of a model message ``src → dst`` carrying ``model`` gets: decoded by that link
+        direction's transfer channel (``channels:``; fp16 rounding really applied), the same handle without one.
+        :meth:`send` charges the channel's bytes and encode/decode time; a protocol that declares a direction
+        in ``ProtocolConfig.channel_links`` hands its receivers this handle (the base class's download → train
+        → upload helpers do it for the device tier)."""
 
     # -- aggregation --------------------------------------------------------------------------------
     @property
