@@ -170,8 +170,8 @@ def bf16_round(vector: np.ndarray) -> np.ndarray:
     """bfloat16 bits (uint16) of a float32 vector: its top 16 bits, rounded to nearest, ties to even.
 
     ``bits + 0x7FFF + (bit 16 of bits)``, then the low half dropped (what torch's ``.to(torch.bfloat16)``
-    does); a NaN becomes the canonical quiet NaN ``0x7FC0`` (as in torch), so rounding never turns it
-    into an infinity. Values that round past bfloat16's largest finite value become ±inf, as in torch.
+    does, bit for bit); a NaN becomes the quiet NaN ``0x7FC0``, so rounding never turns it into an infinity
+    (torch's own NaN payload may differ: a NaN stays a NaN either way). Values that round past bfloat16's largest finite value become ±inf, as in torch.
     """
     bits = np.ascontiguousarray(vector, dtype=np.float32).view(np.uint32)
     rounded = (bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16
