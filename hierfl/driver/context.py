@@ -24,7 +24,7 @@ from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
 from hierfl.driver.aggregation import Aggregation, ControlVariates
-from hierfl.driver.channels import ChannelLinks, device_flops
+from hierfl.channels.driver import ChannelLinks, device_flops
 from hierfl.driver.errors import ClusterLostError, DivergedError, RunError
 from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.jobs import Jobs
@@ -93,7 +93,7 @@ class Context:
         self.channels: ChannelLinks | None = None
         placed = {} if scenario.channels.default else scenario.channels.resolved(type(scenario.protocol).channel_links)
         if placed:
-            self.channels = self.transfers.channels = ChannelLinks(
+            self.channels = self.transfers.channels = self.aggregation.channels = ChannelLinks(
                 placed, built.num_params, self._world.model_bytes, device_flops(scenario, built), scenario.servers,
                 executor, scenario.seed, bool(self._spec.train), self.aggregation.nonfinite)
 
@@ -163,12 +163,6 @@ class Context:
     def time_budget_s(self) -> float | None:
         """``stop.virtual_time_s``."""
         return self.scenario.stop.virtual_time_s
-
-    # -- transfer channels ------------------------------------------------------------------------------
-    def coded(self, src: Any, dst: Any, model: Any) -> Any:
-        """The model the receiver of a model message ``src → dst`` carrying ``model`` gets (``channels:``)."""
-        channels = self.channels
-        return model if channels is None else channels.coded(src, dst, model)
 
     # -- aggregation --------------------------------------------------------------------------------
     @property

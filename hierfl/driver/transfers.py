@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.world import World
-from hierfl.driver.channels import ChannelLinks
+from hierfl.channels.driver import ChannelLinks
 from hierfl.driver.links import LinkEvents
 from hierfl.driver.routes import Route, Routes
 from hierfl.energy.math import EnergyLedger
@@ -78,9 +79,8 @@ class _Transfer:
 class Transfers:
     """Transfers through the network, link events and device losses of one run."""
 
-    # a transfer that shares no finite link gets its arrival scheduled when it starts (a detached
-    # flow, ``FlowNetwork.add``); False: every end goes through the network's wake-ups (the same
-    # times and outputs, one more event per transfer; tests compare the two)
+    # a transfer sharing no finite link has its arrival scheduled when it starts (a detached flow, ``FlowNetwork.add``);
+    # False: every end goes through the network's wake-ups (same outputs, one more event per transfer; tests compare)
     detach = True
 
     def __init__(self, world: World, dyn: Dynamics, queue: EventQueue, telemetry: RunTelemetry,
@@ -106,8 +106,7 @@ class Transfers:
         self._next_flow = 0
         self._net_event: Event | None = None
         self.energy: EnergyLedger | None = None  # the device-energy ledger (``energy:``), set by the Context
-        # the transfer channels (``channels:``), set by the Context where one is placed; None: raw float32 models
-        self.channels: ChannelLinks | None = None
+        self.channels: ChannelLinks | None = None  # transfer channels (``channels:``; set by the Context) or None
         self.links.start(self.net, self.routes, self._reschedule_net)
 
     @property
@@ -135,13 +134,8 @@ class Transfers:
         if self.down and any(end in self.down for end in route.servers):
             dead = next(end for end in route.servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
-        encode_s = decode_s = 0.0
-        if size is None:  # a model message: the model's bytes, or its channel's
-            size = self.world.model_bytes
-            if self.channels is not None:
-                coded = self.channels.plan(route.kind, src, dst)
-                if coded is not None:
-                    size, encode_s, decode_s = coded
+        coded = size is None and self.channels is not None and self.channels.plan(route.kind, src, dst)
+        size = coded[0] if coded else self.world.model_bytes if size is None else size
         counters = self.counters
         for counter in route.counted:
             counters[counter] += size
@@ -156,8 +150,8 @@ class Transfers:
         tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
                        args, route.servers, radio)
         self._transfers[fid] = tr
-        if encode_s or decode_s:  # a channel's work: the flow starts when the sender has encoded the model
-            return self._encode_first(tr, route, fid, now, src, dst, encode_s, decode_s)
+        if coded:  # a model message through a transfer channel: the sender encodes it first
+            return _start_coded(self, tr, route, fid, src, dst, coded[1], coded[2])
         flow = tr.flow = self._start_flow(route, fid, size * 8 / 1e6, now)
         if not self.dyn.availability.trivial:
             self._guard(tr, fid, now)
@@ -180,57 +174,6 @@ class Transfers:
                 return fid  # no flow of the shared schedule changed: its next finish is the same
         self._reschedule_net()
         return fid
-
-    def _index(self, tr: _Transfer, fid: int) -> None:
-        """Index a transfer by its devices and servers (what a device or server going down withdraws)."""
-        for d in tr.devices:
-            mine = self._device_transfers.get(d)
-            if mine is None:
-                self._device_transfers[d] = {fid}
-            else:
-                mine.add(fid)
-        if self.track_servers:
-            index_add(self._server_transfers, tr.servers, fid)
-
-    def _encode_first(self, tr: _Transfer, route: Route, fid: int, now: float, src: Endpoint, dst: Endpoint,
-                      encode_s: float, decode_s: float) -> int:
-        """A model message through a channel: the sender encodes for ``encode_s``, then the flow starts; the
-        receiver decodes for ``decode_s`` after the latency (so the arrival fires after it)."""
-        tr.latency_s += decode_s
-        tr.decode_s, tr.receiver = decode_s, dst
-        tr.start = now + encode_s
-        if encode_s > 0:
-            self.telemetry.span(src, "encode", now, encode_s, bytes=tr.size, peer=f"{dst[0]} {dst[1]}")
-        if not self.dyn.availability.trivial:
-            self._guard(tr, fid, now)
-        self._index(tr, fid)
-        if encode_s > 0:
-            tr.delivery = self.queue.push(now + encode_s, "_encoded", (fid, route), Priority.ARRIVAL,
-                                          handler=self._on_encoded)
-        else:
-            self._launch(tr, route, fid, now)
-        return fid
-
-    def _on_encoded(self, event: Event) -> None:
-        """The sender has encoded a channel's message: its flow starts now."""
-        fid, route = event.payload
-        tr = self._transfers.get(fid)
-        if tr is None:
-            return
-        tr.delivery = None
-        self._launch(tr, route, fid, self.queue.now)
-
-    def _launch(self, tr: _Transfer, route: Route, fid: int, now: float) -> None:
-        """Start a channel message's flow now (what :meth:`send` does inline for every other transfer)."""
-        flow = tr.flow = self._start_flow(route, fid, tr.size * 8 / 1e6, now)
-        if flow.detached:
-            end = flow.end
-            delivery = tr.delivery = self.queue.push((end if end > now else now) + tr.latency_s, tr.event,
-                                                     tr.payload, tr.priority)
-            delivery.transfer = fid
-            if not self._attached:
-                return
-        self._reschedule_net()
 
     def _start_flow(self, route: Route, fid: int, megabits: float, now: float) -> Flow:
         """The transfer's flow in the network, with the finite links its route knows where they still hold.
@@ -312,7 +255,7 @@ class Transfers:
                 mine = self._server_transfers.get(end)
                 if mine is not None:
                     mine.discard(fid)
-        if tr.decode_s and not lost:  # the receiver decoded a channel's message before it arrived
+        if tr.decode_s and not lost:  # the receiver decoded a channel's message before it arrived: its span
             self.telemetry.span(tr.receiver, "decode", now - tr.decode_s, tr.decode_s, bytes=tr.size)
         if self.energy is not None:
             # each device end's radio is on from the start to the arrival (latency included) [D]; a transfer
@@ -333,10 +276,8 @@ class Transfers:
             args["shared_max"] = tr.flow.max_sharing
         if lost:
             args["lost"] = True
-        duration = now - tr.start
-        if tr.decode_s:  # (a channel's message: its encoding and decoding have spans of their own)
-            duration = max(duration - tr.decode_s, 0.0)
-        self.telemetry.span(tr.lane, tr.name, tr.start, duration, bytes=tr.size, **args)
+        self.telemetry.span(tr.lane, tr.name, tr.start, max(now - tr.start - tr.decode_s, 0.0), bytes=tr.size,
+                            **args)  # (a channel's message: its encoding and decoding have spans of their own)
 
     def _cancel_transfer(self, fid: int) -> None:
         tr = self._transfers[fid]
@@ -435,3 +376,50 @@ class Transfers:
         else:
             pending.append(event)
         return event
+
+
+def _start_coded(t: Transfers, tr: _Transfer, route: Route, fid: int, src: Endpoint, dst: Endpoint, encode_s: float,
+                 decode_s: float) -> int:
+    """Start model message ``fid`` through a transfer channel (``channels:``; registered already): the sender
+    encodes for ``encode_s``, then its flow starts; the receiver decodes for ``decode_s`` after the latency
+    (part of its delivery delay)."""
+    now = t.queue.now
+    tr.latency_s += decode_s
+    tr.decode_s, tr.receiver = decode_s, dst
+    tr.start = now + encode_s
+    if encode_s > 0:
+        t.telemetry.span(src, "encode", now, encode_s, bytes=tr.size, peer=f"{dst[0]} {dst[1]}")
+    if not t.dyn.availability.trivial:
+        t._guard(tr, fid, now)
+    for d in tr.devices:
+        t._device_transfers.setdefault(d, set()).add(fid)
+    if t.track_servers:
+        index_add(t._server_transfers, tr.servers, fid)
+    if encode_s > 0:
+        tr.delivery = t.queue.push(now + encode_s, "_encoded", (fid, route), Priority.ARRIVAL,
+                                   handler=partial(_on_encoded, t))
+    else:
+        _launch(t, tr, route, fid, now)
+    return fid
+
+
+def _on_encoded(t: Transfers, event: Event) -> None:
+    """The sender has encoded a channel's message: its flow starts now."""
+    fid, route = event.payload
+    tr = t._transfers.get(fid)
+    if tr is not None:
+        tr.delivery = None
+        _launch(t, tr, route, fid, t.queue.now)
+
+
+def _launch(t: Transfers, tr: _Transfer, route: Route, fid: int, now: float) -> None:
+    """Start a channel message's flow now (what :meth:`Transfers.send` does inline for other transfers)."""
+    flow = tr.flow = t._start_flow(route, fid, tr.size * 8 / 1e6, now)
+    if flow.detached:
+        end = flow.end
+        delivery = tr.delivery = t.queue.push((end if end > now else now) + tr.latency_s, tr.event, tr.payload,
+                                              tr.priority)
+        delivery.transfer = fid
+        if not t._attached:
+            return
+    t._reschedule_net()

@@ -36,10 +36,11 @@ class DeviceMsg(Payload):
     device: int
 
 
-def _coded(env: Env, src: tuple[str, int], dst: tuple[str, int], model: Any) -> Any:
-    """``env.coded(src, dst, model)``; the model itself where an environment has no channels (a test's fake)."""
-    coded = getattr(env, "coded", None)
-    return model if coded is None else coded(src, dst, model)
+def _coded(env: Env, server: tuple[str, int], device: int, model: Any, inbound: bool) -> Any:
+    """``model`` through the transfer channel between ``server`` and ``device`` (``Aggregator.coded``); the
+    model itself where the aggregation point has no channels (a test's fake)."""
+    coded = getattr(env.tier(server[0], server[1]), "coded", None)
+    return model if coded is None else coded(("device", device), model, inbound)
 
 
 class ProtocolConfig(ConfigModel):
@@ -92,7 +93,7 @@ class ProtocolConfig(ConfigModel):
     # the link directions whose model messages it hands to their receivers as decoded by a transfer channel
     # (`channels:`; hierfl.channels.DIRECTIONS): a channel anywhere else is refused at load. The base class's
     # download → train → upload helpers (send_model, start_job, collect_and_upload) do it for the device tier;
-    # a protocol that moves models otherwise calls `env.coded` itself before it declares a direction
+    # a protocol that moves models otherwise calls `env.tier(…).coded` itself before it declares a direction
     channel_links: ClassVar[tuple[str, ...]] = ()
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
@@ -141,11 +142,11 @@ class Protocol:
         (or ``device_lost`` when the device drops out first). Returns that pending event.
 
         After :meth:`send_model`, ``model`` is the one downloaded: the device trains from it as the link's
-        transfer channel delivered it (``env.coded``; the same handle without a channel)."""
+        transfer channel delivered it (``Aggregator.coded``; the same handle without a channel)."""
         device = event.payload.device
         server = self.downloads.pop(device, None)
         if server is not None:
-            model = _coded(self.env, server, ("device", device), model)
+            model = _coded(self.env, server, device, model, False)
         job, pending = self.env.start_job(device, model, event.payload, spec, control)
         self.jobs[job.device] = job
         return pending
@@ -157,7 +158,7 @@ class Protocol:
         self.env.finish_training(job)
         server = self.server_of(device, link, event.payload)
         # the server receives the update as the link's transfer channel delivers it (the same handle without one)
-        job.params = _coded(self.env, ("device", device), server, job.params)
+        job.params = _coded(self.env, server, device, job.params, True)
         self.env.send(("device", device), server, "upload_done", event.payload, "upload")
 
     def wasted_work(self, device: int) -> float:

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from hierfl.channels import ChannelsSection
+from hierfl.channels.config import ChannelsSection
 from hierfl.config.base import ConfigModel, rename_alias
 from hierfl.config.files import resolve_file
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from hierfl.channels import CHANNELS, FP16_MAX, Bf16Channel, Fp16Channel, bf16_round, fp16_round
-from hierfl.channels import bf16_to_float32
+from hierfl.channels.math import FP16_MAX, bf16_round, bf16_to_float32, fp16_round
+from hierfl.channels.rules import CHANNELS, Bf16Channel, Fp16Channel
 from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.driver import resume_run, run_scenario
@@ -163,7 +163,9 @@ def test_none_is_today_s_bits(plain, tmp_path):
 
 def test_timing_only_charges_the_same_bytes_and_times(fp16, tmp_path):
     timing = _run(tmp_path, "timing", channels={"uplink": "fp16"}, training={"trainer": "none"})
-    strip = lambda run: [{k: v for k, v in x.items() if k not in ("accuracy", "loss")} for x in comparable_lines(run)]  # noqa: E731
+    def strip(run: Path) -> list[dict]:
+        return [{k: v for k, v in x.items() if k not in ("accuracy", "loss")} for x in comparable_lines(run)]
+
     assert strip(timing) == strip(fp16)
     assert _summary(timing)["channels"] == _summary(fp16)["channels"]
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import hierfl.scenario  # noqa: F401  (assembles the schema: every plug-in is registered)
-from hierfl.channels import CHANNELS
+from hierfl.channels.rules import CHANNELS
 from hierfl.assemble import build
 from hierfl.config.errors import ConfigError
 from hierfl.config.registry import Registry

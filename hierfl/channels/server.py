@@ -1,6 +1,6 @@
 """``channel``: a model message through a transfer channel, as its receiver gets it (``channels:``).
 
-The driver charges the message's bytes and its encode and decode time itself (:mod:`hierfl.driver.channels`);
+The driver charges the message's bytes and its encode and decode time itself (:mod:`hierfl.channels.driver`);
 this task computes the value: ``decode(encode(x))`` of the channel named in ``params`` (its settings as in the
 scenario), with the sender's kept state (``ctx.state`` of the point ``("channel:<direction>", sender)``, saved
 in checkpoints with the roles' state) for a channel that keeps state. It charges no work here (0 FLOPs): the
@@ -27,7 +27,7 @@ def _example(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
 def channel(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
             rng: np.random.Generator) -> ServerResult:
     """``inputs[0]`` encoded and decoded by ``params["channel"]`` (a channel's config); output: the decoded vector."""
-    from hierfl.channels import CHANNELS  # noqa: PLC0415 (a plug-in channel is registered by then)
+    from hierfl.channels.rules import CHANNELS  # noqa: PLC0415 (a plug-in channel is registered by then)
 
     spec = dict(params["channel"])
     ch = CHANNELS.get(spec["name"]).model_validate(spec)

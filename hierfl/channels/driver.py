@@ -11,7 +11,7 @@ For a model message (a transfer the protocol does not size itself) on a link dir
 * the decode time, after the last bit and the latency, at the receiver's.
 
 What the receiver gets is :meth:`coded`: the message's vector encoded and decoded by the channel, computed by
-the executor's cloud role as a server task (:mod:`hierfl.learn.tasks.channel`), where a channel that
+the executor's cloud role as a server task (:mod:`hierfl.channels.server`), where a channel that
 keeps per-sender state keeps it (saved in checkpoints with the roles' state). A stateless channel's result
 is remembered for the last few handles, so a model broadcast to many devices is encoded once: the cost per
 event does not grow with the number of devices. Timing-only runs (``training.trainer: none``) charge bytes
@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.channels import DIRECTIONS, Channel, direction_of
+from hierfl.channels.math import DIRECTIONS, direction_of
+from hierfl.channels.rules import Channel
 from hierfl.core.jobs import Endpoint
 from hierfl.core.rng import stream
 
