@@ -10,6 +10,8 @@ For a model message (a transfer the protocol does not size itself) on a link dir
   server's and the cloud's are their ``servers:`` figures;
 * the decode time, after the last bit and the latency, at the receiver's.
 
+The encoding and decoding cost no device energy (``energy:``) and are not stretched by slowdown windows [D].
+
 What the receiver gets is :meth:`coded`: the message's vector encoded and decoded by the channel, computed by
 the executor's cloud role as a server task (:mod:`hierfl.channels.server`), where a channel that
 keeps per-sender state keeps it (saved in checkpoints with the roles' state). A stateless channel's result
@@ -17,9 +19,9 @@ is remembered for the last few handles, so a model broadcast to many devices is 
 event does not grow with the number of devices. Timing-only runs (``training.trainer: none``) charge bytes
 and time and compute nothing.
 
-``summary.json`` gets a ``channels`` block: per direction the channel, its messages, the bytes sent, the
-raw float32 bytes they replace and the bytes saved, and the encode and decode seconds; per tier the bytes
-saved (``bytes_saved``).
+``summary.json`` gets a ``channels`` block: per direction the channel, its messages (counted when sent),
+the bytes sent, the raw float32 bytes they replace and the bytes saved, and the encode and decode seconds;
+per tier the bytes saved (``bytes_saved``).
 """
 
 from __future__ import annotations
