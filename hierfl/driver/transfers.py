@@ -134,8 +134,8 @@ class Transfers:
         if self.down and any(end in self.down for end in route.servers):
             dead = next(end for end in route.servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
-        coded = size is None and self.channels is not None and self.channels.plan(route.kind, src, dst)
-        size = coded[0] if coded else self.world.model_bytes if size is None else size
+        coded = self.channels.plan(route.kind, src, dst) if size is None and self.channels is not None else None
+        size = coded[0] if coded is not None else self.world.model_bytes if size is None else size
         counters = self.counters
         for counter in route.counted:
             counters[counter] += size
@@ -150,7 +150,7 @@ class Transfers:
         tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
                        args, route.servers, radio)
         self._transfers[fid] = tr
-        if coded:  # a model message through a transfer channel: the sender encodes it first
+        if coded is not None:  # a model message through a transfer channel: the sender encodes it first
             return _start_coded(self, tr, route, fid, src, dst, coded[1], coded[2])
         flow = tr.flow = self._start_flow(route, fid, size * 8 / 1e6, now)
         if not self.dyn.availability.trivial:
