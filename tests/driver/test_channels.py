@@ -297,3 +297,47 @@ def test_local_and_ray_give_the_same_bits_with_a_channel(tmp_path, fp16, ray_ses
     assert comparable_lines(on_ray) == comparable_lines(fp16)
     assert np.load(on_ray / "final_model.npy").tobytes() == np.load(fp16 / "final_model.npy").tobytes()
     assert _summary(on_ray)["channels"] == _summary(fp16)["channels"]
+
+
+# -- the edge tier: a protocol that declares edge_uplink gets its edge → cloud messages charged ----------------
+
+EDGE_PLUGIN = '''
+from typing import ClassVar, Literal
+
+from hierfl.plugin import PROTOCOLS
+
+HierFAVGConfig = PROTOCOLS.get("hierfavg")
+
+
+@PROTOCOLS.register
+class EdgeCoded(HierFAVGConfig):
+    """HierFAVG declaring the edge uplink too (its edge models are charged, their values are not decoded)."""
+
+    name: Literal["edge_coded"] = "edge_coded"
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink", "edge_uplink")
+'''
+
+
+def test_edge_uplink_bytes_and_times_by_hand(tmp_path):
+    import hierfl
+
+    path = tmp_path / "edge_coded.py"
+    path.write_text(textwrap.dedent(EDGE_PLUGIN), encoding="utf-8")
+    raw = _raw(plugins=[str(path)], protocol={"name": "edge_coded", "kappa1": 1, "kappa2": 1},
+               topology={"edge_servers": 2}, channels={"edge_uplink": {"name": "bf16", "header_bytes": 8}},
+               stop={"rounds": 2})
+    run = hierfl.run(raw, out=tmp_path / "run")
+    block, size = run.summary["channels"]["edge_uplink"], 2 * PARAMS + 8
+    assert block["messages"] == 2 * run.summary["rounds"] and block["bytes"] == block["messages"] * size
+    saved = block["messages"] * (4 * PARAMS - size)
+    assert run.summary["channels"]["bytes_saved"] == {"device_tier": 0, "edge_tier": saved}
+    out = tmp_path / "run"
+    enc = [e for e in _spans(out, "encode") if e["cat"] == "edge"]
+    dec = [e for e in _spans(out, "decode") if e["cat"] == "cloud"]
+    up = [e for e in _spans(out, "upload") if e["cat"] == "edge"]
+    assert len(enc) == len(dec) == len(up) == block["messages"]
+    assert all(e["dur"] == pytest.approx(PARAMS / (400e9 * 0.25) * 1e6, rel=1e-9) for e in enc)    # edge_cpu
+    assert all(e["dur"] == pytest.approx(PARAMS / (3500e9 * 0.25) * 1e6, rel=1e-9) for e in dec)   # cloud_gpu
+    # the edge → cloud link: 1 000 Mbit/s and 20 ms (topology.edge_cloud's defaults)
+    assert all(e["dur"] == pytest.approx((size * 8 / 1e6 / 1000.0 + 0.020) * 1e6, rel=1e-9) for e in up)
+    assert all(e["args"]["bytes"] == size for e in up)
