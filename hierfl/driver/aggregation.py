@@ -94,6 +94,7 @@ class Aggregation:
         # non-finite updates: with `drop`, the handles of flagged jobs' results, left out of every
         # aggregation they are given to, and per aggregator the updates kept / left out since its commit
         self.nonfinite = NonFinite(scenario.robustness.on_nonfinite == "drop", telemetry, clock)
+        self.channels: Any = None  # the run's transfer channels (hierfl.channels.driver.ChannelLinks), set by the Context
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
         self._stacks: dict[str, Layer] = {}

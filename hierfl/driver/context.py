@@ -24,6 +24,7 @@ from hierfl.kernel.engine import Event, EventQueue, Priority
 from hierfl.core.rng import stream
 from hierfl.core.work import TrainSpec
 from hierfl.driver.aggregation import Aggregation, ControlVariates
+from hierfl.channels.driver import ChannelLinks, device_flops
 from hierfl.driver.errors import ClusterLostError, DivergedError, RunError
 from hierfl.driver.eval_cost import DeviceEvalCost
 from hierfl.driver.jobs import Jobs
@@ -88,6 +89,13 @@ class Context:
         self.finish_training = self.jobs.finish_training  # type: ignore[method-assign]
         self.cancel_device = self.jobs.cancel_device  # type: ignore[method-assign]
         self.planned_compute_s = self.jobs.planned_compute_s  # type: ignore[method-assign]
+        # transfer channels (`channels:`): None keeps every transfer as without them
+        self.channels: ChannelLinks | None = None
+        placed = {} if scenario.channels.default else scenario.channels.resolved(type(scenario.protocol).channel_links)
+        if placed:
+            self.channels = self.transfers.channels = self.aggregation.channels = ChannelLinks(
+                placed, built.num_params, self._world.model_bytes, device_flops(scenario, built), scenario.servers,
+                executor, scenario.seed, bool(self._spec.train), self.aggregation.nonfinite)
 
     def summary_part(self) -> dict[str, Any]:
         """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""

@@ -49,6 +49,11 @@ class NonFinite:
             ref = lambda h=handle: h  # noqa: E731
         self._bad[id(handle)] = [ref, job.device, job.job, False]
 
+    def marked(self, handle: Any) -> bool:
+        """Whether ``handle`` is a non-finite update to leave out (nothing counted: a transfer channel asks)."""
+        entry = self._bad.get(id(handle)) if self._bad else None
+        return entry is not None and entry[0]() is handle
+
     def left_out(self, handle: Any, tier: str) -> bool:
         """Whether ``handle`` is a dropped non-finite update (counted and reported the first time)."""
         if not self._bad or handle is None:

@@ -225,6 +225,13 @@ class TierAggregator:
         acc, loss = self.agg.executor.evaluate(model)
         return float(acc), float(loss)
 
+    def coded(self, peer: Endpoint, model: Any, inbound: bool = True) -> Any:
+        """``model`` as the receiver of a model message between this point and ``peer`` gets it (``channels:``)."""
+        channels = self.agg.channels
+        if channels is None:
+            return model
+        return channels.coded(peer, self.lane, model) if inbound else channels.coded(self.lane, peer, model)
+
     def track_staleness(self) -> None:
         """Updates applied at this tier can be stale: report their staleness in the summary."""
         self.agg.telemetry.track_staleness(self.tier)

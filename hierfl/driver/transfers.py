@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hierfl.core.dynamics import Dynamics
 from hierfl.core.world import World
+from hierfl.channels.driver import ChannelLinks
 from hierfl.driver.links import LinkEvents
 from hierfl.driver.routes import Route, Routes
 from hierfl.energy.math import EnergyLedger
@@ -70,14 +72,15 @@ class _Transfer:
     guards: list[Event] | None = None  # its devices' going-offline events (availability), made when needed
     delivery: Event | None = None
     flow: Any = None
+    decode_s: float = 0.0   # a transfer channel's decoding at the receiver, in its latency (``channels:``)
+    receiver: Any = None    # its receiving end, where a channel's decoding is traced
 
 
 class Transfers:
     """Transfers through the network, link events and device losses of one run."""
 
-    # a transfer that shares no finite link gets its arrival scheduled when it starts (a detached
-    # flow, ``FlowNetwork.add``); False: every end goes through the network's wake-ups (the same
-    # times and outputs, one more event per transfer; tests compare the two)
+    # a transfer sharing no finite link has its arrival scheduled when it starts (a detached flow, ``FlowNetwork.add``);
+    # False: every end goes through the network's wake-ups (same outputs, one more event per transfer; tests compare)
     detach = True
 
     def __init__(self, world: World, dyn: Dynamics, queue: EventQueue, telemetry: RunTelemetry,
@@ -103,6 +106,7 @@ class Transfers:
         self._next_flow = 0
         self._net_event: Event | None = None
         self.energy: EnergyLedger | None = None  # the device-energy ledger (``energy:``), set by the Context
+        self.channels: ChannelLinks | None = None  # transfer channels (``channels:``; set by the Context) or None
         self.links.start(self.net, self.routes, self._reschedule_net)
 
     @property
@@ -130,7 +134,8 @@ class Transfers:
         if self.down and any(end in self.down for end in route.servers):
             dead = next(end for end in route.servers if end in self.down)
             raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
-        size = self.world.model_bytes if size is None else size
+        coded = self.channels.plan(route.kind, src, dst) if size is None and self.channels is not None else None
+        size = coded[0] if coded is not None else self.world.model_bytes if size is None else size
         counters = self.counters
         for counter in route.counted:
             counters[counter] += size
@@ -145,6 +150,8 @@ class Transfers:
         tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
                        args, route.servers, radio)
         self._transfers[fid] = tr
+        if coded is not None:  # a model message through a transfer channel: the sender encodes it first
+            return _start_coded(self, tr, route, fid, src, dst, coded[1], coded[2])
         flow = tr.flow = self._start_flow(route, fid, size * 8 / 1e6, now)
         if not self.dyn.availability.trivial:
             self._guard(tr, fid, now)
@@ -234,7 +241,7 @@ class Transfers:
     def _finish_transfer(self, fid: int, lost: bool = False) -> None:
         tr = self._transfers.pop(fid)
         now = self.queue.now
-        if tr.flow.detached:  # its bits were all sent at its end: it leaves the network now
+        if tr.flow is not None and tr.flow.detached:  # its bits were all sent at its end: it leaves the network now
             self.net.remove(now, fid)
         if tr.guards is not None:
             for g in tr.guards:
@@ -248,6 +255,8 @@ class Transfers:
                 mine = self._server_transfers.get(end)
                 if mine is not None:
                     mine.discard(fid)
+        if tr.decode_s and not lost:  # the receiver decoded a channel's message before it arrived: its span
+            self.telemetry.span(tr.receiver, "decode", now - tr.decode_s, tr.decode_s, bytes=tr.size)
         if self.energy is not None:
             # each device end's radio is on from the start to the arrival (latency included) [D]; a transfer
             # cut off part-way costs its time on air only (how many of its bits went is not tracked)
@@ -267,13 +276,14 @@ class Transfers:
             args["shared_max"] = tr.flow.max_sharing
         if lost:
             args["lost"] = True
-        self.telemetry.span(tr.lane, tr.name, tr.start, now - tr.start, bytes=tr.size, **args)
+        self.telemetry.span(tr.lane, tr.name, tr.start, max(now - tr.start - tr.decode_s, 0.0), bytes=tr.size,
+                            **args)  # (a channel's message: its encoding and decoding have spans of their own)
 
     def _cancel_transfer(self, fid: int) -> None:
         tr = self._transfers[fid]
         if tr.delivery is not None:
             self.queue.cancel(tr.delivery)
-        if fid in self.net.flows and not tr.flow.detached:
+        if fid in self.net.flows and tr.flow is not None and not tr.flow.detached:
             self.net.remove(self.now, fid)
             self._reschedule_net()
         self._finish_transfer(fid, lost=True)   # (a detached flow leaves the network there)
@@ -366,3 +376,50 @@ class Transfers:
         else:
             pending.append(event)
         return event
+
+
+def _start_coded(t: Transfers, tr: _Transfer, route: Route, fid: int, src: Endpoint, dst: Endpoint, encode_s: float,
+                 decode_s: float) -> int:
+    """Start model message ``fid`` through a transfer channel (``channels:``; registered already): the sender
+    encodes for ``encode_s``, then its flow starts; the receiver decodes for ``decode_s`` after the latency
+    (part of its delivery delay)."""
+    now = t.queue.now
+    tr.latency_s += decode_s
+    tr.decode_s, tr.receiver = decode_s, dst
+    tr.start = now + encode_s
+    if encode_s > 0:
+        t.telemetry.span(src, "encode", now, encode_s, bytes=tr.size, peer=f"{dst[0]} {dst[1]}")
+    if not t.dyn.availability.trivial:
+        t._guard(tr, fid, now)
+    for d in tr.devices:
+        t._device_transfers.setdefault(d, set()).add(fid)
+    if t.track_servers:
+        index_add(t._server_transfers, tr.servers, fid)
+    if encode_s > 0:
+        tr.delivery = t.queue.push(now + encode_s, "_encoded", (fid, route), Priority.ARRIVAL,
+                                   handler=partial(_on_encoded, t))
+    else:
+        _launch(t, tr, route, fid, now)
+    return fid
+
+
+def _on_encoded(t: Transfers, event: Event) -> None:
+    """The sender has encoded a channel's message: its flow starts now."""
+    fid, route = event.payload
+    tr = t._transfers.get(fid)
+    if tr is not None:
+        tr.delivery = None
+        _launch(t, tr, route, fid, t.queue.now)
+
+
+def _launch(t: Transfers, tr: _Transfer, route: Route, fid: int, now: float) -> None:
+    """Start a channel message's flow now (what :meth:`Transfers.send` does inline for other transfers)."""
+    flow = tr.flow = t._start_flow(route, fid, tr.size * 8 / 1e6, now)
+    if flow.detached:
+        end = flow.end
+        delivery = tr.delivery = t.queue.push((end if end > now else now) + tr.latency_s, tr.event, tr.payload,
+                                              tr.priority)
+        delivery.transfer = fid
+        if not t._attached:
+            return
+    t._reschedule_net()

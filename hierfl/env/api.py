@@ -10,7 +10,8 @@ Its parts, nothing else:
 * **training jobs** — start one on a device from a model and hear when it is done or lost;
 * **transfers** — send a model between two entities and hear when it arrives;
 * **aggregation** — one :class:`Aggregator` per aggregation point (``env.tier(tier, entity)``),
-  which aggregates and does its own accounting, and runs the server's own computation (server
+  which aggregates and does its own accounting, gives the models it receives or sends as a transfer
+  channel delivers them (``coded``), and runs the server's own computation (server
   tasks, in virtual time); the cloud's model; the servers' control variates;
 * and one :class:`Telemetry` object that owns counters, metric lines and trace events.
 
@@ -173,6 +174,14 @@ class Aggregator(Protocol):
     def evaluate(self, model: Any) -> tuple[float, float]:
         """``(accuracy, loss)`` of ``model`` on the run's test set (an observer's look at one node's model)."""
 
+    def coded(self, peer: Endpoint, model: Any, inbound: bool = True) -> Any:
+        """``model`` as the receiver of a model message between this point and ``peer`` gets it: decoded by that
+        link direction's transfer channel (``channels:``; fp16 rounding really applied), the same handle
+        without one. ``inbound``: ``peer`` sends to this point (else this point sends to ``peer``).
+        ``env.send`` charges the channel's bytes and encode/decode time; a protocol that declares a direction
+        in ``ProtocolConfig.channel_links`` hands its receivers this handle (the base class's download →
+        train → upload helpers do it for the device tier)."""
+
     def track_staleness(self) -> None:
         """Updates applied at this tier can be stale: report their staleness in the summary."""
 
@@ -270,6 +279,7 @@ class Env(Protocol):
 
     def cancel_transfer(self, fid: int) -> None:
         """Withdraw a transfer still in flight (its event never fires)."""
+
 
     # -- aggregation --------------------------------------------------------------------------------
     @property

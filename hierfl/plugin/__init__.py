@@ -59,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "DISTRIBUTIONS": "hierfl.devices.dists",
     "EXECUTORS": "hierfl.executors",
     "SERVER_TASKS": "hierfl.learn.server_tasks",
+    "CHANNELS": "hierfl.channels.rules",
     "server_task": "hierfl.learn.server_tasks",
     # configuration
     "ConfigModel": "hierfl.config.base",
@@ -110,6 +111,7 @@ _EXPORTS: dict[str, str] = {
     "RuleConfig": "hierfl.robust.rules",
     "BehaviorConfig": "hierfl.robust.behaviours",
     "DistConfig": "hierfl.devices.dists",
+    "Channel": "hierfl.channels.rules",
     "rng_stream": "hierfl.core.rng",
     # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)
     "load_plugins": "hierfl.config.plugins",

@@ -36,6 +36,13 @@ class DeviceMsg(Payload):
     device: int
 
 
+def _coded(env: Env, server: tuple[str, int], device: int, model: Any, inbound: bool) -> Any:
+    """``model`` through the transfer channel between ``server`` and ``device`` (``Aggregator.coded``); the
+    model itself where the aggregation point has no channels (a test's fake)."""
+    coded = getattr(env.tier(server[0], server[1]), "coded", None)
+    return model if coded is None else coded(("device", device), model, inbound)
+
+
 class ProtocolConfig(ConfigModel):
     """Base of every protocol's config model.
 
@@ -84,6 +91,11 @@ class ProtocolConfig(ConfigModel):
     uses_public_data: ClassVar[bool] = False
     # whether it reads the devices' class histograms (`World.label_counts`, built only then)
     needs_label_counts: ClassVar[bool] = False
+    # the link directions whose model messages it hands to their receivers as decoded by a transfer channel
+    # (`channels:`; hierfl.channels.DIRECTIONS): a channel anywhere else is refused at load. The base class's
+    # download → train → upload helpers (send_model, start_job, collect_and_upload) do it for the device tier;
+    # a protocol that moves models otherwise calls `env.tier(…).coded` itself before it declares a direction
+    channel_links: ClassVar[tuple[str, ...]] = ()
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant
@@ -110,6 +122,7 @@ class Protocol:
     def __init__(self, env: Env) -> None:
         self.env = env
         self.jobs: dict[int, Job] = {}
+        self.downloads: dict[int, tuple[str, int]] = {}  # device → the server whose model it is downloading
 
     # -- the device job lifecycle shared by protocols: download → train → upload ------------------
     def server_of(self, device: int, link: str, payload: Any) -> tuple[str, int]:
@@ -121,22 +134,33 @@ class Protocol:
 
     def send_model(self, device: int, link: str, payload: DeviceMsg) -> None:
         """Download the current model to ``device`` over ``link``; ``train_start`` fires on arrival."""
-        self.env.send(self.server_of(device, link, payload), ("device", device), "train_start", payload,
-                      "download", Priority.START)
+        server = self.server_of(device, link, payload)
+        self.downloads[device] = server  # (its job starts from the model as a transfer channel delivers it)
+        self.env.send(server, ("device", device), "train_start", payload, "download", Priority.START)
 
     def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None, control: Any = None) -> Event:
         """Submit the device's job now; ``train_done`` fires when its virtual compute time is over
-        (or ``device_lost`` when the device drops out first). Returns that pending event."""
-        job, pending = self.env.start_job(event.payload.device, model, event.payload, spec, control)
+        (or ``device_lost`` when the device drops out first). Returns that pending event.
+
+        After :meth:`send_model`, ``model`` is the one downloaded: the device trains from it as the link's
+        transfer channel delivered it (``Aggregator.coded``; the same handle without a channel)."""
+        device = event.payload.device
+        server = self.downloads.pop(device, None)
+        if server is not None:
+            model = _coded(self.env, server, device, model, False)
+        job, pending = self.env.start_job(device, model, event.payload, spec, control)
         self.jobs[job.device] = job
         return pending
 
     def collect_and_upload(self, event: Event, link: str) -> None:
         """Collect the finished job and upload its result; ``upload_done`` fires on arrival."""
         device = event.payload.device
-        self.env.finish_training(self.jobs[device])
-        self.env.send(("device", device), self.server_of(device, link, event.payload), "upload_done",
-                      event.payload, "upload")
+        job = self.jobs[device]
+        self.env.finish_training(job)
+        server = self.server_of(device, link, event.payload)
+        # the server receives the update as the link's transfer channel delivers it (the same handle without one)
+        job.params = _coded(self.env, server, device, job.params, True)
+        self.env.send(("device", device), server, "upload_done", event.payload, "upload")
 
     def wasted_work(self, device: int) -> float:
         """Compute seconds of ``device``'s current job that will never be used, if it is abandoned now."""

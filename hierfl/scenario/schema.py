@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from hierfl.channels.config import ChannelsSection
 from hierfl.config.base import ConfigModel, rename_alias
 from hierfl.config.files import resolve_file
 from hierfl.data import DATASETS, PARTITIONERS, IIDConfig
@@ -523,6 +524,9 @@ class Scenario(ConfigModel):
     runtime: RuntimeConfig = RuntimeConfig()
     events: list[event_entry_field()] = Field(default_factory=list, description="changes at given virtual times")  # type: ignore[valid-type]
     network: NetworkConfig = NetworkConfig()
+    channels: ChannelsSection = Field(
+        default=ChannelsSection(), description="what a model message becomes on each link direction (a transfer "
+        "channel: fp16, bf16, …): its bytes, its encode/decode work and its precision (none everywhere)")
     servers: ServersConfig = Field(default=ServersConfig(), description="how fast the cloud and the edge servers "
                                    "run server tasks (a protocol's own computation at a server: fine-tuning, a "
                                    "generator, a matching)")

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import hierfl.scenario  # noqa: F401  (assembles the schema: every plug-in is registered)
+from hierfl.channels.rules import CHANNELS
 from hierfl.assemble import build
 from hierfl.config.errors import ConfigError
 from hierfl.config.registry import Registry
@@ -82,6 +83,7 @@ UNKNOWN: dict[str, tuple[Registry, dict[str, Any], str]] = {
     "distribution": (DISTRIBUTIONS, {"devices": {"speed_sps": {"dist": "bogus"}}}, "devices.speed_sps"),
     "executor": (EXECUTORS, {"runtime": {"executor": "bogus"}}, "runtime.executor"),
     "aggregation rule": (AGGREGATION_RULES, {"aggregation": {"cloud": "bogus"}}, "aggregation.cloud"),
+    "transfer channel": (CHANNELS, {"channels": {"device_uplink": "bogus"}}, "channels.device_uplink"),
     "device graph": (DEVICE_GRAPHS, {"topology": {"device_graph": "bogus"}}, "topology.device_graph"),
     "device behavior": (BEHAVIORS, {"stop": {"virtual_time_s": 9.0},
                                     "events": [{"at_s": 0.5, "attack": {"behavior": "bogus"}}]},

@@ -52,6 +52,7 @@ class FedAvgConfig(ProtocolConfig):
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cloud", synchronous=True),)
     rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
     weighting: Literal["samples", "uniform"] = Field(

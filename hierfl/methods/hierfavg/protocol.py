@@ -76,6 +76,7 @@ class HierFAVGConfig(ProtocolConfig):
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
     rule_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     control_variates: ClassVar[bool] = True
 
     name: Literal["hierfavg"] = "hierfavg"

@@ -1,0 +1,155 @@
+"""Transfer channels in the driver (``channels:``): what a model message costs on its link, and what arrives.
+
+For a model message (a transfer the protocol does not size itself) on a link direction with a channel
+(:mod:`hierfl.channels`), :class:`ChannelLinks` gives the transfer (:meth:`plan`):
+
+* its size: the channel's encoded bytes (from the model's element count and the channel's settings);
+* the encode time, before the flow starts, at the sender's compute speed: ``encode_flops /
+  (FLOP/s × efficiency)``. A device's FLOP/s is its training throughput in FLOPs, ``speed_sps × 3 ×
+  F_fwd`` (training ≈ 3 × forward, as the device tiers are built), at its nominal speed; an edge
+  server's and the cloud's are their ``servers:`` figures;
+* the decode time, after the last bit and the latency, at the receiver's.
+
+The encoding and decoding cost no device energy (``energy:``) and are not stretched by slowdown windows [D].
+
+What the receiver gets is :meth:`coded`: the message's vector encoded and decoded by the channel, computed by
+the executor's cloud role as a server task (:mod:`hierfl.channels.server`), where a channel that
+keeps per-sender state keeps it (saved in checkpoints with the roles' state). A stateless channel's result
+is remembered for the last few handles, so a model broadcast to many devices is encoded once: the cost per
+event does not grow with the number of devices. Timing-only runs (``training.trainer: none``) charge bytes
+and time and compute nothing.
+
+``summary.json`` gets a ``channels`` block: per direction the channel, its messages (counted when sent),
+the bytes sent, the raw float32 bytes they replace and the bytes saved, and the encode and decode seconds;
+per tier the bytes saved (``bytes_saved``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hierfl.channels.math import DIRECTIONS, direction_of
+from hierfl.channels.rules import Channel
+from hierfl.core.jobs import Endpoint
+from hierfl.core.rng import stream
+
+__all__ = ["ChannelLinks", "device_flops"]
+
+_MEMO = 4          # decoded handles remembered per direction (a stateless channel's broadcast)
+_TIER = {"device_uplink": "device_tier", "device_downlink": "device_tier", "edge_uplink": "edge_tier",
+         "edge_downlink": "edge_tier"}
+
+
+def device_flops(scenario: Any, built: Any) -> np.ndarray:
+    """(N,) each device's FLOP/s as its training throughput: ``speed_sps × 3 × F_fwd`` of its own model."""
+    from hierfl.assemble.hetero import device_models  # noqa: PLC0415 (torch: only runs with a channel)
+
+    world, data = built.world, built.dataset
+    shape, classes = tuple(data.input_shape), int(data.num_classes)
+    fwd = device_models(scenario, world.tier).forward_flops(lambda fn, cfg, s, c: fn(cfg, s, c), shape, classes)
+    return np.asarray(world.speed_sps, dtype=np.float64) * 3.0 * np.asarray(fwd, dtype=np.float64)
+
+
+class ChannelLinks:
+    """The run's channels per link direction: each transfer's bytes and times, and the decoded models."""
+
+    def __init__(self, placed: dict[str, Channel], elements: int, raw_bytes: int, device_flops: np.ndarray,
+                 servers: Any, executor: Any, seed: int, computes: bool, nonfinite: Any = None) -> None:
+        self.placed = placed              # direction → its channel (the identity left out)
+        self.elements = int(elements)
+        self.raw_bytes = int(raw_bytes)
+        self._device_flops = device_flops
+        self._server_flops = {"edge": float(servers.flops_per_s("edge")), "cloud": float(servers.flops_per_s("cloud"))}
+        self.executor = executor
+        self.seed = seed
+        self.computes = computes          # models are trained (not timing only): decode really
+        self.nonfinite = nonfinite        # the driver's non-finite ledger: a dropped update is not re-encoded
+        # per direction: (encoded bytes, encode flops, decode flops, efficiency), from the shape and settings
+        self._cost = {d: (int(c.encoded_bytes(self.elements)), float(c.encode_flops(self.elements)),
+                          float(c.decode_flops(self.elements)), float(c.efficiency)) for d, c in self.placed.items()}
+        # per direction: [messages, bytes sent, encode s, decode s]
+        self.stats: dict[str, list[float]] = {d: [0, 0, 0.0, 0.0] for d in self.placed}
+        self._memo: dict[str, list[tuple[Any, Any]]] = {d: [] for d in self.placed}
+        self._sent: dict[tuple[str, int], int] = {}  # messages coded per (direction, sender): their seed streams
+
+    # -- timing ------------------------------------------------------------------------------------------
+    def flops_of(self, end: Endpoint) -> float:
+        """FLOP/s of an end: a device's training throughput, an edge server's or the cloud's ``servers:``."""
+        kind = end[0]
+        if kind == "device":
+            return float(self._device_flops.item(int(end[1])))
+        return self._server_flops[kind]
+
+    def plan(self, kind: str, src: Endpoint, dst: Endpoint) -> tuple[int, float, float] | None:
+        """``(bytes, encode s, decode s)`` of a model message over a route of ``kind``; None: no channel there."""
+        direction = direction_of(kind, src[0])
+        cost = self._cost.get(direction) if direction is not None else None
+        if cost is None:
+            return None
+        size, enc, dec, eff = cost
+        encode_s = enc / (self.flops_of(src) * eff) if enc > 0 else 0.0
+        decode_s = dec / (self.flops_of(dst) * eff) if dec > 0 else 0.0
+        stats = self.stats[direction]  # type: ignore[index]
+        stats[0] += 1
+        stats[1] += size
+        stats[2] += encode_s
+        stats[3] += decode_s
+        return size, encode_s, decode_s
+
+    # -- values ------------------------------------------------------------------------------------------
+    def channel(self, src: Endpoint, dst: Endpoint) -> tuple[str, Channel] | None:
+        """``(direction, channel)`` of a model message ``src → dst``; None: none there."""
+        a, b = src[0], dst[0]
+        if a == "device":
+            direction = "device_uplink" if b != "device" else None
+        elif b == "device":
+            direction = "device_downlink"
+        else:
+            direction = "edge_uplink" if a == "edge" else "edge_downlink"
+        ch = self.placed.get(direction) if direction is not None else None
+        return None if ch is None else (direction, ch)  # type: ignore[return-value]
+
+    def coded(self, src: Endpoint, dst: Endpoint, handle: Any) -> Any:
+        """The model the receiver of a model message ``src → dst`` carrying ``handle`` gets: decode(encode(·))."""
+        found = self.channel(src, dst)
+        if found is None or handle is None or not self.computes:
+            return handle
+        if self.nonfinite is not None and self.nonfinite.marked(handle):
+            return handle  # a dropped non-finite update stays the handle the ledger knows
+        direction, ch = found
+        memo = self._memo[direction]
+        if not ch.keeps_state:
+            for old, new in memo:
+                if old is handle:
+                    return new
+        sender = int(src[1])
+        key = (direction, sender)
+        k = self._sent.get(key, 0)
+        self._sent[key] = k + 1
+        seed = int(stream(self.seed, "channel", DIRECTIONS.index(direction), sender, k).integers(2**63 - 1))
+        params = {"channel": ch.model_dump(mode="json"), "elements": self.elements}
+        outputs, _, _, _ = self.executor.servers.run_task("channel", params, seed, f"channel:{direction}", sender,
+                                                          [handle])
+        decoded = outputs[0]
+        if not ch.keeps_state:
+            memo.append((handle, decoded))
+            if len(memo) > _MEMO:
+                del memo[0]
+        return decoded
+
+    # -- summary -----------------------------------------------------------------------------------------
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s ``channels`` block."""
+        out: dict[str, Any] = {}
+        saved = {"device_tier": 0, "edge_tier": 0}
+        for d in DIRECTIONS:
+            if d not in self.placed:
+                continue
+            n, sent, enc, dec = self.stats[d]
+            raw = int(n) * self.raw_bytes
+            saved[_TIER[d]] += raw - int(sent)
+            out[d] = {"channel": self.placed[d].name, "messages": int(n), "bytes": int(sent), "raw_bytes": raw,
+                      "saved_bytes": raw - int(sent), "encode_s": enc, "decode_s": dec}
+        return {"channels": {**out, "bytes_saved": saved}}

@@ -1,0 +1,40 @@
+"""``channel``: a model message through a transfer channel, as its receiver gets it (``channels:``).
+
+The driver charges the message's bytes and its encode and decode time itself (:mod:`hierfl.channels.driver`);
+this task computes the value: ``decode(encode(x))`` of the channel named in ``params`` (its settings as in the
+scenario), with the sender's kept state (``ctx.state`` of the point ``("channel:<direction>", sender)``, saved
+in checkpoints with the roles' state) for a channel that keeps state. It charges no work here (0 FLOPs): the
+driver has charged it on the sender's and the receiver's clocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hierfl.learn.server_tasks import ServerContext, ServerResult, server_task
+
+__all__ = ["channel"]
+
+
+def _example(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
+    x = np.linspace(-1.0, 1.0, 8, dtype=np.float32)
+    return [x], {"channel": {"name": "fp16"}, "elements": 8}
+
+
+@server_task("channel", example=_example)
+def channel(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
+            rng: np.random.Generator) -> ServerResult:
+    """``inputs[0]`` encoded and decoded by ``params["channel"]`` (a channel's config); output: the decoded vector."""
+    from hierfl.channels.rules import CHANNELS  # noqa: PLC0415 (a plug-in channel is registered by then)
+
+    spec = dict(params["channel"])
+    ch = CHANNELS.get(spec["name"]).model_validate(spec)
+    x = inputs[0]
+    elements = int(params.get("elements", x.size))
+    state: dict[str, Any] = ctx.state if ch.keeps_state else {}
+    out = np.asarray(ch.decode(ch.encode(x, state, rng), elements), dtype=np.float32)
+    if out.shape != x.shape:
+        raise ValueError(f"channel {ch.name!r} decoded {out.shape} values from a message of {x.shape}")
+    return ServerResult([out], 0.0)
