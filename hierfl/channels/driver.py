@@ -129,7 +129,9 @@ class ChannelLinks:
         k = self._sent.get(key, 0)
         self._sent[key] = k + 1
         seed = int(stream(self.seed, "channel", DIRECTIONS.index(direction), sender, k).integers(2**63 - 1))
-        params = {"channel": ch.model_dump(mode="json"), "elements": self.elements}
+        # the vector as it moves is encoded whole (its length is the decoder's ``elements``); the bytes charged are the
+        # message's (``self.elements`` values: what travels, e.g. without layers a device keeps)
+        params = {"channel": ch.model_dump(mode="json")}
         outputs, _, _, _ = self.executor.servers.run_task("channel", params, seed, f"channel:{direction}", sender,
                                                           [handle])
         decoded = outputs[0]

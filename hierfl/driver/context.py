@@ -93,8 +93,10 @@ class Context:
         self.channels: ChannelLinks | None = None
         placed = {} if scenario.channels.default else scenario.channels.resolved(type(scenario.protocol).channel_links)
         if placed:
+            # a message's values: every float32 value a model message carries (the model, and a control vector or
+            # step sizes when the trainer's layout adds them; only the global layers when some stay on the device)
             self.channels = self.transfers.channels = self.aggregation.channels = ChannelLinks(
-                placed, built.num_params, self._world.model_bytes, device_flops(scenario, built), scenario.servers,
+                placed, self._world.model_bytes // 4, self._world.model_bytes, device_flops(scenario, built), scenario.servers,
                 executor, scenario.seed, bool(self._spec.train), self.aggregation.nonfinite)
 
     def summary_part(self) -> dict[str, Any]:

@@ -341,3 +341,15 @@ def test_edge_uplink_bytes_and_times_by_hand(tmp_path):
     # the edge → cloud link: 1 000 Mbit/s and 20 ms (topology.edge_cloud's defaults)
     assert all(e["dur"] == pytest.approx((size * 8 / 1e6 / 1000.0 + 0.020) * 1e6, rel=1e-9) for e in up)
     assert all(e["args"]["bytes"] == size for e in up)
+
+
+def test_a_message_with_a_control_vector_is_coded_and_charged_whole(tmp_path):
+    """SCAFFOLD's messages carry the model and its control (layout CONTROLLED): a channel codes both parts and
+    charges the bytes of both, 2 × PARAMS values per message."""
+    run = _run(tmp_path, "scaffold", training={"trainer": "scaffold"}, channels={"uplink": "fp16"})
+    s = _summary(run)
+    block = s["channels"]["device_uplink"]
+    n = block["messages"]
+    assert n == 4 * s["rounds"] > 0
+    assert block["bytes"] == n * 2 * (2 * PARAMS) and block["raw_bytes"] == n * 4 * (2 * PARAMS)
+    assert s["totals"]["bytes_device_tier"] == n * 2 * (2 * PARAMS) + n * 4 * (2 * PARAMS)
