@@ -70,6 +70,7 @@ class _Transfer:
     guards: list[Event] | None = None  # its devices' going-offline events (availability), made when needed
     delivery: Event | None = None
     flow: Any = None
+    owner: Any = None  # a driver service that sent it (a sub-protocol's message): it hears the arrival and a loss
 
 
 class Transfers:
@@ -112,13 +113,15 @@ class Transfers:
 
     # -- transfers through the network -----------------------------------------------------------
     def send(self, src: Endpoint, dst: Endpoint, event: str, payload: Any, name: str,
-             priority: int = Priority.ARRIVAL, size: int | None = None, **args: Any) -> int:
+             priority: int = Priority.ARRIVAL, size: int | None = None, owner: Any = None, **args: Any) -> int:
         """Start a model transfer ``src → dst`` now; ``event`` (with ``payload``) fires when it arrives.
 
         The transfer is a flow in the network model: it shares finite-capacity links with the other
         transfers crossing them (max-min fair), follows link events, and arrives ``latency`` after
         its last bit. If a device at either end goes offline before it arrives, it is lost and the
         protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
+        ``owner``: a driver service that sent it (:mod:`hierfl.subprotocol.driver`): its ``on_arrival``
+        handles the arrival and its ``transfer_lost(fid, payload)`` hears a withdrawal, not the protocol.
         """
         a, b = src[0], dst[0]
         if a == "device" and b == "edge":  # the common cases first: the device's cached route
@@ -144,6 +147,8 @@ class Transfers:
                  if self.energy is not None else ())  # only the energy ledger reads it
         tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
                        args, route.servers, radio)
+        if owner is not None:
+            tr.owner = owner
         self._transfers[fid] = tr
         flow = tr.flow = self._start_flow(route, fid, size * 8 / 1e6, now)
         if not self.dyn.availability.trivial:
@@ -161,7 +166,7 @@ class Transfers:
             # the arrival, as the network's wake-up at its end would have scheduled it
             end = flow.end
             delivery = tr.delivery = self.queue.push((end if end > now else now) + tr.latency_s, event, payload,
-                                                     priority)
+                                                     priority, None if owner is None else owner.on_arrival)
             delivery.transfer = fid  # a transfer's arrival carries its id (before_dispatch)
             if not self._attached:
                 return fid  # no flow of the shared schedule changed: its next finish is the same
@@ -226,7 +231,8 @@ class Transfers:
             for fid in nxt[1]:
                 net.remove(now, fid)
                 tr = self._transfers[fid]
-                tr.delivery = queue.push(now + tr.latency_s, tr.event, tr.payload, tr.priority)
+                tr.delivery = queue.push(now + tr.latency_s, tr.event, tr.payload, tr.priority,
+                                         None if tr.owner is None else tr.owner.on_arrival)
                 tr.delivery.transfer = fid
             nxt = net.next_finish()
         self._reschedule_net(nxt)   # nothing changed since that answer
@@ -277,6 +283,8 @@ class Transfers:
             self.net.remove(self.now, fid)
             self._reschedule_net()
         self._finish_transfer(fid, lost=True)   # (a detached flow leaves the network there)
+        if tr.owner is not None:
+            tr.owner.transfer_lost(fid, tr.payload)
 
     def cancel_transfer(self, fid: int) -> None:
         """Withdraw a transfer still in flight (its event never fires)."""
@@ -353,7 +361,8 @@ class Transfers:
         lost = []
         for fid in sorted(self._server_transfers.get(server, set())):
             tr = self._transfers[fid]
-            lost.append((tr.event, tr.payload))
+            if tr.owner is None:  # (an owned transfer's loss goes to its owner)
+                lost.append((tr.event, tr.payload))
             self._cancel_transfer(fid)
         return lost
 

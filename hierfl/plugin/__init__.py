@@ -60,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "EXECUTORS": "hierfl.executors",
     "SERVER_TASKS": "hierfl.learn.server_tasks",
     "server_task": "hierfl.learn.server_tasks",
+    "SUBPROTOCOLS": "hierfl.subprotocol.config",
     # configuration
     "ConfigModel": "hierfl.config.base",
     "Problem": "hierfl.config.errors",
@@ -106,6 +107,10 @@ _EXPORTS: dict[str, str] = {
     "RuleConfig": "hierfl.robust.rules",
     "BehaviorConfig": "hierfl.robust.behaviours",
     "DistConfig": "hierfl.devices.dists",
+    "SubProtocolConfig": "hierfl.subprotocol.config",
+    "SubRound": "hierfl.subprotocol.config",
+    "RoundView": "hierfl.subprotocol.config",
+    "SubProtocolDone": "hierfl.subprotocol.config",
     "rng_stream": "hierfl.core.rng",
     # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)
     "load_plugins": "hierfl.config.plugins",

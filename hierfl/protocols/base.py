@@ -83,6 +83,9 @@ class ProtocolConfig(ConfigModel):
     uses_public_data: ClassVar[bool] = False
     # whether it reads the devices' class histograms (`World.label_counts`, built only then)
     needs_label_counts: ClassVar[bool] = False
+    # the tiers whose aggregation points can run a sub-protocol before they aggregate (`subprotocol:`,
+    # hierfl.subprotocol): the protocol calls `env.tier(...).prepare` and commits over the survivors. none by default
+    subprotocol_tiers: ClassVar[tuple[str, ...]] = ()
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant

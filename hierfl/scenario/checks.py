@@ -105,6 +105,8 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(scenario.server_optimizer.check(type(scenario.protocol).server_optimizer_tiers,
                                                     scenario.protocol.name))
     problems.extend(_robust_checks(scenario))
+    if not scenario.subprotocol.default:  # a sub-protocol only where the protocol can run one
+        problems.extend(scenario.subprotocol.problems(scenario))
     problems.extend(_energy_checks(scenario))
     problems.extend(_runtime_checks(scenario))
     problems.extend(_models_checks(scenario))
