@@ -17,6 +17,7 @@ from hierfl.driver.errors import DivergedError
 from hierfl.driver.nonfinite import NonFinite
 from hierfl.driver.server_jobs import ServerJobs
 from hierfl.driver.tiers import Layer, TierAggregator, compose
+from hierfl.subprotocol.driver import SubProtocols
 from hierfl.env.api import Endpoint, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 
@@ -101,8 +102,8 @@ class Aggregation:
         self.round_rules = RoundRules(scenario, world)
         # each server's own computation (server tasks), queued per server in virtual time
         self.server_jobs = ServerJobs(scenario.servers, executor, telemetry, clock)
-        # sub-protocols before an aggregation (subprotocol:), made on first use
-        self._subprotocols: Any = None
+        # sub-protocols an aggregation point runs before it aggregates (subprotocol:)
+        self.subprotocols = SubProtocols(scenario, clock)
 
     @property
     def now(self) -> float:
@@ -121,19 +122,6 @@ class Aggregation:
                 stack = self._stacks[tier] = compose(self, tier)
             agg = self._tiers[(tier, entity)] = TierAggregator(self, tier, entity, stack)
         return agg
-
-    def subprotocol_at(self, tier: str) -> Any:
-        """The sub-protocol the scenario places at ``tier`` (None: none)."""
-        section = getattr(self.scenario, "subprotocol", None)
-        return None if section is None else section.at(tier)
-
-    def subprotocols(self) -> Any:
-        """The run's sub-protocol service (:class:`~hierfl.subprotocol.driver.SubProtocols`)."""
-        if self._subprotocols is None:
-            from hierfl.subprotocol.driver import SubProtocols
-
-            self._subprotocols = SubProtocols(self._clock)
-        return self._subprotocols
 
     @property
     def global_model(self) -> Any:

@@ -120,8 +120,7 @@ class Transfers:
         transfers crossing them (max-min fair), follows link events, and arrives ``latency`` after
         its last bit. If a device at either end goes offline before it arrives, it is lost and the
         protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
-        ``owner``: a driver service that sent it (:mod:`hierfl.subprotocol.driver`): its ``on_arrival``
-        handles the arrival and its ``transfer_lost(fid, payload)`` hears a withdrawal, not the protocol.
+        ``owner``: a driver service that sent it hears its arrival and loss (:mod:`hierfl.subprotocol.driver`).
         """
         a, b = src[0], dst[0]
         if a == "device" and b == "edge":  # the common cases first: the device's cached route
@@ -146,9 +145,7 @@ class Transfers:
         radio = (tuple((int(end[1]), end is src) for end in (src, dst) if end[0] == "device")
                  if self.energy is not None else ())  # only the energy ledger reads it
         tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
-                       args, route.servers, radio)
-        if owner is not None:
-            tr.owner = owner
+                       args, route.servers, radio, owner=owner)
         self._transfers[fid] = tr
         flow = tr.flow = self._start_flow(route, fid, size * 8 / 1e6, now)
         if not self.dyn.availability.trivial:

@@ -154,7 +154,7 @@ class Aggregator(Protocol):
         """Run this point's sub-protocol with ``participants`` (devices, or edge servers when
         ``source="edge"``) now: its message rounds are transfers on the emulated links and its work is
         virtual time; a participant that goes offline is dropped. ``on_<done>`` then fires with a
-        :class:`~hierfl.subprotocol.config.SubProtocolDone` (the survivors, whose inputs the protocol
+        :class:`~hierfl.env.events.SubProtocolDone` (the survivors, whose inputs the protocol
         aggregates, or a failure: fewer than the threshold were left)."""
 
     # -- queues and asynchronous updates --------------------------------------------------------------

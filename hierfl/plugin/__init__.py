@@ -110,7 +110,7 @@ _EXPORTS: dict[str, str] = {
     "SubProtocolConfig": "hierfl.subprotocol.config",
     "SubRound": "hierfl.subprotocol.config",
     "RoundView": "hierfl.subprotocol.config",
-    "SubProtocolDone": "hierfl.subprotocol.config",
+    "SubProtocolDone": "hierfl.env.events",
     "rng_stream": "hierfl.core.rng",
     # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)
     "load_plugins": "hierfl.config.plugins",

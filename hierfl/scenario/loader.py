@@ -219,7 +219,7 @@ def _strip_tags(loc: tuple[Any, ...], raw: Any) -> str:
     for i, item in enumerate(loc):
         if (isinstance(node, dict) and node is not tagged and any(node.get(d) == item for d in _DISCRIMINATORS)
                 and (item not in node or not _indexes(node[item], loc[i + 1:i + 2]))):
-            tagged = node  # (a plug-in named like one of its keys, `{name: rounds, rounds: [...]}`: the tag comes first)
+            tagged = node  # (a plug-in named like its key, `{name: rounds, rounds: [...]}`: the tag comes first)
             continue  # the union tag pydantic inserts, e.g. protocol.<fedavg>.fraction
         if isinstance(item, str) and item.startswith(("function-", "constrained-")):
             continue

@@ -46,7 +46,7 @@ from hierfl.protocols import PROTOCOLS
 from hierfl.robust.config import AggregationSection
 from hierfl.scenario.nonfinite import NonFiniteConfig
 from hierfl.scenario.servers import ServersConfig
-from hierfl.subprotocol import SubProtocolSection
+from hierfl.subprotocol.config import SubProtocolSection
 from hierfl.topology import GENERATORS
 from hierfl.topology.devgraph import DEVICE_GRAPHS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hierfl.env.api import Endpoint
-from hierfl.env.events import Payload
+from hierfl.env.events import Payload, SubProtocolDone
 from hierfl.kernel.engine import Event, Priority
-from hierfl.subprotocol.config import RoundView, SubProtocolConfig, SubProtocolDone, SubRound
+from hierfl.subprotocol.config import RoundView, SubProtocolConfig, SubRound
 
 __all__ = ["SubMsg", "SubProtocols"]
 
@@ -85,13 +85,20 @@ class _Instance:
 
 
 class SubProtocols:
-    """Every sub-protocol instance of one run (the run's :class:`~hierfl.driver.context.Context` ``ctx``)."""
+    """Every sub-protocol instance of one run (``ctx``: the run's :class:`~hierfl.driver.context.Context`,
+    which is still being built when this is made; it is read only once the run goes)."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, scenario: Any, ctx: Any) -> None:
+        section = getattr(scenario, "subprotocol", None)
+        self._at = {tier: None if section is None else section.at(tier) for tier in ("cloud", "edge")}
         self.ctx = ctx
         self._instances: dict[int, _Instance] = {}
         self._next = 0
         self._tier_gflops: dict[str, float] | None = None
+
+    def at(self, tier: str) -> SubProtocolConfig | None:
+        """The sub-protocol the scenario places at ``tier`` (None: none)."""
+        return self._at.get(tier)
 
     # -- starting one ------------------------------------------------------------------------------------
     def prepare(self, cfg: SubProtocolConfig, tier: str, entity: int, participants: list[int], done: str,
@@ -240,7 +247,7 @@ class SubProtocols:
         self.ctx.transfers.before_dispatch(event)  # its transfer is over: its span, its network flow
         msg: SubMsg = event.payload
         inst = self._instances.get(msg.instance)
-        if inst is None or msg.device not in inst.alive or inst.pending.get(msg.device, ("", None))[1] != event.transfer:
+        if inst is None or msg.device not in inst.alive or inst.pending.get(msg.device) != ("t", event.transfer):
             return None
         if msg.step == "down":
             self._work(inst, msg.device)

@@ -230,8 +230,8 @@ def test_resume_from_a_checkpoint_inside_a_subprotocol(tmp_path: Path, monkeypat
     due = Checkpointer.due
 
     def due_inside(self: Checkpointer, run: Any) -> bool:
-        service = run.ctx.aggregation._subprotocols
-        if not taken and service is not None and service._instances and run.ctx.counters["cloud_aggregations"] >= 1:
+        running = run.ctx.aggregation.subprotocols._instances  # a sub-protocol is in flight
+        if not taken and running and run.ctx.counters["cloud_aggregations"] >= 1:
             taken.append(run.ctx.now)
             return True
         return due(self, run)
