@@ -123,8 +123,10 @@ class SubProtocols:
                                                       handler=self._on_guard))
         if server in ctx.transfers.down:
             self._fail(inst, "server_down")
-            return
-        self._begin_round(inst)
+        elif len(inst.alive) < inst.threshold:  # too few senders to begin with
+            self._fail(inst, "below_threshold")
+        else:
+            self._begin_round(inst)
 
     # -- one round -----------------------------------------------------------------------------------------
     def _view(self, inst: _Instance) -> RoundView:
@@ -132,12 +134,13 @@ class SubProtocols:
                          int(self.ctx.world.model_bytes), inst.tier, inst.source)
 
     def _begin_round(self, inst: _Instance) -> None:
+        if inst.round > 0:  # those lost during the round just over are the new round's `dropped_last`
+            inst.lost_before, inst.lost_in_round = inst.lost_in_round, 0
         plan = inst.cfg.plan(self._view(inst))
         if plan is None:
             self._finish(inst)
             return
         inst.plan, inst.round_start = plan, self.ctx.now
-        inst.lost_before, inst.lost_in_round = inst.lost_in_round, 0
         inst.waiting = set(inst.alive)
         inst.starting = True
         for d in sorted(inst.alive):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 
+from hierfl.config import late
 from hierfl.config.errors import ConfigError
 from hierfl.driver import resume_run, run_scenario
 from hierfl.driver.checkpoint import Checkpointer
@@ -170,6 +171,47 @@ def test_a_loss_in_a_round_that_keeps_inputs_still_aggregates_that_input(tmp_pat
                **_leave(unmask_at + _down(8) / 2, [1]))
     assert _totals(sub)["subprotocol_dropped"] == 1
     assert _lines(sub, "cloud_aggregate")[0]["participants"] == 4  # its masked input was in: it is aggregated
+
+
+VIEWS: list[RoundView] = []
+
+
+@SUBPROTOCOLS.register
+class Recorder(SubProtocolConfig):
+    """A test-only sub-protocol that records the views it plans from: two rounds of 1000 bytes down."""
+
+    name: Literal["test_recorder"] = "test_recorder"
+
+    def plan(self, view: RoundView) -> SubRound | None:
+        VIEWS.append(view)
+        return SubRound(f"r{view.round}", down_bytes=1000) if view.round < 2 else None
+
+    def charges_sender_flops(self) -> bool:
+        return False
+
+
+def test_a_round_is_planned_from_who_is_left(tmp_path: Path) -> None:
+    plain = _run(tmp_path, "plain", stop={"rounds": 1})
+    t0 = _lines(plain, "cloud_aggregate")[0]["t"]
+    VIEWS.clear()
+    _run(tmp_path, "sub", subprotocol={"cloud": {"name": "test_recorder"}}, stop={"rounds": 1},
+         **_leave(t0 + _down(1000) / 2, [0]))
+    got = [(v.round, v.participants, v.alive, v.dropped, v.dropped_last, v.peers) for v in VIEWS[:3]]
+    assert got == [(0, 4, 4, 0, 0, 3), (1, 4, 3, 1, 1, 2), (2, 4, 3, 1, 0, 2)]
+
+
+def test_too_few_participants_to_begin_with_fail_every_round(tmp_path: Path) -> None:
+    sub = _run(tmp_path, "sub", subprotocol={"cloud": {**TWO_ROUNDS, "min_survivors": 5}},
+               stop={"virtual_time_s": 5.0, "rounds": None})
+    totals = _totals(sub)
+    assert totals["subprotocol_failed"] == totals["subprotocol_runs"] >= 2
+    assert totals["cloud_aggregations"] == 0 and "subprotocol_rounds" not in totals
+    # the global model never changed: it is the initial one (a run stopped before its first round)
+    first = _run(tmp_path, "t0", stop={"virtual_time_s": 0.5, "rounds": None}, evaluation={"every_s": 0.5})
+    assert np.array_equal(np.load(sub / "final_model.npy"), np.load(first / "final_model.npy"))
+
+
+late.refresh()  # the scenario schema's union of sub-protocols names the two registered above
 
 
 # -- (d) bad keys and protocols that cannot run one ---------------------------------------------------------
