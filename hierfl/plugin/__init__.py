@@ -108,8 +108,8 @@ _EXPORTS: dict[str, str] = {
     "BehaviorConfig": "hierfl.robust.behaviours",
     "DistConfig": "hierfl.devices.dists",
     "SubProtocolConfig": "hierfl.subprotocol.config",
-    "SubRound": "hierfl.subprotocol.config",
-    "RoundView": "hierfl.subprotocol.config",
+    "SubRound": "hierfl.subprotocol.math",
+    "RoundView": "hierfl.subprotocol.math",
     "SubProtocolDone": "hierfl.env.events",
     "rng_stream": "hierfl.core.rng",
     # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)

@@ -30,8 +30,6 @@ where the protocol declares it can run one (``ProtocolConfig.subprotocol_tiers``
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
@@ -39,61 +37,15 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 from hierfl.config.base import ConfigModel, cloud_shorthand
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
+from hierfl.subprotocol.math import RoundView, SubRound, fraction_threshold, round_bytes
 
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
 
-__all__ = ["SUBPROTOCOLS", "SubProtocolConfig", "SubRound", "RoundView", "NoSubProtocol",
-           "RoundSpec", "RoundsSubProtocol", "SubProtocolSection", "fraction_threshold"]
+__all__ = ["SUBPROTOCOLS", "SubProtocolConfig", "SubRound", "RoundView", "NoSubProtocol", "RoundSpec",
+           "RoundsSubProtocol", "SubProtocolSection"]
 
 SUBPROTOCOLS: Registry = Registry("sub-protocol")
-
-
-@dataclass(frozen=True)
-class RoundView:
-    """What a sub-protocol knows when it plans round ``round`` (0-based) at one aggregation point.
-
-    ``participants``: senders the sub-protocol started with (N); ``alive``: those still taking part
-    now; ``dropped``: those lost so far (``participants − alive``); ``dropped_last``: those lost in
-    the round before this one; ``model_bytes``: one model message; ``tier``: ``cloud`` or ``edge``;
-    ``source``: whether the senders are ``device`` s or ``edge`` servers.
-    """
-
-    round: int
-    participants: int
-    alive: int
-    dropped: int
-    dropped_last: int
-    model_bytes: int
-    tier: str
-    source: str = "device"
-
-    @property
-    def peers(self) -> int:
-        """Other senders still taking part (``alive − 1``): the size of a full-graph neighbourhood."""
-        return max(self.alive - 1, 0)
-
-
-@dataclass(frozen=True)
-class SubRound:
-    """One round's cost, per sender still taking part.
-
-    ``down_bytes``: the aggregator → sender message (none when 0: the round starts at the sender);
-    ``sender_flops`` / ``sender_s``: the sender's work after it (FLOPs at the sender's FLOP/s, or
-    seconds; a device's slowdown scales both); ``up_bytes``: the sender → aggregator message (none
-    when 0); ``server_flops`` / ``server_s``: the aggregator's work once every sender is in (at
-    ``servers.<tier>``'s FLOP/s). ``keeps_lost_inputs``: a participant lost during this round keeps
-    its input in the aggregate (it no longer counts towards the threshold).
-    """
-
-    name: str
-    up_bytes: int = 0
-    down_bytes: int = 0
-    sender_flops: float = 0.0
-    sender_s: float = 0.0
-    server_flops: float = 0.0
-    server_s: float = 0.0
-    keeps_lost_inputs: bool = False
 
 
 class SubProtocolConfig(ConfigModel):
@@ -146,11 +98,6 @@ class NoSubProtocol(SubProtocolConfig):
 
     def charges_sender_flops(self) -> bool:
         return False
-
-
-def fraction_threshold(participants: int, minimum: int, fraction: float) -> int:
-    """``max(minimum, ⌈fraction · participants⌉)`` (a small epsilon keeps 2/3 · 3 at 2)."""
-    return max(int(minimum), math.ceil(fraction * participants - 1e-9))
 
 
 # -- the shipped sub-protocol ---------------------------------------------------------------------------
@@ -218,9 +165,8 @@ class RoundsSubProtocol(SubProtocolConfig):
         peers = view.peers
         return SubRound(
             name=r.name or f"r{view.round}",
-            down_bytes=int(r.down_bytes + r.down_per_peer_bytes * peers
-                           + round(r.down_model_fraction * view.model_bytes)),
-            up_bytes=int(r.up_bytes + r.up_per_peer_bytes * peers + round(r.up_model_fraction * view.model_bytes)),
+            down_bytes=round_bytes(r.down_bytes, r.down_per_peer_bytes, r.down_model_fraction, peers, view.model_bytes),
+            up_bytes=round_bytes(r.up_bytes, r.up_per_peer_bytes, r.up_model_fraction, peers, view.model_bytes),
             sender_flops=r.sender_flops + r.sender_flops_per_peer * peers,
             server_flops=r.server_flops + r.server_flops_per_sender * view.alive,
             keeps_lost_inputs=r.keeps_lost_inputs)

@@ -29,7 +29,8 @@ from typing import Any
 from hierfl.env.api import Endpoint
 from hierfl.env.events import Payload, SubProtocolDone
 from hierfl.kernel.engine import Event, Priority
-from hierfl.subprotocol.config import RoundView, SubProtocolConfig, SubRound
+from hierfl.subprotocol.config import SubProtocolConfig
+from hierfl.subprotocol.math import RoundView, SubRound
 
 __all__ = ["SubMsg", "SubProtocols"]
 
