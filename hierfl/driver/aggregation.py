@@ -17,6 +17,7 @@ from hierfl.driver.errors import DivergedError
 from hierfl.driver.nonfinite import NonFinite
 from hierfl.driver.server_jobs import ServerJobs
 from hierfl.driver.tiers import Layer, TierAggregator, compose
+from hierfl.subprotocol.driver import SubProtocols
 from hierfl.env.api import Endpoint, Term
 from hierfl.env.records import CloudAggregate, EdgeAggregate, UpdateDropped
 
@@ -102,6 +103,8 @@ class Aggregation:
         self.round_rules = RoundRules(scenario, world)
         # each server's own computation (server tasks), queued per server in virtual time
         self.server_jobs = ServerJobs(scenario.servers, executor, telemetry, clock)
+        # sub-protocols an aggregation point runs before it aggregates (subprotocol:)
+        self.subprotocols = SubProtocols(scenario, clock)
 
     @property
     def now(self) -> float:

@@ -182,6 +182,20 @@ class TierAggregator:
         """Forget what the running aggregation holds (an aborted edge round)."""
         self.agg.discard_edge(self.entity)
 
+    # -- a sub-protocol before it aggregates ----------------------------------------------------------
+    @property
+    def subprotocol(self) -> Any:
+        """The sub-protocol of this point's tier (``subprotocol.<tier>``), or None (none)."""
+        return self.agg.subprotocols.at(self.tier)
+
+    def prepare(self, participants: list[int], done: str, payload: Any = None, source: str = "device") -> None:
+        """Run this tier's sub-protocol with ``participants`` now (:mod:`hierfl.subprotocol.driver`);
+        ``on_<done>`` fires at its end with a :class:`~hierfl.env.events.SubProtocolDone`."""
+        cfg = self.subprotocol
+        if cfg is None:
+            raise RuntimeError(f"no sub-protocol at the {self.tier} tier (subprotocol.{self.tier}: none)")
+        self.agg.subprotocols.prepare(cfg, self.tier, self.entity, participants, done, payload, source)
+
     # -- queues and asynchronous updates -------------------------------------------------------------
     def step(self, base: Any, deltas: list[Term], sources: list[int], staleness: list[int], version: int,
              queue_len: int, source: str = "device") -> Any:

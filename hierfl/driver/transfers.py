@@ -74,6 +74,7 @@ class _Transfer:
     flow: Any = None
     decode_s: float = 0.0   # a transfer channel's decoding at the receiver, in its latency (``channels:``)
     receiver: Any = None    # its receiving end, where a channel's decoding is traced
+    owner: Any = None  # a driver service that sent it (a sub-protocol's message): it hears the arrival and a loss
 
 
 class Transfers:
@@ -116,13 +117,14 @@ class Transfers:
 
     # -- transfers through the network -----------------------------------------------------------
     def send(self, src: Endpoint, dst: Endpoint, event: str, payload: Any, name: str,
-             priority: int = Priority.ARRIVAL, size: int | None = None, **args: Any) -> int:
+             priority: int = Priority.ARRIVAL, size: int | None = None, owner: Any = None, **args: Any) -> int:
         """Start a model transfer ``src → dst`` now; ``event`` (with ``payload``) fires when it arrives.
 
         The transfer is a flow in the network model: it shares finite-capacity links with the other
         transfers crossing them (max-min fair), follows link events, and arrives ``latency`` after
         its last bit. If a device at either end goes offline before it arrives, it is lost and the
         protocol gets ``device_lost`` instead. ``args`` go to its trace span (e.g. a ring hop's peer).
+        ``owner``: a driver service that sent it hears its arrival and loss (:mod:`hierfl.subprotocol.driver`).
         """
         a, b = src[0], dst[0]
         if a == "device" and b == "edge":  # the common cases first: the device's cached route
@@ -148,7 +150,7 @@ class Transfers:
         radio = (tuple((int(end[1]), end is src) for end in (src, dst) if end[0] == "device")
                  if self.energy is not None else ())  # only the energy ledger reads it
         tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
-                       args, route.servers, radio)
+                       args, route.servers, radio, owner=owner)
         self._transfers[fid] = tr
         if coded is not None:  # a model message through a transfer channel: the sender encodes it first
             return _start_coded(self, tr, route, fid, src, dst, coded[1], coded[2])
@@ -168,7 +170,7 @@ class Transfers:
             # the arrival, as the network's wake-up at its end would have scheduled it
             end = flow.end
             delivery = tr.delivery = self.queue.push((end if end > now else now) + tr.latency_s, event, payload,
-                                                     priority)
+                                                     priority, None if owner is None else owner.on_arrival)
             delivery.transfer = fid  # a transfer's arrival carries its id (before_dispatch)
             if not self._attached:
                 return fid  # no flow of the shared schedule changed: its next finish is the same
@@ -233,7 +235,8 @@ class Transfers:
             for fid in nxt[1]:
                 net.remove(now, fid)
                 tr = self._transfers[fid]
-                tr.delivery = queue.push(now + tr.latency_s, tr.event, tr.payload, tr.priority)
+                tr.delivery = queue.push(now + tr.latency_s, tr.event, tr.payload, tr.priority,
+                                         None if tr.owner is None else tr.owner.on_arrival)
                 tr.delivery.transfer = fid
             nxt = net.next_finish()
         self._reschedule_net(nxt)   # nothing changed since that answer
@@ -263,21 +266,7 @@ class Transfers:
             bits = 0.0 if lost else tr.size * 8.0
             for d, sends in tr.radio:
                 self.energy.transfer(d, bits, now - tr.start, sends)
-        self._trace(tr, now, lost)
-
-    def _trace(self, tr: _Transfer, now: float, lost: bool) -> None:
-        """The transfer's span on its lane of the trace (if that lane is kept)."""
-        lane = tr.lane
-        kept = self.telemetry.trace.devices  # trace.keeps(lane), inlined: most lanes of a large run are not kept
-        if kept is not None and lane[0] == "device" and int(lane[1]) not in kept:
-            return
-        args = dict(tr.args)
-        if tr.flow is not None and tr.flow.max_sharing > 1:
-            args["shared_max"] = tr.flow.max_sharing
-        if lost:
-            args["lost"] = True
-        self.telemetry.span(tr.lane, tr.name, tr.start, max(now - tr.start - tr.decode_s, 0.0), bytes=tr.size,
-                            **args)  # (a channel's message: its encoding and decoding have spans of their own)
+        _trace(self.telemetry, tr, now, lost)
 
     def _cancel_transfer(self, fid: int) -> None:
         tr = self._transfers[fid]
@@ -287,6 +276,8 @@ class Transfers:
             self.net.remove(self.now, fid)
             self._reschedule_net()
         self._finish_transfer(fid, lost=True)   # (a detached flow leaves the network there)
+        if tr.owner is not None:
+            tr.owner.transfer_lost(fid, tr.payload)
 
     def cancel_transfer(self, fid: int) -> None:
         """Withdraw a transfer still in flight (its event never fires)."""
@@ -363,7 +354,8 @@ class Transfers:
         lost = []
         for fid in sorted(self._server_transfers.get(server, set())):
             tr = self._transfers[fid]
-            lost.append((tr.event, tr.payload))
+            if tr.owner is None:  # (an owned transfer's loss goes to its owner)
+                lost.append((tr.event, tr.payload))
             self._cancel_transfer(fid)
         return lost
 
@@ -376,6 +368,21 @@ class Transfers:
         else:
             pending.append(event)
         return event
+
+
+def _trace(telemetry: RunTelemetry, tr: _Transfer, now: float, lost: bool) -> None:
+    """The transfer's span on its lane of the trace (if that lane is kept)."""
+    lane = tr.lane
+    kept = telemetry.trace.devices  # trace.keeps(lane), inlined: most lanes of a large run are not kept
+    if kept is not None and lane[0] == "device" and int(lane[1]) not in kept:
+        return
+    args = dict(tr.args)
+    if tr.flow is not None and tr.flow.max_sharing > 1:
+        args["shared_max"] = tr.flow.max_sharing
+    if lost:
+        args["lost"] = True
+    telemetry.span(tr.lane, tr.name, tr.start, max(now - tr.start - tr.decode_s, 0.0), bytes=tr.size,
+                   **args)  # (a channel's message: its encoding and decoding have spans of their own)
 
 
 def _start_coded(t: Transfers, tr: _Transfer, route: Route, fid: int, src: Endpoint, dst: Endpoint, encode_s: float,

@@ -145,6 +145,19 @@ class Aggregator(Protocol):
     def discard(self) -> None:
         """Forget what the running aggregation holds (an aborted round)."""
 
+    # -- a sub-protocol before it aggregates (hierfl.subprotocol) --------------------------------------
+    @property
+    def subprotocol(self) -> Any:
+        """The sub-protocol the scenario places at this point's tier (``subprotocol:``), or None: the
+        point aggregates as soon as its round closes."""
+
+    def prepare(self, participants: list[int], done: str, payload: Any = None, source: str = "device") -> None:
+        """Run this point's sub-protocol with ``participants`` (devices, or edge servers when
+        ``source="edge"``) now: its message rounds are transfers on the emulated links and its work is
+        virtual time; a participant that goes offline is dropped. ``on_<done>`` then fires with a
+        :class:`~hierfl.env.events.SubProtocolDone` (the survivors, whose inputs the protocol
+        aggregates, or a failure: fewer than the threshold were left)."""
+
     # -- queues and asynchronous updates --------------------------------------------------------------
     def step(self, base: Any, deltas: list[Term], sources: list[int], staleness: list[int], version: int,
              queue_len: int, source: str = "device") -> Any:

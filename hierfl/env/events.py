@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["Payload", "DeviceLost", "ServerDown", "ServerJobDone", "ServerUp", "Timer", "DRIVER_EVENTS", "describe"]
+__all__ = ["Payload", "DeviceLost", "ServerDown", "ServerJobDone", "ServerUp", "SubProtocolDone", "Timer", "DRIVER_EVENTS",
+           "describe"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,35 @@ class ServerJobDone(Payload):
     start: float
     end: float
     payload: Any = None
+
+
+@dataclass(frozen=True)
+class SubProtocolDone(Payload):
+    """The payload of ``on_<done>``: the sub-protocol (:mod:`hierfl.subprotocol`) at ``(tier, entity)`` is over.
+
+    ``participants``: the senders it started with; ``survivors``: those whose inputs the point
+    aggregates (sorted); ``dropped``: those lost on the way (sorted); ``failed``: fewer than the
+    threshold were left (or the aggregator went down: ``reason``), and the point aggregates
+    nothing; ``rounds``: rounds completed; ``start`` / ``end``: virtual times; ``payload``: the
+    protocol's own, given to ``prepare``.
+    """
+
+    tier: str
+    entity: int
+    participants: tuple[int, ...]
+    survivors: tuple[int, ...]
+    dropped: tuple[int, ...]
+    failed: bool
+    reason: str | None
+    rounds: int
+    start: float
+    end: float
+    payload: Any = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the point may aggregate the survivors' inputs."""
+        return not self.failed
 
 
 # event kinds the driver raises on its own; the protocol base class handles each by default

@@ -33,7 +33,8 @@ COUNTERS = ("cloud_aggregations", "edge_aggregations", "device_updates", "train_
 # server jobs (a protocol's own computation at a server) count their tasks, virtual seconds and FLOPs; a
 # ledger (a blockchain-based protocol) counts the blocks that carry data and the bytes written to the chain
 OPTIONAL_COUNTERS = frozenset({"devices_migrated", "bytes_migration", "server_jobs", "server_job_s", "server_flops",
-                               "chain_blocks", "bytes_on_chain"})
+                               "chain_blocks", "bytes_on_chain", "subprotocol_runs", "subprotocol_rounds",
+                               "subprotocol_dropped", "subprotocol_failed", "subprotocol_s"})
 
 
 def _hist_mean(hist: dict[int, int]) -> float | None:

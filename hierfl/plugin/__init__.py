@@ -61,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "SERVER_TASKS": "hierfl.learn.server_tasks",
     "CHANNELS": "hierfl.channels.rules",
     "server_task": "hierfl.learn.server_tasks",
+    "SUBPROTOCOLS": "hierfl.subprotocol.config",
     # configuration
     "ConfigModel": "hierfl.config.base",
     "Problem": "hierfl.config.errors",
@@ -112,6 +113,10 @@ _EXPORTS: dict[str, str] = {
     "BehaviorConfig": "hierfl.robust.behaviours",
     "DistConfig": "hierfl.devices.dists",
     "Channel": "hierfl.channels.rules",
+    "SubProtocolConfig": "hierfl.subprotocol.config",
+    "SubRound": "hierfl.subprotocol.math",
+    "RoundView": "hierfl.subprotocol.math",
+    "SubProtocolDone": "hierfl.env.events",
     "rng_stream": "hierfl.core.rng",
     # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)
     "load_plugins": "hierfl.config.plugins",

@@ -96,6 +96,9 @@ class ProtocolConfig(ConfigModel):
     # download → train → upload helpers (send_model, start_job, collect_and_upload) do it for the device tier;
     # a protocol that moves models otherwise calls `env.tier(…).coded` itself before it declares a direction
     channel_links: ClassVar[tuple[str, ...]] = ()
+    # the tiers whose aggregation points can run a sub-protocol before they aggregate (`subprotocol:`,
+    # hierfl.subprotocol): the protocol calls `env.tier(...).prepare` and commits over the survivors. none by default
+    subprotocol_tiers: ClassVar[tuple[str, ...]] = ()
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant

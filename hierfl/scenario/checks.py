@@ -107,6 +107,8 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
     problems.extend(_robust_checks(scenario))
     if not scenario.channels.default:  # transfer channels only where the protocol honours them
         problems.extend(scenario.channels.problems(scenario.protocol, scenario.topology.edge_servers or 0))
+    if not scenario.subprotocol.default:  # a sub-protocol only where the protocol can run one
+        problems.extend(scenario.subprotocol.problems(scenario))
     problems.extend(_energy_checks(scenario))
     problems.extend(_runtime_checks(scenario))
     problems.extend(_models_checks(scenario))

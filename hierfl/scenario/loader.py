@@ -215,8 +215,11 @@ def _strip_tags(loc: tuple[Any, ...], raw: Any) -> str:
     """Dotted path of a pydantic error location, without discriminated-union tags."""
     parts: list[str] = []
     node = raw
-    for item in loc:
-        if isinstance(node, dict) and item not in node and any(node.get(d) == item for d in _DISCRIMINATORS):
+    tagged = None  # the plug-in section whose tag was just skipped
+    for i, item in enumerate(loc):
+        if (isinstance(node, dict) and node is not tagged and any(node.get(d) == item for d in _DISCRIMINATORS)
+                and (item not in node or not _indexes(node[item], loc[i + 1:i + 2]))):
+            tagged = node  # (a plug-in named like its key, `{name: rounds, rounds: [...]}`: the tag comes first)
             continue  # the union tag pydantic inserts, e.g. protocol.<name>.fraction
         if isinstance(item, str) and item.startswith(("function-", "constrained-")):
             continue
@@ -228,6 +231,15 @@ def _strip_tags(loc: tuple[Any, ...], raw: Any) -> str:
         else:
             node = None
     return ".".join(parts)
+
+
+def _indexes(value: Any, nxt: tuple[Any, ...]) -> bool:
+    """Whether the next element of an error location (``nxt``: it, or nothing) is a key or index of ``value``."""
+    if not nxt:
+        return False
+    if isinstance(value, dict):
+        return nxt[0] in value
+    return isinstance(value, list) and isinstance(nxt[0], int) and 0 <= nxt[0] < len(value)
 
 
 def _plugin_names(loc: tuple[Any, ...]) -> list[str]:

@@ -47,6 +47,7 @@ from hierfl.protocols import PROTOCOLS
 from hierfl.robust.config import AggregationSection
 from hierfl.scenario.nonfinite import NonFiniteConfig
 from hierfl.scenario.servers import ServersConfig
+from hierfl.subprotocol.config import SubProtocolSection
 from hierfl.topology import GENERATORS
 from hierfl.topology.devgraph import DEVICE_GRAPHS
 from hierfl.topology.grouping import FROM_TOPOLOGY, GROUPINGS, GroupingConfig
@@ -535,6 +536,9 @@ class Scenario(ConfigModel):
         default=ServerOptimizerSection(), description="optimizer of the cloud and edge aggregations (plain averaging by default)")
     aggregation: AggregationSection = Field(
         default=AggregationSection(), description="Byzantine-robust rule of the cloud and edge aggregations (mean)")
+    subprotocol: SubProtocolSection = Field(
+        default=SubProtocolSection(), description="extra message rounds between an aggregation point and its senders "
+                                                  "before it aggregates, per tier (none): docs/howto/extend.md")
     output: OutputConfig = OutputConfig()
     robustness: NonFiniteConfig = Field(
         default=NonFiniteConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")

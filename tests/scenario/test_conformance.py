@@ -45,6 +45,7 @@ from hierfl.robust.behaviours import BEHAVIORS
 from hierfl.robust.rules import AGGREGATION_RULES
 from hierfl.runtime.executor import RunData, make_executor
 from hierfl.scenario.loader import deep_merge, validate_raw
+from hierfl.subprotocol.config import SUBPROTOCOLS, RoundView, SubRound
 from hierfl.topology import GENERATORS
 from hierfl.topology.devgraph import DEVICE_GRAPHS
 from hierfl.topology.generators import StarGenerator
@@ -85,6 +86,7 @@ UNKNOWN: dict[str, tuple[Registry, dict[str, Any], str]] = {
     "aggregation rule": (AGGREGATION_RULES, {"aggregation": {"cloud": "bogus"}}, "aggregation.cloud"),
     "transfer channel": (CHANNELS, {"channels": {"device_uplink": "bogus"}}, "channels.device_uplink"),
     "device graph": (DEVICE_GRAPHS, {"topology": {"device_graph": "bogus"}}, "topology.device_graph"),
+    "sub-protocol": (SUBPROTOCOLS, {"subprotocol": {"cloud": "bogus"}}, "subprotocol.cloud"),
     "device behavior": (BEHAVIORS, {"stop": {"virtual_time_s": 9.0},
                                     "events": [{"at_s": 0.5, "attack": {"behavior": "bogus"}}]},
                         "events.0.attack.behavior"),
@@ -523,3 +525,28 @@ def test_make_executor_lists_allowed_names():
     with pytest.raises(ValueError, match=", ".join(EXECUTORS.names())):
         make_executor("bogus", None)  # type: ignore[arg-type]
 
+
+# -- sub-protocols: each plans well-formed rounds and runs at FedAvg's cloud --------------------------------
+
+@pytest.mark.parametrize("name", [n for n in SUBPROTOCOLS.names() if n != "none"])
+def test_subprotocol_plans_rounds_and_runs(name, tmp_path):
+    cfg = SUBPROTOCOLS.example(name)
+    for alive in (1, 2, 5):
+        plans = []
+        for r in range(64):
+            plan = cfg.plan(RoundView(r, 5, alive, 5 - alive, 0, 1000, "cloud"))
+            if plan is None:
+                break
+            plans.append(plan)
+        assert plans and len(plans) < 64, "a sub-protocol has at least one round and ends"
+        for plan in plans:
+            assert isinstance(plan, SubRound) and plan.up_bytes >= 0 and plan.down_bytes >= 0
+            assert min(plan.sender_flops, plan.sender_s, plan.server_flops, plan.server_s) >= 0
+    assert 0 <= cfg.threshold(5) <= 5
+    raw = cfg.model_dump(mode="json")
+    if cfg.charges_sender_flops() and cfg.sender_gflops is None:
+        raw["sender_gflops"] = 10.0
+    out = tmp_path / "run"
+    run_scenario(tiny(subprotocol={"cloud": raw}, stop={"rounds": 1}), out)
+    totals = json.loads((out / "summary.json").read_text())["totals"]
+    assert totals["subprotocol_runs"] >= 1 and totals["cloud_aggregations"] + totals.get("subprotocol_failed", 0) >= 1

@@ -53,6 +53,7 @@ class FedAvgConfig(ProtocolConfig):
         AggregationPoint("straggler", "device→cloud", synchronous=True),)
     rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
+    subprotocol_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
     weighting: Literal["samples", "uniform"] = Field(
@@ -80,6 +81,9 @@ class FedAvg(Protocol):
         self.round_model: Any = None
         self.barrier: Barrier
         self.round_control: Any = None  # SCAFFOLD's server control c for this round (None otherwise)
+        # with a sub-protocol at the cloud (subprotocol.cloud): the round's updates in arrival order, added
+        # once it has said whose inputs survive (None: none, each update is added as it arrives)
+        self.held: list[tuple[int, Any, float, float | None]] | None = None
 
     def clients_per_round(self) -> int:
         """``m = max(⌈C·N⌉, 1)``."""
@@ -88,6 +92,8 @@ class FedAvg(Protocol):
 
     def start(self) -> None:
         """Begin round 0 at t = 0."""
+        if getattr(self.env.tier("cloud"), "subprotocol", None) is not None:
+            self.held = []
         self._begin_round()
 
     def _begin_round(self) -> None:
@@ -137,7 +143,10 @@ class FedAvg(Protocol):
         device = event.payload.device
         self.arrived.add(device)
         weight = self.barrier.weight(device, float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0)
-        env.tier("cloud").add(self.jobs.pop(device).params, weight, env.controls.coef(device))
+        if self.held is not None:  # it waits for the sub-protocol
+            self.held.append((device, self.jobs.pop(device).params, weight, env.controls.coef(device)))
+        else:
+            env.tier("cloud").add(self.jobs.pop(device).params, weight, env.controls.coef(device))
         self.barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -150,10 +159,32 @@ class FedAvg(Protocol):
 
     def _close(self, arrived: list[int]) -> None:
         env = self.env
+        if arrived and self.held is not None:  # the sub-protocol runs first; its end commits the round
+            env.tier("cloud").prepare(sorted(arrived), done="subprotocol_done", payload=self.round)
+            return
         if arrived:
             env.set_global(env.tier("cloud").commit(sorted(arrived), base=self.round_model))
         else:
             env.telemetry.record(RoundEmpty({"round": self.round}))
+        self._next_round()
+
+    def on_subprotocol_done(self, event: Event) -> None:
+        """The cloud's sub-protocol is over: the survivors' updates are aggregated, in the order they
+        arrived; a failed one leaves the global model as it was (an empty round)."""
+        env, result = self.env, event.payload
+        held, self.held = self.held or [], []
+        if result.failed or not result.survivors:
+            env.telemetry.record(RoundEmpty({"round": self.round, "subprotocol": result.reason or "no survivors"}))
+        else:
+            keep, cloud = set(result.survivors), env.tier("cloud")
+            for device, params, weight, coef in held:
+                if device in keep:
+                    cloud.add(params, weight, coef)
+            env.set_global(cloud.commit(list(result.survivors), base=self.round_model))
+        self._next_round()
+
+    def _next_round(self) -> None:
+        env = self.env
         self.round += 1
         if not env.stopping:
             self._begin_round()

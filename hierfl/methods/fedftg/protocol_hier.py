@@ -52,6 +52,7 @@ class FedFTGHierConfig(FTGKnobs, HierFAVGConfig):
     supports_infra_faults: ClassVar[bool] = False
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ()
     rule_tiers: ClassVar[tuple[str, ...]] = ()
+    subprotocol_tiers: ClassVar[tuple[str, ...]] = ()  # its own round closes do not wait for one
     control_variates: ClassVar[bool] = False
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→edge", synchronous=True),

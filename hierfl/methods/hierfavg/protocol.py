@@ -78,6 +78,7 @@ class HierFAVGConfig(ProtocolConfig):
     rule_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
     channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     control_variates: ClassVar[bool] = True
+    subprotocol_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
 
     name: Literal["hierfavg"] = "hierfavg"
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
@@ -148,9 +149,20 @@ class HierFAVG(Protocol):
         self.regroup = Regrouping(cfg.recluster, env, self.edges)
         self.round_began: dict[int, float] = {}
         self.benched: set[int] = set()             # edges a re-grouping left without devices
+        # sub-protocols before an aggregation (subprotocol.edge / .cloud): the round's updates in arrival order,
+        # added once it has said whose inputs survive (None: none at that tier); the token of each edge's
+        # running one (a result for another token is stale: the edge failed or was abandoned meanwhile)
+        self.edge_held: dict[int, list[tuple[int, Any, float, float | None]]] | None = None
+        self.cloud_held: list[tuple[int, Any, float, float | None]] | None = None
+        self.sub_token: dict[int, int] = {}
+        self.sub_next = 0
 
     def start(self) -> None:
         """Every edge starts its first round from the initial model at t = 0."""
+        if self.edges and getattr(self.env.tier("edge", self.edges[0]), "subprotocol", None) is not None:
+            self.edge_held = {e: [] for e in self.edges}
+        if getattr(self.env.tier("cloud"), "subprotocol", None) is not None:
+            self.cloud_held = []
         self._begin_cloud_round()
         for e in self.edges:
             self._begin_edge_round(e)
@@ -221,7 +233,12 @@ class HierFAVG(Protocol):
         barrier = self.barrier[edge]
         # partial work may weigh less; FedDC's code rule averages uniformly (weighting: uniform)
         base = float(env.world.samples[device]) if self.cfg.weighting == "samples" else 1.0
-        env.tier("edge", edge).add(self.jobs.pop(device).params, barrier.weight(device, base), env.controls.coef(device))
+        if self.edge_held is not None:  # it waits for the edge's sub-protocol
+            self.edge_held.setdefault(edge, []).append((device, self.jobs.pop(device).params,
+                                                        barrier.weight(device, base), env.controls.coef(device)))
+        else:
+            env.tier("edge", edge).add(self.jobs.pop(device).params, barrier.weight(device, base),
+                                       env.controls.coef(device))
         barrier.arrive(device)
 
     def on_device_lost(self, event: Event) -> None:
@@ -252,6 +269,32 @@ class HierFAVG(Protocol):
         return cb.plan_by - self.env.world.edge_upload_s(edge) - GUARD_S
 
     def _close_edge_round(self, edge: int, arrived: list[int]) -> None:
+        if arrived and self.edge_held is not None:  # the edge's sub-protocol runs first; its end commits
+            self.sub_next += 1
+            self.sub_token[edge] = self.sub_next
+            self.env.tier("edge", edge).prepare(sorted(arrived), done="edge_subprotocol_done",
+                                                payload=(edge, self.sub_next))
+            return
+        self._finish_edge_round(edge, arrived)
+
+    def on_edge_subprotocol_done(self, event: Event) -> None:
+        """An edge's sub-protocol is over: its survivors' updates are aggregated in arrival order (none when it
+        failed: the edge model stays as it was); a stale result (the edge failed meanwhile) is ignored."""
+        result = event.payload
+        edge, token = result.payload
+        if self.sub_token.get(edge) != token:
+            return
+        del self.sub_token[edge]
+        assert self.edge_held is not None
+        held, self.edge_held[edge] = self.edge_held.get(edge, []), []
+        survivors = [] if result.failed else list(result.survivors)
+        keep, point = set(survivors), self.env.tier("edge", edge)
+        for device, params, weight, coef in held:
+            if device in keep:
+                point.add(params, weight, coef)
+        self._finish_edge_round(edge, survivors)
+
+    def _finish_edge_round(self, edge: int, arrived: list[int]) -> None:
         env = self.env
         until = self._cloud_until(edge)
         # partial work at the cloud: an edge uploads early when another round as long as this one would
@@ -310,12 +353,13 @@ class HierFAVG(Protocol):
         if edge in self.retry:
             env.cancel(self.retry.pop(edge))
         self.owed.discard(edge)
+        self._forget_subprotocol(edge)
         wasted = 0.0
         barrier = self.barrier.get(edge)
         if barrier is not None and not barrier.closed:
             wasted = barrier.abort()
             if barrier.arrived:  # discard what the aborted round had folded in (nothing to discard: no-op)
-                env.tier("edge", edge).discard()
+                self._discard_edge(edge)
         return wasted
 
     def on_edge_upload_done(self, event: Event) -> None:
@@ -325,11 +369,33 @@ class HierFAVG(Protocol):
         self.uploading.pop(edge, None)
         assert self.cloud_barrier is not None
         weight = self.cloud_barrier.weight(edge, self.edge_weight[edge])  # partial work may weigh less
-        env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.controls.relays else None)
+        if self.cloud_held is not None:  # it waits for the cloud's sub-protocol
+            self.cloud_held.append((edge, self.edge_model[edge], weight, 1.0 if env.controls.relays else None))
+        else:
+            env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.controls.relays else None)
         self.regroup.applied(edge)
         self.cloud_barrier.arrive(edge)
 
     def _close_cloud_round(self, arrived: list[int]) -> None:
+        if arrived and self.cloud_held is not None:  # the cloud's sub-protocol with the edges runs first
+            self.env.tier("cloud").prepare(sorted(arrived), done="cloud_subprotocol_done", payload=self.cloud_round,
+                                           source="edge")
+            return
+        self._finish_cloud_round(arrived)
+
+    def on_cloud_subprotocol_done(self, event: Event) -> None:
+        """The cloud's sub-protocol with the edge servers is over: the surviving edges' models are aggregated
+        in arrival order (none when it failed: the global model stays as it was)."""
+        result = event.payload
+        held, self.cloud_held = self.cloud_held or [], []
+        survivors = [] if result.failed else list(result.survivors)
+        keep, cloud = set(survivors), self.env.tier("cloud")
+        for edge, model, weight, coef in held:
+            if edge in keep:
+                cloud.add(model, weight, coef)
+        self._finish_cloud_round(survivors)
+
+    def _finish_cloud_round(self, arrived: list[int]) -> None:
         env = self.env
         if arrived:
             env.set_global(env.tier("cloud").commit(sorted(arrived), base=env.global_model, source="edge"))
@@ -380,6 +446,22 @@ class HierFAVG(Protocol):
         self.home = {e: self.members[e] for e in self.edges}
         self.benched = {e for e in self.edges if self.members[e].size == 0}
 
+    def _discard_edge(self, edge: int) -> None:
+        """Forget the updates an aborted edge round gathered (held for a sub-protocol, or folded in)."""
+        if self.edge_held is not None:
+            self.edge_held[edge] = []
+        else:
+            self.env.tier("edge", edge).discard()
+
+    def _forget_subprotocol(self, edge: int) -> int:
+        """``edge`` failed or the cloud round closed without it: the result of its running sub-protocol will be
+        stale; returns how many held updates are lost with it."""
+        if self.sub_token.pop(edge, None) is None or self.edge_held is None:
+            return 0
+        lost = len(self.edge_held.get(edge, []))
+        self.edge_held[edge] = []
+        return lost
+
     # -- edge-server and cloud faults ------------------------------------------------------------
     def _set_members(self, edge: int, devices: Any) -> None:
         self.members[edge] = np.asarray(sorted(int(d) for d in devices), dtype=np.int64)
@@ -399,15 +481,15 @@ class HierFAVG(Protocol):
         self.uploading.pop(edge, None)
         if edge in self.retry:
             env.cancel(self.retry.pop(edge))
-        # device updates on their way to it and its model on its way to the cloud
-        updates = count_lost(down.lost, ("upload_done", "edge_upload_done"))
+        # device updates on their way to it and its model on its way to the cloud (and those held for its sub-protocol)
+        updates = count_lost(down.lost, ("upload_done", "edge_upload_done")) + self._forget_subprotocol(edge)
         wasted = 0.0
         barrier = self.barrier.get(edge)
         if barrier is not None and not barrier.closed:
             updates += len(barrier.arrived)  # folded into its partial aggregation
             wasted = barrier.abort(stragglers=False)  # withdraws the jobs still training for it
             if barrier.arrived:
-                env.tier("edge", edge).discard()
+                self._discard_edge(edge)
         self.edge_model[edge] = None
         record_loss(env, ("edge", edge), updates, wasted, round=self.edge_round[edge], on_edge_fail=down.on_edge_fail)
         if down.on_edge_fail == "reattach":
