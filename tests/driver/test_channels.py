@@ -353,3 +353,18 @@ def test_a_message_with_a_control_vector_is_coded_and_charged_whole(tmp_path):
     assert n == 4 * s["rounds"] > 0
     assert block["bytes"] == n * 2 * (2 * PARAMS) and block["raw_bytes"] == n * 4 * (2 * PARAMS)
     assert s["totals"]["bytes_device_tier"] == n * 2 * (2 * PARAMS) + n * 4 * (2 * PARAMS)
+
+
+@pytest.mark.parametrize("protocol", [{"name": "fedasync", "concurrency": 2}, {"name": "fedbuff", "concurrency": 2,
+                                                                                "K": 2},
+                                      {"name": "fedat", "tiers": 2}])
+def test_asynchronous_protocols_on_the_base_helpers_honour_device_channels(tmp_path, protocol):
+    """FedAsync, FedBuff and FedAT move models only through the protocol base's download → train → upload helpers:
+    every upload is coded (2 bytes a value under fp16) and no other model message is sent on the device tier."""
+    run = _run(tmp_path, protocol["name"], protocol=protocol, channels={"uplink": "fp16"},
+               stop={"virtual_time_s": 6.0, "rounds": None})
+    s = _summary(run)
+    block = s["channels"]["device_uplink"]
+    n = block["messages"]
+    assert n > 0 and block["bytes"] == n * 2 * PARAMS and block["saved_bytes"] == n * 2 * PARAMS
+    assert s["totals"]["bytes_device_tier"] % (2 * PARAMS) == 0

@@ -66,6 +66,7 @@ class FedAsyncConfig(ProtocolConfig):
         AggregationPoint("straggler", "device→cloud", synchronous=False,
                          note="the cloud applies each update the moment it arrives"),)
 
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
     staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="s(τ) scaling the mixing weight α (a staleness function by name)")  # type: ignore[valid-type]

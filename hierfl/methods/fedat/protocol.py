@@ -126,6 +126,7 @@ class FedATConfig(ProtocolConfig):
         AggregationPoint("straggler.cloud", "tier→cloud", synchronous=False, participants="tiers",
                          note="tiers report to the cloud asynchronously: a fast tier never waits for a slow one"))
 
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     name: Literal["fedat"] = "fedat"
     tiers: int = Field(default=3, ge=1, description="M: number of tiers by response time, 1..devices.count [D]")
     tiering: Literal["quantile", "kmeans"] = Field(

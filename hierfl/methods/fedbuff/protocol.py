@@ -45,6 +45,7 @@ class FedBuffConfig(ProtocolConfig):
         AggregationPoint("straggler", "device→cloud", synchronous=False,
                          note="the cloud steps whenever its buffer holds K updates, from whichever devices"),)
 
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     name: Literal["fedbuff"] = "fedbuff"
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
     concurrency: PositiveInt = Field(default=100, description="devices training at once; the default is capped at N, "
