@@ -99,6 +99,13 @@ SPLIT_BY_PARAMETER = (
     "tests/core/test_dynamics.py",
     "tests/faults/test_edge_faults.py",
     "tests/protocols/test_gossip_runs.py",
+    "tests/learn/test_learning_conformance.py",
+    "tests/learn/test_precision.py",
+    "tests/interface/test_docs.py",
+    "tests/interface/test_own_method_tutorial.py",
+    "tests/driver/test_detached_flows.py",
+    "tests/driver/test_run_endings.py",
+    "tests/protocols/test_async_knobs.py",
 )
 
 
@@ -119,28 +126,30 @@ def xdist_scope(nodeid: str) -> str:
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
+def _module(unit: str) -> str:
+    return unit.split("::", 1)[0].split("[", 1)[0]
+
+
 def unit_costs(nodeids: list[str], known: dict[str, float]) -> dict[str, float]:
     """The expected seconds of each :func:`xdist_scope` unit of ``nodeids``: its recorded time in
-    ``known``, else its number of tests times the mean seconds of a recorded test of its module (of
-    any recorded test when the module is new), so that a new unit is placed roughly, not last."""
+    ``known``, else its number of tests times its module's recorded seconds a test (the suite's,
+    when the module is new), so that a new unit, or a module recorded before it was split, is
+    placed roughly, not last."""
     counts: dict[str, int] = {}
     for nodeid in nodeids:
         unit = xdist_scope(nodeid)
         counts[unit] = counts.get(unit, 0) + 1
-    seconds: dict[str, float] = {}
     tests: dict[str, int] = {}
     for unit, n in counts.items():
-        if unit in known:
-            module = unit.split("[", 1)[0]
-            seconds[module] = seconds.get(module, 0.0) + known[unit]
-            tests[module] = tests.get(module, 0) + n
-    overall = sum(seconds.values()) / max(1, sum(tests.values()))
-    costs = {}
-    for unit, n in counts.items():
-        module = unit.split("[", 1)[0]
-        per_test = seconds[module] / tests[module] if module in tests else overall
-        costs[unit] = known.get(unit, n * per_test)
-    return costs
+        tests[_module(unit)] = tests.get(_module(unit), 0) + n
+    seconds: dict[str, float] = {}
+    for unit, s in known.items():
+        if _module(unit) in tests:
+            seconds[_module(unit)] = seconds.get(_module(unit), 0.0) + s
+    overall = sum(seconds.values()) / max(1, sum(tests[m] for m in seconds))
+    return {unit: known.get(unit, n * (seconds[_module(unit)] / tests[_module(unit)] if _module(unit) in seconds
+                                       else overall))
+            for unit, n in counts.items()}
 
 
 def _known_durations() -> dict[str, float]:

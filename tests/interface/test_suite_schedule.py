@@ -35,10 +35,15 @@ def test_no_split_module_has_a_module_scoped_fixture():
 
 def test_unit_costs_use_the_recorded_seconds_else_an_estimate_by_tests():
     ids = ["tests/a.py::t1", "tests/a.py::t2", "tests/b.py::t", f"{GOLDEN}::test_golden_local[q]",
-           f"{GOLDEN}::test_golden_ray_gives_the_local_bits[q]", f"{GOLDEN}::test_golden_local[new]"]
-    costs = unit_costs(ids, {"tests/a.py": 10.0, f"{GOLDEN}[q]": 30.0, "tests/gone.py": 99.0})
-    # a new golden scenario: one test at the module's 15 s a test; a new module: the suite's 10 s a test
-    assert costs == {"tests/a.py": 10.0, "tests/b.py": 10.0, f"{GOLDEN}[q]": 30.0, f"{GOLDEN}[new]": 15.0}
+           f"{GOLDEN}::test_golden_ray_gives_the_local_bits[q]", f"{GOLDEN}::test_golden_local[new]",
+           f"{GOLDEN}::test_every_snapshot_belongs_to_a_shipped_scenario"]
+    costs = unit_costs(ids, {"tests/a.py": 10.0, f"{GOLDEN}[q]": 36.0, "tests/gone.py": 99.0})
+    # the golden module: 36 s over its 4 tests, 9 s a test; a new module: the suite's 46 s / 6 tests
+    assert costs == pytest.approx({"tests/a.py": 10.0, "tests/b.py": 46 / 6, f"{GOLDEN}[q]": 36.0,
+                                   f"{GOLDEN}[new]": 9.0, f"{GOLDEN}::test_every_snapshot_belongs_to_a_shipped_scenario": 9.0})
+    # a module recorded whole and split since: its seconds shared out by tests
+    split = [f"{GOLDEN}::test_golden_local[{s}]" for s in ("x", "y", "z")]
+    assert unit_costs(split, {GOLDEN: 30.0}) == pytest.approx({f"{GOLDEN}[{s}]": 10.0 for s in ("x", "y", "z")})
     assert unit_costs(ids[:1], {}) == {"tests/a.py": 0.0}  # nothing recorded: xdist's own order
 
 
