@@ -13,9 +13,11 @@ by scenario (:func:`xdist_scope`).
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,42 +78,137 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-# long modules whose tests share no module-scoped fixture: one scheduling unit per parameter id,
-# not one per module (as one unit, the golden module alone would be a third of the suite, and
-# test_determinism's Ray comparisons a long tail). The golden module's local and Ray tests of a
-# scenario share an id, so they stay together: the Ray run is compared with the worker's local run.
+# long modules whose tests share no module-scoped fixture: one scheduling unit per parameter id
+# (a test without parameters is a unit of its own), not one per module (as one unit, the golden
+# module alone would be a third of the suite, and test_determinism's Ray comparisons a long tail).
+# The golden module's local and Ray tests of a scenario share an id, so they stay together: the
+# Ray run is compared with the worker's local run. A module with a module-scoped fixture must
+# not be listed: its fixture would be built in both workers.
 SPLIT_BY_PARAMETER = (
     "tests/determinism/test_golden.py",
     "tests/determinism/test_determinism.py",
     "tests/determinism/test_contract.py",
+    "tests/determinism/test_portability.py",
     "tests/interface/test_claims.py",
+    "tests/interface/test_sweep.py",
     "tests/scenario/test_straggler_points.py",
     "tests/driver/test_timing_only.py",
+    "tests/learn/test_fastpath.py",
+    "tests/learn/test_batched_learning.py",
+    "tests/robust/test_robust.py",
+    "tests/core/test_dynamics.py",
+    "tests/faults/test_edge_faults.py",
+    "tests/protocols/test_gossip_runs.py",
+    "tests/learn/test_learning_conformance.py",
+    "tests/learn/test_precision.py",
+    "tests/interface/test_docs.py",
+    "tests/interface/test_own_method_tutorial.py",
+    "tests/driver/test_detached_flows.py",
+    "tests/driver/test_run_endings.py",
+    "tests/protocols/test_async_knobs.py",
 )
 
 
 def xdist_scope(nodeid: str) -> str:
     """The unit pytest-xdist hands to one worker: ``nodeid``'s module, or for a module of
-    :data:`SPLIT_BY_PARAMETER`, its module and the test's parameter id."""
+    :data:`SPLIT_BY_PARAMETER`, its module and the test's parameter id (or the test's name)."""
     module, _, rest = nodeid.partition("::")
-    if module in SPLIT_BY_PARAMETER and "[" in rest:
+    if module not in SPLIT_BY_PARAMETER:
+        return module
+    if "[" in rest:
         return f"{module}[{rest.split('[', 1)[1]}"
-    return module
+    return nodeid
+
+
+# what each unit took in a recent run of the whole suite (seconds, both workers busy; see
+# unit_costs): the scheduler hands out the longest units first, so that the two workers finish
+# together instead of one waiting while the other runs a long unit that came last
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def _module(unit: str) -> str:
+    return unit.split("::", 1)[0].split("[", 1)[0]
+
+
+def unit_costs(nodeids: list[str], known: dict[str, float]) -> dict[str, float]:
+    """The expected seconds of each :func:`xdist_scope` unit of ``nodeids``: its recorded time in
+    ``known``, else its number of tests times its module's recorded seconds a test (the suite's,
+    when the module is new), so that a new unit, or a module recorded before it was split, is
+    placed roughly, not last."""
+    counts: dict[str, int] = {}
+    for nodeid in nodeids:
+        unit = xdist_scope(nodeid)
+        counts[unit] = counts.get(unit, 0) + 1
+    tests: dict[str, int] = {}
+    for unit, n in counts.items():
+        tests[_module(unit)] = tests.get(_module(unit), 0) + n
+    seconds: dict[str, float] = {}
+    for unit, s in known.items():
+        if _module(unit) in tests:
+            seconds[_module(unit)] = seconds.get(_module(unit), 0.0) + s
+    overall = sum(seconds.values()) / max(1, sum(tests[m] for m in seconds))
+    return {unit: known.get(unit, n * (seconds[_module(unit)] / tests[_module(unit)] if _module(unit) in seconds
+                                       else overall))
+            for unit, n in counts.items()}
+
+
+def _known_durations() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text(encoding="utf-8")).items()}
+    except (OSError, ValueError):
+        return {}
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown where the plug-in is not loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadscope`` with the units of :func:`xdist_scope` (pytest-xdist's own scopes are
-    modules and classes; its ``loadgroup`` marks do not reach the scheduler under pytest 9)."""
+    """``--dist loadscope`` with the units of :func:`xdist_scope`, longest first (pytest-xdist's own
+    scopes are modules and classes, ordered by their number of tests; its ``loadgroup`` marks do
+    not reach the scheduler under pytest 9)."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    known = _known_durations()
+
     class ModuleScheduling(LoadScopeScheduling):
+        costs: dict[str, float] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            # move the longest unit waiting to the front: pytest-xdist hands out the front one
+            if self.costs is None:
+                self.costs = unit_costs(list(self.collection or ()), known)
+            longest = max(self.workqueue, key=lambda unit: self.costs.get(unit, 0.0))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
     return ModuleScheduling(config, log)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help="write each xdist unit's seconds in this run to tests/durations.json (run the whole suite)")
+
+
+_UNIT_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each unit's seconds (set-up, call and tear-down) for ``--store-durations``."""
+    unit = xdist_scope(report.nodeid)
+    _UNIT_SECONDS[unit] = _UNIT_SECONDS.get(unit, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With ``--store-durations``, in the process that saw every report (the xdist controller, or
+    the only process), write :data:`DURATIONS`."""
+    config = session.config
+    if not config.getoption("store_durations") or hasattr(config, "workerinput") or not _UNIT_SECONDS:
+        return
+    merged = {**_known_durations(), **{k: round(v, 1) for k, v in _UNIT_SECONDS.items()}}
+    DURATIONS.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n", encoding="utf-8")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

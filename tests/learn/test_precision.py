@@ -15,8 +15,6 @@ skipped without a GPU):
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +58,8 @@ def test_allowed_values():
     assert precision_of((None, (1,), 2, 1)) == "fp32" and precision_of((None, (1,), 2, 1, True, "cpu", "bf16")) == "bf16"
 
 
-def test_bad_precision_is_a_load_time_error(tmp_path):
+def test_bad_precision_is_a_load_time_error(tmp_path, capsys, monkeypatch):
+    from hierfl.cli import main
     from hierfl.config.errors import ConfigError
     from hierfl.scenario.loader import load_scenario
 
@@ -68,10 +67,11 @@ def test_bad_precision_is_a_load_time_error(tmp_path):
     path.write_text(f"extends: {ROOT / 'scenarios' / 'digits_mlp.yaml'}\nruntime: {{executor: local, precision: fp16}}\n")
     with pytest.raises(ConfigError, match="runtime.precision"):
         load_scenario(path)
-    proc = subprocess.run([sys.executable, "-m", "hierfl.cli", "validate", str(path)],
-                          check=False, capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 2
-    assert "runtime.precision" in proc.stderr and "'fp32'" in proc.stderr and "'bf16'" in proc.stderr
+    # the CLI in this process (the installed command's exit status: tests/scenario/test_config.py)
+    monkeypatch.chdir(ROOT)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "runtime.precision" in err and "'fp32'" in err and "'bf16'" in err
     assert load_scenario(ROOT / "scenarios" / "digits_mlp.yaml").runtime.precision == "fp32"
 
 

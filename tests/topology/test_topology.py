@@ -358,15 +358,16 @@ def test_missing_file_unknown_type_and_inconsistent_keys(tmp_path):
         assert any(p.path == key and what in p.message for p in info.value.problems), (topology, info.value.report())
 
 
-def test_cli_exits_2_without_traceback_and_runs_a_topology(tmp_path):
-    import subprocess
-    import sys
+def test_cli_exits_2_without_traceback_and_runs_a_topology(tmp_path, capsys, monkeypatch):
+    # in this process: the installed command's exit status is tests/scenario/test_config.py's
+    from hierfl.cli import main
 
     bad = scenario(tmp_path, {"file": "t.yaml"}, text=OK_EDGES.replace("[b, cloud]", "[b, nowhere]"))
-    proc = subprocess.run([sys.executable, "-m", "hierfl.cli", "run", str(bad), "--out", str(tmp_path / "o"), "-q"],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "topology.file: " in proc.stderr and "t.yaml:6: links.1.between: unknown node 'nowhere'" in proc.stderr
+    monkeypatch.chdir(ROOT)
+    assert main(["run", str(bad), "--out", str(tmp_path / "o"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "topology.file: " in err and "t.yaml:6: links.1.between: unknown node 'nowhere'" in err
     assert not (tmp_path / "o").exists()
 
 
