@@ -531,6 +531,22 @@ def install_bundle(items: Iterable[dict[str, Any]]) -> None:
     _refresh_schema()
 
 
+def _changed_or_missing(ref: PluginRef, what: str) -> str | None:
+    """Why the file or package folder ``what`` (a checkpoint) needs is not there as it was, or None."""
+    package = ref.kind == "package"
+    where, noun = Path(ref.path or ref.spec), "plug-in package" if package else "plug-in"
+    present = (where / "__init__.py").is_file() if package else where.is_file()
+    if not present:
+        return (f"{what} needs the {noun} {ref.describe()} (module {ref.module}), which is missing: "
+                f"{'folder' if package else 'file'} not found; give it with --plugin PATH")
+    sha = _package_hash(_package_sources(where)) if package else _file_hash(str(where))
+    if sha != ref.sha256:
+        return (f"{what} needs the {noun} {ref.describe()} as it was (sha256 {ref.sha256}); "
+                f"{'its files have' if package else 'the file has'} changed since, so the run could not continue "
+                "with the same results")
+    return None
+
+
 def require(refs: Iterable[PluginRef], what: str) -> list[str]:
     """Load the plug-ins ``what`` (a checkpoint) was made with; returns the problems, one per plug-in
     that is missing or has changed (empty: all there, with the same content)."""
@@ -538,25 +554,10 @@ def require(refs: Iterable[PluginRef], what: str) -> list[str]:
     for ref in refs:
         if ref.module in _LOADED and (ref.sha256 is None or _LOADED[ref.module].sha256 == ref.sha256):
             continue
-        if ref.kind == "package":
-            folder = Path(ref.path or ref.spec)
-            if not (folder / "__init__.py").is_file():
-                problems.append(f"{what} needs the plug-in package {ref.describe()} (module {ref.module}), which is "
-                                "missing: folder not found; give it with --plugin PATH")
-                continue
-            if _package_hash(_package_sources(folder)) != ref.sha256:
-                problems.append(f"{what} needs the plug-in package {ref.describe()} as it was (sha256 {ref.sha256}); "
-                                "its files have changed since, so the run could not continue with the same results")
-                continue
-        if ref.kind == "file":
-            path = Path(ref.path or ref.spec)
-            if not path.is_file():
-                problems.append(f"{what} needs the plug-in {ref.describe()} (module {ref.module}), which is missing: "
-                                "file not found; give it with --plugin PATH")
-                continue
-            if _file_hash(str(path)) != ref.sha256:
-                problems.append(f"{what} needs the plug-in {ref.describe()} as it was (sha256 {ref.sha256}); the "
-                                "file has changed since, so the run could not continue with the same results")
+        if ref.kind in ("file", "package"):
+            problem = _changed_or_missing(ref, what)
+            if problem is not None:
+                problems.append(problem)
                 continue
         try:
             if ref.kind in ("file", "package"):

@@ -43,7 +43,7 @@ from hierfl.runtime.start import ExecutorStart
 if TYPE_CHECKING:
     from hierfl.runtime.ray_executor import RayExecutor
 
-__all__ = ["RayStart", "RayCluster", "RayDeviceHost", "RayLeaderHost", "RayCloud", "HostActor", "CloudActor", "LeaderActor",
+__all__ = ["RayStart", "RayCluster", "IdleHosts", "RayDeviceHost", "RayLeaderHost", "RayCloud", "HostActor", "CloudActor", "LeaderActor",
            "probe_address", "is_lost", "listen_to_ray"]
 
 _PROBE_TIMEOUT_S = 5.0
@@ -74,6 +74,7 @@ class HostActor(DeviceHost):
               eval_sets: Any = None, x_test: np.ndarray | None = None, y_test: np.ndarray | None = None) -> float:
         """Become the device host of this run's data (and of the test set, for :meth:`evaluate`);
         returns the actor's ``time.time()``."""
+        self.__dict__.clear()  # a host kept from an earlier run (IdleHosts) keeps nothing of it
         DeviceHost.__init__(self, x_train, y_train, parts, model, eval_sets)
         self.x_test, self.y_test = x_test, y_test
         return time.time()
@@ -103,6 +104,12 @@ class HostActor(DeviceHost):
         """``fn(*args)`` in this process, which has torch: the build's model work (initial parameters,
         layout, FLOPs), so that the driver need not import torch. Runs before :meth:`setup`."""
         return fn(*args)
+
+    def release(self) -> bool:
+        """Forget the run (its data, models, per-device state) and wait idle for the next run's :meth:`setup`
+        (:class:`IdleHosts`); True."""
+        self.__dict__.clear()
+        return True
 
 
 class CloudActor(Cloud):
@@ -138,6 +145,65 @@ class LeaderActor(LeaderHost):
     def setup(self, *args: Any) -> None:
         """Become the leaders' host (:class:`LeaderHost`'s arguments)."""
         LeaderHost.__init__(self, *args)
+
+
+class IdleHosts:
+    """Host actors a finished run left running, for the next run of this process on the same Ray instance.
+
+    A host's process start (a Python process importing hierfl and torch) is most of a short Ray run's wall
+    time, so a process that makes many runs on one instance it attached to (a notebook, a test session, a
+    script looping over seeds) keeps the last run's hosts instead of killing them. A host forgets the run
+    when it is kept (:meth:`HostActor.release`) and builds itself anew in the next :meth:`HostActor.setup`,
+    so a run on kept hosts computes exactly what it would on new ones. Only the last run's hosts are kept
+    (they hold the CPUs they reserved, which a run of another shape would otherwise wait for): a run whose
+    shape differs kills them and starts its own. Runs with plug-ins neither keep nor take hosts (a host
+    process keeps what a plug-in registered). A Ray instance this process started itself ends with its run,
+    hosts and all.
+    """
+
+    _kept: tuple[tuple[Any, ...], list[Any]] | None = None
+
+    @classmethod
+    def key(cls, workers: int, host_cpus: float, gpus: float) -> tuple[Any, ...]:
+        """What must match for kept hosts to serve a run: the instance, the host count and their resources."""
+        ctx = ray.get_runtime_context()
+        return (getattr(ctx, "gcs_address", None), ctx.get_job_id(), int(workers), float(host_cpus), float(gpus))
+
+    @classmethod
+    def take(cls, key: tuple[Any, ...]) -> list[Any]:
+        """The kept hosts if they match ``key`` and all still answer, else none (any kept are killed)."""
+        kept, cls._kept = cls._kept, None
+        if kept is None:
+            return []
+        if kept[0] == key:
+            try:
+                ray.get([h.release.remote() for h in kept[1]], timeout=10.0)
+                return kept[1]
+            except Exception:  # noqa: BLE001 - a kept host that died (or hangs) is replaced, with the others
+                pass
+        cls._kill(kept[1])
+        return []
+
+    @classmethod
+    def keep(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:
+        """Keep ``hosts`` (released) for the next run; the ones kept before are killed."""
+        previous, cls._kept = cls._kept, None
+        if previous is not None:
+            cls._kill(previous[1])
+        try:
+            ray.get([h.release.remote() for h in hosts], timeout=10.0)
+        except Exception:  # noqa: BLE001 - a host that cannot forget its run is not kept
+            cls._kill(hosts)
+            return
+        cls._kept = (key, list(hosts))
+
+    @staticmethod
+    def _kill(hosts: list[Any]) -> None:
+        for actor in hosts:
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
 
 
 # Actor classes (typed Any: Ray's remote wrappers are dynamic).
@@ -269,6 +335,7 @@ class RayStart(ExecutorStart):
         self.workers = 0
         self.hosts: list[Any] = []
         self.cloud: Any = None
+        self._pool_key: tuple[Any, ...] | None = None  # set when this run's hosts may be kept (IdleHosts)
         self._closed = False
         self._error: Exception | None = None
         try:
@@ -299,8 +366,13 @@ class RayStart(ExecutorStart):
         # (c)). On a cluster a host's import may overlap the driver's build as before.
         gpus = {"num_gpus": self.gpus_per_host} if self.gpus_per_host > 0 else {}
         plugins = plugin_bundle()  # every actor loads the driver's plug-ins before it unpickles the run's values
-        self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
-            h == 0 or not self.owns_ray, plugins) for h in range(self.workers)]
+        # hosts kept from this process's last run on this instance (IdleHosts), when there is no plug-in
+        self._pool_key = (None if self.owns_ray or plugins
+                          else IdleHosts.key(self.workers, host_cpus, self.gpus_per_host))
+        self.hosts = [] if self._pool_key is None else IdleHosts.take(self._pool_key)
+        if not self.hosts:
+            self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
+                h == 0 or not self.owns_ray, plugins) for h in range(self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
                       else RayCloud.options(num_cpus=0).remote(plugins))
 
@@ -348,6 +420,9 @@ class RayStart(ExecutorStart):
         if self.owns_ray:
             ray.shutdown()  # ends every process of this instance, the actors included
             return
+        if self._pool_key is not None and self.hosts:  # (a host that died or hangs is killed, not kept)
+            IdleHosts.keep(self._pool_key, self.hosts)
+            self.hosts = []
         for actor in [*self.hosts, self.cloud]:
             try:
                 if actor is not None and not isinstance(actor, DriverCloud):

@@ -1,0 +1,76 @@
+"""Host actors kept between the runs of one process on a Ray instance it attached to (IdleHosts): the next run
+of the same shape reuses them and computes exactly what it would on new hosts; a run of another shape, a run
+with plug-ins and a host that died get new ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hierfl.driver import run_scenario
+from hierfl.plugin.testing import comparable_lines
+from hierfl.runtime.ray_cluster import IdleHosts
+from hierfl.scenario.loader import deep_merge, validate_raw
+from tests.conftest import TINY
+
+pytestmark = pytest.mark.ray
+
+RAY = {"runtime": {"executor": "ray", "workers": 2}}
+
+
+def _run(tmp_path, name, **override):
+    out = tmp_path / name
+    run_scenario(validate_raw(deep_merge(deep_merge(dict(TINY), RAY), override)), out)
+    return out
+
+
+def _kept() -> list:
+    return [] if IdleHosts._kept is None else list(IdleHosts._kept[1])
+
+
+def _same(a, b) -> None:
+    assert comparable_lines(a) == comparable_lines(b)
+    assert np.load(a / "final_model.npy").tobytes() == np.load(b / "final_model.npy").tobytes()
+
+
+def test_the_next_run_reuses_the_hosts_and_gives_the_same_bits(tmp_path, ray_session):
+    IdleHosts.take(("nothing",))  # start from no kept host (kills any an earlier test left)
+    first = _run(tmp_path, "first", seed=5)
+    kept = _kept()
+    assert len(kept) == 2  # the first run's hosts, released
+    ids = [h._actor_id for h in kept]
+    # a different scenario in between: the kept hosts serve it, and forget it
+    _run(tmp_path, "other", seed=9, training={"epochs": 1, "lr": 0.3})
+    assert [h._actor_id for h in _kept()] == ids
+    again = _run(tmp_path, "again", seed=5)
+    assert [h._actor_id for h in _kept()] == ids
+    _same(first, again)
+    # and what new hosts give: kill the kept ones first
+    IdleHosts.take(("nothing",))
+    fresh = _run(tmp_path, "fresh", seed=5)
+    assert [h._actor_id for h in _kept()] != ids
+    _same(first, fresh)
+
+
+def test_another_shape_kills_the_kept_hosts(tmp_path, ray_session):
+    import ray
+
+    _run(tmp_path, "two", seed=5)
+    two = _kept()
+    assert len(two) == 2
+    _run(tmp_path, "one", seed=5, runtime={"executor": "ray", "workers": 1})
+    one = _kept()
+    assert len(one) == 1 and one[0]._actor_id not in {h._actor_id for h in two}
+    with pytest.raises(ray.exceptions.RayActorError):  # killed: their CPUs are free for the new shape
+        ray.get(two[0].release.remote(), timeout=30)
+
+
+def test_a_dead_kept_host_is_replaced(tmp_path, ray_session):
+    import ray
+
+    first = _run(tmp_path, "first", seed=5)
+    kept = _kept()
+    ray.kill(kept[0])
+    again = _run(tmp_path, "again", seed=5)
+    assert {h._actor_id for h in _kept()}.isdisjoint({h._actor_id for h in kept})
+    _same(first, again)
