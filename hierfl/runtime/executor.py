@@ -15,8 +15,10 @@ from hierfl.runtime.executor_api import (ClusterLink as ClusterLink, Executor as
                                          ExecutorState as ExecutorState, RunData as RunData, Servers as Servers,
                                          eval_groups as eval_groups)
 from hierfl.runtime.local_executor import LocalExecutor as LocalExecutor
-# checkpoints pickled before the split name the fast path's pending jobs by this module's path
-from hierfl.runtime.local_executor import _Pending as _Pending
+# the private names too: checkpoints pickled before the split name the fast path's pending jobs by this
+# module's path, and tests patch the local executor's parts through it
+from hierfl.runtime.local_executor import (_Handles as _Handles, _LocalServers as _LocalServers,
+                                           _LocalState as _LocalState, _Pending as _Pending, _value as _value)
 
 __all__ = ["Job", "Executor", "Servers", "ExecutorState", "ClusterLink", "LocalExecutor", "RunData",
            "eval_groups", "make_executor", "Term"]
