@@ -5,12 +5,14 @@ finite-capacity links), then its latency, then the protocol's event. Link events
 during the run; a device going offline withdraws its transfers and pending job events and tells
 the protocol (``device_lost``). :class:`Transfers` is composed into the driver's
 :class:`~hierfl.driver.context.Context`, which hands it the event queue, the world and the telemetry.
+What it keeps of each transfer in flight, and that transfer's trace span, are in
+:mod:`hierfl.driver.transfer_records`; the helpers at the end start a transfer through a transfer
+channel (``channels:``: encoded first, decoded on arrival).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -19,6 +21,8 @@ from hierfl.core.world import World
 from hierfl.channels.driver import ChannelLinks
 from hierfl.driver.links import LinkEvents
 from hierfl.driver.routes import Route, Routes
+from hierfl.driver.transfer_records import FlowLost, JobLost, Transfer, trace_span
+from hierfl.driver.transfer_records import device_of as device_of
 from hierfl.energy.math import EnergyLedger
 from hierfl.env.api import Endpoint
 from hierfl.env.events import DeviceLost
@@ -28,53 +32,6 @@ from hierfl.kernel.network import Flow, FlowNetwork, index_add
 from hierfl.output.telemetry import RunTelemetry
 
 __all__ = ["Transfers", "device_of"]
-
-
-def device_of(payload: Any) -> int:
-    """The device a payload concerns (-1: none)."""
-    return int(getattr(payload, "device", -1))
-
-
-@dataclass(frozen=True)
-class _FlowLost:
-    """Internal: a device at an end of flow ``flow`` goes offline."""
-
-    flow: int
-    device: int
-
-
-@dataclass(frozen=True)
-class _JobLost:
-    """Internal: ``device``'s job is lost (offline or dropout) before it ends."""
-
-    device: int
-    reason: str
-    origin: Any
-
-
-@dataclass(slots=True)
-class _Transfer:
-    """A model transfer in flight: a network flow, then its latency, then the protocol's event."""
-
-    kind: str
-    lane: Endpoint
-    name: str
-    start: float
-    latency_s: float
-    event: str
-    payload: Any
-    priority: int
-    devices: tuple[int, ...]
-    size: int
-    args: dict[str, Any]
-    servers: tuple[Endpoint, ...] = ()   # its edge-server / cloud ends (an edge_fail / cloud_fail cuts it)
-    radio: tuple[tuple[int, bool], ...] = ()  # (device, sends?) per device end: whose radio energy it costs
-    guards: list[Event] | None = None  # its devices' going-offline events (availability), made when needed
-    delivery: Event | None = None
-    flow: Any = None
-    decode_s: float = 0.0   # a transfer channel's decoding at the receiver, in its latency (``channels:``)
-    receiver: Any = None    # its receiving end, where a channel's decoding is traced
-    owner: Any = None  # a driver service that sent it (a sub-protocol's message): it hears the arrival and a loss
 
 
 class Transfers:
@@ -98,7 +55,7 @@ class Transfers:
         self.routes.net = self.net
         self.net.on_attach = self._on_attach
         self._attached = False   # a detached flow was attached during the current change
-        self._transfers: dict[int, _Transfer] = {}
+        self._transfers: dict[int, Transfer] = {}
         self._device_transfers: dict[int, set[int]] = {}  # device → its transfers in flight
         self._server_transfers: dict[Endpoint, set[int]] = {}  # edge server / cloud → its transfers in flight
         self.track_servers = True  # kept only where servers can fail (the Context turns it off otherwise)
@@ -149,7 +106,7 @@ class Transfers:
         lane = src if a == "device" else dst if b == "device" else src if a == "edge" else dst
         radio = (tuple((int(end[1]), end is src) for end in (src, dst) if end[0] == "device")
                  if self.energy is not None else ())  # only the energy ledger reads it
-        tr = _Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
+        tr = Transfer(route.kind, lane, name, now, route.latency_s, event, payload, priority, route.devices, size,
                        args, route.servers, radio, owner=owner)
         self._transfers[fid] = tr
         if coded is not None:  # a model message through a transfer channel: the sender encodes it first
@@ -191,13 +148,13 @@ class Transfers:
         route.finite, route.known = flow.finite, net.capacity_changes
         return flow
 
-    def _guard(self, tr: _Transfer, fid: int, now: float) -> None:
+    def _guard(self, tr: Transfer, fid: int, now: float) -> None:
         """The transfer is lost if one of its devices goes offline before it arrives: an event then."""
         avail, queue = self.dyn.availability, self.queue
         for d in tr.devices:
             down = now if not avail.is_up(d, now) else avail.next_down(d, now)
             if math.isfinite(down):
-                guard = queue.push(down, "_lost", _FlowLost(fid, d), Priority.ARRIVAL, handler=self._on_flow_lost)
+                guard = queue.push(down, "_lost", FlowLost(fid, d), Priority.ARRIVAL, handler=self._on_flow_lost)
                 if tr.guards is None:
                     tr.guards = [guard]
                 else:
@@ -266,7 +223,7 @@ class Transfers:
             bits = 0.0 if lost else tr.size * 8.0
             for d, sends in tr.radio:
                 self.energy.transfer(d, bits, now - tr.start, sends)
-        _trace(self.telemetry, tr, now, lost)
+        trace_span(self.telemetry, tr, now, lost)
 
     def _cancel_transfer(self, fid: int) -> None:
         tr = self._transfers[fid]
@@ -318,11 +275,11 @@ class Transfers:
 
     def job_lost(self, device: int, at: float, reason: str, origin: Any) -> Event:
         """``device``'s job will be lost at ``at`` (offline or dropout) before it ends: an event then."""
-        return self.track(device, self.queue.push(at, "_job_lost", _JobLost(device, reason, origin),
+        return self.track(device, self.queue.push(at, "_job_lost", JobLost(device, reason, origin),
                                                   Priority.ARRIVAL, handler=self._on_job_lost))
 
     def _on_job_lost(self, event: Event) -> None:
-        lost: _JobLost = event.payload
+        lost: JobLost = event.payload
         pending = self._device_events.get(lost.device)
         if pending:
             pending[:] = [e for e in pending if e.seq != event.seq]
@@ -370,22 +327,8 @@ class Transfers:
         return event
 
 
-def _trace(telemetry: RunTelemetry, tr: _Transfer, now: float, lost: bool) -> None:
-    """The transfer's span on its lane of the trace (if that lane is kept)."""
-    lane = tr.lane
-    kept = telemetry.trace.devices  # trace.keeps(lane), inlined: most lanes of a large run are not kept
-    if kept is not None and lane[0] == "device" and int(lane[1]) not in kept:
-        return
-    args = dict(tr.args)
-    if tr.flow is not None and tr.flow.max_sharing > 1:
-        args["shared_max"] = tr.flow.max_sharing
-    if lost:
-        args["lost"] = True
-    telemetry.span(tr.lane, tr.name, tr.start, max(now - tr.start - tr.decode_s, 0.0), bytes=tr.size,
-                   **args)  # (a channel's message: its encoding and decoding have spans of their own)
 
-
-def _start_coded(t: Transfers, tr: _Transfer, route: Route, fid: int, src: Endpoint, dst: Endpoint, encode_s: float,
+def _start_coded(t: Transfers, tr: Transfer, route: Route, fid: int, src: Endpoint, dst: Endpoint, encode_s: float,
                  decode_s: float) -> int:
     """Start model message ``fid`` through a transfer channel (``channels:``; registered already): the sender
     encodes for ``encode_s``, then its flow starts; the receiver decodes for ``decode_s`` after the latency
@@ -419,7 +362,7 @@ def _on_encoded(t: Transfers, event: Event) -> None:
         _launch(t, tr, route, fid, t.queue.now)
 
 
-def _launch(t: Transfers, tr: _Transfer, route: Route, fid: int, now: float) -> None:
+def _launch(t: Transfers, tr: Transfer, route: Route, fid: int, now: float) -> None:
     """Start a channel message's flow now (what :meth:`Transfers.send` does inline for other transfers)."""
     flow = tr.flow = t._start_flow(route, fid, tr.size * 8 / 1e6, now)
     if flow.detached:

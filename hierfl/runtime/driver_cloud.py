@@ -4,7 +4,7 @@ Since the cloud aggregates with numpy only (the Ray executor evaluates on a host
 own cost a Ray run about 60-110 MB of memory (PSS: ``import ray`` and numpy, a Ray core worker,
 its share of the object store) and about 1 CPU s, for work that takes the driver microseconds per
 call (scale, goal (c), measured on W1a with ``analysis/bench/startup.py``). :class:`DriverCloud`
-runs the very same role object (:class:`~hierfl.runtime.ray_cluster.CloudActor`) in the driver,
+runs the very same role object (:class:`~hierfl.runtime.ray_actors.CloudActor`) in the driver,
 so :class:`~hierfl.runtime.ray_executor.RayExecutor` keeps calling ``cloud.method.remote(...)``
 and ``ray.get``-ing the returned references whichever it is.
 

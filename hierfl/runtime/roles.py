@@ -1,6 +1,6 @@
 """Role logic as plain classes: device hosts, leaders and the cloud.
 
-Actors are thin: :mod:`hierfl.runtime.ray_cluster` applies ``ray.remote`` to these classes in
+Actors are thin: :mod:`hierfl.runtime.ray_actors` applies ``ray.remote`` to these classes in
 one place, and :class:`~hierfl.runtime.executor.LocalExecutor` calls them directly. Parameters
 are one contiguous float32 vector per model; aggregation is vector arithmetic.
 

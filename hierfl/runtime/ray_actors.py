@@ -1,0 +1,185 @@
+"""The Ray executor's actors: the role classes its actors run, and the host actors kept between runs.
+
+This is the one place ``ray.remote`` is applied (:data:`RayDeviceHost` from :class:`HostActor`,
+:data:`RayLeaderHost` from :class:`LeaderActor` (a :class:`~hierfl.runtime.roles.LeaderHost`),
+:data:`RayCloud` from :class:`CloudActor`). Each actor's process starts before the run's data exists
+(:class:`~hierfl.runtime.ray_cluster.RayStart`): its constructor only loads the driver's plug-ins
+(and, for a host, imports torch), and ``setup`` builds the role once the data is in the object store.
+:class:`IdleHosts` keeps a finished run's host actors for this process's next run of the same shape.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import ray
+
+from hierfl.core.work import TrainSpec
+from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
+
+__all__ = ["HostActor", "CloudActor", "LeaderActor", "IdleHosts", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
+
+
+def _install_plugins(plugins: Any) -> None:
+    """Load the driver's plug-ins in this actor's process (:func:`hierfl.config.plugins.install_bundle`),
+    before any later call's arguments, which may hold a plug-in's classes, are unpickled here."""
+    if plugins:
+        from hierfl.config.plugins import install_bundle
+
+        install_bundle(plugins)
+
+
+class HostActor(DeviceHost):
+    """A :class:`DeviceHost` whose process starts before the data exists: ``setup`` builds the role."""
+
+    def __init__(self, import_torch: bool = True, plugins: Any = ()) -> None:  # the role's own __init__ runs in setup
+        _install_plugins(plugins)  # plain data: nothing of a plug-in is unpickled before this
+        if import_torch:  # the slow part of an actor's start: done while the driver builds
+            importlib.import_module("torch")
+        # else: torch comes with setup, after the data is in the object store; at that moment the
+        # driver holds its freshly generated arrays and their store copy at once (RayStart._start)
+
+    def setup(self, x_train: np.ndarray, y_train: np.ndarray, parts: list[np.ndarray], model: ModelSpec,
+              eval_sets: Any = None, x_test: np.ndarray | None = None, y_test: np.ndarray | None = None) -> float:
+        """Become the device host of this run's data (and of the test set, for :meth:`evaluate`);
+        returns the actor's ``time.time()``."""
+        self.__dict__.clear()  # a host kept from an earlier run (IdleHosts) keeps nothing of it
+        DeviceHost.__init__(self, x_train, y_train, parts, model, eval_sets)
+        self.x_test, self.y_test = x_test, y_test
+        return time.time()
+
+    def warm(self, spec: TrainSpec, params: np.ndarray) -> float:
+        """:meth:`DeviceHost.warmup` and one evaluation's lazy start-up; returns the actor's ``time.time()``."""
+        self.warmup(spec, params)
+        if self.x_test is not None and len(self.x_test):
+            self.evaluate(np.asarray(params), rows=2)
+        return time.time()
+
+    def evaluate(self, params: np.ndarray, rows: int | None = None, model: int = 0,
+                 row: int | None = None, test_rows: tuple[int, int] | None = None) -> tuple[float, float]:
+        """(accuracy, loss) of the global model ``params`` on the test set: :meth:`Cloud.evaluate`'s
+        computation (the same trainer code and torch thread count, so the same bits), run here so that
+        the cloud actor never imports torch. ``rows``: only the first ones (the warm-up); ``model``: the
+        architecture of ``params`` (``models:``); ``row``: ``params`` is a batch of job results, evaluate that row;
+        ``test_rows``: only the test set's ``[start, stop)`` rows (one domain's)."""
+        x, y = (self.x_test, self.y_test) if rows is None else (self.x_test[:rows], self.y_test[:rows])
+        if test_rows is not None:
+            x, y = x[test_rows[0]:test_rows[1]], y[test_rows[0]:test_rows[1]]
+        trainer = self.trainers[model]
+        vector = np.asarray(params) if row is None else np.asarray(params)[row]
+        return trainer.evaluate(vector[: trainer.num_params], x, y)
+
+    def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in this process, which has torch: the build's model work (initial parameters,
+        layout, FLOPs), so that the driver need not import torch. Runs before :meth:`setup`."""
+        return fn(*args)
+
+    def release(self) -> bool:
+        """Forget the run (its data, models, per-device state) and wait idle for the next run's :meth:`setup`
+        (:class:`IdleHosts`); True."""
+        self.__dict__.clear()
+        return True
+
+
+class CloudActor(Cloud):
+    """A :class:`Cloud` whose process starts before the data exists: ``setup`` builds the role."""
+
+    def __init__(self, plugins: Any = ()) -> None:  # the role's own __init__ runs in setup, with the data
+        _install_plugins(plugins)
+        # no torch here: the cloud aggregates with numpy, and the Ray executor evaluates on a host;
+        # torch is imported on first use only if a robust rule needs a validation loss (Zeno)
+        pass
+
+    def setup(self, init_params: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, model: ModelSpec,
+              robust: Any = None, public: tuple[np.ndarray, np.ndarray] | None = None) -> float:
+        """Become the cloud of this run; returns the actor's ``time.time()``."""
+        Cloud.__init__(self, init_params, x_test, y_test, model, robust, public)
+        return time.time()
+
+    def warm(self) -> float:
+        """:meth:`Cloud.warmup` when this cloud will evaluate (a robust rule's validation loss), else
+        nothing (it would import torch); returns the actor's ``time.time()``."""
+        if self.robust is not None and self.robust.validation > 0:
+            self.warmup()
+        return time.time()
+
+
+class LeaderActor(LeaderHost):
+    """A :class:`LeaderHost` that loads the run's plug-ins first: ``setup`` builds the role (its
+    arguments may hold a plug-in's aggregation rule, unpicklable before the plug-in is loaded)."""
+
+    def __init__(self, plugins: Any = ()) -> None:
+        _install_plugins(plugins)
+
+    def setup(self, *args: Any) -> None:
+        """Become the leaders' host (:class:`LeaderHost`'s arguments)."""
+        LeaderHost.__init__(self, *args)
+
+
+class IdleHosts:
+    """Host actors a finished run left running, for the next run of this process on the same Ray instance.
+
+    A host's process start (a Python process importing hierfl and torch) is most of a short Ray run's wall
+    time, so a process that makes many runs on one instance it attached to (a notebook, a test session, a
+    script looping over seeds) keeps the last run's hosts instead of killing them. A host forgets the run
+    when it is kept (:meth:`HostActor.release`) and builds itself anew in the next :meth:`HostActor.setup`,
+    so a run on kept hosts computes exactly what it would on new ones. Only the last run's hosts are kept
+    (they hold the CPUs they reserved, which a run of another shape would otherwise wait for): a run whose
+    shape differs kills them and starts its own. Runs with plug-ins neither keep nor take hosts (a host
+    process keeps what a plug-in registered). A Ray instance this process started itself ends with its run,
+    hosts and all.
+    """
+
+    _kept: tuple[tuple[Any, ...], list[Any]] | None = None
+
+    @classmethod
+    def key(cls, workers: int, host_cpus: float, gpus: float) -> tuple[Any, ...]:
+        """What must match for kept hosts to serve a run: the instance, the host count and their resources."""
+        ctx = ray.get_runtime_context()
+        return (getattr(ctx, "gcs_address", None), ctx.get_job_id(), int(workers), float(host_cpus), float(gpus))
+
+    @classmethod
+    def take(cls, key: tuple[Any, ...]) -> list[Any]:
+        """The kept hosts if they match ``key`` and all still answer, else none (any kept are killed)."""
+        kept, cls._kept = cls._kept, None
+        if kept is None:
+            return []
+        if kept[0] == key:
+            try:
+                ray.get([h.release.remote() for h in kept[1]], timeout=10.0)
+                return kept[1]
+            except Exception:  # noqa: BLE001 - a kept host that died (or hangs) is replaced, with the others
+                pass
+        cls._kill(kept[1])
+        return []
+
+    @classmethod
+    def keep(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:
+        """Keep ``hosts`` (released) for the next run; the ones kept before are killed."""
+        previous, cls._kept = cls._kept, None
+        if previous is not None:
+            cls._kill(previous[1])
+        try:
+            ray.get([h.release.remote() for h in hosts], timeout=10.0)
+        except Exception:  # noqa: BLE001 - a host that cannot forget its run is not kept
+            cls._kill(hosts)
+            return
+        cls._kept = (key, list(hosts))
+
+    @staticmethod
+    def _kill(hosts: list[Any]) -> None:
+        for actor in hosts:
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+
+# Actor classes (typed Any: Ray's remote wrappers are dynamic).
+RayDeviceHost: Any = ray.remote(HostActor)
+RayLeaderHost: Any = ray.remote(LeaderActor)
+RayCloud: Any = ray.remote(CloudActor)
