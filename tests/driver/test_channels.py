@@ -198,7 +198,7 @@ def test_bad_channels_exit_2_with_the_key_path(tmp_path, capsys, channels, key, 
 
 
 def test_a_protocol_that_cannot_honour_a_channel_refuses_it():
-    for proto in ("dpsgd", "fedmd", "fedasync"):  # serverless, outputs-exchanging, not declared (yet)
+    for proto in ("dpsgd", "fedmd", "wscc"):  # serverless, outputs-exchanging, not declared (its own transfers)
         raw = _raw(protocol={"name": proto}, channels={"uplink": "fp16"})
         if proto == "dpsgd":
             raw["topology"] = {"device_graph": {"name": "ring"}}
