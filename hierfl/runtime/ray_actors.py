@@ -127,7 +127,8 @@ class IdleHosts:
     time, so a process that makes many runs on one instance it attached to (a notebook, a test session, a
     script looping over seeds) keeps the last run's hosts instead of killing them. A host forgets the run
     when it is kept (:meth:`HostActor.release`) and builds itself anew in the next :meth:`HostActor.setup`,
-    so a run on kept hosts computes exactly what it would on new ones. Only the last run's hosts are kept
+    so a run on kept hosts computes exactly what it would on new ones. A Ray worker (a Tune trial) keeps none,
+    and :func:`hierfl.sweep` clears them before its trials start. Only the last run's hosts are kept
     (they hold the CPUs they reserved, which a run of another shape would otherwise wait for): a run whose
     shape differs kills them and starts its own. Runs with plug-ins neither keep nor take hosts (a host
     process keeps what a plug-in registered). A Ray instance this process started itself ends with its run,
@@ -141,6 +142,19 @@ class IdleHosts:
         """What must match for kept hosts to serve a run: the instance, the host count and their resources."""
         ctx = ray.get_runtime_context()
         return (getattr(ctx, "gcs_address", None), ctx.get_job_id(), int(workers), float(host_cpus), float(gpus))
+
+    @staticmethod
+    def applies() -> bool:
+        """Whether this process keeps hosts: a driver script or notebook, not a Ray worker (a Tune trial runs in
+        an actor, next to other trials whose CPUs kept hosts would hold)."""
+        return ray.get_runtime_context().get_actor_id() is None
+
+    @classmethod
+    def clear(cls) -> None:
+        """Kill the kept hosts (their CPUs are free again): before other Ray work of this process, e.g. a sweep."""
+        kept, cls._kept = cls._kept, None
+        if kept is not None:
+            cls._kill(kept[1])
 
     @classmethod
     def take(cls, key: tuple[Any, ...]) -> list[Any]:

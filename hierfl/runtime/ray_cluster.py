@@ -209,7 +209,7 @@ class RayStart(ExecutorStart):
         gpus = {"num_gpus": self.gpus_per_host} if self.gpus_per_host > 0 else {}
         plugins = plugin_bundle()  # every actor loads the driver's plug-ins before it unpickles the run's values
         # hosts kept from this process's last run on this instance (IdleHosts), when there is no plug-in
-        self._pool_key = (None if self.owns_ray or plugins
+        self._pool_key = (None if self.owns_ray or plugins or not IdleHosts.applies()
                           else IdleHosts.key(self.workers, host_cpus, self.gpus_per_host))
         self.hosts = [] if self._pool_key is None else IdleHosts.take(self._pool_key)
         if not self.hosts:

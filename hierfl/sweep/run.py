@@ -379,6 +379,9 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
     sweep_dir = sweep_dir.resolve()
     trials_d = [t for t in manifest["trials"] if t.get("refused") is None]  # refused trials are not run
     _init_ray(address)
+    from hierfl.runtime.ray_cluster import IdleHosts
+
+    IdleHosts.clear()  # host actors an earlier run of this process kept would hold CPUs the trials need
     res = spec.resources_per_run
     resources: dict[str, float] = {"cpu": res.cpu, "gpu": res.gpu}
     if res.memory_mb:

@@ -74,3 +74,18 @@ def test_a_dead_kept_host_is_replaced(tmp_path, ray_session):
     again = _run(tmp_path, "again", seed=5)
     assert {h._actor_id for h in _kept()}.isdisjoint({h._actor_id for h in kept})
     _same(first, again)
+
+
+def test_clear_frees_the_kept_hosts_and_a_driver_keeps_them(tmp_path, ray_session):
+    """``IdleHosts.clear`` (what a sweep calls before its trials) kills the kept hosts; a driver process keeps
+    hosts, a Ray worker (a Tune trial, an actor) would not."""
+    import ray
+
+    assert IdleHosts.applies()
+    _run(tmp_path, "one", seed=5)
+    kept = _kept()
+    assert kept
+    IdleHosts.clear()
+    assert _kept() == []
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(kept[0].release.remote(), timeout=30)
