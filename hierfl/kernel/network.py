@@ -14,27 +14,15 @@ alone (the plain ``latency + bytes / bandwidth`` model), still following capacit
 
 Cost per event, independent of how many flows are in flight (scale):
 
-* Progress is closed-form. A flow keeps ``(r0, t0)``: the megabits it had left when its rate
-  last changed (or it started) and that instant; from then on ``remaining(t) = max(r0 - rate ·
-  (t - t0), 0)`` and it ends at ``t0 + r0 / rate``. Advancing the clock touches no flow, and a
-  flow's finish time is exact and fixed until its own rate changes. (Before, every flow folded
-  ``remaining -= rate · dt`` over every step of the whole network's clock, so its last bits
-  depended on how many other flows were in flight, and keeping those bits cost O(concurrent
-  flows) per flow: replaying the steps is the only way to reproduce per-step roundings that
-  differ with every rate. The closed form is also the more accurate of the two: one rounding
-  per rate change instead of one per network event.)
+* Progress is closed-form (:mod:`hierfl.kernel.progress`): advancing the clock touches no flow,
+  and a flow's finish time is exact and fixed until its own rate changes.
 * Finish times live in a heap with lazy invalidation (an entry is stale once its flow's rate
   changed). :meth:`~FlowNetwork.next_finish` reads the few entries near the top, within the
   1e-12 s tie window, without popping them, and decides among them exactly as a scan over
   every flow would: O(log F + ties) per call.
-* Rates are recomputed only for the flows that share a finite link with the change,
-  transitively (the component; max-min fairness needs all of it), by progressive filling with
-  per-link counts of unfrozen flows instead of rescans. Its result does not depend on the order
-  in which links are visited, so no canonical link order is kept. Flows whose rate comes out
-  unchanged are not touched. Without contention nothing is recomputed when a flow ends.
 
-:class:`NetworkOps` counts the inner-loop steps so tests can check that the work per event does
-not grow with the number of flows. Pure: no RNG, no I/O.
+The rates and the link indexes are :class:`~hierfl.kernel.linkrates.LinkRates` (its base class).
+Pure: no RNG, no I/O.
 """
 
 from __future__ import annotations
@@ -42,43 +30,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
-from typing import Any
+
+from hierfl.kernel.linkrates import LinkRates, NetworkOps
+from hierfl.kernel.linkrates import index_add as index_add
+from hierfl.kernel.progress import EPS_MBIT, left_after
 
 __all__ = ["Flow", "FlowNetwork", "NetworkOps"]
 
-EPS_MBIT = 1e-12  # a flow with less than this left when its rate changes is finished (floating-point residue)
 TIE_S = 1e-12     # finish times this close end in the same wake-up
-
-
-@dataclass
-class NetworkOps:
-    """Inner-loop steps done so far (cheap counters for operation-count tests, not timings)."""
-
-    flows: int = 0    # flows visited: component search, rate updates, finish candidates
-    links: int = 0    # link visits inside progressive filling
-    heap: int = 0     # heap pushes, pops and entries read
-
-    def total(self) -> int:
-        """All steps together."""
-        return self.flows + self.links + self.heap
-
-
-def _left(r0: float, rate: float, elapsed: float) -> float:
-    """Megabits left ``elapsed`` s after the flow had ``r0`` left, at ``rate`` (never negative)."""
-    if elapsed <= 0.0:
-        return r0
-    r = r0 - rate * elapsed
-    return r if r > 0.0 else 0.0
-
-
-def _end(r0: float, rate: float, t0: float) -> float:
-    """When a flow with ``r0`` left at ``t0`` ends at ``rate`` (``t0`` for a finished one)."""
-    if r0 <= EPS_MBIT:
-        return t0
-    if rate <= 0.0:
-        return math.inf
-    return t0 + r0 / rate
 
 
 class Flow:
@@ -122,7 +81,7 @@ class Flow:
         """Megabits still to send at the network's current time."""
         if self._net is None:
             return self._r0
-        return _left(self._r0, self.rate, self._net.now - self._t0)
+        return left_after(self._r0, self.rate, self._net.now - self._t0)
 
     @remaining.setter
     def remaining(self, value: float) -> None:
@@ -137,26 +96,7 @@ class Flow:
                 f"max_sharing={self.max_sharing!r}, min_rate={self.min_rate!r})")
 
 
-def index_add(index: dict[Any, set[Any]], keys: Iterable[Any], value: Any) -> bool:
-    """Add ``value`` to the set ``index[key]`` of every key, creating missing sets; True when every
-    key was new (``value`` is alone in each of its sets).
-
-    The per-transfer bookkeeping of flows by link and of transfers by device; a ``get`` and one set
-    literal is cheaper than ``setdefault(key, set())`` on this per-event path (no empty set built
-    for a key that exists).
-    """
-    alone = True
-    for key in keys:
-        users = index.get(key)
-        if users is None:
-            index[key] = {value}
-        else:
-            users.add(value)
-            alone = False
-    return alone
-
-
-class FlowNetwork:
+class FlowNetwork(LinkRates):
     """Flows over capacitated links with exact max-min fair sharing; O(log F) work per event
     outside the component of flows that share a finite link with the change."""
 
@@ -180,15 +120,6 @@ class FlowNetwork:
         self._detached = 0                              # detached flows in ``flows``
         # called with a detached flow's id when it joins the shared schedule again (see ``add``)
         self.on_attach: Callable[[int], None] | None = None
-
-    @property
-    def ops(self) -> NetworkOps:
-        """Inner-loop steps so far (the counters tests read)."""
-        if self._solo_adds:
-            self._ops.flows += self._solo_adds
-            self._ops.links += self._solo_adds
-            self._solo_adds = 0
-        return self._ops
 
     # -- state changes ----------------------------------------------------------------------
     def advance(self, now: float) -> None:
@@ -328,7 +259,7 @@ class FlowNetwork:
         self.now = now
         flow = self.flows.pop(flow_id)
         elapsed = now - flow._t0
-        if elapsed > 0.0:  # _left(r0, rate, elapsed), inline: frozen at what it had left now
+        if elapsed > 0.0:  # left_after(r0, rate, elapsed), inline: frozen at what it had left now
             r = flow._r0 - flow.rate * elapsed
             flow._r0 = r if r > 0.0 else 0.0
         flow._t0 = now
@@ -358,50 +289,6 @@ class FlowNetwork:
         if self.contention and neighbours:  # without contention nobody else's rate depends on this flow
             self._recompute(sorted(neighbours))
         return flow
-
-    def _unindex(self, flow: Flow) -> None:
-        """Take ``flow`` out of the by-link index of the watched links."""
-        by_link = self._by_link
-        if by_link:
-            for link in flow.links:
-                users = by_link.get(link)
-                if users is not None:
-                    users.discard(flow.id)
-                    if not users:
-                        del by_link[link]
-
-    def set_capacity(self, now: float, link: Hashable, mbps: float) -> None:
-        """Change a link's capacity at ``now`` (a link event); affected rates are recomputed."""
-        if not mbps > 0:
-            raise ValueError(f"capacity of {link!r} must be > 0, got {mbps}")
-        self.advance(now)
-        old = self.capacity.get(link)
-        self.capacity[link] = mbps
-        self.capacity_changes += 1
-        watched = self._watched
-        if watched is not None and link not in watched:  # from now on its flows are indexed too
-            watched.add(link)
-            mine = {fid for fid, f in self.flows.items() if link in f.links}
-            self.ops.flows += len(self.flows)
-            if mine:
-                self._by_link[link] = mine
-        if self._detached:
-            for fid in sorted(self._by_link.get(link, ())):
-                if self.flows[fid].detached:
-                    self._settle(self.flows[fid])
-        affected = sorted(self._by_link.get(link, ()))
-        self.ops.flows += len(affected)
-        if old is not None and math.isinf(old) != math.isinf(mbps):
-            # the link joins or leaves the shared set: re-index its flows
-            for fid in affected:
-                self.flows[fid].finite = self._finite(self.flows[fid].links)
-                if math.isinf(mbps):
-                    self.on_link.get(link, set()).discard(fid)
-                else:
-                    self.on_link.setdefault(link, set()).add(fid)
-            if link in self.on_link and not self.on_link[link]:
-                del self.on_link[link]
-        self._recompute(affected)
 
     # -- queries ----------------------------------------------------------------------------
     def finish_time(self, flow_id: int) -> float:
@@ -475,7 +362,7 @@ class FlowNetwork:
         now = self.now
         f._r0, f._t0 = remaining, now
         rate = f.rate
-        # _end(remaining, rate, now), inline (once per flow at least)
+        # end_at(remaining, rate, now), inline (once per flow at least)
         end = f._end = now if remaining <= EPS_MBIT else math.inf if rate <= 0.0 else now + remaining / rate
         self._versions += 1
         ver = f._ver = self._versions
@@ -496,7 +383,7 @@ class FlowNetwork:
         """Give ``f`` a new rate from now on (its progress so far at the old rate is kept)."""
         if rate == f.rate and not new:
             return
-        left = _left(f._r0, f.rate, self.now - f._t0)
+        left = left_after(f._r0, f.rate, self.now - f._t0)
         f.rate = rate
         self._rebase(f, left)
 
@@ -526,108 +413,3 @@ class FlowNetwork:
             self._detached += 1
             return
         self._rebase(f, f._r0)
-
-    # -- rates ------------------------------------------------------------------------------
-    def _finite(self, links: Iterable[Hashable]) -> tuple[Hashable, ...]:
-        return tuple(link for link in links if math.isfinite(self.capacity[link]))
-
-    def _component(self, seeds: list[int]) -> list[int]:
-        """Flows connected to ``seeds`` through shared finite links (their rates may change)."""
-        if not self.contention:
-            return [s for s in seeds if s in self.flows]
-        seen: set[int] = set()
-        seen_links: set[Hashable] = set()
-        stack = [s for s in seeds if s in self.flows]
-        while stack:
-            fid = stack.pop()
-            if fid in seen:
-                continue
-            seen.add(fid)
-            self.ops.flows += 1
-            for link in self.flows[fid].finite:
-                if link not in seen_links:
-                    seen_links.add(link)
-                    stack.extend(self.on_link[link])
-        return sorted(seen)
-
-    def _recompute(self, seeds: list[int], new: Flow | None = None) -> None:
-        comp = self._component(seeds)
-        if not comp:
-            return
-        if not self.contention:
-            for fid in comp:
-                f = self.flows[fid]
-                caps = [self.capacity[link] for link in f.links]
-                self._set_rate(f, min(caps) if caps else math.inf, f is new)
-                self._note(f, 1)
-            self.ops.flows += len(comp)
-            return
-        rate = self._fill(comp)
-        for fid in comp:
-            f = self.flows[fid]
-            self._set_rate(f, rate[fid], f is new)
-            sharing = max((len(self.on_link[link]) for link in f.finite), default=1)
-            self._note(f, sharing)
-        self.ops.flows += len(comp)
-
-    def _fill(self, comp: list[int]) -> dict[int, float]:
-        """Max-min fair rates of the component ``comp`` by progressive filling.
-
-        Each round, the share is the smallest headroom per unfrozen flow over the links that still
-        carry unfrozen flows (an exact ``min``); every unfrozen flow's rate (the running sum of the
-        shares, ``level``) grows by it and every such link's headroom shrinks by share × its unfrozen
-        flows. Then every link whose headroom is at most ``1e-9 × max(capacity, 1 Mbps)`` is
-        saturated and freezes its flows. That tolerance is a design choice, not a rounding fix for
-        one link only: the subtraction leaves a residue of a few ulps, and links that reach zero in
-        the same round up to rounding (equal bottlenecks reached by different sums) must freeze
-        together rather than leave a further round with a share of a few ulps. Nothing here depends on the order in which links are visited (the share is a ``min``,
-        the freezing is per link, the counts are integers), so the links are kept in the order the
-        flows of ``comp`` name them.
-        """
-        flows, cap, ops = self.flows, self.capacity, self.ops
-        if len(comp) == 1:
-            # alone: one round, the share is its bottleneck's capacity
-            f = flows[comp[0]]
-            ops.links += len(f.finite)
-            return {f.id: min([cap[link] for link in f.finite], default=math.inf)}
-        in_comp = set(comp)
-        links = list(dict.fromkeys([link for fid in comp for link in flows[fid].finite]))
-        left = {link: cap[link] for link in links}
-        users = {link: [fid for fid in self.on_link[link] if fid in in_comp] for link in links}
-        active = {link: len(users[link]) for link in links}
-        ops.links += len(links)
-        rate: dict[int, float] = {}
-        for fid in comp:  # a flow over infinite links only is limited by nothing
-            if not flows[fid].finite:
-                rate[fid] = math.inf
-        level = 0.0
-        live = [link for link in links if active[link]]
-        while len(rate) < len(comp) and live:
-            share = min([left[link] / active[link] for link in live])
-            ops.links += len(live)
-            level += share
-            for link in live:
-                left[link] -= share * active[link]
-            # freeze every flow on every saturated link (ties freeze together)
-            for link in live:
-                if left[link] <= 1e-9 * max(cap[link], 1.0):
-                    for fid in users[link]:
-                        if fid not in rate:
-                            rate[fid] = level
-                            for other in flows[fid].finite:
-                                active[other] -= 1
-                    ops.flows += len(users[link])
-            live = [link for link in live if active[link]]
-        for fid in comp:
-            if fid not in rate:
-                rate[fid] = level
-        return rate
-
-    @staticmethod
-    def _note(f: Flow, sharing: int) -> None:
-        f.max_sharing = max(f.max_sharing, sharing)
-        f.min_rate = min(f.min_rate, f.rate)
-
-    def stats(self) -> dict[str, Any]:
-        """Sizes of the internal indexes (flows, heap entries) and the op counters."""
-        return {"flows": len(self.flows), "heap": len(self._heap), "ops": self.ops.total()}
