@@ -128,3 +128,15 @@ def test_the_device_hosts_and_the_job_pipeline_are_method_free():
         text = (ROOT / module).read_text(encoding="utf-8")
         assert not NAMES.search(text), module
     assert not (ROOT / "runtime" / "feddc_jobs.py").exists() and not (ROOT / "runtime" / "distrans_jobs.py").exists()
+
+
+# "about 400 lines" at most per infrastructure module: the flow network keeps its Flow record and the network
+# that reads Flow's private fields in one module (the private-access rule of tests/interface/test_layers.py)
+MODULE_LINES = 420
+
+
+def test_no_infrastructure_module_is_long():
+    """Every module of the infrastructure packages is at most about 400 lines (split by role, not grown)."""
+    long = {str(p.relative_to(ROOT)): n for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MODULE_LINES}
+    assert not long, f"infrastructure modules over {MODULE_LINES} lines: {long}"
