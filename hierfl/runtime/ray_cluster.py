@@ -211,6 +211,8 @@ class RayStart(ExecutorStart):
         # hosts kept from this process's last run on this instance (IdleHosts), when there is no plug-in
         self._pool_key = (None if self.owns_ray or plugins or not IdleHosts.applies()
                           else IdleHosts.key(self.workers, host_cpus, self.gpus_per_host))
+        if self._pool_key is None and not self.owns_ray:
+            IdleHosts.clear()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
         self.hosts = [] if self._pool_key is None else IdleHosts.take(self._pool_key)
         if not self.hosts:
             self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(

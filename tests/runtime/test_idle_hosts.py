@@ -89,3 +89,23 @@ def test_clear_frees_the_kept_hosts_and_a_driver_keeps_them(tmp_path, ray_sessio
     assert _kept() == []
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(kept[0].release.remote(), timeout=30)
+
+
+def test_a_run_with_a_plugin_frees_the_kept_hosts_instead_of_waiting_for_their_cpus(tmp_path, ray_session):
+    """A run that keeps no hosts (a plug-in's) still needs CPUs for its own: the kept ones are killed first, so it
+    never waits for resources they hold (the instance has 2 CPUs, the kept hosts reserve 1 each)."""
+    import shutil
+    from pathlib import Path
+
+    from tests.interface.test_plugins import WITH_PLUGIN
+
+    _run(tmp_path, "two", seed=5)
+    assert len(_kept()) == 2
+    plugin = tmp_path / "mine" / "my_fedavg.py"
+    plugin.parent.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "own_method" / "my_fedavg.py", plugin)
+    import hierfl
+
+    run = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin")
+    assert run.summary["executor"] == "ray" and run.summary["rounds"] > 0
+    assert _kept() == []  # a plug-in run keeps none
