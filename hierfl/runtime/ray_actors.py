@@ -11,6 +11,8 @@ This is the one place ``ray.remote`` is applied (:data:`RayDeviceHost` from :cla
 from __future__ import annotations
 
 import importlib
+import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -120,6 +122,10 @@ class LeaderActor(LeaderHost):
         LeaderHost.__init__(self, *args)
 
 
+KEEP_S = float(os.environ.get("HIERFL_KEEP_HOSTS_S", "15"))
+"""How long a finished run's host actors are kept for the next run of the process (:class:`IdleHosts`), seconds."""
+
+
 class IdleHosts:
     """Host actors a finished run left running, for the next run of this process on the same Ray instance.
 
@@ -127,15 +133,20 @@ class IdleHosts:
     time, so a process that makes many runs on one instance it attached to (a notebook, a test session, a
     script looping over seeds) keeps the last run's hosts instead of killing them. A host forgets the run
     when it is kept (:meth:`HostActor.release`) and builds itself anew in the next :meth:`HostActor.setup`,
-    so a run on kept hosts computes exactly what it would on new ones. A Ray worker (a Tune trial) keeps none,
-    and :func:`hierfl.sweep` clears them before its trials start. Only the last run's hosts are kept
-    (they hold the CPUs they reserved, which a run of another shape would otherwise wait for): a run whose
-    shape differs kills them and starts its own. Runs with plug-ins neither keep nor take hosts (a host
-    process keeps what a plug-in registered). A Ray instance this process started itself ends with its run,
-    hosts and all.
+    so a run on kept hosts computes exactly what it would on new ones.
+
+    Kept hosts hold the CPUs they reserved, which other work would wait for, so they are kept briefly and
+    only for the like: for :data:`KEEP_S` seconds (``HIERFL_KEEP_HOSTS_S``; 0: never), after which they are
+    killed (another process attached to the same instance waits at most that long for their CPUs); only
+    the last run's; a run of another shape, and a run that keeps none (one with plug-ins: a host process keeps
+    what a plug-in registered), kill them first. A Ray worker (a Tune trial) keeps none, and
+    :func:`hierfl.sweep` clears them before its trials start. A Ray instance this process started itself
+    ends with its run, hosts and all.
     """
 
     _kept: tuple[tuple[Any, ...], list[Any]] | None = None
+    _timer: threading.Timer | None = None
+    _lock = threading.Lock()
 
     @classmethod
     def key(cls, workers: int, host_cpus: float, gpus: float) -> tuple[Any, ...]:
@@ -145,21 +156,30 @@ class IdleHosts:
 
     @staticmethod
     def applies() -> bool:
-        """Whether this process keeps hosts: a driver script or notebook, not a Ray worker (a Tune trial runs in
-        an actor, next to other trials whose CPUs kept hosts would hold)."""
-        return ray.get_runtime_context().get_actor_id() is None
+        """Whether this process keeps hosts: a driver script or notebook (not a Ray worker: a Tune trial runs in
+        an actor, next to other trials whose CPUs kept hosts would hold), unless keeping is off."""
+        return KEEP_S > 0 and ray.get_runtime_context().get_actor_id() is None
+
+    @classmethod
+    def _pop(cls) -> tuple[tuple[Any, ...], list[Any]] | None:
+        with cls._lock:
+            kept, cls._kept = cls._kept, None
+            if cls._timer is not None:
+                cls._timer.cancel()
+                cls._timer = None
+        return kept
 
     @classmethod
     def clear(cls) -> None:
         """Kill the kept hosts (their CPUs are free again): before other Ray work of this process, e.g. a sweep."""
-        kept, cls._kept = cls._kept, None
+        kept = cls._pop()
         if kept is not None:
             cls._kill(kept[1])
 
     @classmethod
     def take(cls, key: tuple[Any, ...]) -> list[Any]:
         """The kept hosts if they match ``key`` and all still answer, else none (any kept are killed)."""
-        kept, cls._kept = cls._kept, None
+        kept = cls._pop()
         if kept is None:
             return []
         if kept[0] == key:
@@ -173,23 +193,34 @@ class IdleHosts:
 
     @classmethod
     def keep(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:
-        """Keep ``hosts`` (released) for the next run; the ones kept before are killed."""
-        previous, cls._kept = cls._kept, None
-        if previous is not None:
-            cls._kill(previous[1])
+        """Keep ``hosts`` (released) for the next run, for :data:`KEEP_S` seconds; the ones kept before are killed."""
+        cls.clear()
         try:
             ray.get([h.release.remote() for h in hosts], timeout=10.0)
         except Exception:  # noqa: BLE001 - a host that cannot forget its run is not kept
             cls._kill(hosts)
             return
-        cls._kept = (key, list(hosts))
+        timer = threading.Timer(KEEP_S, cls._expire, args=(hosts,))
+        timer.daemon = True
+        with cls._lock:
+            cls._kept, cls._timer = (key, list(hosts)), timer
+        timer.start()
+
+    @classmethod
+    def _expire(cls, hosts: list[Any]) -> None:
+        """The kept hosts were not taken in time: free their CPUs."""
+        with cls._lock:
+            if cls._kept is None or cls._kept[1] != hosts:
+                return  # taken or replaced meanwhile
+            cls._kept, cls._timer = None, None
+        cls._kill(hosts)
 
     @staticmethod
     def _kill(hosts: list[Any]) -> None:
         for actor in hosts:
             try:
                 ray.kill(actor)
-            except Exception:  # noqa: BLE001 - best effort
+            except Exception:  # noqa: BLE001 - best effort (also after the instance is gone)
                 pass
 
 

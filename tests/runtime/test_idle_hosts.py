@@ -109,3 +109,21 @@ def test_a_run_with_a_plugin_frees_the_kept_hosts_instead_of_waiting_for_their_c
     run = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin")
     assert run.summary["executor"] == "ray" and run.summary["rounds"] > 0
     assert _kept() == []  # a plug-in run keeps none
+
+
+def test_kept_hosts_expire(tmp_path, ray_session, monkeypatch):
+    """Kept hosts hold CPUs other processes on the instance may wait for: they are killed after KEEP_S seconds."""
+    import time
+
+    import ray
+
+    from hierfl.runtime import ray_actors
+
+    monkeypatch.setattr(ray_actors, "KEEP_S", 1.0)
+    _run(tmp_path, "one", seed=5)
+    kept = _kept()
+    assert len(kept) == 2
+    time.sleep(3.0)
+    assert _kept() == []
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(kept[0].release.remote(), timeout=30)
