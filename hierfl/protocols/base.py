@@ -138,7 +138,8 @@ class Protocol:
     def send_model(self, device: int, link: str, payload: DeviceMsg) -> None:
         """Download the current model to ``device`` over ``link``; ``train_start`` fires on arrival."""
         server = self.server_of(device, link, payload)
-        self.downloads[device] = server  # (its job starts from the model as a transfer channel delivers it)
+        if getattr(self.env, "channels", None) is not None:  # (a run with transfer channels: see start_job)
+            self.downloads[device] = server  # its job starts from the model as the channel delivers it
         self.env.send(server, ("device", device), "train_start", payload, "download", Priority.START)
 
     def start_job(self, event: Event, model: Any, spec: TrainSpec | None = None, control: Any = None) -> Event:
@@ -161,8 +162,9 @@ class Protocol:
         job = self.jobs[device]
         self.env.finish_training(job)
         server = self.server_of(device, link, event.payload)
-        # the server receives the update as the link's transfer channel delivers it (the same handle without one)
-        job.params = _coded(self.env, server, device, job.params, True)
+        if getattr(self.env, "channels", None) is not None:
+            # the server receives the update as the link's transfer channel delivers it
+            job.params = _coded(self.env, server, device, job.params, True)
         self.env.send(("device", device), server, "upload_done", event.payload, "upload")
 
     def wasted_work(self, device: int) -> float:
