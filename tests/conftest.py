@@ -229,5 +229,12 @@ def ray_session():  # noqa: ANN201
     if not ray.is_initialized():
         # address="local": a private instance, never a cluster another process on this machine started
         ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    from hierfl.runtime import ray_actors
+
+    if "HIERFL_KEEP_HOSTS_S" not in os.environ:
+        # the session's Ray runs take the host processes the last one kept (IdleHosts) instead of starting two
+        # Python processes importing torch each; nothing else of this process waits for their CPUs (a sweep and
+        # a run with plug-ins free them first), and they end with the instance
+        ray_actors.KEEP_S = 3600.0
     yield ray
     ray.shutdown()

@@ -149,7 +149,8 @@ class Protocol:
         After :meth:`send_model`, ``model`` is the one downloaded: the device trains from it as the link's
         transfer channel delivered it (``Aggregator.coded``; the same handle without a channel)."""
         device = event.payload.device
-        server = self.downloads.pop(device, None)
+        # (filled only in runs with transfer channels: an empty dict is not searched)
+        server = self.downloads.pop(device, None) if self.downloads else None
         if server is not None:
             model = _coded(self.env, server, device, model, False)
         job, pending = self.env.start_job(device, model, event.payload, spec, control)

@@ -138,8 +138,9 @@ class IdleHosts:
     Kept hosts hold the CPUs they reserved, which other work would wait for, so they are kept briefly and
     only for the like: for :data:`KEEP_S` seconds (``HIERFL_KEEP_HOSTS_S``; 0: never), after which they are
     killed (another process attached to the same instance waits at most that long for their CPUs); only
-    the last run's; a run of another shape, and a run that keeps none (one with plug-ins: a host process keeps
-    what a plug-in registered), kill them first. A Ray worker (a Tune trial) keeps none, and
+    the last run's. A run whose hosts reserve the same resources takes as many kept hosts as it needs (a run of
+    fewer hosts frees the others, one of more starts the rest); a run of other host resources, and a run that
+    keeps none (one with plug-ins: a host process keeps what a plug-in registered), kill them first. A Ray worker (a Tune trial) keeps none, and
     :func:`hierfl.sweep` clears them before its trials start. A Ray instance this process started itself
     ends with its run, hosts and all.
     """
@@ -149,10 +150,11 @@ class IdleHosts:
     _lock = threading.Lock()
 
     @classmethod
-    def key(cls, workers: int, host_cpus: float, gpus: float) -> tuple[Any, ...]:
-        """What must match for kept hosts to serve a run: the instance, the host count and their resources."""
+    def key(cls, host_cpus: float, gpus: float) -> tuple[Any, ...]:
+        """What must match for kept hosts to serve a run: the instance and the resources of each host (any
+        number of them: :meth:`take` hands out as many as a run needs)."""
         ctx = ray.get_runtime_context()
-        return (getattr(ctx, "gcs_address", None), ctx.get_job_id(), int(workers), float(host_cpus), float(gpus))
+        return (getattr(ctx, "gcs_address", None), ctx.get_job_id(), float(host_cpus), float(gpus))
 
     @staticmethod
     def applies() -> bool:
@@ -177,18 +179,24 @@ class IdleHosts:
             cls._kill(kept[1])
 
     @classmethod
-    def take(cls, key: tuple[Any, ...]) -> list[Any]:
-        """The kept hosts if they match ``key`` and all still answer, else none (any kept are killed)."""
+    def take(cls, key: tuple[Any, ...], count: int | None = None) -> list[Any]:
+        """Up to ``count`` (default: all) of the kept hosts if they match ``key`` and still answer, else none.
+
+        Every kept host that is not handed out is killed: its CPUs are free for the hosts the run starts
+        itself (a run of more hosts starts the rest; the caller numbers them after these)."""
         kept = cls._pop()
         if kept is None:
             return []
+        hosts = kept[1]
         if kept[0] == key:
+            mine, rest = (hosts, []) if count is None else (hosts[:count], hosts[count:])
+            cls._kill(rest)
             try:
-                ray.get([h.release.remote() for h in kept[1]], timeout=10.0)
-                return kept[1]
+                ray.get([h.release.remote() for h in mine], timeout=10.0)
+                return mine
             except Exception:  # noqa: BLE001 - a kept host that died (or hangs) is replaced, with the others
-                pass
-        cls._kill(kept[1])
+                hosts = mine
+        cls._kill(hosts)
         return []
 
     @classmethod

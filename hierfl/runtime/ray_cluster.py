@@ -210,13 +210,13 @@ class RayStart(ExecutorStart):
         plugins = plugin_bundle()  # every actor loads the driver's plug-ins before it unpickles the run's values
         # hosts kept from this process's last run on this instance (IdleHosts), when there is no plug-in
         self._pool_key = (None if self.owns_ray or plugins or not IdleHosts.applies()
-                          else IdleHosts.key(self.workers, host_cpus, self.gpus_per_host))
+                          else IdleHosts.key(host_cpus, self.gpus_per_host))
         if self._pool_key is None and not self.owns_ray:
             IdleHosts.clear()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
-        self.hosts = [] if self._pool_key is None else IdleHosts.take(self._pool_key)
-        if not self.hosts:
-            self.hosts = [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
-                h == 0 or not self.owns_ray, plugins) for h in range(self.workers)]
+        # kept hosts first (a host forgets its last run: which one serves which index changes no bit), new ones after
+        self.hosts = [] if self._pool_key is None else IdleHosts.take(self._pool_key, self.workers)
+        self.hosts += [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
+            h == 0 or not self.owns_ray, plugins) for h in range(len(self.hosts), self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
                       else RayCloud.options(num_cpus=0).remote(plugins))
 

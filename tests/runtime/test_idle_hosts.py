@@ -52,16 +52,33 @@ def test_the_next_run_reuses_the_hosts_and_gives_the_same_bits(tmp_path, ray_ses
     _same(first, fresh)
 
 
-def test_another_shape_kills_the_kept_hosts(tmp_path, ray_session):
+def test_a_run_of_fewer_hosts_takes_some_and_frees_the_rest_and_one_of_more_starts_the_rest(tmp_path, ray_session):
     import ray
 
-    _run(tmp_path, "two", seed=5)
+    IdleHosts.take(("nothing",))
+    two_run = _run(tmp_path, "two", seed=5)
     two = _kept()
     assert len(two) == 2
     _run(tmp_path, "one", seed=5, runtime={"executor": "ray", "workers": 1})
     one = _kept()
-    assert len(one) == 1 and one[0]._actor_id not in {h._actor_id for h in two}
-    with pytest.raises(ray.exceptions.RayActorError):  # killed: their CPUs are free for the new shape
+    assert [h._actor_id for h in one] == [two[0]._actor_id]  # the first kept host served it
+    with pytest.raises(ray.exceptions.RayActorError):  # the other was killed: its CPU is free for the run
+        ray.get(two[1].release.remote(), timeout=30)
+    again = _run(tmp_path, "again", seed=5)  # two hosts: the kept one and a new one
+    now = _kept()
+    assert len(now) == 2 and now[0]._actor_id == one[0]._actor_id and now[1]._actor_id != two[1]._actor_id
+    _same(two_run, again)
+
+
+def test_hosts_of_other_resources_are_killed(tmp_path, ray_session):
+    import ray
+
+    IdleHosts.take(("nothing",))
+    _run(tmp_path, "two", seed=5)
+    two = _kept()
+    _run(tmp_path, "three", seed=5, runtime={"executor": "ray", "workers": 3})  # 2/3 CPU each: not the kept ones'
+    assert {h._actor_id for h in _kept()}.isdisjoint({h._actor_id for h in two})
+    with pytest.raises(ray.exceptions.RayActorError):
         ray.get(two[0].release.remote(), timeout=30)
 
 
