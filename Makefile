@@ -40,7 +40,7 @@ run: install
 # the whole suite, every test, in $(TEST_WORKERS) pytest-xdist workers (each with its own Ray instance);
 # a module's tests run in one worker (its module fixtures built once), a golden scenario's two runs in one
 # worker (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 PYTEST  := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 test: install
 	$(PYTEST) tests

@@ -238,3 +238,14 @@ def ray_session():  # noqa: ANN201
         ray_actors.KEEP_S = 3600.0
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def ray_address(ray_session) -> str:  # noqa: ANN001
+    """The address of this test process's Ray instance, for another process (a CLI run) to attach to. The
+    hosts this process keeps (:class:`~hierfl.runtime.ray_actors.IdleHosts`) are freed first: that process's
+    own hosts need their CPUs."""
+    from hierfl.runtime.ray_actors import IdleHosts
+
+    IdleHosts.clear()
+    return ray_session.get_runtime_context().gcs_address

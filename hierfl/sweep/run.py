@@ -398,7 +398,10 @@ def run_sweep(sweep_file: str | Path | None = None, out: str | Path | None = Non
                        "cwd": manifest["cwd"], "plugins": plugin_specs, "plugin_bundle": list(bundle())}
         tuner = tune.Tuner(
             trainable, param_space=param_space,
-            tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=False,
+            # a trial's actor serves the next trial (a trial process imports hierfl and torch: seconds, often more than
+            # a short run); a run builds everything it uses anew, and plug-ins load once per process, so a trial
+            # computes the same bits in a reused actor (tests/interface/test_sweep.py compares one-by-one runs)
+            tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True,
                                         trial_dirname_creator=_trial_dirname, trial_name_creator=_trial_dirname),
             run_config=tune.RunConfig(name=TUNE_DIR, storage_path=str(sweep_dir), verbose=0, callbacks=callbacks,
                                       failure_config=tune.FailureConfig(max_failures=spec.retries),

@@ -187,10 +187,7 @@ def executor_args(request: pytest.FixtureRequest) -> list[str]:
     """CLI arguments for each executor; Ray joins the session's instance (a second driver: no cluster start-up)."""
     if request.param == "local":
         return ["--executor", "local"]
-    import ray
-
-    request.getfixturevalue("ray_session")
-    return ["--executor", "ray", "--address", ray.get_runtime_context().gcs_address]
+    return ["--executor", "ray", "--address", request.getfixturevalue("ray_address")]
 
 
 @pytest.mark.slow

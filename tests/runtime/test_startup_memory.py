@@ -35,12 +35,12 @@ print("HEAVY", sorted(m for m in ("torch", "scipy.optimize", "networkx") if m in
 
 
 @pytest.mark.ray
-def test_a_ray_runs_driver_imports_no_torch_and_gives_the_local_bits(tmp_path, ray_session):
+def test_a_ray_runs_driver_imports_no_torch_and_gives_the_local_bits(tmp_path, ray_address):
     raw = {**TINY, "stop": {"rounds": 2}, "runtime": {"executor": "ray", "workers": 2}}
     scen = tmp_path / "tiny.yaml"
     scen.write_text(yaml.safe_dump(raw))
-    address = ray_session.get_runtime_context().gcs_address  # attach: no second Ray instance to start
-    proc = subprocess.run([sys.executable, "-c", _DRIVER, str(scen), str(tmp_path / "ray"), address],
+    # attach to the session's instance: no second Ray instance to start
+    proc = subprocess.run([sys.executable, "-c", _DRIVER, str(scen), str(tmp_path / "ray"), ray_address],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert "RC 0" in proc.stdout, proc.stderr[-3000:]
     assert "HEAVY []" in proc.stdout, proc.stdout  # neither torch nor the lazily imported scipy/networkx
