@@ -1,7 +1,7 @@
 """Shared fixtures: one local Ray instance per test process, tiny scenarios; the scheduling of
 pytest-xdist workers.
 
-``make test`` runs the suite in two pytest-xdist workers (``-n 2 --dist loadscope``). Each worker
+``make test`` runs the suite in three pytest-xdist workers (``-n 3 --dist loadscope``). Each worker
 is a test process of its own: it starts at most one Ray instance (:func:`ray_session`), whose
 temporary directory is private to the process (``RAY_TMPDIR``, set in :func:`pytest_configure`)
 and whose ports the operating system assigns, so two workers (or two people's suites on one
