@@ -75,6 +75,7 @@ def _cli(args: list[str], kill_after: int | None) -> int:
                           timeout=300).returncode
 
 
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_resume_after_sigkill(reference: Path, tmp_path: Path) -> None:
     """The driver SIGKILLs itself right after its 3rd checkpoint; ``hierfl resume`` ends as the uninterrupted run."""
     out = tmp_path / "run"
@@ -259,6 +260,7 @@ def test_cluster_survives_a_removed_worker_node(reference: Path, tmp_path: Path)
     ("lg_fedavg", ["training.trainer.warmup_rounds=2", "stop.rounds=5"], 4),
     ("fedmeta_sgd", [], 2),  # Meta-SGD with a local head, through edge servers
 ], ids=["lg_fedavg", "lg_fedavg-warmup", "fedmeta_sgd"])
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_resume_keeps_personal_layers(tmp_path: Path, stem: str, extra: list[str], stop_at: int) -> None:
     """Device-held state of a personalised trainer (its devices' local layers, kept by their hosts) survives
     Ctrl-C and resume: the resumed run is the uninterrupted one, its device state included."""

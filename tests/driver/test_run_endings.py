@@ -72,6 +72,7 @@ def test_completed(tmp_path, capsys):
     assert not (out / "checkpoint.pkl").exists()
 
 
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_interrupted_by_sigint(tmp_path):
     scen = _scenario(tmp_path, stop={"rounds": 100000, "virtual_time_s": 1e7}, runtime={"workers": 1})
     out = tmp_path / "out"

@@ -84,6 +84,7 @@ def _counts(monkeypatch: pytest.MonkeyPatch, sc, out: Path) -> tuple[int, int, i
     {"name": "fedasync", "concurrency": 40},
     {"name": "fedavg"},
 ])
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_work_per_job_does_not_grow_with_the_population(protocol, monkeypatch, tmp_path):
     # the marginal work of 20 more aggregations (setup, O(N) once, cancels out), at N = 1k and 10k;
     # availability is non-trivial (Markov) but changes rarely during the run
@@ -103,6 +104,7 @@ def test_work_per_job_does_not_grow_with_the_population(protocol, monkeypatch, t
     assert net_10k <= 1.5 * net_1k + 2, per_job
 
 
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_emulator_memory_per_device_is_small(tmp_path):
     # traced Python and numpy allocations of a whole (timing-only) run, data included, per extra device
     peaks = {}

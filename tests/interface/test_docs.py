@@ -59,6 +59,7 @@ def test_reference_covers_every_registered_plugin(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_SPHINX, reason="sphinx and myst-parser are not installed (pip install -e '.[docs]')")
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_docs_build_strict(tmp_path):
     cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-b", "html",
            "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html")]

@@ -170,6 +170,7 @@ def test_plugin_errors_in_a_scenario_are_keyed_by_their_index(tmp_path, capsys):
     assert "command line: --plugin[0]: " in capsys.readouterr().err
 
 
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_resume_needs_the_plugins_the_checkpoint_recorded(tmp_path):
     from hierfl.driver import run_scenario
 

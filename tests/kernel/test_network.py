@@ -136,6 +136,7 @@ print(json.dumps([[float.hex(t), [[i, float.hex(r)] for i, r in rates],
 """
 
 
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_rates_are_the_same_bits_in_processes_with_different_hash_seeds(tmp_path):
     """Links keyed by tuples of strings (as the driver keys them) hash differently in every process
     (Ray workers, a resumed run): nothing may iterate a set of them for order."""

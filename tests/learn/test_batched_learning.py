@@ -276,6 +276,7 @@ def _timeline(run_dir: Path) -> list[dict]:
     return out
 
 
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_emulated_times_do_not_depend_on_the_batched_path(tmp_path, monkeypatch):
     from hierfl.driver import run_scenario
     from hierfl.learn import vmapped

@@ -47,6 +47,7 @@ def test_probe_passes_where_something_listens():
         probe_address(f"127.0.0.1:{server.getsockname()[1]}", timeout_s=2.0)
 
 
+@pytest.mark.slow  # several seconds: make test runs it, make test-fast leaves it out
 def test_cli_run_with_a_dead_address_fails_with_a_clear_error(tmp_path):
     scen = tmp_path / "s.yaml"
     scen.write_text(yaml.safe_dump({**TINY, "runtime": {"executor": "ray"}}))
