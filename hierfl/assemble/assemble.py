@@ -82,8 +82,10 @@ class Built:
 def train_spec(scenario: Scenario) -> TrainSpec:
     """The local-training job described by ``training:``."""
     t = scenario.training
+    fields = t.spec_fields()  # the optimiser and training.clip_norm; a trainer's own clip norm, if set, replaces it
+    fields.update((k, v) for k, v in t.trainer.spec_fields().items() if not (k == "clip_norm" and v is None))
     spec = TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
-                     momentum=t.momentum, weight_decay=t.weight_decay, **t.trainer.spec_fields())
+                     momentum=t.momentum, weight_decay=t.weight_decay, **fields)
     if spec.method is not None:  # what the job method draws from the scenario seed (its own named streams)
         spec = dataclasses.replace(spec, method=spec.method.with_run_seed(lambda name: stream_seed(scenario.seed, name)))
     return spec

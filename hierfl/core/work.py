@@ -22,7 +22,7 @@ from hierfl.core.method import JobMethod
 from hierfl.core.shared import SharedData
 
 __all__ = [
-    "PublicTask", "TrainSpec", "job_samples", "plain_work_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
+    "OPTIMIZERS", "PublicTask", "TrainSpec", "job_samples", "plain_work_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
     "compute_time_s", "transfer_time_s", "model_bytes",
 ]
 
@@ -102,6 +102,10 @@ class PublicTask(JobMethod):
         return self.samples * num_classes if self.forward_only else num_params
 
 
+OPTIMIZERS = ("sgd", "adam", "adamw")
+"""The local optimisers a job can use (``training.optimizer``)."""
+
+
 @dataclass(frozen=True)
 class TrainSpec:
     """What one local training job does: SGD hyper-parameters and its length.
@@ -133,6 +137,13 @@ class TrainSpec:
     # max-norm gradient clipping of each step's whole gradient (loss terms included, weight decay not),
     # as ``torch.nn.utils.clip_grad_norm_``; None = no clipping (drift correction's code clips at 10)
     clip_norm: float | None = None
+    # the local optimiser (``training.optimizer``): ``sgd`` (``momentum``, ``nesterov``, ``weight_decay`` as
+    # ``torch.optim.SGD``), ``adam`` / ``adamw`` (``betas``, ``eps``; ``weight_decay`` as L2 / decoupled, as
+    # ``torch.optim.Adam`` / ``AdamW``); its state is fresh per job
+    optimizer: str = "sgd"
+    nesterov: bool = False
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
     # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
     # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
     model: int = 0
@@ -164,6 +175,16 @@ class TrainSpec:
             raise ValueError(f"TrainSpec: frozen must be an integer >= 0, got {self.frozen!r}")
         if not (math.isfinite(self.work_factor) and self.work_factor >= 1.0):
             raise ValueError(f"TrainSpec: work_factor must be a finite number >= 1, got {self.work_factor!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"TrainSpec: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.nesterov and (self.optimizer != "sgd" or not self.momentum > 0):
+            raise ValueError("TrainSpec: nesterov needs optimizer sgd and momentum > 0")
+        if self.optimizer != "sgd" and self.momentum != 0:
+            raise ValueError(f"TrainSpec: momentum is SGD's; {self.optimizer} has betas")
+        if not (len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas)):
+            raise ValueError(f"TrainSpec: betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"TrainSpec: eps must be a finite number > 0, got {self.eps!r}")
         for key in ("lr", "momentum", "weight_decay", "prox", "mu"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
@@ -180,6 +201,11 @@ class TrainSpec:
         """The job's public-data task, if its method is one (a job on the public split instead of the device's
         private data: the same work on every device)."""
         return self.method if isinstance(self.method, PublicTask) else None
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the job's optimiser is Adam or AdamW (moments instead of SGD's momentum buffer)."""
+        return self.optimizer != "sgd"
 
     @property
     def proximal(self) -> float:

@@ -59,6 +59,12 @@ class Jobs:
         # models: which architecture each device runs, stamped on its jobs' specs (None: one model, no stamp)
         self._model_of = model_of
         self._stamped: dict[tuple[TrainSpec, int], TrainSpec] = {}
+        # training.lr_schedule: a job's learning rate times the schedule's factor of its round (the cloud
+        # aggregations done when it starts); None for a constant rate (no spec is touched)
+        schedule = ctx.scenario.training.lr_schedule
+        self._schedule = None if schedule.constant else schedule
+        self._sched_round = -1
+        self._sched_specs: dict[int, tuple[TrainSpec, TrainSpec]] = {}
 
     @property
     def now(self) -> float:
@@ -124,6 +130,21 @@ class Jobs:
         if self.eval_cost is not None:
             self.eval_cost.charge(self.now, self.dyn.windows, self.telemetry)
 
+    def scheduled(self, spec: TrainSpec) -> TrainSpec:
+        """``spec`` with the learning rate of the round a job starting now belongs to (``training.lr_schedule``):
+        ``lr × factor(r)``, ``r`` = the cloud aggregations done so far — a synchronous protocol's round, an
+        asynchronous one's cloud-model version. Made once per spec and round."""
+        if self._schedule is None:
+            return spec
+        r = int(self.counters["cloud_aggregations"])
+        if r != self._sched_round:
+            self._sched_round = r
+            self._sched_specs.clear()
+        made = self._sched_specs.get(id(spec))
+        if made is None or made[0] is not spec:
+            made = self._sched_specs[id(spec)] = (spec, dataclasses.replace(spec, lr=spec.lr * self._schedule.scale(r)))
+        return made[1]
+
     def start_training(self, device: int, params: Any, spec: TrainSpec | None = None, control: Any = None) -> Job:
         """Submit ``device``'s next job now (see :meth:`start_job`, which also schedules its end).
 
@@ -133,6 +154,8 @@ class Jobs:
         """
         now = self.queue.now
         spec = spec or self._spec
+        if self._schedule is not None:
+            spec = self.scheduled(spec)
         if self._model_of is not None:
             spec = self._model_spec(spec, device)
         if self._warmup_rounds:  # (method_phase's own first test)

@@ -27,6 +27,7 @@ import numpy as np
 from hierfl.core.work import TrainSpec, effective_batch, num_steps
 from hierfl.learn.chain import LinearChain
 from hierfl.learn.local import index_blocks
+from hierfl.learn.optim import AdamMoments, clip_rows, segments_of
 
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
@@ -83,8 +84,6 @@ class BatchedTrainer:
             raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
         if spec.control_variates:
             raise ValueError("jobs with control variates keep per-device state: they are never trained in a group")
-        if spec.clip_norm is not None:
-            raise ValueError("jobs with gradient clipping are trained one at a time (no grouped clipping)")
         n = int(rows[0].size)
         if n < 1 or any(r.size != n for r in rows):
             raise ValueError("a group's jobs must all have the same (positive) number of samples")
@@ -112,8 +111,11 @@ class BatchedTrainer:
         grad_b = [grad[:, bo: bo + fo].view(k_jobs, 1, fo) for _, fo, _, bo in self._layers]
         prox, wd, mom, lr = spec.proximal, spec.weight_decay, spec.momentum, spec.lr
         anchor = flat.clone() if prox > 0 else None
-        tmp = torch.empty_like(flat) if prox > 0 else None
+        tmp = torch.empty_like(flat) if prox > 0 or spec.nesterov else None
         buf = torch.empty_like(flat) if mom != 0 else None
+        # training.optimizer adam / adamw: torch's own step on the stack; training.clip_norm: each job's own clip
+        adam = AdamMoments([flat]) if spec.adaptive else None
+        segments = segments_of([(fo * fi,) if k == 0 else (fo,) for _, fo, fi, _ in self._layers for k in (0, 1)])
         losses = torch.empty((total_steps, k_jobs), dtype=torch.float32)
         last = len(weights) - 1
         relu_back = torch.ops.aten.threshold_backward.default
@@ -150,7 +152,11 @@ class BatchedTrainer:
                     if prox > 0:
                         assert anchor is not None and tmp is not None
                         grad.add_(torch.sub(flat, anchor, out=tmp), alpha=prox)
-                    if wd != 0:
+                    if spec.clip_norm is not None:
+                        clip_rows(grad, segments, spec.clip_norm)
+                    if adam is not None:
+                        adam.step([flat], [grad], spec)
+                    elif wd != 0:
                         grad.add_(flat, alpha=wd)
                     if mom != 0:
                         assert buf is not None
@@ -158,8 +164,12 @@ class BatchedTrainer:
                             buf.copy_(grad)
                         else:
                             buf.mul_(mom).add_(grad)
-                        flat.add_(buf, alpha=-lr)
-                    else:
+                        if spec.nesterov:  # torch: grad = grad.add(buf, alpha=momentum)
+                            assert tmp is not None
+                            flat.add_(torch.add(grad, buf, alpha=mom, out=tmp), alpha=-lr)
+                        else:
+                            flat.add_(buf, alpha=-lr)
+                    if adam is None and mom == 0:
                         flat.add_(grad, alpha=-lr)
                     step += 1
                     samples += bsz

@@ -1,7 +1,7 @@
 """The one-job-at-a-time reference trainer: hierfl's local SGD as it was before the fast path.
 
 :class:`ReferenceTrainer` is ``LocalTrainer`` at commit 1672b90, kept verbatim in what it computes:
-a fresh ``torch.optim.SGD(foreach=False)`` per job, ``module(x)`` + ``F.cross_entropy`` +
+a fresh ``torch.optim.SGD(foreach=False)`` (or ``Adam`` / ``AdamW``: ``training.optimizer``) per job, ``module(x)`` + ``F.cross_entropy`` +
 ``loss.backward()`` per step, the device's samples gathered by the caller. It is the
 specification :meth:`hierfl.learn.local.LocalTrainer.train` must match bit for bit
 (``tests/learn/test_fastpath.py``) and the "old" column of ``analysis/bench/fastpath.py``; runs never use it.
@@ -16,6 +16,7 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch
 from hierfl.learn.local import index_blocks
+from hierfl.learn.optim import torch_optimizer
 from hierfl.learn.sgd import flat_views
 
 if TYPE_CHECKING:
@@ -61,8 +62,7 @@ class ReferenceTrainer:
         rng = np.random.default_rng(seed)
         module = self.module
         module.train()
-        opt = torch.optim.SGD(self.params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
-                              foreach=False)
+        opt = torch_optimizer(self.params, spec)  # (torch.optim.SGD, or Adam / AdamW: training.optimizer)
         anchors: list[torch.Tensor] = []
         prox = spec.proximal
         if prox > 0:

@@ -12,8 +12,13 @@ element goes through the same kernel path and the results are identical in every
 * max-norm clipping of the whole gradient (``spec.clip_norm``, drift correction): the arithmetic of
   ``torch.nn.utils.clip_grad_norm_(foreach=False)`` over the gradients so far;
 * weight decay: ``g ← g + wd·w`` (a new tensor in torch; here a preallocated one);
-* momentum: ``buf ← g`` on the first step of a job, then ``buf ← m·buf + g``; ``g ← buf``;
+* momentum: ``buf ← g`` on the first step of a job, then ``buf ← m·buf + g``; ``g ← buf`` (Nesterov:
+  ``g ← g + m·buf``);
 * ``w ← w − lr·g``.
+
+``spec.optimizer`` ``adam`` / ``adamw``: the loss terms and the clip as above, then the step of
+``torch.optim.Adam`` / ``AdamW(foreach=False)`` itself (:class:`hierfl.learn.optim.AdamMoments`), its
+moments fresh per job.
 
 The order (proximal and correction added to the gradient before the optimiser step) is the one
 :class:`~hierfl.learn.local.LocalTrainer` has always used.
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
     import torch
 
     from hierfl.core.work import TrainSpec
+    from hierfl.learn.optim import AdamMoments
 
 __all__ = ["ExactSGD", "flat_views"]
 
@@ -65,6 +71,9 @@ class ExactSGD:
         self.prox = 0.0
         self.corrected = False
         self.clip_norm: float | None = None
+        self.nesterov = False
+        self._spec: TrainSpec | None = None
+        self._adam: AdamMoments | None = None  # Adam / AdamW moments (made on the first adaptive job)
         self._has_buf = [False] * len(self.params)
         self._tmp: list[torch.Tensor] = []
         self._mom: list[torch.Tensor] = []
@@ -90,8 +99,16 @@ class ExactSGD:
         self.weight_decay = spec.weight_decay
         self.prox = spec.proximal
         self.clip_norm = spec.clip_norm
+        self.nesterov = spec.nesterov
+        self._spec = spec
+        if spec.adaptive:  # (torch.optim.Adam's state is fresh per job, like SGD's momentum)
+            if self._adam is None:
+                from hierfl.learn.optim import AdamMoments
+
+                self._adam = AdamMoments(self.params)
+            self._adam.reset()
         self._has_buf = [False] * len(self.params)
-        if self.prox > 0 or self.weight_decay != 0:
+        if self.prox > 0 or self.weight_decay != 0 or self.nesterov:
             self._tmp = self._buffer("tmp")[1]
         if self.momentum != 0:
             self._mom = self._buffer("momentum")[1]
@@ -111,12 +128,18 @@ class ExactSGD:
         import torch
 
         prox, wd, mom, lr = self.prox, self.weight_decay, self.momentum, self.lr
-        if self.clip_norm is not None:  # the loss terms first, then the clip over all of them
+        adam = self._adam if self._spec is not None and self._spec.adaptive else None
+        if self.clip_norm is not None or adam is not None:  # the loss terms first, then the clip over all of them
             grads = list(grads)
             for i, (p, g) in enumerate(zip(self.params, grads)):
                 if g is not None:
                     self._terms(i, p, g, prox)
-            self._clip([g for g in grads if g is not None])
+            if self.clip_norm is not None:
+                self._clip([g for g in grads if g is not None])
+            if adam is not None:  # torch's own Adam / AdamW step
+                assert self._spec is not None
+                adam.step(self.params, grads, self._spec)
+                return
         for i, (p, g) in enumerate(zip(self.params, grads)):
             if g is None:
                 continue
@@ -134,7 +157,8 @@ class ExactSGD:
                     self._has_buf[i] = True
                 else:
                     buf.mul_(mom).add_(g, alpha=1)
-                g = buf
+                # torch: grad = grad.add(buf, alpha=momentum) (a new tensor; here the preallocated one)
+                g = torch.add(g, buf, alpha=mom, out=self._tmp[i]) if self.nesterov else buf
             p.add_(g, alpha=-lr)
 
     def _terms(self, i: int, p: torch.Tensor, g: torch.Tensor, prox: float) -> None:

@@ -46,6 +46,7 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch
 from hierfl.learn.local import index_blocks
+from hierfl.learn.optim import AdamMoments, clip_rows
 from hierfl.learn.precision import autocast, check_precision
 
 if TYPE_CHECKING:
@@ -248,8 +249,6 @@ class VmapTrainer:
             raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
         if corrections is not None and len(corrections) != k_jobs:
             raise ValueError("corrections must have one vector per job")
-        if spec.clip_norm is not None:
-            raise ValueError("jobs with gradient clipping are trained one at a time (no grouped clipping)")
         rows = [np.asarray(r) for r in rows]
         if any(r.ndim != 1 or r.size < 1 for r in rows):
             raise ValueError("every job needs a non-empty 1-d array of rows")
@@ -288,6 +287,9 @@ class VmapTrainer:
         anchor = flat.clone() if prox > 0 else None
         buf = torch.empty_like(flat) if mom != 0 else None
         grad = torch.empty_like(flat)
+        # training.optimizer / clip_norm (hierfl.learn.optim): torch's Adam step on the stack, each job's own clip
+        adam = AdamMoments([flat]) if spec.adaptive else None
+        segments = list(zip(self.offsets, self.sizes))
         losses = torch.empty((t_max, k_jobs), dtype=torch.float32, device=dev)
         grad_fn = self._grad_fn
         with self._backend_flags():
@@ -310,6 +312,14 @@ class VmapTrainer:
                         g.add_(flat - anchor, alpha=prox)
                     if corr is not None:
                         g.add_(corr)
+                    if spec.clip_norm is not None:
+                        clip_rows(g, segments, spec.clip_norm)
+                    if adam is not None:
+                        kept = None if all_active[t] else flat.clone()
+                        adam.step([flat], [g], spec)
+                        if kept is not None:  # jobs past their last step keep their parameters
+                            flat.copy_(torch.where(active_t[t].unsqueeze(1), flat, kept))
+                        continue
                     if wd != 0:
                         g = torch.add(g, flat, alpha=wd)
                     if mom != 0:
@@ -318,7 +328,7 @@ class VmapTrainer:
                             buf.copy_(g)
                         else:
                             buf.mul_(mom).add_(g, alpha=1)
-                        g = buf
+                        g = torch.add(g, buf, alpha=mom) if spec.nesterov else buf
                     if all_active[t]:
                         flat.add_(g, alpha=-lr)
                     else:  # jobs past their last step keep their parameters (where: no NaN·0)

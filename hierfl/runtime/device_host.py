@@ -243,8 +243,8 @@ class DeviceHost:
         out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
         stats: list[dict[str, float]] = [{} for _ in devices]
         if ((self.batched is None and self.vmapped is None) or spec.method is not None or spec.attack is not None
-                or spec.model or spec.clip_norm is not None or spec.frozen):
-            # (the group trainers hold model 0's plain training only, and clip or freeze no gradients; a job
+                or spec.model or spec.frozen):
+            # (the group trainers hold model 0's plain training only, and freeze no gradients; a job
             # method's job runs alone)
             for k, (device, seed) in enumerate(zip(devices, seeds)):
                 _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
@@ -301,7 +301,8 @@ class DeviceHost:
         """Run one short throw-away job: the first job of a process pays torch's lazy start-up
         (about a second), which belongs to start-up time, not to the first emulated round."""
         short = TrainSpec(epochs=None, steps=2, batch_size=spec.batch_size, lr=spec.lr,
-                          momentum=spec.momentum, weight_decay=spec.weight_decay)
+                          momentum=spec.momentum, weight_decay=spec.weight_decay, optimizer=spec.optimizer,
+                          nesterov=spec.nesterov, betas=spec.betas, eps=spec.eps)
         params = np.asarray(params)[: self.trainer.num_params]  # (a vector with values behind the model: the model)
         self.train(0, 0, short, params)
         if self.batched is not None or self.vmapped is not None:  # the batched kernels' first call, too

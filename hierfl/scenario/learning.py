@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from hierfl.config.base import ConfigModel, rename_alias
+from hierfl.config.base import ConfigModel, ReadWith, rename_alias
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 import hierfl.methods  # noqa: F401  (every shipped method registers its plug-ins)
 from hierfl.policies.straggler import MIN_INTERVAL_S
+from hierfl.scenario.schedule import LRScheduleConfig
 
 
 class TrainingConfig(ConfigModel):
-    """Local training on each device: minibatch SGD."""
+    """Local training on each device: minibatch SGD (or Adam / AdamW), a learning-rate schedule, gradient clipping."""
 
     epochs: PositiveInt | None = Field(default=None, description="local epochs per job (1 when neither epochs nor steps is set)")
     steps: PositiveInt | None = Field(default=None, description="local SGD steps per job instead of epochs")
     batch_size: PositiveInt | None = Field(default=32, description="null = full batch (one gradient step per epoch)")
     lr: PositiveFloat = Field(default=0.01, description="local learning rate")
     momentum: float = Field(default=0.0, ge=0.0, lt=1.0, description="SGD momentum")
-    weight_decay: float = Field(default=0.0, ge=0.0, description="L2 weight decay")
-    optimizer: Literal["sgd"] = Field(default="sgd", description="local optimizer (sgd)")
+    weight_decay: float = Field(default=0.0, ge=0.0,
+                                description="weight decay: L2 (sgd, adam), decoupled w ← w·(1 − lr·wd) (adamw)")
+    optimizer: Literal["sgd", "adam", "adamw"] = Field(
+        default="sgd", description="local optimizer, torch's arithmetic, state fresh per job: sgd "
+                                   "(torch.optim.SGD: momentum, nesterov, weight_decay), adam / adamw "
+                                   "(torch.optim.Adam / AdamW: betas, eps, weight_decay)")
+    nesterov: bool = Field(default=False, description="sgd: Nesterov momentum (needs momentum > 0)")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="adam / adamw: the moments' decay rates")
+    eps: float = Field(default=1e-8, gt=0.0, description="adam / adamw: added to the denominator")
+    lr_schedule: LRScheduleConfig = Field(
+        default=LRScheduleConfig(), description="the learning rate per round (a job's round: the cloud aggregations "
+                                                "done when it starts); constant by default")
+    clip_norm: float | None = Field(
+        default=None, gt=0.0, description="max-norm clipping of each local step's whole gradient "
+                                          "(torch.nn.utils.clip_grad_norm_); null: none")
     trainer: TRAINERS.union() = Field(  # type: ignore[valid-type]
         default=SGDTrainer(), description="local trainer plug-in (see Trainers)")
 
@@ -31,11 +45,32 @@ class TrainingConfig(ConfigModel):
         # `local_steps` (the name ARCHITECTURE.md's example uses) is `steps`
         return rename_alias(data, "local_steps", "steps")
 
+    read_only_with: ClassVar[dict[str, ReadWith]] = {
+        "momentum": ReadWith("optimizer", ("sgd",)), "nesterov": ReadWith("optimizer", ("sgd",)),
+        "betas": ReadWith("optimizer", ("adam", "adamw")), "eps": ReadWith("optimizer", ("adam", "adamw")),
+    }
+
     @model_validator(mode="after")
     def _one_budget(self) -> TrainingConfig:
         if self.epochs is not None and self.steps is not None:
             raise ValueError("set either epochs or steps, not both")
+        if self.nesterov and self.momentum == 0 and self.optimizer == "sgd":
+            raise ValueError("nesterov needs momentum > 0")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {list(self.betas)}")
+        if self.clip_norm is not None and self.trainer.spec_fields().get("clip_norm") is not None:
+            raise ValueError(f"clip_norm is set both here and by trainer {self.trainer.name} (its own clip_norm); "
+                             "set it in one place")
         return self
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The optimiser's :class:`~hierfl.core.work.TrainSpec` fields (the trainer's clip norm, if it sets one,
+        wins: both set is refused above)."""
+        fields: dict[str, Any] = {"optimizer": self.optimizer, "nesterov": self.nesterov,
+                                  "betas": tuple(float(b) for b in self.betas), "eps": float(self.eps)}
+        if self.clip_norm is not None:
+            fields["clip_norm"] = float(self.clip_norm)
+        return fields
 
     @property
     def local_epochs(self) -> int | None:
