@@ -169,3 +169,44 @@ def test_bad_values_are_refused_with_the_key_path(training, key):
     with pytest.raises(ConfigError) as err:
         _load(training)
     assert any(p.path == key for p in err.value.problems), [p.path for p in err.value.problems]
+
+
+def _recorded_rates(monkeypatch, scenario, out) -> tuple[list[tuple[int, float]], np.ndarray]:
+    """Run ``scenario`` in process; ``(cloud aggregations when each job started, its lr)`` and the final model."""
+    from hierfl.driver import run_scenario
+    from hierfl.driver.jobs import Jobs
+    from hierfl.runtime.local_executor import LocalExecutor
+
+    seen: list[tuple[int, float]] = []
+    jobs: list[Jobs] = []
+    start_training, train = Jobs.start_training, LocalExecutor.train
+
+    def spy_start(self, *args, **kwargs):
+        jobs[:] = [self]
+        return start_training(self, *args, **kwargs)
+
+    def spy_train(self, device, seed, spec, params, control=None):
+        seen.append((int(jobs[0].counters["cloud_aggregations"]), spec.lr))
+        return train(self, device, seed, spec, params, control)
+
+    monkeypatch.setattr(Jobs, "start_training", spy_start)
+    monkeypatch.setattr(LocalExecutor, "train", spy_train)
+    result = run_scenario(scenario, out)
+    return seen, result.final_params
+
+
+def test_each_job_trains_at_its_rounds_rate_and_runs_repeat_bit_for_bit(tmp_path, monkeypatch):
+    from tests.conftest import tiny
+
+    training = {"lr": 0.05, "optimizer": "adam", "clip_norm": 0.5, "lr_schedule": {"name": "step", "every": 1,
+                                                                                   "factor": 0.5}}
+    scenario = tiny(training=training, stop={"rounds": 3})
+    seen, first = _recorded_rates(monkeypatch, scenario, tmp_path / "a")
+    assert sorted({r for r, _ in seen}) == [0, 1, 2]
+    assert all(lr == 0.05 * 0.5 ** r for r, lr in seen), seen
+    _, again = _recorded_rates(monkeypatch, scenario, tmp_path / "b")
+    assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+    # asynchronous: a job's round is the cloud model's version when it starts
+    seen, _ = _recorded_rates(monkeypatch, tiny(training=training, protocol={"name": "fedasync"},
+                                                stop={"rounds": 6}), tmp_path / "c")
+    assert len({r for r, _ in seen}) >= 2 and all(lr == 0.05 * 0.5 ** r for r, lr in seen), seen

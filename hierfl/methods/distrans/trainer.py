@@ -57,14 +57,15 @@ class OffsetTrainer:
         import torch.nn.functional as F
 
         from hierfl.learn.local import index_blocks
+        from hierfl.learn.optim import torch_optimizer
 
         assert spec.method is not None
         self._load(params)
         module = self.module
         module.train()
         t = torch.from_numpy(np.array(offset, dtype=np.float32)).requires_grad_(True)
-        opt = torch.optim.SGD(self._params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay,
-                              foreach=False)
+        opt = torch_optimizer(self._params, spec)  # training.optimizer (torch.optim.SGD by default), fresh per job
+        clip = spec.clip_norm  # training.clip_norm: the model's gradient (not the offset's) before each model step
         lr_t, alternating = float(spec.method.lr_offset), spec.method.update == "alternating"
         n = int(rows.size)
         b = effective_batch(n, spec)
@@ -80,6 +81,8 @@ class OffsetTrainer:
                 t.grad = None
                 loss = F.cross_entropy(module.pair(*module.views(xb, t)), yb)  # type: ignore[operator]
                 loss.backward()
+                if clip is not None:
+                    torch.nn.utils.clip_grad_norm_(self._params, clip, foreach=False)
                 if alternating:  # the model moves first; the offset's gradient is taken at the moved model
                     opt.step()
                     t.grad = None

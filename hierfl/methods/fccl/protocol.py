@@ -88,7 +88,8 @@ class FCCLConfig(ProtocolConfig):
     supports_churn: ClassVar[bool] = False
     decides_on_models: ClassVar[str | None] = "exchanges the models' logits"
     # every phase steps Adam at protocol.lr (and protocol.weight_decay), never the training section's SGD
-    unread_training: ClassVar[tuple[str, ...]] = ("lr", "momentum", "weight_decay")
+    unread_training: ClassVar[tuple[str, ...]] = ("lr", "momentum", "weight_decay", "optimizer", "nesterov", "betas",
+                                                  "eps", "lr_schedule", "clip_norm")
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cloud (logits)", synchronous=True, takes_policy=False,
                          note="every exchange is a barrier over all parties' logits; no straggler policy is "

@@ -51,7 +51,9 @@ class FedCH(Protocol):
         base = env.spec
         # the job of a cluster round: H local steps at η_l (§2.2)
         self.spec = TrainSpec(epochs=None, steps=cfg.local_steps(base.steps), batch_size=base.batch_size, train=base.train,
-                              lr=cfg.local_lr(base.lr), momentum=base.momentum, weight_decay=base.weight_decay)
+                              lr=cfg.local_lr(base.lr), momentum=base.momentum, weight_decay=base.weight_decay,
+                              optimizer=base.optimizer, nesterov=base.nesterov, betas=base.betas, eps=base.eps,
+                              clip_norm=base.clip_norm)
         self.builder = ClusterBuilder(cfg, env, self.spec)
         self.st = self.builder.initial_state()  # FedCH's state (``state()`` is its summary)
         self._initial = self.builder.build(self.st, "initial", {})

@@ -143,6 +143,13 @@ class FedMetaTrainer(_MetaKnobs):
         the device, the job method's ``initial_vector`` sizes the messages: only the global values travel)."""
         return STEP_SIZES if self.learner == "meta_sgd" else MODEL_ONLY
 
+    def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
+        """The meta-update is a plain gradient step at ``training.lr``: another optimiser or a clip would be ignored."""
+        t = scenario.training
+        return [(f"training.{key}", f"fedmeta's outer step is plain SGD at training.lr, so {key} would be ignored; "
+                 "allowed: its default, or leave it out", getattr(t, key))
+                for key in ("optimizer", "nesterov", "clip_norm") if t.non_default(key)]
+
     def personal_spec(self) -> PersonalJob:
         """The meta-learner."""
         return PersonalJob(self.learner, _layers(self.head_layers), from_end=True,
