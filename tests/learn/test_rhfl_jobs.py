@@ -93,3 +93,16 @@ def test_what_each_job_costs():
     # SCE training: 2 epochs on 60 samples + the CCR pass over the 60 (one forward each, 20)
     assert work_samples(60, TrainSpec(epochs=2, method=SCESpec(0.1, 1.0))) == 140.0
     assert work_samples(60, TrainSpec(epochs=2, method=SCESpec(0.1, 1.0, report=False))) == 120.0
+
+
+def test_the_confidence_report_is_always_the_codes_sce():
+    """A plain-CE local loss (a = 1, b = 0) still reports the SCE of a = 0.1, b = 1.0 (the code's check loss)."""
+    trainer = _trainer()
+    params = np.arange(1, 10, dtype=np.float32) / 10
+    rows = np.array([0, 1])
+    spec = TrainSpec(epochs=1, batch_size=1, lr=0.1, method=SCESpec(1.0, 0.0))
+    new, stats = train_sce(trainer, params, X, Y, rows, spec, 0)
+    sce = private_sce_loss(trainer, new, X, Y, rows, 0.1, 1.0, None)
+    ce = private_sce_loss(trainer, new, X, Y, rows, 1.0, 0.0, None)
+    assert abs(sce - ce) > 1e-3  # (the two measures differ here)
+    assert stats["ccr_loss"] == pytest.approx(sce, rel=1e-6)

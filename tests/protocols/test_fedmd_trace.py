@@ -191,3 +191,14 @@ def test_without_collaboration_parties_only_revisit():
         (6.0, "revisit_done", "device=2 round=0"), (7.0, "revisit_done", "device=0 round=1"),
         (7.5, "revisit_done", "device=1 round=1"), (8.0, "revisit_done", "device=2 round=1")]
     assert not [e for e in log if e[1] == "tier"]  # nothing is exchanged
+
+
+def test_revisit_batch_size_is_its_own_knob():
+    """``revisit_batch_size`` sets the revisit epochs' batch alone; unset, the revisit uses training.batch_size."""
+    env = FakeEnv(FakeWorld([10, 10, 10]), spec=TrainSpec(epochs=1, batch_size=16), rounds=2)
+    env.world.public = _env().world.public
+    env.world.num_classes = 3
+    assert _cfg().create(env).revisit_spec.batch_size == 16
+    protocol = _cfg(revisit_batch_size=5).create(env)
+    assert protocol.revisit_spec.batch_size == 5 and protocol.revisit_spec.epochs == 1
+    assert protocol.private_spec.batch_size == 16  # (transfer learning's private epochs keep training.batch_size)

@@ -98,8 +98,11 @@ class FedMDConfig(ProtocolConfig):
         default=None, description="SGD learning rate of the digest; null = training.lr (design default: the authors' "
                                   "code uses Adam at 1e-3, this emulator's local trainer is SGD)")
     revisit_epochs: PositiveInt = Field(
-        default=4, description="epochs on the private data after the digest, batch training.batch_size (authors' "
+        default=4, description="epochs on the private data after the digest, batch revisit_batch_size (authors' "
                                "code: 4 for CIFAR, 2 for FEMNIST)")
+    revisit_batch_size: PositiveInt | None = Field(
+        default=None, description="batch size of the revisit epochs; null = training.batch_size (the authors' code "
+                                  "revisits at its own batch size, e.g. 32, apart from the transfer phase's)")
     transfer_public_epochs: PositiveInt = Field(
         default=20, description="transfer learning: epochs on the labelled public data (authors' code: up to 20, "
                                 "with early stopping, which is not emulated)")
@@ -176,6 +179,8 @@ class FedMD(Protocol):
         self.score_bytes = 4 * self.align * int(env.world.num_classes)  # float32 scores, |A_t| × C
         base = env.spec
         self.revisit_spec = dataclasses.replace(base, epochs=cfg.revisit_epochs, steps=None)
+        if cfg.revisit_batch_size is not None:  # (null: training.batch_size, the spec as it was)
+            self.revisit_spec = dataclasses.replace(self.revisit_spec, batch_size=cfg.revisit_batch_size)
         self.private_spec = dataclasses.replace(base, epochs=cfg.transfer_private_epochs, steps=None)
         # with edge servers, each edge averages its members' scores and the cloud the edge means, weighted
         # by member count (a mean of means: the same consensus, score sums compose); flat: the cloud alone

@@ -39,15 +39,20 @@ class SCESpec(JobMethod):
     device's private samples (RHFL's CCR pass: one forward pass per sample, charged) and returns it as
     the ``ccr_loss`` statistic. ``init_seed``: the job starts from a fresh initialisation of the
     device's own architecture drawn from this seed (a party's pre-training) instead of the model given.
+    ``check_a``, ``check_b``: the SCE the report measures, whatever the local loss ``a``, ``b`` is — the
+    authors' code measures client confidence with its own SCE (a = 0.1, b = 1.0) even when the local loss
+    is another (a plain-CE ablation keeps the same confidence measure).
     """
 
     a: float
     b: float
     report: bool = True
     init_seed: int | None = None
+    check_a: float = 0.1
+    check_b: float = 1.0
 
     def __post_init__(self) -> None:
-        for key in ("a", "b"):
+        for key in ("a", "b", "check_a", "check_b"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"SCESpec: {key} must be a finite number >= 0, got {value!r}")

@@ -100,7 +100,8 @@ class RHFLConfig(ProtocolConfig):
                                  "0 disables the re-weighting (every party's weight 1/K after round 0)")
     sce_a: NonNegativeFloat = Field(
         default=0.1, description="weight a of the cross-entropy in the local symmetric cross-entropy a·CE + b·RCE "
-                                 "(authors' code: 0.1); sce_a: 1, sce_b: 0 trains with plain CE")
+                                 "(authors' code: 0.1); sce_a: 1, sce_b: 0 trains with plain CE. Client confidence is always measured "
+                                 "with the code's SCE (a = 0.1, b = 1.0), whatever the local loss")
     sce_b: NonNegativeFloat = Field(
         default=1.0, description="weight b of the reverse cross-entropy in the local loss (authors' code: 1.0)")
     exchange: Literal["per_batch", "per_round"] = Field(

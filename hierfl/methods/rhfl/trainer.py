@@ -4,7 +4,8 @@ RHFL (X. Fang, M. Ye, "Robust Federated Learning with Noisy and Heterogeneous Cl
 the authors' code ``HHF.py`` and ``loss.py``) trains every party on its noisy private labels with
 ``a·CE + b·RCE`` (:func:`hierfl.learn.distill.sce_loss`), a loss whose reverse term is bounded, and at
 the start of each round measures the mean of that loss over the party's private data (client
-confidence re-weighting). A job of this module does both: its epochs of SGD, then (when asked) one
+confidence re-weighting) — always with the code's SCE (a = 0.1, b = 1.0), also when the local loss is
+another (``SCESpec.check_a``, ``check_b``). A job of this module does both: its epochs of SGD, then (when asked) one
 forward pass over the device's samples with the final model, whose mean loss it returns as the
 ``ccr_loss`` statistic. The report belongs to the next round's CCR: the model it measures is the one
 the next round starts from.
@@ -97,5 +98,6 @@ def train_sce(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.nd
     stats: dict[str, float] = {"loss": loss_sum / steps, "steps": steps, "samples": samples}
     result = trainer._flat_np.copy()
     if sce.report:
-        stats["ccr_loss"] = private_sce_loss(trainer, result, x, y, rows, sce.a, sce.b, spec.batch_size)
+        # client confidence is always measured with the SCE of the check (not the local loss: sce_a / sce_b)
+        stats["ccr_loss"] = private_sce_loss(trainer, result, x, y, rows, sce.check_a, sce.check_b, spec.batch_size)
     return result, stats
