@@ -6,7 +6,8 @@ tensor and every step is a handful of batched tensor operations (``baddbmm``/``b
 ``K`` jobs) instead of ``K`` times as many small ones. Per job, the semantics are those of
 :meth:`hierfl.learn.local.LocalTrainer.train` — the same data order (each job's own
 ``np.random.default_rng(seed)`` and :func:`~hierfl.learn.local.index_blocks`), the same steps,
-loss, SGD with momentum, weight decay and proximal term — but the floating-point operations
+loss, SGD with momentum (Nesterov's too), weight decay and proximal term, each job's own gradient clip,
+Adam / AdamW with torch's step on the stack (:mod:`hierfl.learn.optim`) — but the floating-point operations
 differ (batched kernels, the softmax gradient written directly), so the numbers differ from the
 one-job-at-a-time path in the last bits, and may differ with the group a job is trained in.
 

@@ -13,7 +13,9 @@ Per job the semantics are those of :meth:`hierfl.learn.local.LocalTrainer.train`
 * the same loss (cross-entropy, mean over the batch), the same number of steps and samples;
 * the same optimiser arithmetic, in the same order as :class:`~hierfl.learn.sgd.ExactSGD`:
   proximal term ``g += ρ (w − w_start)``, control variates' ``g += c − c_i`` (per job), weight decay
-  ``g ← g + wd·w``, momentum (``buf ← g`` on the first step, then ``buf ← m·buf + g``), ``w ← w − lr·g``.
+  ``g ← g + wd·w``, momentum (``buf ← g`` on the first step, then ``buf ← m·buf + g``; Nesterov:
+  ``g ← g + m·buf``), ``w ← w − lr·g``; each job's own gradient clip (``spec.clip_norm``) after the loss
+  terms; Adam / AdamW: torch's single-tensor step on the stack (:mod:`hierfl.learn.optim`).
 
 Jobs of unequal sample counts batch together: every step gathers a ``(K, B_max)`` block of sample
 indices, padded ones get weight 0 in the loss (a real sample of a batch of ``b`` gets ``1/b``,
