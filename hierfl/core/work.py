@@ -139,11 +139,13 @@ class TrainSpec:
     clip_norm: float | None = None
     # the local optimiser (``training.optimizer``): ``sgd`` (``momentum``, ``nesterov``, ``weight_decay`` as
     # ``torch.optim.SGD``), ``adam`` / ``adamw`` (``betas``, ``eps``; ``weight_decay`` as L2 / decoupled, as
-    # ``torch.optim.Adam`` / ``AdamW``); its state is fresh per job
+    # ``torch.optim.Adam`` / ``AdamW``); its state is fresh per job, or with ``optimizer_state: device`` kept
+    # by the device's host across its plain training jobs (SGD's momentum buffer, Adam's moments and steps)
     optimizer: str = "sgd"
     nesterov: bool = False
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    optimizer_state: str = "job"
     # which of the run's models the job's device runs (``models:``; 0 = ``model``): part of the spec so
     # that every grouping keyed by spec (the batched path, the Ray batches) keeps architectures apart
     model: int = 0
@@ -183,6 +185,8 @@ class TrainSpec:
             raise ValueError(f"TrainSpec: momentum is SGD's; {self.optimizer} has betas")
         if not (len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas)):
             raise ValueError(f"TrainSpec: betas must be two numbers in [0, 1), got {self.betas!r}")
+        if self.optimizer_state not in ("job", "device"):
+            raise ValueError(f"TrainSpec: optimizer_state must be job or device, got {self.optimizer_state!r}")
         if not (math.isfinite(self.eps) and self.eps > 0):
             raise ValueError(f"TrainSpec: eps must be a finite number > 0, got {self.eps!r}")
         for key in ("lr", "momentum", "weight_decay", "prox", "mu"):
@@ -193,8 +197,11 @@ class TrainSpec:
     @property
     def keeps_device_state(self) -> bool:
         """Whether a job reads and writes state its device keeps in its host (its job method says so): such a
-        job always runs on its device's home host and is never trained in a group."""
-        return self.method is not None and self.method.keeps_device_state
+        job always runs on its device's home host and is never trained in a group. A plain job whose optimizer
+        state is the device's (``optimizer_state: device``) is one too (a job method's job keeps none)."""
+        if self.method is None:
+            return self.optimizer_state == "device"
+        return self.method.keeps_device_state
 
     @property
     def task(self) -> PublicTask | None:

@@ -222,8 +222,8 @@ class LocalTrainer:
 
     def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int,
               correction: np.ndarray | None = None, *, rows: np.ndarray | None = None,
-              out: np.ndarray | None = None, loss: Callable[..., Any] | None = None
-              ) -> tuple[np.ndarray, dict[str, float]]:
+              out: np.ndarray | None = None, loss: Callable[..., Any] | None = None,
+              opt_state: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """Local minibatch SGD starting from ``params``.
 
         Semantics (the emulator's timing model relies on them):
@@ -274,6 +274,9 @@ class LocalTrainer:
             gathering them first (a device host passes the whole data set and the device's rows).
         out
             Optional writable float32 array of ``num_params`` to receive the result (returned).
+        opt_state
+            The device's kept optimizer state (``optimizer_state: device``; empty before its first job): the job
+            continues from it instead of a fresh state, and leaves its own state in it.
 
         Returns
         -------
@@ -306,6 +309,8 @@ class LocalTrainer:
         rng = np.random.default_rng(seed)
         sgd = self._sgd
         sgd.start(spec, corr)
+        if opt_state is not None:
+            sgd.load_state(opt_state)
         # a job method's own loss goes through autograd (the hand-written chain knows cross-entropy only)
         chain = self._chain if loss is None else None
         objective = loss
@@ -350,6 +355,8 @@ class LocalTrainer:
                 loss_sum += loss.item()
                 steps += 1
                 samples += xb.shape[0]
+        if opt_state is not None:
+            sgd.save_state(opt_state)
         if out is None:
             result = self._flat_np.copy()
         else:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from hierfl.core.work import TrainSpec
@@ -51,6 +52,27 @@ class AdamMoments:
         """Fresh state (a new job): zero moments, step 0."""
         for t in (*self.exp_avgs, *self.exp_avg_sqs, *self.steps):
             t.zero_()
+
+    def load(self, exp_avg: np.ndarray, exp_avg_sq: np.ndarray, steps: np.ndarray) -> None:
+        """Continue from kept state: the moments as flat vectors (the tensors' values in order), a step per tensor."""
+        import torch
+
+        offset = 0
+        for m, v, step, k in zip(self.exp_avgs, self.exp_avg_sqs, self.steps, steps):
+            n = m.numel()
+            m.copy_(torch.from_numpy(exp_avg[offset: offset + n]).view_as(m))
+            v.copy_(torch.from_numpy(exp_avg_sq[offset: offset + n]).view_as(v))
+            step.fill_(float(k))
+            offset += n
+
+    def export(self) -> dict[str, np.ndarray]:
+        """The state as flat float32 vectors: ``opt_exp_avg``, ``opt_exp_avg_sq`` and ``opt_step`` (one per tensor)."""
+        import numpy as np
+        import torch
+
+        return {"opt_exp_avg": torch.cat([m.reshape(-1) for m in self.exp_avgs]).numpy().copy(),
+                "opt_exp_avg_sq": torch.cat([v.reshape(-1) for v in self.exp_avg_sqs]).numpy().copy(),
+                "opt_step": np.array([float(k) for k in self.steps], dtype=np.float32)}
 
     def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], spec: TrainSpec) -> None:
         """One Adam (``spec.optimizer == "adam"``, L2 weight decay) or AdamW (decoupled) step of ``params``

@@ -120,6 +120,29 @@ class ExactSGD:
             shift, self._shifts = self._buffer("shift")
             shift.numpy()[...] = correction
 
+    def load_state(self, kept: dict[str, np.ndarray]) -> None:
+        """After :meth:`start`: continue from a device's kept optimizer state (``optimizer_state: device``; empty
+        before its first job), as one ``torch.optim`` optimizer kept across the device's jobs would."""
+        if self._spec is not None and self._spec.adaptive:
+            if "opt_step" in kept:
+                assert self._adam is not None
+                self._adam.load(kept["opt_exp_avg"], kept["opt_exp_avg_sq"], kept["opt_step"])
+        elif self.momentum != 0 and "opt_has" in kept:
+            self._buffer("momentum")[0].numpy()[...] = kept["opt_momentum"]
+            self._has_buf = [bool(h) for h in kept["opt_has"]]
+
+    def save_state(self, kept: dict[str, np.ndarray]) -> None:
+        """Write the optimizer state after the job into ``kept`` (replacing what it held)."""
+        import numpy as np
+
+        kept.clear()
+        if self._spec is not None and self._spec.adaptive:
+            assert self._adam is not None
+            kept.update(self._adam.export())
+        elif self.momentum != 0:
+            kept["opt_momentum"] = self._buffer("momentum")[0].numpy().copy()
+            kept["opt_has"] = np.array(self._has_buf, dtype=np.float32)
+
     def step(self, grads: Sequence[torch.Tensor | None]) -> None:
         """One step; ``grads`` (one per parameter, ``None``: no gradient, skipped) may be overwritten.
 

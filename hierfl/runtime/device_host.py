@@ -104,6 +104,12 @@ class DeviceHost:
             return spec.method.run(self._context(device, seed, spec, params, control, out, labels=labels))
         trainer = self.trainers[spec.model]
         y = self._shared.y_for(spec.shared, device) if labels is None else labels
+        if spec.optimizer_state == "device":  # the device's optimizer state, kept here across its jobs
+            kept = dict(self.states.vectors.get(device, {}))
+            result = trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out,
+                                   opt_state=kept)
+            self.states.put(device, **kept)
+            return result
         return trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out)
 
     def method_context(self, device: int, spec: TrainSpec, params: np.ndarray | None = None) -> JobContext:

@@ -30,6 +30,10 @@ class TrainingConfig(ConfigModel):
     nesterov: bool = Field(default=False, description="sgd: Nesterov momentum (needs momentum > 0)")
     betas: tuple[float, float] = Field(default=(0.9, 0.999), description="adam / adamw: the moments' decay rates")
     eps: float = Field(default=1e-8, gt=0.0, description="adam / adamw: added to the denominator")
+    optimizer_state: Literal["job", "per_device"] = Field(
+        default="job", description="job: the optimizer's state (momentum buffer, Adam's moments) is fresh for every "
+                                   "job; per_device: each device keeps it across its jobs (in its host, "
+                                   "checkpointed, forgotten with migration.device_state: reset)")
     lr_schedule: LRScheduleConfig = Field(
         default=LRScheduleConfig(), description="the learning rate per round (a job's round: the cloud aggregations "
                                                 "done when it starts); constant by default")
@@ -58,6 +62,9 @@ class TrainingConfig(ConfigModel):
             raise ValueError("nesterov needs momentum > 0")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {list(self.betas)}")
+        if self.optimizer_state == "per_device" and self.trainer.spec_fields().get("method") is not None:
+            raise ValueError(f"optimizer_state per_device keeps the state of plain training jobs; trainer "
+                             f"{self.trainer.name} runs jobs of its own; allowed: job")
         if self.clip_norm is not None and self.trainer.spec_fields().get("clip_norm") is not None:
             raise ValueError(f"clip_norm is set both here and by trainer {self.trainer.name} (its own clip_norm); "
                              "set it in one place")
@@ -67,7 +74,8 @@ class TrainingConfig(ConfigModel):
         """The optimiser's :class:`~hierfl.core.work.TrainSpec` fields (the trainer's clip norm, if it sets one,
         wins: both set is refused above)."""
         fields: dict[str, Any] = {"optimizer": self.optimizer, "nesterov": self.nesterov,
-                                  "betas": tuple(float(b) for b in self.betas), "eps": float(self.eps)}
+                                  "betas": tuple(float(b) for b in self.betas), "eps": float(self.eps),
+                                  "optimizer_state": "device" if self.optimizer_state == "per_device" else "job"}
         if self.clip_norm is not None:
             fields["clip_norm"] = float(self.clip_norm)
         return fields

@@ -210,3 +210,52 @@ def test_each_job_trains_at_its_rounds_rate_and_runs_repeat_bit_for_bit(tmp_path
     seen, _ = _recorded_rates(monkeypatch, tiny(training=training, protocol={"name": "fedasync"},
                                                 stop={"rounds": 6}), tmp_path / "c")
     assert len({r for r, _ in seen}) >= 2 and all(lr == 0.05 * 0.5 ** r for r, lr in seen), seen
+
+
+@pytest.mark.parametrize("fields", [dict(optimizer="adam", clip_norm=0.5), dict(optimizer="sgd", momentum=0.9,
+                                                                                 nesterov=True)], ids=["adam", "sgd"])
+def test_a_devices_kept_state_is_one_torch_optimizer_across_its_jobs(fields):
+    """``optimizer_state: device``: two jobs of a device (the second at a lower, scheduled rate) continue one
+    ``torch.optim`` optimizer (to 1e-6: the job's full batch is summed in its permuted order); a fresh state per
+    job gives another result."""
+    cfg, shape, classes = MLPConfig(hidden=[6]), (5,), 3
+    x, y = _data(20, 5, classes, 7)
+    start = init_params(cfg, shape, classes, seed=1)
+    module = cfg.build(shape, classes)
+    torch.nn.utils.vector_to_parameters(torch.from_numpy(start.copy()), module.parameters())
+    spec = TrainSpec(epochs=3, batch_size=None, lr=0.05, optimizer_state="device", **fields)
+    from hierfl.learn.optim import torch_optimizer
+
+    opt = torch_optimizer(list(module.parameters()), spec)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+    for lr in (0.05, 0.02):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        for _ in range(3):
+            opt.zero_grad()
+            F.cross_entropy(module(xt), yt).backward()
+            if spec.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(module.parameters(), spec.clip_norm, foreach=False)
+            opt.step()
+    want = torch.nn.utils.parameters_to_vector(module.parameters()).detach().numpy()
+    trainer = LocalTrainer(cfg, shape, classes)
+    kept: dict = {}
+    first, _ = trainer.train(start, x, y, spec, 0, opt_state=kept)
+    assert kept  # the job left its state
+    got, _ = trainer.train(first, x, y, TrainSpec(**{**spec.__dict__, "lr": 0.02}), 0, opt_state=kept)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)  # (full batch in a permuted order: last bits)
+    fresh, _ = trainer.train(first, x, y, TrainSpec(**{**spec.__dict__, "lr": 0.02}), 0)
+    assert np.abs(fresh - got).max() > 1e-4
+
+
+def test_per_device_state_lives_in_the_host_and_the_run_repeats(tmp_path):
+    from hierfl.driver import run_scenario
+    from tests.conftest import tiny
+
+    training = {"lr": 0.05, "optimizer": "adam", "optimizer_state": "per_device"}
+    a = run_scenario(tiny(training=training), tmp_path / "a")
+    b = run_scenario(tiny(training=training), tmp_path / "b")
+    assert np.array_equal(a.final_params.view(np.uint32), b.final_params.view(np.uint32))
+    fresh = run_scenario(tiny(training={"lr": 0.05, "optimizer": "adam"}), tmp_path / "c")
+    assert np.abs(fresh.final_params - a.final_params).max() > 1e-6
+    assert a.summary["device_state"]["bytes"] > 0, a.summary.get("device_state")

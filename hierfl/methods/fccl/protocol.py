@@ -89,7 +89,7 @@ class FCCLConfig(ProtocolConfig):
     decides_on_models: ClassVar[str | None] = "exchanges the models' logits"
     # every phase steps Adam at protocol.lr (and protocol.weight_decay), never the training section's SGD
     unread_training: ClassVar[tuple[str, ...]] = ("lr", "momentum", "weight_decay", "optimizer", "nesterov", "betas",
-                                                  "eps", "lr_schedule", "clip_norm")
+                                                  "eps", "lr_schedule", "clip_norm", "optimizer_state")
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cloud (logits)", synchronous=True, takes_policy=False,
                          note="every exchange is a barrier over all parties' logits; no straggler policy is "

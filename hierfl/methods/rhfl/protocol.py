@@ -90,6 +90,8 @@ class RHFLConfig(ProtocolConfig):
     uses_public_data: ClassVar[bool] = True
     supports_churn: ClassVar[bool] = False
     decides_on_models: ClassVar[str | None] = "exchanges the models' class probabilities"
+    # every job is its own (SCE training, alignment): none keeps an optimizer state across jobs
+    unread_training: ClassVar[tuple[str, ...]] = ("optimizer_state",)
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→server (class probabilities)", synchronous=True, takes_policy=False,
                          note="each exchange sums every party's weighted probabilities on one public batch; no "
