@@ -164,6 +164,8 @@ def _load(training: dict) -> None:
     ({"lr_schedule": {"name": "step", "every": 2, "factor": 0.5, "gamma": 0.9}}, "training.lr_schedule.gamma"),
     ({"lr_schedule": "linear"}, "training.lr_schedule.name"),
     ({"clip_norm": 5, "trainer": {"name": "feddc"}}, "training"),
+    ({"optimizer_state": "per_device", "trainer": {"name": "scaffold"}}, "training"),
+    ({"optimizer_state": "global"}, "training.optimizer_state"),
 ])
 def test_bad_values_are_refused_with_the_key_path(training, key):
     with pytest.raises(ConfigError) as err:
