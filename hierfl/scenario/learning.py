@@ -50,16 +50,25 @@ class TrainingConfig(ConfigModel):
         return rename_alias(data, "local_steps", "steps")
 
     read_only_with: ClassVar[dict[str, ReadWith]] = {
-        "momentum": ReadWith("optimizer", ("sgd",)), "nesterov": ReadWith("optimizer", ("sgd",)),
-        "betas": ReadWith("optimizer", ("adam", "adamw")), "eps": ReadWith("optimizer", ("adam", "adamw")),
+        "momentum": ReadWith("optimizer", ("sgd",)), "eps": ReadWith("optimizer", ("adam", "adamw")),
     }
+
+    def ignored_settings(self) -> list[tuple[str, str, Any]]:
+        """``read_only_with``'s, and ``betas`` without Adam, ``nesterov`` without SGD momentum (refused)."""
+        out = super().ignored_settings()
+        if self.non_default("betas") and self.optimizer == "sgd":
+            out.append(("betas", "read only with optimizer: adam, adamw; with optimizer: sgd it would be ignored; "
+                        "remove it (or set optimizer: adam)", list(self.betas)))
+        if self.nesterov and (self.optimizer != "sgd" or self.momentum == 0):
+            out.append(("nesterov", f"Nesterov's form of SGD momentum: with optimizer: {self.optimizer} and momentum: "
+                        f"{self.momentum:g} it would be ignored; allowed with optimizer: sgd and momentum > 0",
+                        self.nesterov))
+        return out
 
     @model_validator(mode="after")
     def _one_budget(self) -> TrainingConfig:
         if self.epochs is not None and self.steps is not None:
             raise ValueError("set either epochs or steps, not both")
-        if self.nesterov and self.momentum == 0 and self.optimizer == "sgd":
-            raise ValueError("nesterov needs momentum > 0")
         if not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {list(self.betas)}")
         if self.optimizer_state == "per_device" and self.trainer.spec_fields().get("method") is not None:

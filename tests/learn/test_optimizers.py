@@ -157,7 +157,7 @@ def _load(training: dict) -> None:
     ({"optimizer": "adam", "momentum": 0.9}, "training.momentum"),
     ({"optimizer": "adam", "nesterov": True}, "training.nesterov"),
     ({"optimizer": "adam", "betas": [0.9, 1.0]}, "training"),
-    ({"nesterov": True}, "training"),
+    ({"nesterov": True}, "training.nesterov"),
     ({"clip_norm": 0}, "training.clip_norm"),
     ({"lr_schedule": {"name": "exponential"}}, "training.lr_schedule"),
     ({"lr_schedule": {"name": "exponential", "gamma": 1.5}}, "training.lr_schedule.gamma"),
