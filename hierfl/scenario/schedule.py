@@ -31,10 +31,12 @@ class LRScheduleConfig(ConfigModel):
     name: Literal["constant", "exponential", "step", "cosine"] = Field(
         default="constant", description="constant | exponential (gamma^r) | step (factor^(r // every)) | "
                                         "cosine (to floor over rounds); r = the job's round")
-    gamma: float | None = Field(default=None, gt=0.0, le=1.0, description="exponential: the per-round factor")
-    every: PositiveInt | None = Field(default=None, description="step: rounds between two decays")
-    factor: float | None = Field(default=None, gt=0.0, le=1.0, description="step: the factor of each decay")
-    rounds: PositiveInt | None = Field(default=None, description="cosine: rounds the annealing takes")
+    gamma: float = Field(default=0.998, gt=0.0, le=1.0,
+                         description="exponential: the per-round factor (design default 0.998: the per-round client "
+                                     "decay of FedDC's and FedFTG's code)")
+    every: PositiveInt = Field(default=30, description="step: rounds between two decays (design default 30)")
+    factor: float = Field(default=0.1, gt=0.0, le=1.0, description="step: the factor of each decay (design default 0.1)")
+    rounds: PositiveInt = Field(default=100, description="cosine: rounds the annealing takes (design default 100)")
     floor: float = Field(default=0.0, ge=0.0, lt=1.0,
                          description="cosine: the factor reached after `rounds` rounds (a fraction of the rate)")
 
@@ -49,14 +51,6 @@ class LRScheduleConfig(ConfigModel):
     def _bare_name(cls, data: Any) -> Any:
         return name_shorthand(data)  # lr_schedule: constant
 
-    @model_validator(mode="after")
-    def _needed(self) -> LRScheduleConfig:
-        needs = {"exponential": ("gamma",), "step": ("every", "factor"), "cosine": ("rounds",)}.get(self.name, ())
-        missing = [key for key in needs if getattr(self, key) is None]
-        if missing:
-            raise ValueError(f"{self.name} needs {' and '.join(missing)}")
-        return self
-
     @property
     def constant(self) -> bool:
         """Whether every round trains at its full rate (no job's spec changes)."""
@@ -65,13 +59,10 @@ class LRScheduleConfig(ConfigModel):
     def scale(self, round_: int) -> float:
         """``factor(r)``: what a job of round ``round_`` multiplies its learning rate by."""
         if self.name == "exponential":
-            assert self.gamma is not None
             return float(self.gamma ** round_)
         if self.name == "step":
-            assert self.every is not None and self.factor is not None
             return float(self.factor ** (round_ // self.every))
         if self.name == "cosine":
-            assert self.rounds is not None
             t = min(round_, self.rounds) / self.rounds
             return self.floor + (1.0 - self.floor) * (1.0 + math.cos(math.pi * t)) / 2.0
         return 1.0

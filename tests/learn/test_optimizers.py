@@ -141,6 +141,7 @@ def test_schedule_factors():
     assert cos.scale(2) == pytest.approx(0.6)
     assert cos.scale(4) == pytest.approx(0.2) and cos.scale(40) == pytest.approx(0.2)
     assert LRScheduleConfig.model_validate("constant").constant
+    assert LRScheduleConfig(name="exponential").scale(3) == pytest.approx(0.998 ** 3)  # (the design default)
 
 
 def _load(training: dict) -> None:
@@ -159,7 +160,8 @@ def _load(training: dict) -> None:
     ({"optimizer": "adam", "betas": [0.9, 1.0]}, "training"),
     ({"nesterov": True}, "training.nesterov"),
     ({"clip_norm": 0}, "training.clip_norm"),
-    ({"lr_schedule": {"name": "exponential"}}, "training.lr_schedule"),
+    ({"lr_schedule": {"name": "cosine", "rounds": 0}}, "training.lr_schedule.rounds"),
+    ({"lr_schedule": {"name": "cosine", "floor": 1.0}}, "training.lr_schedule.floor"),
     ({"lr_schedule": {"name": "exponential", "gamma": 1.5}}, "training.lr_schedule.gamma"),
     ({"lr_schedule": {"name": "step", "every": 2, "factor": 0.5, "gamma": 0.9}}, "training.lr_schedule.gamma"),
     ({"lr_schedule": "linear"}, "training.lr_schedule.name"),
