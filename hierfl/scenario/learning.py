@@ -24,7 +24,7 @@ class TrainingConfig(ConfigModel):
     weight_decay: float = Field(default=0.0, ge=0.0,
                                 description="weight decay: L2 (sgd, adam), decoupled w ← w·(1 − lr·wd) (adamw)")
     optimizer: Literal["sgd", "adam", "adamw"] = Field(
-        default="sgd", description="local optimizer, torch's arithmetic, state fresh per job: sgd "
+        default="sgd", description="local optimizer, torch's arithmetic (state: optimizer_state): sgd "
                                    "(torch.optim.SGD: momentum, nesterov, weight_decay), adam / adamw "
                                    "(torch.optim.Adam / AdamW: betas, eps, weight_decay)")
     nesterov: bool = Field(default=False, description="sgd: Nesterov momentum (needs momentum > 0)")
