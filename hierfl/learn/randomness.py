@@ -112,7 +112,7 @@ def _mode_class() -> type:
                 if training and p > 0.0:
                     return self.handler(kind, x, p)
                 return x
-            if func in refused:
+            if func in refused and kwargs.get("generator") is None:  # an explicit generator is no global draw
                 raise UnsupportedRandomness(
                     f"the model's forward pass calls {getattr(func, '__name__', func)}, which would draw from "
                     "torch's global generator; allowed random layers: dropout, dropout1d/2d/3d (nn.Dropout*, "
