@@ -343,6 +343,11 @@ class TorchModelConfig(ModelConfig):
                                      "name or module, or an installed module)")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the factory")
 
+    @classmethod
+    def example(cls) -> TorchModelConfig:
+        """A factory every installation has: :func:`hierfl.models.nets.bn_mlp` (batch norm and dropout)."""
+        return cls(factory="hierfl.models.nets:bn_mlp", kwargs={"hidden": 16})
+
     @field_validator("factory")
     @classmethod
     def _importable(cls, value: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["CNN", "CharLSTM", "DualInput", "MLP", "LogReg", "PflCNN", "FinalBlockTaps", "reset_parameters_", "slim_size"]
+__all__ = ["CNN", "CharLSTM", "DualInput", "MLP", "LogReg", "PflCNN", "bn_mlp", "FinalBlockTaps", "reset_parameters_", "slim_size"]
 
 
 def slim_size(channels: int, width: float) -> int:
@@ -234,6 +234,13 @@ class PflCNN(nn.Module):
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 nn.init.xavier_uniform_(m.weight, generator=gen)
 
+
+
+def bn_mlp(input_shape: Sequence[int], num_classes: int, hidden: int = 32, dropout: float = 0.25) -> nn.Module:
+    """A factory for ``model: {name: torch}`` (its example): flatten, ``Linear → BatchNorm1d → ReLU → Dropout``,
+    a linear output. Torch's own initialisation; running statistics and dropout masks as every model's."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(int(s) for s in input_shape), hidden), nn.BatchNorm1d(hidden),
+                         nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_classes))
 
 # layers whose own reset_parameters draws no random numbers (ones and zeros, reset running statistics)
 _DETERMINISTIC = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm)

@@ -7,6 +7,8 @@ and every run repeats bit for bit (docs/howto/models.md).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -17,7 +19,9 @@ from hierfl.core.work import TrainSpec
 from hierfl.learn.local import LocalTrainer, count_params, init_params
 from hierfl.learn.randomness import UnsupportedRandomness, dropout_sites
 from hierfl.learn.vmapped import UnsupportedModel, VmapTrainer
-from hierfl.models import CharLSTMConfig, ModelConfig, PflCNNConfig
+from hierfl.models import CharLSTMConfig, ModelConfig, PflCNNConfig, TorchModelConfig
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOL = 1e-4
 SIZES = [12, 7, 12, 3]  # unequal: different batch sizes in one step, jobs finishing early
@@ -168,3 +172,65 @@ def test_pfl_cnn_matches_the_reference_layers_and_init():
         assert m.weight.abs().max() <= bound and m.weight.abs().max() > 0.8 * bound
     again = cfg.build((3, 8, 8), 10, seed=3)
     assert all(torch.equal(a, b) for a, b in zip(module.parameters(), again.parameters()))
+
+
+NETS = ROOT / "examples" / "own_model" / "nets.py"
+
+
+def test_torch_factory_model_from_a_plugin_file_trains_batched_like_alone():
+    from hierfl.config.plugins import load_plugin
+
+    load_plugin(str(NETS))
+    cfg = TorchModelConfig(factory="nets:bn_dropout_cnn", kwargs={"channels": 2, "hidden": 6})
+    shape = (1, 4, 4)
+    assert cfg.check_dataset(shape, None) is None
+    a, b = init_params(cfg, shape, 3, 4), init_params(cfg, shape, 3, 4)
+    assert np.array_equal(a, b) and not np.array_equal(a, init_params(cfg, shape, 3, 5))
+    trainer = LocalTrainer(cfg, shape, 3)
+    assert len(trainer.dropout) == 2 and trainer.num_params == trainer.num_trainable + 4
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(20, 16)).astype(np.float32), rng.integers(0, 3, 20)
+    rows = [np.arange(0, 10), np.arange(10, 17)]
+    out = np.empty((2, trainer.num_params), dtype=np.float32)
+    VmapTrainer(trainer).train_group([a, a], x, y, rows, SPEC, [1, 2], out)
+    for k in range(2):
+        assert np.abs(out[k] - trainer.train(a, x, y, SPEC, k + 1, rows=rows[k])[0]).max() <= TOL
+
+
+@pytest.mark.parametrize(("model", "needles"), [
+    ({"name": "torch", "factory": "no_such_module_xyz:make"}, ["model.factory", "cannot import 'no_such_module_xyz'"]),
+    ({"name": "torch", "factory": "nets:missing"}, ["model.factory", "no callable 'missing'"]),
+    ({"name": "torch", "factory": "not a path"}, ["model.factory", "package.module:function"]),
+    ({"name": "torch", "factory": "nets:BnDropoutCNN"}, ["model", "factory 'nets:BnDropoutCNN'"]),
+    ({"name": "torch", "factory": "nets:bn_dropout_cnn", "kwargs": {"depth": 3}}, ["model", "depth"]),
+])
+def test_bad_factories_exit_2_naming_the_key(tmp_path, capsys, model, needles):
+    import yaml
+
+    from hierfl.cli import main
+    from tests.conftest import TINY
+
+    raw = {**TINY, "model": model, "plugins": [str(NETS)],
+           "data": {"dataset": {"name": "blobs", "shape": [1, 4, 4], "num_classes": 3, "num_samples": 60}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    code = main(["validate", str(path), "--build"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def test_cifar10_channel_normalisation_is_an_option(tmp_path):
+    from hierfl.data import CIFAR10Config
+    from hierfl.data.files import CIFAR10_MEAN, CIFAR10_STD
+    from tests.datafiles import write_cifar_dir
+
+    write_cifar_dir(tmp_path, per_batch=2, n_test=2)
+    rng = lambda: np.random.default_rng(0)  # noqa: E731
+    plain = CIFAR10Config(root=str(tmp_path)).build(2, rng())
+    assert CIFAR10Config(root=str(tmp_path)).normalize == "none"
+    norm = CIFAR10Config(root=str(tmp_path), normalize="channel").build(2, rng())
+    want = (plain.x_train.reshape(-1, 3, 1024) - np.float32(CIFAR10_MEAN)[:, None]) / np.float32(CIFAR10_STD)[:, None]
+    np.testing.assert_allclose(norm.x_train.reshape(-1, 3, 1024), want, rtol=1e-6)
+    assert norm.x_test.dtype == np.float32
