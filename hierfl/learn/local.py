@@ -2,7 +2,7 @@
 
 Model parameters travel as one contiguous float32 vector (ARCHITECTURE.md §3) in the order of
 ``module.parameters()``, followed by the running statistics of batch-norm layers (see :func:`param_layout`
-and :mod:`hierfl.learn.state`). :class:`LocalTrainer` owns one torch module
+and :mod:`hierfl.models.state`). :class:`LocalTrainer` owns one torch module
 whose parameters are views into a single flat buffer, so loading a vector is one ``memcpy`` and
 reading the result is one copy.
 
@@ -25,7 +25,7 @@ from hierfl.learn.chain import LinearChain
 from hierfl.learn.precision import autocast, check_precision
 from hierfl.learn.randomness import DrawMasks, dropout_sites, job_generator
 from hierfl.learn.sgd import ExactSGD
-from hierfl.learn.state import buffers_as_views, state_buffers, state_layout
+from hierfl.models.state import buffers_as_views, state_buffers, state_layout
 
 if TYPE_CHECKING:
     import torch
@@ -50,7 +50,7 @@ __all__ = [
 
 def param_layout(module: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
     """``(name, shape)`` of each parameter, then of each carried buffer, in the order of the flat vector
-    (:func:`hierfl.learn.state.state_layout`)."""
+    (:func:`hierfl.models.state.state_layout`)."""
     return state_layout(module)
 
 
@@ -160,7 +160,7 @@ class LocalTrainer:
     Attributes
     ----------
     num_params
-        Length of the flat parameter vector (parameters, then carried buffers: :mod:`hierfl.learn.state`).
+        Length of the flat parameter vector (parameters, then carried buffers: :mod:`hierfl.models.state`).
     num_trainable
         Its leading entries that are parameters (the rest are running statistics).
     layout

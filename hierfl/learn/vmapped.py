@@ -24,7 +24,7 @@ in every bit (the contract: ``docs/howto/batched-learning.md``); run to run they
 the same device, thread count and groups.
 
 Models: any ``nn.Module``. Its running statistics (batch norm) are per-job buffers, stacked like
-the parameters (the tail of each job's state vector, :mod:`hierfl.learn.state`) and passed to
+the parameters (the tail of each job's state vector, :mod:`hierfl.models.state`) and passed to
 ``functional_call`` with them; the forward pass updates them in place, job by job. Since batch
 statistics must be computed over a job's real samples only, a model with batch norm (or any other
 buffer) takes each step without padding: the active jobs are split by batch size and each part is
@@ -53,7 +53,7 @@ from hierfl.core.work import TrainSpec, effective_batch
 from hierfl.learn.local import index_blocks
 from hierfl.learn.precision import autocast, check_precision
 from hierfl.learn.randomness import ReplayMasks, Site, draw_mask, dropout_sites, job_generator
-from hierfl.learn.state import check_buffers, state_buffers
+from hierfl.models.state import check_buffers, state_buffers
 
 if TYPE_CHECKING:
     import torch
@@ -181,7 +181,7 @@ class VmapTrainer:
             torch.backends.cudnn.benchmark = False
         # a module of the same architecture on the device; functional_call supplies every parameter
         self.module = trainer.model_cfg.build(trainer.input_shape, trainer.num_classes).to(self.device)
-        # the state vector: parameters (the optimiser's), then carried buffers (hierfl.learn.state)
+        # the state vector: parameters (the optimiser's), then carried buffers (hierfl.models.state)
         n_params = sum(1 for _ in self.module.parameters())
         self.num_trainable = trainer.num_trainable
         self.names = [name for name, _ in trainer.layout[:n_params]]

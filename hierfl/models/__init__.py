@@ -334,7 +334,7 @@ class TorchModelConfig(ModelConfig):
 
     The module keeps its own initialisation: the factory runs with torch's generator forked and seeded
     from the run's initialisation seed (restored afterwards), so the initial model is a function of the
-    seed only. Batch norm (running statistics carried in the model state, :mod:`hierfl.learn.state`),
+    seed only. Batch norm (running statistics carried in the model state, :mod:`hierfl.models.state`),
     dropout (masks from each job's stream, :mod:`hierfl.learn.randomness`) and any layer train on both the
     one-job and the batched path; other random operations in ``forward`` are refused."""
 
@@ -370,7 +370,7 @@ class TorchModelConfig(ModelConfig):
         import torch
 
         from hierfl.core.rng import stream_seed
-        from hierfl.learn.state import check_buffers
+        from hierfl.models.state import check_buffers
 
         shape = tuple(int(s) for s in input_shape)
         fn = resolve_factory(self.factory)
