@@ -243,7 +243,7 @@ def bn_mlp(input_shape: Sequence[int], num_classes: int, hidden: int = 32, dropo
                          nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_classes))
 
 # layers whose own reset_parameters draws no random numbers (ones and zeros, reset running statistics)
-_DETERMINISTIC = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm)
+_DETERMINISTIC = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm, nn.PReLU)
 
 
 @torch.no_grad()
@@ -257,14 +257,16 @@ def reset_parameters_(module: nn.Module, seed: int | torch.Generator) -> nn.Modu
     global RNG, so the result depends on ``seed`` only. ``Embedding`` weights are ``N(0, 1)`` and every
     recurrent layer's (``LSTM``, ``GRU``, ``RNN``) parameter ``U(-1/sqrt(hidden), 1/sqrt(hidden))`` (in
     registration order), as in their ``reset_parameters``. Normalisation layers (batch, instance, group,
-    layer and RMS norm) take their own deterministic rule: scale 1, shift 0, running mean 0 and
-    variance 1. A module with an ``extra_init_(generator)`` method (a net whose reference initialises
+    layer and RMS norm) and PReLU take their own deterministic rule: scale 1, shift 0, running mean 0 and
+    variance 1; PReLU's slope 0.25. A module with an ``extra_init_(generator)`` method (a net whose reference initialises
     otherwise, e.g. Xavier) gets it called last, with the same generator.
     """
     gen = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
     for layer in module.modules():
         if isinstance(layer, nn.Embedding):
             nn.init.normal_(layer.weight, generator=gen)
+            if layer.padding_idx is not None:  # as Embedding.reset_parameters: the padding row is zero
+                layer.weight[layer.padding_idx].fill_(0)
         elif isinstance(layer, nn.RNNBase):
             bound = 1.0 / math.sqrt(layer.hidden_size)
             for p in layer.parameters():

@@ -234,3 +234,24 @@ def test_cifar10_channel_normalisation_is_an_option(tmp_path):
     want = (plain.x_train.reshape(-1, 3, 1024) - np.float32(CIFAR10_MEAN)[:, None]) / np.float32(CIFAR10_STD)[:, None]
     np.testing.assert_allclose(norm.x_train.reshape(-1, 3, 1024), want, rtol=1e-6)
     assert norm.x_test.dtype == np.float32
+
+
+def test_layers_with_a_deterministic_rule_are_initialised_by_it():
+    from hierfl.models.nets import reset_parameters_
+
+    net = nn.Sequential(nn.Embedding(5, 3, padding_idx=1), nn.Conv1d(3, 4, 2), nn.GroupNorm(2, 4), nn.PReLU(),
+                        nn.LayerNorm(4), nn.BatchNorm1d(4), nn.GRU(4, 3))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.fill_(7.0)
+        net[5].running_var.fill_(7.0)
+    reset_parameters_(net, 3)
+    assert not net[0].weight[1].any() and net[0].weight[0].abs().max() < 7
+    assert bool((net[2].weight == 1).all() and (net[2].bias == 0).all() and (net[4].weight == 1).all())
+    assert float(net[3].weight.detach()) == 0.25 and bool((net[5].running_var == 1).all())
+    bound = 1 / 3 ** 0.5
+    assert all(float(p.detach().abs().max()) <= bound for p in net[6].parameters())
+    again = reset_parameters_(nn.Sequential(nn.Embedding(5, 3, padding_idx=1), nn.Conv1d(3, 4, 2)), 3)
+    assert torch.equal(again[1].weight, net[1].weight)
+    with pytest.raises(TypeError, match="MultiheadAttention"):
+        reset_parameters_(nn.MultiheadAttention(4, 2), 0)
