@@ -283,9 +283,14 @@ class CIFAR10Config(_FileDataset):
     name: Literal["cifar10"] = "cifar10"
     root: str = Field(default="data/cifar10",
                       description="directory with data_batch_1..5 and test_batch (or its cifar-10-batches-py/)")
+    normalize: Literal["none", "channel"] = Field(
+        default="none", description="none: pixels / 255 in [0, 1] (default); channel: then (x - mean_c) / std_c per "
+                                    "colour channel with the full training set's statistics (CIFAR10_MEAN, CIFAR10_STD), "
+                                    "the usual input of CIFAR-10 CNNs")
 
     def build(self, num_devices: int, rng: np.random.Generator) -> Dataset:
-        """Read the six batches; pixels / 255 as float32, shape (3, 32, 32)."""
+        """Read the six batches; pixels / 255 as float32, shape (3, 32, 32); ``normalize: channel`` standardises
+        each colour channel with fixed statistics (the same for any subsample)."""
         hint = "expected data_batch_1 .. data_batch_5 and test_batch from cifar-10-python.tar.gz"
         root = _check_root(self.root, "CIFAR-10", hint)
         if not (root / "test_batch").is_file() and (root / "cifar-10-batches-py").is_dir():
@@ -296,8 +301,23 @@ class CIFAR10Config(_FileDataset):
         xtr, ytr = _subsample(xtr, ytr, self.train_samples, "dataset.train_samples", rng)
         xte, yte = _subsample(xte, yte, self.test_samples, "dataset.test_samples", rng)
         scale = np.float32(255.0)
-        return Dataset(xtr.astype(np.float32) / scale, ytr, xte.astype(np.float32) / scale, yte, 10, (3, 32, 32),
-                       name=self.name)
+        xtr, xte = xtr.astype(np.float32) / scale, xte.astype(np.float32) / scale
+        if self.normalize == "channel":
+            xtr, xte = _channel_normalised(xtr), _channel_normalised(xte)
+        return Dataset(xtr, ytr, xte, yte, 10, (3, 32, 32), name=self.name)
+
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+"""Per-channel (R, G, B) mean of CIFAR-10's 50,000 training images, pixels in [0, 1]."""
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+"""Per-channel standard deviation of the same images."""
+
+
+def _channel_normalised(x: np.ndarray) -> np.ndarray:
+    """``(x − mean_c) / std_c`` of flat ``(N, 3·32·32)`` float32 images, channel-major as CIFAR-10 stores them."""
+    mean = np.asarray(CIFAR10_MEAN, dtype=np.float32)[None, :, None]
+    std = np.asarray(CIFAR10_STD, dtype=np.float32)[None, :, None]
+    return ((x.reshape(x.shape[0], 3, -1) - mean) / std).reshape(x.shape[0], -1)
 
 
 # -- LEAF: FEMNIST, Shakespeare -------------------------------------------------------------------

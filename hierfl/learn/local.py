@@ -1,7 +1,8 @@
 """Local training on flat parameter vectors: deterministic init, minibatch SGD, evaluation.
 
 Model parameters travel as one contiguous float32 vector (ARCHITECTURE.md §3) in the order of
-``module.parameters()`` (see :func:`param_layout`). :class:`LocalTrainer` owns one torch module
+``module.parameters()``, followed by the running statistics of batch-norm layers (see :func:`param_layout`
+and :mod:`hierfl.models.state`). :class:`LocalTrainer` owns one torch module
 whose parameters are views into a single flat buffer, so loading a vector is one ``memcpy`` and
 reading the result is one copy.
 
@@ -12,6 +13,7 @@ explicit torch thread count; no global RNG is read or advanced.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,9 @@ import numpy as np
 from hierfl.core.work import TrainSpec, effective_batch, num_steps, samples_processed
 from hierfl.learn.chain import LinearChain
 from hierfl.learn.precision import autocast, check_precision
+from hierfl.learn.randomness import DrawMasks, dropout_sites, job_generator
 from hierfl.learn.sgd import ExactSGD
+from hierfl.models.state import buffers_as_views, state_buffers, state_layout
 
 if TYPE_CHECKING:
     import torch
@@ -45,8 +49,9 @@ __all__ = [
 
 
 def param_layout(module: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
-    """``(name, shape)`` of each parameter, in the order of the flat vector."""
-    return [(name, tuple(p.shape)) for name, p in module.named_parameters()]
+    """``(name, shape)`` of each parameter, then of each carried buffer, in the order of the flat vector
+    (:func:`hierfl.models.state.state_layout`)."""
+    return state_layout(module)
 
 
 def model_layout(model_cfg: ModelConfig, input_shape: tuple[int, ...],
@@ -57,9 +62,9 @@ def model_layout(model_cfg: ModelConfig, input_shape: tuple[int, ...],
 
 
 def count_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:
-    """Length of the flat parameter vector."""
+    """Length of the flat parameter vector (parameters and carried buffers)."""
     module = model_cfg.build(input_shape, num_classes)
-    return sum(p.numel() for p in module.parameters())
+    return sum(p.numel() for p in module.parameters()) + sum(b.numel() for _, b in state_buffers(module))
 
 
 def forward_flops(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int) -> int:
@@ -101,6 +106,7 @@ def _flops(module: torch.nn.Module, input_shape: tuple[int, ...], only: list[tor
     layers = only if only is not None else [m for m in module.modules()
                                             if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM))]
     handles = [m.register_forward_hook(hook) for m in layers]
+    module.eval()  # batch norm on one sample, and no dropout draws
     try:
         with torch.no_grad():
             module(torch.zeros(1, math.prod(input_shape)))
@@ -119,7 +125,8 @@ def init_params(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classe
     import torch
 
     module = model_cfg.build(input_shape, num_classes, seed=seed)
-    return torch.nn.utils.parameters_to_vector(module.parameters()).detach().numpy().copy()
+    tensors = [*module.parameters(), *(b for _, b in state_buffers(module))]
+    return torch.nn.utils.parameters_to_vector(tensors).detach().numpy().copy()
 
 
 def index_blocks(n: int, b: int, spec: TrainSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
@@ -153,9 +160,14 @@ class LocalTrainer:
     Attributes
     ----------
     num_params
-        Length of the flat parameter vector.
+        Length of the flat parameter vector (parameters, then carried buffers: :mod:`hierfl.models.state`).
+    num_trainable
+        Its leading entries that are parameters (the rest are running statistics).
     layout
-        ``(name, shape)`` per parameter, in vector order.
+        ``(name, shape)`` per parameter and carried buffer, in vector order.
+    dropout
+        The forward pass's dropout calls (:func:`hierfl.learn.randomness.dropout_sites`); their masks
+        come from each job's own generator.
     device
         Evaluation's torch device, ``cpu`` or ``cuda`` (training one job at a time is on CPU).
     precision
@@ -177,10 +189,15 @@ class LocalTrainer:
         self.module = model_cfg.build(self.input_shape, self.num_classes)
         self.layout = param_layout(self.module)
         self._params = list(self.module.parameters())
-        self.num_params = sum(p.numel() for p in self._params)
-        # One flat buffer; every parameter becomes a view into it (vector order).
-        self._flat = torch.nn.utils.parameters_to_vector(self._params).detach().clone()
-        torch.nn.utils.vector_to_parameters(self._flat, self._params)
+        self.num_trainable = sum(p.numel() for p in self._params)
+        self._buffers = state_buffers(self.module)
+        self.num_params = self.num_trainable + sum(b.numel() for _, b in self._buffers)
+        # One flat buffer; every parameter and carried buffer becomes a view into it (vector order).
+        self._flat = torch.nn.utils.parameters_to_vector(
+            [*self._params, *(b for _, b in self._buffers)]).detach().clone()
+        torch.nn.utils.vector_to_parameters(self._flat[: self.num_trainable], self._params)
+        buffers_as_views(self.module, self._flat, self.num_trainable)
+        self.dropout = dropout_sites(self.module, self.input_shape)
         self._flat_np = self._flat.numpy()  # shares memory with self._flat
         # Per-job machinery built once: the optimiser's buffers, and hand-written gradients for
         # Linear/ReLU chains (both bit-identical to torch.optim.SGD and autograd).
@@ -247,6 +264,9 @@ class LocalTrainer:
         - Inputs may be read-only (zero-copy from Ray's object store); they are never written.
           Batches are gathered once per epoch (step mode: once per permutation) with numpy
           fancy indexing, then sliced.
+        - Batch norm's running statistics (the vector's tail) are updated by every training forward pass;
+          dropout masks come from :func:`~hierfl.learn.randomness.job_generator` of ``seed``, drawn in call
+          order (:mod:`hierfl.learn.randomness`), never from torch's global generator.
         - ``logreg`` and ``mlp`` take gradients from :class:`~hierfl.learn.chain.LinearChain`
           (no autograd graph), other models from autograd; both are the same bits.
         - Bit-identical for the same (params, x, y, rows, spec, seed, torch_threads), and to
@@ -323,38 +343,40 @@ class LocalTrainer:
         steps = 0
         samples = 0
         no_grad = torch.no_grad()
-        for block in index_blocks(n, b, spec, rng):
-            sel = block if rows is None else rows[block]
-            # Fancy indexing copies, so the tensors are writable even when x / y are not.
-            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
-            yb_all = torch.from_numpy(y[sel].astype(np.int64, copy=False))
-            m = block.size
-            for start in range(0, m, b):
-                xb = xb_all[start : start + b]
-                yb = yb_all[start : start + b]
-                if chain is not None:
-                    with no_grad:
-                        loss, grads = chain.loss_and_grads(xb, yb)
-                        sgd.step(grads)
-                else:
-                    for p in params_list:
-                        p.grad = None
-                    if objective is not None:  # the job method's local objective
-                        loss = objective(module, xb, yb)
-                    elif bf16:  # forward in autocast, loss in float32 from the logits (precision.py)
-                        with autocast("bf16", "cpu"):
-                            logits = module(xb)
-                        loss = F.cross_entropy(logits.float(), yb)
+        masks = DrawMasks(job_generator(seed)) if self.dropout else contextlib.nullcontext()
+        with masks:
+            for block in index_blocks(n, b, spec, rng):
+                sel = block if rows is None else rows[block]
+                # Fancy indexing copies, so the tensors are writable even when x / y are not.
+                xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
+                yb_all = torch.from_numpy(y[sel].astype(np.int64, copy=False))
+                m = block.size
+                for start in range(0, m, b):
+                    xb = xb_all[start : start + b]
+                    yb = yb_all[start : start + b]
+                    if chain is not None:
+                        with no_grad:
+                            loss, grads = chain.loss_and_grads(xb, yb)
+                            sgd.step(grads)
                     else:
-                        loss = F.cross_entropy(module(xb), yb)
-                    loss.backward()
-                    with no_grad:
-                        sgd.step([p.grad for p in params_list])
-                if kept is not None:
-                    self._flat_np[:frozen] = kept
-                loss_sum += loss.item()
-                steps += 1
-                samples += xb.shape[0]
+                        for p in params_list:
+                            p.grad = None
+                        if objective is not None:  # the job method's local objective
+                            loss = objective(module, xb, yb)
+                        elif bf16:  # forward in autocast, loss in float32 from the logits (precision.py)
+                            with autocast("bf16", "cpu"):
+                                logits = module(xb)
+                            loss = F.cross_entropy(logits.float(), yb)
+                        else:
+                            loss = F.cross_entropy(module(xb), yb)
+                        loss.backward()
+                        with no_grad:
+                            sgd.step([p.grad for p in params_list])
+                    if kept is not None:
+                        self._flat_np[:frozen] = kept
+                    loss_sum += loss.item()
+                    steps += 1
+                    samples += xb.shape[0]
         if opt_state is not None:
             sgd.save_state(opt_state)
         if out is None:
@@ -391,7 +413,9 @@ class LocalTrainer:
                 self._eval_module = self.model_cfg.build(self.input_shape, self.num_classes).to(self.device)
             module = self._eval_module
             with torch.no_grad():
-                torch.nn.utils.vector_to_parameters(self._flat.to(self.device), list(module.parameters()))
+                on_device = self._flat.to(self.device)
+                torch.nn.utils.vector_to_parameters(on_device[: self.num_trainable], list(module.parameters()))
+                buffers_as_views(module, on_device, self.num_trainable)
         module.eval()
         loss_sum = 0.0
         correct = 0

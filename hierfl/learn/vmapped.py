@@ -25,10 +25,15 @@ rows are masked out of the step). The floating-point operations differ from the 
 in every bit (the contract: ``docs/howto/batched-learning.md``); run to run they are identical for
 the same device, thread count and groups.
 
-Models: any ``nn.Module`` whose forward is a pure function of its parameters and input. Modules
-with batch normalisation (running statistics: per-job buffers), dropout (random masks: the
-single-job path draws them from torch's global RNG) or any other buffer are refused with
-:class:`UnsupportedModel`. None of the registry's models (logreg, mlp, cnn, char_lstm) has one.
+Models: any ``nn.Module``. Its running statistics (batch norm) are per-job buffers, stacked like
+the parameters (the tail of each job's state vector, :mod:`hierfl.models.state`) and passed to
+``functional_call`` with them; the forward pass updates them in place, job by job. Since batch
+statistics must be computed over a job's real samples only, a model with batch norm (or any other
+buffer) takes each step without padding: the active jobs are split by batch size and each part is
+one vmapped call. Dropout masks are drawn outside the vmapped function from each job's own generator,
+at its own batch size and in call order, exactly as the job draws them alone
+(:mod:`hierfl.learn.randomness`), and passed in. Other random operations in a forward pass, recurrent
+dropout, and buffers the state cannot carry raise :class:`UnsupportedModel`.
 
 Precision: the trainer's ``precision`` (``runtime.precision``, :mod:`hierfl.learn.precision`);
 ``bf16`` runs the forward pass inside the vmapped function under bfloat16 autocast, parameters,
@@ -50,6 +55,8 @@ from hierfl.core.work import TrainSpec, effective_batch
 from hierfl.learn.local import index_blocks
 from hierfl.learn.optim import AdamMoments, clip_rows
 from hierfl.learn.precision import autocast, check_precision
+from hierfl.learn.randomness import ReplayMasks, Site, draw_mask, dropout_sites, job_generator
+from hierfl.models.state import check_buffers, state_buffers
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +70,8 @@ DEVICES = ("cpu", "cuda", "auto")
 
 
 class UnsupportedModel(ValueError):
-    """A module the batched trainer cannot train as the single-job path does (batch norm, dropout, buffers)."""
+    """A module the batched trainer cannot train as the single-job path does (random operations other than
+    dropout, recurrent dropout, integer buffers)."""
 
 
 def resolve_device(device: str | None) -> str:
@@ -86,20 +94,22 @@ def resolve_device(device: str | None) -> str:
     return "cpu"
 
 
-def check_module(module: torch.nn.Module) -> None:
-    """Raise :class:`UnsupportedModel` for layers whose training is not a function of parameters and input."""
+def check_module(module: torch.nn.Module, input_shape: tuple[int, ...]) -> list[Site]:
+    """The module's dropout sites; :class:`UnsupportedModel` for what neither path can train from a job's streams."""
+    try:
+        check_buffers(module)
+        return dropout_sites(module, input_shape)
+    except ValueError as exc:
+        raise UnsupportedModel(f"batched training: {exc}") from None
+
+
+def batch_coupled(module: torch.nn.Module) -> bool:
+    """Whether a sample's output depends on the other samples of its batch or the step updates buffers
+    (normalisation over the batch, running statistics): such steps take no padded rows."""
     from torch import nn
 
-    for name, sub in module.named_modules():
-        if isinstance(sub, (nn.modules.batchnorm._NormBase, nn.modules.dropout._DropoutNd, nn.AlphaDropout)):
-            raise UnsupportedModel(
-                f"batched training does not support {type(sub).__name__} (layer {name!r}): batch norm keeps "
-                "running statistics per job and dropout draws random masks; use a model without them, or "
-                "runtime.fast_path: false")
-        if isinstance(sub, (nn.RNNBase,)) and sub.dropout > 0:
-            raise UnsupportedModel(f"batched training does not support recurrent dropout (layer {name!r})")
-    for name, _ in module.named_buffers():
-        raise UnsupportedModel(f"batched training does not support modules with buffers (buffer {name!r})")
+    return (any(isinstance(m, nn.modules.batchnorm._NormBase) for m in module.modules())
+            or any(True for _ in state_buffers(module)))
 
 
 def step_plan(sizes: list[int], spec: TrainSpec, seeds: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
@@ -160,7 +170,7 @@ class VmapTrainer:
     def __init__(self, trainer: LocalTrainer, device: str = "cpu") -> None:
         import torch
 
-        check_module(trainer.module)
+        self.sites = check_module(trainer.module, trainer.input_shape)
         self.trainer = trainer
         self.device = resolve_device(device)
         # the trainer's runtime.precision, checked again for this trainer's device (bf16 on a GPU)
@@ -174,10 +184,18 @@ class VmapTrainer:
             torch.backends.cudnn.benchmark = False
         # a module of the same architecture on the device; functional_call supplies every parameter
         self.module = trainer.model_cfg.build(trainer.input_shape, trainer.num_classes).to(self.device)
-        self.names = [name for name, _ in trainer.layout]
-        self.shapes = [shape for _, shape in trainer.layout]
+        # the state vector: parameters (the optimiser's), then carried buffers (hierfl.models.state)
+        n_params = sum(1 for _ in self.module.parameters())
+        self.num_trainable = trainer.num_trainable
+        self.names = [name for name, _ in trainer.layout[:n_params]]
+        self.shapes = [shape for _, shape in trainer.layout[:n_params]]
         self.sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
         self.offsets = [int(o) for o in np.cumsum([0] + self.sizes[:-1])]
+        self.buffer_layout = [(name, shape, int(np.prod(shape, dtype=np.int64))) for name, shape in trainer.layout[n_params:]]
+        # integer buffers the forward pass increments (batch norm's num_batches_tracked): per-job scratch
+        self.counters = [(name, buf) for name, buf in self.module.named_buffers() if not buf.is_floating_point()]
+        self.exact = batch_coupled(self.module)
+        self._replay = ReplayMasks()
         # LSTM: the fused kernels (mkldnn / cuDNN) have no vmap batching rule, the composite does
         self._has_rnn = any(isinstance(m, torch.nn.RNNBase) for m in self.module.modules())
         self._grad_fn = self._make_grad_fn()
@@ -190,29 +208,35 @@ class VmapTrainer:
         module = self.module
         device = self.device
 
+        replay = self._replay
+
         if self.precision == "fp32":
-            def loss(params: dict[str, Any], x: Any, y: Any, w: Any) -> Any:
-                logits = functional_call(module, params, (x,))
+            def loss(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any, w: Any, masks: tuple) -> Any:
+                replay.load(list(masks))  # this job's dropout masks, consumed in call order
+                logits = functional_call(module, (params, buffers), (x,))
                 return (F.cross_entropy(logits, y, reduction="none") * w).sum()
         else:
             # autocast inside the function vmap and grad transform: it covers the forward only
             # (grad's backward runs after the function returns, outside the region), and the
             # weighted loss is computed from float32 logits (hierfl.learn.precision)
-            def loss(params: dict[str, Any], x: Any, y: Any, w: Any) -> Any:
+            def loss(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any, w: Any, masks: tuple) -> Any:
+                replay.load(list(masks))
                 with autocast("bf16", device):
-                    logits = functional_call(module, params, (x,))
+                    logits = functional_call(module, (params, buffers), (x,))
                 return (F.cross_entropy(logits.float(), y, reduction="none") * w).sum()
 
-        return vmap(grad_and_value(loss), in_dims=(0, 0, 0, 0))
+        return vmap(grad_and_value(loss), in_dims=(0, 0, 0, 0, 0, 0))
 
     def _backend_flags(self) -> Any:
         import contextlib
 
         import torch
 
-        if not self._has_rnn:
-            return contextlib.nullcontext()
         stack = contextlib.ExitStack()
+        if self.sites:  # dropout calls take the stacked per-job masks
+            stack.enter_context(self._replay)
+        if not self._has_rnn:
+            return stack
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message="There is a performance drop")
         warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
@@ -264,12 +288,14 @@ class VmapTrainer:
             if vec.shape != (P,):
                 raise ValueError(f"expected a flat parameter vector of shape ({P},), got {vec.shape}")
             host[k] = vec
-        flat = torch.from_numpy(host).to(dev)
+        state = torch.from_numpy(host).to(dev)
+        flat = state[:, : self.num_trainable]  # the parameters: the optimiser's part of the state
         corr = None
         if corrections is not None:
             corr = torch.from_numpy(np.stack([np.asarray(c, dtype=np.float32) for c in corrections])).to(dev)
             if corr.shape != (k_jobs, P):
                 raise ValueError(f"corrections must have shape ({P},) each")
+            corr = corr[:, : self.num_trainable]
         xs_all, ys_all = self._data(x, y)
         pos, weight, active, samples = step_plan([int(r.size) for r in rows], spec, seeds)
         t_max = pos.shape[0]
@@ -285,6 +311,8 @@ class VmapTrainer:
         index_t = torch.from_numpy(index).to(dev) if dev != "cpu" else None
         views = {name: flat[:, o: o + n].view(k_jobs, *shape)
                  for name, o, n, shape in zip(self.names, self.offsets, self.sizes, self.shapes)}
+        buffers = self._buffer_views(state, k_jobs)
+        gens = [job_generator(s) for s in seeds] if self.sites else []
         prox, wd, mom, lr = spec.proximal, spec.weight_decay, spec.momentum, spec.lr
         anchor = flat.clone() if prox > 0 else None
         buf = torch.empty_like(flat) if mom != 0 else None
@@ -304,10 +332,16 @@ class VmapTrainer:
                     assert index_t is not None
                     xb = xs_all[index_t[t]]
                     yb = ys_all[index_t[t]]
-                grads, loss = grad_fn(views, xb, yb, weight_t[t])
-                losses[t] = loss
+                masks = self._masks(gens, weight[t], active[t])
+                if self.exact:  # no padded rows: jobs of each batch size in one call, buffers updated
+                    self._exact_step(views, buffers, xb, yb, weight_t[t], masks, weight[t], active[t], grad,
+                                     losses[t])
+                else:
+                    grads, loss = grad_fn(views, buffers, xb, yb, weight_t[t], tuple(m.to(dev) for m in masks))
+                    losses[t] = loss
                 with torch.no_grad():
-                    torch.cat([grads[name].reshape(k_jobs, -1) for name in self.names], dim=1, out=grad)
+                    if not self.exact:
+                        torch.cat([grads[name].reshape(k_jobs, -1) for name in self.names], dim=1, out=grad)
                     g = grad
                     if prox > 0:
                         assert anchor is not None
@@ -335,9 +369,60 @@ class VmapTrainer:
                         flat.add_(g, alpha=-lr)
                     else:  # jobs past their last step keep their parameters (where: no NaN·0)
                         flat.copy_(torch.where(active_t[t].unsqueeze(1), flat - lr * g, flat))
-        out[...] = flat.cpu().numpy() if dev != "cpu" else host
+        out[...] = state.cpu().numpy() if dev != "cpu" else host
         loss_np = losses.cpu().numpy().astype(np.float64)
         loss_np[~active] = 0.0
         steps = active.sum(axis=0)
         return [{"loss": float(loss_np[:, k].sum()) / int(steps[k]), "steps": int(steps[k]), "samples": samples[k]}
                 for k in range(k_jobs)]
+
+    def _buffer_views(self, state: Any, k_jobs: int) -> dict[str, Any]:
+        """Each job's carried buffers, views into the state's tail, and a scratch copy of each counter."""
+        out: dict[str, Any] = {}
+        offset = self.num_trainable
+        for name, shape, n in self.buffer_layout:
+            out[name] = state[:, offset: offset + n].view(k_jobs, *shape)
+            offset += n
+        for name, buf in self.counters:  # incremented by the forward pass, read by no carried rule
+            out[name] = buf.detach().to(self.device).expand(k_jobs, *buf.shape).clone()
+        return out
+
+    def _masks(self, gens: list[Any], weight: np.ndarray, active: np.ndarray) -> list[Any]:
+        """One step's dropout masks ``(K, B, *shape)`` per site: job ``k``'s drawn from its generator at its own
+        batch size, in site order, as it draws them alone; padded rows and idle jobs get zeros."""
+        import torch
+
+        if not self.sites:
+            return []
+        k_jobs, width = weight.shape
+        out = [torch.zeros((k_jobs, width, *shape)) for _, _, shape in self.sites]
+        for k in range(k_jobs):
+            if not active[k]:
+                continue
+            m = int(np.count_nonzero(weight[k]))
+            for stack, (kind, p, shape) in zip(out, self.sites):
+                stack[k, :m] = draw_mask(gens[k], p, (m, *shape))
+        return out
+
+    def _exact_step(self, views: dict[str, Any], buffers: dict[str, Any], xb: Any, yb: Any, weight_t: Any,
+                    masks: list[Any], weight: np.ndarray, active: np.ndarray, grad: Any, losses: Any) -> None:
+        """One step of a batch-coupled model: the active jobs, split by batch size, each part one vmapped call on
+        exactly its jobs' samples; gradients go to ``grad``'s rows (idle jobs: zeros), running statistics back to
+        the state, losses to ``losses``."""
+        import torch
+
+        grad.zero_()
+        losses.zero_()
+        sizes = np.count_nonzero(weight, axis=1)
+        for m in sorted({int(sizes[k]) for k in range(len(sizes)) if active[k]}):
+            idx = np.flatnonzero(active & (sizes == m))
+            sel = torch.from_numpy(idx).to(xb.device)
+            params = {name: v[sel] for name, v in views.items()}
+            bufs = {name: b[sel] for name, b in buffers.items()}  # copies: the forward updates them
+            part = tuple(mk[idx, :m].to(xb.device) for mk in masks)
+            grads, loss = self._grad_fn(params, bufs, xb[sel, :m], yb[sel, :m], weight_t[sel, :m], part)
+            with torch.no_grad():
+                grad[sel] = torch.cat([grads[name].reshape(len(idx), -1) for name in self.names], dim=1)
+                for name, b in buffers.items():
+                    b[sel] = bufs[name]
+                losses[sel] = loss

@@ -10,9 +10,12 @@ This module must import without torch (the config layer imports it); torch and
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.registry import Registry
@@ -20,7 +23,8 @@ from hierfl.config.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MODELS", "CNNConfig", "CharLSTMConfig", "DualInputConfig", "LogRegConfig", "MLPConfig", "ModelConfig", "materialise"]
+__all__ = ["MODELS", "CNNConfig", "CharLSTMConfig", "DualInputConfig", "LogRegConfig", "MLPConfig", "ModelConfig",
+           "PflCNNConfig", "TorchModelConfig", "materialise", "resolve_factory"]
 
 MODELS: Registry = Registry("model")
 
@@ -255,3 +259,126 @@ class CharLSTMConfig(ModelConfig):
         from hierfl.models.nets import CharLSTM
 
         return CharLSTM(self.vocab_size, self.embedding_dim, self.hidden, self.layers, num_classes)
+
+
+@MODELS.register
+class PflCNNConfig(ModelConfig):
+    """pfl-research's CIFAR-10 benchmark CNN (Granqvist et al., NeurIPS 2024, ``simple_cnn`` of its
+    benchmarks): two valid 3x3 convolutions (32, 64 channels) with ReLU, one 2x2 max-pool, dropout 0.25,
+    a ReLU hidden layer of ``hidden`` units, dropout 0.5 and a linear output; Glorot-uniform weights.
+    On CIFAR-10's 3x32x32 images it has 1,626,442 parameters. Its dropout masks come from each job's own
+    random stream (:mod:`hierfl.learn.randomness`)."""
+
+    name: Literal["pfl_cnn"] = "pfl_cnn"
+    hidden: PositiveInt = Field(default=128, description="units of the hidden layer (pfl-research: 128)")
+    dropout: tuple[float, float] = Field(default=(0.25, 0.5), description="drop rates after the pool and after "
+                                                                          "the hidden layer (pfl-research: 0.25, 0.5)")
+
+    @field_validator("dropout")
+    @classmethod
+    def _rates(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= float(p) < 1.0 for p in value):
+            raise ValueError(f"drop rates must be in [0, 1), got {list(value)}")
+        return value
+
+    def check_input(self, input_shape: tuple[int, ...]) -> str | None:
+        """``None`` for ``(C, H, W)`` input with ``H``, ``W`` at least 6, else the reason."""
+        shape = tuple(input_shape)
+        if not (len(shape) == 3 and int(shape[0]) >= 1 and int(shape[1]) >= 6 and int(shape[2]) >= 6):
+            return f"pfl_cnn needs (C, H, W) input with H and W >= 6, got {shape}"
+        return None
+
+    def _construct(self, input_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+        from hierfl.models.nets import PflCNN
+
+        c, h, w = input_shape
+        return PflCNN((c, h, w), num_classes, int(self.hidden), (float(self.dropout[0]), float(self.dropout[1])))
+
+
+_FACTORY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def resolve_factory(path: str) -> Any:
+    """The callable ``module:name`` names. ``module`` is an importable module (an installed one, a package
+    plug-in's) or the file name, without ``.py``, of a loaded file plug-in (whose module name is a hash);
+    a Ray worker resolves it the same way after its plug-ins are installed.
+
+    Raises ``ValueError`` with the reason when it cannot be imported or is not callable.
+    """
+    import importlib
+
+    from hierfl.config.plugins import loaded_plugins
+
+    if not _FACTORY.match(path):
+        raise ValueError(f"factory must be 'package.module:function', got {path!r}")
+    mod_name, attr = path.split(":")
+    stems = {os.path.splitext(os.path.basename(ref.path))[0]: ref.module
+             for ref in loaded_plugins() if ref.kind == "file" and ref.path}
+    name = stems.get(mod_name, mod_name) if mod_name not in sys.modules else mod_name
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 — any failure of the user's module is reported, not raised
+        raise ValueError(f"cannot import {mod_name!r} ({type(exc).__name__}: {exc}); give its file or package "
+                         "under plugins: (or --plugin), or install it") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"module {mod_name!r} has no callable {attr!r}")
+    return fn
+
+
+@MODELS.register
+class TorchModelConfig(ModelConfig):
+    """Any torch network a plug-in brings: ``factory: "package.module:function"`` is called as
+    ``function(input_shape, num_classes, **kwargs)`` and must return an ``nn.Module`` mapping a flat
+    ``(batch, prod(input_shape))`` float batch to ``(batch, num_classes)`` logits.
+
+    The module keeps its own initialisation: the factory runs with torch's generator forked and seeded
+    from the run's initialisation seed (restored afterwards), so the initial model is a function of the
+    seed only. Batch norm (running statistics carried in the model state, :mod:`hierfl.models.state`),
+    dropout (masks from each job's stream, :mod:`hierfl.learn.randomness`) and any layer train on both the
+    one-job and the batched path; other random operations in ``forward`` are refused."""
+
+    name: Literal["torch"] = "torch"
+    factory: str = Field(description="the network's constructor, 'package.module:function' (a plug-in's file "
+                                     "name or module, or an installed module)")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the factory")
+
+    @classmethod
+    def example(cls) -> TorchModelConfig:
+        """A factory every installation has: :func:`hierfl.models.nets.bn_mlp` (batch norm and dropout)."""
+        return cls(factory="hierfl.models.nets:bn_mlp", kwargs={"hidden": 16})
+
+    @field_validator("factory")
+    @classmethod
+    def _importable(cls, value: str) -> str:
+        resolve_factory(value)
+        return value
+
+    def check_dataset(self, input_shape: tuple[int, ...], vocab_size: int | None) -> str | None:
+        """The factory's module is built once: a reason when it fails or returns no ``nn.Module``."""
+        reason = self.check_input(input_shape)
+        if reason is not None:
+            return reason
+        try:
+            self.build(input_shape, 2)
+        except Exception as exc:  # noqa: BLE001 — the user's factory: every failure becomes a config problem
+            return f"factory {self.factory!r}: {exc}"
+        return None
+
+    def build(self, input_shape: tuple[int, ...], num_classes: int, *, seed: int = 0) -> torch.nn.Module:
+        """Call the factory under a forked torch generator seeded from ``seed``; check what it returns."""
+        import torch
+
+        from hierfl.core.rng import stream_seed
+        from hierfl.models.state import check_buffers
+
+        shape = tuple(int(s) for s in input_shape)
+        fn = resolve_factory(self.factory)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(stream_seed(int(seed), "model.torch_init"))
+            module = fn(shape, int(num_classes), **self.kwargs)
+        if not isinstance(module, torch.nn.Module):
+            raise ValueError(f"returned {type(module).__name__}, not a torch.nn.Module")
+        module = module.to("cpu").float()
+        check_buffers(module)
+        return module

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["CNN", "CharLSTM", "DualInput", "MLP", "LogReg", "FinalBlockTaps", "reset_parameters_", "slim_size"]
+__all__ = ["CNN", "CharLSTM", "DualInput", "MLP", "LogReg", "PflCNN", "bn_mlp", "FinalBlockTaps", "reset_parameters_", "slim_size"]
 
 
 def slim_size(channels: int, width: float) -> int:
@@ -202,32 +202,86 @@ class CharLSTM(nn.Module):
         return self.decoder(out[:, -1, :])
 
 
+class PflCNN(nn.Module):
+    """pfl-research's CIFAR-10 benchmark CNN (Granqvist et al., "pfl-research: simulation framework for
+    accelerating research in private federated learning", NeurIPS 2024; its ``simple_cnn``): conv3x3(32)+ReLU,
+    conv3x3(64)+ReLU (valid convolutions), 2x2 max-pool, dropout 0.25, FC(128)+ReLU, dropout 0.5, FC.
+    On 3x32x32 input: 1,626,442 parameters. Weights Glorot-uniform (:meth:`extra_init_`), biases PyTorch's
+    default, as the reference initialises them."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, hidden: int = 128,
+                 dropout: tuple[float, float] = (0.25, 0.5)) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        if h < 6 or w < 6:
+            raise ValueError(f"pfl_cnn needs H and W >= 6, got {input_shape}")
+        self.input_shape = (c, h, w)
+        self.layers = nn.Sequential(
+            nn.Conv2d(c, 32, kernel_size=3), nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=3), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Dropout(dropout[0]), nn.Flatten(),
+            nn.Linear(64 * ((h - 4) // 2) * ((w - 4) // 2), hidden), nn.ReLU(),
+            nn.Dropout(dropout[1]), nn.Linear(hidden, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits for a flat ``(batch, C*H*W)`` batch."""
+        return self.layers(x.reshape(x.shape[0], *self.input_shape))
+
+    def extra_init_(self, gen: torch.Generator) -> None:
+        """Glorot-uniform weights of every conv and linear layer, in order (the reference's TF2-matching init)."""
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.xavier_uniform_(m.weight, generator=gen)
+
+
+
+def bn_mlp(input_shape: Sequence[int], num_classes: int, hidden: int = 32, dropout: float = 0.25) -> nn.Module:
+    """A factory for ``model: {name: torch}`` (its example): flatten, ``Linear → BatchNorm1d → ReLU → Dropout``,
+    a linear output. Torch's own initialisation; running statistics and dropout masks as every model's."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(int(s) for s in input_shape), hidden), nn.BatchNorm1d(hidden),
+                         nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_classes))
+
+# layers whose own reset_parameters draws no random numbers (ones and zeros, reset running statistics)
+_DETERMINISTIC = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm, nn.PReLU)
+
+
 @torch.no_grad()
 def reset_parameters_(module: nn.Module, seed: int | torch.Generator) -> nn.Module:
-    """Re-initialise every ``Linear``/``Conv2d`` like PyTorch's default, from one generator.
+    """Re-initialise every layer like PyTorch's default, from one generator.
 
     Visits layers in ``module.modules()`` order (construction order for these nets), weight
-    before bias: weights ``kaiming_uniform_(a=sqrt(5))``, biases ``U(-1/sqrt(fan_in),
-    1/sqrt(fan_in))`` — exactly ``nn.Linear.reset_parameters`` / ``nn.Conv2d.reset_parameters``,
-    but drawing from a ``torch.Generator`` seeded with ``seed`` instead of the global RNG, so the
-    result depends on ``seed`` only. ``Embedding`` weights are ``N(0, 1)`` and every ``LSTM``
-    parameter ``U(-1/sqrt(hidden), 1/sqrt(hidden))`` (in registration order), as in their
-    ``reset_parameters``.
+    before bias: ``Linear`` and every convolution (``Conv1d/2d/3d``, transposed) get weights
+    ``kaiming_uniform_(a=sqrt(5))``, biases ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` — exactly their
+    ``reset_parameters`` — but drawing from a ``torch.Generator`` seeded with ``seed`` instead of the
+    global RNG, so the result depends on ``seed`` only. ``Embedding`` weights are ``N(0, 1)`` and every
+    recurrent layer's (``LSTM``, ``GRU``, ``RNN``) parameter ``U(-1/sqrt(hidden), 1/sqrt(hidden))`` (in
+    registration order), as in their ``reset_parameters``. Normalisation layers (batch, instance, group,
+    layer and RMS norm) and PReLU take their own deterministic rule: scale 1, shift 0, running mean 0 and
+    variance 1; PReLU's slope 0.25. A module with an ``extra_init_(generator)`` method (a net whose reference initialises
+    otherwise, e.g. Xavier) gets it called last, with the same generator.
     """
     gen = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
     for layer in module.modules():
         if isinstance(layer, nn.Embedding):
             nn.init.normal_(layer.weight, generator=gen)
-        elif isinstance(layer, nn.LSTM):
+            if layer.padding_idx is not None:  # as Embedding.reset_parameters: the padding row is zero
+                layer.weight[layer.padding_idx].fill_(0)
+        elif isinstance(layer, nn.RNNBase):
             bound = 1.0 / math.sqrt(layer.hidden_size)
             for p in layer.parameters():
                 nn.init.uniform_(p, -bound, bound, generator=gen)
-        elif isinstance(layer, (nn.Linear, nn.Conv2d)):
+        elif isinstance(layer, (nn.Linear, nn.modules.conv._ConvNd)):
             nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=gen)
             if layer.bias is not None:
                 fan_in, _ = nn.init._calculate_fan_in_and_fan_out(layer.weight)
                 bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
                 nn.init.uniform_(layer.bias, -bound, bound, generator=gen)
+        elif isinstance(layer, _DETERMINISTIC):
+            layer.reset_parameters()
         elif any(True for _ in layer.parameters(recurse=False)):
             raise TypeError(f"reset_parameters_: no deterministic init for {type(layer).__name__}")
+    extra = getattr(module, "extra_init_", None)
+    if extra is not None:
+        extra(gen)
     return module

@@ -29,7 +29,7 @@ def group_trainers(trainer: LocalTrainer, model: ModelSpec,
                    device: str) -> tuple[BatchedTrainer | None, VmapTrainer | None]:
     """The fast path's group trainers of a host (None, None: every job alone). Linear/ReLU chains on CPU
     in fp32: the hand-written group trainer (faster there than vmap); every other model, every model on
-    CUDA and every bf16 run: torch.func's vmap (refuses batch norm, dropout, buffers)."""
+    CUDA and every bf16 run: torch.func's vmap (any model: batch norm and dropout included)."""
     if not fast_path_of(model):
         return None, None
     batched = BatchedTrainer.of(trainer) if device == "cpu" else None

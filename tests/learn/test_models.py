@@ -16,10 +16,12 @@ from hierfl.models import MODELS, CNNConfig, LogRegConfig, MLPConfig, ModelConfi
 
 # One accepted input shape per registered model (conformance suite below runs over MODELS).
 SAMPLE_SHAPES: dict[str, tuple[int, ...]] = {"logreg": (6,), "mlp": (6,), "cnn": (2, 8, 4), "char_lstm": (7,),
-                                            "dual_input": (6,)}
+                                            "dual_input": (6,), "pfl_cnn": (2, 8, 6), "torch": (6,)}
 SMALL_CONFIGS: dict[str, dict[str, object]] = {"logreg": {}, "mlp": {"hidden": [5, 4]}, "cnn": {"channels": [3, 4], "hidden": 7},
                                                "char_lstm": {"vocab_size": 9, "embedding_dim": 3, "hidden": 5},
-                                               "dual_input": {"features": 3, "backbone": {"name": "mlp", "hidden": [5]}}}
+                                               "dual_input": {"features": 3, "backbone": {"name": "mlp", "hidden": [5]}},
+                                               "pfl_cnn": {"hidden": 6},
+                                               "torch": {"factory": "hierfl.models.nets:bn_mlp", "kwargs": {"hidden": 5}}}
 
 
 def test_import_does_not_import_torch() -> None:
