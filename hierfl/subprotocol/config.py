@@ -66,6 +66,12 @@ class SubProtocolConfig(ConfigModel):
         """Round ``view.round``'s cost, or None when the sub-protocol is over (after its last round)."""
         raise NotImplementedError
 
+    def plan_sender(self, view: RoundView, sender: int, plan: SubRound) -> SubRound:
+        """Round ``view.round``'s cost for sender ``sender``, when it differs from the round's ``plan`` (a
+        sender whose neighbours were lost sends and computes less); by default ``plan`` itself. Called only
+        when a subclass overrides it."""
+        return plan
+
     def threshold(self, participants: int) -> int:
         """Fewest participants that must still take part after every round (below it the sub-protocol fails)."""
         return 1
