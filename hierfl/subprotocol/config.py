@@ -56,6 +56,9 @@ class SubProtocolConfig(ConfigModel):
     sender_gflops: PositiveFloat | None = Field(
         default=None, description="FLOP/s of a device sender, in GFLOP/s (null: its tier's gflops from devices.tiers; "
                                   "needed when devices have no tiers and a round charges sender FLOPs)")
+    sender_crypto_tier: str | None = Field(
+        default=None, description="a tier of hierfl/profiles/tiers.yaml whose crypto rates a device sender is charged "
+                                  "at when devices have no tiers (null: its own tier's)")
 
     @property
     def none(self) -> bool:

@@ -229,9 +229,9 @@ class SubProtocols:
 
     def _work(self, inst: _Instance, d: int) -> None:
         ctx, plan = self.ctx, self._plan(inst, d)
-        ops = (ops_seconds(plan.sender_ops, self._crypto(
-            str(ctx.scenario.servers.edge.tier) if inst.source == "edge" else str(ctx.world.tier[d])))
-            if plan.sender_ops else [])
+        tier = (str(ctx.scenario.servers.edge.tier) if inst.source == "edge" else str(ctx.world.tier[d])
+                if ctx.scenario.devices.tiers is not None else str(inst.cfg.sender_crypto_tier))
+        ops = ops_seconds(plan.sender_ops, self._crypto(tier)) if plan.sender_ops else []
         base = plan.sender_s + (plan.sender_flops / self._sender_flops_per_s(inst, d) if plan.sender_flops else 0.0)
         seconds = base + sum(s for _, s in ops)
         scale = ctx.live.compute_factor(d) if inst.source == "device" and seconds > 0 else 1.0

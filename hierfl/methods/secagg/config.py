@@ -52,9 +52,6 @@ class _SecAggBase(SubProtocolConfig):
     prg: Literal["aes_ctr", "chacha20"] = Field(default="aes_ctr", description="the PRG charged for masks "
                                                 "(AES-CTR [V]; chacha20 for tiers without AES instructions [D])")
 
-    def charges_sender_flops(self) -> bool:
-        return False  # the mask additions are charged at the sender's tier's crypto speed, never its FLOP/s
-
     # -- the instance's graph and threshold ---------------------------------------------------------------------
     def degree_threshold(self, n: int) -> tuple[int, int]:
         """(neighbours per client, Shamir threshold) of an instance of ``n`` participants."""
@@ -116,8 +113,12 @@ class _SecAggBase(SubProtocolConfig):
 
         specs = {**shipped_tiers(), **scenario.devices.custom_tiers}
         if scenario.devices.tiers is None:
-            out.append(Problem("devices.tiers", f"{self.name} charges its crypto at each device's tier's rates; "
-                               "allowed: a devices.tiers mix of tiers with crypto rates", None))
+            if self.sender_crypto_tier is None or self.sender_crypto_tier not in specs \
+                    or specs[self.sender_crypto_tier].crypto is None:
+                out.append(Problem(f"{key}.sender_crypto_tier", f"{self.name} charges its crypto at each device's "
+                                   "tier's rates, but the devices have no tiers (devices.tiers); allowed: a tier "
+                                   f"with crypto rates ({', '.join(sorted(t for t in specs if specs[t].crypto))})",
+                                   self.sender_crypto_tier))
         else:
             for t in sorted(scenario.devices.tiers):
                 if t in specs and specs[t].crypto is None:
