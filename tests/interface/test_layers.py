@@ -303,7 +303,8 @@ def test_the_layer_checker_places_feature_modules_by_role():
     assert layer_of("hierfl.methods.fedavg.protocol") == "protocols"
     assert layer_of("hierfl.methods.fedch.protocol_state") == "protocols"
     assert layer_of("hierfl.methods.fedch.config") == "scenario"
-    assert layer_of("hierfl.methods.fedch.math_extra") == "methods.math_extra"
+    assert layer_of("hierfl.methods.fedch.math_extra") == "core"
+    assert layer_of("hierfl.methods.fedch.extra") == "methods.extra"
     assert layer_of("hierfl.methods.fedch") is None
 
 
