@@ -172,6 +172,18 @@ def test_below_the_threshold_the_round_aborts(tmp_path: Path) -> None:
     assert empty[0]["t"] == pytest.approx(t0 + 0.01, abs=1e-9)
 
 
+def test_fedbuff_runs_it_over_each_sealed_buffer(tmp_path: Path) -> None:
+    fedbuff = {"name": "fedbuff", "K": 2, "concurrency": 4, "unique_per_buffer": True}
+    plain, sub = tmp_path / "plain", tmp_path / "sub"
+    run_scenario(tiny(protocol=fedbuff, stop={"rounds": None, "virtual_time_s": 2}), plain)
+    run_scenario(tiny(protocol=fedbuff, stop={"rounds": None, "virtual_time_s": 2}, subprotocol=_sa("secagg")), sub)
+    head, r3, _ = _hand(2, 1, 2)   # two devices per buffer: one neighbour each, t = min(2, ⌈4/3⌉ + 1)
+    steps_plain, steps_sub = _lines(plain, "cloud_aggregate"), _lines(sub, "cloud_aggregate")
+    assert len(steps_plain) == len(steps_sub) == 2
+    for a, b in zip(steps_plain, steps_sub):
+        assert b["t"] == pytest.approx(a["t"] + head + r3, abs=1e-9) and b["participants"] == 2
+
+
 # -- (3) refusals ------------------------------------------------------------------------------------------------
 
 def _refused(key: str, **override: Any) -> None:
@@ -187,3 +199,5 @@ def test_refusals() -> None:
     _refused("subprotocol.cloud.sender_crypto_tier", subprotocol={"cloud": {"name": "secagg", "sender_gflops": 1.0}})
     _refused("subprotocol.cloud.dropout_rate", subprotocol=_sa("secagg_plus", corrupt_rate=0.5, dropout_rate=0.5))
     _refused("subprotocol.cloud.degree", subprotocol=_sa("secagg_plus", degree=3))
+    _refused("protocol.unique_per_buffer", protocol={"name": "fedbuff", "K": 2, "concurrency": 4},
+             subprotocol=_sa("secagg"))
