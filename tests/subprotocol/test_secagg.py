@@ -146,7 +146,7 @@ def test_a_dropout_in_masked_input_takes_the_recovery_path(tmp_path: Path, name:
     run_scenario(tiny(devices={"count": n}, stop={"rounds": 1}), plain)
     t0 = _lines(plain, "cloud_aggregate")[0]["t"]
     head, _, _ = _hand(n, k, t)
-    kw = {"threshold": t}
+    kw = {"shamir_threshold": t}
     # device 2 leaves while the ciphertexts of round 2 travel down to it: it shared its keys, never masks
     r01 = _up(74 + ENV) + 2 * KA + (_down(72 * k + 45 + ENV) + 2 * k * KA + 2 * 9 * (k + 1) * (t - 1) * SHAMIR
                                     + 76 * k / GCM + _up(106 * k + ENV))

@@ -52,6 +52,11 @@ class _SecAggBase(SubProtocolConfig):
     prg: Literal["aes_ctr", "chacha20"] = Field(default="aes_ctr", description="the PRG charged for masks "
                                                 "(AES-CTR [V]; chacha20 for tiers without AES instructions [D])")
 
+    @classmethod
+    def example(cls) -> _SecAggBase:
+        """A minimal valid config for devices without tiers: phone_high's crypto rates, 10 GFLOP/s."""
+        return cls(sender_gflops=10.0, sender_crypto_tier="phone_high")
+
     # -- the instance's graph and threshold ---------------------------------------------------------------------
     def degree_threshold(self, n: int) -> tuple[int, int]:
         """(neighbours per client, Shamir threshold) of an instance of ``n`` participants."""
@@ -153,16 +158,16 @@ class _SecAggBase(SubProtocolConfig):
 class SecAggConfig(_SecAggBase):
     """``{name: secagg, threshold: null}``: SecAgg over the complete graph (every client shares with every other).
 
-    ``threshold`` null: ``min(n, ⌈2n/3⌉ + 1)`` [D]; it must exceed 1 (Shamir sharing needs two shares).
+    ``shamir_threshold`` null: ``min(n, ⌈2n/3⌉ + 1)`` [D]; it must exceed 1 (Shamir sharing needs two shares).
     """
 
     name: Literal["secagg"] = "secagg"
-    threshold_count: int | None = Field(default=None, ge=2, alias="threshold",
-                                        description="t: survivors needed to unmask (null: min(n, ⌈2n/3⌉+1)) [D]")
+    shamir_threshold: int | None = Field(default=None, ge=2, description="t: survivors needed to unmask (null: "
+                                         "min(n, ⌈2n/3⌉+1)) [D]")
 
     def degree_threshold(self, n: int) -> tuple[int, int]:
         """(n − 1, t)."""
-        t = full_threshold(n) if self.threshold_count is None else int(self.threshold_count)
+        t = full_threshold(n) if self.shamir_threshold is None else int(self.shamir_threshold)
         return max(n - 1, 0), max(t, 2)
 
 
@@ -170,7 +175,7 @@ class SecAggConfig(_SecAggBase):
 class SecAggPlusConfig(_SecAggBase):
     """``{name: secagg_plus, corrupt_rate: 0.05, dropout_rate: 0.05, adversary: curious}``: SecAgg+ over a
     random Harary graph whose degree and threshold the production finder picks for the instance's ``n``
-    (σ = 40, η = 20); ``degree`` / ``threshold`` set them instead. Where no degree below ``n − 1`` passes
+    (σ = 40, η = 20); ``degree`` / ``shamir_threshold`` set them instead. Where no degree below ``n − 1`` passes
     (a handful of clients), the complete graph with SecAgg's threshold [D]."""
 
     name: Literal["secagg_plus"] = "secagg_plus"
@@ -180,8 +185,8 @@ class SecAggPlusConfig(_SecAggBase):
     adversary: Literal["curious", "semi_malicious"] = Field(default="curious", description="the server's threat "
                                                             "model [D]")
     degree: int | None = Field(default=None, ge=2, description="k: neighbours per client, even (null: the finder's)")
-    threshold_count: int | None = Field(default=None, ge=2, alias="threshold",
-                                        description="t: shares needed to unmask (null: the finder's)")
+    shamir_threshold: int | None = Field(default=None, ge=2, description="t: shares needed to unmask (null: "
+                                         "the finder's)")
 
     def problems(self, key: str, scenario: Scenario) -> list[Problem]:
         """Feasible rates (γ + δ ≤ 0.9, or γ + 2δ ≤ 0.9 against a semi-malicious server), an even degree."""
@@ -201,8 +206,8 @@ class SecAggPlusConfig(_SecAggBase):
         k, t = found if found is not None else (max(n - 1, 0), full_threshold(n))
         if self.degree is not None:
             k = self.degree
-        if self.threshold_count is not None:
-            t = int(self.threshold_count)
+        if self.shamir_threshold is not None:
+            t = int(self.shamir_threshold)
         return k, max(t, 2)
 
 
