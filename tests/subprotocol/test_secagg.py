@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pytest
 
 from hierfl.config.errors import ConfigError
 from hierfl.driver import run_scenario
+from hierfl.learn.trainers import TRAINERS, SGDTrainer
 from hierfl.methods.secagg.math import find_degree_threshold
 from hierfl.methods.secagg.math_masking import SecAggAbort, aggregate
 from tests.conftest import tiny
@@ -201,3 +202,19 @@ def test_refusals() -> None:
     _refused("subprotocol.cloud.degree", subprotocol=_sa("secagg_plus", degree=3))
     _refused("protocol.unique_per_buffer", protocol={"name": "fedbuff", "K": 2, "concurrency": 4},
              subprotocol=_sa("secagg"))
+
+
+class ReadsEach(SGDTrainer):
+    """A test-only trainer whose aggregator would read each update (a declaration, nothing else)."""
+
+    name: Literal["test_reads_each"] = "test_reads_each"  # type: ignore[assignment]
+    reads_each_update: ClassVar[str | None] = "scores each update on its own"
+
+
+def test_a_method_that_reads_each_update_is_refused() -> None:
+    from hierfl.config import late
+
+    TRAINERS.register(ReadsEach)   # forgotten after this test (the suite's plug-in isolation)
+    late.refresh()
+    _refused("scores each update on its own", training={"trainer": {"name": "test_reads_each"}},
+             subprotocol=_sa("secagg_plus"))

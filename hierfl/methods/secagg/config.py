@@ -21,7 +21,7 @@ from hierfl.config.errors import Problem
 from hierfl.core.rng import stream
 from hierfl.methods.secagg.math import (client_round, default_bits, find_degree_threshold, full_threshold,
                                         harary_neighbours, server_unmask)
-from hierfl.subprotocol.config import SUBPROTOCOLS, SubProtocolConfig
+from hierfl.subprotocol.config import SUBPROTOCOLS, SubProtocolConfig, senders_are_edge_servers
 from hierfl.subprotocol.math import RoundView, SubRound
 
 if TYPE_CHECKING:
@@ -117,7 +117,9 @@ class _SecAggBase(SubProtocolConfig):
         from hierfl.devices.tiers import shipped_tiers
 
         specs = {**shipped_tiers(), **scenario.devices.custom_tiers}
-        if scenario.devices.tiers is None:
+        if senders_are_edge_servers(scenario, tier):
+            pass  # edge servers: charged at servers.edge's tier's rates
+        elif scenario.devices.tiers is None:
             if self.sender_crypto_tier is None or self.sender_crypto_tier not in specs \
                     or specs[self.sender_crypto_tier].crypto is None:
                 out.append(Problem(f"{key}.sender_crypto_tier", f"{self.name} charges its crypto at each device's "
