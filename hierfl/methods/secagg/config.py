@@ -132,9 +132,9 @@ class _SecAggBase(SubProtocolConfig):
                     out.append(Problem(f"devices.custom_tiers.{t}.crypto", f"{self.name} needs the crypto rates of "
                                        "every device tier (ecdh_x25519_ms, ecdh_p256_ms, aes_ctr_mb_s, aes_gcm_mb_s, "
                                        "chacha20_mb_s, shamir_muladd_ns)", None))
-        for t in ("cloud", "edge"):
+        for t in sorted({tier, *(("edge",) if senders_are_edge_servers(scenario, tier) else ())}):
             server_tier = getattr(scenario.servers, t).tier
-            if server_tier in specs and specs[server_tier].crypto is None:
+            if specs[server_tier].crypto is None:  # (every shipped tier has them; kept for tiers added later)
                 out.append(Problem(f"servers.{t}.tier", f"{self.name} needs crypto rates for the servers' tier",
                                    server_tier))
         rule = scenario.aggregation.at(tier)
@@ -149,10 +149,10 @@ class _SecAggBase(SubProtocolConfig):
         honoured = tuple(getattr(scenario.protocol, "channel_links", ()))
         lossy = sorted(d for d in scenario.channels.resolved(honoured) if d.endswith("uplink"))
         if lossy:
-            out.append(Problem(f"channels.{lossy[0]}", f"{self.name} masks the update in a finite field; a lossy "
+            where = lossy[0] if getattr(scenario.channels, lossy[0]) is not None else "uplink"
+            out.append(Problem(f"channels.{where}", f"{self.name} masks the update in a finite field; a lossy "
                                "uplink channel would have to quantise before masking, which is not defined; "
-                               "allowed: none", getattr(scenario.channels, lossy[0], None) and
-                               getattr(scenario.channels, lossy[0]).name))
+                               "allowed: none", getattr(scenario.channels, where).name))
         return out
 
 
