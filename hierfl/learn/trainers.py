@@ -35,6 +35,9 @@ class TrainerConfig(ConfigModel):
 
     needs_control_variates: ClassVar[bool] = False
     needs_every_update: ClassVar[str | None] = None
+    # why the aggregator reads each device's update on its own (secure aggregation, which reveals only
+    # their sum, is refused), or None
+    reads_each_update: ClassVar[str | None] = None
     # no model is trained or evaluated (timing-only runs): accuracy targets make no sense
     timing_only: ClassVar[bool] = False
 

@@ -21,3 +21,9 @@ HOST_PROTOCOL: dict[str, object] = {"name": "fedavg", "fraction": 1.0}
 
 for _module in pkgutil.iter_modules(__path__):  # a new method package registers on import
     importlib.import_module(f"{__name__}.{_module.name}")
+
+# a method package may register into a registry whose union an already-built section holds (a sub-protocol
+# into subprotocol.cloud / .edge): rebuild those sections with the new names
+from hierfl.config import late as _late  # noqa: E402
+
+_late.refresh()

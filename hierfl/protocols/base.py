@@ -99,6 +99,9 @@ class ProtocolConfig(ConfigModel):
     # the tiers whose aggregation points can run a sub-protocol before they aggregate (`subprotocol:`,
     # hierfl.subprotocol): the protocol calls `env.tier(...).prepare` and commits over the survivors. none by default
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ()
+    # why its aggregator reads each update on its own (a sub-protocol that hands it only their sum, secure
+    # aggregation, is refused), or None: it only ever needs their (weighted) sum
+    reads_each_update: ClassVar[str | None] = None
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant

@@ -42,7 +42,7 @@ from hierfl.subprotocol.math import RoundView, SubRound, fraction_threshold, rou
 if TYPE_CHECKING:
     from hierfl.scenario.schema import Scenario
 
-__all__ = ["SUBPROTOCOLS", "SubProtocolConfig", "SubRound", "RoundView", "NoSubProtocol", "RoundSpec",
+__all__ = ["SUBPROTOCOLS", "SubProtocolConfig", "senders_are_edge_servers", "SubRound", "RoundView", "NoSubProtocol", "RoundSpec",
            "RoundsSubProtocol", "SubProtocolSection"]
 
 SUBPROTOCOLS: Registry = Registry("sub-protocol")
@@ -56,6 +56,9 @@ class SubProtocolConfig(ConfigModel):
     sender_gflops: PositiveFloat | None = Field(
         default=None, description="FLOP/s of a device sender, in GFLOP/s (null: its tier's gflops from devices.tiers; "
                                   "needed when devices have no tiers and a round charges sender FLOPs)")
+    sender_crypto_tier: str | None = Field(
+        default=None, description="a tier of hierfl/profiles/tiers.yaml whose crypto rates a device sender is charged "
+                                  "at when devices have no tiers (null: its own tier's)")
 
     @property
     def none(self) -> bool:
@@ -65,6 +68,12 @@ class SubProtocolConfig(ConfigModel):
     def plan(self, view: RoundView) -> SubRound | None:
         """Round ``view.round``'s cost, or None when the sub-protocol is over (after its last round)."""
         raise NotImplementedError
+
+    def plan_sender(self, view: RoundView, sender: int, plan: SubRound) -> SubRound:
+        """Round ``view.round``'s cost for sender ``sender``, when it differs from the round's ``plan`` (a
+        sender whose neighbours were lost sends and computes less); by default ``plan`` itself. Called only
+        when a subclass overrides it."""
+        return plan
 
     def threshold(self, participants: int) -> int:
         """Fewest participants that must still take part after every round (below it the sub-protocol fails)."""
@@ -77,10 +86,19 @@ class SubProtocolConfig(ConfigModel):
 
     def problems(self, key: str, scenario: Scenario) -> list[Problem]:
         """Problems of this sub-protocol in ``scenario`` (``key``: its path)."""
+        if senders_are_edge_servers(scenario, key.rsplit(".", 1)[-1]):
+            return []  # they compute at servers.edge's FLOP/s
         if (self.charges_sender_flops() and self.sender_gflops is None and scenario.devices.tiers is None):
             return [Problem(f"{key}.sender_gflops", "a round charges FLOPs at the senders but the devices have no "
                             "tiers (devices.tiers) to take their FLOP/s from; set sender_gflops", None)]
         return []
+
+
+def senders_are_edge_servers(scenario: Scenario, tier: str) -> bool:
+    """Whether the senders of ``tier``'s aggregations are edge servers (the protocol's aggregation point into
+    ``tier`` declares ``participants="edge servers"``), not devices."""
+    points = getattr(scenario.protocol, "aggregation_points", ())
+    return any(p.flow.endswith(f"→{tier}") and p.participants == "edge servers" for p in points)
 
 
 @SUBPROTOCOLS.register

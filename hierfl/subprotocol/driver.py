@@ -17,7 +17,10 @@ participant, or, when the aggregator itself went down, fails the instance. The p
 Accounting (only in runs that use a sub-protocol, so every other run's outputs stay as they were):
 counters ``subprotocol_runs``, ``subprotocol_rounds``, ``subprotocol_dropped``,
 ``subprotocol_failed`` and ``subprotocol_s`` (virtual seconds from start to end, summed); a span per
-round on the aggregator's lane, each message's span on its lane, the senders' work on theirs.
+round on the aggregator's lane, each message's span on its lane, the senders' work on theirs, and
+within a work span one span per crypto operation it charges (``SubRound.sender_ops`` /
+``server_ops``, at the tier's ``crypto`` rates of hierfl/profiles/tiers.yaml: a device's own tier,
+the ``servers.<tier>.tier`` of an edge server or the cloud).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from hierfl.env.api import Endpoint
 from hierfl.env.events import Payload, SubProtocolDone
 from hierfl.kernel.engine import Event, Priority
 from hierfl.subprotocol.config import SubProtocolConfig
-from hierfl.subprotocol.math import RoundView, SubRound
+from hierfl.subprotocol.math import RoundView, SubRound, ops_seconds
 
 __all__ = ["SubMsg", "SubProtocols"]
 
@@ -75,6 +78,9 @@ class _Instance:
     lost: list[int] = field(default_factory=list)
     lost_in_round: int = 0                                # lost during the current round
     lost_before: int = 0                                  # lost during the previous round
+    lost_ids: list[int] = field(default_factory=list)     # lost during the current round, by id
+    lost_before_ids: tuple[int, ...] = ()                  # lost during the previous round, by id
+    plans: dict[int, SubRound] = field(default_factory=dict)  # a sender's own plan of this round (plan_sender)
     round: int = 0
     plan: SubRound | None = None
     round_start: float = 0.0
@@ -96,6 +102,7 @@ class SubProtocols:
         self._instances: dict[int, _Instance] = {}
         self._next = 0
         self._tier_gflops: dict[str, float] | None = None
+        self._rates: dict[str, dict[str, float]] = {}
 
     def at(self, tier: str) -> SubProtocolConfig | None:
         """The sub-protocol the scenario places at ``tier`` (None: none)."""
@@ -132,15 +139,20 @@ class SubProtocols:
     # -- one round -----------------------------------------------------------------------------------------
     def _view(self, inst: _Instance) -> RoundView:
         return RoundView(inst.round, len(inst.participants), len(inst.alive), len(inst.lost), inst.lost_before,
-                         int(self.ctx.world.model_bytes), inst.tier, inst.source)
+                         int(self.ctx.world.model_bytes), inst.tier, inst.source, inst.participants,
+                         tuple(sorted(inst.alive)), inst.lost_before_ids, inst.ident, int(self.ctx.scenario.seed))
 
     def _begin_round(self, inst: _Instance) -> None:
         if inst.round > 0:  # those lost during the round just over are the new round's `dropped_last`
             inst.lost_before, inst.lost_in_round = inst.lost_in_round, 0
-        plan = inst.cfg.plan(self._view(inst))
+            inst.lost_before_ids, inst.lost_ids = tuple(sorted(inst.lost_ids)), []
+        view = self._view(inst)
+        plan = inst.cfg.plan(view)
         if plan is None:
             self._finish(inst)
             return
+        inst.plans = ({d: inst.cfg.plan_sender(view, d, plan) for d in sorted(inst.alive)}
+                      if type(inst.cfg).plan_sender is not SubProtocolConfig.plan_sender else {})
         inst.plan, inst.round_start = plan, self.ctx.now
         inst.waiting = set(inst.alive)
         inst.starting = True
@@ -170,10 +182,15 @@ class SubProtocols:
                              Priority.ARRIVAL, size=int(size), owner=self)
         inst.pending[d] = ("t", fid)
 
-    def _down(self, inst: _Instance, d: int) -> None:
+    def _plan(self, inst: _Instance, d: int) -> SubRound:
+        """Sender ``d``'s plan of the current round (its own, or the round's)."""
         assert inst.plan is not None
-        if inst.plan.down_bytes > 0:
-            self._send(inst, d, inst.server, self._end(inst.source, d), "down", inst.plan.down_bytes)
+        return inst.plans.get(d, inst.plan)
+
+    def _down(self, inst: _Instance, d: int) -> None:
+        plan = self._plan(inst, d)
+        if plan.down_bytes > 0:
+            self._send(inst, d, inst.server, self._end(inst.source, d), "down", plan.down_bytes)
         else:
             self._work(inst, d)
 
@@ -190,16 +207,40 @@ class SubProtocols:
             self._tier_gflops = {name: float(spec.gflops) for name, spec in specs.items()}
         return self._tier_gflops[str(ctx.world.tier[d])] * 1e9
 
+    def _crypto(self, tier_name: str) -> dict[str, float]:
+        """Seconds per unit of each crypto operation at tier ``tier_name`` (its ``crypto`` rates)."""
+        rates = self._rates.get(tier_name)
+        if rates is None:
+            from hierfl.devices.tiers import shipped_tiers
+
+            spec = {**shipped_tiers(), **self.ctx.scenario.devices.custom_tiers}.get(tier_name)
+            if spec is None or spec.crypto is None:  # (the load-time checks of a sub-protocol refuse this)
+                raise ValueError(f"tier {tier_name!r} has no crypto rates")
+            rates = self._rates[tier_name] = spec.crypto.seconds_per_unit()
+        return rates
+
+    def _op_spans(self, lane: Endpoint, prefix: str, start: float, ops: list[tuple[str, float]], scale: float) -> None:
+        """One span per crypto operation, one after another from ``start``."""
+        at = start
+        for op, seconds in ops:
+            if seconds > 0:
+                self.ctx.telemetry.span(lane, f"{prefix}:{op}", at, seconds * scale)
+                at += seconds * scale
+
     def _work(self, inst: _Instance, d: int) -> None:
-        ctx, plan = self.ctx, inst.plan
-        assert plan is not None
-        seconds = plan.sender_s + (plan.sender_flops / self._sender_flops_per_s(inst, d) if plan.sender_flops else 0.0)
-        if inst.source == "device" and seconds > 0:
-            seconds *= ctx.live.compute_factor(d)
+        ctx, plan = self.ctx, self._plan(inst, d)
+        tier = (str(ctx.scenario.servers.edge.tier) if inst.source == "edge" else str(ctx.world.tier[d])
+                if ctx.scenario.devices.tiers is not None else str(inst.cfg.sender_crypto_tier))
+        ops = ops_seconds(plan.sender_ops, self._crypto(tier)) if plan.sender_ops else []
+        base = plan.sender_s + (plan.sender_flops / self._sender_flops_per_s(inst, d) if plan.sender_flops else 0.0)
+        seconds = base + sum(s for _, s in ops)
+        scale = ctx.live.compute_factor(d) if inst.source == "device" and seconds > 0 else 1.0
+        seconds *= scale
         if seconds > 0:
             lane = self._end(inst.source, d)
             ctx.telemetry.span(lane, f"sub:{inst.cfg.name}:{plan.name}:work", ctx.now, seconds,
                                flops=plan.sender_flops)
+            self._op_spans(lane, f"sub:{inst.cfg.name}:{plan.name}", ctx.now + base * scale, ops, scale)
             msg = SubMsg(inst.ident, d, inst.round, "work", inst.source)
             inst.pending[d] = ("e", ctx.queue.push(ctx.now + seconds, "_sub_work", msg, Priority.ARRIVAL,
                                                    handler=self._on_work))
@@ -207,9 +248,9 @@ class SubProtocols:
             self._up(inst, d)
 
     def _up(self, inst: _Instance, d: int) -> None:
-        assert inst.plan is not None
-        if inst.plan.up_bytes > 0:
-            self._send(inst, d, self._end(inst.source, d), inst.server, "up", inst.plan.up_bytes)
+        plan = self._plan(inst, d)
+        if plan.up_bytes > 0:
+            self._send(inst, d, self._end(inst.source, d), inst.server, "up", plan.up_bytes)
         else:
             self._in(inst, d)
 
@@ -223,11 +264,15 @@ class SubProtocols:
         """Every sender still taking part is in: the aggregator's work, then the round is over."""
         ctx, plan = self.ctx, inst.plan
         assert plan is not None
-        seconds = plan.server_s + (plan.server_flops / ctx.scenario.servers.flops_per_s(inst.tier)
-                                   if plan.server_flops else 0.0)
+        ops = (ops_seconds(plan.server_ops, self._crypto(str(getattr(ctx.scenario.servers, inst.tier).tier)))
+               if plan.server_ops else [])
+        base = plan.server_s + (plan.server_flops / ctx.scenario.servers.flops_per_s(inst.tier)
+                                if plan.server_flops else 0.0)
+        seconds = base + sum(s for _, s in ops)
         if seconds > 0:
             ctx.telemetry.span(inst.server, f"sub:{inst.cfg.name}:{plan.name}:server", ctx.now, seconds,
                                flops=plan.server_flops)
+            self._op_spans(inst.server, f"sub:{inst.cfg.name}:{plan.name}:server", ctx.now + base, ops, 1.0)
             inst.server_event = ctx.queue.push(ctx.now + seconds, "_sub_server",
                                                SubMsg(inst.ident, -1, inst.round, "server", inst.source),
                                                Priority.ARRIVAL, handler=self._on_server)
@@ -315,6 +360,7 @@ class SubProtocols:
         ctx = self.ctx
         inst.alive.discard(d)
         inst.lost.append(d)
+        inst.lost_ids.append(d)
         inst.lost_in_round += 1
         if inst.plan is not None and inst.plan.keeps_lost_inputs:
             inst.kept.add(d)

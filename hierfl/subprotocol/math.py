@@ -1,13 +1,29 @@
 """The arithmetic of sub-protocol rounds (numpy-free, standard library only): what one round costs
 (:class:`SubRound`), what it is planned from (:class:`RoundView`), message sizes that grow with the
-participants, and the survivors' threshold."""
+participants, the survivors' threshold, and the cryptographic operations a round may charge at the
+senders' and the aggregator's per-tier crypto rates (:data:`CRYPTO_OPS`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-__all__ = ["RoundView", "SubRound", "round_bytes", "fraction_threshold"]
+from collections.abc import Mapping
+
+__all__ = ["RoundView", "SubRound", "round_bytes", "fraction_threshold", "CRYPTO_OPS", "ops_seconds"]
+
+# The operations a round can charge by count (``SubRound.sender_ops`` / ``server_ops``), each with the unit
+# its count is in; a tier's crypto rates (``crypto:`` of a tier in hierfl/profiles/tiers.yaml) give the
+# seconds per unit. Key agreements and Shamir field multiply-adds count operations; the symmetric
+# ciphers count bytes processed (a PRG expansion, an encryption).
+CRYPTO_OPS: dict[str, str] = {
+    "ecdh_x25519": "key agreements on Curve25519 (or key generations: one scalar multiplication each)",
+    "ecdh_p256": "key agreements on NIST P-256 (or key generations)",
+    "aes_ctr": "bytes expanded by AES-CTR (a PRG stream)",
+    "aes_gcm": "bytes encrypted or decrypted by AES-GCM",
+    "chacha20": "bytes expanded or encrypted by ChaCha20",
+    "shamir_muladd": "multiply-adds in Shamir's prime field (sharing or reconstructing a secret)",
+}
 
 
 @dataclass(frozen=True)
@@ -17,7 +33,11 @@ class RoundView:
     ``participants``: senders the sub-protocol started with (N); ``alive``: those still taking part
     now; ``dropped``: those lost so far (``participants − alive``); ``dropped_last``: those lost in
     the round before this one; ``model_bytes``: one model message; ``tier``: ``cloud`` or ``edge``;
-    ``source``: whether the senders are ``device`` s or ``edge`` servers.
+    ``source``: whether the senders are ``device`` s or ``edge`` servers. ``participant_ids``,
+    ``alive_ids`` and ``lost_last_ids``: the same sets by id (sorted), for a sub-protocol whose cost
+    depends on who is lost (a neighbour graph); ``instance`` and ``seed``: the instance's number in
+    the run and the run's seed, for a sub-protocol that draws from a named stream
+    (``hierfl.plugin.rng_stream(seed, name, instance)``).
     """
 
     round: int
@@ -28,6 +48,11 @@ class RoundView:
     model_bytes: int
     tier: str
     source: str = "device"
+    participant_ids: tuple[int, ...] = ()
+    alive_ids: tuple[int, ...] = ()
+    lost_last_ids: tuple[int, ...] = ()
+    instance: int = 0
+    seed: int = 0
 
     @property
     def peers(self) -> int:
@@ -44,7 +69,10 @@ class SubRound:
     seconds; a device's slowdown scales both); ``up_bytes``: the sender → aggregator message (none
     when 0); ``server_flops`` / ``server_s``: the aggregator's work once every sender is in (at
     ``servers.<tier>``'s FLOP/s). ``keeps_lost_inputs``: a participant lost during this round keeps
-    its input in the aggregate (it no longer counts towards the threshold).
+    its input in the aggregate (it no longer counts towards the threshold). ``sender_ops`` /
+    ``server_ops``: ``(operation, count)`` pairs of :data:`CRYPTO_OPS`, charged at the sender's tier's and
+    the aggregator's tier's crypto rates, in order (each a span of its own on the timeline), on top of
+    the seconds and FLOPs.
     """
 
     name: str
@@ -55,6 +83,8 @@ class SubRound:
     server_flops: float = 0.0
     server_s: float = 0.0
     keeps_lost_inputs: bool = False
+    sender_ops: tuple[tuple[str, float], ...] = ()
+    server_ops: tuple[tuple[str, float], ...] = ()
 
 
 def round_bytes(constant: int, per_peer: int, model_fraction: float, peers: int, model_bytes: int) -> int:
@@ -66,3 +96,14 @@ def round_bytes(constant: int, per_peer: int, model_fraction: float, peers: int,
 def fraction_threshold(participants: int, minimum: int, fraction: float) -> int:
     """``max(minimum, ⌈fraction · participants⌉)`` (a small epsilon keeps 2/3 · 3 at 2)."""
     return max(int(minimum), math.ceil(fraction * participants - 1e-9))
+
+
+def ops_seconds(ops: tuple[tuple[str, float], ...], seconds_per_unit: Mapping[str, float]) -> list[tuple[str, float]]:
+    """``(operation, seconds)`` of each ``(operation, count)`` at a tier whose rates give ``seconds_per_unit``
+    (§0.2 of the cost framework: ``time = count / rate(op, tier)``)."""
+    out = []
+    for op, count in ops:
+        if op not in CRYPTO_OPS:
+            raise ValueError(f"unknown crypto operation {op!r}; allowed: {', '.join(CRYPTO_OPS)}")
+        out.append((op, float(count) * float(seconds_per_unit[op])))
+    return out

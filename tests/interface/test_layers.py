@@ -74,9 +74,10 @@ ROLES: dict[str, str] = {
     "policies": "policies",  # a method's plug-ins of the shared policy kinds (a staleness function, a grouping)
 }
 # the method packages: ``hierfl/methods/<method>/<role>.py``, each module the layer of its role (ROLES); a
-# protocol in parts is ``protocol.py`` and ``protocol_<part>.py`` modules, all of the protocols layer
+# protocol in parts is ``protocol.py`` and ``protocol_<part>.py`` modules, all of the protocols layer; likewise
+# ``math_<part>.py`` modules are of the core layer
 METHODS = "methods"
-METHOD_PARTS = ("protocol_",)
+METHOD_PARTS = ("protocol_", "math_")
 # the words that name each feature: no module or package elsewhere carries one in its name
 FEATURE_WORDS = {"robust": ("robust", "attack", "byzantine"), "faults": ("fault", "outage"), "energy": ("energy",),
                  "channels": ("channel",), "subprotocol": ("subprotocol",)}
@@ -302,7 +303,8 @@ def test_the_layer_checker_places_feature_modules_by_role():
     assert layer_of("hierfl.methods.fedavg.protocol") == "protocols"
     assert layer_of("hierfl.methods.fedch.protocol_state") == "protocols"
     assert layer_of("hierfl.methods.fedch.config") == "scenario"
-    assert layer_of("hierfl.methods.fedch.math_extra") == "methods.math_extra"
+    assert layer_of("hierfl.methods.fedch.math_extra") == "core"
+    assert layer_of("hierfl.methods.fedch.extra") == "methods.extra"
     assert layer_of("hierfl.methods.fedch") is None
 
 

@@ -9,6 +9,11 @@ a buffer; when it holds ``K`` updates the server steps ``x ← x + η_g·Σ s(τ
 With ``normalize_staleness`` each weight is divided by ``s(avg_staleness)``, as FLSim's
 ``StalenessWeight.weight`` does (weight 1 at the expected staleness; FLSim's default
 ``avg_staleness`` is 1), so ``s(τ)/s(τ̄)`` may exceed 1 for updates fresher than ``τ̄``.
+
+With a sub-protocol at the cloud (``subprotocol.cloud``: secure aggregation over the buffer, as FedBuff's
+authors pair it with), a full buffer is sealed and its devices run the sub-protocol while the next buffer
+fills; at its end the server steps with the survivors' updates (still divided by ``K``), or not at all when
+it failed. Each device must then be in a buffer once (``unique_per_buffer: true``).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from pydantic import Field, NonNegativeInt, PositiveInt
 
 from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
-from hierfl.env import Env
+from hierfl.env import Env, RoundEmpty
+from hierfl.kernel.engine import Event
 from hierfl.methods.fedbuff.policies import FedBuffStaleness
 from hierfl.policies.staleness import STALENESS
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
@@ -46,6 +52,7 @@ class FedBuffConfig(ProtocolConfig):
                          note="the cloud steps whenever its buffer holds K updates, from whichever devices"),)
 
     channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
+    subprotocol_tiers: ClassVar[tuple[str, ...]] = ("cloud",)  # over a sealed buffer
     name: Literal["fedbuff"] = "fedbuff"
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
     concurrency: PositiveInt = Field(default=100, description="devices training at once; the default is capped at N, "
@@ -69,6 +76,10 @@ class FedBuffConfig(ProtocolConfig):
         if self.K > n:
             problems.append(Problem("protocol.K", f"buffer larger than the number of devices; allowed: 1..{n}", self.K))
         problems.extend(concurrency_problems(self, n))
+        sub = getattr(scenario, "subprotocol", None)
+        if sub is not None and sub.at("cloud") is not None and not self.unique_per_buffer:
+            problems.append(Problem("protocol.unique_per_buffer", "a sub-protocol at the cloud runs over the devices "
+                                    "of a buffer, each once; allowed: true", self.unique_per_buffer))
         if self.normalize_staleness and self.staleness(self.avg_staleness) < MIN_NORM:
             problems.append(Problem(
                 "protocol.avg_staleness",
@@ -91,6 +102,9 @@ class FedBuff(FlatAsync):
         self.buffer: list[tuple[int, float, Any, Any, int]] = []  # (device, s(τ), y, y_start, τ)
         # FLSim's normalisation is one constant divisor, fixed by the config
         self.norm = cfg.staleness(cfg.avg_staleness) if cfg.normalize_staleness else 1.0
+        # with a sub-protocol at the cloud: full buffers whose sub-protocol is running, by flush number
+        self.sealed: dict[int, list[tuple[int, float, Any, Any, int]]] = {}
+        self.flushes = 0
 
     def start(self) -> None:
         """The buffer starts empty; then the first ``concurrency`` devices get the model."""
@@ -112,16 +126,42 @@ class FedBuff(FlatAsync):
         self.env.tier("cloud").queue(len(self.buffer))
         if len(self.buffer) < self.cfg.K:
             return
-        env = self.env
-        scale = self.cfg.server_lr / self.cfg.K
-        coefs = [scale * s for _, s, _, _, _ in self.buffer]
-        deltas = [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, self.buffer)]
-        self.version += 1
-        cloud = env.tier("cloud")
-        env.set_global(cloud.step(env.global_model, deltas, [d for d, *_ in self.buffer],
-                                  [t for *_, t in self.buffer], self.version, len(self.buffer)))
+        cloud = self.env.tier("cloud")
+        if getattr(cloud, "subprotocol", None) is not None:  # seal it: the sub-protocol's end steps the model
+            self.flushes += 1
+            self.sealed[self.flushes] = self.buffer
+            devices = sorted(d for d, *_ in self.buffer)
+            self.buffer = []
+            cloud.queue(0)
+            cloud.prepare(devices, done="subprotocol_done", payload=self.flushes)
+            return
+        self._step(self.buffer)
         self.buffer = []
         cloud.queue(0)
+
+    def _step(self, entries: list[tuple[int, float, Any, Any, int]]) -> None:
+        """One server step over ``entries`` (each ``s(τ)·Δ`` scaled by ``server_lr / K``)."""
+        env = self.env
+        scale = self.cfg.server_lr / self.cfg.K
+        coefs = [scale * s for _, s, _, _, _ in entries]
+        deltas = [(c, y, y0) for c, (_, _, y, y0, _) in zip(coefs, entries)]
+        self.version += 1
+        cloud = env.tier("cloud")
+        env.set_global(cloud.step(env.global_model, deltas, [d for d, *_ in entries],
+                                  [t for *_, t in entries], self.version, len(entries)))
+
+    def on_subprotocol_done(self, event: Event) -> None:
+        """A sealed buffer's sub-protocol is over: step with its survivors' updates, in buffer order (none when
+        it failed: the model stays)."""
+        result = event.payload
+        entries = self.sealed.pop(result.payload)
+        keep = set(result.survivors)
+        kept = [e for e in entries if e[0] in keep]
+        if result.failed or not kept:
+            self.env.telemetry.record(RoundEmpty({"round": self.version,
+                                                  "subprotocol": result.reason or "no survivors"}))
+            return
+        self._step(kept)
 
     def queue_lengths(self) -> dict[str, int]:
         """Updates waiting in the buffer."""

@@ -60,6 +60,7 @@ class FTGKnobs(ProtocolConfig):
     (``fedftg_hier``, :mod:`hierfl.methods.fedftg.protocol_hier`)."""
 
     needs_label_counts: ClassVar[bool] = True  # the server weighs its teachers by their label histograms
+    reads_each_update: ClassVar[str | None] = "fine-tunes the global model on each device's model as a teacher"
 
     iters: PositiveInt = Field(default=10, description="I: iterations of the fine-tuning job, each a fresh noise "
                                                        "batch (authors' code: 10)")
