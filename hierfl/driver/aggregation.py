@@ -95,6 +95,7 @@ class Aggregation:
         # non-finite updates: with `drop`, the handles of flagged jobs' results, left out of every
         # aggregation they are given to, and per aggregator the updates kept / left out since its commit
         self.nonfinite = NonFinite(scenario.robustness.on_nonfinite == "drop", telemetry, clock)
+        self.privacy: Any = None  # the run's privacy accountant (hierfl.privacy.driver.PrivacyLedger), set by the Context
         self.channels: Any = None  # the run's transfer channels (hierfl.channels.driver.ChannelLinks), set by the Context
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
@@ -200,10 +201,14 @@ class Aggregation:
         if self.nonfinite.fold(("cloud", 0), update):
             self.executor.servers.add_cloud(weight, update, control_coef)
 
-    def _cloud_round_done(self) -> None:
+    def _cloud_round_done(self, participants: list[int]) -> None:
         limit = self.scenario.stop.rounds
         if limit is not None and int(self.counters["cloud_aggregations"]) >= limit:
             self._clock.request_stop("rounds")
+        if self.privacy is not None:  # one noised release: the accountant counts it; a budget may end the run
+            reason = self.privacy.released(participants)
+            if reason is not None:
+                self._clock.request_stop(reason)
 
     def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
         """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
@@ -220,7 +225,7 @@ class Aggregation:
         rounds = int(self.counters["cloud_aggregations"])
         self.telemetry.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
         self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
-        self._cloud_round_done()
+        self._cloud_round_done(list(participants))
         return handle
 
     def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
@@ -306,7 +311,7 @@ class Aggregation:
         rounds = int(self.counters["cloud_aggregations"])
         self.telemetry.instant(("cloud", 0), "queue_aggregate", self.now, round=rounds, **args)
         self.telemetry.record(CloudAggregate(rounds, source, len(participants), tail))
-        self._cloud_round_done()
+        self._cloud_round_done(list(participants))
 
     def drop_update(self, tier: str, entity: int, source: int, staleness: int) -> None:
         """An update older than ``max_staleness`` reached ``tier`` and is discarded (counted)."""

@@ -34,6 +34,7 @@ from hierfl.driver.transfers import Transfers
 from hierfl.energy.driver import energy_ledger
 from hierfl.faults.driver import Faults
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.privacy.driver import privacy_ledger, privacy_rule
 from hierfl.robust.driver import RobustLedger, robust_setup
 from hierfl.scenario.schema import Scenario
 
@@ -62,7 +63,7 @@ class Context:
         self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
         self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
         # Byzantine robustness: None keeps every call exactly as without it
-        setup = robust_setup(scenario, self.dyn)
+        setup = robust_setup(scenario, self.dyn, privacy_rule(scenario))
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry,
                                                                                   scenario.protocol)
         # per-device evaluation: the run has evaluation sets; with evaluation.device_eval_cost: forward
@@ -75,6 +76,8 @@ class Context:
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
+        # differential privacy (`privacy.dp`): the accountant; None keeps every output as without it
+        self.privacy = self.aggregation.privacy = privacy_ledger(scenario)
         self.controls = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
                                         "edge" in scenario.protocol.server_optimizer_tiers,
                                         self.aggregation.round_rules)

@@ -33,7 +33,7 @@ class LeaderHost:
     def _at(self, leader: int) -> Aggregation:
         agg = self._agg.get(leader)
         if agg is None:
-            agg = self._agg[leader] = Aggregation(None if self.robust is None else self.robust.edge)
+            agg = self._agg[leader] = Aggregation(*(() if self.robust is None else self.robust.context("edge")))
         return agg
 
     def add(self, leader: int, weight: float, vector: np.ndarray, control_coef: float | None = None,
@@ -173,7 +173,7 @@ class Cloud:
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
         self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
-        self._agg = Aggregation(None if robust is None else robust.cloud)
+        self._agg = Aggregation(*(() if robust is None else robust.context("cloud")))
         self.control = np.zeros_like(self.model)  # the server control c of control variates (zeros until used)
         self.x_test = x_test
         self.y_test = y_test

@@ -1,0 +1,126 @@
+"""The driver's side of differential privacy: the rule put in place of the cloud's mean, and the accountant.
+
+:class:`PrivacyLedger` counts the noised releases (one per cloud aggregation) and, for local DP, each
+device's participations, and turns them into ε at δ with ``dp-accounting`` 0.6.0 (§ sources below). Its
+counts are the accountant's state: they live in the driver's state, which checkpoints pickle, so a resumed run
+reports the same ε. ε goes into every evaluation line (``epsilon``, ``delta``) and into ``summary.json``'s
+``privacy`` block; ``stop.epsilon`` ends the run before a release would spend more than the budget.
+
+Which event describes a round:
+
+* ``central`` — a uniform cohort of ``C`` of the ``N`` devices without replacement, the Gaussian mechanism on
+  the sum of the clipped updates: ``SampledWithoutReplacementDpEvent(N, C, GaussianDpEvent(z/2))`` per
+  round, composed ``T`` times, with the RDP accountant under ``REPLACE_ONE`` (the only relation dp-accounting
+  0.6.0 covers for this sampling; its PLD accountant does not). Under replace-one the sum's L2 sensitivity is
+  ``2S`` (one clipped update swapped for another), so noise ``zS`` is a Gaussian mechanism of multiplier
+  ``z/2`` — dp-accounting's multiplier is the noise std over the sensitivity of the chosen relation;
+* ``local`` — no amplification (each device's own message is seen): a device's releases are
+  ``GaussianDpEvent(z/2)`` (its clipped update may change by ``2S``), composed over the most rounds any one
+  device took part in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hierfl.privacy.config import _accountant, epsilon_of, round_event
+
+__all__ = ["privacy_rule", "privacy_ledger", "PrivacyLedger"]
+
+
+def privacy_rule(scenario: Any) -> Any:
+    """The cloud's DP aggregation rule, or None without ``privacy.dp``."""
+    section = getattr(scenario, "privacy", None)
+    return None if section is None or section.dp is None else section.dp.rule()
+
+
+def privacy_ledger(scenario: Any) -> PrivacyLedger | None:
+    """The run's accountant, or None without ``privacy.dp``."""
+    section = getattr(scenario, "privacy", None)
+    if section is None or section.dp is None:
+        return None
+    n = scenario.devices.count
+    m = scenario.protocol.expected_inputs(n, scenario.topology.edge_servers or 0)["cloud"]
+    return PrivacyLedger(section.dp, n, int(m), scenario.stop.epsilon)
+
+
+class PrivacyLedger:
+    """The releases so far and what they spend."""
+
+    def __init__(self, dp: Any, devices: int, cohort: int, budget: float | None) -> None:
+        self.mode = dp.mode
+        self.z = float(dp.noise_multiplier)
+        self.devices, self.cohort = int(devices), int(cohort)
+        self.delta = dp.delta_for(devices)
+        # the reported accountant: RDP for the cohort (PLD does not cover it), PLD by default otherwise
+        self.accountant = "rdp" if dp.mode == "central" or dp.accountant == "rdp" else "pld"
+        self.budget = budget
+        self.adaptive = dp.adaptive_on()
+        self.releases = 0                            # noised aggregates (cloud aggregations)
+        self.participations: dict[int, int] = {}     # device → rounds it took part in (local DP)
+        self._event = round_event(self.mode, self.devices, self.cohort, self.z)
+        self._cache: dict[int, float] = {}
+        self._rdp: tuple[np.ndarray, np.ndarray] | None = None  # RDP: (orders, one round's RDP)
+
+    def steps(self, releases: int | None = None) -> int:
+        """Compositions that bound the privacy loss: rounds (central), a device's most rounds (local)."""
+        if self.mode == "central":
+            return self.releases if releases is None else releases
+        return max(self.participations.values(), default=0)
+
+    def epsilon(self, steps: int | None = None) -> float:
+        """ε at δ after ``steps`` compositions (default: now)."""
+        k = self.steps() if steps is None else steps
+        if k <= 0:
+            return 0.0
+        if k not in self._cache:
+            if self.accountant == "rdp":  # RDP composes linearly: one round's curve, scaled (compose(event, k))
+                from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon  # noqa: PLC0415
+
+                if self._rdp is None:
+                    acc = _accountant("rdp", self.mode)
+                    acc.compose(self._event, 1)
+                    self._rdp = (np.asarray(acc._orders, dtype=np.float64), np.asarray(acc._rdp, dtype=np.float64))
+                orders, one = self._rdp
+                self._cache[k] = float(compute_epsilon(orders, 0.0 + k * one, self.delta)[0])
+            else:
+                self._cache[k] = epsilon_of(self.mode, self.accountant, self._event, k, self.delta)
+        return self._cache[k]
+
+    def released(self, participants: list[int]) -> str | None:
+        """One noised aggregate of ``participants``' updates; a stop reason when the next would pass the budget."""
+        self.releases += 1
+        for d in participants:
+            self.participations[int(d)] = self.participations.get(int(d), 0) + 1
+        if self.budget is None:
+            return None
+        # the next round may add one composition (the worst case for a device in local mode)
+        return "epsilon" if self.epsilon(self.steps() + 1) > self.budget else None
+
+    def eval_fields(self) -> dict[str, Any]:
+        """The fields of an evaluation line."""
+        return {"epsilon": self.epsilon(), "delta": self.delta}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_event"] = None  # rebuilt on load (a plain description: N, C, z)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._event = round_event(self.mode, self.devices, self.cohort, self.z)
+
+    def summary_part(self) -> dict[str, Any]:
+        """``summary.json``'s ``privacy`` block."""
+        steps = self.steps()
+        return {"privacy": {
+            "mechanism": "dp_fedavg", "mode": self.mode, "noise_multiplier": self.z, "delta": self.delta,
+            "epsilon": self.epsilon(), "accountant": self.accountant, "releases": self.releases,
+            "compositions": steps, "devices": self.devices, "cohort": self.cohort,
+            "sampling": "fixed_size_without_replacement" if self.mode == "central" else "none (local: per device)",
+            "adaptive_clipping": self.adaptive, "budget": self.budget,
+            "max_participations": int(max(self.participations.values(), default=0)),
+            "mean_participations": float(np.mean(list(self.participations.values()))) if self.participations else 0.0,
+        }}
