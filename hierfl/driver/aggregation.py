@@ -218,7 +218,10 @@ class Aggregation:
             opt = self.round_rules.at("cloud", 0) if tier == "device" else self.server_optimizer("cloud")
             handle = self.executor.servers.commit_cloud(opt, base)
             if self.robust is not None:
-                self.robust.reports("cloud", self.executor.servers.robust_reports("cloud"), self.now)
+                reports = self.executor.servers.robust_reports("cloud")
+                if self.privacy is not None:  # the DP rule's clip norm and noise of this round
+                    self.privacy.observe(reports)
+                self.robust.reports("cloud", reports, self.now)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)

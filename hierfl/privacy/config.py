@@ -97,6 +97,12 @@ class PrivacySection(ConfigModel):
         if getattr(proto, "weighting", "uniform") != "uniform":
             out.append(Problem("protocol.weighting", "DP-FedAvg weighs every user 1 (sensitivity S/C); allowed with "
                                "privacy.dp: uniform", proto.weighting))
+        trainer = scenario.training.trainer
+        if len(trainer.layout.parts) > 1:
+            out.append(Problem("training.trainer", f"trainer {trainer.name!r} sends more than the model (control "
+                               "variates, step sizes); privacy.dp clips and noises the model update only, so the "
+                               "rest would leave unprotected; allowed: a trainer whose messages are the model alone",
+                               trainer.name))
         if not scenario.aggregation.cloud.is_mean:
             out.append(Problem("aggregation.cloud", "privacy.dp replaces the cloud's mean with its noised mean; "
                                "allowed with it: mean", scenario.aggregation.cloud.name))

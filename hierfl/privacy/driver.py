@@ -60,6 +60,8 @@ class PrivacyLedger:
         self.adaptive = dp.adaptive_on()
         self.releases = 0                            # noised aggregates (cloud aggregations)
         self.participations: dict[int, int] = {}     # device → rounds it took part in (local DP)
+        self.last: tuple[float, float] | None = None  # the last round's (clip norm, noise std on the average)
+        self.clipped = self.updates = 0              # updates clipped, of the updates aggregated
         self._event = round_event(self.mode, self.devices, self.cohort, self.z)
         self._cache: dict[int, float] = {}
         self._rdp: tuple[np.ndarray, np.ndarray] | None = None  # RDP: (orders, one round's RDP)
@@ -99,9 +101,18 @@ class PrivacyLedger:
         # the next round may add one composition (the worst case for a device in local mode)
         return "epsilon" if self.epsilon(self.steps() + 1) > self.budget else None
 
+    def observe(self, reports: list[dict[str, Any]]) -> None:
+        """The cloud rule's reports of a commit: the clip norm it used, the noise std on the average, the clipped."""
+        for rep in reports:
+            if "dp_clip" in rep:
+                self.last = (float(rep["dp_clip"]), float(rep["dp_noise_std"]))
+                self.clipped += int(rep["clipped"])
+                self.updates += int(rep["m"])
+
     def eval_fields(self) -> dict[str, Any]:
-        """The fields of an evaluation line."""
-        return {"epsilon": self.epsilon(), "delta": self.delta}
+        """The fields of an evaluation line: ε at δ so far, and the last round's clip norm and noise std."""
+        clip, std = self.last if self.last is not None else (None, None)
+        return {"epsilon": self.epsilon(), "delta": self.delta, "dp_clip": clip, "dp_noise_std": std}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -121,6 +132,9 @@ class PrivacyLedger:
             "compositions": steps, "devices": self.devices, "cohort": self.cohort,
             "sampling": "fixed_size_without_replacement" if self.mode == "central" else "none (local: per device)",
             "adaptive_clipping": self.adaptive, "budget": self.budget,
+            "last_clip": None if self.last is None else self.last[0],
+            "last_noise_std": None if self.last is None else self.last[1],
+            "clipped_fraction": self.clipped / self.updates if self.updates else None,
             "max_participations": int(max(self.participations.values(), default=0)),
             "mean_participations": float(np.mean(list(self.participations.values()))) if self.participations else 0.0,
         }}

@@ -122,6 +122,9 @@ def test_epsilon_is_dp_accounting_s_for_the_sampling_done(central):
     rounds = summary["rounds"]
     assert rounds >= 3
     assert block["releases"] == rounds and block["epsilon"] == pytest.approx(eps(rounds), rel=1e-9)
+    # adaptive clipping: the noise std on the average is z_Δ·S/C for the round's clip S
+    z_update = (z ** -2 - (2 * 1.0) ** -2) ** -0.5          # count_stddev 1.0 in the scenario
+    assert block["last_noise_std"] == pytest.approx(z_update * block["last_clip"] / m)
     lines = _evals(central)
     assert lines[0]["epsilon"] == 0.0 and lines[-1]["epsilon"] == block["epsilon"]
     assert all(a["epsilon"] <= b["epsilon"] for a, b in zip(lines, lines[1:]))
@@ -170,6 +173,7 @@ DP = {"privacy": {"dp": {"mode": "central", "adaptive": {"enabled": False}}},
     ({"privacy": {"dp": {"adaptive": {"enabled": True}, "clip": 2.0}}}, "privacy.dp.clip"),
     ({"privacy": {"dp": {"adaptive": {"enabled": True}, "noise_multiplier": 5.0}}}, "privacy.dp.noise_multiplier"),
     ({"aggregation": {"cloud": "marmed"}}, "aggregation.cloud"),
+    ({"training": {"trainer": "scaffold"}}, "training.trainer"),
     ({"stop": {"epsilon": 0.01}}, "stop.epsilon"),
     ({"privacy": {"dp": None}, "stop": {"epsilon": 3.0}}, "stop.epsilon"),
 ])
