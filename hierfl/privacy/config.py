@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.privacy.rules import DpFedAvgRule
 
-__all__ = ["AdaptiveClipConfig", "DpConfig", "PrivacySection", "round_event", "epsilon_of"]
+__all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "epsilon_of"]
 
 
 class AdaptiveClipConfig(ConfigModel):
@@ -28,6 +28,19 @@ class AdaptiveClipConfig(ConfigModel):
     lr: NonNegativeFloat = Field(default=0.2, description="η of the geometric update S ← S·exp(−η(b̄ − γ))")
     count_stddev: PositiveFloat | None = Field(default=None, description="σ_b, the noise on the unclipped "
                                                "count; null: C/20 (TFF and Flower default)")
+
+
+class DpCostConfig(ConfigModel):
+    """``costs:`` what DP charges a device in emulated time and bytes, per upload (from the model's size only)."""
+
+    clip_ops: NonNegativeFloat = Field(default=3.0, description="FLOP equivalents per element to clip the update "
+                                       "(norm: 2, scale: 1) [D]")
+    noise_ops: NonNegativeFloat = Field(default=20.0, description="FLOP equivalents per Gaussian sample a device draws "
+                                        "in local mode (plus 1 to add it) [D]")
+    count_bytes: NonNegativeInt = Field(default=4, description="bytes of the clipped bit each device sends with "
+                                        "adaptive clipping (one scalar) [D]")
+    efficiency: PositiveFloat = Field(default=0.25, le=1.0, description="fraction of a device's FLOP/s this "
+                                      "memory-bound vector work reaches [D]")
 
 
 class DpConfig(ConfigModel):
@@ -45,6 +58,7 @@ class DpConfig(ConfigModel):
         default="auto", description="auto: PLD where dp-accounting 0.6.0 covers the sampling, else RDP (a fixed-"
         "size cohort is covered by RDP only)")
     delta: Literal["auto"] | float = Field(default="auto", description="δ of the reported ε; auto: 1/N^1.1")
+    costs: DpCostConfig = Field(default=DpCostConfig(), description="the devices' DP work and extra bytes per upload")
 
     def adaptive_on(self) -> bool:
         """Adaptive clipping runs: central mode, not switched off (in local mode it is never on)."""

@@ -27,13 +27,29 @@ import numpy as np
 
 from hierfl.privacy.config import _accountant, epsilon_of, round_event
 
-__all__ = ["privacy_rule", "privacy_ledger", "PrivacyLedger"]
+__all__ = ["privacy_rule", "privacy_overhead", "privacy_ledger", "PrivacyLedger"]
 
 
 def privacy_rule(scenario: Any) -> Any:
     """The cloud's DP aggregation rule, or None without ``privacy.dp``."""
     section = getattr(scenario, "privacy", None)
     return None if section is None or section.dp is None else section.dp.rule()
+
+
+def privacy_overhead(scenario: Any) -> dict[str, tuple[int, float, float, float]]:
+    """What DP adds to each device upload (``privacy.dp.costs``): ``{"device_uplink": (extra bytes, encode FLOPs
+    per element, decode FLOPs per element, efficiency)}``, or {} without ``privacy.dp``.
+
+    The device computes its update's norm and scales it (``clip_ops`` per element), in local mode draws and adds
+    its noise (``noise_ops`` + 1 per element), and with adaptive clipping sends its clipped bit as one more scalar
+    (``count_bytes``)."""
+    section = getattr(scenario, "privacy", None)
+    if section is None or section.dp is None:
+        return {}
+    dp, c = section.dp, section.dp.costs
+    ops = c.clip_ops + ((c.noise_ops + 1.0) if dp.mode == "local" else 0.0)
+    extra = int(c.count_bytes) if dp.adaptive_on() else 0
+    return {"device_uplink": (extra, float(ops), 0.0, float(c.efficiency))}
 
 
 def privacy_ledger(scenario: Any) -> PrivacyLedger | None:
@@ -62,6 +78,7 @@ class PrivacyLedger:
         self.participations: dict[int, int] = {}     # device → rounds it took part in (local DP)
         self.last: tuple[float, float] | None = None  # the last round's (clip norm, noise std on the average)
         self.clipped = self.updates = 0              # updates clipped, of the updates aggregated
+        self.work: dict[str, list[float]] = {}       # the devices' DP work per direction (set by the driver)
         self._event = round_event(self.mode, self.devices, self.cohort, self.z)
         self._cache: dict[int, float] = {}
         self._rdp: tuple[np.ndarray, np.ndarray] | None = None  # RDP: (orders, one round's RDP)
@@ -135,6 +152,8 @@ class PrivacyLedger:
             "last_clip": None if self.last is None else self.last[0],
             "last_noise_std": None if self.last is None else self.last[1],
             "clipped_fraction": self.clipped / self.updates if self.updates else None,
+            "device_work_s": float(sum(w[2] for w in self.work.values())),
+            "extra_bytes": int(sum(w[1] for w in self.work.values())),
             "max_participations": int(max(self.participations.values(), default=0)),
             "mean_participations": float(np.mean(list(self.participations.values()))) if self.participations else 0.0,
         }}

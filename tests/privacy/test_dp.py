@@ -192,3 +192,25 @@ def test_the_cli_refuses_with_exit_status_2(tmp_path, capsys):
     path.write_text(json.dumps(raw))
     assert main(["validate", str(path)]) == 2
     assert "privacy.dp.accountant" in capsys.readouterr().err
+
+
+# -- what DP costs in emulated time and bytes ------------------------------------------------------------------
+
+def test_a_device_pays_for_clipping_and_local_noise_before_its_upload(tmp_path):
+    params, flops = 5 * 3 + 3, 100.0 * 3 * (2 * 5 * 3)   # TINY's logreg; a device's FLOP/s: speed × 3 × F_fwd
+    raw = deep_merge(deep_merge(copy.deepcopy(TINY), copy.deepcopy(DP)),
+                     {"privacy": {"dp": {"mode": "local"}}, "stop": {"rounds": 2}})
+    out = tmp_path / "local"
+    run_scenario(validate_raw(raw), out)
+    spans = [e for e in json.loads((out / "trace.json").read_text()) if e.get("ph") == "X" and e["name"] == "encode"]
+    want = (3.0 + 20.0 + 1.0) * params / (flops * 0.25)  # clip (norm + scale), draw and add the noise; efficiency
+    assert len(spans) == 4 and all(s["dur"] / 1e6 == pytest.approx(want) for s in spans)
+    block = json.loads((out / "summary.json").read_text())["privacy"]
+    assert block["device_work_s"] == pytest.approx(4 * want) and block["extra_bytes"] == 0
+    # adaptive clipping (central): the clipped bit travels as 4 more bytes per upload; clipping alone is charged
+    raw = deep_merge(raw, {"privacy": {"dp": {"mode": "central", "noise_multiplier": 0.1,
+                                              "adaptive": {"enabled": True, "count_stddev": 1.0}}}})
+    raw["privacy"]["dp"].pop("clip", None)
+    run_scenario(validate_raw(raw), tmp_path / "central")
+    block = json.loads((tmp_path / "central" / "summary.json").read_text())["privacy"]
+    assert block["extra_bytes"] == 4 * 4 and block["device_work_s"] == pytest.approx(4 * 3.0 * params / (flops * 0.25))
