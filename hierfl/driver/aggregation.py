@@ -254,7 +254,10 @@ class Aggregation:
             self.robust.drop_sources(tier, entity)
             return None
         handle = self.executor.servers.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
-        self.robust.reports(tier, self.executor.servers.robust_reports(tier), self.now)
+        reports = self.executor.servers.robust_reports(tier)
+        if self.privacy is not None and tier == "cloud":  # the DP rule's clip norm and noise of this step
+            self.privacy.observe(reports)
+        self.robust.reports(tier, reports, self.now)
         return handle
 
     def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:

@@ -15,7 +15,7 @@ from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.privacy.rules import DpFedAvgRule
 
-__all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "epsilon_of"]
+__all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "replace_one", "epsilon_of"]
 
 
 class AdaptiveClipConfig(ConfigModel):
@@ -55,14 +55,22 @@ class DpConfig(ConfigModel):
     adaptive: AdaptiveClipConfig = Field(default=AdaptiveClipConfig(),
                                          description="adaptive clipping (central mode; on by default there)")
     accountant: Literal["auto", "rdp", "pld"] = Field(
-        default="auto", description="auto: PLD where dp-accounting 0.6.0 covers the sampling, else RDP (a fixed-"
-        "size cohort is covered by RDP only)")
+        default="auto", description="auto: RDP (closed forms, fast, covers every sampling here); pld: the PLD "
+        "accountant, tighter, where dp-accounting 0.6.0 covers the sampling (not a fixed-size cohort)")
+    async_policy: Literal["conservative", "nominal"] = Field(
+        default="conservative", description="asynchronous protocols (fedbuff): the ε reported and budgeted; "
+        "conservative: per device, composed over its participations without amplification; nominal: Poisson "
+        "sampling with q = K/N over server steps (assumes random check-ins)")
     delta: Literal["auto"] | float = Field(default="auto", description="δ of the reported ε; auto: 1/N^1.1")
     costs: DpCostConfig = Field(default=DpCostConfig(), description="the devices' DP work and extra bytes per upload")
 
     def adaptive_on(self) -> bool:
         """Adaptive clipping runs: central mode, not switched off (in local mode it is never on)."""
         return self.mode == "central" and self.adaptive.enabled
+
+    def accountant_for(self, sampling: str) -> str:
+        """The accountant used: ``rdp`` under ``auto``; a fixed-size central cohort is RDP's only."""
+        return "pld" if self.accountant == "pld" and not replace_one(self.mode, sampling) else "rdp"
 
     def delta_for(self, devices: int) -> float:
         """δ: the stated value, or ``N^−1.1``."""
@@ -98,11 +106,11 @@ class PrivacySection(ConfigModel):
         n = scenario.devices.count
         edges = scenario.topology.edge_servers or 0
         sampling = type(proto).cohort_sampling
-        if sampling != "fixed_size":
+        if sampling not in ("fixed_size", "buffered"):
             able = ", ".join(_fixed_size_protocols())
-            out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares no fixed-size cohort drawn uniformly "
-                               "without replacement at a synchronous cloud aggregation, the only participation "
-                               "dp-accounting 0.6.0 covers here (asynchronous arrivals have no accountant: ε would be "
+            out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares neither a fixed-size cohort drawn "
+                               "uniformly without replacement at a synchronous cloud aggregation nor a buffer of K "
+                               "updates per server step, the participation an accountant here covers (ε would be "
                                f"wrong); protocols that declare one: {able}", proto.name))
             return out
         m = proto.expected_inputs(n, edges).get("cloud")
@@ -121,15 +129,20 @@ class PrivacySection(ConfigModel):
             out.append(Problem("aggregation.cloud", "privacy.dp replaces the cloud's mean with its noised mean; "
                                "allowed with it: mean", scenario.aggregation.cloud.name))
         avail = scenario.devices.availability
-        if avail.churn or scenario.devices.dropout > 0 or any(e.spec.churn for e in scenario.events):
+        churn = avail.churn or scenario.devices.dropout > 0 or any(e.spec.churn for e in scenario.events)
+        if sampling == "fixed_size" and churn:
             out.append(Problem("privacy.dp", "devices that go offline change the population a cohort is drawn "
                                "from: the fixed-size accountant would not describe the sampling; allowed: no churn "
                                "(steady availability, devices.dropout: 0, no churn events)", None))
-        if m and scenario.straggler.select_count(m) != m:
+        if (sampling == "fixed_size" or dp.mode == "local") and "async_policy" in dp.model_fields_set:
+            out.append(Problem("privacy.dp.async_policy", "read only for central DP with a buffered asynchronous "
+                               f"protocol (fedbuff); {proto.name!r} in {dp.mode} mode accounts without it",
+                               dp.async_policy))
+        if sampling == "fixed_size" and m and scenario.straggler.select_count(m) != m:
             out.append(Problem("straggler.name", f"selects {scenario.straggler.select_count(m)} devices for a cohort "
                                f"of {m}: the accountant's sample size would be wrong; allowed with privacy.dp: a "
                                "policy that selects the cohort itself", scenario.straggler.name))
-        if dp.accountant == "pld":
+        if dp.accountant == "pld" and replace_one(dp.mode, sampling):
             out.append(Problem("privacy.dp.accountant", "dp-accounting 0.6.0's PLD accountant does not cover "
                                "sampling without replacement (the cohort); allowed: auto, rdp", dp.accountant))
         if dp.mode == "local" and "enabled" in dp.adaptive.model_fields_set and dp.adaptive.enabled:
@@ -147,41 +160,48 @@ class PrivacySection(ConfigModel):
         if dp.delta != "auto" and not 0.0 < float(dp.delta) < 1.0:
             out.append(Problem("privacy.dp.delta", "allowed: auto or 0 < δ < 1", dp.delta))
         elif stop_eps is not None and m and not out:  # the budget is checked before each next round: not the first
-            kind = "rdp" if dp.mode == "central" or dp.accountant == "rdp" else "pld"
-            first = epsilon_of(dp.mode, kind, round_event(dp.mode, n, int(m), dp.noise_multiplier), 1,
-                               dp.delta_for(n))
+            rep = replace_one(dp.mode, sampling)
+            first = epsilon_of(dp.accountant_for(sampling), rep, round_event(
+                dp.mode, n, int(m), dp.noise_multiplier, sampling, dp.async_policy), 1, dp.delta_for(n))
             if first > stop_eps:
                 out.append(Problem("stop.epsilon", f"one round alone spends ε = {first:.4g} at δ = "
                                    f"{dp.delta_for(n):.3g}; allowed: at least that (or more noise)", stop_eps))
         return out
 
 
-def round_event(mode: str, devices: int, cohort: int, z: float) -> Any:
-    """The ``DpEvent`` of one round (what one release spends; see the module's docstring)."""
+def round_event(mode: str, devices: int, cohort: int, z: float, sampling: str = "fixed_size",
+                basis: str = "conservative") -> Any:
+    """The ``DpEvent`` of one release (a round, or a device's participation; see :mod:`hierfl.privacy.driver`)."""
     import dp_accounting as dpa  # noqa: PLC0415 (only privacy runs need it)
 
-    gaussian = dpa.GaussianDpEvent(z / 2.0)
-    if mode == "local":
-        return gaussian
-    return dpa.SampledWithoutReplacementDpEvent(devices, cohort, gaussian)
+    if mode == "local":  # a device's own release; its clipped update may change by 2S
+        return dpa.GaussianDpEvent(z / 2.0)
+    if sampling == "fixed_size":  # replace-one: the sum's sensitivity is 2S
+        return dpa.SampledWithoutReplacementDpEvent(devices, cohort, dpa.GaussianDpEvent(z / 2.0))
+    if basis == "conservative":  # asynchronous: per device, no amplification; add/remove, sensitivity S
+        return dpa.GaussianDpEvent(z)
+    return dpa.PoissonSampledDpEvent(cohort / devices, dpa.GaussianDpEvent(z))  # nominal: random check-ins
 
 
-def _accountant(kind: str, mode: str) -> Any:
+def replace_one(mode: str, sampling: str) -> bool:
+    """Whether the event is accounted under the replace-one relation (a fixed-size central cohort)."""
+    return mode == "central" and sampling == "fixed_size"
+
+
+def _accountant(kind: str, replace: bool) -> Any:
     import dp_accounting as dpa  # noqa: PLC0415
     from dp_accounting import pld, rdp  # noqa: PLC0415
 
-    if mode == "central":  # sampling without replacement: RDP under replace-one only
+    if replace:  # sampling without replacement: RDP under replace-one only
         return rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
-    if kind == "rdp":
-        return rdp.RdpAccountant()
-    return pld.PLDAccountant()
+    return rdp.RdpAccountant() if kind == "rdp" else pld.PLDAccountant()
 
 
-def epsilon_of(mode: str, accountant: str, event: Any, count: int, delta: float) -> float:
-    """ε at ``delta`` of ``event`` composed ``count`` times (0 for none)."""
+def epsilon_of(kind: str, replace: bool, event: Any, count: int, delta: float) -> float:
+    """ε at ``delta`` of ``event`` composed ``count`` times (0 for none) with accountant ``kind``."""
     if count <= 0:
         return 0.0
-    acc = _accountant(accountant, mode)
+    acc = _accountant(kind, replace)
     acc.compose(event, int(count))
     return float(acc.get_epsilon(delta))
 
@@ -189,4 +209,4 @@ def epsilon_of(mode: str, accountant: str, event: Any, count: int, delta: float)
 def _fixed_size_protocols() -> list[str]:
     from hierfl.protocols import PROTOCOLS  # noqa: PLC0415 (only a refused setting's message needs them)
 
-    return [name for name in PROTOCOLS.names() if PROTOCOLS.get(name).cohort_sampling == "fixed_size"]
+    return [name for name in PROTOCOLS.names() if PROTOCOLS.get(name).cohort_sampling in ("fixed_size", "buffered")]

@@ -152,16 +152,21 @@ class Aggregation:
 
 def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, coefs: list[float],
                 plus: list[np.ndarray], minus: list[np.ndarray | None], tags: list[Any], base: np.ndarray,
-                tier: str, entity: int, reports: list[dict[str, Any]]) -> np.ndarray:
+                tier: str, entity: int, reports: list[dict[str, Any]], host: Aggregation | None = None) -> np.ndarray:
     """A buffer / queue step under a robust rule: the rule combines the deltas ``a_i − b_i`` (weights
     ``c_i``) into ``d``; the step is ``Δ = (Σ c_i)·d``, added to ``base`` (or stepped by ``opt``). Under the
-    mean this is exactly ``Σ c_i (a_i − b_i)``, the protocols' own step."""
-    agg = Aggregation(rule)
+    mean this is exactly ``Σ c_i (a_i − b_i)``, the protocols' own step. ``host``: the point's kept aggregation,
+    whose seed, expected count, rule state and commit count a stateful rule uses (and advances)."""
+    agg = Aggregation(rule) if host is None else Aggregation(rule, host.seed, host.expected)
+    if host is not None:
+        agg.rule_state, agg.commits = host.rule_state, host.commits
     size = base.shape[0]
     for c, a, b, tag in zip(coefs, plus, minus, tags):
         d = np.asarray(a, dtype=np.float64) - (0.0 if b is None else np.asarray(b, dtype=np.float64))
         agg.add(d, abs(float(c)), None, tag)
     d_rule = agg.finish(None, np.zeros(size, dtype=np.float32), tier=tier, entity=entity).astype(np.float64)
+    if host is not None:
+        host.commits = agg.commits
     reports.extend(agg.take_reports())
     delta = float(sum(coefs)) * d_rule
     if opt is not None:

@@ -59,7 +59,7 @@ class LeaderHost:
         return robust_step(self.robust.edge, opt, agg.opt_state, coefs,
                            [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
                            [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
-                           arrays[0], "edge", leader, agg.reports)
+                           arrays[0], "edge", leader, agg.reports, agg)
 
     def commit(self, leader: int, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None,
                pack_control: bool = False) -> np.ndarray:
@@ -216,7 +216,7 @@ class Cloud:
         return robust_step(self.robust.cloud, opt, self._agg.opt_state, coefs,
                            [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
                            [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
-                           arrays[0], "cloud", 0, self._agg.reports)
+                           arrays[0], "cloud", 0, self._agg.reports, self._agg)
 
     def robust_average(self, tier: str, entity: int, weights: list[float], index: list[int], rows: list[int | None],
                        tags: list[Any], base: int, *arrays: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ from tests.driver.test_recovery import _stop_at, assert_same_run
 ROOT = Path(__file__).resolve().parents[2]
 CENTRAL = ROOT / "scenarios" / "dp_fedavg_central.yaml"
 LOCAL = ROOT / "scenarios" / "dp_fedavg_local.yaml"
+FEDBUFF = ROOT / "scenarios" / "dp_fedbuff.yaml"
 
 
 def _evals(run: Path) -> list[dict]:
@@ -135,13 +136,30 @@ def test_epsilon_is_dp_accounting_s_for_the_sampling_done(central):
 
 def test_local_epsilon_composes_a_device_s_own_releases(tmp_path):
     out = tmp_path / "local"
-    run_scenario(load_scenario(str(LOCAL), overrides=["stop.rounds=6"]), out)
+    run_scenario(load_scenario(str(LOCAL), overrides=["stop.rounds=3", "privacy.dp.accountant=pld"]), out)
     block = json.loads((out / "summary.json").read_text())["privacy"]
     k = block["max_participations"]
-    assert 1 <= k <= 6 and block["compositions"] == k and block["accountant"] == "pld"
+    assert 1 <= k <= 3 and block["compositions"] == k and block["accountant"] == "pld"
     acc = pld.PLDAccountant()
     acc.compose(dpa.GaussianDpEvent(4.0 / 2), k)
     assert block["epsilon"] == pytest.approx(acc.get_epsilon(100 ** -1.1), rel=1e-9)
+
+
+def test_buffered_epsilon_is_reported_conservatively_and_nominally(tmp_path):
+    out = tmp_path / "fedbuff"
+    run_scenario(load_scenario(str(FEDBUFF), overrides=["stop.rounds=4", "stop.virtual_time_s=null"]), out)
+    block = json.loads((out / "summary.json").read_text())["privacy"]
+    n, K, z, delta = 50, 5, 1.0, 50 ** -1.1
+    k, steps = block["max_participations"], block["releases"]
+    assert steps == 4 and 1 <= k <= 4 and block["async_policy"] == "conservative"
+    conservative = rdp.RdpAccountant()            # a device's own releases, add/remove, no amplification
+    conservative.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z), k))
+    nominal = rdp.RdpAccountant()                 # Poisson sampling with q = K/N per server step
+    nominal.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(K / n, dpa.GaussianDpEvent(z)), steps))
+    assert block["epsilon"] == block["epsilon_conservative"]
+    assert block["epsilon_conservative"] == pytest.approx(conservative.get_epsilon(delta), rel=1e-9)
+    assert block["epsilon_nominal"] == pytest.approx(nominal.get_epsilon(delta), rel=1e-9)
+    assert block["last_noise_std"] == pytest.approx(z * 0.5 / K)   # noise z·S on the sum, over K
 
 
 def test_a_resumed_run_reports_the_same_epsilon(tmp_path):
@@ -169,6 +187,7 @@ DP = {"privacy": {"dp": {"mode": "central", "adaptive": {"enabled": False}}},
     ({"protocol": {"name": "fedasync"}}, "privacy.dp"),
     ({"protocol": {"weighting": "samples"}}, "protocol.weighting"),
     ({"privacy": {"dp": {"accountant": "pld"}}}, "privacy.dp.accountant"),
+    ({"privacy": {"dp": {"async_policy": "nominal"}}}, "privacy.dp.async_policy"),
     ({"privacy": {"dp": {"mode": "local", "adaptive": {"enabled": True}}}}, "privacy.dp.adaptive.enabled"),
     ({"privacy": {"dp": {"adaptive": {"enabled": True}, "clip": 2.0}}}, "privacy.dp.clip"),
     ({"privacy": {"dp": {"adaptive": {"enabled": True}, "noise_multiplier": 5.0}}}, "privacy.dp.noise_multiplier"),
