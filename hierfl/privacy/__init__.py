@@ -1,7 +1,7 @@
 """Differential privacy: DP-FedAvg with central or local Gaussian noise, adaptive clipping, and accounting.
 
 ``privacy: {dp: {mode: central|local, noise_multiplier: z, clip: S, adaptive: {...}, accountant: ..., delta: ...}}``
-turns the cloud's synchronous aggregation into DP-FedAvg (McMahan, Ramage, Talwar, Zhang, "Learning
+turns the cloud's aggregation (a synchronous round, or a buffered asynchronous server step) into DP-FedAvg (McMahan, Ramage, Talwar, Zhang, "Learning
 Differentially Private Recurrent Language Models", ICLR 2018): each update ``Δ_i = θ_i − θ`` is clipped to
 L2 norm ``S``, the clipped updates are summed with weight 1 each, Gaussian noise is added (once to the sum,
 ``central``; or by every device to its own update, ``local``) and the sum is divided by the *expected*

@@ -99,9 +99,10 @@ class ProtocolConfig(ConfigModel):
     # the tiers whose aggregation points can run a sub-protocol before they aggregate (`subprotocol:`,
     # hierfl.subprotocol): the protocol calls `env.tier(...).prepare` and commits over the survivors. none by default
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ()
-    # how its synchronous cloud rounds pick their devices, for a privacy accountant (`privacy.dp`): "fixed_size"
-    # — each round a uniform sample of expected_inputs()["cloud"] devices without replacement from all N while
-    # every device is online; None: not declared (an accountant that needs the sampling is refused)
+    # how its cloud aggregations pick their inputs, for a privacy accountant (`privacy.dp`): "fixed_size" — each
+    # synchronous round a uniform sample of expected_inputs()["cloud"] devices without replacement from all N while
+    # every device is online; "buffered" — each server step combines the next expected_inputs()["cloud"] updates
+    # that arrive (participation follows availability and speed); None: not declared (privacy.dp is refused)
     cohort_sampling: ClassVar[str | None] = None
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
