@@ -7,6 +7,9 @@ the accountant must cover the sampling the protocol really does, or the run woul
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -201,9 +204,23 @@ def epsilon_of(kind: str, replace: bool, event: Any, count: int, delta: float) -
     """ε at ``delta`` of ``event`` composed ``count`` times (0 for none) with accountant ``kind``."""
     if count <= 0:
         return 0.0
-    acc = _accountant(kind, replace)
-    acc.compose(event, int(count))
-    return float(acc.get_epsilon(delta))
+    with quiet_accountant():
+        acc = _accountant(kind, replace)
+        acc.compose(event, int(count))
+        return float(acc.get_epsilon(delta))
+
+
+@contextmanager
+def quiet_accountant() -> Iterator[None]:
+    """dp-accounting's RDP series may not converge at a few fractional orders for Poisson sampling; it leaves
+    them out of ε (still a valid bound) and logs a warning per order through absl: kept off a run's stderr."""
+    log = logging.getLogger("absl")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _fixed_size_protocols() -> list[str]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.privacy.config import _accountant, epsilon_of, replace_one, round_event
+from hierfl.privacy.config import _accountant, epsilon_of, quiet_accountant, replace_one, round_event
 
 __all__ = ["privacy_rule", "privacy_overhead", "privacy_ledger", "PrivacyLedger"]
 
@@ -117,7 +117,8 @@ class PrivacyLedger:
 
                 if basis not in self._rdp:
                     acc = _accountant("rdp", replace)
-                    acc.compose(self._event(basis), 1)
+                    with quiet_accountant():
+                        acc.compose(self._event(basis), 1)
                     self._rdp[basis] = (np.asarray(acc._orders, dtype=np.float64), np.asarray(acc._rdp, dtype=np.float64))
                 orders, one = self._rdp[basis]
                 self._cache[key] = float(compute_epsilon(orders, 0.0 + k * one, self.delta)[0])

@@ -95,6 +95,38 @@ def test_adaptive_clip_moves_towards_the_target_quantile():
     assert res.extra["dp_clip"] == 0.1 and state["clip"] == res.extra["dp_next_clip"]
 
 
+# -- the accountant wrapper -------------------------------------------------------------------------------------
+
+def test_the_wrapper_reproduces_dp_accounting_reference_values():
+    """Reference ε values of dp-accounting 0.6.0 (RDP), to 3 decimals: Poisson q = 1.31e-4 (100 of 763 430),
+    z = 1, T = 3000, δ = N^-1.1; DP-SGD style q = 0.01, z = 1.1, T = 10 000, δ = 1e-5; a fixed-size sample of
+    100 out of 1000 without replacement, z = 1, T = 100, δ = 1e-5 (replace-one)."""
+    from hierfl.privacy.config import epsilon_of
+
+    n = 763_430
+    poisson = dpa.PoissonSampledDpEvent(100 / n, dpa.GaussianDpEvent(1.0))
+    assert round(epsilon_of("rdp", False, poisson, 3000, n ** -1.1), 3) == 0.694
+    sgd = dpa.PoissonSampledDpEvent(0.01, dpa.GaussianDpEvent(1.1))
+    assert round(epsilon_of("rdp", False, sgd, 10_000, 1e-5), 3) == 5.632
+    wor = dpa.SampledWithoutReplacementDpEvent(1000, 100, dpa.GaussianDpEvent(1.0))
+    assert round(epsilon_of("rdp", True, wor, 100, 1e-5), 2) == 14.05
+
+
+def test_epsilon_grows_with_the_cohort_and_the_noise_on_the_mean_shrinks():
+    """DP-FedAvg's trade-off (McMahan et al. 2018): at a fixed z, a larger cohort C spends more ε (a larger
+    sampling fraction) while the noise on the average, z·S/C, falls as 1/C."""
+    from hierfl.privacy.config import DpConfig
+    from hierfl.privacy.driver import PrivacyLedger
+
+    dp = DpConfig(noise_multiplier=1.0, adaptive={"enabled": False}, delta=1e-5)
+    eps = [PrivacyLedger(dp, 1000, c, None).epsilon(steps=50) for c in (10, 50, 200)]
+    assert eps[0] < eps[1] < eps[2]
+    V, base = np.zeros((1, 20000)), np.zeros(20000)
+    stds = [np.std(DpFedAvgRule(noise_multiplier=1.0, clip=1.0).apply_in(_ctx(c), V, np.ones(1), base, None)
+                   .aggregate) for c in (10, 50, 200)]
+    assert stds == pytest.approx([0.1, 0.02, 0.005], rel=0.03)
+
+
 # -- accounting, budget, resume --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
