@@ -18,7 +18,8 @@ from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.privacy.rules import DpFedAvgRule
 
-__all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "replace_one", "epsilon_of"]
+__all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "replace_one",
+           "make_accountant", "epsilon_of", "quiet_accountant"]
 
 
 class AdaptiveClipConfig(ConfigModel):
@@ -191,7 +192,8 @@ def replace_one(mode: str, sampling: str) -> bool:
     return mode == "central" and sampling == "fixed_size"
 
 
-def _accountant(kind: str, replace: bool) -> Any:
+def make_accountant(kind: str, replace: bool) -> Any:
+    """A fresh accountant: RDP under replace-one for a fixed-size cohort, else RDP or PLD (add/remove)."""
     import dp_accounting as dpa  # noqa: PLC0415
     from dp_accounting import pld, rdp  # noqa: PLC0415
 
@@ -205,7 +207,7 @@ def epsilon_of(kind: str, replace: bool, event: Any, count: int, delta: float) -
     if count <= 0:
         return 0.0
     with quiet_accountant():
-        acc = _accountant(kind, replace)
+        acc = make_accountant(kind, replace)
         acc.compose(event, int(count))
         return float(acc.get_epsilon(delta))
 

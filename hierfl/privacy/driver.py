@@ -1,7 +1,7 @@
 """The driver's side of differential privacy: the rule put in place of the cloud's mean, and the accountant.
 
 :class:`PrivacyLedger` counts the noised releases (one per cloud aggregation) and, for local DP, each
-device's participations, and turns them into ε at δ with ``dp-accounting`` 0.6.0 (§ sources below). Its
+device's participations, and turns them into ε at δ with ``dp-accounting`` 0.6.0 (the events below). Its
 counts are the accountant's state: they live in the driver's state, which checkpoints pickle, so a resumed run
 reports the same ε. ε goes into every evaluation line (``epsilon``, ``delta``) and into ``summary.json``'s
 ``privacy`` block; ``stop.epsilon`` ends the run before a release would spend more than the budget.
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.privacy.config import _accountant, epsilon_of, quiet_accountant, replace_one, round_event
+from hierfl.privacy.config import make_accountant, epsilon_of, quiet_accountant, replace_one, round_event
 
 __all__ = ["privacy_rule", "privacy_overhead", "privacy_ledger", "PrivacyLedger"]
 
@@ -116,7 +116,7 @@ class PrivacyLedger:
                 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon  # noqa: PLC0415
 
                 if basis not in self._rdp:
-                    acc = _accountant("rdp", replace)
+                    acc = make_accountant("rdp", replace)
                     with quiet_accountant():
                         acc.compose(self._event(basis), 1)
                     self._rdp[basis] = (np.asarray(acc._orders, dtype=np.float64), np.asarray(acc._rdp, dtype=np.float64))
