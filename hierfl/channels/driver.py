@@ -56,7 +56,8 @@ class ChannelLinks:
     """The run's channels per link direction: each transfer's bytes and times, and the decoded models."""
 
     def __init__(self, placed: dict[str, Channel], elements: int, raw_bytes: int, device_flops: np.ndarray,
-                 servers: Any, executor: Any, seed: int, computes: bool, nonfinite: Any = None) -> None:
+                 servers: Any, executor: Any, seed: int, computes: bool, nonfinite: Any = None,
+                 overhead: dict[str, tuple[int, float, float, float]] | None = None) -> None:
         self.placed = placed              # direction → its channel (the identity left out)
         self.elements = int(elements)
         self.raw_bytes = int(raw_bytes)
@@ -71,6 +72,12 @@ class ChannelLinks:
                           float(c.decode_flops(self.elements)), float(c.efficiency)) for d, c in self.placed.items()}
         # per direction: [messages, bytes sent, encode s, decode s]
         self.stats: dict[str, list[float]] = {d: [0, 0, 0.0, 0.0] for d in self.placed}
+        # work another mechanism adds to every model message of a direction, with or without a channel there (a
+        # privacy mechanism's clipping and noise on the sender): direction → (extra bytes, encode FLOPs, decode
+        # FLOPs, efficiency), from the shape only; its own totals are ``overhead_stats`` (same layout as stats)
+        self._extra = {d: (int(b), float(e) * self.elements, float(x) * self.elements, float(eff))
+                       for d, (b, e, x, eff) in (overhead or {}).items()}
+        self.overhead_stats: dict[str, list[float]] = {d: [0, 0, 0.0, 0.0] for d in self._extra}
         self._memo: dict[str, list[tuple[Any, Any]]] = {d: [] for d in self.placed}
         self._sent: dict[tuple[str, int], int] = {}  # messages coded per (direction, sender): their seed streams
 
@@ -85,17 +92,32 @@ class ChannelLinks:
     def plan(self, kind: str, src: Endpoint, dst: Endpoint) -> tuple[int, float, float] | None:
         """``(bytes, encode s, decode s)`` of a model message over a route of ``kind``; None: no channel there."""
         direction = direction_of(kind, src[0])
-        cost = self._cost.get(direction) if direction is not None else None
-        if cost is None:
+        if direction is None:
             return None
-        size, enc, dec, eff = cost
-        encode_s = enc / (self.flops_of(src) * eff) if enc > 0 else 0.0
-        decode_s = dec / (self.flops_of(dst) * eff) if dec > 0 else 0.0
-        stats = self.stats[direction]  # type: ignore[index]
-        stats[0] += 1
-        stats[1] += size
-        stats[2] += encode_s
-        stats[3] += decode_s
+        cost = self._cost.get(direction)
+        extra = self._extra.get(direction)
+        if cost is None and extra is None:
+            return None
+        size, encode_s, decode_s = self.raw_bytes, 0.0, 0.0
+        if cost is not None:
+            size, enc, dec, eff = cost
+            encode_s = enc / (self.flops_of(src) * eff) if enc > 0 else 0.0
+            decode_s = dec / (self.flops_of(dst) * eff) if dec > 0 else 0.0
+            stats = self.stats[direction]
+            stats[0] += 1
+            stats[1] += size
+            stats[2] += encode_s
+            stats[3] += decode_s
+        if extra is not None:
+            more, enc, dec, eff = extra
+            enc_s = enc / (self.flops_of(src) * eff) if enc > 0 else 0.0
+            dec_s = dec / (self.flops_of(dst) * eff) if dec > 0 else 0.0
+            size, encode_s, decode_s = size + more, encode_s + enc_s, decode_s + dec_s
+            stats = self.overhead_stats[direction]
+            stats[0] += 1
+            stats[1] += more
+            stats[2] += enc_s
+            stats[3] += dec_s
         return size, encode_s, decode_s
 
     # -- values ------------------------------------------------------------------------------------------
@@ -143,7 +165,9 @@ class ChannelLinks:
 
     # -- summary -----------------------------------------------------------------------------------------
     def summary_part(self) -> dict[str, Any]:
-        """``summary.json``'s ``channels`` block."""
+        """``summary.json``'s ``channels`` block (none when only another mechanism's work rides on the messages)."""
+        if not self.placed:
+            return {}
         out: dict[str, Any] = {}
         saved = {"device_tier": 0, "edge_tier": 0}
         for d in DIRECTIONS:

@@ -16,7 +16,28 @@ import math
 
 import numpy as np
 
-__all__ = ["WeightedSum", "normalised_weights", "weighted_average", "linear_combination"]
+__all__ = ["WeightedSum", "normalised_weights", "weighted_average", "linear_combination", "RuleContext"]
+
+
+class RuleContext:
+    """What an aggregation rule that draws noise or keeps state sees at one commit of its point.
+
+    * ``rng``: a generator of the run's seed for this commit (stream ``("rule", tier, entity, k)`` for the
+      point's ``k``-th commit), so noise is the same with every executor;
+    * ``state``: a dictionary the point keeps for its rule across commits (saved in checkpoints with the
+      roles' state), e.g. an adaptive clip norm;
+    * ``expected``: how many updates the protocol declares this point combines per round (its
+      ``expected_inputs()``), or None;
+    * ``commit``: ``k``.
+    """
+
+    __slots__ = ("rng", "state", "expected", "commit")
+
+    def __init__(self, rng: np.random.Generator, state: dict, expected: int | None, commit: int) -> None:
+        self.rng = rng
+        self.state = state
+        self.expected = expected
+        self.commit = commit
 
 
 def _check_weight(weight: float) -> float:

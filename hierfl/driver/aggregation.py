@@ -95,6 +95,7 @@ class Aggregation:
         # non-finite updates: with `drop`, the handles of flagged jobs' results, left out of every
         # aggregation they are given to, and per aggregator the updates kept / left out since its commit
         self.nonfinite = NonFinite(scenario.robustness.on_nonfinite == "drop", telemetry, clock)
+        self.privacy: Any = None  # the run's privacy accountant (hierfl.privacy.driver.PrivacyLedger), set by the Context
         self.channels: Any = None  # the run's transfer channels (hierfl.channels.driver.ChannelLinks), set by the Context
         # aggregation points, made on first use, and each tier's layer stack
         self._tiers: dict[tuple[str, int], TierAggregator] = {}
@@ -200,10 +201,14 @@ class Aggregation:
         if self.nonfinite.fold(("cloud", 0), update):
             self.executor.servers.add_cloud(weight, update, control_coef)
 
-    def _cloud_round_done(self) -> None:
+    def _cloud_round_done(self, participants: list[int]) -> None:
         limit = self.scenario.stop.rounds
         if limit is not None and int(self.counters["cloud_aggregations"]) >= limit:
             self._clock.request_stop("rounds")
+        if self.privacy is not None:  # one noised release: the accountant counts it; a budget may end the run
+            reason = self.privacy.released(participants)
+            if reason is not None:
+                self._clock.request_stop(reason)
 
     def commit_cloud(self, participants: list[int], tier: str = "device", base: Any = None) -> Any:
         """Finish the cloud aggregation; ``tier`` says whether the updates came from devices or edges."""
@@ -213,14 +218,17 @@ class Aggregation:
             opt = self.round_rules.at("cloud", 0) if tier == "device" else self.server_optimizer("cloud")
             handle = self.executor.servers.commit_cloud(opt, base)
             if self.robust is not None:
-                self.robust.reports("cloud", self.executor.servers.robust_reports("cloud"), self.now)
+                reports = self.executor.servers.robust_reports("cloud")
+                if self.privacy is not None:  # the DP rule's clip norm and noise of this round
+                    self.privacy.observe(reports)
+                self.robust.reports("cloud", reports, self.now)
         self.counters["cloud_aggregations"] += 1
         if tier == "device":
             self.counters["device_updates"] += len(participants)
         rounds = int(self.counters["cloud_aggregations"])
         self.telemetry.instant(("cloud", 0), "aggregate", self.now, round=rounds, participants=list(participants))
         self.telemetry.record(CloudAggregate(rounds, tier, len(participants)))
-        self._cloud_round_done()
+        self._cloud_round_done(list(participants))
         return handle
 
     def screen_update(self, tier: str, base: Any, candidate: Any, update: Any, source: int) -> bool:
@@ -246,7 +254,10 @@ class Aggregation:
             self.robust.drop_sources(tier, entity)
             return None
         handle = self.executor.servers.robust_combine(tier, entity, self.server_optimizer(tier), base, deltas, tags)
-        self.robust.reports(tier, self.executor.servers.robust_reports(tier), self.now)
+        reports = self.executor.servers.robust_reports(tier)
+        if self.privacy is not None and tier == "cloud":  # the DP rule's clip norm and noise of this step
+            self.privacy.observe(reports)
+        self.robust.reports(tier, reports, self.now)
         return handle
 
     def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any = None) -> Any:
@@ -306,7 +317,7 @@ class Aggregation:
         rounds = int(self.counters["cloud_aggregations"])
         self.telemetry.instant(("cloud", 0), "queue_aggregate", self.now, round=rounds, **args)
         self.telemetry.record(CloudAggregate(rounds, source, len(participants), tail))
-        self._cloud_round_done()
+        self._cloud_round_done(list(participants))
 
     def drop_update(self, tier: str, entity: int, source: int, staleness: int) -> None:
         """An update older than ``max_staleness`` reached ``tier`` and is discarded (counted)."""

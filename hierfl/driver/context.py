@@ -34,6 +34,7 @@ from hierfl.driver.transfers import Transfers
 from hierfl.energy.driver import energy_ledger
 from hierfl.faults.driver import Faults
 from hierfl.output.telemetry import RunTelemetry
+from hierfl.privacy.driver import privacy_ledger, privacy_overhead, privacy_rule
 from hierfl.robust.driver import RobustLedger, robust_setup
 from hierfl.scenario.schema import Scenario
 
@@ -62,7 +63,7 @@ class Context:
         self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
         self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
         # Byzantine robustness: None keeps every call exactly as without it
-        setup = robust_setup(scenario, self.dyn)
+        setup = robust_setup(scenario, self.dyn, privacy_rule(scenario))
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry,
                                                                                   scenario.protocol)
         # per-device evaluation: the run has evaluation sets; with evaluation.device_eval_cost: forward
@@ -75,6 +76,8 @@ class Context:
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
+        # differential privacy (`privacy.dp`): the accountant; None keeps every output as without it
+        self.privacy = self.aggregation.privacy = privacy_ledger(scenario)
         self.controls = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
                                         "edge" in scenario.protocol.server_optimizer_tiers,
                                         self.aggregation.round_rules)
@@ -92,12 +95,15 @@ class Context:
         # transfer channels (`channels:`): None keeps every transfer as without them
         self.channels: ChannelLinks | None = None
         placed = {} if scenario.channels.default else scenario.channels.resolved(type(scenario.protocol).channel_links)
-        if placed:
+        overhead = privacy_overhead(scenario)  # privacy.dp's clipping and noise on the devices' uploads, or {}
+        if placed or overhead:
             # a message's values: every float32 value a model message carries (the model, and a control vector or
             # step sizes when the trainer's layout adds them; only the global layers when some stay on the device)
             self.channels = self.transfers.channels = self.aggregation.channels = ChannelLinks(
                 placed, self._world.model_bytes // 4, self._world.model_bytes, device_flops(scenario, built), scenario.servers,
-                executor, scenario.seed, bool(self._spec.train), self.aggregation.nonfinite)
+                executor, scenario.seed, bool(self._spec.train), self.aggregation.nonfinite, overhead)
+            if self.privacy is not None:
+                self.privacy.work = self.channels.overhead_stats
 
     def summary_part(self) -> dict[str, Any]:
         """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""

@@ -124,6 +124,8 @@ class RunLoop:
         extra: dict[str, Any] = {**device_fields, **party_fields, **counters, **ctx.telemetry.staleness_means()}
         extra.update({f"queue_len_{tier}": n for tier, n in self.protocol.queue_lengths().items()})
         extra.update(observed)
+        if ctx.privacy is not None:  # ε at δ of the releases so far (privacy.dp)
+            extra.update(ctx.privacy.eval_fields())
         record = ctx.telemetry.record(Eval(rounds, acc, loss, extra))
         self.evals.append(record)
         ctx.telemetry.instant(("cloud", 0), "evaluate", ctx.now, accuracy=acc, loss=loss)

@@ -290,6 +290,7 @@ class RunSession:
         parts.add(ctx.energy.summary_part(built.world.tier) if ctx.energy is not None else None)
         parts.add(ctx.aggregation.server_jobs.summary_part())
         parts.add(ctx.channels.summary_part() if ctx.channels is not None else None)
+        parts.add(ctx.privacy.summary_part() if ctx.privacy is not None else None)
         return parts.as_dict()
 
     def fail(self, exc: BaseException) -> BaseException:

@@ -47,7 +47,7 @@ COMPLETED_KEYS = (
     "totals", "events",
     # optional blocks, present when their service has something to say
     "staleness", "warnings", "queues", "robustness", "recoveries", "energy", "device_state",
-    "server_jobs", "channels",
+    "server_jobs", "channels", "privacy",
 )
 """The keys of a completed run's ``summary.json``, in their order."""
 

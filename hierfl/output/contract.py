@@ -74,7 +74,8 @@ EVAL_EXTRA: dict[str, tuple[str, str, str]] = {
     "wasted_compute_s": ("float", "s (virtual)", "compute thrown away (lost or abandoned work)"),
 }
 """Counters every ``eval`` line carries (the same as ``summary.json``'s ``totals``); optional features
-add their own (staleness means, queue lengths, energy, per-device accuracy)."""
+add their own (staleness means, queue lengths, energy, per-device accuracy; with ``privacy.dp``, ``epsilon``
+and ``delta``: the privacy spent so far)."""
 
 SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "contract_version": ("int", "", "the output contract's version (this page)"),
@@ -82,7 +83,7 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "protocol": ("str", "", "the protocol's registered name"),
     "seed": ("int", "", "the scenario seed"),
     "status": ("str", "", "completed, failed or interrupted"),
-    "stop_reason": ("str", "", "which limit ended the run (virtual_time, rounds, target_accuracy, …)"),
+    "stop_reason": ("str", "", "which limit ended the run (virtual_time, rounds, target_accuracy, epsilon, …)"),
     "final_accuracy": ("float|null", "fraction", "test accuracy of the last evaluation"),
     "final_loss": ("float|null", "", "test loss of the last evaluation"),
     "best_accuracy": ("float|null", "fraction", "the highest evaluated accuracy"),
@@ -116,6 +117,8 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "channels": ("object", "bytes", "transfer channels (with channels:): per link direction the channel, messages, "
                  "bytes sent, the raw float32 bytes they replace, bytes saved, encode and decode seconds; "
                  "bytes_saved per tier"),
+    "privacy": ("object", "", "differential privacy (with privacy.dp): mode, noise multiplier, ε at δ, the accountant, "
+                "releases and compositions, cohort and devices, participations, the ε budget"),
     "error": ("str", "", "the error of a failed run"),
     "resume": ("str", "", "the command that continues a failed or interrupted run"),
     "checkpoint_t": ("float", "s (virtual)", "virtual time of the checkpoint a resume starts from"),

@@ -110,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "AvailabilityConfig": "hierfl.dynamics.availability",
     "ServerOptimizerConfig": "hierfl.learn.serveropt",
     "RuleConfig": "hierfl.robust.rules",
+    "RuleContext": "hierfl.core.aggregate",
     "BehaviorConfig": "hierfl.robust.behaviours",
     "DistConfig": "hierfl.devices.dists",
     "Channel": "hierfl.channels.rules",

@@ -102,6 +102,11 @@ class ProtocolConfig(ConfigModel):
     # why its aggregator reads each update on its own (a sub-protocol that hands it only their sum, secure
     # aggregation, is refused), or None: it only ever needs their (weighted) sum
     reads_each_update: ClassVar[str | None] = None
+    # how its cloud aggregations pick their inputs, for a privacy accountant (`privacy.dp`): "fixed_size" — each
+    # synchronous round a uniform sample of expected_inputs()["cloud"] devices without replacement from all N while
+    # every device is online; "buffered" — each server step combines the next expected_inputs()["cloud"] updates
+    # that arrive (participation follows availability and speed); None: not declared (privacy.dp is refused)
+    cohort_sampling: ClassVar[str | None] = None
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant

@@ -121,10 +121,15 @@ class RobustSetup:
     edge: RuleConfig = Field(description="rule of the edge servers' aggregations")
     edge_behaviors: dict[int, BehaviorConfig] = field(default_factory=dict)
     validation: int = 0  # validation samples the cloud keeps for Zeno (0: none)
+    seed: int = 0  # the run's seed: a rule that draws noise draws from its streams (RuleContext)
+    expected: dict[str, int | None] = field(default_factory=dict)  # updates per round, per tier (expected_inputs)
 
     @classmethod
-    def of(cls, section: AggregationSection) -> RobustSetup:
-        """From the scenario's ``aggregation:`` section."""
+    def of(cls, section: AggregationSection, cloud: RuleConfig | None = None, seed: int = 0,
+           expected: dict[str, int | None] | None = None) -> RobustSetup:
+        """From the scenario's ``aggregation:`` section; ``cloud`` replaces its cloud rule (a rule another
+        section puts in place, such as differential privacy's noised mean), ``seed`` and ``expected`` are
+        what stateful rules see (:class:`~hierfl.core.aggregate.RuleContext`)."""
         eb = section.edge_behavior
         edges = {int(e): eb.behavior for e in eb.edges} if eb is not None else {}
         batch = 0
@@ -132,11 +137,16 @@ class RobustSetup:
             inner = rule.then if isinstance(rule, NormClipRule) else rule
             if isinstance(inner, (ZenoRule, ZenoPPRule)):
                 batch = max(batch, inner.batch)
-        return cls(section.cloud, section.edge, edges, batch)
+        return cls(section.cloud if cloud is None else cloud, section.edge, edges, batch, int(seed),
+                   dict(expected or {}))
 
     def rule(self, tier: str) -> RuleConfig:
         """The rule of ``tier``."""
         return self.cloud if tier == "cloud" else self.edge
+
+    def context(self, tier: str) -> tuple[RuleConfig, int, int | None]:
+        """``(rule, seed, expected count)``: the arguments of ``tier``'s aggregation."""
+        return self.rule(tier), self.seed, self.expected.get(tier)
 
 
 def _protocols(accept: Callable[[Any], bool]) -> list[str]:

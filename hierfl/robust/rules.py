@@ -19,7 +19,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
-from hierfl.core.aggregate import WeightedSum
+from hierfl.core.aggregate import RuleContext, WeightedSum
 from hierfl.robust import math as R
 
 __all__ = ["AGGREGATION_RULES", "RuleConfig", "RuleOutcome", "rule_needs_loss"]
@@ -33,6 +33,7 @@ class RuleOutcome:
     aggregate: np.ndarray
     accepted: np.ndarray
     clipped: int = 0
+    extra: dict[str, float] | None = None  # scalars the rule adds to its report (e.g. a clip norm)
 
 
 Loss = Callable[[np.ndarray], float]
@@ -61,6 +62,14 @@ class RuleConfig(ConfigModel):
     def apply(self, V: np.ndarray, w: np.ndarray, base: np.ndarray | None, loss: Loss | None) -> RuleOutcome:
         """Aggregate the finite rows ``V`` (``m × d``, float64) with weights ``w``."""
         raise NotImplementedError
+
+    def apply_in(self, ctx: RuleContext, V: np.ndarray, w: np.ndarray, base: np.ndarray | None,
+                 loss: Loss | None) -> RuleOutcome:
+        """:meth:`apply` with the point's context (a seeded generator, kept state, the expected count).
+
+        What the aggregating role calls. A rule that draws noise or keeps state across commits (differential
+        privacy's noised sum, an adaptive clip norm) overrides this; the others override :meth:`apply`."""
+        return self.apply(V, w, base, loss)
 
 
 def _all(m: int) -> np.ndarray:

@@ -7,12 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.core.aggregate import WeightedSum
+from hierfl.core.aggregate import RuleContext, WeightedSum
 from hierfl.core.message import CONTROLLED, MODEL
+from hierfl.core.rng import stream
 from hierfl.core.serveropt import OptState
 from hierfl.learn.serveropt import ServerOptimizerConfig
 
 __all__ = ['Aggregation', 'robust_step']
+
+_TIERS = ("cloud", "edge")  # a tier's number in the rule's seed stream
 
 
 
@@ -29,7 +32,7 @@ class Aggregation:
       per commit (accepted / rejected, honest / Byzantine, distance from the honest mean).
     """
 
-    def __init__(self, rule: Any = None) -> None:
+    def __init__(self, rule: Any = None, seed: int = 0, expected: int | None = None) -> None:
         self.pending: WeightedSum | None = None
         self.control_sum: np.ndarray | None = None
         self.opt_state = OptState()
@@ -38,6 +41,12 @@ class Aggregation:
         self._weights: list[float] = []
         self._tags: list[Any] = []
         self.reports: list[dict[str, Any]] = []
+        # what a rule that draws noise or keeps state sees (hierfl.core.aggregate.RuleContext): the run's seed,
+        # the protocol's expected count, the rule's kept state and the number of commits so far
+        self.seed = int(seed)
+        self.expected = expected
+        self.rule_state: dict[str, Any] = {}
+        self.commits = 0
 
     def add(self, vector: np.ndarray, weight: float, control_coef: float | None = None, tag: Any = None) -> None:
         """Fold in one update (the control-variates message when ``control_coef`` is given).
@@ -84,12 +93,17 @@ class Aggregation:
         accepted = np.zeros(m, dtype=bool)
         finite = np.ones(m, dtype=bool) if self.rule.is_mean else finite_rows(V)
         clipped = 0
+        extra: dict[str, float] = {}
         if finite.any():
-            out = self.rule.apply(V[finite], w[finite], base, loss)
+            ctx = RuleContext(stream(self.seed, "rule", _TIERS.index(tier), int(entity), self.commits),
+                              self.rule_state, self.expected, self.commits)
+            out = self.rule.apply_in(ctx, V[finite], w[finite], base, loss)
+            extra = dict(out.extra or {})
             accepted[np.flatnonzero(finite)[out.accepted]] = True
             agg, clipped = out.aggregate, out.clipped
         else:  # nothing usable: the model stays where the round started
             agg = np.asarray(base, dtype=np.float64) if base is not None else np.full(V.shape[1], np.nan)
+        self.commits += 1
         dist = None if honest_mean is None else float(np.linalg.norm(agg - honest_mean))
         self.reports.append({
             "tier": tier, "entity": int(entity), "rule": self.rule.name, "m": int(m),
@@ -99,6 +113,7 @@ class Aggregation:
             "malicious_accepted": int((byz & accepted).sum()), "honest_rejected": int((honest & ~accepted).sum()),
             "rejected_ids": [int(i) for i in np.flatnonzero(~accepted)],
             "dist_honest_mean": dist if dist is None or np.isfinite(dist) else None,
+            **extra,
         })
         return np.asarray(agg.astype(np.float32))
 
@@ -137,16 +152,21 @@ class Aggregation:
 
 def robust_step(rule: Any, opt: ServerOptimizerConfig | None, state: OptState, coefs: list[float],
                 plus: list[np.ndarray], minus: list[np.ndarray | None], tags: list[Any], base: np.ndarray,
-                tier: str, entity: int, reports: list[dict[str, Any]]) -> np.ndarray:
+                tier: str, entity: int, reports: list[dict[str, Any]], host: Aggregation | None = None) -> np.ndarray:
     """A buffer / queue step under a robust rule: the rule combines the deltas ``a_i − b_i`` (weights
     ``c_i``) into ``d``; the step is ``Δ = (Σ c_i)·d``, added to ``base`` (or stepped by ``opt``). Under the
-    mean this is exactly ``Σ c_i (a_i − b_i)``, the protocols' own step."""
-    agg = Aggregation(rule)
+    mean this is exactly ``Σ c_i (a_i − b_i)``, the protocols' own step. ``host``: the point's kept aggregation,
+    whose seed, expected count, rule state and commit count a stateful rule uses (and advances)."""
+    agg = Aggregation(rule) if host is None else Aggregation(rule, host.seed, host.expected)
+    if host is not None:
+        agg.rule_state, agg.commits = host.rule_state, host.commits
     size = base.shape[0]
     for c, a, b, tag in zip(coefs, plus, minus, tags):
         d = np.asarray(a, dtype=np.float64) - (0.0 if b is None else np.asarray(b, dtype=np.float64))
         agg.add(d, abs(float(c)), None, tag)
     d_rule = agg.finish(None, np.zeros(size, dtype=np.float32), tier=tier, entity=entity).astype(np.float64)
+    if host is not None:
+        host.commits = agg.commits
     reports.extend(agg.take_reports())
     delta = float(sum(coefs)) * d_rule
     if opt is not None:

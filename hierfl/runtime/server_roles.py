@@ -33,7 +33,7 @@ class LeaderHost:
     def _at(self, leader: int) -> Aggregation:
         agg = self._agg.get(leader)
         if agg is None:
-            agg = self._agg[leader] = Aggregation(None if self.robust is None else self.robust.edge)
+            agg = self._agg[leader] = Aggregation(*(() if self.robust is None else self.robust.context("edge")))
         return agg
 
     def add(self, leader: int, weight: float, vector: np.ndarray, control_coef: float | None = None,
@@ -59,7 +59,7 @@ class LeaderHost:
         return robust_step(self.robust.edge, opt, agg.opt_state, coefs,
                            [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
                            [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
-                           arrays[0], "edge", leader, agg.reports)
+                           arrays[0], "edge", leader, agg.reports, agg)
 
     def commit(self, leader: int, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None,
                pack_control: bool = False) -> np.ndarray:
@@ -173,7 +173,7 @@ class Cloud:
         self.model = np.asarray(init_params, dtype=np.float32)
         self.version = 0
         self.robust = robust  # a hierfl.robust.config.RobustSetup, or None (plain averaging)
-        self._agg = Aggregation(None if robust is None else robust.cloud)
+        self._agg = Aggregation(*(() if robust is None else robust.context("cloud")))
         self.control = np.zeros_like(self.model)  # the server control c of control variates (zeros until used)
         self.x_test = x_test
         self.y_test = y_test
@@ -216,7 +216,7 @@ class Cloud:
         return robust_step(self.robust.cloud, opt, self._agg.opt_state, coefs,
                            [_pick(arrays[p], r) for p, r in zip(plus, plus_rows)],
                            [None if m < 0 else _pick(arrays[m], r) for m, r in zip(minus, minus_rows)], tags,
-                           arrays[0], "cloud", 0, self._agg.reports)
+                           arrays[0], "cloud", 0, self._agg.reports, self._agg)
 
     def robust_average(self, tier: str, entity: int, weights: list[float], index: list[int], rows: list[int | None],
                        tags: list[Any], base: int, *arrays: np.ndarray) -> np.ndarray:

@@ -109,6 +109,7 @@ def cross_checks(scenario: Scenario) -> list[Problem]:
         problems.extend(scenario.channels.problems(scenario.protocol, scenario.topology.edge_servers or 0))
     if not scenario.subprotocol.default:  # a sub-protocol only where the protocol can run one
         problems.extend(scenario.subprotocol.problems(scenario))
+    problems.extend(scenario.privacy.problems(scenario))  # privacy.dp: an accountant that covers the sampling
     problems.extend(_energy_checks(scenario))
     problems.extend(_runtime_checks(scenario))
     problems.extend(_models_checks(scenario))

@@ -126,9 +126,12 @@ class StopConfig(ConfigModel):
         default=None, gt=0.0, le=1.0,
         description="stop the run at the first evaluation at or above this test accuracy (stop_reason "
                     "target_accuracy); time_to_target_s is measured against evaluation.target_accuracy")
+    epsilon: PositiveFloat | None = Field(
+        default=None, description="privacy budget (privacy.dp): the run ends before a cloud aggregation would "
+                                  "spend more than this ε at privacy.dp.delta (stop_reason epsilon)")
 
     @model_validator(mode="after")
     def _some_limit(self) -> StopConfig:
-        if self.virtual_time_s is None and self.rounds is None:
-            raise ValueError("set stop.virtual_time_s or stop.rounds (a run needs a bound)")
+        if self.virtual_time_s is None and self.rounds is None and self.epsilon is None:
+            raise ValueError("set stop.virtual_time_s, stop.rounds or stop.epsilon (a run needs a bound)")
         return self

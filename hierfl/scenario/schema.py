@@ -25,6 +25,7 @@ from hierfl.scenario.serveropt import ServerOptimizerSection
 import hierfl.methods  # noqa: F401  (every shipped method registers its plug-ins)
 from hierfl.models import MODELS
 from hierfl.policies.straggler import default_policy, device_policy_field
+from hierfl.privacy.config import PrivacySection
 from hierfl.protocols import PROTOCOLS
 from hierfl.robust.config import AggregationSection
 from hierfl.scenario.nonfinite import NonFiniteConfig
@@ -101,6 +102,9 @@ class Scenario(ConfigModel):
     subprotocol: SubProtocolSection = Field(
         default=SubProtocolSection(), description="extra message rounds between an aggregation point and its senders "
                                                   "before it aggregates, per tier (none): docs/howto/extend.md")
+    privacy: PrivacySection = Field(
+        default=PrivacySection(), description="differential privacy of the cloud's aggregation (DP-FedAvg) and its "
+                                              "accountant (none)")
     output: OutputConfig = OutputConfig()
     robustness: NonFiniteConfig = Field(
         default=NonFiniteConfig(), description="non-finite updates: on_nonfinite fail (default) or drop")

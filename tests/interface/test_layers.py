@@ -59,7 +59,7 @@ THIRD_PARTY_FORBIDDEN = {
 # One home per cross-cutting feature: ``hierfl/<feature>/``, its modules named by role. Its
 # ``__init__`` is documentation only (imports nothing: ``hierfl.<feature>.math`` stays importable
 # without pydantic), and a feature module never imports another feature's modules.
-FEATURES = ("robust", "faults", "energy", "channels", "subprotocol")
+FEATURES = ("robust", "faults", "energy", "channels", "subprotocol", "privacy")
 ROLES: dict[str, str] = {
     "math": "core",          # pure numpy / stdlib: the feature's rules, formulas and data
     "config": "scenario",    # its section of the scenario schema (pydantic)
@@ -80,7 +80,7 @@ METHODS = "methods"
 METHOD_PARTS = ("protocol_", "math_")
 # the words that name each feature: no module or package elsewhere carries one in its name
 FEATURE_WORDS = {"robust": ("robust", "attack", "byzantine"), "faults": ("fault", "outage"), "energy": ("energy",),
-                 "channels": ("channel",), "subprotocol": ("subprotocol",)}
+                 "channels": ("channel",), "subprotocol": ("subprotocol",), "privacy": ("privacy",)}
 # documented exceptions (path relative to the repository → why it lives elsewhere)
 HOME_EXCEPTIONS = {
     "hierfl/methods/fedch/protocol_outages.py": "FedCH's own semantics of edge_fail / cloud_fail: they act on "

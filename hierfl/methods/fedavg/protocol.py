@@ -54,6 +54,7 @@ class FedAvgConfig(ProtocolConfig):
     rule_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
+    cohort_sampling: ClassVar[str | None] = "fixed_size"  # rng.choice(N, m, replace=False) while all are online
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
     weighting: Literal["samples", "uniform"] = Field(

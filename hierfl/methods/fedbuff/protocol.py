@@ -54,6 +54,9 @@ class FedBuffConfig(ProtocolConfig):
     channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ("cloud",)  # over a sealed buffer
     name: Literal["fedbuff"] = "fedbuff"
+    # its cloud steps on whichever K updates arrive: participation follows availability and speed (privacy.dp
+    # accounts it per device without amplification, or nominally as Poisson sampling with q = K/N)
+    cohort_sampling: ClassVar[str | None] = "buffered"
     K: PositiveInt = Field(default=10, description="buffer size: updates per server step [D]")
     concurrency: PositiveInt = Field(default=100, description="devices training at once; the default is capped at N, "
                                                               "any other value above devices.count is refused [D]")
@@ -68,6 +71,10 @@ class FedBuffConfig(ProtocolConfig):
                                "read only with normalize_staleness: true (set without it, it is refused)")
     read_only_with: ClassVar[Mapping[str, ReadWith]] = {
         "avg_staleness": ReadWith("normalize_staleness", (True,))}
+
+    def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
+        """``K`` updates per server step."""
+        return {"cloud": int(self.K), "edge": None}
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """The buffer must be fillable: K ≤ number of devices."""
