@@ -36,10 +36,20 @@ class Channel(ConfigModel):
     efficiency: PositiveFloat = Field(
         default=0.25, le=1.0, description="fraction of a processor's FLOP/s that encoding and decoding reach "
         "(memory-bound vector work) [D]: time = flops / (FLOP/s × efficiency)")
+    applies_to: Literal["model", "update"] = Field(
+        default="model", description="what is encoded: the model itself, or its difference from the model the "
+        "lower end (the device, or the edge server) last received on this tier, the receiver adding it back "
+        "(update: both ends know that reference model)")
 
     @property
     def identity(self) -> bool:
         """True for the channel that changes nothing (today's bytes and bits)."""
+        return False
+
+    @property
+    def resets_on_migration(self) -> bool:
+        """Whether the sender's kept state is cleared when its messages go to another receiver than its last
+        (a device moved to another edge server); False by default."""
         return False
 
     def encoded_bytes(self, elements: int) -> int:
@@ -78,6 +88,13 @@ class NoChannel(Channel):
     def identity(self) -> bool:
         """The identity."""
         return True
+
+    def problems(self, key: str) -> list[Problem]:
+        """The identity has no reference model to differ from: ``applies_to: update`` would be ignored."""
+        if self.applies_to != "model":
+            return [Problem(f"{key}.applies_to", "channel 'none' sends the model as it is; allowed: model",
+                            self.applies_to, refused=True)]
+        return []
 
 
 class _Cast(Channel):

@@ -5,6 +5,10 @@ this task computes the value: ``decode(encode(x))`` of the channel named in ``pa
 scenario), with the sender's kept state (``ctx.state`` of the point ``("channel:<direction>", sender)``, saved
 in checkpoints with the roles' state) for a channel that keeps state. It charges no work here (0 FLOPs): the
 driver has charged it on the sender's and the receiver's clocks.
+
+With a second input (a channel with ``applies_to: update``), that input is the reference model both ends hold:
+the channel encodes ``x − reference`` and the receiver gets ``reference + decode(…)``. ``params["reset"]``
+clears the sender's kept state first (``reset_on_migration``: its messages now go to another receiver).
 """
 
 from __future__ import annotations
@@ -27,14 +31,25 @@ def _example(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
 def channel(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
             rng: np.random.Generator) -> ServerResult:
     """``inputs[0]`` encoded and decoded by ``params["channel"]`` (a channel's config); output: the decoded vector."""
-    from hierfl.channels.rules import CHANNELS  # noqa: PLC0415 (a plug-in channel is registered by then)
+    from hierfl.channels.config import CHANNELS  # noqa: PLC0415 (the shipped ones; a plug-in is registered by then)
 
     spec = dict(params["channel"])
     ch = CHANNELS.get(spec["name"]).model_validate(spec)
     x = inputs[0]
     elements = int(params.get("elements", x.size))
     state: dict[str, Any] = ctx.state if ch.keeps_state else {}
-    out = np.asarray(ch.decode(ch.encode(x, state, rng), elements), dtype=np.float32)
+    if params.get("reset"):
+        state.clear()
+    if len(inputs) > 1:  # the update: the difference from the reference both ends hold, added back on arrival
+        ref = np.asarray(inputs[1], dtype=np.float32)
+        if ref.shape != x.shape:
+            raise ValueError(f"channel {ch.name!r} (applies_to: update): the message has {x.shape} values, the "
+                             f"model its receiver last sent has {ref.shape}; use applies_to: model here")
+        decoded = np.asarray(ch.decode(ch.encode((x - ref).astype(np.float32), state, rng), elements),
+                             dtype=np.float32)
+        out = (ref + decoded.reshape(x.shape)).astype(np.float32)
+    else:
+        out = np.asarray(ch.decode(ch.encode(x, state, rng), elements), dtype=np.float32)
     if out.shape != x.shape:
         raise ValueError(f"channel {ch.name!r} decoded {out.shape} values from a message of {x.shape}")
     return ServerResult([out], 0.0)

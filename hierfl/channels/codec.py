@@ -1,0 +1,208 @@
+"""Update compressors' arithmetic and wire formats (numpy only): what each encoder puts on the wire, byte for byte.
+
+Every encoder here returns the message as a ``bytes`` string, the receiver decodes from those bytes alone (with
+the element count and the channel's settings, which both ends know), and the message's length is a function of
+the element count and the settings only, never of the values: the length the driver charges
+(``encoded_bytes``) is the length of this string. All multi-byte fields are little-endian.
+
+* QSGD (Alistarh, Grubic, Li, Tomioka, Vojnovic, "QSGD: Communication-Efficient SGD via Gradient Quantization
+  and Encoding", NeurIPS 2017): per bucket of ``bucket`` values one float32 L2 norm, then per value a sign bit
+  and its level ``0..s`` in ``⌈log₂(s+1)⌉`` bits, packed contiguously (the fixed-length "dense" layout; the
+  paper's Elias coding has a data-dependent length). Stochastic rounding makes it unbiased.
+* Scaled sign (Karimireddy, Rebjock, Stich, Jaggi, "Error Feedback Fixes SignSGD and other Gradient Compression
+  Schemes", ICML 2019): one float32 scale ``‖p‖₁/d`` and one sign bit per value.
+* Sparse messages (Stich, Cordonnier, Jaggi, "Sparsified SGD with Memory", NeurIPS 2018; Lin, Han, Mao, Wang,
+  Dally, "Deep Gradient Compression", ICLR 2018): a 1-byte index-scheme tag, the kept indices (32-bit absolute
+  indices or a bitmap of ``⌈m/8⌉`` bytes, whichever is smaller for ``k`` of ``m``: a choice fixed by the shape),
+  then the ``k`` values as float32 or float16. Random-k sends an 8-byte seed instead of indices: the receiver
+  draws the same indices.
+
+Error feedback (the "memory" of Stich et al. and Karimireddy et al.): the sender adds its residual ``e`` to the
+vector, ``p = v + e``, sends ``C(p)``, and keeps ``e ← p − C(p)`` (what was not sent), where ``C(p)`` is what the
+receiver decodes: the residual holds exactly the mass not delivered.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["level_bits", "qsgd_bytes", "qsgd_encode", "qsgd_decode", "sign_bytes", "sign_encode", "sign_decode",
+           "kept", "index_scheme", "sparse_bytes", "sparse_encode", "sparse_decode", "randk_bytes", "randk_indices",
+           "randk_encode", "randk_decode", "top_indices", "pack_bits", "unpack_bits"]
+
+_INT32, _BITMAP = 0, 1  # the sparse index-scheme tags
+
+
+# -- bit fields ------------------------------------------------------------------------------------------------
+
+def pack_bits(codes: np.ndarray, width: int) -> bytes:
+    """``codes`` (non-negative integers below ``2**width``) as consecutive ``width``-bit fields, least
+    significant bit first, the last byte padded with zeros."""
+    c = np.asarray(codes, dtype=np.uint32)
+    bits = ((c[:, None] >> np.arange(width, dtype=np.uint32)) & 1).astype(np.uint8)
+    return np.packbits(bits.reshape(-1), bitorder="little").tobytes()
+
+
+def unpack_bits(data: bytes | memoryview, count: int, width: int) -> np.ndarray:
+    """The ``count`` ``width``-bit fields :func:`pack_bits` wrote, as uint32."""
+    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little", count=count * width)
+    return (bits.reshape(count, width).astype(np.uint32) << np.arange(width, dtype=np.uint32)).sum(
+        axis=1, dtype=np.uint32)
+
+
+# -- QSGD ------------------------------------------------------------------------------------------------------
+
+def level_bits(levels: int) -> int:
+    """Bits of one level ``0..s``: ``⌈log₂(s+1)⌉``."""
+    return max(1, math.ceil(math.log2(int(levels) + 1)))
+
+
+def qsgd_bytes(elements: int, levels: int, bucket: int) -> int:
+    """``4·⌈m/bucket⌉ + ⌈m·(1 + ⌈log₂(s+1)⌉)/8⌉``: the norms, then a sign bit and a level per value."""
+    m = int(elements)
+    return 4 * math.ceil(m / bucket) + math.ceil(m * (1 + level_bits(levels)) / 8)
+
+
+def qsgd_encode(vector: np.ndarray, levels: int, bucket: int, rng: np.random.Generator) -> bytes:
+    """QSGD's stochastic quantiser per bucket: ``ℓ = ⌊s|v_i|/‖v‖₂⌋``, raised to ``ℓ+1`` with probability
+    ``s|v_i|/‖v‖₂ − ℓ``; the message is the buckets' float32 norms, then ``(sign, level)`` per value."""
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    m, s = v.size, int(levels)
+    nb = math.ceil(m / bucket)
+    padded = np.zeros(nb * bucket, dtype=np.float32)
+    padded[:m] = v
+    norms = np.sqrt(np.square(padded.reshape(nb, bucket), dtype=np.float64).sum(axis=1)).astype(np.float32)
+    scale = np.repeat(norms, bucket)[:m].astype(np.float64)  # the norm the receiver sees (float32), per value
+    safe = np.where(scale > 0, scale, 1.0)
+    r = np.where(scale > 0, s * np.abs(v.astype(np.float64)) / safe, 0.0)
+    low = np.floor(r)
+    level = (low + (rng.random(m) < (r - low))).astype(np.uint32)
+    level = np.minimum(level, s)  # r ≤ s up to rounding of the float32 norm
+    codes = (level << 1) | (v < 0).astype(np.uint32)
+    return norms.tobytes() + pack_bits(codes, 1 + level_bits(s))
+
+
+def qsgd_decode(message: bytes, elements: int, levels: int, bucket: int) -> np.ndarray:
+    """``‖v‖₂ · sign · ℓ/s`` per value (float32)."""
+    m, s = int(elements), int(levels)
+    nb = math.ceil(m / bucket)
+    norms = np.frombuffer(message, dtype=np.float32, count=nb)
+    codes = unpack_bits(memoryview(message)[4 * nb:], m, 1 + level_bits(s))
+    sign = 1.0 - 2.0 * (codes & 1).astype(np.float64)
+    value = np.repeat(norms, bucket)[:m].astype(np.float64) * sign * (codes >> 1).astype(np.float64) / s
+    return value.astype(np.float32)
+
+
+# -- scaled sign -----------------------------------------------------------------------------------------------
+
+def sign_bytes(elements: int) -> int:
+    """``4 + ⌈m/8⌉``: the float32 scale and one bit per value."""
+    return 4 + math.ceil(int(elements) / 8)
+
+
+def sign_encode(p: np.ndarray) -> bytes:
+    """``(‖p‖₁/d) · sign(p)``: the float32 scale, then a bit per value (1: negative; zero counts as positive,
+    one bit cannot say zero)."""
+    p = np.asarray(p, dtype=np.float32).reshape(-1)
+    scale = np.float32(np.abs(p, dtype=np.float64).sum() / max(p.size, 1))
+    return np.array([scale], dtype=np.float32).tobytes() + np.packbits(p < 0, bitorder="little").tobytes()
+
+
+def sign_decode(message: bytes, elements: int) -> np.ndarray:
+    """The scale times ±1 per value (float32)."""
+    m = int(elements)
+    scale = np.frombuffer(message, dtype=np.float32, count=1)[0]
+    neg = np.unpackbits(np.frombuffer(message, dtype=np.uint8, offset=4), bitorder="little", count=m)
+    return np.where(neg.astype(bool), -scale, scale).astype(np.float32)
+
+
+# -- sparse messages -------------------------------------------------------------------------------------------
+
+def kept(elements: int, ratio: float) -> int:
+    """Values kept of ``m``: ``⌈ratio·m⌉``, at least 1 and at most ``m``."""
+    m = int(elements)
+    return min(m, max(1, math.ceil(ratio * m)))
+
+
+def index_scheme(elements: int, k: int, scheme: str) -> int:
+    """The index tag for ``k`` of ``m``: ``auto`` takes the bitmap where it is smaller (``⌈m/8⌉ < 4k``)."""
+    if scheme == "auto":
+        return _BITMAP if math.ceil(int(elements) / 8) < 4 * k else _INT32
+    return _BITMAP if scheme == "bitmap" else _INT32
+
+
+def sparse_bytes(elements: int, k: int, scheme: str, value_bytes: int) -> int:
+    """``1`` (the tag) + the indices (``4k``, or ``⌈m/8⌉`` as a bitmap) + ``k`` values."""
+    tag = index_scheme(elements, k, scheme)
+    return 1 + (math.ceil(int(elements) / 8) if tag == _BITMAP else 4 * k) + k * value_bytes
+
+
+def top_indices(p: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` indices of the largest ``|p|``, ascending (ties: numpy's selection, the same on every run)."""
+    a = np.abs(np.asarray(p, dtype=np.float32))
+    if k >= a.size:
+        return np.arange(a.size, dtype=np.int64)
+    return np.sort(np.argpartition(-a, k - 1)[:k])
+
+
+def _values(p: np.ndarray, idx: np.ndarray, value_bytes: int) -> np.ndarray:
+    return np.asarray(p, dtype=np.float32)[idx].astype(np.float16 if value_bytes == 2 else np.float32)
+
+
+def sparse_encode(p: np.ndarray, idx: np.ndarray, scheme: str, value_bytes: int) -> bytes:
+    """The tag, the indices ``idx`` (ascending) and ``p[idx]``."""
+    m = int(np.asarray(p).size)
+    tag = index_scheme(m, idx.size, scheme)
+    if tag == _BITMAP:
+        mask = np.zeros(m, dtype=bool)
+        mask[idx] = True
+        where = np.packbits(mask, bitorder="little").tobytes()
+    else:
+        where = idx.astype("<u4").tobytes()
+    return bytes([tag]) + where + _values(p, idx, value_bytes).tobytes()
+
+
+def sparse_decode(message: bytes, elements: int, k: int, value_bytes: int) -> np.ndarray:
+    """The dense float32 vector: the sent values at their indices, zero elsewhere."""
+    m = int(elements)
+    tag = message[0]
+    if tag == _BITMAP:
+        n = math.ceil(m / 8)
+        mask = np.unpackbits(np.frombuffer(message, dtype=np.uint8, offset=1, count=n), bitorder="little", count=m)
+        idx, off = np.flatnonzero(mask), 1 + n
+    else:
+        idx, off = np.frombuffer(message, dtype="<u4", offset=1, count=k).astype(np.int64), 1 + 4 * k
+    dtype = np.float16 if value_bytes == 2 else np.float32
+    out = np.zeros(m, dtype=np.float32)
+    out[idx] = np.frombuffer(message, dtype=dtype, offset=off, count=idx.size).astype(np.float32)
+    return out
+
+
+def randk_bytes(k: int, value_bytes: int) -> int:
+    """``8 + k·value_bytes``: the shared seed and the values."""
+    return 8 + int(k) * value_bytes
+
+
+def randk_indices(seed: int, elements: int, k: int) -> np.ndarray:
+    """The ``k`` distinct indices of ``m`` a seed draws (ascending): sender and receiver draw the same."""
+    return np.sort(np.random.default_rng(int(seed)).choice(int(elements), size=int(k), replace=False))
+
+
+def randk_encode(p: np.ndarray, k: int, value_bytes: int, scale: float, rng: np.random.Generator) -> bytes:
+    """A fresh seed (8 bytes), then ``scale · p`` at the ``k`` indices it draws."""
+    seed = int(rng.integers(2**63 - 1))
+    idx = randk_indices(seed, np.asarray(p).size, k)
+    vals = (np.asarray(p, dtype=np.float32)[idx] * np.float32(scale))
+    return np.array([seed], dtype="<u8").tobytes() + vals.astype(np.float16 if value_bytes == 2 else np.float32).tobytes()
+
+
+def randk_decode(message: bytes, elements: int, k: int, value_bytes: int) -> np.ndarray:
+    """The values at the seed's indices, zero elsewhere (float32)."""
+    seed = int(np.frombuffer(message, dtype="<u8", count=1)[0])
+    idx = randk_indices(seed, elements, k)
+    out = np.zeros(int(elements), dtype=np.float32)
+    dtype = np.float16 if value_bytes == 2 else np.float32
+    out[idx] = np.frombuffer(message, dtype=dtype, offset=8, count=k).astype(np.float32)
+    return out
