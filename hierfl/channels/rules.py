@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, field_validator
 
 from hierfl.channels.math import bf16_round, bf16_to_float32, fp16_round
 from hierfl.config.base import ConfigModel
@@ -89,12 +89,13 @@ class NoChannel(Channel):
         """The identity."""
         return True
 
-    def problems(self, key: str) -> list[Problem]:
+    @field_validator("applies_to")
+    @classmethod
+    def _model_only(cls, value: str) -> str:
         """The identity has no reference model to differ from: ``applies_to: update`` would be ignored."""
-        if self.applies_to != "model":
-            return [Problem(f"{key}.applies_to", "channel 'none' sends the model as it is; allowed: model",
-                            self.applies_to, refused=True)]
-        return []
+        if value != "model":
+            raise ValueError("channel 'none' sends the model as it is; allowed: model")
+        return value
 
 
 class _Cast(Channel):
