@@ -38,18 +38,23 @@ _INT32, _BITMAP = 0, 1  # the sparse index-scheme tags
 # -- bit fields ------------------------------------------------------------------------------------------------
 
 def pack_bits(codes: np.ndarray, width: int) -> bytes:
-    """``codes`` (non-negative integers below ``2**width``) as consecutive ``width``-bit fields, least
-    significant bit first, the last byte padded with zeros."""
-    c = np.asarray(codes, dtype=np.uint32)
-    bits = ((c[:, None] >> np.arange(width, dtype=np.uint32)) & 1).astype(np.uint8)
+    """``codes`` (non-negative integers below ``2**width``, ``width`` ≤ 32) as consecutive ``width``-bit fields,
+    least significant bit first, the last byte padded with zeros."""
+    size = 1 if width <= 8 else 4  # each code's little-endian bytes, its bits unpacked and the low ``width`` kept
+    c = np.ascontiguousarray(codes, dtype="<u1" if size == 1 else "<u4")
+    bits = np.unpackbits(c.view(np.uint8).reshape(-1, size), axis=1, bitorder="little")[:, :width]
     return np.packbits(bits.reshape(-1), bitorder="little").tobytes()
 
 
 def unpack_bits(data: bytes | memoryview, count: int, width: int) -> np.ndarray:
     """The ``count`` ``width``-bit fields :func:`pack_bits` wrote, as uint32."""
     bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little", count=count * width)
-    return (bits.reshape(count, width).astype(np.uint32) << np.arange(width, dtype=np.uint32)).sum(
-        axis=1, dtype=np.uint32)
+    packed = np.packbits(bits.reshape(count, width), axis=1, bitorder="little")  # each field's bytes, zero-padded
+    if width <= 8:
+        return packed[:, 0].astype(np.uint32)
+    full = np.zeros((count, 4), dtype=np.uint8)
+    full[:, :packed.shape[1]] = packed
+    return full.view("<u4").reshape(count).astype(np.uint32)
 
 
 # -- QSGD ------------------------------------------------------------------------------------------------------
