@@ -6,14 +6,12 @@ from typing import Any
 
 from pydantic import Field
 
-import hierfl.channels.quantise  # noqa: F401 (registers qsgd, sign_ef)
-import hierfl.channels.sparse  # noqa: F401 (registers topk_ef, randk_ef, dgc)
 from hierfl.channels.math import DIRECTIONS
 from hierfl.channels.rules import CHANNELS, Channel
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 
-__all__ = ["ChannelsSection", "CHANNELS"]
+__all__ = ["ChannelsSection"]
 
 
 class ChannelsSection(ConfigModel):

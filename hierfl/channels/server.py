@@ -31,7 +31,7 @@ def _example(ctx: ServerContext) -> tuple[list[np.ndarray], dict[str, Any]]:
 def channel(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
             rng: np.random.Generator) -> ServerResult:
     """``inputs[0]`` encoded and decoded by ``params["channel"]`` (a channel's config); output: the decoded vector."""
-    from hierfl.channels.config import CHANNELS  # noqa: PLC0415 (the shipped ones; a plug-in is registered by then)
+    from hierfl.channels.rules import CHANNELS  # noqa: PLC0415 (a plug-in channel is registered by then)
 
     spec = dict(params["channel"])
     ch = CHANNELS.get(spec["name"]).model_validate(spec)

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hierfl.channels.codec import kept, level_bits, top_indices
-from hierfl.channels.config import CHANNELS
+from hierfl.channels.math.codec import kept, level_bits, top_indices
+from hierfl.channels.rules import CHANNELS
 from hierfl.channels.driver import ChannelLinks
 from hierfl.config.errors import ConfigError
 from hierfl.driver import resume_run, run_scenario

@@ -1,7 +1,10 @@
 """Transfer channels as plug-ins (``channels.<direction>: {name: …}``): the base class and the shipped casts.
 
 A channel is a config model registered in :data:`CHANNELS` (``hierfl.plugin`` exports both); the overview,
-the link directions and what the driver charges are in :mod:`hierfl.channels`.
+the link directions and what the driver charges are in :mod:`hierfl.channels`. The update compressors live in
+the modules of this package, registered when it is imported: :mod:`~hierfl.channels.rules.compressor` (their
+bases: shared knobs, error feedback), :mod:`~hierfl.channels.rules.quantise` (``qsgd``, ``sign_ef``) and
+:mod:`~hierfl.channels.rules.sparse` (``topk_ef``, ``randk_ef``, ``dgc``).
 """
 
 from __future__ import annotations
@@ -155,3 +158,7 @@ class Bf16Channel(_Cast):
     def decode(self, message: Any, elements: int) -> Any:
         """Back to float32 (exact)."""
         return bf16_to_float32(message)
+
+
+# the update compressors register themselves (they subclass Channel: imported once it is defined)
+from hierfl.channels.rules import quantise, sparse  # noqa: E402,F401

@@ -2,7 +2,7 @@
 with Memory", NeurIPS 2018) and ``dgc`` (Lin, Han, Mao, Wang, Dally, "Deep Gradient Compression", ICLR 2018).
 
 Each keeps ``k = ⌈ratio·m⌉`` values (at least one) of the message's ``m``; the wire formats are in
-:mod:`hierfl.channels.codec`. ``k`` is taken over the whole message (the channel sees one flat vector, not the
+:mod:`hierfl.channels.math.codec`. ``k`` is taken over the whole message (the channel sees one flat vector, not the
 model's tensors) [D].
 """
 
@@ -13,9 +13,9 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
-from hierfl.channels.codec import (kept, randk_bytes, randk_decode, randk_encode, sparse_bytes, sparse_decode,
+from hierfl.channels.math.codec import (kept, randk_bytes, randk_decode, randk_encode, sparse_bytes, sparse_decode,
                                    sparse_encode, top_indices)
-from hierfl.channels.compressor import Compressor, ErrorFeedback
+from hierfl.channels.rules.compressor import Compressor, ErrorFeedback
 from hierfl.channels.rules import CHANNELS
 
 __all__ = ["TopkEfChannel", "RandkEfChannel", "DgcChannel"]

@@ -2,7 +2,7 @@
 and error feedback.
 
 A compressor is a :class:`~hierfl.channels.rules.Channel` whose message is a real byte string (the wire formats of
-:mod:`hierfl.channels.codec`), whose length the driver charges, and which by default encodes the model's update
+:mod:`hierfl.channels.math.codec`), whose length the driver charges, and which by default encodes the model's update
 (``applies_to: update``: the difference from the model the lower end last received on this tier, as compressors
 are meant to be used [D]). Encoding and decoding cost ``encode_ops`` / ``decode_ops`` FLOP equivalents per value
 (or per kept value), with the defaults of the specification's compute table [D].

@@ -1,6 +1,6 @@
 """Quantising channels: ``qsgd`` (stochastic k-bit quantisation) and ``sign_ef`` (scaled sign with error feedback).
 
-Wire formats and arithmetic in :mod:`hierfl.channels.codec`; the shared knobs in :mod:`hierfl.channels.compressor`.
+Wire formats and arithmetic in :mod:`hierfl.channels.math.codec`; the shared knobs in :mod:`hierfl.channels.rules.compressor`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveInt
 
-from hierfl.channels.codec import qsgd_bytes, qsgd_decode, qsgd_encode, sign_bytes, sign_decode, sign_encode
-from hierfl.channels.compressor import Compressor, ErrorFeedback
+from hierfl.channels.math.codec import qsgd_bytes, qsgd_decode, qsgd_encode, sign_bytes, sign_decode, sign_encode
+from hierfl.channels.rules.compressor import Compressor, ErrorFeedback
 from hierfl.channels.rules import CHANNELS
 
 __all__ = ["QsgdChannel", "SignEfChannel"]
