@@ -187,6 +187,11 @@ def test_a_migration_resets_the_residual_when_configured():
             links.coded(("device", 3), ("edge", edge), x)
         flags = [bool(p.get("reset")) for p, _ in servers.calls]
         assert flags == ([False, False, True, False] if reset else [False] * 4)
+        outputs = [links.coded(("device", 3), ("edge", e), x) for e in (0, 0)]  # back to edge 0
+        fresh, _ = _links({"device_uplink": _channel({"name": "sign_ef", "applies_to": "model"})})
+        first = fresh.coded(("device", 3), ("edge", 0), x)
+        # after a reset the next message is encoded from a zero residual: a fresh sender's first message
+        assert np.array_equal(outputs[0], first) == reset
 
 
 # -- runs -------------------------------------------------------------------------------------------------------
@@ -223,6 +228,34 @@ def test_bad_compressor_settings_are_refused():
             validate_raw(_raw(channels=channels))
         hits = [p for p in info.value.problems if p.path.startswith(key)]
         assert hits and words in hits[0].message, (channels, info.value.report())
+
+
+EDGE_ONLY = '''
+from typing import ClassVar, Literal
+
+from hierfl.plugin import PROTOCOLS
+
+
+@PROTOCOLS.register
+class EdgeUp(PROTOCOLS.get("hierfavg")):
+    """HierFAVG declaring the edge uplink too, not the edge downlink."""
+
+    name: Literal["edge_up"] = "edge_up"
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink", "edge_uplink")
+'''
+
+
+def test_an_update_needs_the_matching_downlink(tmp_path):
+    path = tmp_path / "edge_up.py"
+    path.write_text(EDGE_ONLY, encoding="utf-8")
+    base = {"plugins": [str(path)], "protocol": {"name": "edge_up", "kappa1": 1, "kappa2": 1},
+            "topology": {"edge_servers": 2}}
+    with pytest.raises(ConfigError) as info:
+        validate_raw(_raw(**base, channels={"edge_uplink": "qsgd"}))
+    hits = [p for p in info.value.problems if p.path == "channels.edge_uplink.applies_to"]
+    assert hits and "edge_downlink" in hits[0].message and "allowed: model" in hits[0].message
+    validate_raw(_raw(**base, channels={"edge_uplink": {"name": "qsgd", "applies_to": "model"},
+                                        "device_uplink": "qsgd"}))
 
 
 def test_error_feedback_and_references_resume_bit_for_bit(tmp_path):
