@@ -68,7 +68,8 @@ def test_byte_formulas_by_hand():
 
 
 def test_qsgd_is_unbiased_and_within_its_variance_bound():
-    """E[Q(v)] = v (3 000 draws, each coordinate within 5 standard errors) and E‖Q(v) − v‖² ≤ min(m/s², √m/s)‖v‖²."""
+    """E[Q(v)] = v (3 000 draws, each coordinate within 5 standard errors) and
+    E‖Q(v) − v‖² ≤ min(m/s², √m/s)‖v‖²."""
     ch = _channel({"name": "qsgd", "levels": 4, "bucket": 64})
     v = np.random.default_rng(0).standard_normal(64).astype(np.float32)
     draws = np.stack([ch.decode(ch.encode(v, {}, np.random.default_rng(i)), 64) for i in range(3000)])
@@ -123,7 +124,8 @@ def test_dgc_momentum_correction_and_masking_by_hand():
     state: dict[str, Any] = {}
     g1 = np.array([1.0, -2.0, 0.5, 0.0], dtype=np.float32)
     assert np.array_equal(ch.decode(ch.encode(g1, state, None), 4), [0, -2.0, 0, 0])
-    assert np.array_equal(state["momentum"], [1.0, 0, 0.5, 0]) and np.array_equal(state["accumulated"], [1.0, 0, 0.5, 0])
+    assert np.array_equal(state["momentum"], [1.0, 0, 0.5, 0])
+    assert np.array_equal(state["accumulated"], [1.0, 0, 0.5, 0])
     g2 = np.array([0.5, 1.0, 0.0, 0.25], dtype=np.float32)
     # u = [1.0, 1.0, 0.25, 0.25]; w = [2.0, 1.0, 0.75, 0.25]: index 0 is sent
     assert np.array_equal(ch.decode(ch.encode(g2, state, None), 4), [2.0, 0, 0, 0])

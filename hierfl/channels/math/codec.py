@@ -200,7 +200,8 @@ def randk_encode(p: np.ndarray, k: int, value_bytes: int, scale: float, rng: np.
     seed = int(rng.integers(2**63 - 1))
     idx = randk_indices(seed, np.asarray(p).size, k)
     vals = (np.asarray(p, dtype=np.float32)[idx] * np.float32(scale))
-    return np.array([seed], dtype="<u8").tobytes() + vals.astype(np.float16 if value_bytes == 2 else np.float32).tobytes()
+    dtype = np.float16 if value_bytes == 2 else np.float32
+    return np.array([seed], dtype="<u8").tobytes() + vals.astype(dtype).tobytes()
 
 
 def randk_decode(message: bytes, elements: int, k: int, value_bytes: int) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Quantising channels: ``qsgd`` (stochastic k-bit quantisation) and ``sign_ef`` (scaled sign with error feedback).
 
-Wire formats and arithmetic in :mod:`hierfl.channels.math.codec`; the shared knobs in :mod:`hierfl.channels.rules.compressor`.
+Wire formats and arithmetic in :mod:`hierfl.channels.math.codec`; the shared knobs in
+:mod:`hierfl.channels.rules.compressor`.
 """
 
 from __future__ import annotations
