@@ -96,6 +96,10 @@ class ChannelsSection(ConfigModel):
             out.append(Problem(key, f"channel {ch.name!r} keeps per-sender state (error feedback): a server's "
                                "broadcast to many receivers would share one; allowed on downlinks: a stateless "
                                "channel (none, fp16, bf16, qsgd)", ch.name, refused=True))
+        if ch.measures_bytes and direction.endswith("downlink"):
+            out.append(Problem(key, f"channel {ch.name!r} measures its bytes on the encoded message (exact_bytes), "
+                               "but a download is coded when it arrives, after its bytes were charged; allowed on "
+                               "downlinks: a channel of fixed length", ch.name, refused=True))
         if ch.applies_to == "update" and direction.endswith("uplink"):
             pairs = [d.replace("uplink", "downlink") for d in DIRECTIONS if d.endswith("uplink")
                      and (direction == "uplink" or d == direction) and d in honoured]

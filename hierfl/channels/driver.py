@@ -20,8 +20,10 @@ event does not grow with the number of devices. A channel with ``applies_to: upd
 from the model the lower end (a device, or an edge server on the edge tier) last received through that tier's
 downlink (the reference both ends know; before any, the model itself), and the receiver adds it back. A channel
 that keeps state and resets on migration has its sender's state cleared when the sender's receiver changes.
-Timing-only runs (``training.trainer: none``) charge bytes
-and time and compute nothing.
+A channel whose length depends on the values (``exact_bytes``: :attr:`Channel.measures_bytes`) is charged
+the length measured when the message was coded (the protocol codes an upload before it sends it); bytes and
+times then depend on the model's values. Timing-only runs (``training.trainer: none``) charge bytes
+(the fixed lengths) and time and compute nothing.
 
 ``summary.json`` gets a ``channels`` block: per direction the channel, its messages (counted when sent),
 the bytes sent, the raw float32 bytes they replace and the bytes saved, and the encode and decode seconds;
@@ -81,6 +83,7 @@ class ChannelLinks:
         # reference of its next update (and of its next download's difference); kept only where a channel needs it
         self._references = any(c.applies_to == "update" for c in self.placed.values())
         self._held: dict[Endpoint, Any] = {}
+        self._measured: dict[tuple[Endpoint, Endpoint], int] = {}  # exact_bytes: lengths of coded, unsent messages
         self._peer: dict[tuple[str, int], Endpoint] = {}  # each stateful sender's last receiver (reset_on_migration)
 
     # -- timing ------------------------------------------------------------------------------------------
@@ -98,6 +101,8 @@ class ChannelLinks:
         if cost is None:
             return None
         size, enc, dec, eff = cost
+        if self._measured:  # a length measured on the encoded message (exact_bytes), coded before it is sent
+            size = self._measured.pop((src, dst), size)
         encode_s = enc / (self.flops_of(src) * eff) if enc > 0 else 0.0
         decode_s = dec / (self.flops_of(dst) * eff) if dec > 0 else 0.0
         stats = self.stats[direction]  # type: ignore[index]
@@ -154,9 +159,11 @@ class ChannelLinks:
             if last is not None and last != dst:
                 params["reset"] = True
         inputs = [handle] if ref is None else [handle, ref]
-        outputs, _, _, _ = self.executor.servers.run_task("channel", params, seed, f"channel:{direction}", sender,
-                                                          inputs)
+        outputs, _, stats, _ = self.executor.servers.run_task("channel", params, seed, f"channel:{direction}", sender,
+                                                              inputs)
         decoded = outputs[0]
+        if ch.measures_bytes:  # its length depends on the values: charged when the message is sent
+            self._measured[(src, dst)] = int(stats["bytes"])
         if not ch.keeps_state and ref is None:
             memo.append((handle, decoded))
             if len(memo) > _MEMO:

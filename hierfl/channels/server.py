@@ -8,7 +8,8 @@ driver has charged it on the sender's and the receiver's clocks.
 
 With a second input (a channel with ``applies_to: update``), that input is the reference model both ends hold:
 the channel encodes ``x − reference`` and the receiver gets ``reference + decode(…)``. ``params["reset"]``
-clears the sender's kept state first (``reset_on_migration``: its messages now go to another receiver).
+clears the sender's kept state first (``reset_on_migration``: its messages now go to another receiver). A
+channel that measures its bytes (``exact_bytes``) has its message's length reported in the stats (``bytes``).
 """
 
 from __future__ import annotations
@@ -40,16 +41,18 @@ def channel(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any]
     state: dict[str, Any] = ctx.state if ch.keeps_state else {}
     if params.get("reset"):
         state.clear()
+    ref = None
     if len(inputs) > 1:  # the update: the difference from the reference both ends hold, added back on arrival
         ref = np.asarray(inputs[1], dtype=np.float32)
         if ref.shape != x.shape:
             raise ValueError(f"channel {ch.name!r} (applies_to: update): the message has {x.shape} values, the "
                              f"model its receiver last sent has {ref.shape}; use applies_to: model here")
-        decoded = np.asarray(ch.decode(ch.encode((x - ref).astype(np.float32), state, rng), elements),
-                             dtype=np.float32)
-        out = (ref + decoded.reshape(x.shape)).astype(np.float32)
-    else:
-        out = np.asarray(ch.decode(ch.encode(x, state, rng), elements), dtype=np.float32)
+    message = ch.encode(x if ref is None else (x - ref).astype(np.float32), state, rng)
+    out = np.asarray(ch.decode(message, elements), dtype=np.float32)
+    if ref is not None:
+        out = (ref + out.reshape(x.shape)).astype(np.float32)
     if out.shape != x.shape:
         raise ValueError(f"channel {ch.name!r} decoded {out.shape} values from a message of {x.shape}")
-    return ServerResult([out], 0.0)
+    # a length that depends on the values (exact_bytes): the measured one, for the driver to charge
+    stats = {"bytes": float(len(message))} if ch.measures_bytes else {}
+    return ServerResult([out], 0.0, stats)

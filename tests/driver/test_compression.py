@@ -276,3 +276,29 @@ def test_error_feedback_and_references_resume_bit_for_bit(tmp_path):
                  stop={"rounds": 4})
     run_scenario(validate_raw(model), tmp_path / "model")
     assert not np.array_equal(np.load(tmp_path / "model" / "final_model.npy"), np.load(out / "final_model.npy"))
+
+
+def test_exact_bytes_charges_the_measured_length(tmp_path):
+    """topk_ef with exact_bytes: each upload is charged its encoded length (varint gaps where shorter), at most
+    the fixed length; timing-only runs charge the fixed length."""
+    from hierfl.channels.math.codec import varint_decode, varint_encode
+
+    idx = np.array([0, 3, 300, 301, 20000])
+    assert varint_encode(idx) == bytes([1, 3, 0xA9, 0x02, 1, 0xF3, 0x99, 0x01])  # gaps 1, 3, 297, 1, 19699
+    assert np.array_equal(varint_decode(varint_encode(idx)), idx)
+    ch = _channel({"name": "topk_ef", "ratio": 0.01, "exact_bytes": True})
+    x = np.random.default_rng(2).standard_normal(10_000).astype(np.float32)
+    message = ch.encode(x, {}, None)
+    assert message[0] == 2 and len(message) < ch.encoded_bytes(10_000)  # 100 gaps of ~100: one or two bytes each
+    assert np.count_nonzero(ch.decode(message, 10_000)) == 100
+    spec = {"name": "topk_ef", "ratio": 0.2, "exact_bytes": True, "indices": "int32"}
+    run_scenario(validate_raw(_raw(channels={"uplink": spec})), tmp_path / "exact")
+    run_scenario(validate_raw(_raw(channels={"uplink": spec}, training={"trainer": "none"})), tmp_path / "timing")
+    events = json.loads((tmp_path / "exact" / "trace.json").read_text())
+    uploads = [e["args"]["bytes"] for e in events if e.get("ph") == "X" and e.get("name") == "upload"]
+    block = _summary(tmp_path / "exact")["channels"]["device_uplink"]
+    fixed = 1 + 4 * 4 + 4 * 4  # k = 4 of 18: int32 indices
+    assert block["bytes"] == sum(uploads) and all(b < fixed for b in uploads) and len(uploads) == block["messages"]
+    assert _summary(tmp_path / "timing")["channels"]["device_uplink"]["bytes"] == block["messages"] * fixed
+    with pytest.raises(ConfigError):  # a download is coded on arrival: its length cannot be measured first
+        validate_raw(_raw(channels={"device_downlink": {"name": "dgc", "exact_bytes": True}}))

@@ -15,7 +15,8 @@ the element count and the settings only, never of the values: the length the dri
   Dally, "Deep Gradient Compression", ICLR 2018): a 1-byte index-scheme tag, the kept indices (32-bit absolute
   indices or a bitmap of ``⌈m/8⌉`` bytes, whichever is smaller for ``k`` of ``m``: a choice fixed by the shape),
   then the ``k`` values as float32 or float16. Random-k sends an 8-byte seed instead of indices: the receiver
-  draws the same indices.
+  draws the same indices. Opt-in, a length that depends on the values (``exact``): the smallest of the two
+  and of the gaps between indices as LEB128 varints (7 bits a byte), as measured on the index set.
 
 Error feedback (the "memory" of Stich et al. and Karimireddy et al.): the sender adds its residual ``e`` to the
 vector, ``p = v + e``, sends ``C(p)``, and keeps ``e ← p − C(p)`` (what was not sent), where ``C(p)`` is what the
@@ -29,10 +30,10 @@ import math
 import numpy as np
 
 __all__ = ["level_bits", "qsgd_bytes", "qsgd_encode", "qsgd_decode", "sign_bytes", "sign_encode", "sign_decode",
-           "kept", "index_scheme", "sparse_bytes", "sparse_encode", "sparse_decode", "randk_bytes", "randk_indices",
+           "kept", "index_scheme", "varint_encode", "varint_decode", "sparse_bytes", "sparse_encode", "sparse_decode", "randk_bytes", "randk_indices",
            "randk_encode", "randk_decode", "top_indices", "pack_bits", "unpack_bits"]
 
-_INT32, _BITMAP = 0, 1  # the sparse index-scheme tags
+_INT32, _BITMAP, _VARINT = 0, 1, 2  # the sparse index-scheme tags
 
 
 # -- bit fields ------------------------------------------------------------------------------------------------
@@ -144,6 +145,32 @@ def sparse_bytes(elements: int, k: int, scheme: str, value_bytes: int) -> int:
     return 1 + (math.ceil(int(elements) / 8) if tag == _BITMAP else 4 * k) + k * value_bytes
 
 
+def varint_encode(idx: np.ndarray) -> bytes:
+    """The gaps ``idx_j − idx_{j−1}`` (``idx_{−1} = −1``, so each is at least 1) as LEB128 varints: 7 bits a byte,
+    least significant group first, the high bit set on every byte but a number's last."""
+    gaps = np.diff(np.asarray(idx, dtype=np.int64), prepend=-1).astype(np.uint64)
+    groups = np.maximum(1, (np.floor(np.log2(np.maximum(gaps, 1).astype(np.float64))).astype(np.int64) // 7) + 1)
+    start = np.concatenate([[0], np.cumsum(groups)[:-1]])
+    out = np.zeros(int(groups.sum()), dtype=np.uint8)
+    for t in range(int(groups.max()) if gaps.size else 0):
+        has = groups > t
+        more = (groups - 1 > t)[has].astype(np.uint8) << 7
+        out[start[has] + t] = ((gaps[has] >> np.uint64(7 * t)) & np.uint64(0x7F)).astype(np.uint8) | more
+    return out.tobytes()
+
+
+def varint_decode(data: bytes | memoryview) -> np.ndarray:
+    """The indices :func:`varint_encode` wrote (int64, ascending)."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    last = (b & 0x80) == 0
+    number = np.concatenate([[0], np.cumsum(last)[:-1]])           # which number each byte belongs to
+    first = np.concatenate([[True], last[:-1]])
+    pos = np.arange(b.size) - np.maximum.accumulate(np.where(first, np.arange(b.size), 0))
+    gaps = np.zeros(int(last.sum()), dtype=np.int64)
+    np.add.at(gaps, number, (b & 0x7F).astype(np.int64) << (7 * pos))
+    return np.cumsum(gaps) - 1
+
+
 def top_indices(p: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` indices of the largest ``|p|``, ascending (ties: numpy's selection, the same on every run)."""
     a = np.abs(np.asarray(p, dtype=np.float32))
@@ -156,10 +183,16 @@ def _values(p: np.ndarray, idx: np.ndarray, value_bytes: int) -> np.ndarray:
     return np.asarray(p, dtype=np.float32)[idx].astype(np.float16 if value_bytes == 2 else np.float32)
 
 
-def sparse_encode(p: np.ndarray, idx: np.ndarray, scheme: str, value_bytes: int) -> bytes:
-    """The tag, the indices ``idx`` (ascending) and ``p[idx]``."""
+def sparse_encode(p: np.ndarray, idx: np.ndarray, scheme: str, value_bytes: int, exact: bool = False) -> bytes:
+    """The tag, the indices ``idx`` (ascending) and ``p[idx]``; ``exact``: the indices in the smallest of the
+    fixed scheme and the varint gaps, measured on ``idx`` (a length that depends on the values)."""
     m = int(np.asarray(p).size)
     tag = index_scheme(m, idx.size, scheme)
+    if exact:
+        gaps = varint_encode(idx)
+        fixed = math.ceil(m / 8) if tag == _BITMAP else 4 * idx.size
+        if len(gaps) < fixed:
+            return bytes([_VARINT]) + gaps + _values(p, idx, value_bytes).tobytes()
     if tag == _BITMAP:
         mask = np.zeros(m, dtype=bool)
         mask[idx] = True
@@ -177,6 +210,9 @@ def sparse_decode(message: bytes, elements: int, k: int, value_bytes: int) -> np
         n = math.ceil(m / 8)
         mask = np.unpackbits(np.frombuffer(message, dtype=np.uint8, offset=1, count=n), bitorder="little", count=m)
         idx, off = np.flatnonzero(mask), 1 + n
+    elif tag == _VARINT:  # the values take the message's last k·value_bytes bytes
+        off = len(message) - k * value_bytes
+        idx = varint_decode(memoryview(message)[1:off])
     else:
         idx, off = np.frombuffer(message, dtype="<u4", offset=1, count=k).astype(np.int64), 1 + 4 * k
     dtype = np.float16 if value_bytes == 2 else np.float32

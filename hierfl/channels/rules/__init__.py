@@ -50,6 +50,13 @@ class Channel(ConfigModel):
         return False
 
     @property
+    def measures_bytes(self) -> bool:
+        """Whether its message's length depends on the values (opt-in ``exact_bytes``): the driver then charges
+        the length measured on the encoded message, and ``encoded_bytes`` is the length timing-only runs
+        charge. False by default: the length is fixed by the shape and the settings."""
+        return False
+
+    @property
     def resets_on_migration(self) -> bool:
         """Whether the sender's kept state is cleared when its messages go to another receiver than its last
         (a device moved to another edge server); False by default."""

@@ -45,14 +45,24 @@ class _TopSparse(_Sparse):
     indices: Literal["auto", "int32", "bitmap"] = Field(
         default="auto", description="how the kept indices travel: 32-bit absolute indices (4k bytes), a bitmap "
         "(⌈m/8⌉ bytes), or auto, the smaller of the two for the message's shape [D: auto]")
+    exact_bytes: bool = Field(
+        default=False, description="send the indices as varint gaps where that is shorter on the actual index "
+        "set, and charge the measured length: bytes and times then depend on the model's values (timing-only "
+        "runs charge the fixed length, an upper bound) [D: false]")
+
+    @property
+    def measures_bytes(self) -> bool:
+        """``exact_bytes``."""
+        return bool(self.exact_bytes)
 
     def encoded_bytes(self, elements: int) -> int:
-        """A 1-byte tag, the indices, ``k`` values."""
+        """A 1-byte tag, the indices, ``k`` values (with ``exact_bytes``: the most a message takes)."""
         return sparse_bytes(elements, kept(elements, self.ratio), self.indices, self.value_bytes)
 
     def pack(self, p: np.ndarray, rng: np.random.Generator) -> bytes:
         """The ``k`` largest magnitudes of ``p``."""
-        return sparse_encode(p, top_indices(p, kept(p.size, self.ratio)), self.indices, self.value_bytes)
+        return sparse_encode(p, top_indices(p, kept(p.size, self.ratio)), self.indices, self.value_bytes,
+                             self.exact_bytes)
 
     def unpack(self, message: bytes, elements: int) -> np.ndarray:
         """The dense vector, zero where nothing was sent."""
@@ -149,7 +159,7 @@ class DgcChannel(_TopSparse):
         u = (np.float32(self.momentum) * u + g).astype(np.float32)
         w = (w + u).astype(np.float32)
         idx = top_indices(w, kept(g.size, self.ratio))
-        message = sparse_encode(w, idx, self.indices, self.value_bytes)
+        message = sparse_encode(w, idx, self.indices, self.value_bytes, self.exact_bytes)
         w[idx] = 0.0
         u[idx] = 0.0
         state["momentum"], state["accumulated"] = u, w
