@@ -302,3 +302,20 @@ def test_exact_bytes_charges_the_measured_length(tmp_path):
     assert _summary(tmp_path / "timing")["channels"]["device_uplink"]["bytes"] == block["messages"] * fixed
     with pytest.raises(ConfigError):  # a download is coded on arrival: its length cannot be measured first
         validate_raw(_raw(channels={"device_downlink": {"name": "dgc", "exact_bytes": True}}))
+
+
+def test_qsgd_exact_bytes_is_the_elias_coded_message():
+    """The same draws as the fixed layout (the same decoded vector), Elias-γ coded: its measured length."""
+    v = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+    fixed, exact = _channel({"name": "qsgd", "bucket": 64}), _channel({"name": "qsgd", "bucket": 64,
+                                                                         "exact_bytes": True})
+    a = fixed.decode(fixed.encode(v, {}, np.random.default_rng(9)), 1000)
+    message = exact.encode(v, {}, np.random.default_rng(9))
+    assert np.array_equal(exact.decode(message, 1000), a) and exact.measures_bytes and not fixed.measures_bytes
+    # γ(x) takes 2⌊log₂x⌋+1 bits: the count of non-zero levels + 1, then per non-zero its run, sign and level
+    level = np.round(np.abs(a) / np.repeat(np.frombuffer(message, np.float32, count=16), 64)[:1000] * 16)
+    nz = np.flatnonzero(level)
+    gamma = lambda x: 2 * np.floor(np.log2(x)).astype(int) + 1  # noqa: E731
+    bits = gamma(nz.size + 1) + gamma(np.diff(nz, prepend=-1)).sum() + nz.size + gamma(level[nz]).sum()
+    assert len(message) == 4 * 16 + -(-bits // 8) < fixed.encoded_bytes(1000)
+    assert exact.encode_flops(1000) == 20 * 1000 and exact.encoded_bytes(1000) == fixed.encoded_bytes(1000)

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-__all__ = ["level_bits", "qsgd_bytes", "qsgd_encode", "qsgd_decode", "sign_bytes", "sign_encode", "sign_decode",
+__all__ = ["level_bits", "qsgd_bytes", "qsgd_encode", "qsgd_decode", "qsgd_encode_exact", "qsgd_decode_exact", "sign_bytes", "sign_encode", "sign_decode",
            "kept", "index_scheme", "varint_encode", "varint_decode", "sparse_bytes", "sparse_encode", "sparse_decode", "randk_bytes", "randk_indices",
            "randk_encode", "randk_decode", "top_indices", "pack_bits", "unpack_bits"]
 
@@ -88,6 +88,72 @@ def qsgd_encode(vector: np.ndarray, levels: int, bucket: int, rng: np.random.Gen
     level = np.minimum(level, s)  # r ≤ s up to rounding of the float32 norm
     codes = (level << 1) | (v < 0).astype(np.uint32)
     return norms.tobytes() + pack_bits(codes, 1 + level_bits(s))
+
+
+def _bit_fields(values: np.ndarray, widths: np.ndarray, lengths: np.ndarray) -> bytes:
+    """Consecutive fields, field ``i`` ``lengths[i]`` bits long with ``values[i]`` in its last ``widths[i]`` bits
+    (most significant first) and zeros before: an Elias-γ code when ``lengths = 2·widths − 1``."""
+    v, w, n = (np.asarray(a, dtype=np.int64) for a in (values, widths, lengths))
+    ends = np.cumsum(n)
+    bits = np.zeros(int(ends[-1]) if n.size else 0, dtype=np.uint8)
+    field = np.repeat(np.arange(v.size), w)
+    j = np.arange(field.size) - np.repeat(np.cumsum(w) - w, w)        # 0 .. w−1 within a field's payload
+    bits[np.repeat(ends - w, w) + j] = (v[field] >> (w[field] - 1 - j)) & 1
+    return np.packbits(bits).tobytes()
+
+
+def _gamma_widths(x: np.ndarray) -> np.ndarray:
+    """``⌊log₂ x⌋ + 1``: the payload bits of Elias-γ of ``x ≥ 1`` (the code is twice that, less one)."""
+    return np.floor(np.log2(np.asarray(x, dtype=np.float64))).astype(np.int64) + 1
+
+
+def qsgd_encode_exact(vector: np.ndarray, levels: int, bucket: int, rng: np.random.Generator) -> bytes:
+    """QSGD with the paper's variable-length coding: the buckets' float32 norms, then Elias-γ of (the count of
+    non-zero levels + 1), then per non-zero level Elias-γ of (the zeros skipped + 1), its sign bit and Elias-γ of
+    the level; the same draws as :func:`qsgd_encode`, so both decode to the same vector."""
+    dense = qsgd_encode(vector, levels, bucket, rng)
+    m = int(np.asarray(vector).size)
+    nb = math.ceil(m / bucket)
+    codes = unpack_bits(memoryview(dense)[4 * nb:], m, 1 + level_bits(levels))
+    nz = np.flatnonzero(codes >> 1)
+    runs = np.diff(nz, prepend=-1)                                    # zeros skipped + 1
+    values = np.concatenate([[nz.size + 1], np.stack([runs, codes[nz] & 1, codes[nz] >> 1], axis=1).reshape(-1)])
+    widths = _gamma_widths(np.maximum(values, 1))
+    lengths = 2 * widths - 1
+    sign = np.arange(values.size) % 3 == 2                             # the raw sign bits: one bit each
+    widths[sign], lengths[sign] = 1, 1
+    return dense[:4 * nb] + _bit_fields(values, widths, lengths)
+
+
+def qsgd_decode_exact(message: bytes, elements: int, levels: int, bucket: int) -> np.ndarray:
+    """The vector :func:`qsgd_encode_exact` encoded (read field by field: the lengths are in the stream)."""
+    m, s = int(elements), int(levels)
+    nb = math.ceil(m / bucket)
+    bits = np.unpackbits(np.frombuffer(message, dtype=np.uint8, offset=4 * nb)).tolist()
+    at = 0
+
+    def gamma() -> int:
+        nonlocal at
+        zeros = 0
+        while bits[at] == 0:
+            zeros += 1
+            at += 1
+        x = 0
+        for b in bits[at:at + zeros + 1]:
+            x = (x << 1) | b
+        at += zeros + 1
+        return x
+
+    level = np.zeros(m, dtype=np.float64)
+    sign = np.ones(m, dtype=np.float64)
+    pos = -1
+    for _ in range(gamma() - 1):
+        pos += gamma()
+        sign[pos] = -1.0 if bits[at] else 1.0
+        at += 1
+        level[pos] = gamma()
+    norms = np.frombuffer(message, dtype=np.float32, count=nb)
+    return (np.repeat(norms, bucket)[:m].astype(np.float64) * sign * level / s).astype(np.float32)
 
 
 def qsgd_decode(message: bytes, elements: int, levels: int, bucket: int) -> np.ndarray:

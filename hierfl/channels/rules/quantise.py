@@ -11,7 +11,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveInt
 
-from hierfl.channels.math.codec import qsgd_bytes, qsgd_decode, qsgd_encode, sign_bytes, sign_decode, sign_encode
+from hierfl.channels.math.codec import (qsgd_bytes, qsgd_decode, qsgd_decode_exact, qsgd_encode, qsgd_encode_exact,
+                                        sign_bytes, sign_decode, sign_encode)
 from hierfl.channels.rules.compressor import Compressor, ErrorFeedback
 from hierfl.channels.rules import CHANNELS
 
@@ -27,6 +28,12 @@ class QsgdChannel(Compressor):
     ``4·⌈m/bucket⌉ + ⌈m·(1 + ⌈log₂(levels+1)⌉)/8⌉`` (fixed-length fields; the paper's Elias coding, whose
     length depends on the values, is not used [D]). The random draws come from the message's seed stream.
     With ``levels: 16`` (the default [D]) each value takes 6 bits: about 5.3× fewer bytes than float32.
+
+    ``exact_bytes: true`` sends the paper's variable-length coding instead (Elias-γ of the run of zeros before
+    each non-zero level, its sign bit, Elias-γ of the level; the count of non-zero levels first) and the driver
+    charges its measured length, which then depends on the values; its Elias coding costs ``elias_ops`` more
+    per value (every value: the count of non-zero levels is not known in advance) [D]. Timing-only runs charge
+    the fixed length.
     """
 
     name: Literal["qsgd"] = "qsgd"
@@ -35,18 +42,37 @@ class QsgdChannel(Compressor):
     encode_ops: NonNegativeFloat = Field(default=10.0, description="FLOP equivalents of encoding per value (norm, "
                                          "scale, floor, compare, a random draw as 4) [D]")
     decode_ops: NonNegativeFloat = Field(default=3.0, description="FLOP equivalents of decoding per value [D]")
+    exact_bytes: bool = Field(default=False, description="Elias-coded levels and runs, the measured length "
+                              "charged: bytes and times then depend on the model's values [D: false]")
+    elias_ops: NonNegativeFloat = Field(default=10.0, description="FLOP equivalents per value of the Elias "
+                                        "coding, each way, with exact_bytes [D]")
+
+    @property
+    def measures_bytes(self) -> bool:
+        """``exact_bytes``."""
+        return bool(self.exact_bytes)
+
+    def encode_flops(self, elements: int) -> float:
+        """``encode_ops`` per value (and ``elias_ops`` with ``exact_bytes``)."""
+        return (float(self.encode_ops) + (float(self.elias_ops) if self.exact_bytes else 0.0)) * int(elements)
+
+    def decode_flops(self, elements: int) -> float:
+        """``decode_ops`` per value (and ``elias_ops`` with ``exact_bytes``)."""
+        return (float(self.decode_ops) + (float(self.elias_ops) if self.exact_bytes else 0.0)) * int(elements)
 
     def encoded_bytes(self, elements: int) -> int:
-        """The norms, then a sign bit and a level per value."""
+        """The norms, then a sign bit and a level per value (with ``exact_bytes``: what timing-only runs charge)."""
         return qsgd_bytes(elements, self.levels, self.bucket)
 
     def pack(self, p: np.ndarray, rng: np.random.Generator) -> bytes:
         """Quantise ``p``."""
-        return qsgd_encode(p, self.levels, self.bucket, rng)
+        encode = qsgd_encode_exact if self.exact_bytes else qsgd_encode
+        return encode(p, self.levels, self.bucket, rng)
 
     def unpack(self, message: bytes, elements: int) -> np.ndarray:
         """``norm · sign · level / levels`` per value."""
-        return qsgd_decode(message, elements, self.levels, self.bucket)
+        decode = qsgd_decode_exact if self.exact_bytes else qsgd_decode
+        return decode(message, elements, self.levels, self.bucket)
 
 
 @CHANNELS.register
