@@ -25,7 +25,8 @@ no edge servers), ``device_downlink`` (back), ``edge_uplink`` (an edge server to
 A channel is a plug-in like the others: a config model registered in :data:`CHANNELS` under the name
 used in YAML (``hierfl.plugin`` exports both). This package ships ``none`` (the identity: today's
 bytes and bits), ``fp16`` and ``bf16``, and the update compressors ``qsgd``, ``sign_ef``, ``topk_ef``,
-``randk_ef`` and ``dgc`` (a real encoder's byte string, of a length fixed by the shape and the settings;
+``randk_ef``, ``dgc`` and ``polyline`` (a real encoder's byte string, of a length fixed by the shape and the
+settings unless ``exact_bytes`` opts into the measured one;
 ``applies_to: update`` encodes the difference from the model the lower end last received on the tier).
 
 Modules, by role: :mod:`~hierfl.channels.math` (the directions, the 16-bit casts; ``math.codec``: the

@@ -319,3 +319,27 @@ def test_qsgd_exact_bytes_is_the_elias_coded_message():
     bits = gamma(nz.size + 1) + gamma(np.diff(nz, prepend=-1)).sum() + nz.size + gamma(level[nz]).sum()
     assert len(message) == 4 * 16 + -(-bits // 8) < fixed.encoded_bytes(1000)
     assert exact.encode_flops(1000) == 20 * 1000 and exact.encoded_bytes(1000) == fixed.encoded_bytes(1000)
+
+
+def test_polyline_is_google_s_algorithm_and_charged_as_measured(tmp_path):
+    from hierfl.channels.math.codec import polyline_encode
+
+    # the algorithm's documented examples: one value, and the latitudes and longitudes of its three-point path
+    assert polyline_encode(np.array([-179.9832104]), 5) == b"`~oia@"
+    assert polyline_encode(np.array([38.5, 40.7, 43.252]), 5) == b"_p~iF_ulL_mqN"
+    assert polyline_encode(np.array([-120.2, -120.95, -126.453]), 5) == b"~ps|UnnqCvxq`@"
+    ch = _channel({"name": "polyline", "exact_bytes": True})
+    v = np.array([0.1, 0.10005, -0.2, 3.0, 3.0], dtype=np.float32)
+    message = ch.encode(v, {}, None)
+    # steps of 1000, 0 (0.10005 in float32 is just under 1000.5 units), −3000, 32000, 0: zig-zagged 2000, 0, 5999,
+    # 64000, 0: 3, 1, 3, 4 and 1 groups of 5 bits
+    assert len(message) == 3 + 1 + 3 + 4 + 1
+    assert np.allclose(ch.decode(message, 5), np.round(v.astype(np.float64), 4), atol=1e-6)
+    with pytest.raises(ConfigError) as info:  # its length depends on the values: opt in
+        validate_raw(_raw(channels={"uplink": "polyline"}))
+    assert any(p.path == "channels.uplink.exact_bytes" for p in info.value.problems)
+    spec = {"name": "polyline", "exact_bytes": True}
+    run_scenario(validate_raw(_raw(channels={"uplink": spec})), tmp_path / "p")
+    events = json.loads((tmp_path / "p" / "trace.json").read_text())
+    uploads = [e["args"]["bytes"] for e in events if e.get("ph") == "X" and e.get("name") == "upload"]
+    assert _summary(tmp_path / "p")["channels"]["device_uplink"]["bytes"] == sum(uploads) > 0

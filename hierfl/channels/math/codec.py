@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 __all__ = ["level_bits", "qsgd_bytes", "qsgd_encode", "qsgd_decode", "qsgd_encode_exact", "qsgd_decode_exact", "sign_bytes", "sign_encode", "sign_decode",
-           "kept", "index_scheme", "varint_encode", "varint_decode", "sparse_bytes", "sparse_encode", "sparse_decode", "randk_bytes", "randk_indices",
+           "kept", "index_scheme", "varint_encode", "varint_decode", "polyline_encode", "polyline_decode", "sparse_bytes", "sparse_encode", "sparse_decode", "randk_bytes", "randk_indices",
            "randk_encode", "randk_decode", "top_indices", "pack_bits", "unpack_bits"]
 
 _INT32, _BITMAP, _VARINT = 0, 1, 2  # the sparse index-scheme tags
@@ -211,30 +211,62 @@ def sparse_bytes(elements: int, k: int, scheme: str, value_bytes: int) -> int:
     return 1 + (math.ceil(int(elements) / 8) if tag == _BITMAP else 4 * k) + k * value_bytes
 
 
+def _groups_encode(x: np.ndarray, bits: int, offset: int) -> bytes:
+    """Non-negative integers in groups of ``bits`` bits, least significant first, one byte each: the group, the
+    bit ``1 << bits`` set on every group but a number's last, plus ``offset`` (LEB128: 7 bits, offset 0; the
+    polyline algorithm: 5 bits, offset 63)."""
+    x = np.asarray(x, dtype=np.uint64)
+    width = np.floor(np.log2(np.maximum(x, 1).astype(np.float64))).astype(np.int64) + 1
+    groups = np.maximum(1, -(-width // bits))
+    start = np.concatenate([[0], np.cumsum(groups)[:-1]]).astype(np.int64)
+    out = np.zeros(int(groups.sum()), dtype=np.uint8)
+    mask, flag = np.uint64((1 << bits) - 1), 1 << bits
+    for t in range(int(groups.max()) if x.size else 0):
+        has = groups > t
+        more = (groups - 1 > t)[has].astype(np.uint8) * np.uint8(flag)
+        out[start[has] + t] = ((x[has] >> np.uint64(bits * t)) & mask).astype(np.uint8) | more
+    return (out + np.uint8(offset)).tobytes()
+
+
+def _groups_decode(data: bytes | memoryview, bits: int, offset: int) -> np.ndarray:
+    """The integers :func:`_groups_encode` wrote (int64)."""
+    b = np.frombuffer(data, dtype=np.uint8) - np.uint8(offset)
+    last = (b & (1 << bits)) == 0
+    number = np.concatenate([[0], np.cumsum(last)[:-1]]).astype(np.int64)  # which number each byte belongs to
+    first = np.concatenate([[True], last[:-1]])
+    pos = np.arange(b.size) - np.maximum.accumulate(np.where(first, np.arange(b.size), 0))
+    out = np.zeros(int(last.sum()), dtype=np.int64)
+    np.add.at(out, number, (b & ((1 << bits) - 1)).astype(np.int64) << (bits * pos))
+    return out
+
+
 def varint_encode(idx: np.ndarray) -> bytes:
     """The gaps ``idx_j − idx_{j−1}`` (``idx_{−1} = −1``, so each is at least 1) as LEB128 varints: 7 bits a byte,
     least significant group first, the high bit set on every byte but a number's last."""
-    gaps = np.diff(np.asarray(idx, dtype=np.int64), prepend=-1).astype(np.uint64)
-    groups = np.maximum(1, (np.floor(np.log2(np.maximum(gaps, 1).astype(np.float64))).astype(np.int64) // 7) + 1)
-    start = np.concatenate([[0], np.cumsum(groups)[:-1]])
-    out = np.zeros(int(groups.sum()), dtype=np.uint8)
-    for t in range(int(groups.max()) if gaps.size else 0):
-        has = groups > t
-        more = (groups - 1 > t)[has].astype(np.uint8) << 7
-        out[start[has] + t] = ((gaps[has] >> np.uint64(7 * t)) & np.uint64(0x7F)).astype(np.uint8) | more
-    return out.tobytes()
+    return _groups_encode(np.diff(np.asarray(idx, dtype=np.int64), prepend=-1), 7, 0)
 
 
 def varint_decode(data: bytes | memoryview) -> np.ndarray:
     """The indices :func:`varint_encode` wrote (int64, ascending)."""
-    b = np.frombuffer(data, dtype=np.uint8)
-    last = (b & 0x80) == 0
-    number = np.concatenate([[0], np.cumsum(last)[:-1]])           # which number each byte belongs to
-    first = np.concatenate([[True], last[:-1]])
-    pos = np.arange(b.size) - np.maximum.accumulate(np.where(first, np.arange(b.size), 0))
-    gaps = np.zeros(int(last.sum()), dtype=np.int64)
-    np.add.at(gaps, number, (b & 0x7F).astype(np.int64) << (7 * pos))
-    return np.cumsum(gaps) - 1
+    return np.cumsum(_groups_decode(data, 7, 0)) - 1
+
+
+def polyline_encode(vector: np.ndarray, precision: int) -> bytes:
+    """Google's Encoded Polyline Algorithm on a vector: each value times ``10**precision``, rounded (to nearest,
+    ties to even); the difference from the previous rounded value, zig-zagged (left-shifted, inverted if
+    negative); 5-bit groups from the least significant, ``0x20`` on each group that has a successor, plus 63:
+    one ASCII byte a group."""
+    q = np.rint(np.asarray(vector, dtype=np.float64) * 10.0 ** precision).astype(np.int64)
+    d = np.diff(q, prepend=0)
+    zz = np.where(d < 0, ~(d << 1), d << 1)
+    return _groups_encode(zz, 5, 63)
+
+
+def polyline_decode(message: bytes, elements: int, precision: int) -> np.ndarray:
+    """The rounded values back (float32)."""
+    zz = _groups_decode(message, 5, 63)[:int(elements)]
+    d = np.where(zz & 1, ~(zz >> 1), zz >> 1)
+    return (np.cumsum(d).astype(np.float64) / 10.0 ** precision).astype(np.float32)
 
 
 def top_indices(p: np.ndarray, k: int) -> np.ndarray:

@@ -3,7 +3,7 @@
 A channel is a config model registered in :data:`CHANNELS` (``hierfl.plugin`` exports both); the overview,
 the link directions and what the driver charges are in :mod:`hierfl.channels`. The update compressors live in
 the modules of this package, registered when it is imported: :mod:`~hierfl.channels.rules.compressor` (their
-bases: shared knobs, error feedback), :mod:`~hierfl.channels.rules.quantise` (``qsgd``, ``sign_ef``) and
+bases: shared knobs, error feedback), :mod:`~hierfl.channels.rules.quantise` (``qsgd``, ``sign_ef``, ``polyline``) and
 :mod:`~hierfl.channels.rules.sparse` (``topk_ef``, ``randk_ef``, ``dgc``).
 """
 

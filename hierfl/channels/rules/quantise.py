@@ -1,4 +1,5 @@
-"""Quantising channels: ``qsgd`` (stochastic k-bit quantisation) and ``sign_ef`` (scaled sign with error feedback).
+"""Quantising channels: ``qsgd`` (stochastic k-bit quantisation), ``sign_ef`` (scaled sign with error feedback) and
+``polyline`` (FedAT's polyline encoding).
 
 Wire formats and arithmetic in :mod:`hierfl.channels.math.codec`; the shared knobs in
 :mod:`hierfl.channels.rules.compressor`.
@@ -6,17 +7,19 @@ Wire formats and arithmetic in :mod:`hierfl.channels.math.codec`; the shared kno
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from hierfl.channels.math.codec import (qsgd_bytes, qsgd_decode, qsgd_decode_exact, qsgd_encode, qsgd_encode_exact,
-                                        sign_bytes, sign_decode, sign_encode)
+                                        polyline_decode, polyline_encode, sign_bytes, sign_decode, sign_encode)
 from hierfl.channels.rules.compressor import Compressor, ErrorFeedback
 from hierfl.channels.rules import CHANNELS
+from hierfl.config.errors import Problem
 
-__all__ = ["QsgdChannel", "SignEfChannel"]
+__all__ = ["QsgdChannel", "SignEfChannel", "PolylineChannel"]
 
 
 @CHANNELS.register
@@ -99,3 +102,53 @@ class SignEfChannel(ErrorFeedback):
     def unpack(self, message: bytes, elements: int) -> np.ndarray:
         """``±scale`` per value."""
         return sign_decode(message, elements)
+
+
+@CHANNELS.register
+class PolylineChannel(Compressor):
+    """``polyline``: FedAT's compression (Chai et al., "FedAT: A High-Performance and Communication-Efficient
+    Federated Learning System with Asynchronous Tiers", SC 2021), Google's Encoded Polyline Algorithm on the
+    flattened vector: each value rounded to ``precision`` decimals, the difference from the previous one
+    zig-zagged and sent in 5-bit groups, one ASCII byte each (1 byte for a step of at most 15 units, 2 up to
+    511, 3 up to 16 383, …).
+
+    Its length depends on the values, so it needs ``exact_bytes: true``: the driver charges the measured
+    length (bytes and times then depend on the model's values); timing-only runs charge
+    ``expected_bytes_per_value`` per value [D]. FedAT's own precision and whether it encodes weights or their
+    change are not stated: ``precision: 4`` on the model itself by default [D].
+    """
+
+    name: Literal["polyline"] = "polyline"
+    applies_to: Literal["model", "update"] = Field(default="model", description="what is encoded: the model "
+                                                   "(its weights in flattened order) or the update [D: model]")
+    precision: int = Field(default=4, ge=0, le=9, description="decimals kept (the polyline algorithm's p) [D: 4]")
+    exact_bytes: bool = Field(default=False, description="charge the measured length (required: a polyline's "
+                              "length depends on the values)")
+    expected_bytes_per_value: PositiveFloat = Field(default=3.0, description="bytes a value takes in timing-only "
+                                                    "runs (3: steps of 512 to 16 383 units) [D]")
+    encode_ops: NonNegativeFloat = Field(default=6.0, description="FLOP equivalents of encoding per value [D]")
+    decode_ops: NonNegativeFloat = Field(default=6.0, description="FLOP equivalents of decoding per value [D]")
+
+    @property
+    def measures_bytes(self) -> bool:
+        """Always (once ``exact_bytes`` says so): the length depends on the values."""
+        return bool(self.exact_bytes)
+
+    def encoded_bytes(self, elements: int) -> int:
+        """``expected_bytes_per_value`` per value (what timing-only runs charge)."""
+        return math.ceil(float(self.expected_bytes_per_value) * int(elements))
+
+    def pack(self, p: np.ndarray, rng: np.random.Generator) -> bytes:
+        """The polyline string of ``p``."""
+        return polyline_encode(p, self.precision)
+
+    def unpack(self, message: bytes, elements: int) -> np.ndarray:
+        """The rounded values."""
+        return polyline_decode(message, elements, self.precision)
+
+    def problems(self, key: str) -> list[Problem]:
+        """A polyline without ``exact_bytes`` would charge a length it does not send."""
+        if not self.exact_bytes:
+            return [Problem(f"{key}.exact_bytes", "a polyline's length depends on the values: it is charged as "
+                            "measured, which makes bytes and times depend on the model; allowed: true", False)]
+        return []
