@@ -24,10 +24,15 @@ no edge servers), ``device_downlink`` (back), ``edge_uplink`` (an edge server to
 
 A channel is a plug-in like the others: a config model registered in :data:`CHANNELS` under the name
 used in YAML (``hierfl.plugin`` exports both). This package ships ``none`` (the identity: today's
-bytes and bits), ``fp16`` and ``bf16``.
+bytes and bits), ``fp16`` and ``bf16``, and the update compressors ``qsgd``, ``sign_ef``, ``topk_ef``,
+``randk_ef``, ``dgc`` and ``polyline`` (a real encoder's byte string, of a length fixed by the shape and the
+settings unless ``exact_bytes`` opts into the measured one;
+``applies_to: update`` encodes the difference from the model the lower end last received on the tier).
 
-Modules, by role: :mod:`~hierfl.channels.math` (the directions, the 16-bit casts: numpy only),
-:mod:`~hierfl.channels.rules` (the ``Channel`` base class, the registry, ``none`` / ``fp16`` / ``bf16``),
+Modules, by role: :mod:`~hierfl.channels.math` (the directions, the 16-bit casts; ``math.codec``: the
+compressors' arithmetic and wire formats; numpy only),
+:mod:`~hierfl.channels.rules` (the ``Channel`` base class, the registry, ``none`` / ``fp16`` / ``bf16``;
+its modules ``compressor``, ``quantise`` and ``sparse``: the compressors),
 :mod:`~hierfl.channels.config` (the ``channels:`` section), :mod:`~hierfl.channels.server` (the server task
 that encodes and decodes in the executor's cloud role), :mod:`~hierfl.channels.driver` (what the driver
 charges and reports).

@@ -68,18 +68,47 @@ class ChannelsSection(ConfigModel):
                 problems.extend(ch.problems(f"channels.{way}"))
                 if not ch.identity and not any(d.endswith(way) and (d not in edges or num_edges) for d in honoured):
                     problems.append(self._refusal(f"channels.{way}", ch, protocol, honoured))
+                elif not ch.identity:
+                    problems.extend(self._placement(f"channels.{way}", way, ch, honoured))
         for direction in DIRECTIONS:
             ch = getattr(self, direction)
-            if ch is None or ch.identity:
+            if ch is None:
                 continue
             key = f"channels.{direction}"
             problems.extend(ch.problems(key))
+            if ch.identity:
+                continue
+            problems.extend(self._placement(key, direction, ch, honoured))
             if direction not in honoured:
                 problems.append(self._refusal(key, ch, protocol, honoured))
             elif direction in edges and num_edges == 0:
                 problems.append(Problem(key, "no edge servers: no edge ↔ cloud messages to encode; allowed: none",
                                         ch.name, refused=True))
         return problems
+
+    @staticmethod
+    def _placement(key: str, direction: str, ch: Channel, honoured: tuple[str, ...]) -> list[Problem]:
+        """A channel that keeps per-sender state only on an uplink (a broadcast's receivers would share the
+        sender's one residual); ``applies_to: update`` on an uplink only where the protocol hands the senders
+        their models through the matching downlink (the reference both ends must know)."""
+        out: list[Problem] = []
+        if ch.keeps_state and direction.endswith("downlink"):
+            out.append(Problem(key, f"channel {ch.name!r} keeps per-sender state (error feedback): a server's "
+                               "broadcast to many receivers would share one; allowed on downlinks: a stateless "
+                               "channel (none, fp16, bf16, qsgd)", ch.name, refused=True))
+        if ch.measures_bytes and direction.endswith("downlink"):
+            out.append(Problem(key, f"channel {ch.name!r} measures its bytes on the encoded message (exact_bytes), "
+                               "but a download is coded when it arrives, after its bytes were charged; allowed on "
+                               "downlinks: a channel of fixed length", ch.name, refused=True))
+        if ch.applies_to == "update" and direction.endswith("uplink"):
+            pairs = [d.replace("uplink", "downlink") for d in DIRECTIONS if d.endswith("uplink")
+                     and (direction == "uplink" or d == direction) and d in honoured]
+            missing = [d for d in pairs if d not in honoured]
+            if missing:
+                out.append(Problem(f"{key}.applies_to", "the protocol does not hand the senders their models "
+                                   f"through {', '.join(missing)}: no reference model to take the update from; "
+                                   "allowed: model", ch.applies_to, refused=True))
+        return out
 
     @staticmethod
     def _refusal(key: str, ch: Channel, protocol: Any, honoured: tuple[str, ...]) -> Problem:

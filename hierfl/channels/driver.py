@@ -16,8 +16,14 @@ What the receiver gets is :meth:`coded`: the message's vector encoded and decode
 the executor's cloud role as a server task (:mod:`hierfl.channels.server`), where a channel that
 keeps per-sender state keeps it (saved in checkpoints with the roles' state). A stateless channel's result
 is remembered for the last few handles, so a model broadcast to many devices is encoded once: the cost per
-event does not grow with the number of devices. Timing-only runs (``training.trainer: none``) charge bytes
-and time and compute nothing.
+event does not grow with the number of devices. A channel with ``applies_to: update`` encodes the difference
+from the model the lower end (a device, or an edge server on the edge tier) last received through that tier's
+downlink (the reference both ends know; before any, the model itself), and the receiver adds it back. A channel
+that keeps state and resets on migration has its sender's state cleared when the sender's receiver changes.
+A channel whose length depends on the values (``exact_bytes``: :attr:`Channel.measures_bytes`) is charged
+the length measured when the message was coded (the protocol codes an upload before it sends it); bytes and
+times then depend on the model's values. Timing-only runs (``training.trainer: none``) charge bytes
+(the fixed lengths) and time and compute nothing.
 
 ``summary.json`` gets a ``channels`` block: per direction the channel, its messages (counted when sent),
 the bytes sent, the raw float32 bytes they replace and the bytes saved, and the encode and decode seconds;
@@ -80,6 +86,12 @@ class ChannelLinks:
         self.overhead_stats: dict[str, list[float]] = {d: [0, 0, 0.0, 0.0] for d in self._extra}
         self._memo: dict[str, list[tuple[Any, Any]]] = {d: [] for d in self.placed}
         self._sent: dict[tuple[str, int], int] = {}  # messages coded per (direction, sender): their seed streams
+        # ``applies_to: update``: the model each device or edge server last received on its tier's downlink, the
+        # reference of its next update (and of its next download's difference); kept only where a channel needs it
+        self._references = any(c.applies_to == "update" for c in self.placed.values())
+        self._held: dict[Endpoint, Any] = {}
+        self._measured: dict[tuple[Endpoint, Endpoint], int] = {}  # exact_bytes: lengths of coded, unsent messages
+        self._peer: dict[tuple[str, int], Endpoint] = {}  # each stateful sender's last receiver (reset_on_migration)
 
     # -- timing ------------------------------------------------------------------------------------------
     def flops_of(self, end: Endpoint) -> float:
@@ -101,6 +113,8 @@ class ChannelLinks:
         size, encode_s, decode_s = self.raw_bytes, 0.0, 0.0
         if cost is not None:
             size, enc, dec, eff = cost
+            if self._measured:  # a length measured on the encoded message (exact_bytes), coded before it is sent
+                size = self._measured.pop((src, dst), size)
             encode_s = enc / (self.flops_of(src) * eff) if enc > 0 else 0.0
             decode_s = dec / (self.flops_of(dst) * eff) if dec > 0 else 0.0
             stats = self.stats[direction]
@@ -136,16 +150,23 @@ class ChannelLinks:
     def coded(self, src: Endpoint, dst: Endpoint, handle: Any) -> Any:
         """The model the receiver of a model message ``src → dst`` carrying ``handle`` gets: decode(encode(·))."""
         found = self.channel(src, dst)
-        if found is None or handle is None or not self.computes:
+        if handle is None or not self.computes:
+            return handle
+        if found is None:
+            if self._references and dst[0] != "cloud" and src[0] != "device":
+                self._held[dst] = handle  # a downlink without a channel: the reference of the receiver's update
             return handle
         if self.nonfinite is not None and self.nonfinite.marked(handle):
             return handle  # a dropped non-finite update stays the handle the ledger knows
         direction, ch = found
+        uplink = direction.endswith("uplink")
+        lower = src if uplink else dst   # the device (or edge server) end: its last received model is the reference
+        ref = self._held.get(lower) if ch.applies_to == "update" else None
         memo = self._memo[direction]
-        if not ch.keeps_state:
+        if not ch.keeps_state and ref is None:
             for old, new in memo:
                 if old is handle:
-                    return new
+                    return self._received(direction, dst, new)
         sender = int(src[1])
         key = (direction, sender)
         k = self._sent.get(key, 0)
@@ -153,14 +174,28 @@ class ChannelLinks:
         seed = int(stream(self.seed, "channel", DIRECTIONS.index(direction), sender, k).integers(2**63 - 1))
         # the vector as it moves is encoded whole (its length is the decoder's ``elements``); the bytes charged are the
         # message's (``self.elements`` values: what travels, e.g. without layers a device keeps)
-        params = {"channel": ch.model_dump(mode="json")}
-        outputs, _, _, _ = self.executor.servers.run_task("channel", params, seed, f"channel:{direction}", sender,
-                                                          [handle])
+        params: dict[str, Any] = {"channel": ch.model_dump(mode="json")}
+        if ch.keeps_state and ch.resets_on_migration:
+            last = self._peer.get(key)
+            self._peer[key] = dst
+            if last is not None and last != dst:
+                params["reset"] = True
+        inputs = [handle] if ref is None else [handle, ref]
+        outputs, _, stats, _ = self.executor.servers.run_task("channel", params, seed, f"channel:{direction}", sender,
+                                                              inputs)
         decoded = outputs[0]
-        if not ch.keeps_state:
+        if ch.measures_bytes:  # its length depends on the values: charged when the message is sent
+            self._measured[(src, dst)] = int(stats["bytes"])
+        if not ch.keeps_state and ref is None:
             memo.append((handle, decoded))
             if len(memo) > _MEMO:
                 del memo[0]
+        return self._received(direction, dst, decoded)
+
+    def _received(self, direction: str, dst: Endpoint, decoded: Any) -> Any:
+        """Note the model a downlink's receiver now holds (the reference of its next update), return it."""
+        if self._references and not direction.endswith("uplink"):
+            self._held[dst] = decoded
         return decoded
 
     # -- summary -----------------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "server_jobs": ("object", "", "server tasks (a protocol's own computation at a server): tasks started, "
                     "virtual seconds busy and bytes each tier's points keep, per tier (present when any ran)"),
     "channels": ("object", "bytes", "transfer channels (with channels:): per link direction the channel, messages, "
-                 "bytes sent, the raw float32 bytes they replace, bytes saved, encode and decode seconds; "
+                 "bytes sent (the encoders' output: values, indices, headers), the raw float32 bytes they replace, bytes saved, encode and decode seconds; "
                  "bytes_saved per tier"),
     "privacy": ("object", "", "differential privacy (with privacy.dp): mode, noise multiplier, ε at δ, the accountant, "
                 "releases and compositions, cohort and devices, participations, the ε budget"),

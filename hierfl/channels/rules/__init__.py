@@ -1,7 +1,10 @@
 """Transfer channels as plug-ins (``channels.<direction>: {name: …}``): the base class and the shipped casts.
 
 A channel is a config model registered in :data:`CHANNELS` (``hierfl.plugin`` exports both); the overview,
-the link directions and what the driver charges are in :mod:`hierfl.channels`.
+the link directions and what the driver charges are in :mod:`hierfl.channels`. The update compressors live in
+the modules of this package, registered when it is imported: :mod:`~hierfl.channels.rules.compressor` (their
+bases: shared knobs, error feedback), :mod:`~hierfl.channels.rules.quantise` (``qsgd``, ``sign_ef``, ``polyline``) and
+:mod:`~hierfl.channels.rules.sparse` (``topk_ef``, ``randk_ef``, ``dgc``).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, field_validator
 
 from hierfl.channels.math import bf16_round, bf16_to_float32, fp16_round
 from hierfl.config.base import ConfigModel
@@ -36,10 +39,27 @@ class Channel(ConfigModel):
     efficiency: PositiveFloat = Field(
         default=0.25, le=1.0, description="fraction of a processor's FLOP/s that encoding and decoding reach "
         "(memory-bound vector work) [D]: time = flops / (FLOP/s × efficiency)")
+    applies_to: Literal["model", "update"] = Field(
+        default="model", description="what is encoded: the model itself, or its difference from the model the "
+        "lower end (the device, or the edge server) last received on this tier, the receiver adding it back "
+        "(update: both ends know that reference model)")
 
     @property
     def identity(self) -> bool:
         """True for the channel that changes nothing (today's bytes and bits)."""
+        return False
+
+    @property
+    def measures_bytes(self) -> bool:
+        """Whether its message's length depends on the values (opt-in ``exact_bytes``): the driver then charges
+        the length measured on the encoded message, and ``encoded_bytes`` is the length timing-only runs
+        charge. False by default: the length is fixed by the shape and the settings."""
+        return False
+
+    @property
+    def resets_on_migration(self) -> bool:
+        """Whether the sender's kept state is cleared when its messages go to another receiver than its last
+        (a device moved to another edge server); False by default."""
         return False
 
     def encoded_bytes(self, elements: int) -> int:
@@ -78,6 +98,14 @@ class NoChannel(Channel):
     def identity(self) -> bool:
         """The identity."""
         return True
+
+    @field_validator("applies_to")
+    @classmethod
+    def _model_only(cls, value: str) -> str:
+        """The identity has no reference model to differ from: ``applies_to: update`` would be ignored."""
+        if value != "model":
+            raise ValueError("channel 'none' sends the model as it is; allowed: model")
+        return value
 
 
 class _Cast(Channel):
@@ -137,3 +165,7 @@ class Bf16Channel(_Cast):
     def decode(self, message: Any, elements: int) -> Any:
         """Back to float32 (exact)."""
         return bf16_to_float32(message)
+
+
+# the update compressors register themselves (they subclass Channel: imported once it is defined)
+from hierfl.channels.rules import quantise, sparse  # noqa: E402,F401
