@@ -228,7 +228,10 @@ def ray_session():  # noqa: ANN201
 
     if not ray.is_initialized():
         # address="local": a private instance, never a cluster another process on this machine started
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        # lean: without the log and autoscaler monitors, which a test never reads and which poll for CPU all along
+        from hierfl.runtime.ray_head import lean_init
+
+        lean_init(address="local", num_cpus=2, logging_level="ERROR", log_to_driver=False)
     from hierfl.runtime import ray_actors
 
     if "HIERFL_KEEP_HOSTS_S" not in os.environ:

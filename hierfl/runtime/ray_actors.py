@@ -139,7 +139,9 @@ class IdleHosts:
     only for the like: for :data:`KEEP_S` seconds (``HIERFL_KEEP_HOSTS_S``; 0: never), after which they are
     killed (another process attached to the same instance waits at most that long for their CPUs); only
     the last run's. A run whose hosts reserve the same resources takes as many kept hosts as it needs (a run of
-    fewer hosts frees the others, one of more starts the rest); a run of other host resources, and a run that
+    fewer hosts leaves the others parked, kept with its own at its end, so that a later run of more need not
+    start them again: the run needed no more CPUs than the kept hosts already held; one of more starts the
+    rest); a run of other host resources, and a run that
     keeps none (one with plug-ins: a host process keeps what a plug-in registered), kill them first. A Ray worker (a Tune trial) keeps none, and
     :func:`hierfl.sweep` clears them before its trials start. A Ray instance this process started itself
     ends with its run, hosts and all.
@@ -182,37 +184,53 @@ class IdleHosts:
     def take(cls, key: tuple[Any, ...], count: int | None = None) -> list[Any]:
         """Up to ``count`` (default: all) of the kept hosts if they match ``key`` and still answer, else none.
 
-        Every kept host that is not handed out is killed: its CPUs are free for the hosts the run starts
-        itself (a run of more hosts starts the rest; the caller numbers them after these)."""
+        Kept hosts of other resources are killed: their CPUs are free for the hosts the run starts itself (a run
+        of more hosts starts the rest; the caller numbers them after these). Matching hosts beyond ``count`` stay
+        kept (parked, on their timer) and :meth:`keep` puts them after the run's own at its end."""
         kept = cls._pop()
         if kept is None:
             return []
         hosts = kept[1]
         if kept[0] == key:
             mine, rest = (hosts, []) if count is None else (hosts[:count], hosts[count:])
-            cls._kill(rest)
             try:
                 ray.get([h.release.remote() for h in mine], timeout=10.0)
-                return mine
             except Exception:  # noqa: BLE001 - a kept host that died (or hangs) is replaced, with the others
-                hosts = mine
+                cls._kill(hosts)
+                return []
+            if rest:
+                cls._park(key, rest)
+            return mine
         cls._kill(hosts)
         return []
 
     @classmethod
-    def keep(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:
-        """Keep ``hosts`` (released) for the next run, for :data:`KEEP_S` seconds; the ones kept before are killed."""
-        cls.clear()
-        try:
-            ray.get([h.release.remote() for h in hosts], timeout=10.0)
-        except Exception:  # noqa: BLE001 - a host that cannot forget its run is not kept
-            cls._kill(hosts)
-            return
+    def _park(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:
+        """Keep ``hosts`` (already released) for :data:`KEEP_S` seconds, replacing nothing (none are kept now)."""
         timer = threading.Timer(KEEP_S, cls._expire, args=(hosts,))
         timer.daemon = True
         with cls._lock:
             cls._kept, cls._timer = (key, list(hosts)), timer
         timer.start()
+
+    @classmethod
+    def keep(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:
+        """Keep ``hosts`` (released) for the next run, for :data:`KEEP_S` seconds, followed by the hosts of the same
+        resources parked during the run (:meth:`take`); any others kept before are killed."""
+        parked = cls._pop()
+        extra: list[Any] = []
+        if parked is not None:
+            if parked[0] == key:
+                mine = {h._actor_id for h in hosts}
+                extra = [h for h in parked[1] if h._actor_id not in mine]
+            else:
+                cls._kill(parked[1])
+        try:
+            ray.get([h.release.remote() for h in hosts], timeout=10.0)
+        except Exception:  # noqa: BLE001 - a host that cannot forget its run is not kept
+            cls._kill(hosts + extra)
+            return
+        cls._park(key, list(hosts) + extra)
 
     @classmethod
     def _expire(cls, hosts: list[Any]) -> None:
