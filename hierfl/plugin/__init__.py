@@ -119,6 +119,7 @@ _EXPORTS: dict[str, str] = {
     "RoundView": "hierfl.subprotocol.math",
     "SubProtocolDone": "hierfl.env.events",
     "rng_stream": "hierfl.core.rng",
+    "bernoulli_cohort": "hierfl.core.sampling",
     # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)
     "load_plugins": "hierfl.config.plugins",
     "load_plugin": "hierfl.config.plugins",

@@ -109,7 +109,13 @@ class PrivacySection(ConfigModel):
         proto = scenario.protocol
         n = scenario.devices.count
         edges = scenario.topology.edge_servers or 0
-        sampling = type(proto).cohort_sampling
+        sampling = proto.sampling_scheme()
+        if sampling == "poisson":
+            out.append(Problem("protocol.sampling", "each device's own coin (Poisson sampling) needs an accountant "
+                               "that also charges empty rounds, a release of noise alone, which this DP-FedAvg does "
+                               "not make yet (ε would be wrong); allowed with privacy.dp: fixed",
+                               getattr(proto, "sampling", None)))
+            return out
         if sampling not in ("fixed_size", "buffered"):
             able = ", ".join(_fixed_size_protocols())
             out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares neither a fixed-size cohort drawn "

@@ -66,7 +66,7 @@ def privacy_ledger(scenario: Any) -> PrivacyLedger | None:
         return None
     n = scenario.devices.count
     m = scenario.protocol.expected_inputs(n, scenario.topology.edge_servers or 0)["cloud"]
-    return PrivacyLedger(section.dp, n, int(m), scenario.stop.epsilon, type(scenario.protocol).cohort_sampling)
+    return PrivacyLedger(section.dp, n, int(m), scenario.stop.epsilon, scenario.protocol.sampling_scheme())
 
 
 class PrivacyLedger:

@@ -108,6 +108,11 @@ class ProtocolConfig(ConfigModel):
     # that arrive (participation follows availability and speed); None: not declared (privacy.dp is refused)
     cohort_sampling: ClassVar[str | None] = None
 
+    def sampling_scheme(self) -> str | None:
+        """How this configuration's cloud aggregations pick their inputs (the declaration above, or what a
+        setting of the protocol makes it: "poisson" where each device joins a round on its own coin)."""
+        return type(self).cohort_sampling
+
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant
         arrives (None: unknown); robust rules check their parameters against it at load time."""

@@ -221,8 +221,7 @@ class IdleHosts:
         extra: list[Any] = []
         if parked is not None:
             if parked[0] == key:
-                mine = {h._actor_id for h in hosts}
-                extra = [h for h in parked[1] if h._actor_id not in mine]
+                extra = [h for h in parked[1] if h not in hosts]  # handles compare by actor id
             else:
                 cls._kill(parked[1])
         try:

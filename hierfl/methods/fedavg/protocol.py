@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
+from hierfl.config.errors import Problem
+from hierfl.core.sampling import bernoulli_cohort
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload, RoundEmpty
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
 from hierfl.protocols.straggler import Barrier, planned_spec
+
+if TYPE_CHECKING:
+    from hierfl.scenario.schema import Scenario
 
 __all__ = ["FedAvgConfig", "FedAvg", "RoundMsg"]
 
@@ -57,6 +62,10 @@ class FedAvgConfig(ProtocolConfig):
     cohort_sampling: ClassVar[str | None] = "fixed_size"  # rng.choice(N, m, replace=False) while all are online
     name: Literal["fedavg"] = "fedavg"
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
+    sampling: Literal["fixed", "bernoulli"] = Field(
+        default="fixed", description="how a round's devices are drawn: fixed (max(⌈C·N⌉, 1) of the online devices, "
+                                     "uniformly without replacement) or bernoulli (each online device joins on its own "
+                                     "coin of probability C, so a round's size varies and may be zero: an empty round)")
     weighting: Literal["samples", "uniform"] = Field(
         default="samples", description="cloud average weighted by sample count (McMahan et al.) or uniform "
                                        "(Reddi et al.'s FedOpt average, docs/explanation/algorithms.md §5.7)")
@@ -64,6 +73,22 @@ class FedAvgConfig(ProtocolConfig):
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """``max(⌈C·N⌉, 1)`` updates at the cloud."""
         return {"cloud": min(devices, max(math.ceil(self.fraction * devices - 1e-9), 1)), "edge": None}
+
+    def sampling_scheme(self) -> str | None:
+        """``fixed_size``, or ``poisson`` with ``sampling: bernoulli``."""
+        return "poisson" if self.sampling == "bernoulli" else "fixed_size"
+
+    def check(self, scenario: Scenario) -> list[Problem]:
+        """A Bernoulli cohort is the round: a straggler policy cannot over-select on top of it."""
+        out = super().check(scenario)
+        if self.sampling == "bernoulli":
+            m = self.expected_inputs(scenario.devices.count, 0)["cloud"] or 1
+            if scenario.straggler.select_count(m) != m:
+                out.append(Problem("straggler.name", f"selects {scenario.straggler.select_count(m)} devices for a "
+                                   f"round of {m}: with protocol.sampling: bernoulli each device's coin decides the "
+                                   "round alone; allowed with it: a policy that selects no extra devices",
+                                   scenario.straggler.name))
+        return out
 
     def create(self, env: Env) -> FedAvg:
         """A FedAvg run."""
@@ -106,14 +131,24 @@ class FedAvg(Protocol):
             if math.isfinite(when):
                 env.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
             return
-        m = min(self.clients_per_round(), online)
-        k = min(policy.select_count(m), online)
         rng = env.rng("fedavg.select", self.round)
         n = env.world.num_devices
-        if online == n:  # O(selected) draw: the population is never listed
-            chosen = rng.choice(n, size=k, replace=False)
+        if self.cfg.sampling == "bernoulli":  # each online device's own coin (the policy selects no extra: check)
+            chosen = bernoulli_cohort(rng, n if online == n else np.asarray(env.live.available()), self.cfg.fraction)
+            m = k = len(chosen)
+            if not k:  # nobody's coin came up: an empty round, and the next one begins at once
+                env.telemetry.record(RoundEmpty({"round": self.round, "sampling": "bernoulli"}))
+                self.round += 1
+                if not env.stopping:
+                    env.at(env.now, "round_retry", RoundRetry(self.round), Priority.CONTROL)
+                return
         else:
-            chosen = rng.choice(np.asarray(env.live.available()), size=k, replace=False)
+            m = min(self.clients_per_round(), online)
+            k = min(policy.select_count(m), online)
+            if online == n:  # O(selected) draw: the population is never listed
+                chosen = rng.choice(n, size=k, replace=False)
+            else:
+                chosen = rng.choice(np.asarray(env.live.available()), size=k, replace=False)
         self.selected = sorted(int(i) for i in chosen)
         self.jobs, self.arrived = {}, set()
         self.round_model = env.global_model
