@@ -21,7 +21,7 @@ from hierfl.driver.checkpoint import load_checkpoint
 from hierfl.plugin.testing import comparable_lines
 from hierfl.scenario.loader import deep_merge, validate_raw
 from tests.conftest import TINY
-from tests.driver.test_recovery import _stop_at, assert_same_run
+from tests.driver.test_recovery import _stop_at, assert_resumes_as_uninterrupted, assert_same_run
 
 PARAMS = 5 * 3 + 3                 # TINY's logreg: 5 features, 3 classes
 F_FWD = 2 * 5 * 3                  # its forward FLOPs per sample (2 × multiply-adds)
@@ -281,12 +281,7 @@ def test_a_plugin_channel_with_state_runs_and_resumes(tmp_path):
 def test_checkpoint_and_resume_with_fp16(tmp_path):
     raw = _raw(channels={"uplink": "fp16", "downlink": "bf16"}, stop={"rounds": 4},
                runtime={"executor": "local", "checkpoint": {"every_cloud_aggregations": 1, "every_s": None}})
-    run_scenario(validate_raw(copy.deepcopy(raw)), tmp_path / "ref")
-    out = tmp_path / "run"
-    with pytest.raises(KeyboardInterrupt):
-        run_scenario(validate_raw(copy.deepcopy(raw)), out, progress=_stop_at(2))
-    assert resume_run(out).summary["status"] == "completed"
-    assert_same_run(tmp_path / "ref", out)
+    assert_resumes_as_uninterrupted(tmp_path, raw)
 
 
 # -- Ray ------------------------------------------------------------------------------------------------------

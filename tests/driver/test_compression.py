@@ -16,10 +16,10 @@ from hierfl.channels.math.codec import kept, level_bits, top_indices
 from hierfl.channels.rules import CHANNELS
 from hierfl.channels.driver import ChannelLinks
 from hierfl.config.errors import ConfigError
-from hierfl.driver import resume_run, run_scenario
+from hierfl.driver import run_scenario
 from hierfl.scenario.loader import deep_merge, validate_raw
 from tests.conftest import TINY
-from tests.driver.test_recovery import _stop_at, assert_same_run
+from tests.driver.test_recovery import assert_resumes_as_uninterrupted
 
 PARAMS = 5 * 3 + 3  # TINY's logreg
 
@@ -265,17 +265,12 @@ def test_error_feedback_and_references_resume_bit_for_bit(tmp_path):
     state) are checkpointed; the resumed run is the uninterrupted one, bit for bit."""
     raw = _raw(channels={"uplink": {"name": "topk_ef", "ratio": 0.2}, "downlink": "qsgd"}, stop={"rounds": 4},
                runtime={"executor": "local", "checkpoint": {"every_cloud_aggregations": 1, "every_s": None}})
-    run_scenario(validate_raw(copy.deepcopy(raw)), tmp_path / "ref")
-    out = tmp_path / "run"
-    with pytest.raises(KeyboardInterrupt):
-        run_scenario(validate_raw(copy.deepcopy(raw)), out, progress=_stop_at(2))
-    assert resume_run(out).summary["status"] == "completed"
-    assert_same_run(tmp_path / "ref", out)
+    assert_resumes_as_uninterrupted(tmp_path, raw)
     # and the update is not the model: the same channel on the model itself learns differently
     model = _raw(channels={"uplink": {"name": "topk_ef", "ratio": 0.2, "applies_to": "model"}, "downlink": "qsgd"},
                  stop={"rounds": 4})
     run_scenario(validate_raw(model), tmp_path / "model")
-    assert not np.array_equal(np.load(tmp_path / "model" / "final_model.npy"), np.load(out / "final_model.npy"))
+    assert not np.array_equal(np.load(tmp_path / "model" / "final_model.npy"), np.load(tmp_path / "run" / "final_model.npy"))
 
 
 def test_exact_bytes_charges_the_measured_length(tmp_path):

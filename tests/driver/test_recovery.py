@@ -6,6 +6,8 @@ fields and ``recovered`` lines aside), trace, clusters, devices, summary and the
 
 from __future__ import annotations
 
+import copy
+
 import json
 import os
 import signal
@@ -90,6 +92,18 @@ def _stop_at(round_: int) -> Any:
         if rounds >= round_:
             raise KeyboardInterrupt
     return progress
+
+
+def assert_resumes_as_uninterrupted(tmp_path: Path, raw: dict, stop_round: int = 2) -> None:
+    """``raw`` run whole, and again stopped by Ctrl-C at ``stop_round`` and resumed: the same files."""
+    from hierfl.scenario.loader import validate_raw
+
+    run_scenario(validate_raw(copy.deepcopy(raw)), tmp_path / "ref")
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(validate_raw(copy.deepcopy(raw)), out, progress=_stop_at(stop_round))
+    assert resume_run(out).summary["status"] == "completed"
+    assert_same_run(tmp_path / "ref", out)
 
 
 def test_ctrl_c_twice_then_resume(reference: Path, tmp_path: Path) -> None:
