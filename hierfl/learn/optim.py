@@ -11,7 +11,7 @@ computes for each row what it computes for that job alone.
 :func:`clip_rows` is ``torch.nn.utils.clip_grad_norm_(foreach=False)`` applied to each row of a stack:
 per parameter tensor a 2-norm, their 2-norm the job's total, every gradient scaled by
 ``min(1, max_norm / (total + 1e-6))``. :func:`torch_optimizer` builds the ``torch.optim`` optimiser of a
-spec, for the trainers that step a ``torch.optim`` object (the reference trainer, DisTrans).
+spec, for the trainers that step a ``torch.optim`` object (the reference trainer, and methods' trainers that build one).
 
 SGD (momentum, Nesterov, weight decay) stays in :class:`hierfl.learn.sgd.ExactSGD` and the batched
 trainers, which replay ``torch.optim.SGD(foreach=False)`` without its per-call overhead.

@@ -2,7 +2,7 @@
 
 Batch normalisation keeps running means and variances that are no parameters but are part of what a
 trained model is: they travel with the model, a job returns them, and every aggregation rule treats
-them as it treats the parameters (the weighted average of the running statistics, as FedAvg's
+them as it treats the parameters (the weighted average of the running statistics, as federated averaging's
 reference implementations average a whole ``state_dict``). So the flat float32 vector every trainer,
 message and aggregator handles is ``parameters ++ buffers``:
 

@@ -16,7 +16,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
-from hierfl.privacy.rules import DpFedAvgRule
+from hierfl.privacy.rules import DpMeanRule
 
 __all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "replace_one",
            "make_accountant", "epsilon_of", "quiet_accountant"]
@@ -62,7 +62,7 @@ class DpConfig(ConfigModel):
         default="auto", description="auto: RDP (closed forms, fast, covers every sampling here); pld: the PLD "
         "accountant, tighter, where dp-accounting 0.6.0 covers the sampling (not a fixed-size cohort)")
     async_policy: Literal["conservative", "nominal"] = Field(
-        default="conservative", description="asynchronous protocols (fedbuff): the ε reported and budgeted; "
+        default="conservative", description="buffered asynchronous protocols: the ε reported and budgeted; "
         "conservative: per device, composed over its participations without amplification; nominal: Poisson "
         "sampling with q = K/N over server steps (assumes random check-ins)")
     delta: Literal["auto"] | float = Field(default="auto", description="δ of the reported ε; auto: 1/N^1.1")
@@ -80,10 +80,10 @@ class DpConfig(ConfigModel):
         """δ: the stated value, or ``N^−1.1``."""
         return float(devices) ** -1.1 if self.delta == "auto" else float(self.delta)
 
-    def rule(self) -> DpFedAvgRule:
+    def rule(self) -> DpMeanRule:
         """The cloud's aggregation rule."""
         a = self.adaptive
-        return DpFedAvgRule(mode=self.mode, noise_multiplier=self.noise_multiplier, clip=self.clip,
+        return DpMeanRule(mode=self.mode, noise_multiplier=self.noise_multiplier, clip=self.clip,
                             adaptive=self.adaptive_on(), init=a.init, quantile=a.target_unclipped_quantile, lr=a.lr,
                             count_stddev=a.count_stddev)
 
@@ -146,7 +146,7 @@ class PrivacySection(ConfigModel):
                                "(steady availability, devices.dropout: 0, no churn events)", None))
         if (sampling == "fixed_size" or dp.mode == "local") and "async_policy" in dp.model_fields_set:
             out.append(Problem("privacy.dp.async_policy", "read only for central DP with a buffered asynchronous "
-                               f"protocol (fedbuff); {proto.name!r} in {dp.mode} mode accounts without it",
+                               f"protocol (cohort_sampling: buffered); {proto.name!r} in {dp.mode} mode accounts without it",
                                dp.async_policy))
         if sampling == "fixed_size" and m and scenario.straggler.select_count(m) != m:
             out.append(Problem("straggler.name", f"selects {scenario.straggler.select_count(m)} devices for a cohort "

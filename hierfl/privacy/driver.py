@@ -8,14 +8,14 @@ reports the same ε. ε goes into every evaluation line (``epsilon``, ``delta``)
 
 Which event describes a release (``hierfl.privacy.config.round_event``):
 
-* ``central`` with a fixed-size cohort (FedAvg) — a uniform cohort of ``C`` of the ``N`` devices without
+* ``central`` with a fixed-size cohort (a synchronous protocol declaring ``fixed_size``) — a uniform cohort of ``C`` of the ``N`` devices without
   replacement, the Gaussian mechanism on the sum of the clipped updates:
   ``SampledWithoutReplacementDpEvent(N, C, GaussianDpEvent(z/2))`` per round, composed ``T`` times, with the
   RDP accountant under ``REPLACE_ONE`` (the only relation dp-accounting 0.6.0 covers for this sampling; its
   PLD accountant does not). Under replace-one the sum's L2 sensitivity is ``2S`` (one clipped update swapped
   for another), so noise ``zS`` is a Gaussian mechanism of multiplier ``z/2`` — dp-accounting's multiplier
   is the noise std over the sensitivity of the chosen relation;
-* ``central`` with a buffer of ``K`` updates per server step (FedBuff) — participation follows availability
+* ``central`` with a buffer of ``K`` updates per server step (a protocol declaring ``buffered``) — participation follows availability
   and speed, so no amplification by sampling formally applies. ``conservative`` (default): a device's
   releases are ``GaussianDpEvent(z)`` (add/remove: its update adds at most ``S``), composed over the most
   server steps any one device contributed to; ``nominal``: ``PoissonSampledDpEvent(K/N, GaussianDpEvent(z))``

@@ -19,7 +19,7 @@ from hierfl.config.base import ConfigModel
 from hierfl.core.aggregate import RuleContext
 from hierfl.privacy import math as P
 
-__all__ = ["DpOutcome", "DpFedAvgRule"]
+__all__ = ["DpOutcome", "DpMeanRule"]
 
 
 @dataclass
@@ -33,7 +33,7 @@ class DpOutcome:
     extra: dict[str, float] | None = None
 
 
-class DpFedAvgRule(ConfigModel):
+class DpMeanRule(ConfigModel):
     """Clip each update ``Δ_i = θ_i − θ`` to ``S``, sum with weight 1 each, add Gaussian noise, divide by ``C``.
 
     ``central``: ``N(0, (z_Δ·S)²)`` once on the sum (``z_Δ = z`` without adaptive clipping); ``local``: each

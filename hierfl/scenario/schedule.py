@@ -7,7 +7,7 @@ descends from. A job then trains with its learning rate (``training.lr``, or the
 own jobs) times ``factor(r)``, a pure function of ``r`` (never of time or of the model):
 
 * ``constant``: 1 (the default; a run without a schedule);
-* ``exponential``: ``gamma^r`` (the per-round client decay of e.g. FedDC's and FedFTG's code, 0.998);
+* ``exponential``: ``gamma^r`` (e.g. 0.998, the per-round client decay in the reference code of some drift-correcting and data-free distillation methods);
 * ``step``: ``factor^⌊r / every⌋``;
 * ``cosine``: ``floor + (1 − floor)·(1 + cos(π·min(r, rounds)/rounds))/2`` — cosine annealing (Loshchilov &
   Hutter, "SGDR", ICLR 2017) from the full rate to ``floor`` times it over ``rounds`` rounds, ``floor`` after.
@@ -33,7 +33,7 @@ class LRScheduleConfig(ConfigModel):
                                         "cosine (to floor over rounds); r = the job's round")
     gamma: float = Field(default=0.998, gt=0.0, le=1.0,
                          description="exponential: the per-round factor (design default 0.998: the per-round client "
-                                     "decay of FedDC's and FedFTG's code)")
+                                     "decay of some methods' reference code)")
     every: PositiveInt = Field(default=30, description="step: rounds between two decays (design default 30)")
     factor: float = Field(default=0.1, gt=0.0, le=1.0, description="step: the factor of each decay (design default 0.1)")
     rounds: PositiveInt = Field(default=100, description="cosine: rounds the annealing takes (design default 100)")

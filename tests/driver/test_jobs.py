@@ -16,6 +16,7 @@ from hierfl.core.world import World
 from hierfl.driver.jobs import Jobs
 from hierfl.kernel.engine import EventQueue
 from hierfl.scenario.loader import load_scenario
+from tests.conftest import tiny
 from tests.golden import ROOT
 
 
@@ -29,7 +30,8 @@ def _jobs(world: World) -> Jobs:
     """A job pipeline over ``world`` with static dynamics (no jitter, slowdowns or losses)."""
     ctx = SimpleNamespace(seed=1, dyn=Dynamics.static(world.num_devices), executor=None, telemetry=None,
                           counters={}, queue=EventQueue(), transfers=None, robust=None, aggregation=None,
-                          scenario=SimpleNamespace(robustness=SimpleNamespace(on_nonfinite="fail")))
+                          scenario=SimpleNamespace(robustness=SimpleNamespace(on_nonfinite="fail"),
+                                                   training=tiny().training))
     return Jobs(ctx, world, TrainSpec(epochs=1), None, None)  # type: ignore[arg-type]
 
 

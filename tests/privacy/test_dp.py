@@ -19,7 +19,7 @@ from hierfl.core.rng import stream
 from hierfl.driver import resume_run, run_scenario
 from hierfl.driver.checkpoint import load_checkpoint
 from hierfl.privacy import math as P
-from hierfl.privacy.rules import DpFedAvgRule
+from hierfl.privacy.rules import DpMeanRule
 from hierfl.scenario.loader import deep_merge, load_scenario, validate_raw
 from tests.conftest import TINY
 from tests.driver.test_recovery import _stop_at, assert_same_run
@@ -49,7 +49,7 @@ def test_clipping_scales_only_updates_above_the_norm():
     assert out.clipped.tolist() == [True, False]
     assert np.allclose(out.deltas, [[0.6, 0.8, 0, 0], [0.3, 0.4, 0, 0]])
     # without noise the rule is base + (sum of clipped updates) / C, C the expected cohort, not the realised 2
-    rule = DpFedAvgRule(mode="central", noise_multiplier=0.0, clip=1.0)
+    rule = DpMeanRule(mode="central", noise_multiplier=0.0, clip=1.0)
     res = rule.apply_in(_ctx(4), V, np.ones(2), base, None)
     assert np.allclose(res.aggregate, base + np.array([0.9, 1.2, 0, 0]) / 4)
     assert res.clipped == 1
@@ -60,7 +60,7 @@ def test_noise_std_is_multiplier_times_clip_over_the_denominator(mode):
     d, C, m, z, S = 40000, 10, 4, 2.0, 0.5
     base = np.zeros(d)
     V = np.zeros((m, d))  # zero updates: the aggregate is the noise alone
-    res = DpFedAvgRule(mode=mode, noise_multiplier=z, clip=S).apply_in(_ctx(C), V, np.ones(m), base, None)
+    res = DpMeanRule(mode=mode, noise_multiplier=z, clip=S).apply_in(_ctx(C), V, np.ones(m), base, None)
     want = z * S / C if mode == "central" else z * S * np.sqrt(m) / C  # local: m devices' own noise, summed
     assert res.extra["dp_noise_std"] == pytest.approx(want)
     assert np.std(res.aggregate) == pytest.approx(want, rel=0.02)   # 40 000 draws: ~0.4 % standard error
@@ -69,7 +69,7 @@ def test_noise_std_is_multiplier_times_clip_over_the_denominator(mode):
 
 def test_noise_comes_from_the_context_stream():
     V, base = np.ones((3, 50)), np.zeros(50)
-    rule = DpFedAvgRule(noise_multiplier=1.0, clip=1.0)
+    rule = DpMeanRule(noise_multiplier=1.0, clip=1.0)
     a = rule.apply_in(_ctx(3, seed=1), V, np.ones(3), base, None).aggregate
     b = rule.apply_in(_ctx(3, seed=1), V, np.ones(3), base, None).aggregate
     c = rule.apply_in(_ctx(3, seed=2), V, np.ones(3), base, None).aggregate
@@ -89,7 +89,7 @@ def test_adaptive_clip_moves_towards_the_target_quantile():
         P.update_noise_multiplier(2.0, 1.0)
     # the rule keeps the next clip in the point's state and starts from adaptive.init
     state: dict = {}
-    rule = DpFedAvgRule(noise_multiplier=0.5, adaptive=True, init=0.1, count_stddev=1.0)
+    rule = DpMeanRule(noise_multiplier=0.5, adaptive=True, init=0.1, count_stddev=1.0)
     V = np.full((4, 3), 10.0)
     res = rule.apply_in(_ctx(4, state=state), V, np.ones(4), np.zeros(3), None)
     assert res.extra["dp_clip"] == 0.1 and state["clip"] == res.extra["dp_next_clip"]
@@ -122,7 +122,7 @@ def test_epsilon_grows_with_the_cohort_and_the_noise_on_the_mean_shrinks():
     eps = [PrivacyLedger(dp, 1000, c, None).epsilon(steps=50) for c in (10, 50, 200)]
     assert eps[0] < eps[1] < eps[2]
     V, base = np.zeros((1, 20000)), np.zeros(20000)
-    stds = [np.std(DpFedAvgRule(noise_multiplier=1.0, clip=1.0).apply_in(_ctx(c), V, np.ones(1), base, None)
+    stds = [np.std(DpMeanRule(noise_multiplier=1.0, clip=1.0).apply_in(_ctx(c), V, np.ones(1), base, None)
                    .aggregate) for c in (10, 50, 200)]
     assert stds == pytest.approx([0.1, 0.02, 0.005], rel=0.03)
 

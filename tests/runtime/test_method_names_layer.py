@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[2] / "hierfl"
 PACKAGES = ("driver", "runtime", "kernel", "assemble", "scenario", "env")
 # every method of docs/explanation/algorithms.md (and the personalisation trainers), as a word of code or text:
 # ``fedavg`` covers FedAvgM, LG-FedAvg and FedAvgMeta, ``fedftg`` the hierarchical FedFTG, ``d-?psgd`` AD-PSGD;
-# the short names only where no letter touches them (``coop_age`` counts, ``cooperative`` does not)
+# the short names only where no letter touches them (``coop_age`` counts, ``cooperative`` does not); DP-FedAvg
+# (``dp_fedavg``) is the privacy mechanism of McMahan et al. (ICLR 2018), a feature of its own, not the method
 NAMES = re.compile(
-    r"fedch|fedhisyn|ahfl|fedavg|hierfavg|fedasync|fedbuff|fedprox|scaffold(?!ing)|fedopt|fedadam|fedyogi|fedadagrad"
+    r"fedch|fedhisyn|ahfl|(?<!dp[-_])fedavg|hierfavg|fedasync|fedbuff|fedprox|scaffold(?!ing)|fedopt|fedadam|fedyogi|fedadagrad"
     r"|wscc|fedper|d-?psgd|(?<![a-z0-9])p2p(?![a-z0-9])|co-op(?![a-z])|(?<![a-z])coop(?![a-z])|feddc|bgfl|fedalign"
     r"|distrans|fedmd|fccl|rhfl|fedftg|pfnm|fedma|pfedla|fedmeta|fedat(?![a-z])|fedsgd",
     re.IGNORECASE)

@@ -20,7 +20,10 @@ import networkx as nx
 from tests.interface.test_layers import FEATURES, layer_of
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hierfl"
-CORE_FILES = sorted((PACKAGE / "core").glob("*.py")) + [PACKAGE / f / "math.py" for f in FEATURES]
+# a feature's math: its math.py, or the modules of its math/ package
+CORE_FILES = sorted((PACKAGE / "core").glob("*.py")) + [
+    p for f in FEATURES for p in ([PACKAGE / f / "math.py"] if (PACKAGE / f / "math.py").is_file()
+                                  else sorted((PACKAGE / f / "math").glob("*.py")))]
 
 
 def _imports(path: Path, type_checking: bool = False) -> list[str]:

@@ -1,5 +1,5 @@
 """Quantising channels: ``qsgd`` (stochastic k-bit quantisation), ``sign_ef`` (scaled sign with error feedback) and
-``polyline`` (FedAT's polyline encoding).
+``polyline`` (the polyline encoding of Chai et al., SC 2021).
 
 Wire formats and arithmetic in :mod:`hierfl.channels.math.codec`; the shared knobs in
 :mod:`hierfl.channels.rules.compressor`.
@@ -106,15 +106,14 @@ class SignEfChannel(ErrorFeedback):
 
 @CHANNELS.register
 class PolylineChannel(Compressor):
-    """``polyline``: FedAT's compression (Chai et al., "FedAT: A High-Performance and Communication-Efficient
-    Federated Learning System with Asynchronous Tiers", SC 2021), Google's Encoded Polyline Algorithm on the
+    """``polyline``: the compression of asynchronous tiers' uploads in Chai et al. (SC 2021), Google's Encoded Polyline Algorithm on the
     flattened vector: each value rounded to ``precision`` decimals, the difference from the previous one
     zig-zagged and sent in 5-bit groups, one ASCII byte each (1 byte for a step of at most 15 units, 2 up to
     511, 3 up to 16 383, …).
 
     Its length depends on the values, so it needs ``exact_bytes: true``: the driver charges the measured
     length (bytes and times then depend on the model's values); timing-only runs charge
-    ``expected_bytes_per_value`` per value [D]. FedAT's own precision and whether it encodes weights or their
+    ``expected_bytes_per_value`` per value [D]. The paper's own precision and whether it encodes weights or their
     change are not stated: ``precision: 4`` on the model itself by default [D].
     """
 

@@ -133,7 +133,7 @@ class FedAvg(Protocol):
             return
         rng = env.rng("fedavg.select", self.round)
         n = env.world.num_devices
-        if self.cfg.sampling == "bernoulli":  # each online device's own coin (the policy selects no extra: check)
+        if getattr(self.cfg, "sampling", "fixed") == "bernoulli":  # each online device's own coin (the policy selects no extra: check)
             chosen = bernoulli_cohort(rng, n if online == n else np.asarray(env.live.available()), self.cfg.fraction)
             m = k = len(chosen)
             if not k:  # nobody's coin came up: an empty round, and the next one begins at once
