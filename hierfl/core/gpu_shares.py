@@ -55,23 +55,20 @@ def placement_problem(workers: int, share: float, node_gpus: Sequence[float]) ->
     fits = sum(hosts_per_node(g, share) for g in node_gpus)
     if fits >= workers:
         return None
-    asked = workers * share
+    # (kept under the 300 characters a configuration problem prints)
+    hosts = f"{workers} host{'s' if workers != 1 else ''} x {share:g} GPU"
     nodes = len([g for g in node_gpus if g > 0])
-    where = (f"{total:g} GPU(s)" + (f" on {nodes} nodes" if nodes > 1 else "")) if total > 0 else "no GPUs"
-    if asked > total + 1e-9:
-        why = f"{workers} hosts x {share:g} = {asked:g} GPUs asked for, the cluster has {where}"
-    elif share < 1:
-        why = (f"{workers} hosts x {share:g} = {asked:g} GPUs fit in the cluster's {where} only as a whole, "
-               f"but a share packs onto single GPUs: {RAY_UNITS // max(1, round(share * RAY_UNITS))} per GPU, "
-               f"{fits} hosts in all")
-    else:
-        why = (f"{workers} hosts x {share:g} GPUs each: a host's GPUs must be on one node, and the nodes' "
-               f"{where} take {fits} such hosts")
+    have = f"{total:g} GPU{'s' if total != 1 else ''}" + (f" on {nodes} nodes" if nodes > 1 else "")
     if total <= 0:
-        fix = "set runtime.gpus_per_host: 0 (hosts on CPUs only), or attach to a cluster with GPUs"
-    elif fits == 0:
-        fix = "lower runtime.gpus_per_host to what one node has, or add larger GPU nodes"
-    else:
-        fix = (f"lower runtime.workers to at most {fits} at runtime.gpus_per_host: {share:g}, lower "
-               "runtime.gpus_per_host, or add GPUs to the cluster")
-    return f"{why}, so {workers - fits} of the {workers} hosts could never be placed (Ray would wait forever): {fix}"
+        return (f"{hosts} = {workers * share:g} GPUs asked for, the cluster has no GPUs: set "
+                "runtime.gpus_per_host: 0, or attach to a cluster with GPUs")
+    lost = f"{workers - fits} could never be placed (Ray would wait forever)"
+    fix = f"use at most {fits} runtime.workers at this share, a smaller share, or more GPUs"
+    if fits == 0:
+        return (f"{hosts}: a host's GPUs must be on one node, and no node of the cluster ({have}) has "
+                f"{share:g}, so {lost}; use a share one node can give, or larger GPU nodes")
+    if workers * share > total + 1e-9:
+        return f"{hosts} = {workers * share:g} GPUs asked for, the cluster has {have}: {lost}; {fix}"
+    per = RAY_UNITS // max(1, round(share * RAY_UNITS)) if share < 1 else 0
+    how = f"a share packs onto single GPUs ({per} per GPU)" if share < 1 else "a host's GPUs must be on one node"
+    return f"{hosts}: {how}, so the cluster's {have} take {fits} hosts and {lost}; {fix}"

@@ -234,7 +234,7 @@ class RayStart(ExecutorStart):
         problem = placement_problem(self.workers, self.gpus_per_host, cluster_gpus())
         if problem is not None:
             if self._workers_auto:
-                problem += " (runtime.workers: auto starts one host per CPU of the cluster)"
+                problem += " (workers: auto is one host per CPU)"
             raise ConfigError([Problem("runtime.gpus_per_host", problem, self.gpus_per_host)], "runtime")
 
     def refused(self) -> ConfigError | None:

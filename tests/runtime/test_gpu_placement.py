@@ -34,14 +34,17 @@ def test_placement_problem_names_the_numbers():
     assert placement_problem(4, 0.5, [1, 1]) is None
     too_many = placement_problem(16, 0.5, [1])
     assert too_many is not None
-    assert "16 hosts x 0.5 = 8 GPUs asked for, the cluster has 1 GPU(s)" in too_many
-    assert "14 of the 16 hosts could never be placed" in too_many and "at most 2" in too_many
+    assert "16 hosts x 0.5 GPU = 8 GPUs asked for, the cluster has 1 GPU:" in too_many
+    assert "14 could never be placed" in too_many and "at most 2 runtime.workers" in too_many
     # enough GPUs as a total, but a fraction packs onto single GPUs: 0.4 fits twice on a GPU, not 2.5 times
     packing = placement_problem(5, 0.4, [2])
-    assert packing is not None and "2 per GPU, 4 hosts in all" in packing and "1 of the 5" in packing
+    assert packing is not None and "(2 per GPU)" in packing and "take 4 hosts and 1 could never" in packing
     # whole GPUs of one node: two nodes of one GPU take no host of 2
     split = placement_problem(1, 2, [1, 1])
-    assert split is not None and "on 2 nodes take 0 such hosts" in split
+    assert split is not None and "no node of the cluster (2 GPUs on 2 nodes) has 2" in split
+    # every message fits the 300 characters a configuration problem prints, with the run's suffix
+    for args in [(16, 0.5, [1]), (5, 0.4, [2]), (1, 2, [1, 1]), (3, 0.5, [0]), (3, 2, [4, 1]), (99999, 0.3, [64] * 64)]:
+        assert len(placement_problem(*args)) + len(" (workers: auto is one host per CPU)") <= 300
     assert "runtime.gpus_per_host: 0" in placement_problem(3, 0.5, [0])
 
 
@@ -151,9 +154,9 @@ def test_placement_on_logical_gpus(tmp_path):
     assert out["gpus"] == [1.0] and out["driver_hidden"] is False  # the driver's own process is left alone
     assert out["probes"] == [[False, "0"], [False, "0"], [True, ""]]
     assert out["refused"] is not None and out["refused"][0][0] == "runtime.gpus_per_host"
-    assert "3 hosts x 0.5 = 1.5 GPUs asked for, the cluster has 1 GPU(s)" in out["refused"][0][1]
+    assert "3 hosts x 0.5 GPU = 1.5 GPUs asked for, the cluster has 1 GPU:" in out["refused"][0][1]
     assert out["hosts"] == 0 and out["raised"] == "ConfigError"
     assert out["rc"] == 2 and not out["out_exists"]
-    assert "runtime.gpus_per_host: 4 hosts x 0.5 = 2 GPUs asked for" in out["stderr"]
+    assert "runtime.gpus_per_host: 4 hosts x 0.5 GPU = 2 GPUs asked for" in out["stderr"]
     assert "hierfavg.yaml" in out["stderr"] and "Traceback" not in out["stderr"] + proc.stderr
     np.testing.assert_equal(out["stderr"].count("\n"), 2)  # the header line and the problem
