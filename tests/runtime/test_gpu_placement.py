@@ -160,3 +160,38 @@ def test_placement_on_logical_gpus(tmp_path):
     assert "runtime.gpus_per_host: 4 hosts x 0.5 GPU = 2 GPUs asked for" in out["stderr"]
     assert "hierfavg.yaml" in out["stderr"] and "Traceback" not in out["stderr"] + proc.stderr
     np.testing.assert_equal(out["stderr"].count("\n"), 2)  # the header line and the problem
+
+
+def test_cuda_on_ray_needs_reserved_gpus(monkeypatch):
+    """Under Ray a host that reserves no GPU sees none, so device: cuda there is refused at load (on a
+    machine where CUDA is available; here it is made to look so)."""
+    from hierfl.config.errors import ConfigError
+    from hierfl.scenario import checks
+    from hierfl.scenario.loader import load_scenario
+
+    monkeypatch.setattr(checks, "_cuda_available", lambda: True)
+    path = ROOT / "scenarios" / "hierfavg.yaml"
+    with pytest.raises(ConfigError, match=r"runtime\.gpus_per_host: runtime\.device: cuda on the Ray executor needs"):
+        load_scenario(path, ["runtime.executor=ray", "runtime.device=cuda"])
+    assert load_scenario(path, ["runtime.executor=ray", "runtime.device=cuda", "runtime.gpus_per_host=1"])
+    assert load_scenario(path, ["runtime.executor=local", "runtime.device=cuda"])
+    assert load_scenario(path, ["runtime.executor=ray", "runtime.device=auto"])
+
+
+def test_roles_without_a_gpu_compute_on_the_cpu_and_auto_beside_idle_gpus_warns(monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from hierfl.runtime import ray_executor
+    from hierfl.runtime.role_common import device_of, on_cpu
+
+    spec = ("cfg", (8, 8), 10, 1, True, "auto", "bf16", "vmap", ("other",))
+    cpu = on_cpu(spec)
+    assert device_of(cpu) == "cpu" and cpu[:5] == spec[:5] and cpu[6:] == spec[6:]
+    assert on_cpu(spec[:4]) == spec[:4]
+    monkeypatch.setattr(ray_executor, "cluster_gpus", lambda: [2.0, 1.0])
+    with caplog.at_level("WARNING"):
+        ray_executor._note_idle_gpus(SimpleNamespace(model=spec), 0.0)
+        ray_executor._note_idle_gpus(SimpleNamespace(model=spec), 0.5)  # hosts reserve GPUs: nothing to say
+        ray_executor._note_idle_gpus(SimpleNamespace(model=cpu), 0.0)  # device: cpu asked for
+    assert len(caplog.records) == 1
+    assert "though the cluster has 3 GPU(s)" in caplog.records[0].getMessage()
