@@ -177,6 +177,7 @@ class RayStart(ExecutorStart):
         # less; a Ray client keeps the actor, since there every input would cross the network
         self.cloud_in = ("actor" if self.client else "driver") if cloud == "auto" else cloud
         self.workers = 0
+        self._workers_auto = workers == "auto"  # (named in a placement message: auto is one host per CPU)
         self.hosts: list[Any] = []
         self.cloud: Any = None
         self._pool_key: tuple[Any, ...] | None = None  # set when this run's hosts may be kept (IdleHosts)
@@ -203,7 +204,6 @@ class RayStart(ExecutorStart):
         self.marks["ray_ready"] = time.time()
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
-        self._workers_auto = workers == "auto"
         host_cpus = min(1.0, total_cpus / self.workers)
         self.gpus_fit()  # before any actor is asked for: one that cannot be placed would wait forever
         # on a run's own (one-machine) instance only the first host imports torch at once (it makes
