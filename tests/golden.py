@@ -74,6 +74,10 @@ SCENARIO_OVERRIDES: dict[str, tuple[str, ...]] = {
     # 24 devices x 2 edge rounds, each upload and download of a 46 K-parameter MLP top-k and QSGD coded: a few
     # seconds; 9 devices (3 per edge server) and a 64x64 MLP keep the hierarchy and both channels, well under 1 s
     "topk_ef_hierfavg": ("devices.count=9", "model.hidden=[64,64]"),
+    # the GPU layout recipe on any machine: no GPU reserved (the placement check would refuse a machine
+    # without one), on the CPU with vmap (the GPU's batched path), 8 devices
+    "gpu_ray_hosts": ("runtime.gpus_per_host=0", "runtime.device=cpu", "runtime.cpu_batching=vmap",
+                      "devices.count=8"),
 }
 # fields that depend on the machine, the executor or the wall clock, never on the emulation
 VOLATILE = frozenset({"wall_s", "startup_s", "startup", "executor", "workers", "checkpoint_t", "resume"})

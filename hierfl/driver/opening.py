@@ -15,6 +15,7 @@ import numpy as np
 
 from hierfl import __version__
 from hierfl.assemble import Built, build
+from hierfl.config.errors import ConfigError
 from hierfl.core.dynamics import Dynamics
 from hierfl.env.records import ClustersRecord
 from hierfl.privacy.driver import privacy_rule
@@ -51,7 +52,10 @@ def start_and_build(scenario: Scenario, source: str | None = None) -> tuple[Exec
     released.
     """
     rt = scenario.runtime
-    start = start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
+    try:
+        start = start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
+    except ConfigError as exc:  # settings the cluster cannot satisfy: reported against the scenario's file
+        raise ConfigError(exc.problems, source) from None
     return start, build_timed(scenario, source, start)
 
 

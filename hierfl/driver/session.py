@@ -41,6 +41,7 @@ from hierfl.output.telemetry import RunTelemetry
 from hierfl.driver import undertaker
 from hierfl.runtime.cluster_watch import ClusterWatch
 from hierfl.runtime.executor import Executor
+from hierfl.runtime.role_common import OutOfDeviceMemory
 from hierfl.runtime.start import ExecutorStart, start_executor
 from hierfl.scenario.loader import dump_scenario
 from hierfl.scenario.schema import Scenario
@@ -142,6 +143,8 @@ class RunSession:
         data = run_data(self.scenario, self.built, self.dyn)
         try:
             return self.start.executor(data)
+        except OutOfDeviceMemory as exc:  # a host's warm-up group did not fit: its message says what to change
+            raise RunError(f"runtime: {getattr(exc, 'cause', exc)}") from exc
         except Exception as exc:
             where = f" at {rt.address}" if rt.address else ""
             raise RunError(f"runtime: cannot start the {rt.executor} executor{where}: "
@@ -295,8 +298,12 @@ class RunSession:
 
     def fail(self, exc: BaseException) -> BaseException:
         """Any other ending: ``summary.json`` says how and where the run stopped; returns what to raise
-        (``exc`` itself, or a :class:`ClusterLostError` when the cluster was lost under the run)."""
+        (``exc`` itself, a :class:`RunError` with the message of a host's :class:`OutOfDeviceMemory`, or a
+        :class:`ClusterLostError` when the cluster was lost under the run)."""
         with self._ending:
+            if isinstance(exc, OutOfDeviceMemory):  # its message, not Ray's wrapper with the host's traceback
+                when = f"t={self.ctx.now:.6g}s: " if self.ctx is not None else ""
+                exc = RunError(when + str(getattr(exc, "cause", exc)))
             if self.lost is not None and not isinstance(exc, ClusterLostError):
                 exc = ClusterLostError(self._lost_text(self.lost))
             if isinstance(exc, ClusterLostError):

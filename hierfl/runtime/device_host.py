@@ -13,7 +13,7 @@ from hierfl.core.method import JobContext, JobMethod
 from hierfl.runtime.device_state import DeviceState
 from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
-from hierfl.learn.batched import BatchedTrainer
+from hierfl.learn.batched import GROUP_MAX, BatchedTrainer
 from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
@@ -22,7 +22,8 @@ from hierfl.core.device_eval import DEFAULT_SUPPORT_FRACTION, support_split
 __all__ = ['DeviceHost', 'group_trainers']
 
 
-from hierfl.runtime.role_common import ModelSpec, _pick, cpu_batching_of, device_of, fast_path_of, flag_nonfinite, models_of, precision_of
+from hierfl.runtime.role_common import (ModelSpec, OutOfDeviceMemory, _pick, cpu_batching_of, device_of, fast_path_of,
+                                        flag_nonfinite, models_of, out_of_memory_text, precision_of)
 
 
 def group_trainers(trainer: LocalTrainer, model: ModelSpec,
@@ -40,6 +41,13 @@ def group_trainers(trainer: LocalTrainer, model: ModelSpec,
     if batched is None and (device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
         return None, VmapTrainer(trainer, device)
     return batched, None
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's CUDA out-of-memory error (torch is loaded: a group was training)."""
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError)
 
 
 class DeviceHost:
@@ -60,6 +68,7 @@ class DeviceHost:
         self.parts = parts
         self.eval_sets = list(eval_sets or [])
         self.device = resolve_device(device_of(model))
+        self.configured_device = device_of(model)  # runtime.device as written (auto), for messages
         self.trainer = LocalTrainer(model_cfg, tuple(input_shape), num_classes, torch_threads=threads,
                                     device=self.device, precision=precision_of(model))
         self.states = DeviceState()  # per-device vectors the job methods keep
@@ -271,8 +280,16 @@ class DeviceHost:
                 continue
             rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
             trainer: Any = self.batched if self.batched is not None else self.vmapped
-            st = trainer.train_group([params[k] for k in ks], self.x, labels[ks[0]],
-                                     [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks], rows)
+            try:
+                st = trainer.train_group([params[k] for k in ks], self.x, labels[ks[0]],
+                                         [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks],
+                                         rows)
+            except Exception as exc:
+                if not _out_of_memory(exc):
+                    raise
+                # the run cannot go on with this group on this device: say which settings lower the need
+                raise OutOfDeviceMemory(out_of_memory_text(len(ks), self.device, self.configured_device, GROUP_MAX,
+                                                           str(exc))) from None
             out[ks] = rows
             for j, (k, one) in enumerate(zip(ks, st)):
                 stats[k] = flag_nonfinite(rows[j], one)

@@ -21,6 +21,7 @@ import numpy as np
 import ray
 
 from hierfl.core.work import TrainSpec
+from hierfl.runtime.gpu_placement import hide_unreserved_gpus
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 
 __all__ = ["HostActor", "CloudActor", "LeaderActor", "IdleHosts", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
@@ -39,6 +40,9 @@ class HostActor(DeviceHost):
     """A :class:`DeviceHost` whose process starts before the data exists: ``setup`` builds the role."""
 
     def __init__(self, import_torch: bool = True, plugins: Any = ()) -> None:  # the role's own __init__ runs in setup
+        # first: a host that reserved no GPU (runtime.gpus_per_host: 0) must see none, before torch
+        # initialises CUDA, or runtime.device: auto would put a CUDA context and a data copy in every host
+        hide_unreserved_gpus()
         _install_plugins(plugins)  # plain data: nothing of a plug-in is unpickled before this
         if import_torch:  # the slow part of an actor's start: done while the driver builds
             importlib.import_module("torch")
@@ -91,6 +95,7 @@ class CloudActor(Cloud):
     """A :class:`Cloud` whose process starts before the data exists: ``setup`` builds the role."""
 
     def __init__(self, plugins: Any = ()) -> None:  # the role's own __init__ runs in setup, with the data
+        hide_unreserved_gpus()  # it reserves none: its torch work (a validation loss) runs on the CPU
         _install_plugins(plugins)
         # no torch here: the cloud aggregates with numpy, and the Ray executor evaluates on a host;
         # torch is imported on first use only if a robust rule needs a validation loss (Zeno)
@@ -115,6 +120,7 @@ class LeaderActor(LeaderHost):
     arguments may hold a plug-in's aggregation rule, unpicklable before the plug-in is loaded)."""
 
     def __init__(self, plugins: Any = ()) -> None:
+        hide_unreserved_gpus()  # it reserves no GPU
         _install_plugins(plugins)
 
     def setup(self, *args: Any) -> None:

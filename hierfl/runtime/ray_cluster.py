@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from hierfl.config.errors import ConfigError, Problem
 from hierfl.config.plugins import bundle as plugin_bundle
 from hierfl.runtime import ray_auth, signals
 from hierfl.runtime.driver_cloud import DriverCloud
 from hierfl.runtime.executor import ClusterLink, RunData
+from hierfl.runtime.gpu_placement import cluster_gpus, placement_problem
 from hierfl.runtime.ray_actors import CloudActor as CloudActor
 from hierfl.runtime.ray_actors import HostActor as HostActor
 from hierfl.runtime.ray_actors import IdleHosts as IdleHosts
@@ -175,6 +177,7 @@ class RayStart(ExecutorStart):
         # less; a Ray client keeps the actor, since there every input would cross the network
         self.cloud_in = ("actor" if self.client else "driver") if cloud == "auto" else cloud
         self.workers = 0
+        self._workers_auto = workers == "auto"  # (named in a placement message: auto is one host per CPU)
         self.hosts: list[Any] = []
         self.cloud: Any = None
         self._pool_key: tuple[Any, ...] | None = None  # set when this run's hosts may be kept (IdleHosts)
@@ -202,6 +205,7 @@ class RayStart(ExecutorStart):
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.workers = max(1, int(total_cpus)) if workers == "auto" else int(workers)
         host_cpus = min(1.0, total_cpus / self.workers)
+        self.gpus_fit()  # before any actor is asked for: one that cannot be placed would wait forever
         # on a run's own (one-machine) instance only the first host imports torch at once (it makes
         # the initial model: model_call); the others import it with their set-up, after the data's
         # put, the run's memory peak, which they would raise by about 0.14 GB each (scale, goal
@@ -219,6 +223,23 @@ class RayStart(ExecutorStart):
             h == 0 or not self.owns_ray, plugins) for h in range(len(self.hosts), self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
                       else RayCloud.options(num_cpus=0).remote(plugins))
+
+    def gpus_fit(self) -> None:
+        """Raise :class:`~hierfl.config.errors.ConfigError` (``runtime.gpus_per_host``) if the cluster's
+        nodes cannot take ``workers`` hosts of ``gpus_per_host`` GPUs each (Ray would leave the others
+        waiting forever, without a word): the check of :func:`hierfl.core.gpu_shares.placement_problem`
+        on the GPUs of the cluster's nodes as they are now (an autoscaling cluster's GPU nodes must be up)."""
+        if self.gpus_per_host <= 0:
+            return
+        problem = placement_problem(self.workers, self.gpus_per_host, cluster_gpus())
+        if problem is not None:
+            if self._workers_auto:
+                problem += " (workers: auto is one host per CPU)"
+            raise ConfigError([Problem("runtime.gpus_per_host", problem, self.gpus_per_host)], "runtime")
+
+    def refused(self) -> ConfigError | None:
+        """The configuration error that stopped the start (a placement that cannot be satisfied), else None."""
+        return self._error if isinstance(self._error, ConfigError) else None
 
     def model_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the first host actor, which imports torch anyway: the driver process then

@@ -18,6 +18,7 @@ and ``executor.cluster``), the outbox that sends jobs and fold-ins in batches
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -33,10 +34,25 @@ from hierfl.runtime.ray_cluster import (RayCloud, RayCluster, RayDeviceHost, Ray
                                         listen_to_ray, probe_address)
 from hierfl.runtime.ray_servers import RayServers
 from hierfl.runtime.ray_state import RayState
+from hierfl.runtime.gpu_placement import cluster_gpus
+from hierfl.runtime.role_common import device_of, on_cpu
 from hierfl.runtime.roles import fast_path_of
 
 __all__ = ["RayExecutor", "RayServers", "RayState", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayCloud",
            "is_lost", "probe_address"]
+
+
+def _note_idle_gpus(data: RunData, gpus_per_host: float) -> None:
+    """Warn when ``runtime.device: auto`` will train on CPUs beside idle GPUs: a host that reserves no GPU
+    sees none (:func:`hierfl.runtime.gpu_placement.hide_unreserved_gpus`), so ``auto`` is ``cpu`` there."""
+    if gpus_per_host > 0 or device_of(data.model) != "auto":
+        return
+    gpus = sum(cluster_gpus())
+    if gpus > 0:
+        logging.getLogger(__name__).warning(
+            "runtime.device: auto trains on the CPU in every device host: the hosts reserve no GPU "
+            "(runtime.gpus_per_host: 0) and so see none, though the cluster has %g GPU(s); set "
+            "runtime.gpus_per_host (e.g. 1, with runtime.workers: %g) to train on them", gpus, gpus)
 
 
 class RayExecutor(Executor):
@@ -48,6 +64,7 @@ class RayExecutor(Executor):
                  start: RayStart | None = None) -> None:
         self._start = (start or RayStart("ray", workers, address, gpus_per_host=data.gpus_per_host)).check()
         listen_to_ray()
+        _note_idle_gpus(data, self._start.gpus_per_host)
         self.workers = self._start.workers
         self.hosts: list[Any] = self._start.hosts
         self.cloud: Any = self._start.cloud
@@ -69,7 +86,8 @@ class RayExecutor(Executor):
         # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
         self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model, evals_ref, xt_ref, yt_ref)
                         for h in self.hosts]
-        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, data.model, data.robust,
+        # the cloud reserves no GPU (in the driver or an actor): its torch work, if any, runs on the CPU
+        self._cloud_setup = self.cloud.setup.remote(self._init, xt_ref, yt_ref, on_cpu(data.model), data.robust,
                                                      data.public)
         # a device's per-device state that was never written starts from the initial model (JobContext.base)
         self._bases = [h.set_state_base.remote(self._init) for h in self.hosts]

@@ -9,7 +9,7 @@ import numpy as np
 
 from hierfl.core.aggregate import WeightedSum, linear_combination
 
-__all__ = ['ModelSpec', 'models_of', 'fast_path_of', 'device_of', 'cpu_batching_of', 'precision_of', 'NONFINITE', 'flag_nonfinite', 'average_rows', 'combine_packed', 'delta_packed']
+__all__ = ['ModelSpec', 'models_of', 'fast_path_of', 'device_of', 'on_cpu', 'cpu_batching_of', 'precision_of', 'NONFINITE', 'flag_nonfinite', 'OutOfDeviceMemory', 'out_of_memory_text', 'average_rows', 'combine_packed', 'delta_packed']
 
 
 ModelSpec = tuple[Any, ...]
@@ -43,6 +43,12 @@ def fast_path_of(model: ModelSpec) -> bool:
 def device_of(model: ModelSpec) -> str:
     """The :data:`ModelSpec`'s ``runtime.device`` (its optional sixth element; ``cpu`` without one)."""
     return str(model[5]) if len(model) > 5 and model[5] else "cpu"
+
+
+def on_cpu(model: ModelSpec) -> ModelSpec:
+    """The :data:`ModelSpec` with ``runtime.device`` ``cpu``: for a role that reserved no GPU under Ray
+    (the cloud, in the driver or an actor), which computes on the CPU whatever the device hosts use."""
+    return model if device_of(model) == "cpu" else (*model[:5], "cpu", *model[6:])
 
 
 def cpu_batching_of(model: ModelSpec) -> str:
@@ -99,3 +105,26 @@ def delta_packed(coefs: list[float], plus: list[int], plus_rows: list[int | None
     terms = [(c, _pick(arrays[p], pr), None if m < 0 else _pick(arrays[m], mr))
              for c, p, pr, m, mr in zip(coefs, plus, plus_rows, minus, minus_rows)]
     return linear_combination(terms, dtype=np.float64)
+
+
+class OutOfDeviceMemory(RuntimeError):
+    """A host's accelerator ran out of memory training a fast-path group (``torch.cuda.OutOfMemoryError``).
+
+    Raised by :meth:`hierfl.runtime.device_host.DeviceHost.train_group` with a message naming the group's
+    size, ``runtime.device`` and the settings that lower the memory a group needs; the driver ends the
+    run with that message (under Ray the exception arrives wrapped in Ray's task error: its ``cause``)."""
+
+
+def out_of_memory_text(jobs: int, device: str, configured: str, group_max: int, detail: str) -> str:
+    """The message of :class:`OutOfDeviceMemory`: a group of ``jobs`` jobs on ``device`` (``runtime.device``
+    ``configured``) did not fit; ``detail``: torch's own first line (what it tried to allocate)."""
+    first = detail.strip().splitlines()[0] if detail.strip() else ""
+    first = first if len(first) <= 240 else first[:240] + "…"
+    return (f"CUDA out of memory training a fast-path group of {jobs} jobs on {device} "
+            f"(runtime.device: {configured}){': ' + first if first else ''}. A group holds its jobs' parameters, "
+            f"optimizer state and activations at once; a group has at most {group_max} jobs, those the run "
+            "starts together (fewer devices per round make smaller groups). To need less GPU memory: "
+            "runtime.precision: bf16 (activations in bfloat16), a larger runtime.gpus_per_host with fewer "
+            "runtime.workers (fewer hosts, each with its own copy of the data, share a GPU), "
+            "runtime.fast_path: false (every job alone, on the CPU), or runtime.device: cpu "
+            "(runtime.cpu_batching: auto then trains a CNN or LSTM job by job there)")

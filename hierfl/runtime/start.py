@@ -46,6 +46,11 @@ class ExecutorStart:
         which trains with torch anyway."""
         return fn(*args)
 
+    def refused(self) -> Exception | None:
+        """A configuration error the start found (e.g. GPUs that cannot be placed), raised by
+        :func:`start_executor` at once; None here."""
+        return None
+
     def close(self) -> None:
         """Release an unfinished start (nothing here)."""
 
@@ -61,14 +66,22 @@ def start_executor(kind: str, workers: int | str = "auto", address: str | None =
                    gpus_per_host: float = 0.0) -> ExecutorStart:
     """Begin starting the executor named by ``runtime.executor`` (a plug-in of
     :data:`hierfl.executors.EXECUTORS`); returns without waiting. An unknown name raises
-    ``ValueError`` listing the allowed ones."""
+    ``ValueError`` listing the allowed ones; a start that refuses its settings
+    (:meth:`ExecutorStart.refused`, e.g. ``runtime.gpus_per_host`` the cluster cannot place) is
+    closed and its :class:`~hierfl.config.errors.ConfigError` raised."""
     try:
         config = EXECUTORS.get(kind)(name=kind)
     except KeyError as exc:
         raise ValueError(exc.args[0]) from None
     if gpus_per_host:  # only the Ray executor places hosts on GPUs
-        return config.start(workers=workers, address=address, gpus_per_host=gpus_per_host)  # type: ignore[no-any-return]
-    return config.start(workers=workers, address=address)  # type: ignore[no-any-return]
+        start = config.start(workers=workers, address=address, gpus_per_host=gpus_per_host)
+    else:
+        start = config.start(workers=workers, address=address)
+    refused = getattr(start, "refused", lambda: None)()
+    if refused is not None:  # a setting the cluster cannot satisfy: nothing is left running, nothing built
+        start.close()
+        raise refused
+    return start  # type: ignore[no-any-return]
 
 
 def process_launch_time() -> float | None:

@@ -20,6 +20,7 @@ from typing import Any
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.config.registry import close_names
+from hierfl.core.gpu_shares import share_problem
 from hierfl.devices import shipped_tiers
 from hierfl.dynamics import EVENTS, Facts
 from hierfl.dynamics.availability import steady_names
@@ -218,10 +219,20 @@ def _cuda_bf16() -> bool:
 
 def _runtime_checks(scenario: Scenario) -> list[Problem]:
     rt = scenario.runtime
+    share = share_problem(rt.gpus_per_host)
+    if share is not None:
+        return [Problem("runtime.gpus_per_host", share, rt.gpus_per_host)]
     if rt.device == "cuda" and not _cuda_available():
         return [Problem("runtime.device", "CUDA is not available on this machine (torch.cuda.is_available() is "
                         "false); allowed: cpu, cuda (where CUDA is available), auto (cuda if available, else cpu)",
                         rt.device)]
+    # under Ray a device host that reserves no GPU sees none (hierfl.runtime.gpu_placement): cuda there
+    # would fail in every host; auto is allowed (it resolves to cpu in such a host)
+    if rt.executor == "ray" and rt.device == "cuda" and rt.gpus_per_host == 0:
+        return [Problem("runtime.gpus_per_host", "runtime.device: cuda on the Ray executor needs GPUs reserved for "
+                        "the device hosts, which otherwise see none: set runtime.gpus_per_host (e.g. 1 with "
+                        "runtime.workers: the cluster's GPUs, or 0.5 for two hosts per GPU), or runtime.device: "
+                        "auto or cpu", rt.gpus_per_host)]
     # torch's CUDA autocast silently falls back to fp32 on a GPU without bfloat16: refuse instead
     # (device auto is resolved on each host; the host refuses it there, hierfl.learn.precision)
     if rt.device == "cuda" and rt.precision == "bf16" and not _cuda_bf16():

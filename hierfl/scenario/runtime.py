@@ -62,7 +62,9 @@ class RuntimeConfig(ConfigModel):
                                     "slower than one job after another on CPU kernels; vmap batches every model "
                                     "with torch.func on the CPU as on a GPU (for tests and benchmarks)")
     gpus_per_host: NonNegativeFloat = Field(
-        default=0.0, description="Ray executor: GPUs reserved by each device host actor (fractions share a GPU); "
-                                 "0 = none")
+        default=0.0, description="Ray executor: GPUs reserved by each device host actor (a fraction in (0, 1] "
+                                 "shares a GPU, floor(1/share) hosts per GPU; above 1 a whole number); 0 = none, "
+                                 "and hosts then see no GPU. workers x gpus_per_host that the cluster's GPUs "
+                                 "cannot place is refused at start (exit status 2)")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig,
                                          description="resumable checkpoints (hierfl resume) and recovery")
