@@ -134,7 +134,7 @@ def main() -> None:
         "production finder's (k, t). No device drops out, so the server's recovery path (one key agreement and "
         "PRG stream per lost client and neighbour) is not exercised: the server figure is the no-dropout "
         "unmasking (self masks and Shamir reconstruction). Client figures are the mean over 4 traced device "
-        "lanes (a seeded sample). The spec's m = 10^6 and 30 % dropout cases are not run [D: budget].",
+        "lanes (a seeded sample). The m = 10^6 and 30 % dropout cases of the planned experiment are not run [D: budget].",
         "",
         "| variant | n | neighbours k | client bytes | client crypto work | server unmasking | secure aggregation time |",
         "|---|---|---|---|---|---|---|",

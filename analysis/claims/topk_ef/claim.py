@@ -87,7 +87,7 @@ def main() -> None:
         f"{fmt(frac['topk_10'], 4)}, top-k 1 % {fmt(frac['topk_1'], 4)}, random-k 1 % {fmt(frac['randk_1'], 4)}.",
         "",
         f"PASS criterion (set before running): the mean accuracy difference of top-k 1 % and 10 % is at least "
-        f"−{GAP} (one point). Not run: the spec's DGC, EF-sign and QSGD arms, top-k without error feedback "
+        f"−{GAP} (one point). Not run: DGC, EF-sign and QSGD arms, top-k without error feedback "
         "(no such channel), accuracy against emulated time [D: budget].",
         "",
         f"Cost: {len(runs)} trials, {trials_wall(runs):.0f} s of trial wall time in all; the script took "
