@@ -219,3 +219,37 @@ def test_a_method_that_reads_each_update_is_refused() -> None:
     late.refresh()
     _refused("scores each update on its own", training={"trainer": {"name": "test_reads_each"}},
              subprotocol=_sa("secagg_plus"))
+
+
+def test_secagg_plus_plans_each_round_once_per_view() -> None:
+    """plan_sender builds a round's graph and live / lost sets once per view (not once per sender: that made a
+    round O(n²)), and a new view (the next round, other survivors) is planned from its own sets."""
+    import time
+
+    from hierfl.methods.secagg.config import SecAggPlusConfig
+    from hierfl.subprotocol.math import RoundView
+
+    cfg = SecAggPlusConfig(corrupt_rate=0.05, dropout_rate=0.05)
+    n = 2000
+    ids = tuple(range(n))
+    k = cfg.degree_threshold(n)[0]
+
+    def view(rnd: int, alive: tuple[int, ...], lost: tuple[int, ...] = ()) -> RoundView:
+        return RoundView(rnd, n, len(alive), n - len(alive), len(lost), 40_000, "cloud", "device", ids, alive, lost,
+                         instance=0, seed=5)
+
+    v1 = view(1, ids)
+    plan = cfg.plan(v1)
+    assert plan is not None
+    t0 = time.perf_counter()
+    full = [cfg.plan_sender(v1, d, plan) for d in ids]
+    assert time.perf_counter() - t0 < 1.0  # O(n·k): a few ms per hundred senders
+    assert len({p.up_bytes for p in full}) == 1 and full[0].up_bytes == 106 * k + 64  # all k alive; envelope
+    # the next view loses a tenth of the clients: each sender's neighbourhood shrinks by its own lost neighbours
+    lost = tuple(range(0, n, 10))
+    alive = tuple(d for d in ids if d % 10)
+    v2 = view(1, alive)
+    graph = cfg._neighbours(v2)
+    for d in (1, 2, 503, 1999):
+        mine = graph[d]
+        assert cfg.plan_sender(v2, d, plan).up_bytes == 106 * sum(1 for u in mine if u not in set(lost)) + 64
