@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -44,9 +45,8 @@ def _build(tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: dict) -> tup
 
 REFUSED = [
     # (scenario, key, the model's key, words of the reason)
-    (lambda: _scenario("fedmd_digits", model=BN_DROP, models={}), "protocol.name", "`model`", "dropout"),
-    (lambda: _scenario("fedmd_digits", models={"rpi4": DROP_ONLY}), "protocol.name", "`models.rpi4`", "dropout"),
     (lambda: _scenario("rhfl", model=BN_DROP, models={}), "protocol.name", "`model`", "dropout"),
+    (lambda: _scenario("rhfl", models={"rpi4": DROP_ONLY}), "protocol.name", "`models.rpi4`", "dropout"),
     (lambda: _scenario("fccl", model=BN_DROP, models={}), "protocol.name", "`model`", "dropout"),
     (lambda: _scenario("fedftg", model=BN_ONLY), "protocol.name", "`model`", "running statistics"),
     (lambda: _tiny(model=BN_DROP, training={**_tiny()["training"], "trainer": {"name": "fedmeta"}}),
@@ -62,7 +62,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("make", "key", "model_key", "why"), REFUSED,
-                         ids=["fedmd", "fedmd_tier", "rhfl", "fccl", "fedftg", "fedmeta_dropout", "fedmeta_bn",
+                         ids=["rhfl", "rhfl_tier", "fccl", "fedftg", "fedmeta_dropout", "fedmeta_bn",
                               "fedper_bn", "fedavgmeta_dropout"])
 def test_refused_models_exit_2_with_the_key(tmp_path, capsys, make, key, model_key, why):
     code, err = _build(tmp_path, capsys, make())
@@ -74,13 +74,13 @@ def test_refused_models_exit_2_with_the_key(tmp_path, capsys, make, key, model_k
 ALLOWED = [
     # what a declaration does not name, or the same model under the plain loop
     lambda: _scenario("fedftg", model=DROP_ONLY) | {"protocol": {"name": "fedavg", "fraction": 0.5}},
-    lambda: _scenario("fedmd_digits", model=BN_ONLY, models={}),  # FedMD carries running statistics
+    lambda: _scenario("fedmd_digits", model=BN_DROP, models={"rpi4": DROP_ONLY}),  # FedMD honours both
     lambda: _tiny(model=DROP_ONLY, training={**_tiny()["training"], "trainer": {"name": "fedper"}}),
     lambda: _tiny(model=BN_DROP, training={**_tiny()["training"], "trainer": {"name": "fedavgmeta"}}),
 ]
 
 
-@pytest.mark.parametrize("make", ALLOWED, ids=["fedavg_dropout", "fedmd_bn", "fedper_dropout", "fedavgmeta_plain"])
+@pytest.mark.parametrize("make", ALLOWED, ids=["fedavg_dropout", "fedmd", "fedper_dropout", "fedavgmeta_plain"])
 def test_what_a_loop_honours_still_builds(tmp_path, capsys, make):
     code, err = _build(tmp_path, capsys, make())
     assert code == 0, err
@@ -94,3 +94,32 @@ def test_the_refused_model_trains_under_the_plain_trainer():
     a, b = run(raw).evals, run(raw).evals
     assert len(a) >= 2 and a["loss"].notna().all()
     assert a[["accuracy", "loss"]].to_numpy().tobytes() == b[["accuracy", "loss"]].to_numpy().tobytes()
+
+
+def test_fedmd_public_training_draws_its_masks_from_the_job_stream():
+    """A public-data job (FedMD's transfer learning and digest, RHFL's alignment) with dropout: its masks come
+    from the job's seed, so two runs under different global seeds give the same bits and leave torch's global
+    generator as it was; and they are drawn (the same job without dropout trains to other values)."""
+    import torch
+
+    from hierfl.core.work import PublicTask, TrainSpec
+    from hierfl.learn.local import LocalTrainer, init_params
+    from hierfl.learn.outputs import run_public_task
+    from hierfl.models import TorchModelConfig
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((40, 6)).astype(np.float32), rng.integers(0, 3, 40)
+    spec = TrainSpec(epochs=1, batch_size=8, lr=0.1, method=PublicTask("pretrain", (0, 40), 40))
+    out = {}
+    for drop in (0.5, 0.0):
+        cfg = TorchModelConfig.model_validate({**BN_DROP, "kwargs": {"hidden": 8, "dropout": drop}})
+        trainer, params = LocalTrainer(cfg, (6,), 3), init_params(cfg, (6,), 3, 1)
+        runs = []
+        for global_seed in (0, 1):
+            torch.manual_seed(global_seed)
+            state = torch.get_rng_state()
+            runs.append(run_public_task(trainer, params, x, y, spec, 7, None)[0])
+            assert torch.equal(torch.get_rng_state(), state)
+        assert runs[0].tobytes() == runs[1].tobytes()
+        out[drop] = runs[0]
+    assert out[0.5].shape == out[0.0].shape and np.abs(out[0.5] - out[0.0]).max() > 1e-4

@@ -74,9 +74,6 @@ class FedMDConfig(ProtocolConfig):
     """``protocol: {name: fedmd, align_size: 5000, revisit_epochs: 4, ...}``; needs ``data.public``."""
 
     name: Literal["fedmd"] = "fedmd"
-    # what its own loops on the module cannot honour (hierfl.assemble.loops)
-    module_loops: ClassVar[Mapping[str, str]] = {
-        "dropout": "its public-data phases train the module in loops of their own"}
     # the consensus and digest knobs mean nothing to the reference without collaboration,
     # which sweeps derive from a collaborating base: a warning, not a refusal
     read_only_with: ClassVar[Mapping[str, ReadWith]] = {
