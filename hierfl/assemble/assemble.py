@@ -16,6 +16,7 @@ import numpy as np
 
 from hierfl.assemble.dynamics import availability_labels, build_dynamics
 from hierfl.assemble.hetero import DeviceModels, device_models, layout_problems
+from hierfl.assemble.loops import module_loop_problems
 from hierfl.assemble.public import carve_public
 from hierfl.assemble.world import build_world
 from hierfl.config.errors import ConfigError, Problem
@@ -28,6 +29,7 @@ from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import World
 from hierfl.data import DataError, Dataset
 from hierfl.learn.local import init_params, model_layout
+from hierfl.learn.randomness import model_features
 from hierfl.scenario.schema import Scenario
 
 __all__ = ["Built", "ModelCall", "build", "in_process", "train_spec"]
@@ -153,12 +155,13 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
             for key, cfg in [("model", scenario.model), *((f"models.{t}", m) for t, m in scenario.models.items())]]
     if any(reason is not None for _, reason in fits):
         raise ConfigError([Problem(key, reason) for key, reason in fits if reason is not None], source)
-    misfits = scenario.protocol.model_problems(
-        lambda: model_call(model_layout, scenario.model, tuple(dataset.input_shape), dataset.num_classes))
+    shape, classes = tuple(dataset.input_shape), dataset.num_classes
+    misfits = list(scenario.protocol.model_problems(lambda: model_call(model_layout, scenario.model, shape, classes)))
+    # trainers and protocols with loops of their own on the module: the model features they cannot honour
+    misfits += module_loop_problems(scenario, lambda cfg: model_call(model_features, cfg, shape, classes))
     if misfits:
         raise ConfigError(misfits, source)
     samples = np.array([len(p) for p in parts], dtype=np.int64)
-    shape, classes = tuple(dataset.input_shape), dataset.num_classes
     try:
         world = build_world(scenario, samples,
                             lambda tiers: device_models(scenario, tiers).forward_flops(model_call, shape, classes))

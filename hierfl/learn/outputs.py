@@ -13,6 +13,7 @@ below are that work on one device's model, through the
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +22,7 @@ from hierfl.core.public import public_subset
 from hierfl.core.work import PublicTask, TrainSpec, effective_batch, samples_processed
 from hierfl.learn.local import index_blocks, init_params
 from hierfl.learn.precision import autocast
+from hierfl.learn.randomness import DrawMasks, job_generator
 
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
@@ -72,7 +74,9 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
     """SGD on ``x[rows]`` from ``params``: toward ``targets`` (``len(rows) · C`` scores, row order) with the
     distillation loss ``loss_kind`` (:func:`hierfl.learn.distill.kd_loss`), or on the labels ``y[rows]``
     with cross-entropy when ``targets`` is None. Data order and optimiser as
-    :meth:`LocalTrainer.train` (``spec``'s epochs, batch size, lr; seeded by ``seed`` only)."""
+    :meth:`LocalTrainer.train` (``spec``'s epochs, batch size, lr; seeded by ``seed`` only), dropout masks too:
+    drawn from the job's own stream (:func:`~hierfl.learn.randomness.job_generator` of ``seed``), never from
+    torch's global generator, so the job gives the same bits in any process."""
     import torch
     import torch.nn.functional as F
 
@@ -89,13 +93,15 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
     module, plist = trainer.module, trainer._params
     module.train()
     loss_sum, steps = 0.0, 0
+    # the job's own mask stream, drawn call by call in forward order (as a plain job alone)
+    masks = DrawMasks(job_generator(seed)) if trainer.dropout else contextlib.nullcontext()
     for block in index_blocks(n, b, spec, rng):
         for start in range(0, block.size, b):
             pos = block[start : start + b]  # positions within the subset (the targets' rows)
             xb = torch.from_numpy(np.ascontiguousarray(x[rows[pos]], dtype=np.float32).reshape(pos.size, -1))
             for p in plist:
                 p.grad = None
-            with autocast(trainer.precision, "cpu"):  # (fp32: no autocast region at all)
+            with masks, autocast(trainer.precision, "cpu"):  # (fp32: no autocast region at all)
                 out = module(xb)
             out = out.float()
             if target is None:

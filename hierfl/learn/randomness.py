@@ -34,7 +34,7 @@ from hierfl.core.rng import stream_seed
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DrawMasks", "RecordSites", "ReplayMasks", "Site", "UnsupportedRandomness", "draw_mask",
+__all__ = ["DrawMasks", "RecordSites", "ReplayMasks", "Site", "UnsupportedRandomness", "draw_mask", "model_features",
            "dropout_sites", "job_generator"]
 
 Site = tuple[str, float, tuple[int, ...]]
@@ -205,3 +205,20 @@ def dropout_sites(module: torch.nn.Module, input_shape: tuple[int, ...]) -> list
                 b.copy_(saved[n])
         module.train(was_training)
     return rec.sites
+
+
+def model_features(model_cfg: Any, input_shape: tuple[int, ...], num_classes: int) -> dict[str, list[str]]:
+    """What of the model ``model_cfg`` builds only the plain training loops honour, for the build's check of
+    trainers and protocols with loops of their own (:mod:`hierfl.assemble.loops`): ``dropout`` — one entry per
+    dropout call of a training-mode forward pass (its kind and ``p``; ``p = 0`` draws nothing and is left
+    out); ``running_stats`` — the names of the floating-point buffers the model vector carries. A plain
+    function of configs, so that it can run where torch is (``ExecutorStart.model_call``)."""
+    from hierfl.models.state import state_buffers
+
+    module = model_cfg.build(input_shape, num_classes)
+    try:
+        sites = dropout_sites(module, input_shape)
+    except UnsupportedRandomness:  # refused with its own message when a trainer is built
+        sites = []
+    return {"dropout": [f"{'channel ' if kind == 'channel' else ''}p={p:g}" for kind, p, _ in sites],
+            "running_stats": [name for name, _ in state_buffers(module)]}

@@ -13,6 +13,7 @@ hands them a job method (:mod:`hierfl.core.method`) there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from hierfl.config.base import ConfigModel
@@ -40,6 +41,15 @@ class TrainerConfig(ConfigModel):
     reads_each_update: ClassVar[str | None] = None
     # no model is trained or evaluated (timing-only runs): accuracy targets make no sense
     timing_only: ClassVar[bool] = False
+    # what of a model this trainer's own loops on the torch module (outside the plain local loop) cannot
+    # honour, feature → why: "dropout" (random layers: such a loop would draw their masks from torch's
+    # global generator) and "running_stats" (floating-point buffers: batch norm's running statistics).
+    # Checked against `model` at build time (hierfl.assemble.loops); empty: every model trains
+    module_loops: ClassVar[Mapping[str, str]] = {}
+
+    def module_loop_limits(self, scenario: Any) -> Mapping[str, str]:
+        """The :attr:`module_loops` of this configuration in ``scenario`` (a setting may switch a loop off)."""
+        return type(self).module_loops
 
     @property
     def layout(self) -> MessageLayout:

@@ -9,7 +9,7 @@ and it hears back through events with typed payloads. Events the driver raises o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -107,6 +107,15 @@ class ProtocolConfig(ConfigModel):
     # every device is online; "buffered" — each server step combines the next expected_inputs()["cloud"] updates
     # that arrive (participation follows availability and speed); None: not declared (privacy.dp is refused)
     cohort_sampling: ClassVar[str | None] = None
+    # what of a model (`model`, each of `models`) this protocol's own loops on the torch module (distillation,
+    # output exchange, server training) cannot honour, feature → why: "dropout" (masks from torch's global
+    # generator) and "running_stats" (batch norm's running statistics). Checked at build time
+    # (hierfl.assemble.loops); empty: its jobs use the plain local loop, which honours both
+    module_loops: ClassVar[Mapping[str, str]] = {}
+
+    def module_loop_limits(self, scenario: Scenario) -> Mapping[str, str]:
+        """The :attr:`module_loops` of this configuration in ``scenario``."""
+        return type(self).module_loops
 
     def sampling_scheme(self) -> str | None:
         """How this configuration's cloud aggregations pick their inputs (the declaration above, or what a

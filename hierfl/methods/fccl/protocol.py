@@ -78,6 +78,9 @@ class FCCLConfig(ProtocolConfig):
     """``protocol: {name: fccl, exchange: per_batch, ...}``; needs ``data.public`` (labels unused)."""
 
     name: Literal["fccl"] = "fccl"
+    # what its own loops on the module cannot honour (hierfl.assemble.loops)
+    module_loops: ClassVar[Mapping[str, str]] = {
+        "dropout": "its collaborative and local phases run loops of their own"}
     # the collaborative phase's knobs mean nothing to the reference without collaboration,
     # which sweeps derive from a collaborating base: a warning, not a refusal
     read_only_with: ClassVar[Mapping[str, ReadWith]] = {

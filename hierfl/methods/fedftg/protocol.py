@@ -31,6 +31,7 @@ during the job is still ``w_t`` (evaluations in that window see it).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -61,6 +62,10 @@ class FTGKnobs(ProtocolConfig):
 
     needs_label_counts: ClassVar[bool] = True  # the server weighs its teachers by their label histograms
     reads_each_update: ClassVar[str | None] = "fine-tunes the global model on each device's model as a teacher"
+    # the server's generator and student steps are loops of their own on modules that load the parameters only
+    module_loops: ClassVar[Mapping[str, str]] = {
+        "dropout": "its server's student steps run a loop of their own",
+        "running_stats": "its server loads teachers and student from their parameters alone"}
 
     iters: PositiveInt = Field(default=10, description="I: iterations of the fine-tuning job, each a fresh noise "
                                                        "batch (authors' code: 10)")

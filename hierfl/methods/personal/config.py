@@ -9,6 +9,7 @@ through :class:`~hierfl.core.work.TrainSpec`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -30,6 +31,11 @@ def _layers(value: LayerSplit) -> int | tuple[str, ...]:
 
 class _PersonalBase(TrainerConfig):
     """Shared by the personalised trainers: the :class:`~hierfl.methods.personal.math.PersonalJob` of their jobs."""
+
+    # a split by layers reads the model vector's layout as layers: running statistics, which follow every
+    # parameter in it, would be taken for a layer of their own (hierfl.assemble.loops)
+    module_loops: ClassVar[Mapping[str, str]] = {
+        "running_stats": "it splits the model vector by layers, where they would count as a layer"}
 
     def personal_spec(self) -> PersonalJob:
         """What a job does on its device."""
@@ -111,6 +117,12 @@ class LGFedAvgTrainer(_PersonalBase):
 class _MetaKnobs(_PersonalBase):
     """Support/query split, the inner step and optional personal layers (FedMeta + FedPer)."""
 
+    # the support/query steps (and fine-tuning before a device is tested) are loops of their own through
+    # functional_call, which would differentiate the running statistics as parameters
+    module_loops: ClassVar[Mapping[str, str]] = {
+        "dropout": "its support/query and test-time steps run loops of their own",
+        "running_stats": "its support/query and test-time steps treat every entry as a parameter"}
+
     layer_key: ClassVar[str | None] = "training.trainer.head_layers"
     support_fraction: float = Field(default=0.2, gt=0.0, lt=1.0,
                                     description="share of each device's samples in its support set")
@@ -165,6 +177,14 @@ class FedAvgMetaTrainer(_MetaKnobs):
     ``data.test_devices`` 0) ``support_fraction``, ``inner_lr`` and ``inner_steps`` are refused."""
 
     name: Literal["fedavgmeta"] = "fedavgmeta"
+
+    def module_loop_limits(self, scenario: Any) -> Mapping[str, str]:
+        """Jobs are plain training; only the fine-tuning before a device is tested on its own data runs a loop of
+        its own (none without per-device evaluation), and a split by layers (``head_layers``) reads the layout."""
+        data = scenario.data
+        if data.local_test_fraction > 0 or data.test_devices > 0:
+            return type(self).module_loops
+        return _PersonalBase.module_loops if self.head_layers else {}
 
     def scenario_problems(self, scenario: Any) -> list[tuple[str, str, Any]]:
         """The fine-tuning knobs act only where devices are evaluated on their own data."""

@@ -81,6 +81,9 @@ class RHFLConfig(ProtocolConfig):
     """``protocol: {name: rhfl, eta: 0.5, sce_a: 0.1, sce_b: 1.0, ...}``; needs ``data.public``."""
 
     name: Literal["rhfl"] = "rhfl"
+    # what its own loops on the module cannot honour (hierfl.assemble.loops)
+    module_loops: ClassVar[Mapping[str, str]] = {
+        "dropout": "its alignment and private training run loops of their own"}
     # the exchange's knobs mean nothing to the reference without collaboration, which sweeps derive from a
     # collaborating base: a warning, not a refusal (align_size still sets the default private epochs)
     read_only_with: ClassVar[Mapping[str, ReadWith]] = {
