@@ -30,7 +30,7 @@ FEATURES: Mapping[str, tuple[str, str, str]] = {
 
 _ALLOWED = {
     "training.trainer": "trainer sgd (the plain local loop)",
-    "protocol.name": "a protocol with the plain local loop (fedavg, ...)",
+    "protocol.name": "a protocol whose jobs use the plain local loop (one declaring no module_loops)",
 }
 
 
