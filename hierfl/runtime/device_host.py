@@ -278,7 +278,9 @@ class DeviceHost:
                 k = ks[0]
                 _, stats[k] = self.train(devices[k], seeds[k], spec, params[k], out=out[k])
                 continue
-            rows = np.empty((len(ks), out.shape[1]), dtype=np.float32)
+            # consecutive jobs (a whole round's group) train straight into their rows of ``out``
+            direct = ks == list(range(ks[0], ks[0] + len(ks)))
+            rows = out[ks[0]: ks[0] + len(ks)] if direct else np.empty((len(ks), out.shape[1]), dtype=np.float32)
             trainer: Any = self.batched if self.batched is not None else self.vmapped
             try:
                 st = trainer.train_group([params[k] for k in ks], self.x, labels[ks[0]],
@@ -290,7 +292,8 @@ class DeviceHost:
                 # the run cannot go on with this group on this device: say which settings lower the need
                 raise OutOfDeviceMemory(out_of_memory_text(len(ks), self.device, self.configured_device, GROUP_MAX,
                                                            str(exc))) from None
-            out[ks] = rows
+            if not direct:
+                out[ks] = rows
             for j, (k, one) in enumerate(zip(ks, st)):
                 stats[k] = flag_nonfinite(rows[j], one)
         return out, stats
