@@ -11,6 +11,7 @@ import numpy as np
 
 from hierfl.core.method import JobContext, JobMethod
 from hierfl.runtime.device_state import DeviceState
+from hierfl.runtime.result_blocks import ResultBlocks
 from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import GROUP_MAX, BatchedTrainer
@@ -85,6 +86,7 @@ class DeviceHost:
         self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (D_g) added
         # opt-in fast path: groups of jobs trained together (None: every job alone)
         self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
+        self._blocks = ResultBlocks()  # the groups' result arrays, reused once no result refers to them
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
@@ -221,7 +223,8 @@ class DeviceHost:
         def start(k: int) -> np.ndarray:
             return _pick(param_arrays[param_index[k]], param_rows[k])
 
-        out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
+        # (an array of an earlier group that no result refers to any more: no fresh pages every round)
+        out = self._blocks.take(len(devices), self.result_width(spec))
         stats: list[dict[str, float]] = [{} for _ in devices]
 
         if groups is not None:
@@ -255,7 +258,8 @@ class DeviceHost:
         and without the fast path every job, is exactly :meth:`train`. Returns the results as rows
         of one array, in job order, and each job's stats.
         """
-        out = np.empty((len(devices), self.result_width(spec)), dtype=np.float32)
+        # (an array of an earlier group that no result refers to any more: no fresh pages every round)
+        out = self._blocks.take(len(devices), self.result_width(spec))
         stats: list[dict[str, float]] = [{} for _ in devices]
         if ((self.batched is None and self.vmapped is None) or spec.method is not None or spec.attack is not None
                 or spec.model or spec.frozen):

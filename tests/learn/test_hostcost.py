@@ -73,3 +73,22 @@ def test_a_timing_only_round_folds_no_model_into_its_aggregation(trainer, monkey
         assert folds == []
     else:  # trained: every update of both rounds is multiplied in
         assert len(folds) >= 2 * 2 and len(set(folds)) == 1 and folds[0] > 1000  # model-sized vectors
+
+
+def test_a_result_block_is_reused_only_once_no_result_refers_to_it():
+    from hierfl.runtime.result_blocks import ResultBlocks
+
+    blocks = ResultBlocks(keep=2)
+    a = blocks.take(3, 5)
+    row = a[1]  # a job's result, still held
+    del a
+    b = blocks.take(3, 5)
+    assert not np.shares_memory(b, row) and blocks.reused == 0  # the held one is left alone
+    b[...] = 7.0
+    del b
+    c = blocks.take(3, 5)  # the second one is free again: reused
+    assert blocks.reused == 1 and not np.shares_memory(c, row)
+    del row  # the first one's last result dropped: reusable too
+    d = blocks.take(3, 5)
+    assert blocks.reused == 2 and not np.shares_memory(c, d)
+    assert blocks.take(2, 5).shape == (2, 5) and blocks.reused == 2  # another shape: a fresh array
