@@ -9,7 +9,8 @@ prints
 * (b) ``stubbed``: seconds per round of a trained run (``runtime.fast_path``) whose local steps are
   replaced by an identity, so a job returns the model it started from: what is left is the host work
   around training — staging the group's start models, copying its results out, aggregating 50 distinct
-  updates. The stub replaces ``VmapTrainer._descend`` (the local steps); a tree without that hook gets the
+  updates (on a CPU with ``runtime.cpu_batching: vmap``, so that the round's 50 jobs form one group as on
+  a GPU). The stub replaces ``VmapTrainer._descend`` (the local steps); a tree without that hook gets the
   same identity by a stand-in for its ``train_group`` that keeps its staging (a fresh ``(K, P)`` host
   stack, moved to the device, copied back into the results) and drops its steps;
 * (c) model-sized host↔device copies per round inside the batched trainer (tensor moves of at least one
@@ -100,6 +101,8 @@ sets = [f"stop.rounds={rounds}", "evaluation.every_s=null", "runtime.executor=lo
         "runtime.checkpoint.enabled=false", f"runtime.device={device}"]
 if mode == "timing":
     sets.append("training.trainer=none")
+elif device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+    sets.append("runtime.cpu_batching=vmap")  # a CNN's round groups on a CPU only with vmap asked for
 scenario = load_scenario(Path("scenarios/gpu_cifar10_fedavg.yaml"), sets)
 run_scenario(scenario, Path(out) / "run")
 events = [json.loads(x) for x in (Path(out) / "run" / "metrics.jsonl").read_text().splitlines()]
