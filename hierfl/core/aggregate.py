@@ -47,6 +47,9 @@ def _check_weight(weight: float) -> float:
     return w
 
 
+_BLOCK = 1 << 15  # floats of a fold's scratch block: 256 KiB of float64, within a core's L2 cache
+
+
 class WeightedSum:
     """Streaming weighted average: ``add(v, w)`` repeatedly, then ``result()``.
 
@@ -88,12 +91,26 @@ class WeightedSum:
     def _fold(self, vec: np.ndarray, w: float) -> None:
         if self._acc is None:
             self._acc = np.multiply(vec, w, dtype=np.float64)
-            self._tmp = np.empty_like(self._acc)
         else:
-            if vec.shape != self._acc.shape:
-                raise ValueError(f"vector shapes differ: {vec.shape} vs {self._acc.shape}")
-            np.multiply(vec, w, out=self._tmp, dtype=np.float64)
-            self._acc += self._tmp
+            acc = self._acc
+            if vec.shape != acc.shape:
+                raise ValueError(f"vector shapes differ: {vec.shape} vs {acc.shape}")
+            if acc.ndim != 1 or acc.size <= _BLOCK:
+                if self._tmp is None:
+                    self._tmp = np.empty_like(acc)
+                np.multiply(vec, w, out=self._tmp, dtype=np.float64)
+                acc += self._tmp
+            else:
+                # block by block through a cache-sized scratch: the same elementwise operations (and bits)
+                # as the whole-vector form, without streaming a model-sized float64 temporary through memory
+                if self._tmp is None:
+                    self._tmp = np.empty(_BLOCK, dtype=np.float64)
+                tmp = self._tmp
+                for start in range(0, acc.size, _BLOCK):
+                    stop = min(start + _BLOCK, acc.size)
+                    part = tmp[: stop - start]
+                    np.multiply(vec[start:stop], w, out=part, dtype=np.float64)
+                    acc[start:stop] += part
         self.folds += 1
 
     def _flush(self) -> None:

@@ -71,3 +71,19 @@ def test_empty_and_zero_weight_still_refused():
     acc.add(np.ones(3, dtype=np.float32), 0.0)
     with pytest.raises(ValueError, match="sum to zero"):
         acc.result()
+
+
+def test_a_long_vector_folds_block_by_block_with_the_whole_vector_bits():
+    from hierfl.core.aggregate import _BLOCK
+
+    rng = np.random.default_rng(6)
+    n = 2 * _BLOCK + 123  # two whole blocks and a tail
+    vs = (rng.standard_normal((5, n)) * 10.0 ** rng.integers(-20, 20, (5, n))).astype(np.float32)
+    w = [3.0, 0.125, 17.5, 1e-3, 2.0]
+    acc = WeightedSum()
+    for v, wk in zip(vs, w):
+        acc.add(v, wk)
+    ref = np.multiply(vs[0], w[0], dtype=np.float64)
+    for v, wk in zip(vs[1:], w[1:]):
+        ref += np.multiply(v, wk, dtype=np.float64)
+    assert acc.folds == 5 and acc.result().tobytes() == (ref / sum(w)).astype(np.float32).tobytes()
