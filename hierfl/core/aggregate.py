@@ -143,7 +143,10 @@ class WeightedSum:
         if self.total_weight <= 0:
             raise ValueError("aggregation weights sum to zero: nothing to average")
         if self._unchanged():
-            return self._same  # type: ignore[return-value]
+            x = self._same
+            assert x is not None
+            # (a read-only input, e.g. a zero-copy view of a shared-memory object: a writable copy, as a sum gives)
+            return x if x.flags.writeable else x.copy()
         self._flush()
         assert self._acc is not None
         return (self._acc / self.total_weight).astype(np.float32)

@@ -87,3 +87,13 @@ def test_a_long_vector_folds_block_by_block_with_the_whole_vector_bits():
     for v, wk in zip(vs[1:], w[1:]):
         ref += np.multiply(v, wk, dtype=np.float64)
     assert acc.folds == 5 and acc.result().tobytes() == (ref / sum(w)).astype(np.float32).tobytes()
+
+
+def test_a_read_only_input_comes_back_as_a_writable_copy_of_its_bits():
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    x.flags.writeable = False
+    acc = WeightedSum()
+    acc.add(x, 2.0)
+    acc.add(x, 5.0)
+    out = acc.result()
+    assert acc.folds == 0 and out is not x and out.flags.writeable and out.tobytes() == x.tobytes()
