@@ -228,6 +228,15 @@ def rel(path: str | Path) -> str:
     return str(Path(path).resolve().relative_to(ROOT))
 
 
+def cost_line(runs: Sequence[SweepRun], args: argparse.Namespace) -> str:
+    """The details' last line: the trials, their summed wall time, the script's wall time and the load at its end
+    (the figures a reader needs to judge how the claim's timings were measured)."""
+    import os
+
+    return (f"Cost: {len(runs)} trials, {trials_wall(runs):.0f} s of trial wall time in all; the script took "
+            f"{time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at its end.")
+
+
 def trials_wall(runs: Iterable[SweepRun]) -> float:
     """Sum of the trials' own wall times (``summary.json`` ``wall_s``): a claim's cost line."""
     return sum(float(r.summary.get("wall_s") or 0.0) for r in runs)

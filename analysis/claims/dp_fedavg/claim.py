@@ -12,15 +12,13 @@ Gaussian noise with adaptive clipping; per C, z chosen so that the run spends ε
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import ClaimResult, arms, cli, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
+from common import ClaimResult, cost_line, arms, cli, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
 
 COHORTS = (20, 100)
 LEVELS = ("eps2", "eps8", "nodp")
@@ -113,8 +111,7 @@ def main() -> None:
         "both C, and at both ε the paired C = 100 minus C = 20 difference has its 95 % interval above 0. The "
         "paper's LSTM, its N and T, and the PLD accountant are not reproduced [D: budget and data].",
         "",
-        f"Cost: {len(runs)} trials, {trials_wall(runs):.0f} s of trial wall time in all; the script took "
-        f"{time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at its end.",
+        cost_line(runs, args),
     ])
     write_result(ClaimResult(
         id="dp_fedavg",

@@ -13,15 +13,13 @@ an MLP of 46 K parameters; QSGD with s = 1, 4, 16 levels against float32, uplink
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import ClaimResult, arms, cli, first_reaching, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
+from common import ClaimResult, cost_line, arms, cli, first_reaching, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
 
 TARGET = 0.8  # sweep.yaml's target
 ARMS = ("fp32_slow", "s1_slow", "s4_slow", "s16_slow", "fp32_fast", "s16_fast")
@@ -90,8 +88,7 @@ def main() -> None:
         "The target is reached within a handful of rounds, too few for s = 1's larger quantisation variance to "
         "cost rounds: the paper's observation that too coarse a quantiser loses its advantage is not tested here.",
         "",
-        f"Cost: {len(runs)} trials, {trials_wall(runs):.0f} s of trial wall time in all; the script took "
-        f"{time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at its end.",
+        cost_line(runs, args),
     ])
     write_result(ClaimResult(
         id="fedpaq",

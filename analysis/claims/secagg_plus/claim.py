@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -25,7 +23,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import ClaimResult, by_group, changed, cli, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
+from common import ClaimResult, cost_line, by_group, changed, cli, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
 
 # the arms beyond sweep.yaml (too slow for the smoke test's one-round runs): variant -> n [D]
 LARGE = {"secagg": [3000], "plus": [3000, 10000]}
@@ -155,8 +153,7 @@ def main() -> None:
         "rebuild the set of live clients per client (O(n²) per round even for SecAgg+); that is now built once "
         "per round, which made n = 10,000 SecAgg+ runs take seconds (same bits as before).",
         "",
-        f"Cost: {len(runs)} trials, {trials_wall(runs):.0f} s of trial wall time in all; the script took "
-        f"{time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at its end.",
+        cost_line(runs, args),
     ])
     write_result(ClaimResult(
         id="secagg_plus",

@@ -12,15 +12,13 @@ the device); seeds 1–3.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from common import ClaimResult, arms, cli, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
+from common import ClaimResult, cost_line, arms, cli, fmt, mean_ci, paired, rel, run_sweep, trials_wall, write_result  # noqa: E402,I001
 
 ARMS = ("none", "topk_10", "topk_1", "randk_1")
 GAP = 0.01  # "near-baseline": within one accuracy point (the spec's ~1 point) [D]
@@ -90,8 +88,7 @@ def main() -> None:
         f"−{GAP} (one point). Not run: DGC, EF-sign and QSGD arms, top-k without error feedback "
         "(no such channel), accuracy against emulated time [D: budget].",
         "",
-        f"Cost: {len(runs)} trials, {trials_wall(runs):.0f} s of trial wall time in all; the script took "
-        f"{time.perf_counter() - args.t0:.0f} s wall, 1-min load average {os.getloadavg()[0]:.1f} at its end.",
+        cost_line(runs, args),
     ])
     write_result(ClaimResult(
         id="topk_ef",
