@@ -92,6 +92,16 @@ class ChannelLinks:
         self._held: dict[Endpoint, Any] = {}
         self._measured: dict[tuple[Endpoint, Endpoint], int] = {}  # exact_bytes: lengths of coded, unsent messages
         self._peer: dict[tuple[str, int], Endpoint] = {}  # each stateful sender's last receiver (reset_on_migration)
+        # another mechanism's transform of a direction's messages before its channel: direction → (server task,
+        # its params, told each sender) — a device's local-DP release (privacy.dp); set by the driver
+        self._transforms: dict[str, tuple[str, dict[str, Any], Any]] = {}
+
+    def transform(self, direction: str, task: str, params: dict[str, Any], notify: Any) -> None:
+        """Every model message of ``direction`` becomes the server task ``task``'s output on ``[message, reference]``
+        (the model the lower end last received: what a device trained from) before any channel codes it, with a
+        seed of its own per sender and message; ``notify(sender)`` is told of each (e.g. an accountant)."""
+        self._transforms[direction] = (task, dict(params), notify)
+        self._references = True
 
     # -- timing ------------------------------------------------------------------------------------------
     def flops_of(self, end: Endpoint) -> float:
@@ -135,20 +145,48 @@ class ChannelLinks:
         return size, encode_s, decode_s
 
     # -- values ------------------------------------------------------------------------------------------
-    def channel(self, src: Endpoint, dst: Endpoint) -> tuple[str, Channel] | None:
-        """``(direction, channel)`` of a model message ``src → dst``; None: none there."""
+    @staticmethod
+    def _direction(src: Endpoint, dst: Endpoint) -> str | None:
         a, b = src[0], dst[0]
         if a == "device":
-            direction = "device_uplink" if b != "device" else None
-        elif b == "device":
-            direction = "device_downlink"
-        else:
-            direction = "edge_uplink" if a == "edge" else "edge_downlink"
+            return "device_uplink" if b != "device" else None
+        if b == "device":
+            return "device_downlink"
+        return "edge_uplink" if a == "edge" else "edge_downlink"
+
+    def channel(self, src: Endpoint, dst: Endpoint) -> tuple[str, Channel] | None:
+        """``(direction, channel)`` of a model message ``src → dst``; None: none there."""
+        direction = self._direction(src, dst)
         ch = self.placed.get(direction) if direction is not None else None
         return None if ch is None else (direction, ch)  # type: ignore[return-value]
 
+    def _transformed(self, src: Endpoint, dst: Endpoint, handle: Any) -> Any:
+        """``handle`` through the direction's transform (:meth:`transform`), or itself where there is none."""
+        direction = self._direction(src, dst)
+        spec = self._transforms.get(direction) if direction is not None else None
+        if spec is None or handle is None:
+            return handle
+        task, params, notify = spec
+        sender = int(src[1])
+        notify(sender)
+        if not self.computes or (self.nonfinite is not None and self.nonfinite.marked(handle)):
+            return handle
+        lower = src if direction.endswith("uplink") else dst  # type: ignore[union-attr]
+        ref = self._held.get(lower)
+        if ref is None:
+            raise RuntimeError(f"{task} on {direction}: {lower} sent a model before it received one")
+        key = (f"transform:{direction}", sender)
+        k = self._sent.get(key, 0)
+        self._sent[key] = k + 1
+        seed = int(stream(self.seed, "transform", DIRECTIONS.index(direction), sender, k).integers(2**63 - 1))
+        outputs, _, _, _ = self.executor.servers.run_task(task, params, seed, f"{task}:{direction}", sender,
+                                                          [handle, ref])
+        return outputs[0]
+
     def coded(self, src: Endpoint, dst: Endpoint, handle: Any) -> Any:
         """The model the receiver of a model message ``src → dst`` carrying ``handle`` gets: decode(encode(·))."""
+        if self._transforms:
+            handle = self._transformed(src, dst, handle)
         found = self.channel(src, dst)
         if handle is None or not self.computes:
             return handle

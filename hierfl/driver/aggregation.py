@@ -172,9 +172,13 @@ class Aggregation:
         else:
             handle = self.executor.servers.commit_edge(edge, self.round_rules.at("edge", edge), base, pack_control)
             if self.robust is not None:
-                self.robust.reports("edge", self.executor.servers.robust_reports("edge"), self.now)
+                reports = self.executor.servers.robust_reports("edge")
+                if self.privacy is not None:  # a DP rule at the edge tier: its clip norm and noise of this round
+                    self.privacy.observe(reports)
+                self.robust.reports("edge", reports, self.now)
                 self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
         self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
+        self._released(list(participants), "edge")  # a noised edge aggregate with privacy.dp.tier: edge
         return handle
 
     def edge_aggregated(self, lane: Endpoint, edge: int, participants: list[int], trace: dict[str, Any],
@@ -205,8 +209,11 @@ class Aggregation:
         limit = self.scenario.stop.rounds
         if limit is not None and int(self.counters["cloud_aggregations"]) >= limit:
             self._clock.request_stop("rounds")
-        if self.privacy is not None:  # one noised release: the accountant counts it; a budget may end the run
-            reason = self.privacy.released(participants)
+        self._released(participants, "cloud")
+
+    def _released(self, participants: list[int], tier: str) -> None:
+        if self.privacy is not None:  # one noised release at `tier`: the accountant counts it; a budget may end the run
+            reason = self.privacy.released(participants, tier)
             if reason is not None:
                 self._clock.request_stop(reason)
 

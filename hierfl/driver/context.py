@@ -34,7 +34,8 @@ from hierfl.driver.transfers import Transfers
 from hierfl.energy.driver import energy_ledger
 from hierfl.faults.driver import Faults
 from hierfl.output.telemetry import RunTelemetry
-from hierfl.privacy.driver import privacy_ledger, privacy_overhead, privacy_rule
+from hierfl.privacy.driver import (privacy_edge_rule, privacy_ledger, privacy_overhead, privacy_rule,
+                                   privacy_upload)
 from hierfl.robust.driver import RobustLedger, robust_setup
 from hierfl.scenario.schema import Scenario
 
@@ -63,7 +64,7 @@ class Context:
         self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
         self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
         # Byzantine robustness: None keeps every call exactly as without it
-        setup = robust_setup(scenario, self.dyn, privacy_rule(scenario))
+        setup = robust_setup(scenario, self.dyn, privacy_rule(scenario), privacy_edge_rule(scenario))
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry,
                                                                                   scenario.protocol)
         # per-device evaluation: the run has evaluation sets; with evaluation.device_eval_cost: forward
@@ -104,6 +105,9 @@ class Context:
                 executor, scenario.seed, bool(self._spec.train), self.aggregation.nonfinite, overhead)
             if self.privacy is not None:
                 self.privacy.work = self.channels.overhead_stats
+                upload = privacy_upload(scenario)  # local DP of uploads applied one by one: noised as they leave
+                if upload is not None:
+                    self.channels.transform("device_uplink", "dp_local", upload, self.privacy.uploaded)
 
     def summary_part(self) -> dict[str, Any]:
         """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""

@@ -18,7 +18,7 @@ from hierfl.assemble import Built, build
 from hierfl.config.errors import ConfigError
 from hierfl.core.dynamics import Dynamics
 from hierfl.env.records import ClustersRecord
-from hierfl.privacy.driver import privacy_rule
+from hierfl.privacy.driver import privacy_edge_rule, privacy_rule
 from hierfl.robust.driver import robust_setup
 from hierfl.runtime.executor import Executor, RunData
 from hierfl.runtime.start import ExecutorStart, process_launch_time, start_executor
@@ -79,7 +79,8 @@ def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
                    (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                     rt.fast_path, rt.device, rt.precision, rt.cpu_batching,
                     built.models.configs[1:] if built.models is not None else ()),
-                   built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn, privacy_rule(scenario)),
+                   built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn, privacy_rule(scenario),
+                                                                    privacy_edge_rule(scenario)),
                    eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host, public=_public(scenario, built))
 
 

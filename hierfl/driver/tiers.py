@@ -182,6 +182,12 @@ class TierAggregator:
         """Forget what the running aggregation holds (an aborted edge round)."""
         self.agg.discard_edge(self.entity)
 
+    @property
+    def releases_empty(self) -> bool:
+        """Whether this point's rule releases on a round with no update (then the protocol commits it)."""
+        robust = self.agg.robust
+        return robust is not None and bool(getattr(robust.setup.rule(self.tier), "releases_empty", False))
+
     # -- a sub-protocol before it aggregates ----------------------------------------------------------
     @property
     def subprotocol(self) -> Any:

@@ -145,6 +145,12 @@ class Aggregator(Protocol):
     def discard(self) -> None:
         """Forget what the running aggregation holds (an aborted round)."""
 
+    @property
+    def releases_empty(self) -> bool:
+        """Whether a round with no update must still be committed (``commit([])``): this point's rule releases
+        something on it (differential privacy under Poisson sampling releases its noise alone, so that an empty
+        round does not show). False: an empty round leaves the model as it was and is not committed."""
+
     # -- a sub-protocol before it aggregates (hierfl.subprotocol) --------------------------------------
     @property
     def subprotocol(self) -> Any:

@@ -113,8 +113,8 @@ def server_task(name: str, example: Example | None = None) -> Callable[[ServerTa
 
 
 def discover() -> None:
-    """Import every module of :mod:`hierfl.learn.tasks`, the transfer channels' task and the ``server`` module
-    of every method package (each registers its tasks): the packages of :data:`hierfl.core.method.METHOD_PACKAGES`, in name order."""
+    """Import every module of :mod:`hierfl.learn.tasks`, the transfer channels' task, privacy's task and the
+    ``server`` module of every method package (each registers its tasks): the packages of :data:`hierfl.core.method.METHOD_PACKAGES`, in name order."""
     global _DISCOVERED  # noqa: PLW0603 - once per process
     if _DISCOVERED:
         return
@@ -123,6 +123,7 @@ def discover() -> None:
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         importlib.import_module(f"hierfl.learn.tasks.{info.name}")
     importlib.import_module("hierfl.channels.server")  # a transfer channel's encode → decode (channels:)
+    importlib.import_module("hierfl.privacy.server")  # a device's local-DP release of one upload (privacy.dp)
     for name in METHOD_PACKAGES:
         methods = importlib.import_module(name)
         for info in sorted(pkgutil.iter_modules(getattr(methods, "__path__", [])), key=lambda m: m.name):

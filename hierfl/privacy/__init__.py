@@ -17,14 +17,19 @@ One module per layer role; each obeys the rules of its role's layer (tests/inter
 module                    layer        holds
 ========================  ===========  ==============================================================
 ``math.py``               core         clipping, the noised sum, the adaptive clip step, the noise split
-``rules.py``              learn        the DP aggregation the cloud's role runs (a stateful rule)
+``rules.py``              learn        the DP aggregation the cloud's (or an edge server's) role runs (a stateful rule)
+``server.py``             learn        ``dp_local``: a device's own clipped, noised upload (updates applied one by one)
 ``config.py``             scenario     the ``privacy:`` section and its load-time checks
 ``driver.py``             driver       the accountant: ε per evaluation, the ε budget, the summary block
 ========================  ===========  ==============================================================
 
 Where it is wired in elsewhere: the aggregating role runs the rule with a seeded generator and kept state
 (:class:`hierfl.core.aggregate.RuleContext`, :class:`hierfl.runtime.aggregation_role.Aggregation`), the
-driver puts the rule in place of the cloud's mean (``hierfl/driver/opening.py``, ``hierfl/driver/context.py``).
+driver puts the rule in place of the cloud's mean, or of the edge servers' with ``tier: edge``
+(``hierfl/driver/opening.py``, ``hierfl/driver/context.py``); under Poisson sampling (``protocol.sampling:
+bernoulli``) the rule releases on an empty round too (``Aggregator.releases_empty``: the noise alone); with a
+protocol that applies updates one by one (FedAsync), local mode runs ``dp_local`` on each upload as it leaves
+its device (``ChannelLinks.transform``).
 
 This file imports nothing, so :mod:`hierfl.privacy.math` can be imported without pydantic.
 """

@@ -19,7 +19,7 @@ from hierfl.config.errors import Problem
 from hierfl.privacy.rules import DpMeanRule
 
 __all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "replace_one",
-           "make_accountant", "epsilon_of", "quiet_accountant"]
+           "make_accountant", "epsilon_of", "quiet_accountant", "dp_sampling", "dp_cohort"]
 
 
 class AdaptiveClipConfig(ConfigModel):
@@ -65,6 +65,10 @@ class DpConfig(ConfigModel):
         default="conservative", description="buffered asynchronous protocols: the ε reported and budgeted; "
         "conservative: per device, composed over its participations without amplification; nominal: Poisson "
         "sampling with q = K/N over server steps (assumes random check-ins)")
+    tier: Literal["cloud", "edge"] = Field(
+        default="cloud", description="where the noised mean is formed: cloud (the cloud's aggregation of device "
+        "updates) or edge (each edge server's aggregation of its own devices' updates, in a hierarchy: central mode "
+        "trusts the edge server, which adds the noise; local mode trusts no server)")
     delta: Literal["auto"] | float = Field(default="auto", description="δ of the reported ε; auto: 1/N^1.1")
     costs: DpCostConfig = Field(default=DpCostConfig(), description="the devices' DP work and extra bytes per upload")
 
@@ -80,12 +84,14 @@ class DpConfig(ConfigModel):
         """δ: the stated value, or ``N^−1.1``."""
         return float(devices) ** -1.1 if self.delta == "auto" else float(self.delta)
 
-    def rule(self) -> DpMeanRule:
-        """The cloud's aggregation rule."""
+    def rule(self, denominator: float | None = None) -> DpMeanRule:
+        """The aggregation rule (at the cloud, or at each edge server with ``tier: edge``); ``denominator``: the
+        expected cohort ``qN`` of Poisson sampling, where the rule also releases on an empty round (central)."""
         a = self.adaptive
         return DpMeanRule(mode=self.mode, noise_multiplier=self.noise_multiplier, clip=self.clip,
                             adaptive=self.adaptive_on(), init=a.init, quantile=a.target_unclipped_quantile, lr=a.lr,
-                            count_stddev=a.count_stddev)
+                            count_stddev=a.count_stddev, denominator=denominator,
+                            releases_empty=denominator is not None and self.mode == "central")
 
 
 class PrivacySection(ConfigModel):
@@ -109,23 +115,30 @@ class PrivacySection(ConfigModel):
         proto = scenario.protocol
         n = scenario.devices.count
         edges = scenario.topology.edge_servers or 0
-        sampling = proto.sampling_scheme()
-        if sampling == "poisson":
-            out.append(Problem("protocol.sampling", "each device's own coin (Poisson sampling) needs an accountant "
-                               "that also charges empty rounds, a release of noise alone, which this DP-FedAvg does "
-                               "not make yet (ε would be wrong); allowed with privacy.dp: fixed",
-                               getattr(proto, "sampling", None)))
+        sampling = dp_sampling(scenario)
+        if dp.tier == "edge" and sampling != "members":
+            able = ", ".join(_protocols(lambda c: c.edge_cohort_sampling == "members"))
+            out.append(Problem("privacy.dp.tier", f"protocol {proto.name!r} declares no synchronous edge rounds of "
+                               "each edge server's own devices, the participation the edge accountant covers (ε would "
+                               f"be wrong); protocols with them: {able}; allowed here: cloud", dp.tier))
             return out
-        if sampling not in ("fixed_size", "buffered"):
-            able = ", ".join(_fixed_size_protocols())
-            out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares neither a fixed-size cohort drawn "
-                               "uniformly without replacement at a synchronous cloud aggregation nor a buffer of K "
-                               "updates per server step, the participation an accountant here covers (ε would be "
-                               f"wrong); protocols that declare one: {able}", proto.name))
+        if sampling not in ("fixed_size", "buffered", "poisson", "each_upload", "members"):
+            able = ", ".join(_protocols(lambda c: c.cohort_sampling in ("fixed_size", "buffered", "each_upload")))
+            edge = (" (its edge rounds are covered: privacy.dp.tier: edge)"
+                    if type(proto).edge_cohort_sampling == "members" else "")
+            out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares neither a fixed-size or Poisson "
+                               "cohort at a synchronous cloud aggregation, nor a buffer of K updates per server step, "
+                               "nor updates applied one by one, the participation an accountant here covers (ε would "
+                               f"be wrong){edge}; protocols that declare one: {able}", proto.name))
             return out
-        m = proto.expected_inputs(n, edges).get("cloud")
+        if sampling == "each_upload" and dp.mode != "local":
+            out.append(Problem("privacy.dp.mode", f"protocol {proto.name!r} applies each update alone as it arrives: "
+                               "the server would see every update before its noise, and one update is no aggregate; "
+                               "allowed: local (each device clips and noises its own upload)", dp.mode))
+            return out
+        m = dp_cohort(scenario, sampling)
         if not m:
-            out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares no cloud cohort size", proto.name))
+            out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares no {dp.tier} cohort size", proto.name))
         if getattr(proto, "weighting", "uniform") != "uniform":
             out.append(Problem("protocol.weighting", "DP-FedAvg weighs every user 1 (sensitivity S/C); allowed with "
                                "privacy.dp: uniform", proto.weighting))
@@ -135,22 +148,23 @@ class PrivacySection(ConfigModel):
                                "variates, step sizes); privacy.dp clips and noises the model update only, so the "
                                "rest would leave unprotected; allowed: a trainer whose messages are the model alone",
                                trainer.name))
-        if not scenario.aggregation.cloud.is_mean:
-            out.append(Problem("aggregation.cloud", "privacy.dp replaces the cloud's mean with its noised mean; "
-                               "allowed with it: mean", scenario.aggregation.cloud.name))
+        rule_tier = "edge" if dp.tier == "edge" else "cloud"
+        if not getattr(scenario.aggregation, rule_tier).is_mean:
+            out.append(Problem(f"aggregation.{rule_tier}", f"privacy.dp replaces the {rule_tier}'s mean with its "
+                               "noised mean; allowed with it: mean", getattr(scenario.aggregation, rule_tier).name))
         avail = scenario.devices.availability
         churn = avail.churn or scenario.devices.dropout > 0 or any(e.spec.churn for e in scenario.events)
         if sampling == "fixed_size" and churn:
             out.append(Problem("privacy.dp", "devices that go offline change the population a cohort is drawn "
                                "from: the fixed-size accountant would not describe the sampling; allowed: no churn "
                                "(steady availability, devices.dropout: 0, no churn events)", None))
-        if (sampling == "fixed_size" or dp.mode == "local") and "async_policy" in dp.model_fields_set:
+        if not (sampling == "buffered" and dp.mode == "central") and "async_policy" in dp.model_fields_set:
             out.append(Problem("privacy.dp.async_policy", "read only for central DP with a buffered asynchronous "
                                f"protocol (cohort_sampling: buffered); {proto.name!r} in {dp.mode} mode accounts without it",
                                dp.async_policy))
-        if sampling == "fixed_size" and m and scenario.straggler.select_count(m) != m:
-            out.append(Problem("straggler.name", f"selects {scenario.straggler.select_count(m)} devices for a cohort "
-                               f"of {m}: the accountant's sample size would be wrong; allowed with privacy.dp: a "
+        if sampling == "fixed_size" and m and scenario.straggler.select_count(int(m)) != m:
+            out.append(Problem("straggler.name", f"selects {scenario.straggler.select_count(int(m))} devices for a "
+                               f"cohort of {m}: the accountant's sample size would be wrong; allowed with privacy.dp: a "
                                "policy that selects the cohort itself", scenario.straggler.name))
         if dp.accountant == "pld" and replace_one(dp.mode, sampling):
             out.append(Problem("privacy.dp.accountant", "dp-accounting 0.6.0's PLD accountant does not cover "
@@ -162,7 +176,7 @@ class PrivacySection(ConfigModel):
             if "clip" in dp.model_fields_set:
                 out.append(Problem("privacy.dp.clip", "adaptive clipping starts from adaptive.init and ignores "
                                    "clip; set adaptive.enabled: false to use a fixed clip", dp.clip))
-            sb = dp.rule().count_std(int(m or 1))
+            sb = dp.rule().count_std(m if sampling == "poisson" else int(m or 1))
             if dp.noise_multiplier >= 2.0 * sb:
                 out.append(Problem("privacy.dp.noise_multiplier", f"adaptive clipping needs z < 2·σ_b = {2 * sb:g} "
                                    "(σ_b: adaptive.count_stddev, default C/20); raise adaptive.count_stddev or "
@@ -172,22 +186,52 @@ class PrivacySection(ConfigModel):
         elif stop_eps is not None and m and not out:  # the budget is checked before each next round: not the first
             rep = replace_one(dp.mode, sampling)
             first = epsilon_of(dp.accountant_for(sampling), rep, round_event(
-                dp.mode, n, int(m), dp.noise_multiplier, sampling, dp.async_policy), 1, dp.delta_for(n))
+                dp.mode, n, int(m), dp.noise_multiplier, sampling, dp.async_policy, rate=m / n), 1, dp.delta_for(n))
             if first > stop_eps:
-                out.append(Problem("stop.epsilon", f"one round alone spends ε = {first:.4g} at δ = "
+                out.append(Problem("stop.epsilon", f"one release alone spends ε = {first:.4g} at δ = "
                                    f"{dp.delta_for(n):.3g}; allowed: at least that (or more noise)", stop_eps))
         return out
 
 
+def dp_sampling(scenario: Any) -> str | None:
+    """How the noised aggregation's inputs are picked, for the accountant: the protocol's cloud sampling
+    (``fixed_size``, ``buffered``, ``poisson``, ``each_upload``), or ``members`` with ``privacy.dp.tier: edge``
+    (the edge's own devices; None where the protocol declares no edge rounds)."""
+    dp, proto = scenario.privacy.dp, scenario.protocol
+    if dp is not None and dp.tier == "edge":
+        return type(proto).edge_cohort_sampling
+    return proto.sampling_scheme()
+
+
+def dp_cohort(scenario: Any, sampling: str | None) -> float | None:
+    """The expected inputs of one noised aggregation: the fixed denominator ``C`` (``qN`` under Poisson sampling,
+    a real number; an edge round's expected devices with ``tier: edge``); 1 for updates applied one by one."""
+    proto, n = scenario.protocol, scenario.devices.count
+    if sampling == "poisson":
+        rate = proto.sampling_rate()
+        return None if rate is None else float(rate) * n
+    if sampling == "each_upload":
+        return 1
+    return proto.expected_inputs(n, scenario.topology.edge_servers or 0).get(
+        "edge" if sampling == "members" else "cloud")
+
+
 def round_event(mode: str, devices: int, cohort: int, z: float, sampling: str = "fixed_size",
-                basis: str = "conservative") -> Any:
-    """The ``DpEvent`` of one release (a round, or a device's participation; see :mod:`hierfl.privacy.driver`)."""
+                basis: str = "conservative", rate: float | None = None) -> Any:
+    """The ``DpEvent`` of one release (a round, or a device's participation; see :mod:`hierfl.privacy.driver`);
+    ``rate``: the sampling probability ``q`` of Poisson sampling."""
     import dp_accounting as dpa  # noqa: PLC0415 (only privacy runs need it)
 
-    if mode == "local":  # a device's own release; its clipped update may change by 2S
+    # a device's own release (local mode; an edge round of its edge; one upload of its own): its clipped update
+    # may change by 2S when its data do, and the noise is z·S
+    if mode == "local" or sampling in ("members", "each_upload"):
         return dpa.GaussianDpEvent(z / 2.0)
     if sampling == "fixed_size":  # replace-one: the sum's sensitivity is 2S
         return dpa.SampledWithoutReplacementDpEvent(devices, cohort, dpa.GaussianDpEvent(z / 2.0))
+    if sampling == "poisson":  # each device's own coin q; add/remove: a device's update adds at most S to the sum
+        if rate is None:
+            raise ValueError("Poisson sampling needs its rate q")
+        return dpa.PoissonSampledDpEvent(float(rate), dpa.GaussianDpEvent(z))
     if basis == "conservative":  # asynchronous: per device, no amplification; add/remove, sensitivity S
         return dpa.GaussianDpEvent(z)
     return dpa.PoissonSampledDpEvent(cohort / devices, dpa.GaussianDpEvent(z))  # nominal: random check-ins
@@ -231,7 +275,8 @@ def quiet_accountant() -> Iterator[None]:
         log.setLevel(level)
 
 
-def _fixed_size_protocols() -> list[str]:
+def _protocols(accept: Any) -> list[str]:
+    """The registered protocols whose config class ``accept`` takes (for a refused setting's message)."""
     from hierfl.protocols import PROTOCOLS  # noqa: PLC0415 (only a refused setting's message needs them)
 
-    return [name for name in PROTOCOLS.names() if PROTOCOLS.get(name).cohort_sampling in ("fixed_size", "buffered")]
+    return [name for name in PROTOCOLS.names() if accept(PROTOCOLS.get(name))]

@@ -32,15 +32,43 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.privacy.config import make_accountant, epsilon_of, quiet_accountant, replace_one, round_event
+from hierfl.privacy.config import (dp_cohort, dp_sampling, make_accountant, epsilon_of, quiet_accountant,
+                                   replace_one, round_event)
 
-__all__ = ["privacy_rule", "privacy_overhead", "privacy_ledger", "PrivacyLedger"]
+__all__ = ["privacy_rule", "privacy_edge_rule", "privacy_upload", "privacy_overhead", "privacy_ledger",
+           "PrivacyLedger"]
+
+
+def _dp(scenario: Any) -> Any:
+    section = getattr(scenario, "privacy", None)
+    return None if section is None else section.dp
 
 
 def privacy_rule(scenario: Any) -> Any:
-    """The cloud's DP aggregation rule, or None without ``privacy.dp``."""
-    section = getattr(scenario, "privacy", None)
-    return None if section is None or section.dp is None else section.dp.rule()
+    """The cloud's DP aggregation rule, or None (no ``privacy.dp``; DP at the edge tier; uploads noised by their
+    devices one by one)."""
+    dp = _dp(scenario)
+    if dp is None or dp.tier != "cloud":
+        return None
+    sampling = dp_sampling(scenario)
+    if sampling == "each_upload":
+        return None
+    return dp.rule(dp_cohort(scenario, sampling) if sampling == "poisson" else None)
+
+
+def privacy_edge_rule(scenario: Any) -> Any:
+    """The edge servers' DP aggregation rule (``privacy.dp.tier: edge``), or None."""
+    dp = _dp(scenario)
+    return dp.rule() if dp is not None and dp.tier == "edge" else None
+
+
+def privacy_upload(scenario: Any) -> dict[str, Any] | None:
+    """Local DP of updates applied one by one (``cohort_sampling: each_upload``): the parameters of the ``dp_local``
+    server task that clips and noises each device upload against the model the device trained from, or None."""
+    dp = _dp(scenario)
+    if dp is None or dp.tier != "cloud" or dp.mode != "local" or dp_sampling(scenario) != "each_upload":
+        return None
+    return {"clip": float(dp.clip), "noise_multiplier": float(dp.noise_multiplier)}
 
 
 def privacy_overhead(scenario: Any) -> dict[str, tuple[int, float, float, float]]:
@@ -61,22 +89,27 @@ def privacy_overhead(scenario: Any) -> dict[str, tuple[int, float, float, float]
 
 def privacy_ledger(scenario: Any) -> PrivacyLedger | None:
     """The run's accountant, or None without ``privacy.dp``."""
-    section = getattr(scenario, "privacy", None)
-    if section is None or section.dp is None:
+    dp = _dp(scenario)
+    if dp is None:
         return None
     n = scenario.devices.count
-    m = scenario.protocol.expected_inputs(n, scenario.topology.edge_servers or 0)["cloud"]
-    return PrivacyLedger(section.dp, n, int(m), scenario.stop.epsilon, scenario.protocol.sampling_scheme())
+    sampling = dp_sampling(scenario)
+    m = dp_cohort(scenario, sampling)
+    rate = scenario.protocol.sampling_rate() if sampling == "poisson" else None
+    return PrivacyLedger(dp, n, int(m or 1), scenario.stop.epsilon, sampling or "fixed_size", rate)
 
 
 class PrivacyLedger:
     """The releases so far and what they spend."""
 
-    def __init__(self, dp: Any, devices: int, cohort: int, budget: float | None, sampling: str = "fixed_size") -> None:
+    def __init__(self, dp: Any, devices: int, cohort: int, budget: float | None, sampling: str = "fixed_size",
+                 rate: float | None = None) -> None:
         self.mode = dp.mode
+        self.tier = dp.tier
         self.z = float(dp.noise_multiplier)
         self.devices, self.cohort = int(devices), int(cohort)
         self.sampling = sampling
+        self.rate = rate  # Poisson sampling's q
         self.policy = dp.async_policy if sampling == "buffered" and dp.mode == "central" else None
         self.delta = dp.delta_for(devices)
         self.accountant = dp.accountant_for(sampling)
@@ -91,11 +124,13 @@ class PrivacyLedger:
         self._rdp: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # basis → RDP (orders, one release's RDP)
 
     def _event(self, basis: str) -> Any:
-        return round_event(self.mode, self.devices, self.cohort, self.z, self.sampling, basis)
+        return round_event(self.mode, self.devices, self.cohort, self.z, self.sampling, basis, self.rate)
 
     def _per_device(self, basis: str) -> bool:
-        """Whether ε composes a device's participations (local; asynchronous conservative) or the releases."""
-        return self.mode == "local" or (self.sampling == "buffered" and basis == "conservative")
+        """Whether ε composes a device's participations (local; the edge tier; uploads one by one; asynchronous
+        conservative) or the releases (a central cohort, fixed-size or Poisson)."""
+        return (self.mode == "local" or self.sampling in ("members", "each_upload")
+                or (self.sampling == "buffered" and basis == "conservative"))
 
     def steps(self, basis: str | None = None) -> int:
         """Compositions that bound the privacy loss: releases, or a device's most participations."""
@@ -126,8 +161,19 @@ class PrivacyLedger:
                 self._cache[key] = epsilon_of("pld", replace, self._event(basis), k, self.delta)
         return self._cache[key]
 
-    def released(self, participants: list[int]) -> str | None:
-        """One noised aggregate of ``participants``' updates; a stop reason when the next would pass the budget."""
+    def released(self, participants: list[int], tier: str = "cloud") -> str | None:
+        """One noised aggregate of ``participants``' updates at ``tier`` (an aggregation at another tier than
+        ``privacy.dp.tier`` is no release: ignored); a stop reason when the next would pass the budget."""
+        if tier != self.tier or self.sampling == "each_upload":
+            return None
+        return self._count(participants)
+
+    def uploaded(self, device: int) -> str | None:
+        """``device`` sent one upload it clipped and noised itself (updates applied one by one): a release of its
+        own, counted when it leaves the device (whether or not the server applies it)."""
+        return self._count([device])
+
+    def _count(self, participants: list[int]) -> str | None:
         self.releases += 1
         for d in participants:
             self.participations[int(d)] = self.participations.get(int(d), 0) + 1
@@ -151,10 +197,17 @@ class PrivacyLedger:
 
     def sampling_label(self) -> str:
         """What the accountant assumed about participation."""
+        if self.sampling == "members":
+            return (f"edge rounds ({self.mode}: a device's releases in its own edge's rounds, composed without "
+                    "amplification)")
+        if self.sampling == "each_upload":
+            return "none (local: a device's own uploads, each one noised, composed without amplification)"
         if self.mode == "local":
             return "none (local: a device's own releases)"
         if self.sampling == "fixed_size":
             return "fixed_size_without_replacement"
+        if self.sampling == "poisson":
+            return f"poisson (q = {self.rate:g} per round, add/remove, fixed denominator qN; empty rounds release noise)"
         return ("buffered (conservative: a device's participations, no amplification)" if self.policy == "conservative"
                 else "buffered (nominal: Poisson q = K/N per server step, assumes random check-ins)")
 

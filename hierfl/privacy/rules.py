@@ -38,7 +38,8 @@ class DpMeanRule(ConfigModel):
 
     ``central``: ``N(0, (z_Δ·S)²)`` once on the sum (``z_Δ = z`` without adaptive clipping); ``local``: each
     update carries its own ``N(0, (z·S)²)`` before the sum. ``C`` is the protocol's expected cohort size
-    (the fixed denominator), never the realised count. With ``adaptive``, ``S`` follows Andrew et al.'s
+    (the fixed denominator; ``qN`` under Poisson sampling), never the realised count — a round with no update
+    (Poisson sampling) releases the noise alone. With ``adaptive``, ``S`` follows Andrew et al.'s
     geometric quantile rule from ``init``, its count noised with ``count_stddev`` (default ``C/20``).
     """
 
@@ -53,6 +54,11 @@ class DpMeanRule(ConfigModel):
     quantile: float = 0.5
     lr: NonNegativeFloat = 0.2
     count_stddev: PositiveFloat | None = None
+    # Poisson sampling (each device's own coin, McMahan et al. 2018): the fixed denominator ``qN`` (the expected
+    # cohort, a real number) in place of the protocol's integer count, and a release on every round, an empty
+    # one included (noise alone: whether anybody took part must not show)
+    denominator: PositiveFloat | None = None
+    releases_empty: bool = False
 
     @property
     def is_mean(self) -> bool:
@@ -67,7 +73,7 @@ class DpMeanRule(ConfigModel):
         """Checked by ``privacy.dp`` itself."""
         return []
 
-    def count_std(self, expected: int) -> float:
+    def count_std(self, expected: float) -> float:
         """σ_b: ``count_stddev``, or ``C/20`` (TFF's and Flower's default)."""
         return float(self.count_stddev) if self.count_stddev is not None else 0.05 * expected
 
@@ -76,9 +82,12 @@ class DpMeanRule(ConfigModel):
         """The noised mean of the clipped updates, added to ``base`` (uniform weights: ``w`` is not read)."""
         if base is None:
             raise ValueError("dp_fedavg needs the model the round started from")
-        if ctx.expected is None or ctx.expected < 1:
+        if self.denominator is not None:
+            C: float = float(self.denominator)
+        elif ctx.expected is None or ctx.expected < 1:
             raise ValueError("dp_fedavg needs the protocol's expected cohort size (expected_inputs)")
-        C = int(ctx.expected)
+        else:
+            C = int(ctx.expected)
         z = float(self.noise_multiplier)
         S = float(ctx.state.get("clip", self.init if self.adaptive else self.clip))
         cr = P.clip_updates(V, base, S)

@@ -105,8 +105,13 @@ class ProtocolConfig(ConfigModel):
     # how its cloud aggregations pick their inputs, for a privacy accountant (`privacy.dp`): "fixed_size" — each
     # synchronous round a uniform sample of expected_inputs()["cloud"] devices without replacement from all N while
     # every device is online; "buffered" — each server step combines the next expected_inputs()["cloud"] updates
-    # that arrive (participation follows availability and speed); None: not declared (privacy.dp is refused)
+    # that arrive (participation follows availability and speed); "each_upload" — each update is applied alone
+    # as it arrives (only a device's own releases can be accounted); None: not declared (privacy.dp is refused)
     cohort_sampling: ClassVar[str | None] = None
+    # how its edge aggregations pick their inputs, for a privacy accountant at the edge tier (`privacy.dp.tier:
+    # edge`): "members" — each synchronous edge round aggregates updates of that edge's own devices only, so a
+    # device takes part in its own edge's rounds and no other; None: not declared (privacy at the edge is refused)
+    edge_cohort_sampling: ClassVar[str | None] = None
     # what of a model (`model`, each of `models`) this protocol's own loops on the torch module (distillation,
     # output exchange, server training) cannot honour, feature → why: "dropout" (masks from torch's global
     # generator) and "running_stats" (batch norm's running statistics). Checked at build time
@@ -121,6 +126,12 @@ class ProtocolConfig(ConfigModel):
         """How this configuration's cloud aggregations pick their inputs (the declaration above, or what a
         setting of the protocol makes it: "poisson" where each device joins a round on its own coin)."""
         return type(self).cohort_sampling
+
+    def sampling_rate(self) -> float | None:
+        """With ``sampling_scheme() == "poisson"``: the probability ``q`` with which each device joins a round on its
+        own coin (its expected cohort is ``q·N``, the fixed denominator of a differentially private mean); None
+        otherwise."""
+        return None
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """How many updates one aggregation of each tier combines when every selected participant

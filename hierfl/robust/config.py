@@ -126,10 +126,10 @@ class RobustSetup:
 
     @classmethod
     def of(cls, section: AggregationSection, cloud: RuleConfig | None = None, seed: int = 0,
-           expected: dict[str, int | None] | None = None) -> RobustSetup:
-        """From the scenario's ``aggregation:`` section; ``cloud`` replaces its cloud rule (a rule another
-        section puts in place, such as differential privacy's noised mean), ``seed`` and ``expected`` are
-        what stateful rules see (:class:`~hierfl.core.aggregate.RuleContext`)."""
+           expected: dict[str, int | None] | None = None, edge: RuleConfig | None = None) -> RobustSetup:
+        """From the scenario's ``aggregation:`` section; ``cloud`` / ``edge`` replace its rule at that tier (a
+        rule another section puts in place, such as differential privacy's noised mean), ``seed`` and
+        ``expected`` are what stateful rules see (:class:`~hierfl.core.aggregate.RuleContext`)."""
         eb = section.edge_behavior
         edges = {int(e): eb.behavior for e in eb.edges} if eb is not None else {}
         batch = 0
@@ -137,8 +137,8 @@ class RobustSetup:
             inner = rule.then if isinstance(rule, NormClipRule) else rule
             if isinstance(inner, (ZenoRule, ZenoPPRule)):
                 batch = max(batch, inner.batch)
-        return cls(section.cloud if cloud is None else cloud, section.edge, edges, batch, int(seed),
-                   dict(expected or {}))
+        return cls(section.cloud if cloud is None else cloud, section.edge if edge is None else edge, edges, batch,
+                   int(seed), dict(expected or {}))
 
     def rule(self, tier: str) -> RuleConfig:
         """The rule of ``tier``."""

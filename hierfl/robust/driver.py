@@ -21,16 +21,16 @@ from hierfl.robust.config import RobustSetup
 __all__ = ["robust_setup", "RobustLedger"]
 
 
-def robust_setup(scenario: Any, dyn: Dynamics | None, cloud: Any = None) -> RobustSetup | None:
+def robust_setup(scenario: Any, dyn: Dynamics | None, cloud: Any = None, edge: Any = None) -> RobustSetup | None:
     """The roles' robust configuration, or None when the run is exactly today's (mean, nobody Byzantine).
 
-    ``cloud``: a rule another section puts in place of the cloud's (differential privacy's noised mean);
-    the roles then see the run's seed and the protocol's expected counts (``RuleContext``)."""
+    ``cloud`` / ``edge``: a rule another section puts in place of that tier's (differential privacy's noised
+    mean); the roles then see the run's seed and the protocol's expected counts (``RuleContext``)."""
     section = scenario.aggregation
-    if section.default and cloud is None and not (dyn is not None and dyn.attacks):
+    if section.default and cloud is None and edge is None and not (dyn is not None and dyn.attacks):
         return None
     world = scenario.devices.count, scenario.topology.edge_servers or 0
-    return RobustSetup.of(section, cloud, scenario.seed, scenario.protocol.expected_inputs(*world))
+    return RobustSetup.of(section, cloud, scenario.seed, scenario.protocol.expected_inputs(*world), edge)
 
 
 class RobustLedger:

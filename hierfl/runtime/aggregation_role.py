@@ -73,13 +73,16 @@ class Aggregation:
         """The rule's aggregate of the kept updates (float32) and its report."""
         from hierfl.robust.math import alie_vector, finite_rows
 
-        if not self._rows:
+        # a rule that releases on an empty round (differential privacy's noise alone, under Poisson sampling)
+        empty_release = bool(getattr(self.rule, "releases_empty", False)) and base is not None
+        if not self._rows and not empty_release:
             raise ValueError("aggregation with no update")
-        V = np.stack([np.asarray(r, dtype=np.float64) for r in self._rows])
+        V = (np.stack([np.asarray(r, dtype=np.float64) for r in self._rows]) if self._rows
+             else np.zeros((0, np.asarray(base).size), dtype=np.float64))
         w = np.asarray(self._weights, dtype=np.float64)
         tags = self._tags
         self._rows, self._weights, self._tags = [], [], []
-        byz = np.array([t is not None for t in tags])
+        byz = np.array([t is not None for t in tags], dtype=bool)
         honest = ~byz
         honest_mean = None
         if honest.any() and w[honest].sum() > 0:
@@ -94,7 +97,7 @@ class Aggregation:
         finite = np.ones(m, dtype=bool) if self.rule.is_mean else finite_rows(V)
         clipped = 0
         extra: dict[str, float] = {}
-        if finite.any():
+        if finite.any() or (m == 0 and empty_release):
             ctx = RuleContext(stream(self.seed, "rule", _TIERS.index(tier), int(entity), self.commits),
                               self.rule_state, self.expected, self.commits)
             out = self.rule.apply_in(ctx, V[finite], w[finite], base, loss)

@@ -67,6 +67,8 @@ class FedAsyncConfig(ProtocolConfig):
                          note="the cloud applies each update the moment it arrives"),)
 
     channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
+    # each update is applied alone as it arrives (privacy.dp: local mode, a device's uploads composed)
+    cohort_sampling: ClassVar[str | None] = "each_upload"
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(default=0.6, gt=0.0, le=1.0, description="base mixing weight α [V3/D]")
     staleness: STALENESS.union() = Field(default=PolynomialStaleness(a=0.5), description="s(τ) scaling the mixing weight α (a staleness function by name)")  # type: ignore[valid-type]

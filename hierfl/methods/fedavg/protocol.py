@@ -78,6 +78,10 @@ class FedAvgConfig(ProtocolConfig):
         """``fixed_size``, or ``poisson`` with ``sampling: bernoulli``."""
         return "poisson" if self.sampling == "bernoulli" else "fixed_size"
 
+    def sampling_rate(self) -> float | None:
+        """``C`` with ``sampling: bernoulli`` (each online device's coin), else None."""
+        return float(self.fraction) if self.sampling == "bernoulli" else None
+
     def check(self, scenario: Scenario) -> list[Problem]:
         """A Bernoulli cohort is the round: a straggler policy cannot over-select on top of it."""
         out = super().check(scenario)
@@ -138,6 +142,9 @@ class FedAvg(Protocol):
             m = k = len(chosen)
             if not k:  # nobody's coin came up: an empty round, and the next one begins at once
                 env.telemetry.record(RoundEmpty({"round": self.round, "sampling": "bernoulli"}))
+                cloud = env.tier("cloud")
+                if getattr(cloud, "releases_empty", False):  # its rule still releases (DP: the noise alone)
+                    env.set_global(cloud.commit([], base=env.global_model))
                 self.round += 1
                 if not env.stopping:
                     env.at(env.now, "round_retry", RoundRetry(self.round), Priority.CONTROL)
@@ -202,6 +209,9 @@ class FedAvg(Protocol):
             env.set_global(env.tier("cloud").commit(sorted(arrived), base=self.round_model))
         else:
             env.telemetry.record(RoundEmpty({"round": self.round}))
+            cloud = env.tier("cloud")
+            if getattr(cloud, "releases_empty", False):  # nobody arrived: the rule still releases (DP's noise alone)
+                env.set_global(cloud.commit([], base=self.round_model))
         self._next_round()
 
     def on_subprotocol_done(self, event: Event) -> None:

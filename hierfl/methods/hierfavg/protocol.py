@@ -79,6 +79,8 @@ class HierFAVGConfig(ProtocolConfig):
     channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
     control_variates: ClassVar[bool] = True
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
+    # an edge round aggregates its own devices only (privacy.dp.tier: edge composes each device's edge releases)
+    edge_cohort_sampling: ClassVar[str | None] = "members"
 
     name: Literal["hierfavg"] = "hierfavg"
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
