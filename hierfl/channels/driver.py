@@ -99,7 +99,8 @@ class ChannelLinks:
     def transform(self, direction: str, task: str, params: dict[str, Any], notify: Any) -> None:
         """Every model message of ``direction`` becomes the server task ``task``'s output on ``[message, reference]``
         (the model the lower end last received: what a device trained from) before any channel codes it, with a
-        seed of its own per sender and message; ``notify(sender)`` is told of each (e.g. an accountant)."""
+        seed of its own per sender and message; ``notify(sender, stats)`` is told of each, with the task's stats
+        (e.g. an accountant)."""
         self._transforms[direction] = (task, dict(params), notify)
         self._references = True
 
@@ -168,8 +169,8 @@ class ChannelLinks:
             return handle
         task, params, notify = spec
         sender = int(src[1])
-        notify(sender)
         if not self.computes or (self.nonfinite is not None and self.nonfinite.marked(handle)):
+            notify(sender, {})
             return handle
         lower = src if direction.endswith("uplink") else dst  # type: ignore[union-attr]
         ref = self._held.get(lower)
@@ -179,8 +180,9 @@ class ChannelLinks:
         k = self._sent.get(key, 0)
         self._sent[key] = k + 1
         seed = int(stream(self.seed, "transform", DIRECTIONS.index(direction), sender, k).integers(2**63 - 1))
-        outputs, _, _, _ = self.executor.servers.run_task(task, params, seed, f"{task}:{direction}", sender,
-                                                          [handle, ref])
+        outputs, _, stats, _ = self.executor.servers.run_task(task, params, seed, f"{task}:{direction}", sender,
+                                                              [handle, ref])
+        notify(sender, dict(stats))
         return outputs[0]
 
     def coded(self, src: Endpoint, dst: Endpoint, handle: Any) -> Any:

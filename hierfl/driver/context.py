@@ -107,7 +107,14 @@ class Context:
                 self.privacy.work = self.channels.overhead_stats
                 upload = privacy_upload(scenario)  # local DP of uploads applied one by one: noised as they leave
                 if upload is not None:
-                    self.channels.transform("device_uplink", "dp_local", upload, self.privacy.uploaded)
+                    self.channels.transform("device_uplink", "dp_local", upload, self._uploaded)
+
+    def _uploaded(self, device: int, stats: dict[str, float]) -> None:
+        """A device's own noised upload left it (``privacy.dp``, updates applied one by one): the accountant counts
+        it; a budget may end the run."""
+        reason = self.privacy.uploaded(device, stats) if self.privacy is not None else None
+        if reason is not None:
+            self.request_stop(reason)
 
     def summary_part(self) -> dict[str, Any]:
         """``summary.json``'s part: why the run stopped, the virtual time, cloud rounds and the totals."""

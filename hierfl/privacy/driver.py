@@ -110,6 +110,7 @@ class PrivacyLedger:
         self.devices, self.cohort = int(devices), int(cohort)
         self.sampling = sampling
         self.rate = rate  # Poisson sampling's q
+        self.clip = float(dp.clip)
         self.policy = dp.async_policy if sampling == "buffered" and dp.mode == "central" else None
         self.delta = dp.delta_for(devices)
         self.accountant = dp.accountant_for(sampling)
@@ -168,9 +169,14 @@ class PrivacyLedger:
             return None
         return self._count(participants)
 
-    def uploaded(self, device: int) -> str | None:
+    def uploaded(self, device: int, stats: dict[str, float] | None = None) -> str | None:
         """``device`` sent one upload it clipped and noised itself (updates applied one by one): a release of its
-        own, counted when it leaves the device (whether or not the server applies it)."""
+        own, counted when it leaves the device (whether or not the server applies it); ``stats``: whether the
+        ``dp_local`` task clipped it. A stop reason when the next would pass the budget."""
+        if stats and "clipped" in stats:
+            self.clipped += int(stats["clipped"])
+            self.updates += 1
+        self.last = (self.clip, self.z * self.clip)  # the noise std on the update itself
         return self._count([device])
 
     def _count(self, participants: list[int]) -> str | None:

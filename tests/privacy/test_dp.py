@@ -216,7 +216,7 @@ DP = {"privacy": {"dp": {"mode": "central", "adaptive": {"enabled": False}}},
 
 
 @pytest.mark.parametrize(("override", "path"), [
-    ({"protocol": {"name": "fedasync"}}, "privacy.dp"),
+    ({"protocol": {"name": "fedasync"}}, "privacy.dp.mode"),
     ({"protocol": {"weighting": "samples"}}, "protocol.weighting"),
     ({"privacy": {"dp": {"accountant": "pld"}}}, "privacy.dp.accountant"),
     ({"privacy": {"dp": {"async_policy": "nominal"}}}, "privacy.dp.async_policy"),

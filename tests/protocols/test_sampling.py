@@ -68,11 +68,12 @@ def _problem(raw: dict) -> str:
     return str(err.value)
 
 
-def test_bernoulli_refuses_over_selection_privacy_and_other_protocols():
+def test_bernoulli_refuses_over_selection_and_other_protocols():
     msg = _problem({"protocol": {"sampling": "bernoulli"}, "straggler": {"name": "over_select"}})
     assert "straggler.name" in msg and "bernoulli" in msg
-    msg = _problem({"protocol": {"sampling": "bernoulli", "weighting": "uniform"},
-                    "privacy": {"dp": {"mode": "central", "noise_multiplier": 1.0}}})
-    assert "protocol.sampling" in msg and "fixed" in msg
+    # differential privacy is accounted for Poisson sampling (tests/privacy/test_dp_modes.py)
+    ok = validate_raw(deep_merge(dict(TINY), {"protocol": {"sampling": "bernoulli", "weighting": "uniform"},
+                                              "privacy": {"dp": {"mode": "central", "adaptive": {"enabled": False}}}}))
+    assert ok.privacy.dp is not None and ok.protocol.sampling_rate() == 1.0
     msg = _problem({"protocol": {"sampling": "poisson"}})
     assert "protocol.sampling" in msg and "bernoulli" in msg
