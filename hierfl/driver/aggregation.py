@@ -178,7 +178,8 @@ class Aggregation:
                 self.robust.reports("edge", reports, self.now)
                 self.robust.remember(handle, edge, self.robust.compromised_edge(edge), kind="edge")
         self.edge_aggregated(("edge", edge), edge, participants, {"participants": list(participants)})
-        self._released(list(participants), "edge")  # a noised edge aggregate with privacy.dp.tier: edge
+        if self.privacy is not None and (reason := self.privacy.released(list(participants), "edge")):
+            self._clock.request_stop(reason)  # a noised edge aggregate (privacy.dp.tier: edge) passed the budget
         return handle
 
     def edge_aggregated(self, lane: Endpoint, edge: int, participants: list[int], trace: dict[str, Any],
@@ -209,11 +210,8 @@ class Aggregation:
         limit = self.scenario.stop.rounds
         if limit is not None and int(self.counters["cloud_aggregations"]) >= limit:
             self._clock.request_stop("rounds")
-        self._released(participants, "cloud")
-
-    def _released(self, participants: list[int], tier: str) -> None:
-        if self.privacy is not None:  # one noised release at `tier`: the accountant counts it; a budget may end the run
-            reason = self.privacy.released(participants, tier)
+        if self.privacy is not None:  # one noised release: the accountant counts it; a budget may end the run
+            reason = self.privacy.released(participants, "cloud")
             if reason is not None:
                 self._clock.request_stop(reason)
 

@@ -104,10 +104,16 @@ class Context:
                 placed, self._world.model_bytes // 4, self._world.model_bytes, device_flops(scenario, built), scenario.servers,
                 executor, scenario.seed, bool(self._spec.train), self.aggregation.nonfinite, overhead)
             if self.privacy is not None:
-                self.privacy.work = self.channels.overhead_stats
-                upload = privacy_upload(scenario)  # local DP of uploads applied one by one: noised as they leave
-                if upload is not None:
-                    self.channels.transform("device_uplink", "dp_local", upload, self._uploaded)
+                self._privacy_channels(scenario, self.channels)
+
+    def _privacy_channels(self, scenario: Scenario, channels: ChannelLinks) -> None:
+        """``privacy.dp`` on the devices' messages: its work is counted with theirs, and local DP of uploads applied
+        one by one (FedAsync) noises each upload as it leaves its device."""
+        assert self.privacy is not None
+        self.privacy.work = channels.overhead_stats
+        upload = privacy_upload(scenario)
+        if upload is not None:
+            channels.transform("device_uplink", "dp_local", upload, self._uploaded)
 
     def _uploaded(self, device: int, stats: dict[str, float]) -> None:
         """A device's own noised upload left it (``privacy.dp``, updates applied one by one): the accountant counts
