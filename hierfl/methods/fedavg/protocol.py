@@ -221,6 +221,9 @@ class FedAvg(Protocol):
         held, self.held = self.held or [], []
         if result.failed or not result.survivors:
             env.telemetry.record(RoundEmpty({"round": self.round, "subprotocol": result.reason or "no survivors"}))
+            cloud = env.tier("cloud")
+            if getattr(cloud, "releases_empty", False):  # the rule still releases (DP's noise alone)
+                env.set_global(cloud.commit([], base=self.round_model))
         else:
             keep, cloud = set(result.survivors), env.tier("cloud")
             for device, params, weight, coef in held:
