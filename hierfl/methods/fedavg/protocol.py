@@ -142,9 +142,7 @@ class FedAvg(Protocol):
             m = k = len(chosen)
             if not k:  # nobody's coin came up: an empty round, and the next one begins at once
                 env.telemetry.record(RoundEmpty({"round": self.round, "sampling": "bernoulli"}))
-                cloud = env.tier("cloud")
-                if getattr(cloud, "releases_empty", False):  # its rule still releases (DP: the noise alone)
-                    env.set_global(cloud.commit([], base=env.global_model))
+                self._release_empty(env.global_model)
                 self.round += 1
                 if not env.stopping:
                     env.at(env.now, "round_retry", RoundRetry(self.round), Priority.CONTROL)
@@ -209,9 +207,7 @@ class FedAvg(Protocol):
             env.set_global(env.tier("cloud").commit(sorted(arrived), base=self.round_model))
         else:
             env.telemetry.record(RoundEmpty({"round": self.round}))
-            cloud = env.tier("cloud")
-            if getattr(cloud, "releases_empty", False):  # nobody arrived: the rule still releases (DP's noise alone)
-                env.set_global(cloud.commit([], base=self.round_model))
+            self._release_empty(self.round_model)
         self._next_round()
 
     def on_subprotocol_done(self, event: Event) -> None:
@@ -221,9 +217,7 @@ class FedAvg(Protocol):
         held, self.held = self.held or [], []
         if result.failed or not result.survivors:
             env.telemetry.record(RoundEmpty({"round": self.round, "subprotocol": result.reason or "no survivors"}))
-            cloud = env.tier("cloud")
-            if getattr(cloud, "releases_empty", False):  # the rule still releases (DP's noise alone)
-                env.set_global(cloud.commit([], base=self.round_model))
+            self._release_empty(self.round_model)
         else:
             keep, cloud = set(result.survivors), env.tier("cloud")
             for device, params, weight, coef in held:
@@ -231,6 +225,13 @@ class FedAvg(Protocol):
                     cloud.add(params, weight, coef)
             env.set_global(cloud.commit(list(result.survivors), base=self.round_model))
         self._next_round()
+
+    def _release_empty(self, base: Any) -> None:
+        """A round without updates: the cloud's rule may still release one (``releases_empty``: differential
+        privacy under Poisson sampling adds its noise alone, so that an empty round does not show)."""
+        cloud = self.env.tier("cloud")
+        if getattr(cloud, "releases_empty", False):
+            self.env.set_global(cloud.commit([], base=base))
 
     def _next_round(self) -> None:
         env = self.env
