@@ -28,16 +28,20 @@ class RuleContext:
       roles' state), e.g. an adaptive clip norm;
     * ``expected``: how many updates the protocol declares this point combines per round (its
       ``expected_inputs()``), or None;
-    * ``commit``: ``k``.
+    * ``commit``: ``k``;
+    * ``entity``: the point's entity (an edge server's id; 0 at the cloud), for a rule whose settings differ
+      per point (differential privacy's fixed denominator: each edge's own expected cohort).
     """
 
-    __slots__ = ("rng", "state", "expected", "commit")
+    __slots__ = ("rng", "state", "expected", "commit", "entity")
 
-    def __init__(self, rng: np.random.Generator, state: dict, expected: int | None, commit: int) -> None:
+    def __init__(self, rng: np.random.Generator, state: dict, expected: int | None, commit: int,
+                 entity: int = 0) -> None:
         self.rng = rng
         self.state = state
         self.expected = expected
         self.commit = commit
+        self.entity = int(entity)
 
 
 def _check_weight(weight: float) -> float:

@@ -64,7 +64,7 @@ class Context:
         self.faults = Faults(self.dyn, self.queue, self.transfers, telemetry) if self.dyn.faults else None
         self.transfers.track_servers = self.faults is not None  # only a server fault cuts transfers by server
         # Byzantine robustness: None keeps every call exactly as without it
-        setup = robust_setup(scenario, self.dyn, privacy_rule(scenario), privacy_edge_rule(scenario))
+        setup = robust_setup(scenario, self.dyn, privacy_rule(scenario), privacy_edge_rule(scenario, self._world))
         self.robust: RobustLedger | None = None if setup is None else RobustLedger(setup, self.dyn, telemetry,
                                                                                   scenario.protocol)
         # per-device evaluation: the run has evaluation sets; with evaluation.device_eval_cost: forward

@@ -80,7 +80,7 @@ def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
                     rt.fast_path, rt.device, rt.precision, rt.cpu_batching,
                     built.models.configs[1:] if built.models is not None else ()),
                    built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn, privacy_rule(scenario),
-                                                                    privacy_edge_rule(scenario)),
+                                                                    privacy_edge_rule(scenario, built.world)),
                    eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host, public=_public(scenario, built))
 
 

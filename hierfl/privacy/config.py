@@ -173,11 +173,16 @@ class PrivacySection(ConfigModel):
             out.append(Problem("privacy.dp.adaptive.enabled", "adaptive clipping noises a count at the server: "
                                "central mode only; allowed in local mode: false", True))
         if dp.adaptive_on():
+            if dp.tier == "edge" and dp.adaptive.count_stddev is None:
+                out.append(Problem("privacy.dp.adaptive.count_stddev", "at the edge tier each edge server divides "
+                                   "by its own expected cohort, so the default σ_b = C/20 differs per edge and "
+                                   "z < 2σ_b cannot be checked at load; allowed: a number above z/2 (or "
+                                   "adaptive.enabled: false)", None))
             if "clip" in dp.model_fields_set:
                 out.append(Problem("privacy.dp.clip", "adaptive clipping starts from adaptive.init and ignores "
                                    "clip; set adaptive.enabled: false to use a fixed clip", dp.clip))
             sb = dp.rule().count_std(m if sampling == "poisson" else int(m or 1))
-            if dp.noise_multiplier >= 2.0 * sb:
+            if dp.noise_multiplier >= 2.0 * sb and not (dp.tier == "edge" and dp.adaptive.count_stddev is None):
                 out.append(Problem("privacy.dp.noise_multiplier", f"adaptive clipping needs z < 2·σ_b = {2 * sb:g} "
                                    "(σ_b: adaptive.count_stddev, default C/20); raise adaptive.count_stddev or "
                                    "turn adaptive clipping off", dp.noise_multiplier))

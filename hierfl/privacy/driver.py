@@ -56,10 +56,18 @@ def privacy_rule(scenario: Any) -> Any:
     return dp.rule(dp_cohort(scenario, sampling) if sampling == "poisson" else None)
 
 
-def privacy_edge_rule(scenario: Any) -> Any:
-    """The edge servers' DP aggregation rule (``privacy.dp.tier: edge``), or None."""
+def privacy_edge_rule(scenario: Any, world: Any = None) -> Any:
+    """The edge servers' DP aggregation rule (``privacy.dp.tier: edge``), or None. With the run's ``world``, each
+    edge server divides by its own expected cohort, from the devices it serves when the run starts
+    (``ProtocolConfig.edge_expected``): a fixed denominator, which later re-groupings do not move."""
     dp = _dp(scenario)
-    return dp.rule() if dp is not None and dp.tier == "edge" else None
+    if dp is None or dp.tier != "edge":
+        return None
+    rule = dp.rule()
+    if world is None:
+        return rule
+    own = {e: scenario.protocol.edge_expected(int(world.edge_members(e).size)) for e in range(world.num_edges)}
+    return rule.model_copy(update={"denominators": {e: float(k) for e, k in own.items() if k} or None})
 
 
 def privacy_upload(scenario: Any) -> dict[str, Any] | None:

@@ -59,6 +59,9 @@ class DpMeanRule(ConfigModel):
     # one included (noise alone: whether anybody took part must not show)
     denominator: PositiveFloat | None = None
     releases_empty: bool = False
+    # at the edge tier: each edge server's own fixed denominator (its expected cohort from its members when the
+    # run starts), by edge id; an edge not listed uses the protocol's count
+    denominators: dict[int, PositiveFloat] | None = None
 
     @property
     def is_mean(self) -> bool:
@@ -82,8 +85,10 @@ class DpMeanRule(ConfigModel):
         """The noised mean of the clipped updates, added to ``base`` (uniform weights: ``w`` is not read)."""
         if base is None:
             raise ValueError("dp_fedavg needs the model the round started from")
-        if self.denominator is not None:
-            C: float = float(self.denominator)
+        if self.denominators is not None and ctx.entity in self.denominators:
+            C: float = float(self.denominators[ctx.entity])
+        elif self.denominator is not None:
+            C = float(self.denominator)
         elif ctx.expected is None or ctx.expected < 1:
             raise ValueError("dp_fedavg needs the protocol's expected cohort size (expected_inputs)")
         else:

@@ -127,6 +127,11 @@ class ProtocolConfig(ConfigModel):
         setting of the protocol makes it: "poisson" where each device joins a round on its own coin)."""
         return type(self).cohort_sampling
 
+    def edge_expected(self, members: int) -> int | None:
+        """How many updates one round of an edge server with ``members`` devices combines when every selected
+        device arrives (None: not declared); an edge's own fixed denominator under ``privacy.dp.tier: edge``."""
+        return None
+
     def sampling_rate(self) -> float | None:
         """With ``sampling_scheme() == "poisson"``: the probability ``q`` with which each device joins a round on its
         own coin (its expected cohort is ``q·N``, the fixed denominator of a differentially private mean); None

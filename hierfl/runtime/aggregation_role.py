@@ -99,7 +99,7 @@ class Aggregation:
         extra: dict[str, float] = {}
         if finite.any() or (m == 0 and empty_release):
             ctx = RuleContext(stream(self.seed, "rule", _TIERS.index(tier), int(entity), self.commits),
-                              self.rule_state, self.expected, self.commits)
+                              self.rule_state, self.expected, self.commits, int(entity))
             out = self.rule.apply_in(ctx, V[finite], w[finite], base, loss)
             extra = dict(out.extra or {})
             accepted[np.flatnonzero(finite)[out.accepted]] = True

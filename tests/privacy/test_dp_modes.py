@@ -56,6 +56,13 @@ def test_an_empty_poisson_round_releases_the_noise_alone():
     assert abs(np.mean(moved)) < 4 * z * S / qN / np.sqrt(d)
     report = agg.take_reports()[0]
     assert report["m"] == 0 and report["dp_noise_std"] == pytest.approx(z * S / qN)
+    # per edge server: its own fixed denominator (RuleContext.entity)
+    per = DpMeanRule(mode="central", noise_multiplier=z, clip=S, denominators={0: 4.0, 3: 9.0})
+    for entity, want in ((0, 4.0), (3, 9.0)):
+        at = Aggregation(per, seed=9, expected=6)
+        at.add(np.zeros(d, dtype=np.float32), 1.0)
+        edge_avg = at.finish(None, np.zeros(d, dtype=np.float32), tier="edge", entity=entity)
+        assert np.std(edge_avg) == pytest.approx(z * S / want, rel=0.02)
     with pytest.raises(ValueError, match="no update"):
         Aggregation(DpMeanRule(noise_multiplier=z, clip=S), seed=9, expected=3).finish(None, base)
     # with updates, the sum of the clipped updates is divided by qN too (z = 0: no noise)
@@ -107,18 +114,26 @@ def test_poisson_pld_accountant_and_budget():
 
 # -- the edge tier ---------------------------------------------------------------------------------------------
 
-def test_edge_tier_composes_each_device_s_edge_releases(tmp_path):
+@pytest.mark.parametrize("mode", ["central", "local"])
+def test_edge_tier_composes_each_device_s_edge_releases(tmp_path, mode):
     out = tmp_path / "edge"
-    run_scenario(load_scenario(str(EDGE), overrides=["stop.rounds=2", "stop.virtual_time_s=null", *QUIET]), out)
+    run_scenario(load_scenario(str(EDGE), overrides=["stop.rounds=2", "stop.virtual_time_s=null",
+                                                     f"privacy.dp.mode={mode}", *QUIET]), out)
     summary = json.loads((out / "summary.json").read_text())
     block = summary["privacy"]
-    n, z, S, per_edge = 24, 2.0, 0.5, 6
+    n, z, S = 24, 2.0, 0.5
+    sizes = np.bincount([int(r.split(",")[7]) for r in (out / "devices.csv").read_text().splitlines()[1:]])
+    assert sizes.sum() == n and len(set(sizes)) > 1      # nearest grouping: edges of different sizes
     # 2 cloud rounds of κ2 = 2 edge rounds at each of the 4 edges: 16 noised edge aggregates; every device is in
     # its own edge's 4 (fraction 1, no churn) and in no other edge's
     assert summary["totals"]["edge_aggregations"] == block["releases"] == 16
     assert block["max_participations"] == block["compositions"] == 4 and block["mean_participations"] == 4.0
     assert block["epsilon"] == pytest.approx(_rdp_eps(dpa.GaussianDpEvent(z / 2), 4, n ** -1.1), rel=1e-9)
-    assert block["last_noise_std"] == pytest.approx(z * S / per_edge)   # the noise on an edge's average
+    # the noise on an edge's average, over that edge's own fixed denominator (its k devices, fraction 1): the
+    # edge's one draw z·S/k, or its k devices' own draws summed, z·S·√k/k
+    k = [int(c) for c in sizes if block["last_noise_std"] == pytest.approx(
+        z * S / c * (1.0 if mode == "central" else np.sqrt(c)))]
+    assert len(k) >= 1, (block["last_noise_std"], sizes)
     assert "edge rounds" in block["sampling"]
 
 
@@ -164,6 +179,7 @@ FLAT = {"privacy": {"dp": {"mode": "central", "adaptive": {"enabled": False}}},
     (HIER, {"protocol": {"weighting": "samples"}}, "protocol.weighting"),
     (HIER, {"aggregation": {"edge": "median"}}, "aggregation.edge"),
     (HIER, {"stop": {"epsilon": 0.01}}, "stop.epsilon"),
+    (HIER, {"privacy": {"dp": {"adaptive": {"enabled": True}}}}, "privacy.dp.adaptive.count_stddev"),
 ])
 def test_refused_combinations_name_their_key(base, override, path):
     raw = deep_merge(deep_merge(copy.deepcopy(TINY), copy.deepcopy(base)), override)
@@ -186,3 +202,16 @@ def test_the_allowed_modes_validate_and_the_cli_refuses_with_exit_status_2(tmp_p
     path.write_text(json.dumps(raw))
     assert main(["validate", str(path)]) == 2
     assert "privacy.dp.tier" in capsys.readouterr().err
+
+
+def test_fedasync_local_dp_resumes_bit_for_bit(tmp_path):
+    """The per-upload noise streams and the accountant's counts travel with the checkpoint."""
+    from tests.driver.test_recovery import assert_resumes_as_uninterrupted
+
+    raw = deep_merge(copy.deepcopy(TINY), {
+        "protocol": {"name": "fedasync", "concurrency": 2}, "stop": {"rounds": 6},
+        "privacy": {"dp": {"mode": "local", "noise_multiplier": 2.0, "clip": 0.5}},
+        "runtime": {"checkpoint": {"every_cloud_aggregations": 2, "every_s": None}}})
+    assert_resumes_as_uninterrupted(tmp_path, raw, stop_round=3)
+    block = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
+    assert block["releases"] >= 6 and block["epsilon"] > 0

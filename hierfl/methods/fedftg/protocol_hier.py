@@ -50,6 +50,9 @@ class FedFTGHierConfig(FTGKnobs, HierFAVGConfig):
     name: Literal["fedftg_hier"] = "fedftg_hier"  # type: ignore[assignment]
     decides_on_models: ClassVar[str | None] = "fine-tunes the average at the server by distillation"
     supports_infra_faults: ClassVar[bool] = False
+    # its devices also send their label histograms to the cloud, which differential privacy at the edge tier
+    # would leave unprotected (privacy.dp.tier: edge is refused)
+    edge_cohort_sampling: ClassVar[str | None] = None
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ()
     rule_tiers: ClassVar[tuple[str, ...]] = ()
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ()  # its own round closes do not wait for one

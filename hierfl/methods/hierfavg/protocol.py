@@ -110,6 +110,10 @@ class HierFAVGConfig(ProtocolConfig):
             return {"cloud": None, "edge": None}
         return {"cloud": edges, "edge": max(1, math.ceil(self.fraction * (devices // edges) - 1e-9))}
 
+    def edge_expected(self, members: int) -> int | None:
+        """``max(⌊C·|C_ℓ|⌋, 1)``: the devices an edge round of ``members`` samples (all of them when online)."""
+        return max(math.floor(self.fraction * members + 1e-9), 1) if members > 0 else None
+
     def create(self, env: Env) -> HierFAVG:
         """A HierFAVG run."""
         return HierFAVG(self, env)
@@ -196,7 +200,7 @@ class HierFAVG(Protocol):
                 assert self.cloud_barrier is not None  # (a cloud deadline exists)
                 self.cloud_barrier.drop(edge)  # nothing to send: the cloud round stops waiting for it
             return
-        want = max(math.floor(self.cfg.fraction * members.size + 1e-9), 1)
+        want = self.cfg.edge_expected(int(members.size)) or 1
         m = min(want, len(pool))
         policy = env.straggler
         k = min(policy.select_count(m), len(pool))
