@@ -114,7 +114,6 @@ class PrivacySection(ConfigModel):
             return out
         proto = scenario.protocol
         n = scenario.devices.count
-        edges = scenario.topology.edge_servers or 0
         sampling = dp_sampling(scenario)
         if dp.tier == "edge" and sampling != "members":
             able = ", ".join(_protocols(lambda c: c.edge_cohort_sampling == "members"))

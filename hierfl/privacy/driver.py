@@ -1,7 +1,8 @@
-"""The driver's side of differential privacy: the rule put in place of the cloud's mean, and the accountant.
+"""The driver's side of differential privacy: the rule put in place of the cloud's (or the edges') mean, the
+per-upload noise of FedAsync's devices, and the accountant.
 
-:class:`PrivacyLedger` counts the noised releases (one per cloud aggregation) and, for local DP, each
-device's participations, and turns them into ε at δ with ``dp-accounting`` 0.6.0 (the events below). Its
+:class:`PrivacyLedger` counts the noised releases (one per aggregation at ``privacy.dp.tier``, or per upload)
+and each device's participations, and turns them into ε at δ with ``dp-accounting`` 0.6.0 (the events below). Its
 counts are the accountant's state: they live in the driver's state, which checkpoints pickle, so a resumed run
 reports the same ε. ε goes into every evaluation line (``epsilon``, ``delta``) and into ``summary.json``'s
 ``privacy`` block; ``stop.epsilon`` ends the run before a release would spend more than the budget.
@@ -21,9 +22,19 @@ Which event describes a release (``hierfl.privacy.config.round_event``):
   server steps any one device contributed to; ``nominal``: ``PoissonSampledDpEvent(K/N, GaussianDpEvent(z))``
   per server step, which assumes random check-ins. Both are reported; ``async_policy`` picks the one in the
   evaluation lines and the budget;
+* ``central`` with Poisson sampling (``poisson``: each device's own coin ``q``, McMahan et al. 2018) —
+  ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` per round under add/remove (one user's clipped update adds
+  at most ``S`` to the sum), composed over every round: an empty round releases the noise alone and counts;
 * ``local`` — no amplification (each device's own message is seen): a device's releases are
   ``GaussianDpEvent(z/2)`` (its clipped update may change by ``2S``), composed over the most rounds any one
-  device took part in.
+  device took part in;
+* the edge tier (``privacy.dp.tier: edge``; ``members``), central (the edge server adds the noise: protects
+  against the cloud, the other edges and the devices) or local (each device: protects against its edge server
+  too) — a device takes part in its own edge's rounds only; each edge release including it is
+  ``GaussianDpEvent(z/2)`` for it, composed over its participations, per device, without amplification (the
+  edge's sampling is proportional to data, which no accountant here covers); counted at each edge commit;
+* uploads applied one by one (``each_upload``, FedAsync, local only) — each upload is ``GaussianDpEvent(z/2)``,
+  counted as it leaves its device (:meth:`PrivacyLedger.uploaded`), composed over a device's uploads.
 """
 
 from __future__ import annotations
