@@ -215,3 +215,27 @@ def test_fedasync_local_dp_resumes_bit_for_bit(tmp_path):
     assert_resumes_as_uninterrupted(tmp_path, raw, stop_round=3)
     block = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
     assert block["releases"] >= 6 and block["epsilon"] > 0
+
+
+def test_a_run_s_empty_first_round_moves_the_model_by_noise_alone(tmp_path):
+    """4 devices on coins of q = 0.1: nobody's came up in round 0 (seed 3), and stop.rounds = 1 ends the run there,
+    so the final model is the initial one plus N(0, (zS/qN)²) and nothing else."""
+    from hierfl.core.rng import stream_seed
+    from hierfl.learn.local import init_params
+
+    z, S, qN = 2.0, 0.5, 0.4
+    raw = deep_merge(copy.deepcopy(TINY), {
+        "model": {"name": "mlp", "hidden": [64]}, "stop": {"rounds": 1},
+        "protocol": {"fraction": 0.1, "sampling": "bernoulli", "weighting": "uniform"},
+        "privacy": {"dp": {"mode": "central", "noise_multiplier": z, "clip": S, "adaptive": {"enabled": False}}}})
+    scenario = validate_raw(raw)
+    run_scenario(scenario, tmp_path / "run")
+    assert [e["round"] for e in _lines(tmp_path / "run", "round_empty")] == [0]
+    start = init_params(scenario.model, (5,), 3, stream_seed(3, "model.init"))
+    moved = np.load(tmp_path / "run" / "final_model.npy").astype(np.float64) - start
+    assert moved.size == 5 * 64 + 64 + 64 * 3 + 3 and np.all(moved != 0.0)
+    assert np.std(moved) == pytest.approx(z * S / qN, rel=0.15)            # 579 draws: ~3 % standard error
+    block = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
+    assert block["releases"] == 1 and block["max_participations"] == 0
+    assert block["epsilon"] == pytest.approx(_rdp_eps(dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(z)), 1,
+                                                      4 ** -1.1), rel=1e-9)
