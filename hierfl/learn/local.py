@@ -343,9 +343,18 @@ class LocalTrainer:
         steps = 0
         samples = 0
         no_grad = torch.no_grad()
-        masks = DrawMasks(job_generator(seed)) if self.dropout else contextlib.nullcontext()
+        if spec.dp_sgd is not None:  # sample-level DP-SGD: per-sample clipped, noised gradients (hierfl.learn.dp_sgd)
+            from hierfl.learn.dp_sgd import train_alone
+
+            def restore() -> None:
+                if kept is not None:
+                    self._flat_np[:frozen] = kept
+
+            names = [name for name, _ in self.layout[: len(params_list)]]
+            loss_sum, steps, samples = train_alone(module, params_list, names, sgd, x2d, y, rows, n, spec, seed, restore)
+        masks = DrawMasks(job_generator(seed)) if self.dropout and spec.dp_sgd is None else contextlib.nullcontext()
         with masks:
-            for block in index_blocks(n, b, spec, rng):
+            for block in (index_blocks(n, b, spec, rng) if spec.dp_sgd is None else ()):
                 sel = block if rows is None else rows[block]
                 # Fancy indexing copies, so the tensors are writable even when x / y are not.
                 xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
