@@ -35,6 +35,7 @@ from hierfl.energy.driver import energy_ledger
 from hierfl.faults.driver import Faults
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.privacy.driver import privacy_ledger, privacy_overhead, privacy_rule
+from hierfl.privacy.driver_dp_sgd import dp_sgd_ledger
 from hierfl.robust.driver import RobustLedger, robust_setup
 from hierfl.scenario.schema import Scenario
 
@@ -77,7 +78,8 @@ class Context:
         self.transfers.energy = self.energy
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
         # differential privacy (`privacy.dp`): the accountant; None keeps every output as without it
-        self.privacy = self.aggregation.privacy = privacy_ledger(scenario)
+        # (`privacy.dp_sgd`: each device's accountant of its DP-SGD steps, told of every job by the jobs service)
+        self.privacy = self.aggregation.privacy = privacy_ledger(scenario) or dp_sgd_ledger(scenario, self._world.samples)
         self.controls = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
                                         "edge" in scenario.protocol.server_optimizer_tiers,
                                         self.aggregation.round_rules)
