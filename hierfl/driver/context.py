@@ -77,8 +77,7 @@ class Context:
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
-        # differential privacy (`privacy.dp`): the accountant; None keeps every output as without it
-        # (`privacy.dp_sgd`: each device's accountant of its DP-SGD steps, told of every job by the jobs service)
+        # differential privacy (`privacy.dp`, or `privacy.dp_sgd`: per device): the accountant; None: no outputs change
         self.privacy = self.aggregation.privacy = privacy_ledger(scenario) or dp_sgd_ledger(scenario, self._world.samples)
         self.controls = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
                                         "edge" in scenario.protocol.server_optimizer_tiers,
