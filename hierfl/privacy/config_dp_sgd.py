@@ -22,9 +22,9 @@ from hierfl.core.work import DpSgdSpec
 __all__ = ["DpSgdCostConfig", "DpSgdConfig", "MODEL_LIMITS", "dp_sgd_problems"]
 
 MODEL_LIMITS: Mapping[str, str] = {
-    "dropout": "per-sample gradients are taken one example at a time, where no job's dropout masks are drawn",
-    "running_stats": "batch normalisation mixes the examples of a batch, so a per-sample gradient would not bound "
-                     "one example's influence",
+    "dropout": "per-sample gradients run each example outside the job's dropout streams",
+    "running_stats": "per-sample gradients cannot bound one example's influence through batch normalisation, which "
+                     "mixes a batch's examples",
 }
 """What of a model DP-SGD cannot honour (the build's check, :mod:`hierfl.assemble.loops`)."""
 
