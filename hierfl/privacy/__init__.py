@@ -20,11 +20,18 @@ module                    layer        holds
 ``rules.py``              learn        the DP aggregation the cloud's role runs (a stateful rule)
 ``config.py``             scenario     the ``privacy:`` section and its load-time checks
 ``driver.py``             driver       the accountant: ε per evaluation, the ε budget, the summary block
+``config_dp_sgd.py``      scenario     ``privacy.dp_sgd`` (sample-level DP-SGD) and its load-time checks
+``driver_dp_sgd.py``      driver       DP-SGD's per-device accountant: ε per device, in eval lines and devices.csv
 ========================  ===========  ==============================================================
 
 Where it is wired in elsewhere: the aggregating role runs the rule with a seeded generator and kept state
 (:class:`hierfl.core.aggregate.RuleContext`, :class:`hierfl.runtime.aggregation_role.Aggregation`), the
 driver puts the rule in place of the cloud's mean (``hierfl/driver/opening.py``, ``hierfl/driver/context.py``).
+
+``privacy.dp_sgd`` (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) clips and noises every
+example's gradient inside the devices' local training instead: :mod:`hierfl.learn.dp_sgd` (both training paths),
+reached through :attr:`hierfl.core.work.TrainSpec.dp_sgd`; the driver's jobs service tells the per-device
+accountant of every job a device starts.
 
 This file imports nothing, so :mod:`hierfl.privacy.math` can be imported without pydantic.
 """
