@@ -267,6 +267,8 @@ class LocalTrainer:
         - Batch norm's running statistics (the vector's tail) are updated by every training forward pass;
           dropout masks come from :func:`~hierfl.learn.randomness.job_generator` of ``seed``, drawn in call
           order (:mod:`hierfl.learn.randomness`), never from torch's global generator.
+        - ``spec.dp_sgd`` (sample-level DP-SGD, :mod:`hierfl.learn.dp_sgd`): every step samples its own batch,
+          and its gradient is the noised sum of the per-sample clipped gradients over the batch size.
         - ``logreg`` and ``mlp`` take gradients from :class:`~hierfl.learn.chain.LinearChain`
           (no autograd graph), other models from autograd; both are the same bits.
         - Bit-identical for the same (params, x, y, rows, spec, seed, torch_threads), and to

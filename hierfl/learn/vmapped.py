@@ -35,6 +35,10 @@ at its own batch size and in call order, exactly as the job draws them alone
 (:mod:`hierfl.learn.randomness`), and passed in. Other random operations in a forward pass, recurrent
 dropout, and buffers the state cannot carry raise :class:`UnsupportedModel`.
 
+DP-SGD (``spec.dp_sgd``, :mod:`hierfl.learn.dp_sgd`): each job's own independently sampled batches, padded and
+masked, per-sample gradients through a ``vmap`` over samples inside the ``vmap`` over jobs, each job's noise drawn
+outside from its own stream as when it trains alone.
+
 Precision: the trainer's ``precision`` (``runtime.precision``, :mod:`hierfl.learn.precision`);
 ``bf16`` runs the forward pass inside the vmapped function under bfloat16 autocast, parameters,
 gradients and optimiser state stay float32.
