@@ -111,10 +111,12 @@ def dp_sgd_problems(scenario: Any) -> list[Problem]:
         out.append(Problem("training.trainer", f"trainer {trainer.name!r} runs jobs, losses or messages of its own "
                            "that the per-sample clip and noise would not cover; allowed with privacy.dp_sgd: a "
                            "trainer of plain local training (sgd, fedprox)", trainer.name))
-    if scenario.protocol.module_loop_limits(scenario):
-        out.append(Problem("protocol.name", f"protocol {scenario.protocol.name!r} trains the model in loops of its "
-                           "own, which privacy.dp_sgd's per-sample clip and noise would not cover; allowed: a protocol "
-                           "whose jobs use the plain local loop", scenario.protocol.name))
+    proto = scenario.protocol
+    if proto.module_loop_limits(scenario) or proto.exchanges != "weights" or proto.uses_public_data:
+        out.append(Problem("protocol.name", f"protocol {proto.name!r} trains the model in loops or jobs of its own "
+                           "(or exchanges outputs computed on the devices' models), which privacy.dp_sgd's per-sample "
+                           "clip and noise would not cover; allowed: a protocol that exchanges weights trained by "
+                           "the plain local loop", proto.name))
     precision = getattr(scenario.runtime, "precision", "fp32")
     if precision != "fp32":
         out.append(Problem("runtime.precision", "privacy.dp_sgd's per-sample gradients are float32; allowed: fp32",

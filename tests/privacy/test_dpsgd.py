@@ -219,6 +219,7 @@ DPSGD = {"privacy": {"dp_sgd": {"noise_multiplier": 1.0, "clip": 1.0}}, "trainin
     ({"training": {"trainer": "scaffold"}}, "training.trainer"),
     ({"training": {"trainer": "none"}}, "training.trainer"),
     ({"runtime": {"precision": "bf16"}}, "runtime.precision"),
+    ({"protocol": {"name": "fedmd"}}, "protocol.name"),
     ({"privacy": {"dp_sgd": {"batch_sampling": "shuffle"}}}, "privacy.dp_sgd.batch_sampling"),
 ])
 def test_refused_settings_name_their_key(override, path):
