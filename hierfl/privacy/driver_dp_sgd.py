@@ -106,6 +106,10 @@ class DpSgdLedger:
     def job(self, device: int, spec: TrainSpec) -> bool:
         """A job of ``device`` starts: count its steps; False (not counted) when it would pass the ε budget."""
         if spec.dp_sgd is None:
+            if spec.method is None and spec.train:  # a protocol's own plain job built without the run's DP-SGD
+                raise ValueError(f"device {device}: the protocol started a training job of its own without "
+                                 "privacy.dp_sgd (its updates would leave unprotected); allowed with privacy.dp_sgd: a "
+                                 "protocol whose jobs keep the run's training spec")
             return True
         if spec.method is not None:
             raise ValueError(f"device {device}: a job method's job ({type(spec.method).__name__}) cannot honour "

@@ -244,3 +244,15 @@ def test_the_cli_refuses_bad_values_and_models_with_exit_status_2(tmp_path, caps
     assert main(["run", str(path), "--out", str(tmp_path / "out"), "-q"]) == 2
     err = capsys.readouterr().err
     assert "privacy.dp_sgd" in err and "running statistics" in err and "dropout" in err and "Traceback" not in err
+
+
+def test_a_job_without_the_run_s_dp_sgd_stops_the_run():
+    """A protocol that builds a plain training spec of its own would train unprotected: the ledger refuses it."""
+    from hierfl.privacy.config_dp_sgd import DpSgdConfig
+    from hierfl.privacy.driver_dp_sgd import DpSgdLedger
+
+    ledger = DpSgdLedger(DpSgdConfig(noise_multiplier=2.0), np.array([100, 100]), None)
+    assert ledger.job(0, TrainSpec(epochs=None, steps=10, batch_size=10, dp_sgd=DpSgdSpec(2.0, 1.0)))
+    assert ledger.epsilon() == pytest.approx(_eps(10))
+    with pytest.raises(ValueError, match="without privacy.dp_sgd"):
+        ledger.job(1, TrainSpec(epochs=None, steps=10, batch_size=10))
