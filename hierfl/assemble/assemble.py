@@ -28,7 +28,7 @@ from hierfl.core.rng import stream, stream_seed
 from hierfl.core.work import TrainSpec, model_bytes
 from hierfl.core.world import World
 from hierfl.data import DataError, Dataset
-from hierfl.learn.local import init_params, model_layout
+from hierfl.learn.local import forward_flops, init_params, model_layout
 from hierfl.learn.randomness import model_features
 from hierfl.scenario.schema import Scenario
 
@@ -86,8 +86,10 @@ def train_spec(scenario: Scenario) -> TrainSpec:
     t = scenario.training
     fields = t.spec_fields()  # the optimiser and training.clip_norm; a trainer's own clip norm, if set, replaces it
     fields.update((k, v) for k, v in t.trainer.spec_fields().items() if not (k == "clip_norm" and v is None))
+    dp_sgd = scenario.privacy.dp_sgd  # sample-level DP-SGD in every plain job (hierfl.learn.dp_sgd)
     spec = TrainSpec(epochs=t.local_epochs, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
-                     momentum=t.momentum, weight_decay=t.weight_decay, **fields)
+                     momentum=t.momentum, weight_decay=t.weight_decay,
+                     dp_sgd=None if dp_sgd is None else dp_sgd.spec(), **fields)
     if spec.method is not None:  # what the job method draws from the scenario seed (its own named streams)
         spec = dataclasses.replace(spec, method=spec.method.with_run_seed(lambda name: stream_seed(scenario.seed, name)))
     return spec
@@ -186,6 +188,11 @@ def build(scenario: Scenario, source: str | None = None, model_call: ModelCall =
         world.model_bytes = scenario.training.trainer.layout.nbytes(params.size)
         spec = train_spec(scenario)
         factor = scenario.training.trainer.work_factor(scenario.model, shape, classes, model_call)
+        if spec.dp_sgd is not None:  # per-sample gradients, their norms and the noise (privacy.dp_sgd.costs)
+            assert scenario.privacy.dp_sgd is not None
+            factor *= scenario.privacy.dp_sgd.costs.work_factor(
+                int(params.size), float(model_call(forward_flops, scenario.model, shape, classes)),
+                int(scenario.training.batch_size or 1))
         if factor != 1.0:  # a heavier local loss (an extra pass of the trainer's loss) takes longer in virtual time
             spec = dataclasses.replace(spec, work_factor=factor)
         made = None if spec.method is None else _method_vector(scenario, params, shape, classes, spec, model_call)

@@ -31,6 +31,7 @@ FEATURES: Mapping[str, tuple[str, str, str]] = {
 _ALLOWED = {
     "training.trainer": "trainer sgd (the plain local loop)",
     "protocol.name": "a protocol whose jobs use the plain local loop (one declaring no module_loops)",
+    "privacy.dp_sgd": "privacy.dp_sgd: null",
 }
 
 
@@ -42,6 +43,11 @@ def module_loop_problems(scenario: Any, features: Callable[[Any], dict[str, list
     """
     declared = [(key, cfg.name, dict(cfg.module_loop_limits(scenario)))
                 for key, cfg in (("training.trainer", scenario.training.trainer), ("protocol.name", scenario.protocol))]
+    # a section whose per-sample computation on the module cannot honour some features (sample-level DP-SGD)
+    privacy = getattr(scenario, "privacy", None)
+    limits = getattr(privacy, "module_loop_limits", None)
+    if limits is not None and limits(scenario):
+        declared.append(("privacy.dp_sgd", "dp_sgd", dict(limits(scenario))))
     declared = [d for d in declared if d[2]]
     if not declared:
         return []

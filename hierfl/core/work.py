@@ -22,7 +22,7 @@ from hierfl.core.method import JobMethod
 from hierfl.core.shared import SharedData
 
 __all__ = [
-    "OPTIMIZERS", "PublicTask", "TrainSpec", "job_samples", "plain_work_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
+    "OPTIMIZERS", "DpSgdSpec", "PublicTask", "TrainSpec", "job_samples", "plain_work_samples", "effective_batch", "num_steps", "samples_processed", "visible", "work_samples",
     "compute_time_s", "transfer_time_s", "model_bytes",
 ]
 
@@ -102,6 +102,29 @@ class PublicTask(JobMethod):
         return self.samples * num_classes if self.forward_only else num_params
 
 
+@dataclass(frozen=True)
+class DpSgdSpec:
+    """Sample-level DP-SGD of a job (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016).
+
+    Every step samples its batch independently (``sampling``: ``fixed_size`` — ``b`` of the job's ``n`` samples
+    uniformly without replacement; ``poisson`` — each sample with probability ``b/n``), clips each sample's
+    gradient to L2 norm ``clip``, sums them, adds ``N(0, (noise_multiplier·clip)²)`` per coordinate and divides
+    by ``b`` (the expected batch size under Poisson sampling). Set from ``privacy.dp_sgd``.
+    """
+
+    noise_multiplier: float
+    clip: float
+    sampling: str = "fixed_size"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
+            raise ValueError(f"DpSgdSpec: noise_multiplier must be a finite number >= 0, got {self.noise_multiplier!r}")
+        if not (math.isfinite(self.clip) and self.clip > 0):
+            raise ValueError(f"DpSgdSpec: clip must be a finite number > 0, got {self.clip!r}")
+        if self.sampling not in ("fixed_size", "poisson"):
+            raise ValueError(f"DpSgdSpec: sampling must be fixed_size or poisson, got {self.sampling!r}")
+
+
 OPTIMIZERS = ("sgd", "adam", "adamw")
 """The local optimisers a job can use (``training.optimizer``)."""
 
@@ -161,6 +184,9 @@ class TrainSpec:
     # a method's own job (hierfl.core.method): what the device runs instead of plain local training, what
     # it costs and returns, and the per-device state it keeps; None = plain local training
     method: JobMethod | None = None
+    # sample-level DP-SGD (``privacy.dp_sgd``): per-sample clipped, noised gradients on independently sampled
+    # batches (step mode only); None = plain minibatch gradients
+    dp_sgd: DpSgdSpec | None = None
 
     def __post_init__(self) -> None:
         if (self.epochs is None) == (self.steps is None):
@@ -169,6 +195,8 @@ class TrainSpec:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"TrainSpec: {key} must be a positive integer or None, got {value!r}")
+        if self.dp_sgd is not None and self.steps is None:
+            raise ValueError("TrainSpec: DP-SGD samples every step's batch on its own: it needs steps, not epochs")
         if self.shared is not None and self.revealed is not None:
             raise ValueError("TrainSpec: a shared dataset and streaming data (revealed) do not combine")
         if self.clip_norm is not None and not (math.isfinite(self.clip_norm) and self.clip_norm > 0):

@@ -36,6 +36,7 @@ from hierfl.faults.driver import Faults
 from hierfl.output.telemetry import RunTelemetry
 from hierfl.privacy.driver import (privacy_edge_rule, privacy_ledger, privacy_overhead, privacy_rule,
                                    privacy_upload)
+from hierfl.privacy.driver_dp_sgd import dp_sgd_ledger
 from hierfl.robust.driver import RobustLedger, robust_setup
 from hierfl.scenario.schema import Scenario
 
@@ -77,8 +78,8 @@ class Context:
         self.energy = energy_ledger(scenario, built, self.counters)
         self.transfers.energy = self.energy
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
-        # differential privacy (`privacy.dp`): the accountant; None keeps every output as without it
-        self.privacy = self.aggregation.privacy = privacy_ledger(scenario)
+        # differential privacy (`privacy.dp`, or `privacy.dp_sgd`: per device): the accountant; None: no outputs change
+        self.privacy = self.aggregation.privacy = privacy_ledger(scenario) or dp_sgd_ledger(scenario, self._world.samples)
         self.controls = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,
                                         "edge" in scenario.protocol.server_optimizer_tiers,
                                         self.aggregation.round_rules)

@@ -47,6 +47,10 @@ class Jobs:
         self.aggregation = ctx.aggregation
         self.eval_cost = eval_cost
         self.energy = energy
+        # a privacy accountant that counts every job a device starts (privacy.dp_sgd), or None
+        privacy = getattr(ctx, "privacy", None)
+        self.job_ledger = privacy if getattr(privacy, "per_job", False) else None
+        self._request_stop = getattr(ctx, "request_stop", None)
         self._drop_nonfinite = ctx.scenario.robustness.on_nonfinite == "drop"
         self._jobs_started = np.zeros(world.num_devices, dtype=np.int64)
         # each device's nominal job seconds (world.compute_s) for the latest spec's work, formed at once
@@ -194,6 +198,10 @@ class Jobs:
             if kept is None or device in kept:
                 self.telemetry.span(("device", device), "train", t0, busy_s, job=job_id)
             return Job(device, job_id, params, None, compute_s, now, -1, ran=False)
+        if self.job_ledger is not None and not self.job_ledger.job(device, spec) and self._request_stop is not None:
+            # its steps would take the device past the ε budget: the run ends after this event, before the job's
+            # update can reach a server (it is not counted)
+            self._request_stop("epsilon")
         # the job's seed (a pure function of the run seed, device and job number) only matters when it trains
         seed = stream_seed(self.seed, "train", device, job_id)
         new, stats, host = self.executor.train(device, seed, spec, params, control)

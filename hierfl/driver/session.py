@@ -271,8 +271,11 @@ class RunSession:
             ctx.faults.finish(ctx.now)
         trace_offline(ctx)
         write_model(self.out, final)
-        if ctx.energy is not None:  # energy: per-device joules in devices.csv, a breakdown in the summary
-            tel.device_columns(ctx.energy.columns())
+        columns = {} if ctx.energy is None else dict(ctx.energy.columns())  # energy: per-device joules
+        if hasattr(ctx.privacy, "columns"):  # privacy.dp_sgd: each device's ε and steps
+            columns.update(ctx.privacy.columns())
+        if columns:  # in devices.csv (the breakdowns go to the summary)
+            tel.device_columns(columns)
         summary = self._completed_summary()
         tel.record(RunEnd(ctx.stop_reason))
         with self._ending:

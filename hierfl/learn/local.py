@@ -267,6 +267,8 @@ class LocalTrainer:
         - Batch norm's running statistics (the vector's tail) are updated by every training forward pass;
           dropout masks come from :func:`~hierfl.learn.randomness.job_generator` of ``seed``, drawn in call
           order (:mod:`hierfl.learn.randomness`), never from torch's global generator.
+        - ``spec.dp_sgd`` (sample-level DP-SGD, :mod:`hierfl.learn.dp_sgd`): every step samples its own batch,
+          and its gradient is the noised sum of the per-sample clipped gradients over the batch size.
         - ``logreg`` and ``mlp`` take gradients from :class:`~hierfl.learn.chain.LinearChain`
           (no autograd graph), other models from autograd; both are the same bits.
         - Bit-identical for the same (params, x, y, rows, spec, seed, torch_threads), and to
@@ -343,9 +345,18 @@ class LocalTrainer:
         steps = 0
         samples = 0
         no_grad = torch.no_grad()
-        masks = DrawMasks(job_generator(seed)) if self.dropout else contextlib.nullcontext()
+        if spec.dp_sgd is not None:  # sample-level DP-SGD: per-sample clipped, noised gradients (hierfl.learn.dp_sgd)
+            from hierfl.learn.dp_sgd import train_alone
+
+            def restore() -> None:
+                if kept is not None:
+                    self._flat_np[:frozen] = kept
+
+            names = [name for name, _ in self.layout[: len(params_list)]]
+            loss_sum, steps, samples = train_alone(module, params_list, names, sgd, x2d, y, rows, n, spec, seed, restore)
+        masks = DrawMasks(job_generator(seed)) if self.dropout and spec.dp_sgd is None else contextlib.nullcontext()
         with masks:
-            for block in index_blocks(n, b, spec, rng):
+            for block in (index_blocks(n, b, spec, rng) if spec.dp_sgd is None else ()):
                 sel = block if rows is None else rows[block]
                 # Fancy indexing copies, so the tensors are writable even when x / y are not.
                 xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))

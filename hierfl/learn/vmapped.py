@@ -35,6 +35,10 @@ at its own batch size and in call order, exactly as the job draws them alone
 (:mod:`hierfl.learn.randomness`), and passed in. Other random operations in a forward pass, recurrent
 dropout, and buffers the state cannot carry raise :class:`UnsupportedModel`.
 
+DP-SGD (``spec.dp_sgd``, :mod:`hierfl.learn.dp_sgd`): each job's own independently sampled batches, padded and
+masked, per-sample gradients through a ``vmap`` over samples inside the ``vmap`` over jobs, each job's noise drawn
+outside from its own stream as when it trains alone.
+
 Precision: the trainer's ``precision`` (``runtime.precision``, :mod:`hierfl.learn.precision`);
 ``bf16`` runs the forward pass inside the vmapped function under bfloat16 autocast, parameters,
 gradients and optimiser state stay float32.
@@ -52,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch
+from hierfl.learn import dp_sgd
 from hierfl.learn.local import index_blocks
 from hierfl.learn.optim import AdamMoments, clip_rows
 from hierfl.learn.precision import autocast, check_precision
@@ -309,7 +314,9 @@ class VmapTrainer:
                 raise ValueError(f"corrections must have shape ({P},) each")
             corr = corr[:, : self.num_trainable]
         xs_all, ys_all = self._data(x, y)
-        pos, weight, active, samples = step_plan([int(r.size) for r in rows], spec, seeds)
+        dp = spec.dp_sgd  # sample-level DP-SGD (hierfl.learn.dp_sgd): its own batches, per-sample clipped noisy grads
+        plan = step_plan if dp is None else dp_sgd.dp_step_plan
+        pos, weight, active, samples = plan([int(r.size) for r in rows], spec, seeds)
         t_max = pos.shape[0]
         # absolute sample indices of every step: rows[k][pos[t, k, :]]
         width = max(r.size for r in rows)
@@ -334,6 +341,14 @@ class VmapTrainer:
         segments = list(zip(self.offsets, self.sizes))
         losses = torch.empty((t_max, k_jobs), dtype=torch.float32, device=dev)
         grad_fn = self._grad_fn
+        if dp is not None:
+            if self.exact:
+                raise UnsupportedModel("DP-SGD: per-sample gradients of a batch-coupled model (batch norm, buffers)")
+            dp_fn = dp_sgd.job_grad_fn(self.module, self.names, float(dp.clip))
+            noise_gens = [dp_sgd.noise_generator(s) for s in seeds]
+            std = float(dp.noise_multiplier) * float(dp.clip)
+            denom = torch.tensor([float(effective_batch(int(r.size), spec)) for r in rows], device=dev)
+            counts = torch.from_numpy(np.maximum(weight.sum(axis=2), 1.0)).to(dev)
         with self._backend_flags():
             for t in range(t_max):
                 if dev == "cpu":
@@ -345,14 +360,20 @@ class VmapTrainer:
                     xb = xs_all[index_t[t]]
                     yb = ys_all[index_t[t]]
                 masks = self._masks(gens, weight[t], active[t])
-                if self.exact:  # no padded rows: jobs of each batch size in one call, buffers updated
+                if dp is not None:  # each job's noise from its own stream, drawn on the CPU as when it trains alone
+                    noise = torch.stack([dp_sgd.draw_noise(g, self.num_trainable, std) for g in noise_gens]).to(dev)
+                    with torch.no_grad():
+                        dp_grad, loss_sums = dp_fn(views, xb, yb, weight_t[t], noise, denom)
+                        grad.copy_(dp_grad)
+                        losses[t] = loss_sums / counts[t]
+                elif self.exact:  # no padded rows: jobs of each batch size in one call, buffers updated
                     self._exact_step(views, buffers, xb, yb, weight_t[t], masks, weight[t], active[t], grad,
                                      losses[t])
                 else:
                     grads, loss = grad_fn(views, buffers, xb, yb, weight_t[t], tuple(m.to(dev) for m in masks))
                     losses[t] = loss
                 with torch.no_grad():
-                    if not self.exact:
+                    if not self.exact and dp is None:
                         torch.cat([grads[name].reshape(k_jobs, -1) for name in self.names], dim=1, out=grad)
                     g = grad
                     if prox > 0:

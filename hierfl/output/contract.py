@@ -75,7 +75,7 @@ EVAL_EXTRA: dict[str, tuple[str, str, str]] = {
 }
 """Counters every ``eval`` line carries (the same as ``summary.json``'s ``totals``); optional features
 add their own (staleness means, queue lengths, energy, per-device accuracy; with ``privacy.dp``, ``epsilon``
-and ``delta``: the privacy spent so far)."""
+and ``delta``: the privacy spent so far; with ``privacy.dp_sgd``, the same two fields: the largest device's ε)."""
 
 SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
     "contract_version": ("int", "", "the output contract's version (this page)"),
@@ -118,7 +118,9 @@ SUMMARY_KEYS: dict[str, tuple[str, str, str]] = {
                  "bytes sent (the encoders' output: values, indices, headers), the raw float32 bytes they replace, bytes saved, encode and decode seconds; "
                  "bytes_saved per tier"),
     "privacy": ("object", "", "differential privacy (with privacy.dp): mode, noise multiplier, ε at δ, the accountant, "
-                "releases and compositions, cohort and devices, participations, the ε budget"),
+                "releases and compositions, cohort and devices, participations, the ε budget; with privacy.dp_sgd "
+                "(mechanism dp_sgd): noise multiplier, clip, the largest and mean device ε at δ, the accountant, "
+                "the batch sampling, jobs and the most steps of one device, the ε budget"),
     "error": ("str", "", "the error of a failed run"),
     "resume": ("str", "", "the command that continues a failed or interrupted run"),
     "checkpoint_t": ("float", "s (virtual)", "virtual time of the checkpoint a resume starts from"),
@@ -143,8 +145,11 @@ DEVICES_COLUMNS: dict[str, tuple[str, str, str]] = {
     "energy_compute_j": ("float", "J", "training energy (with energy:)"),
     "energy_comm_j": ("float", "J", "radio energy (with energy:)"),
     "energy_j": ("float", "J", "their sum (with energy:)"),
+    "dp_epsilon": ("float", "", "its ε at δ from the DP-SGD steps it ran (with privacy.dp_sgd)"),
+    "dp_steps": ("int", "", "the DP-SGD steps its jobs ran on its data (with privacy.dp_sgd)"),
 }
-"""The columns of ``devices.csv`` in order (the ``energy_*`` ones only with an ``energy:`` section)."""
+"""The columns of ``devices.csv`` in order (the ``energy_*`` ones only with an ``energy:`` section, the ``dp_*``
+ones only with ``privacy.dp_sgd``)."""
 
 CLUSTERS_FIELDS: dict[str, tuple[str, str, str]] = {
     "t": ("float", "s (virtual)", "when this grouping took effect"),

@@ -21,6 +21,8 @@ module                    layer        holds
 ``server.py``             learn        ``dp_local``: a device's own clipped, noised upload (updates applied one by one)
 ``config.py``             scenario     the ``privacy:`` section and its load-time checks
 ``driver.py``             driver       the accountant: ε per evaluation, the ε budget, the summary block
+``config_dp_sgd.py``      scenario     ``privacy.dp_sgd`` (sample-level DP-SGD) and its load-time checks
+``driver_dp_sgd.py``      driver       DP-SGD's per-device accountant: ε per device, in eval lines and devices.csv
 ========================  ===========  ==============================================================
 
 Where it is wired in elsewhere: the aggregating role runs the rule with a seeded generator and kept state
@@ -30,6 +32,11 @@ driver puts the rule in place of the cloud's mean, or of the edge servers' with 
 bernoulli``) the rule releases on an empty round too (``Aggregator.releases_empty``: the noise alone); with a
 protocol that applies updates one by one (FedAsync), local mode runs ``dp_local`` on each upload as it leaves
 its device (``ChannelLinks.transform``).
+
+``privacy.dp_sgd`` (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) clips and noises every
+example's gradient inside the devices' local training instead: :mod:`hierfl.learn.dp_sgd` (both training paths),
+reached through :attr:`hierfl.core.work.TrainSpec.dp_sgd`; the driver's jobs service tells the per-device
+accountant of every job a device starts.
 
 This file imports nothing, so :mod:`hierfl.privacy.math` can be imported without pydantic.
 """

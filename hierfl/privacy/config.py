@@ -8,7 +8,7 @@ the accountant must cover the sampling the protocol really does, or the run woul
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
+from hierfl.privacy.config_dp_sgd import MODEL_LIMITS, DpSgdConfig, dp_sgd_problems
 from hierfl.privacy.rules import DpMeanRule
 
 __all__ = ["AdaptiveClipConfig", "DpCostConfig", "DpConfig", "PrivacySection", "round_event", "replace_one",
@@ -98,19 +99,26 @@ class PrivacySection(ConfigModel):
     """``privacy: {dp: …}``; ``dp: null`` (default) is a run without differential privacy."""
 
     dp: DpConfig | None = Field(default=None, description="DP-FedAvg at the cloud (null: off)")
+    dp_sgd: DpSgdConfig | None = Field(default=None, description="sample-level DP-SGD in the devices' local "
+                                       "training, accounted per device (null: off)")
 
     @property
     def default(self) -> bool:
         """No privacy mechanism."""
-        return self.dp is None
+        return self.dp is None and self.dp_sgd is None
+
+    def module_loop_limits(self, scenario: Any) -> Mapping[str, str]:
+        """What of a model DP-SGD's per-sample gradients cannot honour (the build's check, ``hierfl.assemble.loops``)."""
+        return MODEL_LIMITS if self.dp_sgd is not None else {}
 
     def problems(self, scenario: Any) -> list[Problem]:
         """What cannot be combined with ``privacy.dp`` (each would give a wrong ε or ignore a setting)."""
-        dp, out = self.dp, []
+        dp, out = self.dp, dp_sgd_problems(scenario)
         stop_eps = getattr(scenario.stop, "epsilon", None)
         if dp is None:
-            if stop_eps is not None:
-                out.append(Problem("stop.epsilon", "a privacy budget needs privacy.dp (no ε is accounted)", stop_eps))
+            if stop_eps is not None and self.dp_sgd is None:
+                out.append(Problem("stop.epsilon", "a privacy budget needs privacy.dp or privacy.dp_sgd (no ε is "
+                                   "accounted)", stop_eps))
             return out
         proto = scenario.protocol
         n = scenario.devices.count

@@ -86,6 +86,7 @@ class DeviceHost:
         self._shared = SharedRows(parts, y_train, num_classes)  # a device's rows with a shared set (D_g) added
         # opt-in fast path: groups of jobs trained together (None: every job alone)
         self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
+        self._dp_vmapped: VmapTrainer | None = None  # DP-SGD groups where the chain trainer groups the others
         self._blocks = ResultBlocks()  # the groups' result arrays, reused once no result refers to them
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
@@ -286,6 +287,10 @@ class DeviceHost:
             direct = ks == list(range(ks[0], ks[0] + len(ks)))
             rows = out[ks[0]: ks[0] + len(ks)] if direct else np.empty((len(ks), out.shape[1]), dtype=np.float32)
             trainer: Any = self.batched if self.batched is not None else self.vmapped
+            if spec.dp_sgd is not None and trainer is not self.vmapped:  # per-sample gradients: torch.func's vmap
+                if self._dp_vmapped is None:
+                    self._dp_vmapped = VmapTrainer(self.trainer, self.device)
+                trainer = self._dp_vmapped
             try:
                 st = trainer.train_group([params[k] for k in ks], self.x, labels[ks[0]],
                                          [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks],
