@@ -136,8 +136,12 @@ class DpSgdLedger:
         return max((self.epsilon_of(c) for c in self.counts.values()), default=0.0)
 
     # -- the ledger interface the driver calls (as hierfl.privacy.driver.PrivacyLedger) -------------------
-    def released(self, participants: list[int]) -> str | None:
-        """A cloud aggregation: no noise is added there (the noise is in every step), nothing to count."""
+    def released(self, participants: list[int], tier: str = "cloud") -> str | None:
+        """An aggregation at ``tier``: no noise is added there (the noise is in every step), nothing to count."""
+        return None
+
+    def uploaded(self, device: int, stats: dict[str, float] | None = None) -> str | None:
+        """An upload left ``device``: its steps were counted when its job started, nothing more to count."""
         return None
 
     def observe(self, reports: list[dict[str, Any]]) -> None:
