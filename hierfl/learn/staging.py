@@ -1,0 +1,333 @@
+"""A fast-path group's results kept on the training device, and their aggregation there.
+
+Without this, a group of ``K`` jobs trained on an accelerator ends with ``K`` model-sized device→host copies
+(its results copied into host rows), and the protocols then fold those host rows into a float64 sum
+(:class:`hierfl.core.aggregate.WeightedSum`). With it (the local executor's fast path), a group's results stay
+where they were trained, as one stacked ``(K, P)`` tensor (:class:`DeviceStack`); an aggregation of them runs on
+that device (:class:`DeviceWeightedSum`, the same float64 arithmetic in the same order as the numpy reference)
+and only its result is copied to the host, once, into a reused buffer (pinned on CUDA). The model the group
+starts from is uploaded once (:func:`stage_starts`: once per distinct start model, whatever ``K``). So the
+model-sized host↔device transfers of a synchronous round (FedAvg) are two, constant in ``K`` — the quantity
+McMahan et al. (2017)'s FedAvg moves per round is one model each way, and an emulator on one accelerator
+should not move ``K`` of them.
+
+:class:`Transfers` counts those crossings in the staging code. It counts them on every device as the copies
+they are on an accelerator: on a CPU "device" a crossing is an in-memory copy or a zero-copy view, but the
+same events are counted, so a CPU test holds the count a GPU run makes.
+
+A result that something other than an aggregation needs (an evaluation, a checkpoint, an asynchronous mix, a
+robust rule) is copied to the host on first use, one row (:meth:`DeviceRow.host`, counted), and that copy is
+what every later use sees. torch is imported lazily: the aggregating roles import this module without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from hierfl.core.aggregate import WeightedSum
+
+__all__ = ["Transfers", "HostBuffers", "Staging", "DeviceStack", "DeviceRow", "DeviceWeightedSum", "stage_starts",
+           "is_resident"]
+
+
+class Transfers:
+    """Model-sized host↔device crossings so far: calls, and models moved (a call may move several)."""
+
+    __slots__ = ("h2d_calls", "h2d_models", "d2h_calls", "d2h_models")
+
+    def __init__(self) -> None:
+        self.h2d_calls = self.h2d_models = self.d2h_calls = self.d2h_models = 0
+
+    def count(self, way: str, models: int) -> None:
+        """One call moving ``models`` models, host to device (``h2d``) or back (``d2h``)."""
+        if way == "h2d":
+            self.h2d_calls += 1
+            self.h2d_models += int(models)
+        elif way == "d2h":
+            self.d2h_calls += 1
+            self.d2h_models += int(models)
+        else:
+            raise ValueError(f"a transfer is h2d or d2h, got {way!r}")
+
+    def as_dict(self) -> dict[str, int]:
+        """The four counts by name."""
+        return {name: int(getattr(self, name)) for name in self.__slots__}
+
+    def reset(self) -> None:
+        """Back to zero (a benchmark measures from here)."""
+        self.__init__()  # type: ignore[misc]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Transfers):
+            return self.as_dict() == other.as_dict()
+        if isinstance(other, dict):
+            return self.as_dict() == other
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Transfers({self.as_dict()})"
+
+
+class HostBuffers:
+    """Reused host vectors that aggregates are copied into (pinned memory on CUDA: a faster, synchronous copy).
+
+    A fresh vector per aggregate would cost its page faults every round. A buffer is handed out again only when
+    nothing but this pool refers to it (its reference count, as :class:`hierfl.runtime.result_blocks.ResultBlocks`
+    does for result rows): an aggregate still held as a model keeps its buffer. Reuse changes no value: the
+    copy writes every element before anyone reads it.
+    """
+
+    def __init__(self, device: str = "cpu", keep: int = 3) -> None:
+        self.device = device
+        self.keep = int(keep)
+        self._pool: dict[int, list[np.ndarray]] = {}
+        self.reused = 0
+
+    def take(self, size: int) -> np.ndarray:
+        """A writable float32 vector of ``size`` that no one else refers to (contents undefined)."""
+        pool = self._pool.setdefault(int(size), [])
+        for buf in pool:
+            # references: the pool's list, this loop's variable and getrefcount's argument
+            if sys.getrefcount(buf) <= 3:
+                self.reused += 1
+                return buf
+        if self.device == "cpu":
+            buf = np.empty(int(size), dtype=np.float32)
+        else:
+            import torch
+
+            # (the array keeps its pinned tensor alive: numpy's base is the tensor)
+            buf = torch.empty(int(size), dtype=torch.float32, pin_memory=True).numpy()
+        if len(pool) < self.keep:
+            pool.append(buf)
+        return buf
+
+
+class Staging:
+    """One device host's staging state: its training device, the transfer counter and the aggregate buffers."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+        self.transfers = Transfers()
+        self.buffers = HostBuffers(device)
+
+
+def stage_starts(params: list[Any], num_params: int, staging: Staging, host: np.ndarray | None = None) -> Any:
+    """The ``(K, P)`` float32 tensor of a group's start models on the training device.
+
+    Each distinct start model (by identity: a round's jobs all download the same object) crosses once, in one
+    call, whatever ``K``: on CUDA the distinct models are stacked in a pinned block, copied in one transfer and
+    repeated on the device; on the CPU they are written into ``host`` (the group's result rows, trained in
+    place) or a fresh array. The rows hold exact copies, so the bits are those of a per-row copy.
+    """
+    import torch
+
+    k_jobs, P = len(params), int(num_params)
+    vecs = [np.asarray(p) for p in params]
+    for vec in vecs:
+        if vec.shape != (P,):
+            raise ValueError(f"expected a flat parameter vector of shape ({P},), got {vec.shape}")
+    first_of: dict[int, int] = {}  # id of a distinct start → its position among the distinct ones
+    distinct: list[np.ndarray] = []
+    which = []
+    for p, vec in zip(params, vecs):
+        j = first_of.get(id(p))
+        if j is None:
+            j = first_of[id(p)] = len(distinct)
+            distinct.append(vec)
+        which.append(j)
+    staging.transfers.count("h2d", len(distinct))
+    if staging.device == "cpu":
+        if host is None or not (host.dtype == np.float32 and host.flags.c_contiguous and host.shape == (k_jobs, P)
+                                and not any(np.may_share_memory(v, host) for v in distinct)):
+            host = np.empty((k_jobs, P), dtype=np.float32)
+        if len(distinct) == 1:
+            host[...] = distinct[0]  # (one broadcast copy instead of K row copies)
+        else:
+            for k, j in enumerate(which):
+                host[k] = distinct[j]
+        return torch.from_numpy(host)
+    block = torch.empty((len(distinct), P), dtype=torch.float32, pin_memory=True)
+    block_np = block.numpy()
+    for j, vec in enumerate(distinct):
+        block_np[j] = vec
+    on_device = block.to(staging.device)  # (synchronous: the pinned block is free again when it returns)
+    if len(distinct) == 1:
+        return on_device.expand(k_jobs, P).clone()
+    return on_device.index_select(0, torch.tensor(which, dtype=torch.int64, device=staging.device))
+
+
+class DeviceStack:
+    """A group's results: a ``(K, P)`` float32 tensor on the training device (on the CPU, ``host`` is the same
+    memory as a numpy array: its rows need no copy)."""
+
+    __slots__ = ("tensor", "staging", "host")
+
+    def __init__(self, tensor: Any, staging: Staging, host: np.ndarray | None = None) -> None:
+        self.tensor = tensor
+        self.staging = staging
+        self.host = host
+
+    def row(self, k: int) -> DeviceRow:
+        """Job ``k``'s result."""
+        return DeviceRow(self, k)
+
+
+def _plain(array: np.ndarray) -> np.ndarray:
+    """What a pickled :class:`DeviceRow` becomes: its host copy (a checkpoint holds no device memory)."""
+    return array
+
+
+class DeviceRow:
+    """One job's result on the training device (row ``index`` of its group's :class:`DeviceStack`).
+
+    :meth:`host` is its host copy, made on first use and kept (every later use sees the same array, so
+    identity checks on models hold); numpy functions see that copy (``__array__``); pickling keeps only it.
+    """
+
+    __slots__ = ("stack", "index", "_host")
+
+    def __init__(self, stack: DeviceStack, index: int) -> None:
+        self.stack = stack
+        self.index = int(index)
+        self._host: np.ndarray | None = None
+
+    @property
+    def tensor(self) -> Any:
+        """The result's ``(P,)`` float32 tensor on the training device."""
+        return self.stack.tensor[self.index]
+
+    @property
+    def staging(self) -> Staging:
+        """Its host's staging state."""
+        return self.stack.staging
+
+    def host(self) -> np.ndarray:
+        """The result as a host float32 vector (copied once, counted as one model device→host)."""
+        if self._host is None:
+            stack = self.stack
+            stack.staging.transfers.count("d2h", 1)
+            if stack.host is not None:
+                self._host = stack.host[self.index]  # (the CPU: the group's result row itself)
+            else:
+                self._host = self.tensor.cpu().numpy()
+        return self._host
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (int(self.stack.tensor.shape[1]),)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.host()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
+        return _plain, (self.host(),)
+
+    def accumulator(self) -> DeviceWeightedSum:
+        """A weighted sum on this result's device (what an aggregator folds it into)."""
+        return DeviceWeightedSum(self.stack.staging)
+
+
+def is_resident(vector: Any) -> bool:
+    """Whether ``vector`` is a result kept on its training device (:class:`DeviceRow`)."""
+    return isinstance(vector, DeviceRow)
+
+
+class DeviceWeightedSum:
+    """:class:`~hierfl.core.aggregate.WeightedSum` on the training device: ``add(v, w)`` repeatedly, then ``result()``.
+
+    The arithmetic is the numpy reference's, operation by operation, in the order of the ``add`` calls:
+    the first update ``v₁·w₁`` in float64, each next one ``acc += float64(v)·w`` (a product then a sum, two
+    kernels: never a fused multiply-add, which rounds once instead of twice), then ``acc / W`` (by a float64
+    tensor on the device: CUDA turns a division by a host scalar into a multiplication by its reciprocal,
+    which rounds differently) rounded to float32 — IEEE operations, each correctly rounded, so the bits are
+    the reference's. While every update is one and the same object, nothing is computed and the result is
+    the reference's own (a host copy of that one vector, averaged by :class:`WeightedSum`, which returns it
+    unchanged where that is exact). Host vectors added among device rows are uploaded (counted). The result
+    is copied to the host once, into a reused buffer (counted).
+    """
+
+    def __init__(self, staging: Staging) -> None:
+        self.staging = staging
+        self._acc: Any = None
+        self._tmp: Any = None
+        self._same: Any = None
+        self._weights: list[float] = []
+        self.total_weight = 0.0
+        self.count = 0
+        self.folds = 0
+
+    def add(self, vector: Any, weight: float) -> None:
+        """Fold in one update (a :class:`DeviceRow`, or a host vector: uploaded)."""
+        w = float(weight)
+        if not np.isfinite(w) or w < 0:
+            raise ValueError(f"aggregation weights must be finite and >= 0, got {weight!r}")
+        if self._acc is None and (self._same is None or vector is self._same):
+            self._same = vector  # (the same object again: deferred, as the reference does)
+            self._weights.append(w)
+        else:
+            self._flush()
+            self._fold(vector, w)
+        self.total_weight += w
+        self.count += 1
+
+    def _tensor(self, vector: Any) -> Any:
+        import torch
+
+        if isinstance(vector, DeviceRow) and vector.stack.staging is self.staging:
+            return vector.tensor
+        host = np.ascontiguousarray(np.asarray(vector), dtype=np.float32)
+        self.staging.transfers.count("h2d", 1)
+        return torch.from_numpy(host).to(self.staging.device)
+
+    def _fold(self, vector: Any, w: float) -> None:
+        import torch
+
+        t = self._tensor(vector)
+        if self._acc is None:
+            self._acc = t.to(torch.float64)
+            self._acc.mul_(w)
+        else:
+            if tuple(t.shape) != tuple(self._acc.shape):
+                raise ValueError(f"vector shapes differ: {tuple(t.shape)} vs {tuple(self._acc.shape)}")
+            if self._tmp is None:
+                self._tmp = torch.empty_like(self._acc)
+            self._tmp.copy_(t)       # float32 → float64: exact
+            self._tmp.mul_(w)        # one rounding, as numpy's multiply
+            self._acc.add_(self._tmp)  # one rounding, as numpy's +=
+        self.folds += 1
+
+    def _flush(self) -> None:
+        same, weights = self._same, self._weights
+        if same is None:
+            return
+        self._same, self._weights = None, []
+        for w in weights:
+            self._fold(same, w)
+
+    def result(self) -> np.ndarray:
+        """``Σ w_k v_k / Σ w_k`` as a host float32 vector; raises if nothing (or only zero weight) was added."""
+        import torch
+
+        if self._same is None and self._acc is None:
+            raise ValueError("aggregation needs at least one update")
+        if self.total_weight <= 0:
+            raise ValueError("aggregation weights sum to zero: nothing to average")
+        if self._acc is None:  # one object every time: the reference on its host copy (bits and identity rules)
+            ref = WeightedSum()
+            host = np.asarray(self._same)
+            for w in self._weights:
+                ref.add(host, w)
+            self._same, self._weights = None, []
+            return ref.result()
+        acc = self._acc
+        acc.div_(torch.tensor(self.total_weight, dtype=torch.float64, device=acc.device))
+        out = self.staging.buffers.take(int(acc.shape[0]))
+        torch.from_numpy(out).copy_(acc)  # float64 → float32 (round to nearest), device → host: one copy
+        self.staging.transfers.count("d2h", 1)
+        self._acc = self._tmp = None
+        return out
