@@ -101,7 +101,7 @@ class DeviceHost:
         result, stats = self._train(device, seed, spec, params, control, out)
         return result, flag_nonfinite(result, stats)
 
-    def _rows(self, device: int, spec: TrainSpec) -> np.ndarray:
+    def rows_of(self, device: int, spec: TrainSpec) -> np.ndarray:
         """The device's rows a job sees: all, the first ``spec.revealed`` (streaming), or with a shared set added."""
         if spec.shared is not None:
             return self._shared.rows(spec.shared, device)
@@ -118,11 +118,11 @@ class DeviceHost:
         y = self._shared.y_for(spec.shared, device) if labels is None else labels
         if spec.optimizer_state == "device":  # the device's optimizer state, kept here across its jobs
             kept = dict(self.states.vectors.get(device, {}))
-            result = trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out,
+            result = trainer.train(params, self.x, y, spec, seed, rows=self.rows_of(device, spec), out=out,
                                    opt_state=kept)
             self.states.put(device, **kept)
             return result
-        return trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out)
+        return trainer.train(params, self.x, y, spec, seed, rows=self.rows_of(device, spec), out=out)
 
     def method_context(self, device: int, spec: TrainSpec, params: np.ndarray | None = None) -> JobContext:
         """What a job of ``spec``'s method on ``device`` would see of this host (tests, inspection)."""
@@ -138,7 +138,7 @@ class DeviceHost:
         y = self._shared.y_for(spec.shared, device) if labels is None else labels
         return JobContext(device=device, seed=seed, spec=spec, params=params, received=received,
                           trainer=self.trainers[spec.model], x=self.x, y=y,
-                          rows=self._rows(device, spec) if rows is None else rows,
+                          rows=self.rows_of(device, spec) if rows is None else rows,
                           parts=self.parts, state=self.states, model=self._model, out=out, cache=cache,
                           base=self.state_base)
 
@@ -271,10 +271,6 @@ class DeviceHost:
     def take_block(self, rows: int, spec: TrainSpec) -> np.ndarray:
         """A ``(rows, result width)`` float32 array for a group's results that no earlier result refers to."""
         return self._blocks.take(rows, self.result_width(spec))
-
-    def rows_of(self, device: int, spec: TrainSpec) -> np.ndarray:
-        """The device's rows a job of ``spec`` sees."""
-        return self._rows(device, spec)
 
     def labels_of(self, spec: TrainSpec, device: int) -> np.ndarray:
         """The labels a job of ``spec`` on ``device`` reads."""
