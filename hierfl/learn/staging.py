@@ -114,6 +114,10 @@ class Staging:
         self.transfers = Transfers()
         self.buffers = HostBuffers(device)
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # a copy (a checkpoint of a running aggregation) starts its own counter and buffers
+        return Staging, (self.device,)
+
 
 def stage_starts(params: list[Any], num_params: int, staging: Staging, host: np.ndarray | None = None) -> Any:
     """The ``(K, P)`` float32 tensor of a group's start models on the training device.
@@ -278,7 +282,7 @@ class DeviceWeightedSum:
     def _tensor(self, vector: Any) -> Any:
         import torch
 
-        if isinstance(vector, DeviceRow) and vector.stack.staging is self.staging:
+        if isinstance(vector, DeviceRow) and vector.stack.staging.device == self.staging.device:
             return vector.tensor
         host = np.ascontiguousarray(np.asarray(vector), dtype=np.float32)
         self.staging.transfers.count("h2d", 1)
@@ -308,6 +312,20 @@ class DeviceWeightedSum:
         self._same, self._weights = None, []
         for w in weights:
             self._fold(same, w)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a checkpoint of a running aggregation holds the partial sum on the host (its float64 bits, exactly)
+        state = dict(self.__dict__)
+        state["_acc"] = None if self._acc is None else self._acc.cpu().numpy().copy()
+        state["_tmp"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._acc is not None:
+            import torch
+
+            self._acc = torch.from_numpy(self._acc).to(self.staging.device)
 
     def result(self) -> np.ndarray:
         """``Σ w_k v_k / Σ w_k`` as a host float32 vector; raises if nothing (or only zero weight) was added."""

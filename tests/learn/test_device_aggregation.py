@@ -45,6 +45,19 @@ def test_the_device_sum_has_the_numpy_references_bits(size):
     got, want = dev.result(), ref.result()
     assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
     assert dev.count == 5 and dev.total_weight == ref.total_weight and dev.folds == 5
+    # a checkpoint of a running sum (deep-copied, pickled) goes on with the same bits
+    part = DeviceWeightedSum(staging)
+    for k in range(3):
+        part.add(stack.row(k), weights[k])
+    part = pickle.loads(pickle.dumps(part))
+    for k in range(3, 5):
+        part.add(stack.row(k), weights[k])
+    assert part.result().tobytes() == want.tobytes()
+    staging.transfers.reset()
+    dev = DeviceWeightedSum(staging)
+    for k, w in enumerate(weights):
+        dev.add(stack.row(k), w)
+    dev.result()
     # nothing crossed but the one aggregate: no row was copied to the host
     assert staging.transfers == {"h2d_calls": 0, "h2d_models": 0, "d2h_calls": 1, "d2h_models": 1}
 
