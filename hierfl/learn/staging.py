@@ -192,12 +192,22 @@ class DeviceRow:
     identity checks on models hold); numpy functions see that copy (``__array__``); pickling keeps only it.
     """
 
-    __slots__ = ("stack", "index", "_host")
+    __slots__ = ("stack", "index", "_host", "_view")
 
     def __init__(self, stack: DeviceStack, index: int) -> None:
         self.stack = stack
         self.index = int(index)
         self._host: np.ndarray | None = None
+        self._view: np.ndarray | None = None
+
+    def view(self) -> np.ndarray:
+        """On a CPU device: the result's row in the stack's own memory, kept (one object, as the rows of the host
+        path are), no crossing. (A CUDA row has none: :meth:`host`.)"""
+        if self._view is None:
+            if self.stack.host is None:
+                raise ValueError("a result on an accelerator has no host view: copy it with host()")
+            self._view = self.stack.host[self.index]
+        return self._view
 
     @property
     def tensor(self) -> Any:
@@ -253,10 +263,18 @@ class DeviceWeightedSum:
     the reference's own (a host copy of that one vector, averaged by :class:`WeightedSum`, which returns it
     unchanged where that is exact). Host vectors added among device rows are uploaded (counted). The result
     is copied to the host once, into a reused buffer (counted).
+
+    ``kernel``: ``torch`` (the default on an accelerator) or ``numpy`` (the default on a CPU device, whose
+    memory is the host's: the reference itself on the rows in place, block by block through a cache-sized
+    scratch, which is faster there than whole-vector torch passes; the same bits either way, as the tests hold).
     """
 
-    def __init__(self, staging: Staging) -> None:
+    def __init__(self, staging: Staging, kernel: str | None = None) -> None:
         self.staging = staging
+        kernel = kernel or ("numpy" if staging.device == "cpu" else "torch")
+        if kernel not in ("numpy", "torch") or (kernel == "numpy" and staging.device != "cpu"):
+            raise ValueError(f"kernel must be torch, or numpy on a CPU device; got {kernel!r} on {staging.device}")
+        self._host_sum = WeightedSum() if kernel == "numpy" else None
         self._acc: Any = None
         self._tmp: Any = None
         self._same: Any = None
@@ -270,6 +288,12 @@ class DeviceWeightedSum:
         w = float(weight)
         if not np.isfinite(w) or w < 0:
             raise ValueError(f"aggregation weights must be finite and >= 0, got {weight!r}")
+        if self._host_sum is not None:  # a CPU device: the reference on the rows where they are
+            self._host_sum.add(vector.view() if isinstance(vector, DeviceRow) and vector.stack.host is not None
+                               else np.asarray(vector), w)
+            self.total_weight, self.count, self.folds = (self._host_sum.total_weight, self._host_sum.count,
+                                                         self._host_sum.folds)
+            return
         if self._acc is None and (self._same is None or vector is self._same):
             self._same = vector  # (the same object again: deferred, as the reference does)
             self._weights.append(w)
@@ -331,6 +355,10 @@ class DeviceWeightedSum:
         """``Σ w_k v_k / Σ w_k`` as a host float32 vector; raises if nothing (or only zero weight) was added."""
         import torch
 
+        if self._host_sum is not None:
+            out = self._host_sum.result()
+            self.staging.transfers.count("d2h", 1)  # (the CPU: the aggregate is host memory already)
+            return out
         if self._same is None and self._acc is None:
             raise ValueError("aggregation needs at least one update")
         if self.total_weight <= 0:

@@ -29,16 +29,18 @@ def _stack(rows: np.ndarray) -> tuple[DeviceStack, Staging]:
     import torch
 
     staging = Staging("cpu")
-    return DeviceStack(torch.from_numpy(rows.copy()), staging), staging
+    held = rows.copy()  # (as a CPU host's group: the stacked tensor is its result rows' memory)
+    return DeviceStack(torch.from_numpy(held), staging, host=held), staging
 
 
+@pytest.mark.parametrize("kernel", ["torch", "numpy"])  # torch: what a GPU runs; numpy: a CPU device's default
 @pytest.mark.parametrize("size", [37, (1 << 15) + 1001])  # one whole fold; the reference folds this one by blocks
-def test_the_device_sum_has_the_numpy_references_bits(size):
+def test_the_device_sum_has_the_numpy_references_bits(size, kernel):
     rng = np.random.default_rng(size)
     rows = (rng.normal(size=(5, size)) * rng.uniform(1e-3, 1e3, size=(5, 1))).astype(np.float32)
     weights = [37.0, 0.1, 1e-3, 12.5, 3.3]
     stack, staging = _stack(rows)
-    dev, ref = DeviceWeightedSum(staging), WeightedSum()
+    dev, ref = DeviceWeightedSum(staging, kernel), WeightedSum()
     for k, w in enumerate(weights):
         dev.add(stack.row(k), w)
         ref.add(rows[k], w)
@@ -46,7 +48,7 @@ def test_the_device_sum_has_the_numpy_references_bits(size):
     assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
     assert dev.count == 5 and dev.total_weight == ref.total_weight and dev.folds == 5
     # a checkpoint of a running sum (deep-copied, pickled) goes on with the same bits
-    part = DeviceWeightedSum(staging)
+    part = DeviceWeightedSum(staging, kernel)
     for k in range(3):
         part.add(stack.row(k), weights[k])
     part = pickle.loads(pickle.dumps(part))
@@ -54,7 +56,7 @@ def test_the_device_sum_has_the_numpy_references_bits(size):
         part.add(stack.row(k), weights[k])
     assert part.result().tobytes() == want.tobytes()
     staging.transfers.reset()
-    dev = DeviceWeightedSum(staging)
+    dev = DeviceWeightedSum(staging, kernel)
     for k, w in enumerate(weights):
         dev.add(stack.row(k), w)
     dev.result()
@@ -66,7 +68,7 @@ def test_one_row_added_again_and_again_and_host_vectors_among_rows_keep_the_refe
     rng = np.random.default_rng(1)
     rows = rng.normal(size=(3, 50)).astype(np.float32)
     stack, staging = _stack(rows)
-    same = DeviceWeightedSum(staging)
+    same = DeviceWeightedSum(staging, "torch")
     row = stack.row(1)
     for w in (2.0, 3.0, 0.5):
         same.add(row, w)
@@ -74,14 +76,14 @@ def test_one_row_added_again_and_again_and_host_vectors_among_rows_keep_the_refe
     for w in (2.0, 3.0, 0.5):
         ref.add(rows[1], w)
     assert same.folds == 0 and same.result().tobytes() == ref.result().tobytes() == rows[1].tobytes()
-    mixed, ref = DeviceWeightedSum(staging), WeightedSum()
+    mixed, ref = DeviceWeightedSum(staging, "torch"), WeightedSum()
     host = rng.normal(size=50).astype(np.float32)
     for vec, ref_vec, w in ((stack.row(0), rows[0], 1.5), (host, host, 2.25), (stack.row(2), rows[2], 0.75)):
         mixed.add(vec, w)
         ref.add(ref_vec, w)
     assert mixed.result().tobytes() == ref.result().tobytes()
     with pytest.raises(ValueError, match="weights sum to zero"):
-        empty = DeviceWeightedSum(staging)
+        empty = DeviceWeightedSum(staging, "torch")
         empty.add(stack.row(0), 0.0)
         empty.result()
 
