@@ -6,10 +6,11 @@ Without this, a group of ``K`` jobs trained on an accelerator ends with ``K`` mo
 where they were trained, as one stacked ``(K, P)`` tensor (:class:`DeviceStack`); an aggregation of them runs on
 that device (:class:`DeviceWeightedSum`, the same float64 arithmetic in the same order as the numpy reference)
 and only its result is copied to the host, once, into a reused buffer (pinned on CUDA). The model the group
-starts from is uploaded once (:func:`stage_starts`: once per distinct start model, whatever ``K``). So the
-model-sized host↔device transfers of a synchronous round (FedAvg) are two, constant in ``K`` — the quantity
-McMahan et al. (2017)'s FedAvg moves per round is one model each way, and an emulator on one accelerator
-should not move ``K`` of them.
+starts from is uploaded once (:func:`stage_starts`: once per distinct start model, whatever ``K``), and the
+device keeps its copy of the last models it uploaded or aggregated (:meth:`Staging.keep`), so the next round,
+which starts from the aggregate just computed there, uploads nothing. So the model-sized host↔device transfers
+of a synchronous round (FedAvg) are at most two (one after the first round), constant in ``K`` — an emulator on
+one accelerator should not move ``K`` models a round where the algorithm (McMahan et al., 2017) broadcasts one.
 
 :class:`Transfers` counts those crossings in the staging code. It counts them on every device as the copies
 they are on an accelerator: on a CPU "device" a crossing is an in-memory copy or a zero-copy view, but the
@@ -109,10 +110,27 @@ class HostBuffers:
 class Staging:
     """One device host's staging state: its training device, the transfer counter and the aggregate buffers."""
 
+    KEEP = 2  # host models whose device copy is kept (a round's start model and the aggregate that follows)
+
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
         self.transfers = Transfers()
         self.buffers = HostBuffers(device)
+        # (host array, its float32 copy on the device), newest last: a model already on the device is not uploaded
+        # again (a round's second group, the next round's start from the aggregate just computed there). The host
+        # array is held, so its buffer is not reused while listed; models are replaced, never written in place.
+        self._resident: list[tuple[np.ndarray, Any]] = []
+
+    def on_device(self, host: Any) -> Any:
+        """The device copy of the host array ``host`` (this very object), or None."""
+        for array, tensor in self._resident:
+            if array is host:
+                return tensor
+        return None
+
+    def keep(self, host: np.ndarray, tensor: Any) -> None:
+        """Remember ``tensor`` as the device copy of ``host``."""
+        self._resident = [(a, t) for a, t in self._resident if a is not host][-(self.KEEP - 1):] + [(host, tensor)]
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         # a copy (a checkpoint of a running aggregation) starts its own counter and buffers
@@ -143,8 +161,13 @@ def stage_starts(params: list[Any], num_params: int, staging: Staging, host: np.
             j = first_of[id(p)] = len(distinct)
             distinct.append(vec)
         which.append(j)
-    staging.transfers.count("h2d", len(distinct))
+    kept = [staging.on_device(v) for v in distinct]
+    missing = [j for j, t in enumerate(kept) if t is None]
+    if missing:
+        staging.transfers.count("h2d", len(missing))
     if staging.device == "cpu":
+        for j in missing:  # (the CPU: the host memory is the device's, the array is its own copy; listed so
+            staging.keep(distinct[j], distinct[j])  # that the count is a GPU's)
         if host is None or not (host.dtype == np.float32 and host.flags.c_contiguous and host.shape == (k_jobs, P)
                                 and not any(np.may_share_memory(v, host) for v in distinct)):
             host = np.empty((k_jobs, P), dtype=np.float32)
@@ -154,14 +177,18 @@ def stage_starts(params: list[Any], num_params: int, staging: Staging, host: np.
             for k, j in enumerate(which):
                 host[k] = distinct[j]
         return torch.from_numpy(host)
-    block = torch.empty((len(distinct), P), dtype=torch.float32, pin_memory=True)
-    block_np = block.numpy()
-    for j, vec in enumerate(distinct):
-        block_np[j] = vec
-    on_device = block.to(staging.device)  # (synchronous: the pinned block is free again when it returns)
+    if missing:
+        block = torch.empty((len(missing), P), dtype=torch.float32, pin_memory=True)
+        block_np = block.numpy()
+        for i, j in enumerate(missing):
+            block_np[i] = distinct[j]
+        moved = block.to(staging.device)  # (synchronous: the pinned block is free again when it returns)
+        for i, j in enumerate(missing):
+            kept[j] = moved[i]
+            staging.keep(distinct[j], moved[i])
     if len(distinct) == 1:
-        return on_device.expand(k_jobs, P).clone()
-    return on_device.index_select(0, torch.tensor(which, dtype=torch.int64, device=staging.device))
+        return kept[0].unsqueeze(0).expand(k_jobs, P).clone()
+    return torch.stack(kept).index_select(0, torch.tensor(which, dtype=torch.int64, device=staging.device))
 
 
 class DeviceStack:
@@ -358,6 +385,7 @@ class DeviceWeightedSum:
         if self._host_sum is not None:
             out = self._host_sum.result()
             self.staging.transfers.count("d2h", 1)  # (the CPU: the aggregate is host memory already)
+            self.staging.keep(out, out)
             return out
         if self._same is None and self._acc is None:
             raise ValueError("aggregation needs at least one update")
@@ -372,8 +400,10 @@ class DeviceWeightedSum:
             return ref.result()
         acc = self._acc
         acc.div_(torch.tensor(self.total_weight, dtype=torch.float64, device=acc.device))
+        model = acc.to(torch.float32)  # float64 → float32, round to nearest (as numpy's astype)
         out = self.staging.buffers.take(int(acc.shape[0]))
-        torch.from_numpy(out).copy_(acc)  # float64 → float32 (round to nearest), device → host: one copy
+        torch.from_numpy(out).copy_(model)  # device → host: one copy
         self.staging.transfers.count("d2h", 1)
+        self.staging.keep(out, model)  # (a group that starts from it next uses this copy: no upload)
         self._acc = self._tmp = None
         return out

@@ -121,8 +121,9 @@ def _transfers(monkeypatch, scenario, tmp_path):
 @pytest.mark.parametrize("k", [4, 8])
 def test_transfers_per_round_do_not_grow_with_the_number_of_jobs(k, monkeypatch, tmp_path):
     fedavg = _transfers(monkeypatch, tiny(devices={"count": k}, runtime={"fast_path": True}), tmp_path / "fedavg")
-    # a round: its start model up once, its aggregate down once (3 rounds)
-    assert fedavg == {"h2d_calls": 3, "h2d_models": 3, "d2h_calls": 3, "d2h_models": 3}
+    # the initial model up once; each round's aggregate down once, and its device copy is where the next round
+    # starts from (3 rounds)
+    assert fedavg == {"h2d_calls": 1, "h2d_models": 1, "d2h_calls": 3, "d2h_models": 3}
     hier = _transfers(monkeypatch, tiny(devices={"count": k}, protocol={"name": "hierfavg", "kappa2": 1},
                                         topology={"edge_servers": 2}, runtime={"fast_path": True}), tmp_path / "hier")
     # a cloud round: the global model up once, each of the 2 edge aggregates down once (the cloud averages those)
@@ -156,7 +157,6 @@ def test_the_resolved_cap_is_the_formulas_and_is_recorded(tmp_path, monkeypatch)
 
 def test_a_set_cap_caps_the_groups_and_needs_the_fast_path(tmp_path, monkeypatch):
     from hierfl.config.errors import ConfigError
-    from hierfl.driver import run_scenario
     from hierfl.runtime.device_host import DeviceHost
 
     sizes = []
@@ -167,9 +167,11 @@ def test_a_set_cap_caps_the_groups_and_needs_the_fast_path(tmp_path, monkeypatch
         return group(self, devices, *args, **kw)
 
     monkeypatch.setattr(DeviceHost, "train_group_resident", spy)
-    run_scenario(tiny(devices={"count": 8}, runtime={"fast_path": True, "group_max": 3}, stop={"rounds": 1}),
-                 tmp_path / "capped")
-    assert sizes == [3, 3, 2]
+    moved = _transfers(monkeypatch, tiny(devices={"count": 8}, runtime={"fast_path": True, "group_max": 3}),
+                       tmp_path / "capped")
+    assert sizes == [3, 3, 2] * 3
+    # three groups a round, and still the initial model up once and one aggregate down a round
+    assert moved == {"h2d_calls": 1, "h2d_models": 1, "d2h_calls": 3, "d2h_models": 3}
     assert yaml.safe_load((tmp_path / "capped" / "config.yaml").read_text())["runtime"]["group_max"] == 3
     with pytest.raises(ConfigError, match=r"runtime\.group_max.*runtime\.fast_path: true.*allowed here: auto"):
         tiny(runtime={"group_max": 3})
