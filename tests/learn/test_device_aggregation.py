@@ -175,3 +175,17 @@ def test_a_set_cap_caps_the_groups_and_needs_the_fast_path(tmp_path, monkeypatch
     assert yaml.safe_load((tmp_path / "capped" / "config.yaml").read_text())["runtime"]["group_max"] == 3
     with pytest.raises(ConfigError, match=r"runtime\.group_max.*runtime\.fast_path: true.*allowed here: auto"):
         tiny(runtime={"group_max": 3})
+
+
+def test_a_run_with_results_on_the_device_resumes_as_uninterrupted(tmp_path):
+    """Ctrl-C in round 2 of a fast-path HierFAVG run (results and edge sums on the device), resume: the same files,
+    the resolved cap included."""
+    import copy
+
+    from tests.conftest import TINY
+    from tests.driver.test_recovery import assert_resumes_as_uninterrupted
+
+    raw = copy.deepcopy(TINY)
+    raw.update(protocol={"name": "hierfavg", "kappa2": 2}, topology={"edge_servers": 2}, stop={"rounds": 4},
+               runtime={"executor": "local", "fast_path": True, "checkpoint": {"every_cloud_aggregations": 1}})
+    assert_resumes_as_uninterrupted(tmp_path, raw)
