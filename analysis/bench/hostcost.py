@@ -92,8 +92,8 @@ def _inside(cls, name):  # count the moves made inside cls.name (nested calls: o
 orig_group = _inside(vmapped.VmapTrainer, "train_group")
 if hasattr(vmapped.VmapTrainer, "train_resident"):  # this tree: a group's results stay on the device ...
     _inside(vmapped.VmapTrainer, "train_resident")
-    from hierfl.learn import staging
-    _inside(staging.DeviceWeightedSum, "result")  # ... and its aggregate comes back once
+    from hierfl.learn import device_sum, staging
+    _inside(device_sum.DeviceWeightedSum, "result")  # ... and its aggregate comes back once
     _inside(staging.DeviceRow, "host")
 
 if mode == "stubbed":

@@ -34,7 +34,7 @@ class Aggregation:
     """
 
     def __init__(self, rule: Any = None, seed: int = 0, expected: int | None = None) -> None:
-        self.pending: Any = None  # a WeightedSum, or its device twin (hierfl.learn.staging.DeviceWeightedSum)
+        self.pending: Any = None  # a WeightedSum, or its device twin (hierfl.learn.device_sum.DeviceWeightedSum)
         self.control_sum: np.ndarray | None = None
         self.opt_state = OptState()
         self.rule = rule

@@ -1,7 +1,7 @@
 """A fast-path group's results stay on the training device and are aggregated there (hierfl.learn.staging);
 the group cap comes from the device's total memory (hierfl.learn.group_cap).
 
-* :class:`~hierfl.learn.staging.DeviceWeightedSum` gives the numpy reference's bits
+* :class:`~hierfl.learn.device_sum.DeviceWeightedSum` gives the numpy reference's bits
   (:class:`~hierfl.core.aggregate.WeightedSum`): whole vectors and block-folded ones, fractional weights,
   the deferred same-object case, host vectors among device rows;
 * real FedAvg and HierFAVG runs (a tiny model, K = 4 and K = 8 devices) make a number of model-sized
@@ -21,7 +21,8 @@ import yaml
 
 from hierfl.core.aggregate import WeightedSum
 from hierfl.learn import group_cap
-from hierfl.learn.staging import DeviceStack, DeviceWeightedSum, Staging
+from hierfl.learn.device_sum import DeviceWeightedSum
+from hierfl.learn.staging import DeviceStack, Staging
 from tests.conftest import tiny
 
 
