@@ -132,7 +132,7 @@ def out_of_memory_text(jobs: int, device: str, configured: str, group_max: int, 
             f"(runtime.device: {configured}){': ' + first if first else ''}. A group holds its jobs' parameters, "
             f"optimizer state and activations at once; a group has at most {group_max} jobs, those the run "
             "starts together (fewer devices per round make smaller groups). To need less GPU memory: "
-            "runtime.precision: bf16 (activations in bfloat16), a larger runtime.gpus_per_host with fewer "
+            "runtime.group_max: a smaller number (smaller groups), runtime.precision: bf16 (activations in bfloat16), a larger runtime.gpus_per_host with fewer "
             "runtime.workers (fewer hosts, each with its own copy of the data, share a GPU), "
             "runtime.fast_path: false (every job alone, on the CPU), or runtime.device: cpu "
             "(runtime.cpu_batching: auto then trains a CNN or LSTM job by job there)")

@@ -86,7 +86,7 @@ def test_an_out_of_memory_group_ends_the_run_with_the_group_size_and_device(tmp_
     assert "a fast-path group of 4 jobs on cpu (runtime.device: cpu)" in text
     assert "Tried to allocate 2.00 GiB" in text and "more lines" not in text
     fields = RuntimeConfig.model_fields
-    for key in ("precision", "gpus_per_host", "workers", "fast_path", "device", "cpu_batching"):
+    for key in ("precision", "gpus_per_host", "workers", "fast_path", "device", "cpu_batching", "group_max"):
         assert f"runtime.{key}" in text and key in fields
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "failed" and "fast-path group of 4 jobs" in summary["error"]
