@@ -13,10 +13,16 @@ prints
   a GPU). The stub replaces ``VmapTrainer._descend`` (the local steps); a tree without that hook gets the
   same identity by a stand-in for its ``train_group`` that keeps its staging (a fresh ``(K, P)`` host
   stack, moved to the device, copied back into the results) and drops its steps;
-* (c) model-sized host↔device copies per round inside the batched trainer (tensor moves of at least one
-  model's worth of floats between the host and the accelerator, counted by wrapping torch's ``to``,
-  ``cpu`` and ``copy_``): calls, and models moved. With ``--device cpu`` there is no accelerator and
-  both are 0.
+* (c) model-sized host↔device copies per round inside the batched trainer and the aggregation on the device
+  (tensor moves of at least one model's worth of floats between the host and the accelerator, counted by
+  wrapping torch's ``to``, ``cpu`` and ``copy_``): calls, and models moved. With ``--device cpu`` there is no
+  accelerator and both are 0.
+
+``--transfers`` prints instead the staging code's own counter (:class:`hierfl.learn.staging.Transfers`, which
+counts on a CPU too, as the copies the crossings are on an accelerator) per round of the same recipe with
+``K = 10`` and ``K = 50`` jobs a round (``devices.count = K``, every device every round, local steps stubbed):
+the count must not grow with ``K`` and stay at most 2 (one upload of the round's start model, one download of
+its aggregate).
 
 A round's cost is the wall time between the first and the last cloud aggregation (``metrics.jsonl``'s
 ``wall_s``) over the rounds in between: start-up, the data set's build and evaluations are outside it.
@@ -24,6 +30,7 @@ A round's cost is the wall time between the first and the last cloud aggregation
 Usage::
 
     python analysis/bench/hostcost.py [--rounds 8] [--device auto|cpu|cuda] [--against OTHER_CHECKOUT]
+    python analysis/bench/hostcost.py --transfers [--rounds 4] [--device auto|cpu|cuda]
 """
 
 from __future__ import annotations
@@ -70,14 +77,24 @@ def _wrap(name):
 for name in ("to", "cpu", "copy_"):
     _wrap(name)
 
-orig_group = vmapped.VmapTrainer.train_group
-def counted(self, *a, **k):
-    inside[0] = True
-    try:
-        return orig_group(self, *a, **k)
-    finally:
-        inside[0] = False
-vmapped.VmapTrainer.train_group = counted
+def _inside(cls, name):  # count the moves made inside cls.name (nested calls: one level of counting)
+    orig = getattr(cls, name)
+    def counted(self, *a, **k):
+        outer = inside[0]
+        inside[0] = True
+        try:
+            return orig(self, *a, **k)
+        finally:
+            inside[0] = outer
+    setattr(cls, name, counted)
+    return orig
+
+orig_group = _inside(vmapped.VmapTrainer, "train_group")
+if hasattr(vmapped.VmapTrainer, "train_resident"):  # this tree: a group's results stay on the device ...
+    _inside(vmapped.VmapTrainer, "train_resident")
+    from hierfl.learn import device_sum, staging
+    _inside(device_sum.DeviceWeightedSum, "result")  # ... and its aggregate comes back once
+    _inside(staging.DeviceRow, "host")
 
 if mode == "stubbed":
     if hasattr(vmapped.VmapTrainer, "_descend"):  # this tree's hook: the local steps become an identity
@@ -116,6 +133,63 @@ print(json.dumps({"s_per_round": (aggs[-1] - aggs[0]) / (len(aggs) - 1), "rounds
 """
 
 
+TRANSFERS = r"""
+import json, sys
+from pathlib import Path
+import numpy as np
+import torch
+from hierfl.driver.run import run_scenario
+from hierfl.scenario.loader import load_scenario
+from hierfl.learn import vmapped
+from hierfl.runtime import local_executor
+
+k_jobs, rounds, device, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def identity(self, state, x, y, rows, spec, seeds, corrections):  # the local steps: not what is counted
+    k = len(rows)
+    return (torch.zeros((1, k), device=state.device), np.ones((1, k), dtype=bool), [int(np.asarray(r).size) for r in rows])
+vmapped.VmapTrainer._descend = identity
+hosts = []
+start = local_executor.LocalExecutor.__init__
+def counted(self, data):
+    start(self, data)
+    self.host.staging.transfers.reset()  # (the warm-up group is start-up, not a round)
+    hosts.append(self.host)
+local_executor.LocalExecutor.__init__ = counted
+sets = [f"stop.rounds={rounds}", "evaluation.every_s=null", "runtime.executor=local", "runtime.checkpoint.enabled=false",
+        f"runtime.device={device}", f"devices.count={k_jobs}", "protocol.fraction=1.0",
+        f"data.dataset.num_samples={50 * k_jobs}", "data.dataset.test_samples=100"]
+if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
+    sets.append("runtime.cpu_batching=vmap")
+run_scenario(load_scenario(Path("scenarios/gpu_cifar10_fedavg.yaml"), sets), Path(out) / "run")
+counts = hosts[0].staging.transfers.as_dict()
+print(json.dumps({"device": hosts[0].device, **{k: v / rounds for k, v in counts.items()}}))
+"""
+
+
+def transfers(rounds: int, device: str) -> int:
+    """The staging counter per round for K = 10 and K = 50 (this tree only); exit status 1 if it grows with K or
+    exceeds 2 calls a round."""
+    rows = {}
+    for k_jobs in (10, 50):
+        with tempfile.TemporaryDirectory() as out:
+            res = subprocess.run([sys.executable, "-c", TRANSFERS, str(k_jobs), str(rounds), device, out],
+                                 capture_output=True, text=True, cwd=ROOT, check=False,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if res.returncode != 0:
+            raise SystemExit(f"measurement failed (K={k_jobs}):\n{res.stderr[-2000:]}")
+        rows[k_jobs] = json.loads(res.stdout.strip().splitlines()[-1])
+    print(f"# model-sized host<->device transfers per round, {rounds} rounds of scenarios/gpu_cifar10_fedavg.yaml "
+          "(local executor, every device every round, local steps stubbed)")
+    print(f"{'K':>4} {'device':>7} {'h2d calls/models':>17} {'d2h calls/models':>17} {'total calls':>12}")
+    for k_jobs, r in rows.items():
+        print(f"{k_jobs:>4} {r['device']:>7} {r['h2d_calls']:8.2f}/{r['h2d_models']:<8.2f} "
+              f"{r['d2h_calls']:8.2f}/{r['d2h_models']:<8.2f} {r['h2d_calls'] + r['d2h_calls']:12.2f}")
+    totals = [r["h2d_calls"] + r["d2h_calls"] for r in rows.values()]
+    ok = totals[0] == totals[1] and max(totals) <= 2
+    print("constant in K and at most 2 a round: " + ("yes" if ok else "NO"))
+    return 0 if ok else 1
+
+
 def child(tree: Path, mode: str, rounds: int, device: str) -> dict:
     """One measurement in a fresh interpreter running the hierfl of ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -133,7 +207,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--against", action="append", default=[], metavar="DIR", type=Path)
+    ap.add_argument("--transfers", action="store_true",
+                    help="print the staging counter's transfers per round for K = 10 and K = 50 (this tree)")
     args = ap.parse_args(argv)
+    if args.transfers:
+        if args.against:
+            ap.error("--transfers measures this tree only (older trees have no staging counter)")
+        return transfers(args.rounds, args.device)
     if args.rounds < 2:
         ap.error("--rounds must be at least 2 (a round's cost is measured between two aggregations)")
     trees = [ROOT, *[p.resolve() for p in args.against]]

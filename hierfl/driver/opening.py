@@ -18,6 +18,7 @@ from hierfl.assemble import Built, build
 from hierfl.config.errors import ConfigError
 from hierfl.core.dynamics import Dynamics
 from hierfl.env.records import ClustersRecord
+from hierfl.learn.group_cap import resolve_group_cap
 from hierfl.privacy.driver import privacy_edge_rule, privacy_rule
 from hierfl.robust.driver import robust_setup
 from hierfl.runtime.executor import Executor, RunData
@@ -25,7 +26,7 @@ from hierfl.runtime.start import ExecutorStart, process_launch_time, start_execu
 from hierfl.scenario.schema import Scenario
 
 __all__ = ["package_versions", "start_and_build", "build_timed", "run_data", "share_dataset", "initial_clusters",
-           "startup_part", "world_part"]
+           "startup_part", "world_part", "resolve_group_max"]
 
 
 def package_versions() -> dict[str, str]:
@@ -78,10 +79,29 @@ def run_data(scenario: Scenario, built: Built, dyn: Dynamics) -> RunData:
                    built.dataset.y_test, built.init_params,
                    (scenario.model, tuple(built.dataset.input_shape), built.dataset.num_classes, rt.torch_threads,
                     rt.fast_path, rt.device, rt.precision, rt.cpu_batching,
-                    built.models.configs[1:] if built.models is not None else ()),
+                    built.models.configs[1:] if built.models is not None else (),
+                    rt.group_max if isinstance(rt.group_max, int) else None),
                    built.world.num_edges, built.spec, robust=robust_setup(scenario, dyn, privacy_rule(scenario),
                                                                     privacy_edge_rule(scenario, built.world)),
                    eval_sets=tuple(built.eval_sets), gpus_per_host=rt.gpus_per_host, public=_public(scenario, built))
+
+
+def resolve_group_max(scenario: Scenario, built: Built, start: ExecutorStart) -> Scenario:
+    """``scenario`` with ``runtime.group_max: auto`` resolved to a number (fast path on; otherwise as it is).
+
+    The cap comes from the model, the batch, the optimizer's state and the training device's total memory
+    (:mod:`hierfl.learn.group_cap`), computed where torch and the device are (a device host under Ray), once;
+    the number is what ``config.yaml`` records and what every executor forms its groups with.
+    """
+    rt = scenario.runtime
+    if not rt.fast_path or rt.group_max != "auto":
+        return scenario
+    spec = built.spec
+    largest = max((int(p.size) for p in built.parts), default=1)
+    batch = max(1, min(spec.batch_size or largest, largest))
+    got = start.model_call(resolve_group_cap, scenario.model, tuple(built.dataset.input_shape),
+                           built.dataset.num_classes, int(np.asarray(built.init_params).size), batch, spec, rt.device)
+    return scenario.model_copy(update={"runtime": rt.model_copy(update={"group_max": int(got["group_max"])})})
 
 
 def _public(scenario: Scenario, built: Built) -> tuple[np.ndarray, np.ndarray] | None:

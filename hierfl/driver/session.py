@@ -32,8 +32,8 @@ from hierfl.core.dynamics import Dynamics
 from hierfl.driver.checkpoint import CHECKPOINT_FILE, Checkpoint, Checkpointer
 from hierfl.driver.context import ClusterLostError, Context, RunError
 from hierfl.driver.loop import ProgressFn, RunLoop, trace_offline, trace_slowdowns
-from hierfl.driver.opening import (build_timed, initial_clusters, package_versions, run_data, share_dataset,
-                                   start_and_build, startup_part, world_part)
+from hierfl.driver.opening import (build_timed, initial_clusters, package_versions, resolve_group_max, run_data,
+                                   share_dataset, start_and_build, startup_part, world_part)
 from hierfl.driver.summary import CLUSTER_LOST, COMPLETED_KEYS, ENDED_KEYS, Summary, header
 from hierfl.env.records import Recovered, RunEnd, RunStart
 from hierfl.output.files import write_config, write_model, write_summary
@@ -102,6 +102,8 @@ class RunSession:
         if built is None:
             start, built = start_and_build(sc, self.source) if start is None else (start, build_timed(sc, self.source, start))
         self.built, self.start = built, start or start_executor(rt.executor, rt.workers, rt.address, rt.gpus_per_host)
+        # runtime.group_max: auto resolved once, from the device's total memory; config.yaml records the number
+        self.scenario = sc = resolve_group_max(sc, built, self.start)
         self.dyn = built.dynamics or Dynamics.static(built.world.num_devices)
         self.trace_devices = sc.output.trace_devices(built.world.num_devices, sc.seed)
         if self.resume is None:

@@ -27,16 +27,19 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch, num_steps
 from hierfl.learn.chain import LinearChain
+from hierfl.learn.group_cap import GROUP_CEILING
 from hierfl.learn.local import index_blocks
 from hierfl.learn.optim import AdamMoments, clip_rows, segments_of
+from hierfl.learn.staging import Staging, Transfers, stage_starts
 
 if TYPE_CHECKING:
     from hierfl.learn.local import LocalTrainer
 
 __all__ = ["BatchedTrainer", "GROUP_MAX", "JobGroups"]
 
-GROUP_MAX = 64
-"""Most jobs in one fast-path group (a constant: groups must not depend on the number of workers)."""
+GROUP_MAX = GROUP_CEILING
+"""Most jobs in one fast-path group by default; a run's own cap is resolved at start (``runtime.group_max``,
+:mod:`hierfl.learn.group_cap`) and never depends on the number of workers, timing or free memory."""
 
 
 class BatchedTrainer:
@@ -61,6 +64,13 @@ class BatchedTrainer:
             offset += out_f * in_f + out_f
         if offset != self.num_params:
             raise ValueError("layer shapes do not add up to the parameter vector")
+        # the staging state (hierfl.learn.staging): a device host shares its own with its trainers
+        self.staging = Staging("cpu")
+
+    @property
+    def transfers(self) -> Transfers:
+        """Model-sized host↔device crossings of this trainer's staging so far (:class:`~hierfl.learn.staging.Transfers`)."""
+        return self.staging.transfers
 
     @classmethod
     def of(cls, trainer: LocalTrainer) -> BatchedTrainer | None:
@@ -78,10 +88,25 @@ class BatchedTrainer:
         All ``rows[k]`` must have the same length. Results go to ``out[k]`` (``(K, P)`` float32);
         returns each job's ``{'loss', 'steps', 'samples'}`` like the single-job trainer.
         """
+        if out.shape[0] != len(params):
+            raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
+        flat, stats = self.train_resident(params, x, y, rows, spec, seeds, out)
+        # the results into the host rows: counted as the K models they are (CPU: trained in out, no copy)
+        self.staging.transfers.count("d2h", len(params))
+        host = flat.numpy()
+        if not np.may_share_memory(host, out):
+            out[...] = host
+        return stats
+
+    def train_resident(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray, rows: list[np.ndarray],
+                       spec: TrainSpec, seeds: list[int], out: np.ndarray | None = None
+                       ) -> tuple[Any, list[dict[str, float]]]:
+        """:meth:`train_group`, the results left in the group's stacked tensor: ``(the (K, P) tensor, stats)``;
+        trained in ``out`` itself where it can be (float32, C-contiguous, sharing no memory with a start model)."""
         import torch
 
         k_jobs = len(params)
-        if not (k_jobs == len(rows) == len(seeds) == out.shape[0]) or k_jobs < 1:
+        if not (k_jobs == len(rows) == len(seeds)) or k_jobs < 1 or (out is not None and out.shape[0] != k_jobs):
             raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
         if spec.control_variates:
             raise ValueError("jobs with control variates keep per-device state: they are never trained in a group")
@@ -96,14 +121,8 @@ class BatchedTrainer:
             torch.set_num_threads(self.trainer.torch_threads)
         b = effective_batch(n, spec)
         total_steps = num_steps(n, spec)
-        P = self.num_params
-        flat = torch.empty((k_jobs, P), dtype=torch.float32)
-        flat_np = flat.numpy()
-        for k, p in enumerate(params):
-            vec = np.asarray(p)
-            if vec.shape != (P,):
-                raise ValueError(f"expected a flat parameter vector of shape ({P},), got {vec.shape}")
-            flat_np[k] = vec
+        # the start models: each distinct one staged once (hierfl.learn.staging), in out's rows where it can be
+        flat = stage_starts(params, self.num_params, self.staging, out)
         weights = [flat[:, o: o + fo * fi].view(k_jobs, fo, fi) for o, fo, fi, _ in self._layers]
         biases = [flat[:, bo: bo + fo].view(k_jobs, 1, fo) for _, fo, _, bo in self._layers]
         weights_t = [w.transpose(1, 2) for w in weights]
@@ -174,9 +193,8 @@ class BatchedTrainer:
                         flat.add_(grad, alpha=-lr)
                     step += 1
                     samples += bsz
-        out[...] = flat_np
         loss_sums = (-losses.numpy().astype(np.float64)).sum(axis=0)
-        return [{"loss": float(loss_sums[k]) / step, "steps": step, "samples": samples} for k in range(k_jobs)]
+        return flat, [{"loss": float(loss_sums[k]) / step, "steps": step, "samples": samples} for k in range(k_jobs)]
 
 
 class JobGroups:
@@ -189,13 +207,17 @@ class JobGroups:
 
     * a call needs the result of one of its jobs (``wait`` on it, a ``train`` starting from it,
       an aggregation, evaluation or fetch of it): the executor calls :meth:`seal`;
-    * it holds :data:`GROUP_MAX` jobs, or a ``train`` call has another spec (:meth:`add`).
+    * it holds ``cap`` jobs (the run's resolved ``runtime.group_max``, :data:`GROUP_MAX` by default), or a
+      ``train`` call has another spec (:meth:`add`).
 
     Jobs with control variates (``spec.control_variates``) are never grouped: they run alone. An executor
     trains each closed group whole, on one host.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cap: int = GROUP_MAX) -> None:
+        if int(cap) < 1:
+            raise ValueError(f"a group holds at least one job, got a cap of {cap}")
+        self.cap = int(cap)
         self.open: list[Any] = []
         self.open_id = -1
         self._spec: TrainSpec | None = None
@@ -204,7 +226,7 @@ class JobGroups:
     def add(self, job: Any, spec: TrainSpec, params: Any) -> tuple[int, list[Any]]:
         """Put ``job`` (an executor's handle) in a group: ``(group id, jobs of a group closed to make room)``."""
         closed: list[Any] = []
-        if self.open and (len(self.open) >= GROUP_MAX or spec != self._spec or any(params is j for j in self.open)):
+        if self.open and (len(self.open) >= getattr(self, "cap", GROUP_MAX) or spec != self._spec or any(params is j for j in self.open)):
             closed = self.seal()
         if not self.open:
             self.open_id, self.next_id = self.next_id, self.next_id + 1

@@ -61,6 +61,7 @@ from hierfl.learn.local import index_blocks
 from hierfl.learn.optim import AdamMoments, clip_rows
 from hierfl.learn.precision import autocast, check_precision
 from hierfl.learn.randomness import ReplayMasks, Site, draw_mask, dropout_sites, job_generator
+from hierfl.learn.staging import Staging, Transfers, stage_starts
 from hierfl.models.state import check_buffers, state_buffers
 
 if TYPE_CHECKING:
@@ -205,9 +206,14 @@ class VmapTrainer:
         self._has_rnn = any(isinstance(m, torch.nn.RNNBase) for m in self.module.modules())
         self._grad_fn = self._make_grad_fn()
         self._x_cache: tuple[Any, Any, Any, Any] | None = None  # (x, y, their device tensors)
-        self._pinned: Any = None  # CUDA: the reused host staging block of a group's distinct start models
-        # model-sized host↔device copies so far: calls and models moved (the host-cost benchmark reads them)
-        self.transfers = {"h2d_calls": 0, "h2d_models": 0, "d2h_calls": 0, "d2h_models": 0}
+        # the staging state (hierfl.learn.staging): model-sized host↔device crossings are counted there; a
+        # device host shares its own with its trainers
+        self.staging = Staging(self.device)
+
+    @property
+    def transfers(self) -> Transfers:
+        """Model-sized host↔device crossings of this trainer's staging so far (:class:`~hierfl.learn.staging.Transfers`)."""
+        return self.staging.transfers
 
     def _make_grad_fn(self) -> Any:
         import torch.nn.functional as F
@@ -276,10 +282,24 @@ class VmapTrainer:
         ``c − c_i``, added to each of its gradients. Results go to ``out[k]`` (``(K, P)`` float32);
         returns each job's ``{'loss', 'steps', 'samples'}`` like the single-job trainer.
         """
+        if out.shape[0] != len(params):
+            raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
+        state, stats = self.train_resident(params, x, y, rows, spec, seeds, out, corrections)
+        self._unstage(state, out)
+        return stats
+
+    def train_resident(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray, rows: list[np.ndarray],
+                       spec: TrainSpec, seeds: list[int], out: np.ndarray | None = None,
+                       corrections: list[np.ndarray] | None = None) -> tuple[Any, list[dict[str, float]]]:
+        """:meth:`train_group`, the results left on the device: ``(the (K, P) state tensor, stats)``.
+
+        On the CPU the state is ``out`` itself where it can be (trained in place); on CUDA ``out`` is not used
+        and nothing is copied back (:mod:`hierfl.learn.staging`).
+        """
         import torch
 
         k_jobs = len(params)
-        if not (k_jobs == len(rows) == len(seeds) == out.shape[0]) or k_jobs < 1:
+        if not (k_jobs == len(rows) == len(seeds)) or k_jobs < 1 or (out is not None and out.shape[0] != k_jobs):
             raise ValueError("params, rows, seeds and out must describe the same K >= 1 jobs")
         if corrections is not None and len(corrections) != k_jobs:
             raise ValueError("corrections must have one vector per job")
@@ -288,14 +308,13 @@ class VmapTrainer:
             raise ValueError("every job needs a non-empty 1-d array of rows")
         if torch.get_num_threads() != self.trainer.torch_threads:
             torch.set_num_threads(self.trainer.torch_threads)
-        state, host = self._stage(params, out)
+        state = self._stage(params, out)
         losses, active, samples = self._descend(state, x, y, rows, spec, seeds, corrections)
-        self._unstage(state, host, out)
         loss_np = losses.cpu().numpy().astype(np.float64)
         loss_np[~active] = 0.0
         steps = active.sum(axis=0)
-        return [{"loss": float(loss_np[:, k].sum()) / int(steps[k]), "steps": int(steps[k]), "samples": samples[k]}
-                for k in range(k_jobs)]
+        return state, [{"loss": float(loss_np[:, k].sum()) / int(steps[k]), "steps": int(steps[k]),
+                        "samples": samples[k]} for k in range(k_jobs)]
 
     def _descend(self, state: Any, x: np.ndarray, y: np.ndarray, rows: list[np.ndarray], spec: TrainSpec,
                  seeds: list[int], corrections: list[np.ndarray] | None) -> tuple[Any, np.ndarray, list[int]]:
@@ -404,64 +423,30 @@ class VmapTrainer:
                         flat.copy_(torch.where(active_t[t].unsqueeze(1), flat - lr * g, flat))
         return losses, active, samples
 
-    def _stage(self, params: list[np.ndarray], out: np.ndarray) -> tuple[Any, np.ndarray | None]:
-        """The ``(K, P)`` state tensor the group trains, on the device, filled with the start models.
+    def _stage(self, params: list[np.ndarray], out: np.ndarray | None) -> Any:
+        """The ``(K, P)`` state tensor the group trains, on the device, filled with the start models
+        (:func:`~hierfl.learn.staging.stage_starts`: each distinct start model crosses once).
 
         CPU: the state is ``out`` itself where it can be (float32, C-contiguous, sharing no memory with a
-        start model), so the results need no copy back; else a fresh host array (returned second).
-        CUDA: a group that starts from one model (the usual round: every job downloads the global
-        model) moves it once and repeats it on the device; distinct starts are stacked into a pinned
-        host block kept across calls, then moved in one copy. The bits are those of the stacked copy.
+        start model), so the results need no copy back; else a fresh host array.
         """
+        return stage_starts(params, self.num_params, self.staging, out if self.device == "cpu" else None)
+
+    def _unstage(self, state: Any, out: np.ndarray) -> None:
+        """The trained state into the host rows ``out`` (counted: ``K`` models device→host, one call); on the CPU
+        nothing is copied where it trained in ``out``."""
         import torch
 
-        k_jobs, P = len(params), self.num_params
-        vecs = [np.asarray(p) for p in params]
-        for vec in vecs:
-            if vec.shape != (P,):
-                raise ValueError(f"expected a flat parameter vector of shape ({P},), got {vec.shape}")
-        first = vecs[0]
-        same = all(v is first for v in vecs)
+        self.staging.transfers.count("d2h", int(state.shape[0]))
         if self.device == "cpu":
-            direct = (out.dtype == np.float32 and out.flags.c_contiguous and out.shape == (k_jobs, P)
-                      and not any(np.may_share_memory(v, out) for v in (vecs[:1] if same else vecs)))
-            host = out if direct else np.empty((k_jobs, P), dtype=np.float32)
-            if same:
-                host[...] = first  # (one broadcast copy instead of K row copies)
-            else:
-                for k, vec in enumerate(vecs):
-                    host[k] = vec
-            return torch.from_numpy(host), host
-        if same:
-            one = torch.from_numpy(np.ascontiguousarray(first, dtype=np.float32)).to(self.device)
-            self._count("h2d", 1)
-            return one.unsqueeze(0).expand(k_jobs, P).clone(), None
-        if self._pinned is None or self._pinned.shape[0] < k_jobs:
-            self._pinned = torch.empty((k_jobs, P), dtype=torch.float32, pin_memory=True)
-        block = self._pinned[:k_jobs]
-        block_np = block.numpy()
-        for k, vec in enumerate(vecs):
-            block_np[k] = vec
-        self._count("h2d", k_jobs)
-        return block.to(self.device), None  # (synchronous: the block is free again when it returns)
-
-    def _unstage(self, state: Any, host: np.ndarray | None, out: np.ndarray) -> None:
-        """The trained state into ``out``: nothing to do where it trained in ``out``; from CUDA one copy."""
-        import torch
-
-        if self.device == "cpu":
-            if host is not out:
+            host = state.numpy()
+            if not np.may_share_memory(host, out):  # (trained in a fresh array, not in out)
                 out[...] = host
             return
-        self._count("d2h", state.shape[0])
         if out.dtype == np.float32 and out.flags.c_contiguous and out.shape == tuple(state.shape):
             torch.from_numpy(out).copy_(state)  # straight into the result rows, no intermediate array
         else:
             out[...] = state.cpu().numpy()
-
-    def _count(self, way: str, models: int) -> None:
-        self.transfers[f"{way}_calls"] += 1
-        self.transfers[f"{way}_models"] += models
 
     def _buffer_views(self, state: Any, k_jobs: int) -> dict[str, Any]:
         """Each job's carried buffers, views into the state's tail, and a scratch copy of each counter."""

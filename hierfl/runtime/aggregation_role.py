@@ -12,6 +12,7 @@ from hierfl.core.message import CONTROLLED, MODEL
 from hierfl.core.rng import stream
 from hierfl.core.serveropt import OptState
 from hierfl.learn.serveropt import ServerOptimizerConfig
+from hierfl.learn.staging import is_resident
 
 __all__ = ['Aggregation', 'robust_step']
 
@@ -33,7 +34,7 @@ class Aggregation:
     """
 
     def __init__(self, rule: Any = None, seed: int = 0, expected: int | None = None) -> None:
-        self.pending: WeightedSum | None = None
+        self.pending: Any = None  # a WeightedSum, or its device twin (hierfl.learn.device_sum.DeviceWeightedSum)
         self.control_sum: np.ndarray | None = None
         self.opt_state = OptState()
         self.rule = rule
@@ -54,7 +55,13 @@ class Aggregation:
         ``tag`` (robust aggregation only): None for an honest update, else ``(source, behaviour
         name, ALIE z or None)`` of a Byzantine one.
         """
-        vec = np.asarray(vector)
+        if control_coef is None and self.rule is None and is_resident(vector):
+            # a result kept on its training device: summed there, the same arithmetic (hierfl.learn.staging)
+            if self.pending is None:
+                self.pending = vector.accumulator()
+            self.pending.add(vector, weight)
+            return
+        vec = np.asarray(vector)  # (a result on a device is copied to the host here: a rule or a message reads it)
         if control_coef is not None:  # the control-variates message: κ·Δc is summed apart, the model averaged
             parts = CONTROLLED.split(vec)
             dc = parts["control"].astype(np.float64) * float(control_coef)

@@ -14,7 +14,9 @@ from hierfl.runtime.device_state import DeviceState
 from hierfl.runtime.result_blocks import ResultBlocks
 from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
-from hierfl.learn.batched import GROUP_MAX, BatchedTrainer
+from hierfl.learn.batched import BatchedTrainer
+from hierfl.learn.staging import Staging
+from hierfl.runtime import group_training
 from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
 from hierfl.learn.local import LocalTrainer
@@ -23,8 +25,8 @@ from hierfl.core.device_eval import DEFAULT_SUPPORT_FRACTION, support_split
 __all__ = ['DeviceHost', 'group_trainers']
 
 
-from hierfl.runtime.role_common import (ModelSpec, OutOfDeviceMemory, _pick, cpu_batching_of, device_of, fast_path_of,
-                                        flag_nonfinite, models_of, out_of_memory_text, precision_of)
+from hierfl.runtime.role_common import (ModelSpec, _pick, cpu_batching_of, device_of, fast_path_of, flag_nonfinite,
+                                        models_of, precision_of)
 
 
 def group_trainers(trainer: LocalTrainer, model: ModelSpec,
@@ -42,13 +44,6 @@ def group_trainers(trainer: LocalTrainer, model: ModelSpec,
     if batched is None and (device != "cpu" or chain or cpu_batching_of(model) == "vmap"):
         return None, VmapTrainer(trainer, device)
     return batched, None
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is torch's CUDA out-of-memory error (torch is loaded: a group was training)."""
-    import torch
-
-    return isinstance(exc, torch.cuda.OutOfMemoryError)
 
 
 class DeviceHost:
@@ -88,6 +83,12 @@ class DeviceHost:
         self.batched, self.vmapped = group_trainers(self.trainer, model, self.device)
         self._dp_vmapped: VmapTrainer | None = None  # DP-SGD groups where the chain trainer groups the others
         self._blocks = ResultBlocks()  # the groups' result arrays, reused once no result refers to them
+        self.model_spec = model
+        # the staging state the group trainers share: model-sized host↔device crossings are counted there
+        self.staging = Staging(self.device)
+        for group_trainer in (self.batched, self.vmapped):
+            if group_trainer is not None:
+                group_trainer.staging = self.staging
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
@@ -101,7 +102,7 @@ class DeviceHost:
         result, stats = self._train(device, seed, spec, params, control, out)
         return result, flag_nonfinite(result, stats)
 
-    def _rows(self, device: int, spec: TrainSpec) -> np.ndarray:
+    def rows_of(self, device: int, spec: TrainSpec) -> np.ndarray:
         """The device's rows a job sees: all, the first ``spec.revealed`` (streaming), or with a shared set added."""
         if spec.shared is not None:
             return self._shared.rows(spec.shared, device)
@@ -118,11 +119,11 @@ class DeviceHost:
         y = self._shared.y_for(spec.shared, device) if labels is None else labels
         if spec.optimizer_state == "device":  # the device's optimizer state, kept here across its jobs
             kept = dict(self.states.vectors.get(device, {}))
-            result = trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out,
+            result = trainer.train(params, self.x, y, spec, seed, rows=self.rows_of(device, spec), out=out,
                                    opt_state=kept)
             self.states.put(device, **kept)
             return result
-        return trainer.train(params, self.x, y, spec, seed, rows=self._rows(device, spec), out=out)
+        return trainer.train(params, self.x, y, spec, seed, rows=self.rows_of(device, spec), out=out)
 
     def method_context(self, device: int, spec: TrainSpec, params: np.ndarray | None = None) -> JobContext:
         """What a job of ``spec``'s method on ``device`` would see of this host (tests, inspection)."""
@@ -138,7 +139,7 @@ class DeviceHost:
         y = self._shared.y_for(spec.shared, device) if labels is None else labels
         return JobContext(device=device, seed=seed, spec=spec, params=params, received=received,
                           trainer=self.trainers[spec.model], x=self.x, y=y,
-                          rows=self._rows(device, spec) if rows is None else rows,
+                          rows=self.rows_of(device, spec) if rows is None else rows,
                           parts=self.parts, state=self.states, model=self._model, out=out, cache=cache,
                           base=self.state_base)
 
@@ -257,55 +258,32 @@ class DeviceHost:
         Other models, every model on CUDA and every bf16 run (:class:`VmapTrainer`): the whole group runs in
         lockstep, unequal sample counts padded and masked. On CPU a job alone in its (sub-)group,
         and without the fast path every job, is exactly :meth:`train`. Returns the results as rows
-        of one array, in job order, and each job's stats.
+        of one array, in job order, and each job's stats (:mod:`hierfl.runtime.group_training`).
         """
-        # (an array of an earlier group that no result refers to any more: no fresh pages every round)
-        out = self._blocks.take(len(devices), self.result_width(spec))
-        stats: list[dict[str, float]] = [{} for _ in devices]
-        if ((self.batched is None and self.vmapped is None) or spec.method is not None or spec.attack is not None
-                or spec.model or spec.frozen):
-            # (the group trainers hold model 0's plain training only, and freeze no gradients; a job
-            # method's job runs alone)
-            for k, (device, seed) in enumerate(zip(devices, seeds)):
-                _, stats[k] = self.train(device, seed, spec, params[k], out=out[k])
-            return out, stats
-        # each job reads its own labels (a shared dataset with malicious sharers shows their shares flipped to all
-        # but themselves), so jobs reading different label arrays never share a (sub-)group
-        labels = [self._shared.y_for(spec.shared, device) for device in devices]
-        by_key: dict[tuple[int, int], list[int]] = {}
-        for k, device in enumerate(devices):
-            # the CPU batched trainer runs devices of equal sample count in lockstep; the vmap trainer pads
-            size = int(self._rows(device, spec).size) if self.batched is not None else 0
-            by_key.setdefault((size, id(labels[k])), []).append(k)
-        subgroups: list[list[int]] = list(by_key.values())
-        for ks in subgroups:
-            if len(ks) == 1 and self.device == "cpu":
-                k = ks[0]
-                _, stats[k] = self.train(devices[k], seeds[k], spec, params[k], out=out[k])
-                continue
-            # consecutive jobs (a whole round's group) train straight into their rows of ``out``
-            direct = ks == list(range(ks[0], ks[0] + len(ks)))
-            rows = out[ks[0]: ks[0] + len(ks)] if direct else np.empty((len(ks), out.shape[1]), dtype=np.float32)
-            trainer: Any = self.batched if self.batched is not None else self.vmapped
-            if spec.dp_sgd is not None and trainer is not self.vmapped:  # per-sample gradients: torch.func's vmap
-                if self._dp_vmapped is None:
-                    self._dp_vmapped = VmapTrainer(self.trainer, self.device)
-                trainer = self._dp_vmapped
-            try:
-                st = trainer.train_group([params[k] for k in ks], self.x, labels[ks[0]],
-                                         [self._rows(devices[k], spec) for k in ks], spec, [seeds[k] for k in ks],
-                                         rows)
-            except Exception as exc:
-                if not _out_of_memory(exc):
-                    raise
-                # the run cannot go on with this group on this device: say which settings lower the need
-                raise OutOfDeviceMemory(out_of_memory_text(len(ks), self.device, self.configured_device, GROUP_MAX,
-                                                           str(exc))) from None
-            if not direct:
-                out[ks] = rows
-            for j, (k, one) in enumerate(zip(ks, st)):
-                stats[k] = flag_nonfinite(rows[j], one)
-        return out, stats
+        return group_training.train_group(self, devices, seeds, spec, params, resident=False)
+
+    def train_group_resident(self, devices: list[int], seeds: list[int], spec: TrainSpec,
+                             params: list[np.ndarray]) -> tuple[Any, list[dict[str, float]]]:
+        """:meth:`train_group` with the results left on the training device: a
+        :class:`~hierfl.learn.staging.DeviceStack` (the same bits), or the host array where jobs ran one at a
+        time (the local executor's fast path; :mod:`hierfl.learn.staging`)."""
+        return group_training.train_group(self, devices, seeds, spec, params, resident=True)
+
+    def dp_vmapped(self) -> VmapTrainer:
+        """The vmap trainer for DP-SGD groups where the hand-written chain trainer groups the others (per-sample
+        gradients need ``torch.func``), made on first use and sharing the host's transfer counter."""
+        if self._dp_vmapped is None:
+            self._dp_vmapped = VmapTrainer(self.trainer, self.device)
+            self._dp_vmapped.staging = self.staging
+        return self._dp_vmapped
+
+    def take_block(self, rows: int, spec: TrainSpec) -> np.ndarray:
+        """A ``(rows, result width)`` float32 array for a group's results that no earlier result refers to."""
+        return self._blocks.take(rows, self.result_width(spec))
+
+    def labels_of(self, spec: TrainSpec, device: int) -> np.ndarray:
+        """The labels a job of ``spec`` on ``device`` reads."""
+        return self._shared.y_for(spec.shared, device)
 
     def result_width(self, spec: TrainSpec) -> int:
         """Length of one job's result: its model's parameters, or what its job method returns

@@ -17,8 +17,9 @@ from hierfl.core.work import TrainSpec
 from hierfl.core.jobs import Job, Term
 from hierfl.learn.batched import JobGroups
 from hierfl.learn.serveropt import ServerOptimizerConfig
+from hierfl.learn.staging import DeviceRow, DeviceStack
 from hierfl.runtime.executor_api import ClusterLink, Executor, ExecutorState, RunData, Servers, eval_groups
-from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, fast_path_of
+from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, fast_path_of, group_max_of
 
 __all__ = ["LocalExecutor"]
 
@@ -36,7 +37,16 @@ class _Pending:
 
 
 def _value(handle: Any) -> Any:
-    """The array behind a local handle (a trained fast-path job's row, or the array itself)."""
+    """The array behind a local handle (a trained fast-path job's row, or the array itself); a result kept on
+    the training device is copied to the host on first use (:class:`~hierfl.learn.staging.DeviceRow`)."""
+    if isinstance(handle, _Pending):
+        value = _resident(handle)
+        return value.host() if isinstance(value, DeviceRow) else value
+    return handle
+
+
+def _resident(handle: Any) -> Any:
+    """What a local handle holds, a result on the training device left there (what an aggregation folds)."""
     if isinstance(handle, _Pending):
         if handle.value is None:
             raise RuntimeError("a job's result was used before its group was trained")
@@ -59,11 +69,18 @@ class _Handles:
             self.run(self.groups.seal())
 
     def run(self, jobs: list[_Pending]) -> None:
-        """Train a closed group on the host, in one call."""
-        out, stats = self.host.train_group([j.device for j in jobs], [j.seed for j in jobs], jobs[0].spec,
-                                           [_value(j.params) for j in jobs])
+        """Train a closed group on the host, in one call; its results stay on the training device
+        (:mod:`hierfl.learn.staging`) until a call other than an aggregation needs one."""
+        out, stats = self.host.train_group_resident([j.device for j in jobs], [j.seed for j in jobs], jobs[0].spec,
+                                                    [_value(j.params) for j in jobs])
         for k, job in enumerate(jobs):
-            job.value, job.stats = out[k], stats[k]
+            job.value, job.stats = (out.row(k) if isinstance(out, DeviceStack) else out[k]), stats[k]
+
+    def resident(self, handle: Any) -> Any:
+        """What an aggregation folds: a result on the training device as it is, else the array (group trained
+        first if need be)."""
+        self.need(handle)
+        return _resident(handle)
 
     def values(self, handles: list[Any]) -> list[Any]:
         """The arrays behind ``handles``, their groups trained first if need be."""
@@ -96,8 +113,8 @@ class _LocalServers(Servers):
 
     def add_edge(self, edge: int, weight: float, update: Any, control_coef: float | None = None,
                  tag: Any = None) -> None:
-        """In-process."""
-        self.leaders.add(edge, weight, self._one(update), control_coef, tag)
+        """In-process (a result on the training device is folded there)."""
+        self.leaders.add(edge, weight, self._handles.resident(update), control_coef, tag)
 
     def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
                     pack_control: bool = False) -> Any:
@@ -105,8 +122,8 @@ class _LocalServers(Servers):
         return self.leaders.commit(edge, opt, self._one(base), pack_control)
 
     def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
-        """In-process."""
-        self.cloud.add(weight, self._one(update), control_coef, tag)
+        """In-process (a result on the training device is folded there)."""
+        self.cloud.add(weight, self._handles.resident(update), control_coef, tag)
 
     def commit_cloud(self, opt: ServerOptimizerConfig | None = None, base: Any = None) -> Any:
         """In-process."""
@@ -237,7 +254,7 @@ class LocalExecutor(Executor):
         self._init = np.asarray(data.init_params, dtype=np.float32)
         self.state_base: Any = None  # the model devices' state starts from, once replaced (None: the initial model)
         self.host.set_state_base(self._init)
-        self.handles = _Handles(self.host, JobGroups() if fast_path_of(data.model) else None)
+        self.handles = _Handles(self.host, JobGroups(group_max_of(data.model)) if fast_path_of(data.model) else None)
         self.servers = _LocalServers(self.leaders, self.cloud, self.handles)
         self.state = _LocalState(self)
         self.cluster = ClusterLink()

@@ -36,7 +36,7 @@ from hierfl.runtime.ray_servers import RayServers
 from hierfl.runtime.ray_state import RayState
 from hierfl.runtime.gpu_placement import cluster_gpus
 from hierfl.runtime.role_common import device_of, on_cpu
-from hierfl.runtime.roles import fast_path_of
+from hierfl.runtime.roles import fast_path_of, group_max_of
 
 __all__ = ["RayExecutor", "RayServers", "RayState", "RayStart", "RayDeviceHost", "RayLeaderHost", "RayCloud",
            "is_lost", "probe_address"]
@@ -93,7 +93,7 @@ class RayExecutor(Executor):
         self._bases = [h.set_state_base.remote(self._init) for h in self.hosts]
         self._warms = [h.warm.remote(data.spec, self._init) for h in self.hosts]
         self._cloud_warm = self.cloud.warm.remote()
-        groups = JobGroups() if fast_path_of(data.model) else None  # the opt-in fast path
+        groups = JobGroups(group_max_of(data.model)) if fast_path_of(data.model) else None  # the opt-in fast path
         self._batches = Batches(self.hosts, self.leaders, self.cloud, groups)
         self.servers = RayServers(self._batches, data.robust is not None)
         self.state = RayState(self, self._batches)

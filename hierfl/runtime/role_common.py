@@ -9,7 +9,7 @@ import numpy as np
 
 from hierfl.core.aggregate import WeightedSum, linear_combination
 
-__all__ = ['ModelSpec', 'models_of', 'fast_path_of', 'device_of', 'on_cpu', 'cpu_batching_of', 'precision_of', 'NONFINITE', 'flag_nonfinite', 'OutOfDeviceMemory', 'out_of_memory_text', 'average_rows', 'combine_packed', 'delta_packed']
+__all__ = ['ModelSpec', 'models_of', 'fast_path_of', 'device_of', 'on_cpu', 'cpu_batching_of', 'precision_of', 'group_max_of', 'NONFINITE', 'flag_nonfinite', 'OutOfDeviceMemory', 'out_of_memory_text', 'average_rows', 'combine_packed', 'delta_packed']
 
 
 ModelSpec = tuple[Any, ...]
@@ -26,7 +26,8 @@ pass, one job, a group or an evaluation (:mod:`hierfl.learn.precision`). The opt
 (``runtime.cpu_batching``: ``auto`` or ``vmap``, default ``auto``) says which models a CPU host
 trains in groups: ``auto`` only Linear/ReLU chains, every other model job by job. The optional ninth
 (``models:``) is the tuple of the run's further model configs: a job whose ``spec.model`` is ``k >= 1``
-runs the ``k``-th of them (model 0 is the first element).
+runs the ``k``-th of them (model 0 is the first element). The optional tenth (``runtime.group_max`` as resolved
+at start, :mod:`hierfl.learn.group_cap`) is the most jobs in one fast-path group.
 """
 
 
@@ -54,6 +55,13 @@ def on_cpu(model: ModelSpec) -> ModelSpec:
 def cpu_batching_of(model: ModelSpec) -> str:
     """The :data:`ModelSpec`'s ``runtime.cpu_batching`` (its optional eighth element; ``auto`` without one)."""
     return str(model[7]) if len(model) > 7 and model[7] else "auto"
+
+
+def group_max_of(model: ModelSpec) -> int:
+    """The :data:`ModelSpec`'s resolved group cap (its optional tenth element; 64 without one)."""
+    from hierfl.learn.group_cap import GROUP_CEILING
+
+    return int(model[9]) if len(model) > 9 and model[9] else GROUP_CEILING
 
 
 def precision_of(model: ModelSpec) -> str:
@@ -124,7 +132,7 @@ def out_of_memory_text(jobs: int, device: str, configured: str, group_max: int, 
             f"(runtime.device: {configured}){': ' + first if first else ''}. A group holds its jobs' parameters, "
             f"optimizer state and activations at once; a group has at most {group_max} jobs, those the run "
             "starts together (fewer devices per round make smaller groups). To need less GPU memory: "
-            "runtime.precision: bf16 (activations in bfloat16), a larger runtime.gpus_per_host with fewer "
+            "runtime.group_max: a smaller number (smaller groups), runtime.precision: bf16 (activations in bfloat16), a larger runtime.gpus_per_host with fewer "
             "runtime.workers (fewer hosts, each with its own copy of the data, share a GPU), "
             "runtime.fast_path: false (every job alone, on the CPU), or runtime.device: cpu "
             "(runtime.cpu_batching: auto then trains a CNN or LSTM job by job there)")

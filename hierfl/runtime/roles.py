@@ -13,10 +13,10 @@ gathers them under one name, the one the executors and tests import.
 from hierfl.runtime.aggregation_role import Aggregation, robust_step
 from hierfl.runtime.device_host import DeviceHost, group_trainers
 from hierfl.runtime.role_common import (NONFINITE, ModelSpec, average_rows, combine_packed, cpu_batching_of,
-                                        delta_packed, device_of, fast_path_of, flag_nonfinite, models_of,
-                                        precision_of)
+                                        delta_packed, device_of, fast_path_of, flag_nonfinite, group_max_of,
+                                        models_of, precision_of)
 from hierfl.runtime.server_roles import Cloud, LeaderHost, ServerWork
 
 __all__ = ["DeviceHost", "LeaderHost", "Cloud", "ModelSpec", "Aggregation", "average_rows", "combine_packed",
-           "delta_packed", "device_of", "fast_path_of", "models_of", "precision_of", "cpu_batching_of", "NONFINITE",
+           "delta_packed", "device_of", "fast_path_of", "models_of", "precision_of", "cpu_batching_of", "group_max_of", "NONFINITE",
            "flag_nonfinite", "robust_step", "group_trainers", "ServerWork"]

@@ -222,6 +222,9 @@ def _runtime_checks(scenario: Scenario) -> list[Problem]:
     share = share_problem(rt.gpus_per_host)
     if share is not None:
         return [Problem("runtime.gpus_per_host", share, rt.gpus_per_host)]
+    if rt.group_max != "auto" and not rt.fast_path:  # a cap of groups that are never formed: refused, not ignored
+        return [Problem("runtime.group_max", "a group cap is used only with runtime.fast_path: true (jobs trained "
+                        "in groups); allowed here: auto", rt.group_max)]
     if rt.device == "cuda" and not _cuda_available():
         return [Problem("runtime.device", "CUDA is not available on this machine (torch.cuda.is_available() is "
                         "false); allowed: cpu, cuda (where CUDA is available), auto (cuda if available, else cpu)",

@@ -289,13 +289,13 @@ def test_emulated_times_do_not_depend_on_the_batched_path(tmp_path, monkeypatch)
 
     exact = run_scenario(scenario(), tmp_path / "exact")
     calls = []
-    real_group = vmapped.VmapTrainer.train_group
+    real_group = vmapped.VmapTrainer.train_resident  # (what train_group and the device-resident path both run)
 
     def spy(self, params, *args, **kw):
         calls.append(len(params))
         return real_group(self, params, *args, **kw)
 
-    monkeypatch.setattr(vmapped.VmapTrainer, "train_group", spy)
+    monkeypatch.setattr(vmapped.VmapTrainer, "train_resident", spy)
     fast = run_scenario(scenario("runtime.fast_path=true", "runtime.device=cpu", "runtime.cpu_batching=vmap"),
                         tmp_path / "fast")
     assert calls and max(calls) > 1  # CNN jobs were trained in groups

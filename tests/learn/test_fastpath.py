@@ -250,13 +250,13 @@ def test_fast_path_run_differs_only_slightly(tmp_path, monkeypatch):
 
     exact = run_scenario(SCENARIOS["fedavg"](), tmp_path / "exact")
     sizes = []
-    group = DeviceHost.train_group
+    group = DeviceHost.train_group_resident  # (the local executor's groups: results kept on the device)
 
     def spy(self, devices, *args, **kw):
         sizes.append(len(devices))
         return group(self, devices, *args, **kw)
 
-    monkeypatch.setattr(DeviceHost, "train_group", spy)
+    monkeypatch.setattr(DeviceHost, "train_group_resident", spy)
     _force_fast_path(monkeypatch)
     fast = run_scenario(SCENARIOS["fedavg"](), tmp_path / "fast")
     assert sizes and max(sizes) == 6  # each round's six jobs trained as one group

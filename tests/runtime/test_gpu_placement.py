@@ -72,21 +72,21 @@ def test_an_out_of_memory_group_ends_the_run_with_the_group_size_and_device(tmp_
     from hierfl.scenario.runtime import RuntimeConfig
     from tests.conftest import tiny
 
-    train_group = BatchedTrainer.train_group
+    train_group = BatchedTrainer.train_resident  # (what train_group and the device-resident path both run)
 
     def no_memory(self, params, *args, **kwargs):
         if len(params) < 4:  # the warm-up's group of 2 fits
             return train_group(self, params, *args, **kwargs)
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore lines")
 
-    monkeypatch.setattr(BatchedTrainer, "train_group", no_memory)
+    monkeypatch.setattr(BatchedTrainer, "train_resident", no_memory)
     with pytest.raises(RunError) as caught:
         run_scenario(tiny(stop={"rounds": 1}, runtime={"fast_path": True}), tmp_path / "run")
     text = str(caught.value)
     assert "a fast-path group of 4 jobs on cpu (runtime.device: cpu)" in text
     assert "Tried to allocate 2.00 GiB" in text and "more lines" not in text
     fields = RuntimeConfig.model_fields
-    for key in ("precision", "gpus_per_host", "workers", "fast_path", "device", "cpu_batching"):
+    for key in ("precision", "gpus_per_host", "workers", "fast_path", "device", "cpu_batching", "group_max"):
         assert f"runtime.{key}" in text and key in fields
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "failed" and "fast-path group of 4 jobs" in summary["error"]
