@@ -269,14 +269,6 @@ class DeviceHost:
         time (the local executor's fast path; :mod:`hierfl.learn.staging`)."""
         return group_training.train_group(self, devices, seeds, spec, params, resident=True)
 
-    def dp_vmapped(self) -> VmapTrainer:
-        """The vmap trainer for DP-SGD groups where the hand-written chain trainer groups the others (per-sample
-        gradients need ``torch.func``), made on first use and sharing the host's transfer counter."""
-        if self._dp_vmapped is None:
-            self._dp_vmapped = VmapTrainer(self.trainer, self.device)
-            self._dp_vmapped.staging = self.staging
-        return self._dp_vmapped
-
     def take_block(self, rows: int, spec: TrainSpec) -> np.ndarray:
         """A ``(rows, result width)`` float32 array for a group's results that no earlier result refers to."""
         return self._blocks.take(rows, self.result_width(spec))

@@ -24,6 +24,17 @@ if TYPE_CHECKING:
 __all__ = ["train_group"]
 
 
+def _dp_vmapped(host: DeviceHost) -> Any:
+    """The vmap trainer for DP-SGD groups where the hand-written chain trainer groups the others (per-sample
+    gradients need ``torch.func``), made on first use and sharing the host's transfer counter."""
+    if host._dp_vmapped is None:
+        from hierfl.learn.vmapped import VmapTrainer
+
+        host._dp_vmapped = VmapTrainer(host.trainer, host.device)
+        host._dp_vmapped.staging = host.staging
+    return host._dp_vmapped
+
+
 def _out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is torch's CUDA out-of-memory error (torch is loaded: a group was training)."""
     import torch
@@ -70,7 +81,7 @@ def train_group(host: DeviceHost, devices: list[int], seeds: list[int], spec: Tr
     stack: Any = None
     trainer: Any = host.batched if host.batched is not None else host.vmapped
     if spec.dp_sgd is not None and trainer is not host.vmapped:  # per-sample gradients: torch.func's vmap
-        trainer = host.dp_vmapped()
+        trainer = _dp_vmapped(host)
     for ks in groups:
         if len(ks) == 1 and host.device == "cpu":
             assert out is not None
