@@ -231,6 +231,11 @@ def _cli_validate(tmp_path: Path, capsys, **override) -> tuple[int, str]:
     ({"server_optimizer": {"edge": {"name": "fedadam", "beta2": -0.5}}}, ["server_optimizer.edge.beta2"]),
     ({"server_optimizer": {"name": "fedyogi", "tau": 0}}, ["tau", "greater than 0"]),
     ({"server_optimizer": {"edge": "fedadam"}}, ["server_optimizer.edge", "fedavg", "tiers it supports: cloud"]),
+    ({"server_optimizer": {"name": "fedadam", "lr_schedule": {"name": "step", "gamma": 0.9}}},
+     ["server_optimizer.cloud.lr_schedule.gamma", "read only with name: exponential"]),
+    # a schedule makes fedavg's η = 1 a real step: at a tier the protocol does not step it is refused
+    ({"server_optimizer": {"edge": {"name": "fedavg", "lr_schedule": "cosine"}}},
+     ["server_optimizer.edge", "tiers it supports: cloud"]),
     ({"training": {"trainer": "scaffold"}, "protocol": {"name": "fedasync"}},
      ["training.trainer", "scaffold",
       "allowed: " + ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates)]),
