@@ -166,3 +166,30 @@ def test_sampling_keys_refused_where_meaningless():
     for proto in ({"name": "bgfl", "chain_scope": "global"}, {"name": "fedasync"}):
         msg = _problem({"protocol": {**proto, "sampling": "bernoulli"}})
         assert "protocol.sampling" in msg and "unknown key" in msg
+
+
+def test_fedat_and_wscc_bernoulli_rounds_vary_and_repeat(tmp_path):
+    """FedAT (2 tiers of 4) and WSCC (after its warm-up) draw each round's members by coin, C = 0.5: round sizes
+    vary, and a second run repeats every round line and the final model bit for bit."""
+    cases = {
+        "fedat": {"protocol": {"name": "fedat", "tiers": 2, "fraction": 0.5, "sampling": "bernoulli"},
+                  "devices": {"count": 8}, "stop": {"rounds": 6}},
+        "wscc": {"protocol": {"name": "wscc", "fraction": 0.5, "sampling": "bernoulli"},
+                 "devices": {"count": 8}, "stop": {"rounds": 4}},
+    }
+    for name, override in cases.items():
+        a = run_scenario(tiny(**override), tmp_path / f"{name}a")
+        b = run_scenario(tiny(**override), tmp_path / f"{name}b")
+        assert a.final_params.tobytes() == b.final_params.tobytes(), name
+        lines = [_lines(tmp_path / f"{name}{x}") for x in "ab"]
+        assert lines[0] == lines[1], name
+        # FedAT: a tier round's size (of 4, fixed ⌈0.5·4⌉ = 2); WSCC: the devices of a round after the warm-up
+        sizes = ([r["selected"] for r in lines[0] if r["event"] == "round_close"] if name == "fedat" else
+                 [r["participants"] for r in lines[0] if r["event"] == "cloud_aggregate"][1:])
+        assert all(1 <= s <= 8 for s in sizes) and len(set(sizes)) > 1, (name, sizes)
+
+
+def _lines(out) -> list[dict]:
+    keep = ("round_close", "round_empty", "cloud_aggregate")
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if r["event"] in keep]
