@@ -22,8 +22,8 @@ import numpy as np
 from pydantic import Field, PositiveFloat
 
 from hierfl.core.serveropt import OptState
-from hierfl.learn.serveropt import SERVER_OPTIMIZERS, ServerOptimizerConfig
 from hierfl.learn.schedule import LRScheduleConfig
+from hierfl.learn.serveropt import SERVER_OPTIMIZERS, ServerOptimizerConfig
 from hierfl.methods.fedopt.math import (
     adagrad_second_moment,
     adam_second_moment,
