@@ -105,16 +105,17 @@ class HierFAVGConfig(ProtocolConfig):
                                        "edges by their data")
 
     def check(self, scenario: Scenario) -> list[Problem]:
-        """HierFAVG needs edge servers; its re-grouping has no work in flight to abort."""
+        """HierFAVG needs edge servers; its re-grouping has no work in flight to abort; with coins, no
+        straggler policy that over-selects."""
         if (scenario.topology.edge_servers or 0) < 1:
             return [Problem("topology.edge_servers", "hierfavg needs at least 1 edge server", 0)]
         edge_round = self.expected_inputs(scenario.devices.count, scenario.topology.edge_servers)["edge"] or 1
-        if coins := coin_problems(self, scenario, edge_round):
-            return coins
+        problems = coin_problems(self, scenario, edge_round)
         if self.recluster.migration.in_flight != "finish":
-            return [Problem("protocol.recluster.migration.in_flight", "hierfavg re-groups between cloud rounds, "
-                            "when no work is in flight; allowed: finish", self.recluster.migration.in_flight)]
-        return []
+            problems.append(Problem("protocol.recluster.migration.in_flight", "hierfavg re-groups between cloud "
+                                    "rounds, when no work is in flight; allowed: finish",
+                                    self.recluster.migration.in_flight))
+        return problems
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """The edge servers at the cloud, ``⌈C·⌊N/E⌋⌉`` devices at an edge."""
