@@ -53,7 +53,7 @@ def empty_cohort_field(default: EmptyCohort, skip: str) -> Any:
                                               "code of FedDyn, FedDC and FedFTG)")
 
 
-def coin_cohort(env: Env, stream: tuple[str, ...] | tuple[Any, ...], population: int | np.ndarray, q: float,
+def coin_cohort(env: Env, stream: tuple[Any, ...], population: int | np.ndarray, q: float,
                 empty: EmptyCohort = "skip") -> list[int]:
     """The members of ``population`` (a count ``n``: ids ``0..n-1``; or an array of ids) whose coins of
     probability ``q`` came up, sorted; drawn from ``env.rng(*stream)`` (``stream``: a name, then integer ids).

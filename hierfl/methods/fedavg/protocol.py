@@ -125,7 +125,6 @@ class FedAvg(Protocol):
             if math.isfinite(when):
                 env.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
             return
-        rng = env.rng("fedavg.select", self.round)
         n = env.world.num_devices
         if getattr(self.cfg, "sampling", "fixed") == "bernoulli":  # each online device's own coin (the policy selects no extra: check)
             chosen = coin_cohort(env, ("fedavg.select", self.round), n if online == n else np.asarray(env.live.available()),
@@ -140,6 +139,7 @@ class FedAvg(Protocol):
         else:
             m = min(self.clients_per_round(), online)
             k = min(policy.select_count(m), online)
+            rng = env.rng("fedavg.select", self.round)
             if online == n:  # O(selected) draw: the population is never listed
                 chosen = rng.choice(n, size=k, replace=False)
             else:
