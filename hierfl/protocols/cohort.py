@@ -71,13 +71,25 @@ def coin_cohort(env: Env, stream: tuple[Any, ...], population: int | np.ndarray,
 
 def coin_problems(cfg: Any, scenario: Any, round_size: int, key: str = "straggler") -> list[Problem]:
     """With ``sampling: bernoulli`` the coins decide a round alone: a straggler policy (at ``key``) that would
-    select extra participants over a round of ``round_size`` is refused."""
+    select extra participants over a round of ``round_size`` is refused. Under ``privacy.dp`` coins are refused
+    unless the protocol declares its cloud cohort Poisson-sampled (``sampling_scheme() == "poisson"``, the
+    sampling a privacy accountant can cover), and so are redraws: an accountant of Poisson sampling counts the
+    empty rounds, which a redraw removes."""
     if getattr(cfg, "sampling", "fixed") != "bernoulli":
         return []
+    out: list[Problem] = []
     policy = scenario.straggler
     m = max(int(round_size), 1)
-    if policy.select_count(m) == m:
-        return []
-    return [Problem(f"{key}.name", f"selects {policy.select_count(m)} participants for a round of {m}: with "
-                    "protocol.sampling: bernoulli each participant's coin decides the round alone; allowed with it: a "
-                    "policy that selects no extra participants", policy.name)]
+    if policy.select_count(m) != m:
+        out.append(Problem(f"{key}.name", f"selects {policy.select_count(m)} participants for a round of {m}: with "
+                           "protocol.sampling: bernoulli each participant's coin decides the round alone; allowed "
+                           "with it: a policy that selects no extra participants", policy.name))
+    if getattr(getattr(scenario, "privacy", None), "dp", None) is not None:
+        if cfg.sampling_scheme() != "poisson":
+            out.append(Problem("protocol.sampling", f"protocol {cfg.name!r} draws its coins where no privacy "
+                               "accountant here covers them (ε would be wrong); allowed with privacy.dp: fixed",
+                               "bernoulli"))
+        elif getattr(cfg, "empty_cohort", "skip") == "redraw":
+            out.append(Problem("protocol.empty_cohort", "a redraw hides the empty rounds that the accountant of "
+                               "Poisson sampling counts (ε would be wrong); allowed with privacy.dp: skip", "redraw"))
+    return out

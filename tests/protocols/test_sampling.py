@@ -162,6 +162,12 @@ def test_sampling_keys_refused_where_meaningless():
     # hierfavg's coins decide an edge round alone: no over-selection
     msg = _problem({**HIER, "straggler": {"name": "over_select"}})
     assert "straggler.name" in msg and "bernoulli" in msg
+    # under privacy.dp: coins only where the cloud cohort is declared Poisson, and never redrawn
+    dp = {"privacy": {"dp": {"mode": "central", "noise_multiplier": 1.0}}}
+    msg = _problem({**HIER, **dp})
+    assert "protocol.sampling" in msg and "allowed with privacy.dp: fixed" in msg
+    msg = _problem({"protocol": {"sampling": "bernoulli", "empty_cohort": "redraw", "weighting": "uniform"}, **dp})
+    assert "protocol.empty_cohort" in msg and "allowed with privacy.dp: skip" in msg
     # protocols whose selection is not a fraction drawn at random do not have the key
     for proto in ({"name": "bgfl", "chain_scope": "global"}, {"name": "fedasync"}):
         msg = _problem({"protocol": {**proto, "sampling": "bernoulli"}})
