@@ -169,20 +169,23 @@ def test_sampling_keys_refused_where_meaningless():
     msg = _problem({"protocol": {"sampling": "bernoulli", "empty_cohort": "redraw", "weighting": "uniform"}, **dp})
     assert "protocol.empty_cohort" in msg and "allowed with privacy.dp: skip" in msg
     # protocols whose selection is not a fraction drawn at random do not have the key
-    for proto in ({"name": "bgfl", "chain_scope": "global"}, {"name": "fedasync"}):
+    for proto in ({"name": "bgfl", "chain_scope": "global"}, {"name": "fedasync"}, {"name": "fedmd"}):
         msg = _problem({"protocol": {**proto, "sampling": "bernoulli"}})
         assert "protocol.sampling" in msg and "unknown key" in msg
 
 
-def test_fedat_and_wscc_bernoulli_rounds_vary_pass_when_empty_and_repeat(tmp_path):
-    """FedAT (2 tiers of 4, C = 0.25: P(nobody in a tier round) = 0.75^4 = 0.32) and WSCC (8 devices after the
-    warm-up, C = 0.2: P(nobody at all) = 0.8^8 = 0.17) draw each round by coin: round sizes vary, an empty round
-    writes round_empty and the run still reaches its rounds, and a second run repeats it bit for bit."""
+def test_fedat_wscc_fedch_bernoulli_rounds_vary_pass_when_empty_and_repeat(tmp_path):
+    """FedAT (2 tiers of 4, C = 0.25: P(nobody in a tier round) = 0.75^4 = 0.32), WSCC (8 devices after the
+    warm-up, C = 0.2: P(nobody at all) = 0.8^8 = 0.17) and FedCH (2 clusters, C = 0.3) draw each round by coin:
+    round sizes vary, an empty round writes round_empty and the run still reaches its rounds, and a second run
+    repeats it bit for bit."""
     cases = {
         "fedat": {"protocol": {"name": "fedat", "tiers": 2, "fraction": 0.25, "sampling": "bernoulli"},
                   "devices": {"count": 8}, "stop": {"rounds": 6}},
         "wscc": {"protocol": {"name": "wscc", "fraction": 0.2, "sampling": "bernoulli"},
                  "devices": {"count": 8}, "stop": {"rounds": 6}},
+        "fedch": {"protocol": {"name": "fedch", "K": 2, "fraction": 0.3, "sampling": "bernoulli"},
+                  "devices": {"count": 8}, "stop": {"rounds": 6}},
     }
     for name, override in cases.items():
         a = run_scenario(tiny(**override), tmp_path / f"{name}a")
@@ -191,8 +194,9 @@ def test_fedat_and_wscc_bernoulli_rounds_vary_pass_when_empty_and_repeat(tmp_pat
         assert a.summary["rounds"] == 6, name
         lines = [_lines(tmp_path / f"{name}{x}") for x in "ab"]
         assert lines[0] == lines[1], name
-        # FedAT: a tier round's size (of 4, fixed ⌈0.25·4⌉ = 1); WSCC: the devices of a round after the warm-up
-        sizes = ([r["selected"] for r in lines[0] if r["event"] == "round_close"] if name == "fedat" else
+        # FedAT, FedCH: a tier's or cluster's round size (fixed: 1 every round); WSCC: a round's devices after the
+        # warm-up
+        sizes = ([r["selected"] for r in lines[0] if r["event"] == "round_close"] if name != "wscc" else
                  [r["participants"] for r in lines[0] if r["event"] == "cloud_aggregate"][1:])
         assert all(1 <= s <= 8 for s in sizes) and len(set(sizes)) > 1, (name, sizes)
         empty = [r for r in lines[0] if r["event"] == "round_empty"]
