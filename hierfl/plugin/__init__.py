@@ -120,6 +120,11 @@ _EXPORTS: dict[str, str] = {
     "SubProtocolDone": "hierfl.env.events",
     "rng_stream": "hierfl.core.rng",
     "bernoulli_cohort": "hierfl.core.sampling",
+    # protocol.sampling: bernoulli in a protocol of one's own (the keys, the draw, the check)
+    "coin_cohort": "hierfl.protocols.cohort",
+    "coin_problems": "hierfl.protocols.cohort",
+    "sampling_field": "hierfl.protocols.cohort",
+    "empty_cohort_field": "hierfl.protocols.cohort",
     # loading plug-ins from Python (the CLI's --plugin, a scenario's plugins:)
     "load_plugins": "hierfl.config.plugins",
     "load_plugin": "hierfl.config.plugins",

@@ -10,7 +10,7 @@ from hierfl.config.base import ConfigModel, ReadWith, rename_alias
 from hierfl.learn.trainers import TRAINERS, SGDTrainer
 import hierfl.methods  # noqa: F401  (every shipped method registers its plug-ins)
 from hierfl.policies.straggler import MIN_INTERVAL_S
-from hierfl.scenario.schedule import LRScheduleConfig
+from hierfl.learn.schedule import LRScheduleConfig
 
 
 class TrainingConfig(ConfigModel):

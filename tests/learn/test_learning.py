@@ -185,6 +185,23 @@ def test_fedavg_cloud_optimizer_steps_from_the_round_model(tmp_path):
     np.testing.assert_allclose(adam.final_params, expect, rtol=1e-5, atol=1e-7)
 
 
+def test_server_schedule_is_keyed_by_the_clouds_aggregations(tmp_path):
+    """η·γ^s with η = 0.5, γ = 0.5: the first cloud step (s = 0) is the unscheduled one, bit for bit; both runs
+    then train round 2 from the same x1 to the same average, which the scheduled run steps by 0.25 and the
+    unscheduled one by 0.5: x2 − x1 = (x2' − x1)/2."""
+    sched = {"name": "fedavg", "lr": 0.5, "lr_schedule": {"name": "exponential", "gamma": 0.5}}
+    one = run_scenario(tiny(stop={"rounds": 1}, server_optimizer={"cloud": sched}), tmp_path / "a").final_params
+    plain = run_scenario(tiny(stop={"rounds": 1}, server_optimizer={"cloud": {"name": "fedavg", "lr": 0.5}}),
+                         tmp_path / "b").final_params
+    assert one.tobytes() == plain.tobytes()
+    two = run_scenario(tiny(stop={"rounds": 2}, server_optimizer={"cloud": sched}), tmp_path / "c").final_params
+    unscheduled = run_scenario(tiny(stop={"rounds": 2}, server_optimizer={"cloud": {"name": "fedavg", "lr": 0.5}}),
+                               tmp_path / "d").final_params
+    assert not np.allclose(two, unscheduled, atol=1e-6)
+    x1 = one.astype(np.float64)
+    np.testing.assert_allclose(two - x1, (unscheduled.astype(np.float64) - x1) / 2, rtol=1e-5, atol=1e-7)
+
+
 def test_fedavgm_beta_zero_lr_one_matches_fedavg_over_rounds(tmp_path):
     a = run_scenario(tiny(stop={"rounds": 3}), tmp_path / "a").final_params
     b = run_scenario(tiny(stop={"rounds": 3}, server_optimizer={"name": "fedavgm", "beta": 0.0}), tmp_path / "b")
@@ -231,6 +248,11 @@ def _cli_validate(tmp_path: Path, capsys, **override) -> tuple[int, str]:
     ({"server_optimizer": {"edge": {"name": "fedadam", "beta2": -0.5}}}, ["server_optimizer.edge.beta2"]),
     ({"server_optimizer": {"name": "fedyogi", "tau": 0}}, ["tau", "greater than 0"]),
     ({"server_optimizer": {"edge": "fedadam"}}, ["server_optimizer.edge", "fedavg", "tiers it supports: cloud"]),
+    ({"server_optimizer": {"name": "fedadam", "lr_schedule": {"name": "step", "gamma": 0.9}}},
+     ["server_optimizer.cloud.lr_schedule.gamma", "read only with name: exponential"]),
+    # a schedule makes fedavg's η = 1 a real step: at a tier the protocol does not step it is refused
+    ({"server_optimizer": {"edge": {"name": "fedavg", "lr_schedule": "cosine"}}},
+     ["server_optimizer.edge", "tiers it supports: cloud"]),
     ({"training": {"trainer": "scaffold"}, "protocol": {"name": "fedasync"}},
      ["training.trainer", "scaffold",
       "allowed: " + ", ".join(n for n in PROTOCOLS.names() if PROTOCOLS.get(n).control_variates)]),

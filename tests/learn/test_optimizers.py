@@ -15,7 +15,7 @@ from hierfl.learn.batched import BatchedTrainer
 from hierfl.learn.reference import ReferenceTrainer
 from hierfl.learn.vmapped import VmapTrainer
 from hierfl.models import CNNConfig, LogRegConfig, MLPConfig
-from hierfl.scenario.schedule import LRScheduleConfig
+from hierfl.learn.schedule import LRScheduleConfig
 
 
 def _data(n: int, features: int, classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

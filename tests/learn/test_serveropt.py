@@ -118,6 +118,46 @@ def test_adaptive_moments_nonnegative_and_step_bounded(delta, beta2, tau):
         assert np.all(np.abs(x) <= bound * (1 + 1e-6))
 
 
+def test_server_rate_schedule_by_hand():
+    """``lr_schedule`` keyed by the aggregator's round s (its completed steps): η·factor(s), transcribed by hand."""
+    # fedavg, η = 0.8, step schedule (every 2, factor 0.5): rates 0.8, 0.8, 0.4, 0.4, 0.2
+    opt, state = FedAvgOpt(lr=0.8, lr_schedule={"name": "step", "every": 2, "factor": 0.5}), OptState()
+    assert not opt.plain_average
+    x = np.zeros(1, dtype=np.float32)
+    for _ in range(5):
+        x = opt.step(x, np.array([1.0]), state)
+    np.testing.assert_allclose(x, [0.8 + 0.8 + 0.4 + 0.4 + 0.2], rtol=1e-6)
+    # fedavgm, η = 1, β = 0.5, exponential γ = 0.9: m = 1, 1.5, 1.75; x = 1 + 0.9·1.5 + 0.81·1.75 = 3.7675
+    opt, state = FedAvgMOpt(lr=1.0, beta=0.5, lr_schedule={"name": "exponential", "gamma": 0.9}), OptState()
+    x = np.zeros(1, dtype=np.float32)
+    for _ in range(3):
+        x = opt.step(x, np.array([1.0]), state)
+    np.testing.assert_allclose(x, [3.7675], rtol=1e-6)
+    # fedadam, β1 = 0, β2 = 0, τ = 0 would divide by 0: τ = 1e-3, Δ = 1; m = 1, v = 1 (β2 = 0), so each step is
+    # η_s/(1 + τ); cosine over 2 rounds to floor 0.5: factors 1, 0.75, 0.5, 0.5
+    opt = FedAdamOpt(lr=0.1, beta1=0.0, beta2=0.0, tau=1e-3,
+                     lr_schedule={"name": "cosine", "rounds": 2, "floor": 0.5})
+    state, x = OptState(), np.zeros(1, dtype=np.float32)
+    for _ in range(4):
+        x = opt.step(x, np.array([1.0]), state)
+    np.testing.assert_allclose(x, [0.1 * (1 + 0.75 + 0.5 + 0.5) / 1.001], rtol=1e-6)
+    assert state.steps == 4
+
+
+def test_constant_server_schedule_is_the_unscheduled_optimizer_bit_for_bit():
+    rng = np.random.default_rng(3)
+    deltas = rng.standard_normal((3, 6))
+    outs = []
+    for kw in ({}, {"lr_schedule": "constant"}):
+        opt, state, x = FedYogiOpt(lr=0.03, **kw), OptState(), np.zeros(6, dtype=np.float32)
+        for d in deltas:
+            x = opt.step(x, d, state)
+        outs.append(x)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    assert FedAvgOpt(lr_schedule="constant").plain_average
+    assert not FedAvgOpt(lr_schedule={"name": "exponential", "gamma": 0.99}).plain_average
+
+
 def test_section_shorthand_and_defaults():
     sec = ServerOptimizerSection.model_validate("fedadam")
     assert sec.cloud.name == "fedadam" and sec.edge.name == "fedavg" and sec.at("edge") is None
@@ -131,7 +171,8 @@ def test_section_shorthand_and_defaults():
 @pytest.mark.parametrize("bad", [{"name": "fedavgm", "beta": 1.0}, {"name": "fedavgm", "beta": -0.1},
                                  {"name": "fedadam", "beta1": 1.0}, {"name": "fedyogi", "beta2": 1.5},
                                  {"name": "fedadam", "tau": 0.0}, {"name": "fedadagrad", "tau": -1},
-                                 {"name": "fedavg", "lr": 0}, {"name": "fedsgd"}])
+                                 {"name": "fedavg", "lr": 0}, {"name": "fedsgd"},
+                                 {"name": "fedadam", "lr_schedule": {"name": "exponential", "gamma": 1.5}}])
 def test_bad_hyper_parameters_rejected(bad):
     with pytest.raises(ValueError):
         ServerOptimizerSection.model_validate(bad)

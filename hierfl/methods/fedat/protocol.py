@@ -12,7 +12,7 @@ remembered, not re-checked; [D]: our choice, a knob where it matters):
   equal-size tiers (``tiering: quantile``, TiFL-style) or by 1-D k-means (``kmeans``) [D];
 * every tier trains synchronously, FedAvg-style: a round samples clients of the tier at random,
   each trains from the current global model, and the tier model is their sample-weighted
-  average [V]; ``fraction`` of the tier per round is [D];
+  average [V]; ``fraction`` of the tier per round is [D] (``sampling: bernoulli``: each online member's own coin, an empty tier round passing at once, :mod:`hierfl.protocols.cohort`);
 * tiers run asynchronously to each other: a fast tier does not wait for a slow one [V];
 * the server keeps one model per tier and, whenever a tier model changes, forms the global
   model as ``w = Σ_m (T_{M+1−m} / T) · w_tier_m``, where ``T_m`` counts tier m's updates so far
@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.core.capacity import capacity_classes
 from hierfl.core.recluster import moved_devices
@@ -57,6 +58,7 @@ from hierfl.env import ClustersRecord, Env, Payload, RoundEmpty
 from hierfl.policies.recluster import NeverRecluster, RECLUSTER
 from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
 from hierfl.protocols.regroup import Regrouping
+from hierfl.protocols.cohort import EmptyCohort, SamplingKind, coin_cohort, coin_problems, empty_cohort_field, sampling_field
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -133,6 +135,11 @@ class FedATConfig(ProtocolConfig):
         default="quantile", description="equal-size tiers by profiled response time, or 1-D k-means on its log [D]")
     fraction: float = Field(default=0.1, gt=0.0, le=1.0,
                             description="fraction of a tier's devices sampled per tier round (at least 1) [D]")
+    sampling: SamplingKind = sampling_field("max(⌈fraction·|tier|⌉, 1) of the tier's online devices, uniformly "
+                                            "without replacement", "online device of the tier")
+    empty_cohort: EmptyCohort = empty_cohort_field("skip", "the tier round passes with no update, T_m unchanged, "
+                                                           "and the tier's next round begins at once")
+    read_only_with: ClassVar[dict[str, ReadWith]] = {"empty_cohort": ReadWith("sampling", ("bernoulli",))}
     weighting: Literal["reversed", "uniform"] = Field(
         default="reversed", description="cross-tier weights: tier m gets T_{M+1-m}/T (paper) or 1/M (ablation)")
     lam: float = Field(default=0.0, ge=0.0, description="λ of the local constraint term (λ/2)‖w − w_global‖² [K/D]")
@@ -156,7 +163,8 @@ class FedATConfig(ProtocolConfig):
         if self.recluster.grouping is not None:
             problems.append(Problem("protocol.recluster.grouping", "fedat's groups are its tiers, formed by its "
                                     "tiering from response times; allowed: null", self.recluster.grouping))
-        return problems
+        per_tier = max(math.ceil(self.fraction * n / max(min(self.tiers, n), 1) - 1e-9), 1)
+        return problems + coin_problems(self, scenario, per_tier)
 
     def create(self, env: Env) -> FedAT:
         """A FedAT run."""
@@ -230,13 +238,23 @@ class FedAT(Protocol):
             t.barrier = None
             return
         policy = env.straggler
-        wanted = min(self.per_round(m), len(pool))
-        k = min(policy.select_count(wanted), len(pool))
         t.round += 1
-        rng = env.rng("fedat.select", m, t.round)
+        if self.cfg.sampling == "bernoulli":  # each online member's own coin (check: the policy selects no extra)
+            selected = coin_cohort(env, ("fedat.select", m, t.round), np.asarray(pool, dtype=np.int64),
+                                   self.cfg.fraction, self.cfg.empty_cohort)
+            if not selected:  # nobody's coin came up (empty_cohort: skip): the tier's next round begins at once
+                env.telemetry.record(RoundEmpty({"tier": m, "round": t.round, "sampling": "bernoulli"}))
+                t.barrier = None
+                env.at(env.now, "tier_retry", TierRetry(m), Priority.CONTROL)
+                return
+            wanted = len(selected)
+        else:
+            wanted = min(self.per_round(m), len(pool))
+            k = min(policy.select_count(wanted), len(pool))
+            rng = env.rng("fedat.select", m, t.round)
+            selected = sorted(int(i) for i in rng.choice(np.asarray(pool, dtype=np.int64), size=k, replace=False))
         t.models = {}
         t.start_model, t.start_version = env.global_model, self.version
-        selected = sorted(int(i) for i in rng.choice(np.asarray(pool, dtype=np.int64), size=k, replace=False))
         self.seq += 1
         t.barrier = Barrier(self, policy, ("cloud", 0), self.seq, selected, wanted,
                             functools.partial(self._close, m), info={"tier": m, "tier_round": t.round})

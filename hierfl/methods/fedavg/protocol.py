@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
-from hierfl.core.sampling import bernoulli_cohort
 from hierfl.kernel.engine import Event, Priority
 from hierfl.env import Env, Payload, RoundEmpty
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, DeviceMsg, Protocol, ProtocolConfig
+from hierfl.protocols.cohort import EmptyCohort, SamplingKind, coin_cohort, coin_problems, empty_cohort_field, sampling_field
 from hierfl.protocols.straggler import Barrier, planned_spec
 
 if TYPE_CHECKING:
@@ -61,11 +62,11 @@ class FedAvgConfig(ProtocolConfig):
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     cohort_sampling: ClassVar[str | None] = "fixed_size"  # rng.choice(N, m, replace=False) while all are online
     name: Literal["fedavg"] = "fedavg"
+    read_only_with: ClassVar[dict[str, ReadWith]] = {"empty_cohort": ReadWith("sampling", ("bernoulli",))}
     fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="C: fraction of devices per round")
-    sampling: Literal["fixed", "bernoulli"] = Field(
-        default="fixed", description="how a round's devices are drawn: fixed (max(⌈C·N⌉, 1) of the online devices, "
-                                     "uniformly without replacement) or bernoulli (each online device joins on its own "
-                                     "coin of probability C, so a round's size varies and may be zero: an empty round)")
+    sampling: SamplingKind = sampling_field("max(⌈C·N⌉, 1) of the online devices, uniformly without replacement")
+    empty_cohort: EmptyCohort = empty_cohort_field("skip", "an empty round: no aggregation, and the next round "
+                                                           "begins at once")
     weighting: Literal["samples", "uniform"] = Field(
         default="samples", description="cloud average weighted by sample count (McMahan et al.) or uniform "
                                        "(Reddi et al.'s FedOpt average, docs/explanation/algorithms.md §5.7)")
@@ -84,15 +85,8 @@ class FedAvgConfig(ProtocolConfig):
 
     def check(self, scenario: Scenario) -> list[Problem]:
         """A Bernoulli cohort is the round: a straggler policy cannot over-select on top of it."""
-        out = super().check(scenario)
-        if self.sampling == "bernoulli":
-            m = self.expected_inputs(scenario.devices.count, 0)["cloud"] or 1
-            if scenario.straggler.select_count(m) != m:
-                out.append(Problem("straggler.name", f"selects {scenario.straggler.select_count(m)} devices for a "
-                                   f"round of {m}: with protocol.sampling: bernoulli each device's coin decides the "
-                                   "round alone; allowed with it: a policy that selects no extra devices",
-                                   scenario.straggler.name))
-        return out
+        m = self.expected_inputs(scenario.devices.count, 0)["cloud"] or 1
+        return [*super().check(scenario), *coin_problems(self, scenario, m)]
 
     def create(self, env: Env) -> FedAvg:
         """A FedAvg run."""
@@ -135,12 +129,12 @@ class FedAvg(Protocol):
             if math.isfinite(when):
                 env.at(when, "round_retry", RoundRetry(self.round), Priority.CONTROL)
             return
-        rng = env.rng("fedavg.select", self.round)
         n = env.world.num_devices
         if getattr(self.cfg, "sampling", "fixed") == "bernoulli":  # each online device's own coin (the policy selects no extra: check)
-            chosen = bernoulli_cohort(rng, n if online == n else np.asarray(env.live.available()), self.cfg.fraction)
+            chosen = coin_cohort(env, ("fedavg.select", self.round), n if online == n else np.asarray(env.live.available()),
+                                 self.cfg.fraction, getattr(self.cfg, "empty_cohort", "skip"))
             m = k = len(chosen)
-            if not k:  # nobody's coin came up: an empty round, and the next one begins at once
+            if not k:  # nobody's coin came up (empty_cohort: skip): an empty round, and the next one begins at once
                 env.telemetry.record(RoundEmpty({"round": self.round, "sampling": "bernoulli"}))
                 self._release_empty(env.global_model)
                 self.round += 1
@@ -150,6 +144,7 @@ class FedAvg(Protocol):
         else:
             m = min(self.clients_per_round(), online)
             k = min(policy.select_count(m), online)
+            rng = env.rng("fedavg.select", self.round)
             if online == n:  # O(selected) draw: the population is never listed
                 chosen = rng.choice(n, size=k, replace=False)
             else:

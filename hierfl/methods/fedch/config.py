@@ -6,16 +6,18 @@ itself is :class:`hierfl.methods.fedch.protocol.FedCH`.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
-from hierfl.config.base import ConfigModel
+from hierfl.config.base import ConfigModel, ReadWith
 from hierfl.config.errors import Problem
 from hierfl.methods.fedch.policies import FedCHStaleness
 from hierfl.policies.recluster import RECLUSTER, AdaptiveRecluster, NeverRecluster
 from hierfl.policies.staleness import STALENESS
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
+from hierfl.protocols.cohort import EmptyCohort, SamplingKind, coin_problems, empty_cohort_field, sampling_field
 from hierfl.methods.fedch.protocol import FedCH
 
 if TYPE_CHECKING:  # the environment is only named in a signature: the config (scenario layer) never imports it
@@ -50,6 +52,7 @@ class FedCHConfig(ProtocolConfig):
     # edge_fail / cloud_fail: with edge-server leaders (the events' own checks refuse a scenario without edge servers)
     supports_infra_faults: ClassVar[bool] = True
     name: Literal["fedch"] = "fedch"
+    read_only_with: ClassVar[dict[str, ReadWith]] = {"empty_cohort": ReadWith("sampling", ("bernoulli",))}
     grouping: Literal["fedch"] = Field(default="fedch", description="FedCH's own cluster construction")
     construction: Literal["hungarian", "balanced_kmeans"] = Field(
         default="hungarian", description="journal Hungarian construction [B] or the conference balanced k-means [V]")
@@ -74,6 +77,10 @@ class FedCHConfig(ProtocolConfig):
     fraction: float = Field(
         default=1.0, gt=0.0, le=1.0,
         description="members a cluster round wants: max(⌊fraction·n_k⌋, 1) of its online members (1 = all [V])")
+    sampling: SamplingKind = sampling_field("max(⌊fraction·n_k⌋, 1) of the cluster's online members, uniformly "
+                                            "without replacement", "online member of a cluster")
+    empty_cohort: EmptyCohort = empty_cohort_field("skip", "the cluster round passes with no update and the "
+                                                           "cluster's next round begins at once")
     sync_timeout: PositiveFloat | None = Field(
         default=None, description="close a cluster round this long after it starts with what arrived [D]")
     on_leader_lost: Literal["wait", "recluster"] = Field(
@@ -146,7 +153,8 @@ class FedCHConfig(ProtocolConfig):
             if self.alpha_init == "fraction" and k == 1:
                 problems.append(Problem("protocol.alpha_init", "fraction gives α = (K−1)/N = 0 with K = 1, so the "
                                         "cloud would never learn; allowed: one_minus, or K >= 2", self.alpha_init))
-        return problems
+        per_cluster = max(math.floor(self.fraction * n / max(k or 1, 1) + 1e-9), 1)
+        return problems + coin_problems(self, scenario, per_cluster)
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """About ``⌊N/K⌋`` members per cluster leader (unknown with ``K: auto``)."""

@@ -28,6 +28,7 @@ from hierfl.core.work import TrainSpec, transfer_time_s
 from hierfl.env import ClustersRecord, Env, RoundEmpty, Timer
 from hierfl.faults.protocol import CLOUD
 from hierfl.protocols.base import Protocol
+from hierfl.protocols.cohort import coin_cohort
 from hierfl.methods.fedch.protocol_churn import Reclustering
 from hierfl.methods.fedch.protocol_construction import ClusterBuilder
 from hierfl.methods.fedch.protocol_messages import ClusterRetry, ClusterTimeout, ClusterUpload, LeaderDownload, MemberMsg
@@ -99,7 +100,8 @@ class FedCH(Protocol):
 
     # -- inside a cluster: synchronous, under the straggler policy --------------------------------
     def begin_round(self, c: Cluster) -> None:
-        """Select the online members the round wants and open its barrier."""
+        """Select the online members the round wants (``sampling: bernoulli``: each on its own coin,
+        :mod:`hierfl.protocols.cohort`; an empty draw passes the round at once) and open its barrier."""
         env, cfg, st = self.env, self.cfg, self.st
         c.waiting = None
         pool = env.live.available(c.members)
@@ -109,10 +111,19 @@ class FedCH(Protocol):
                 c.waiting = env.at(when, "cluster_retry", ClusterRetry(c.cid, st.generation), Priority.CONTROL)
             return
         policy = env.straggler
-        m = min(max(math.floor(cfg.fraction * len(c.members) + 1e-9), 1), len(pool))
-        k = min(policy.select_count(m), len(pool))
         c.round += 1
-        selected = self._sample(c, pool, k)
+        if cfg.sampling == "bernoulli":  # each online member's own coin (check: the policy selects no extra)
+            selected = coin_cohort(env, ("fedch.select", st.generation, c.cid, c.round),
+                                   np.asarray(pool, dtype=np.int64), cfg.fraction, cfg.empty_cohort)
+            if not selected:  # nobody's coin came up (empty_cohort: skip): the cluster's next round begins at once
+                env.telemetry.record(RoundEmpty({"cluster": c.cid, "round": c.round, "sampling": "bernoulli"}))
+                c.waiting = env.at(env.now, "cluster_retry", ClusterRetry(c.cid, st.generation), Priority.CONTROL)
+                return
+            m = len(selected)
+        else:
+            m = min(max(math.floor(cfg.fraction * len(c.members) + 1e-9), 1), len(pool))
+            k = min(policy.select_count(m), len(pool))
+            selected = self._sample(c, pool, k)
         c.round_start = env.now
         c.models, c.transfers, c.events = {}, {}, {}
         c.timed_out = False

@@ -7,7 +7,9 @@ FedFTG.
 
 Round ``t`` (synchronous, at the cloud):
 
-1. the cloud samples ``m = max(⌈C·N⌉, 1)`` devices and sends them the fine-tuned model ``w_t``;
+1. the cloud samples ``m = max(⌈C·N⌉, 1)`` devices and sends them the fine-tuned model ``w_t`` (with
+   ``sampling: bernoulli``, as the authors' code, each device joins on its own coin of probability ``C``,
+   thrown again until somebody joins: ``empty_cohort: redraw``, :mod:`hierfl.protocols.cohort`);
 2. each trains locally (``training:``) and uploads its model; a device's first upload also carries
    its label histogram ``n_k^y`` (``4·C`` bytes, ``histograms: once``; ``every_round`` sends it with
    every upload);
@@ -37,10 +39,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.env import Env, Payload, RoundEmpty
 from hierfl.kernel.engine import Event
 from hierfl.protocols.base import PROTOCOLS, AggregationPoint, ProtocolConfig
+from hierfl.protocols.cohort import EmptyCohort, SamplingKind, coin_problems, empty_cohort_field, sampling_field
 from hierfl.methods.fedavg.protocol import FedAvg
 
 __all__ = ["TASK", "FTGKnobs", "FedFTG", "FedFTGConfig", "FinetuneMsg"]
@@ -147,6 +151,11 @@ class FedFTGConfig(FTGKnobs):
 
     fraction: float = Field(default=0.1, gt=0.0, le=1.0,
                             description="C: fraction of devices per round (authors' script: 0.1)")
+    sampling: SamplingKind = sampling_field("max(⌈C·N⌉, 1) of the online devices, uniformly without replacement; "
+                                            "the authors' code draws bernoulli")
+    empty_cohort: EmptyCohort = empty_cohort_field("redraw", "an empty round: no fine-tuning, and the next round "
+                                                             "begins at once")
+    read_only_with: ClassVar[dict[str, ReadWith]] = {"empty_cohort": ReadWith("sampling", ("bernoulli",))}
     weighting: Literal["samples", "uniform"] = Field(
         default="samples", description="the cloud average before fine-tuning: weighted by sample count (authors' "
                                        "code) or uniform")
@@ -163,7 +172,8 @@ class FedFTGConfig(FTGKnobs):
                                     "models; allowed: 0 (no edge servers); with edge servers use protocol "
                                     "fedftg_hier (the cloud fine-tunes over the edge models)",
                                     scenario.topology.edge_servers))
-        return problems + self.trainer_problems(scenario)
+        m = self.expected_inputs(scenario.devices.count, 0)["cloud"] or 1
+        return problems + self.trainer_problems(scenario) + coin_problems(self, scenario, m)
 
     def create(self, env: Env) -> FedFTG:
         """A FedFTG run."""
@@ -174,7 +184,7 @@ class FedFTG(FedAvg):
     """FedAvg's rounds; each round's average is fine-tuned by one server job before it is broadcast."""
 
     def __init__(self, cfg: FedFTGConfig, env: Env) -> None:
-        super().__init__(cfg, env)  # type: ignore[arg-type]  # FedAvg reads fraction and weighting only
+        super().__init__(cfg, env)  # type: ignore[arg-type]  # FedAvg reads fraction, sampling, empty_cohort and weighting only
         self.cfg = cfg  # type: ignore[assignment]
         counts = env.world.label_counts
         if counts is None:

@@ -8,7 +8,10 @@ edge sends its model to the cloud, which waits for all edges and averages them w
 ``n_ℓ`` (the data of all the edge's devices), then broadcasts the result to every edge.
 
 With ``fraction < 1`` an edge samples ``max(⌊frac·|C_ℓ|⌋, 1)`` devices per edge round without
-replacement with probability ∝ sample count (as the reference code does). Training
+replacement with probability ∝ sample count (as the reference code does). With ``sampling: bernoulli``
+each online member joins an edge round on its own coin of probability ``fraction``
+(:mod:`hierfl.protocols.cohort`); an edge round with nobody (``empty_cohort: skip``) passes with the
+edge model unchanged and counts towards the ``κ2`` edge rounds of the cloud round [D]. Training
 ``epochs``/``steps`` are ignored: the local budget is ``kappa1`` steps.
 
 Re-grouping (``recluster:``, :mod:`hierfl.protocols.regroup`): an edge round's duration feeds the
@@ -27,12 +30,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, PositiveInt
 
+from hierfl.config.base import ReadWith
 from hierfl.config.errors import Problem
 from hierfl.kernel.engine import Event, Priority
-from hierfl.env import Env, Payload
+from hierfl.env import Env, Payload, RoundEmpty
 from hierfl.faults.protocol import CLOUD, count_lost, reattach_plan, record_loss, record_moves
 from hierfl.policies.recluster import NeverRecluster, RECLUSTER
 from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.protocols.cohort import EmptyCohort, SamplingKind, coin_cohort, coin_problems, empty_cohort_field, sampling_field
 from hierfl.protocols.regroup import Regrouping
 from hierfl.protocols.straggler import Barrier, GUARD_S, planned_spec
 
@@ -83,9 +88,15 @@ class HierFAVGConfig(ProtocolConfig):
     edge_cohort_sampling: ClassVar[str | None] = "members"
 
     name: Literal["hierfavg"] = "hierfavg"
+    read_only_with: ClassVar[dict[str, ReadWith]] = {"empty_cohort": ReadWith("sampling", ("bernoulli",))}
     kappa1: PositiveInt = Field(default=60, description="local SGD steps per edge aggregation")
     kappa2: PositiveInt = Field(default=1, description="edge aggregations per cloud aggregation")
     fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="fraction of an edge's devices per edge round")
+    sampling: SamplingKind = sampling_field("max(⌊fraction·|members|⌋, 1) of the edge's online members without "
+                                            "replacement, ∝ sample count, as the reference code",
+                                            "online member of the edge")
+    empty_cohort: EmptyCohort = empty_cohort_field("skip", "the edge round passes with the edge model unchanged "
+                                                           "and counts towards kappa2")
     recluster: RECLUSTER.union() = Field(  # type: ignore[valid-type]
         default=NeverRecluster(),
         description="when and how the edge groups are re-formed (never, periodic, adaptive, on_event); applied "
@@ -96,13 +107,17 @@ class HierFAVGConfig(ProtocolConfig):
                                        "edges by their data")
 
     def check(self, scenario: Scenario) -> list[Problem]:
-        """HierFAVG needs edge servers; its re-grouping has no work in flight to abort."""
+        """HierFAVG needs edge servers; its re-grouping has no work in flight to abort; with coins, no
+        straggler policy that over-selects."""
         if (scenario.topology.edge_servers or 0) < 1:
             return [Problem("topology.edge_servers", "hierfavg needs at least 1 edge server", 0)]
+        edge_round = self.expected_inputs(scenario.devices.count, scenario.topology.edge_servers)["edge"] or 1
+        problems = coin_problems(self, scenario, edge_round)
         if self.recluster.migration.in_flight != "finish":
-            return [Problem("protocol.recluster.migration.in_flight", "hierfavg re-groups between cloud rounds, "
-                            "when no work is in flight; allowed: finish", self.recluster.migration.in_flight)]
-        return []
+            problems.append(Problem("protocol.recluster.migration.in_flight", "hierfavg re-groups between cloud "
+                                    "rounds, when no work is in flight; allowed: finish",
+                                    self.recluster.migration.in_flight))
+        return problems
 
     def expected_inputs(self, devices: int, edges: int) -> dict[str, int | None]:
         """The edge servers at the cloud, ``⌈C·⌊N/E⌋⌉`` devices at an edge."""
@@ -200,11 +215,23 @@ class HierFAVG(Protocol):
                 assert self.cloud_barrier is not None  # (a cloud deadline exists)
                 self.cloud_barrier.drop(edge)  # nothing to send: the cloud round stops waiting for it
             return
-        want = self.cfg.edge_expected(int(members.size)) or 1
-        m = min(want, len(pool))
         policy = env.straggler
-        k = min(policy.select_count(m), len(pool))
-        self.selected[edge] = self._sample(edge, pool, m, k)
+        if self.cfg.sampling == "bernoulli":  # each online member's own coin (check: the policy selects no extra)
+            chosen = coin_cohort(env, ("hierfavg.select", edge, self.edge_round[edge]), np.asarray(pool, dtype=np.int64),
+                                 self.cfg.fraction, self.cfg.empty_cohort)
+            if not chosen:  # nobody's coin came up (empty_cohort: skip): the round passes, at once, with no update
+                env.telemetry.record(RoundEmpty({"round": self.edge_round[edge], "edge": edge, "sampling": "bernoulli"}))
+                self.edge_start[edge] = self.edge_model[edge]
+                self.round_began[edge] = env.now
+                self.retry[edge] = env.at(env.now, "edge_round_empty", EdgeEvent(edge), Priority.CONTROL)
+                return
+            m = len(chosen)
+            self.selected[edge] = chosen
+        else:
+            want = self.cfg.edge_expected(int(members.size)) or 1
+            m = min(want, len(pool))
+            k = min(policy.select_count(m), len(pool))
+            self.selected[edge] = self._sample(edge, pool, m, k)
         self.barrier[edge] = Barrier(self, policy, ("edge", edge), self.edge_round[edge], self.selected[edge], m,
                                      functools.partial(self._close_edge_round, edge), until=until)
         self.edge_start[edge] = self.edge_model[edge]
@@ -220,6 +247,12 @@ class HierFAVG(Protocol):
         self.retry.pop(edge, None)
         if not self.env.stopping:
             self._begin_edge_round(edge)
+
+    def on_edge_round_empty(self, event: Event) -> None:
+        """An edge round whose coins all came up tails is over (a pending retry, cancelled if the edge fails)."""
+        edge = event.payload.edge
+        self.retry.pop(edge, None)
+        self._finish_edge_round(edge, [], started=self.env.now)
 
     def on_train_start(self, event: Event) -> None:
         """The device has its edge's model: start κ1 local steps (fewer under a partial-work deadline)."""
@@ -300,12 +333,13 @@ class HierFAVG(Protocol):
                 point.add(params, weight, coef)
         self._finish_edge_round(edge, survivors)
 
-    def _finish_edge_round(self, edge: int, arrived: list[int]) -> None:
+    def _finish_edge_round(self, edge: int, arrived: list[int], started: float | None = None) -> None:
         env = self.env
         until = self._cloud_until(edge)
+        began = self.barrier[edge].started if started is None else started
         # partial work at the cloud: an edge uploads early when another round as long as this one would
         # end after its cloud deadline [D] (that round's devices would plan partial steps to fit anyway)
-        short = until is not None and env.now + (env.now - self.barrier[edge].started) > until
+        short = until is not None and env.now + (env.now - began) > until
         upload = (self.edge_round[edge] + 1) % self.cfg.kappa2 == 0 or edge in self.owed or short
         if upload and not env.live.server_up(CLOUD):  # the cloud is away: aggregate locally, push when it is back
             self.owed.add(edge)

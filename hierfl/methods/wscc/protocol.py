@@ -10,7 +10,8 @@ Federated Learning", IEEE IoT-J 2022 (DOI 10.1109/JIOT.2022.3175149). docs/expla
 3. affinity propagation on ``S`` (scikit-learn, ``damping`` 0.5, ``preference`` median(S),
    ``max_iter`` 200, ``convergence_iter`` 15, seeded); no convergence or one cluster per client
    → a single cluster (FedAvg), reported in ``clusters.jsonl``;
-4. then synchronous rounds: each cluster samples ``fraction`` of its members, which train from the
+4. then synchronous rounds: each cluster samples ``fraction`` of its members (``sampling: bernoulli``: each
+   online member on its own coin, :mod:`hierfl.protocols.cohort`), which train from the
    cluster's model; the cluster's model becomes the sample-weighted average of their updates
    ("client clustering aggregation"). Optional re-clustering (``recluster:``) on a round's updates
    (needs ``fraction: 1``): ``periodic`` every ϱ rounds (``recluster_every: R`` is shorthand for
@@ -57,12 +58,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from hierfl.config.base import ReadWith
 from hierfl.kernel.engine import Event, Priority
 from hierfl.methods.wscc.math import Clustering, affinity_clusters, cluster_servers, similarity_summary
-from hierfl.env import Env, Payload
+from hierfl.env import Env, Payload, RoundEmpty
 from hierfl.env.records import ClustersRecord
 from hierfl.policies.recluster import NeverRecluster, RECLUSTER
 from hierfl.protocols.base import AggregationPoint, DeviceMsg, PROTOCOLS, Protocol, ProtocolConfig
+from hierfl.protocols.cohort import EmptyCohort, SamplingKind, coin_cohort, empty_cohort_field, sampling_field
 from hierfl.protocols.regroup import world_snapshot
 
 __all__ = ["WSCCConfig", "WSCC", "ClusterMsg"]
@@ -103,6 +106,11 @@ class WSCCConfig(ProtocolConfig):
                          note="a cluster round waits for every sampled member; its clustering reads every "
                               "update, and no straggler policy is implemented for it"),)
     fraction: float = Field(default=1.0, gt=0.0, le=1.0, description="share of each cluster's members per round")
+    sampling: SamplingKind = sampling_field("max(⌈fraction·|cluster|⌉, 1) of each cluster's online members, uniformly "
+                                            "without replacement", "online member of a cluster (after the warm-up)")
+    empty_cohort: EmptyCohort = empty_cohort_field("skip", "that cluster sits the round out, its model unchanged; a "
+                                                           "round with nobody in any cluster passes at once")
+    read_only_with: ClassVar[dict[str, ReadWith]] = {"empty_cohort": ReadWith("sampling", ("bernoulli",))}
     warmup_epochs: int = Field(default=1, ge=1, description="local epochs of the warm-up round (E_warm)")
     use_delta: bool = Field(default=True, description="cosine of updates w_i − w0 (true) or of the weights w_i")
     damping: float = Field(default=0.5, ge=0.5, lt=1.0, description="affinity propagation damping")
@@ -202,9 +210,18 @@ class WSCC(Protocol):
                 up = [d for d in members if d in online]
                 if not up:
                     continue
-                k = min(len(up), max(math.ceil(self.cfg.fraction * len(members) - 1e-9), 1))
-                chosen = env.rng("wscc.select", self.round, c).choice(np.asarray(up), size=k, replace=False)
+                if self.cfg.sampling == "bernoulli":  # each online member's own coin
+                    chosen = coin_cohort(env, ("wscc.select", self.round, c), np.asarray(up), self.cfg.fraction,
+                                         self.cfg.empty_cohort)
+                else:
+                    k = min(len(up), max(math.ceil(self.cfg.fraction * len(members) - 1e-9), 1))
+                    chosen = env.rng("wscc.select", self.round, c).choice(np.asarray(up), size=k, replace=False)
                 plan.extend((int(d), c) for d in sorted(chosen))
+            if not plan:  # every cluster's coins came up tails (empty_cohort: skip): the next round begins at once
+                env.telemetry.record(RoundEmpty({"round": self.round, "sampling": "bernoulli"}))
+                self.round += 1
+                env.at(env.now, "cluster_retry", ClusterRetry(self.round), Priority.CONTROL)
+                return
         self.expected = {d for d, _ in plan}
         self.plan, self.closed, self.rising = {}, set(), set()
         for device, c in plan:

@@ -1,4 +1,5 @@
-"""The scenario's ``training.lr_schedule``: the local learning rate as a function of the round a job belongs to.
+"""A learning rate's schedule over rounds: the scenario's ``training.lr_schedule`` (the local rate as a function of
+the round a job belongs to) and a server optimizer's ``lr_schedule`` (its rate over its aggregator's rounds).
 
 A job's round ``r`` is the number of cloud aggregations the run has completed when the job starts. In a
 synchronous protocol that is the (0-based) round the job trains in; in an asynchronous one it is the
