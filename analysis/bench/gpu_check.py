@@ -4,10 +4,11 @@ end to end at bf16 and fp32, batched against job by job, and host↔device copie
 Run it on a GPU node as ``bash analysis/bench/gpu_check.sh`` (which installs the few pure-Python and numpy
 dependencies from ``analysis/bench/wheels/`` when they are missing, then runs this file), or directly::
 
-    python analysis/bench/gpu_check.py [--budget 240] [--out DIR]
+    python analysis/bench/gpu_check.py [--budget 200] [--no-tests] [--out DIR]
     python analysis/bench/gpu_check.py --smoke          # the same code on the CPU, tiny sizes, seconds
 
-Sections (each bounded in time, the whole within ``--budget`` seconds plus start-up):
+Sections (each bounded in time: sections 1-4 within ``--budget`` seconds, the tests within
+:data:`TESTS_TIMEOUT_S`, about five minutes in all with start-up):
 
 1. **micro** — client-steps/s of hierfl's batched trainer (:class:`hierfl.learn.vmapped.VmapTrainer`,
    ``train_group``: staging, data gather, per-job dropout masks, the SGD step, the results back on the host)
@@ -28,6 +29,8 @@ Sections (each bounded in time, the whole within ``--budget`` seconds plus start
 4. **transfers** — model-sized host↔device copies per round of the batched trainer, read from every
    trainer object of the run that keeps a ``transfers`` counter (:data:`COUNTERS`); ``null`` when this tree
    has none.
+5. **tests** — the CUDA tests of the repository (:data:`CUDA_TESTS`, ``-k cuda``; skipped without CUDA
+   elsewhere), when pytest imports: their outcome line and exit status (``--no-tests`` leaves them out).
 
 Results: printed, and written to ``$OUT/gpu_check.json`` and ``$OUT/gpu_check.md`` when ``--out`` or
 the ``OUT`` environment variable names a folder. ``--smoke`` runs every section on the CPU with tiny
@@ -67,6 +70,11 @@ TOLERANCE = {"max_abs_param": 1e-2, "accuracy": 0.02}
 """Stated tolerances of batched against job by job after the compared rounds (fp32): the largest absolute
 difference of a final parameter, and of the final accuracy."""
 
+CUDA_TESTS = ["tests/learn/test_device_jobs.py", "tests/learn/test_batched_learning.py", "tests/learn/test_precision.py"]
+"""Test files whose ``cuda`` tests run at the end of a full check (at most :data:`TESTS_TIMEOUT_S` seconds)."""
+
+TESTS_TIMEOUT_S = 90
+
 COUNTERS: list[tuple[str, str]] = [("hierfl.learn.vmapped:VmapTrainer", "transfers"),
                                    ("hierfl.learn.local:LocalTrainer", "transfers")]
 """Where per-trainer host↔device copy counters live: ``(module:class, attribute)``; every instance made
@@ -89,7 +97,7 @@ class Sizes:
     bf16_rounds: int = FULL_ROUNDS  # at most (as many as fit its share of the budget)
     fp32_rounds: int = 300
     compare_rounds: int = 50
-    budget: float = 240.0      # seconds for all sections (interpreter start-up and wheels excluded)
+    budget: float = 200.0      # seconds for sections 1-4 (interpreter start-up, wheels and tests excluded)
     overrides: tuple[str, ...] = ()  # further --set items of every recipe run
 
     @staticmethod
@@ -339,6 +347,25 @@ def compare(sizes: Sizes, share: float) -> dict[str, Any]:
             "s_batched": batched["wall_s"], "s_alone": alone["wall_s"]}
 
 
+def cuda_tests() -> dict[str, Any] | None:
+    """Run the ``cuda`` tests of :data:`CUDA_TESTS` with pytest in a child process: the last line of its report
+    and its exit status (None when pytest does not import)."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("pytest") is None:
+        return None
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", *CUDA_TESTS]
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TESTS_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stdout or b"")[-2000:]
+        return {"returncode": None, "summary": f"timed out after {TESTS_TIMEOUT_S} s",
+                "tail": tail.decode(errors="replace") if isinstance(tail, bytes) else tail}
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return {"returncode": done.returncode, "summary": lines[-1] if lines else "", "tail": done.stdout[-4000:]}
+
+
 # -- report ----------------------------------------------------------------------------------------------------
 
 
@@ -374,6 +401,8 @@ def markdown(res: dict[str, Any]) -> str:
               f"{c['tolerance']}: {'within' if c['within'] else 'OUTSIDE'}", "",
               "## Host↔device copies per round (batched trainer)", "",
               f"{json.dumps(res['transfers_per_round']) if res['transfers_per_round'] is not None else 'no counter in this tree'}",
+              "", "## CUDA tests", "",
+              "not run" if res.get("tests") is None else f"{res['tests']['summary']} (exit status {res['tests']['returncode']})",
               "", f"total seconds: {res['seconds']:.1f}", ""]
     return "\n".join(lines)
 
@@ -382,7 +411,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="every section on the CPU with tiny sizes (seconds)")
     ap.add_argument("--device", default=None, help="torch device (default: cuda, or cpu with --smoke)")
-    ap.add_argument("--budget", type=float, default=None, help="seconds for all sections (default 240)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for sections 1-4 (default 200)")
+    ap.add_argument("--no-tests", action="store_true", help="leave out the CUDA tests (section 5)")
     ap.add_argument("--out", default=os.environ.get("OUT") or None, help="folder for gpu_check.json / .md ($OUT)")
     args = ap.parse_args(argv)
     import torch
@@ -424,6 +454,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"compare {c['rounds']} rounds: max |param diff| {c['max_abs_param_diff']:.3g}, accuracy "
           f"{c['accuracy_batched']} vs {c['accuracy_alone']}: {'within' if c['within'] else 'OUTSIDE'} {c['tolerance']}",
           flush=True)
+    res["tests"] = None if args.smoke or args.no_tests else cuda_tests()
+    if res["tests"] is not None:
+        print(f"CUDA tests: {res['tests']['summary']} (exit status {res['tests']['returncode']})", flush=True)
     res["seconds"] = time.perf_counter() - t0
     if args.out:
         out = Path(args.out)

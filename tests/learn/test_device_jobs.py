@@ -149,3 +149,27 @@ def test_trainers_build_their_modules_on_the_device() -> None:
     assert {p.device.type for p in ref.module.parameters()} == {"meta"}
     dual = DualInputConfig(features=4, backbone=MLPConfig(hidden=[6])).build((5,), 3)
     assert {p.device.type for p in OffsetTrainer(dual, 1, "meta").module.parameters()} == {"meta"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_job_is_repeatable_and_close_to_the_cpu_job(precision: str) -> None:
+    """On a GPU a job alone is the same bits run to run and within the batched path's tolerance of the CPU job
+    (bf16: within the precision's stated tolerance); evaluation on the GPU agrees with the CPU's."""
+    cfg, shape = PflCNNConfig(hidden=16), (3, 8, 8)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((60, 192)).astype(np.float32)
+    y = rng.integers(0, 10, 60)
+    p0 = init_params(cfg, shape, 10, 3)
+    spec = TrainSpec(epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    gpu = LocalTrainer(cfg, shape, 10, precision=precision, device="cuda")
+    a, sa = gpu.train(p0, x, y, spec, 7)
+    b, sb = gpu.train(p0, x, y, spec, 7)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32)) and sa == sb
+    want, sw = LocalTrainer(cfg, shape, 10, precision=precision).train(p0, x, y, spec, 7)
+    tol = 1e-4 if precision == "fp32" else 0.05
+    assert np.abs(a - want).max() <= tol and sa["steps"] == sw["steps"] == 16
+    assert sa["loss"] == pytest.approx(sw["loss"], rel=1e-3 if precision == "fp32" else 0.05)
+    acc_g, loss_g = gpu.evaluate(want, x, y)
+    acc_c, loss_c = LocalTrainer(cfg, shape, 10, precision=precision).evaluate(want, x, y)
+    assert abs(acc_g - acc_c) <= 2 / len(y) and loss_g == pytest.approx(loss_c, rel=1e-3 if precision == "fp32" else 0.02)
