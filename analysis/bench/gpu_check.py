@@ -17,7 +17,7 @@ Sections (each bounded in time: sections 1-4 within ``--budget`` seconds, the te
    ``K = 50`` clients, 5 steps of batch 10, the pfl-research CNN (``pfl_cnn``), fp32 and bf16 side by side,
    and their ratio (goal ≥ 0.8). Both use the backend settings of a hierfl run on a GPU (no TF32,
    deterministic cuDNN), so the ratio is hierfl's overhead, not a different kernel choice.
-2. **e2e** — pfl-research's CIFAR-10 recipe (``scenarios/gpu_cifar10_fedavg.yaml`` with ``model: pfl_cnn``,
+2. **e2e** — pfl-research's CIFAR-10 recipe (``scenarios/gpu_pfl_cifar10.yaml``: ``pfl_cnn``,
    CIFAR-shaped synthetic data) on the local executor, batched on the device: bf16 for as many of the
    1,500 rounds as fit its share of the budget, fp32 for 300 rounds (or what fits), each with measured
    seconds and the extrapolation to 1,500 rounds (goals: bf16 ≤ 120 s, fp32 ≤ 180 s). A short calibration
@@ -57,8 +57,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-RECIPE = ROOT / "scenarios" / "gpu_cifar10_fedavg.yaml"
-"""pfl-research's CIFAR-10 recipe; run here with ``model: pfl_cnn``."""
+RECIPE = ROOT / "scenarios" / "gpu_pfl_cifar10.yaml"
+"""pfl-research's CIFAR-10 recipe with its CNN (``pfl_cnn``)."""
 
 FULL_ROUNDS = 1500
 """The recipe's rounds, the target of every extrapolation."""
@@ -278,7 +278,7 @@ class SameData:
 
 def recipe_run(sizes: Sizes, rounds: int, precision: str, fast_path: bool, evaluate: bool = True,
                keep_model: bool = False, same_data: bool = False) -> dict[str, Any]:
-    """One run of the recipe with ``pfl_cnn`` on the local executor: wall seconds, seconds per round
+    """One run of the recipe (:data:`RECIPE`) on the local executor: wall seconds, seconds per round
     (aggregation to aggregation), start-up (the wall time before the first round's aggregation less one
     round), final accuracy, transfers per round; ``keep_model``: the final model too; ``same_data``: the
     data set of an earlier run with the same settings (:class:`SameData`)."""
@@ -289,8 +289,7 @@ def recipe_run(sizes: Sizes, rounds: int, precision: str, fast_path: bool, evalu
 
     sets = [f"stop.rounds={rounds}", "runtime.executor=local", "runtime.checkpoint.enabled=false",
             f"runtime.device={sizes.device}", f"runtime.precision={precision}",
-            f"runtime.fast_path={str(fast_path).lower()}", f"model={{name: pfl_cnn, hidden: {sizes.hidden}}}",
-            *sizes.overrides]
+            f"runtime.fast_path={str(fast_path).lower()}", f"model.hidden={sizes.hidden}", *sizes.overrides]
     if not evaluate:
         sets.append("evaluation.every_s=null")  # at start and end only
     scenario = load_scenario(RECIPE, sets)
