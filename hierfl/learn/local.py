@@ -202,7 +202,7 @@ class LocalTrainer:
         self.in_features = math.prod(self.input_shape)
         # the torch device of training and evaluation (runtime.device, resolved by the host)
         self.device = str(device)
-        if self.device != "cpu":
+        if torch.device(self.device).type == "cuda":  # repeatable GPU arithmetic (no TF32, deterministic cuDNN)
             cuda_determinism()
         self.module = model_cfg.build(self.input_shape, self.num_classes).to(self.device)
         self.layout = param_layout(self.module)

@@ -39,6 +39,10 @@ class ReferenceTrainer:
         self.in_features = math.prod(input_shape)
         # device: where the module and every batch live (the specification on a GPU is the same loop there)
         self.device = str(device)
+        if torch.device(self.device).type == "cuda":
+            from hierfl.learn.precision import cuda_determinism
+
+            cuda_determinism()
         self.module = model_cfg.build(tuple(input_shape), num_classes).to(self.device)
         self.params = list(self.module.parameters())
         self.num_params = sum(p.numel() for p in self.params)

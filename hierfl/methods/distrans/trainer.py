@@ -29,8 +29,14 @@ class OffsetTrainer:
     """A dual-input module of its own (built once per host from the model config) and its jobs."""
 
     def __init__(self, module: torch.nn.Module, torch_threads: int = 1, device: str = "cpu") -> None:
+        import torch
+
         # runtime.device: the module, the offset and each batch live there; the results come down once per job
         self.device = str(device)
+        if torch.device(self.device).type == "cuda":  # repeatable GPU arithmetic (no TF32, deterministic cuDNN)
+            from hierfl.learn.precision import cuda_determinism
+
+            cuda_determinism()
         self.module = module.to(self.device)
         self.threads = int(torch_threads)
         self._params = list(module.parameters())
