@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test test-fast docs bench bench-scale claims clean lock
+.PHONY: install run test test-fast docs bench bench-scale gpu-wheels claims clean lock
 
 install: $(STAMP)
 
@@ -61,6 +61,10 @@ bench: install
 
 bench-scale: install
 	$(BIN)/python analysis/bench/scale.py
+
+# the wheels analysis/bench/gpu_check.sh installs on a GPU node without a package index (CPython 3.11, 3.12)
+gpu-wheels: install
+	PYTHON=$(BIN)/python bash analysis/bench/gpu_wheels.sh
 
 # every claim of analysis/claims/ (sweeps on Ray Tune), then analysis/results/claims.md
 claims: install

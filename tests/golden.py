@@ -71,6 +71,12 @@ SCENARIO_OVERRIDES: dict[str, tuple[str, ...]] = {
     # for 25 steps a job reaches accuracy 1.0 (loss 1.04) under both, the losses 0.3 % apart
     "gpu_cifar10_fedavg": ("devices.count=100", "data.dataset.num_samples=5000", "data.dataset.test_samples=500",
                            "runtime.device=cpu", "runtime.cpu_batching=vmap", "training.lr=0.03", "training.epochs=5"),
+    # pfl-research's CIFAR-10 benchmark with pfl_cnn: 20 devices x 10 samples of 3x8x8 (the CNN's smallest
+    # shape has 6x6), hidden 16, 40 test samples, 5 jobs a round as one group; on the CPU with vmap (the GPU's
+    # batched path, dropout masks from each job's seed), device cpu so that the Ray run gives the local bits
+    "gpu_pfl_cifar10": ("devices.count=20", "data.dataset.num_samples=200", "data.dataset.test_samples=40",
+                        "data.dataset.shape=[3,8,8]", "model.hidden=16", "protocol.fraction=0.25",
+                        "runtime.device=cpu", "runtime.cpu_batching=vmap"),
     # 24 devices x 2 edge rounds, each upload and download of a 46 K-parameter MLP top-k and QSGD coded: a few
     # seconds; 9 devices (3 per edge server) and a 64x64 MLP keep the hierarchy and both channels, well under 1 s
     "topk_ef_hierfavg": ("devices.count=9", "model.hidden=[64,64]"),

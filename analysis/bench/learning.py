@@ -18,6 +18,16 @@ pass under bfloat16 autocast (``runtime.precision``; the Linear-chain trainer is
 row is absent), and adds a ``seq-fp32`` row first: ratios and differences are then against
 ``seq-fp32``, the fp32 single-job path, so a row shows bf16's speed-up and its numerical effect.
 
+Scenario mode (``--scenarios``): the CPU check that the fast path is never slower than job by job. For every
+shipped scenario (``scenarios/*.yaml``; a file dataset that is absent counts with its known sample shape), at
+the sizes it uses — its model, input shape and classes, batch size, local steps (at most ``--steps``) and
+precision — ``K`` = ``--clients`` jobs are timed job by job (``alone``) and as the fast path trains them on a
+CPU host (``fast``: the group trainer :func:`hierfl.runtime.device_host.group_trainers` picks for the
+scenario, or job by job where it picks none), and with vmap (``vmap``: what ``runtime.cpu_batching: vmap``
+would do). One row per distinct setting, with the scenarios that use it: client-steps/s of each, and the
+ratios ``fast / alone`` (never below 1 within timing noise: the fast path groups a model on a CPU only where
+that is faster) and ``vmap / alone``.
+
 End-to-end mode (``--e2e``): pfl-research's CIFAR-10 recipe, ``scenarios/gpu_cifar10_fedavg.yaml``
 — 1,000 devices, 50 per round (FedAvg), batch 10, 1 local epoch, 50 samples each, the FedAvg CNN on
 synthetic 32×32×3 data, local executor — for ``--rounds`` rounds (the recipe runs 1,500; on CPU use
@@ -32,6 +42,7 @@ Usage::
                                       [--repeat 3] [--threads 1] [--no-cuda] [--precision fp32|bf16]
     python analysis/bench/learning.py --e2e [--rounds 3] [--device cpu|cuda|auto] [--threads 1]
                                             [--precision fp32|bf16]
+    python analysis/bench/learning.py --scenarios [--clients 16] [--steps 5] [--repeat 3] [--only STEM,...]
 """
 
 from __future__ import annotations
@@ -43,6 +54,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -138,6 +151,126 @@ def micro(name: str, clients: int, steps: int, batch: int, repeat: int, threads:
     return rows_out
 
 
+KNOWN_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "mnist": ((1, 28, 28), 10), "fashion_mnist": ((1, 28, 28), 10), "femnist": ((1, 28, 28), 62),
+    "cifar10": ((3, 32, 32), 10), "shakespeare": ((80,), 80)}
+"""Sample shape and classes of the file datasets (EMNIST: by split), used when their files are absent."""
+
+EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10, "mnist": 10}
+
+
+def _data_shape(dataset: Any, count: int) -> tuple[tuple[int, ...], int, int | None]:
+    """``(sample shape, classes, vocabulary)`` of a scenario's dataset: the known ones of a file dataset, else
+    from a build with at most 200 samples (the shape does not depend on the count)."""
+    name = dataset.name
+    if name == "emnist":
+        return (1, 28, 28), EMNIST_CLASSES[dataset.split], None
+    if name in KNOWN_SHAPES:
+        shape, classes = KNOWN_SHAPES[name]
+        return shape, classes, (classes if name == "shakespeare" else None)
+    small = {k: min(int(getattr(dataset, k)), 200) for k in ("num_samples", "test_samples")
+             if isinstance(getattr(dataset, k, None), int)}
+    built = dataset.model_copy(update=small).build(count, np.random.default_rng(0))
+    return tuple(built.input_shape), int(built.num_classes), built.vocab_size
+
+
+def scenario_settings(only: set[str] | None, max_steps: int) -> dict[str, dict[str, Any]]:
+    """The distinct local-training settings of the shipped scenarios: key → model, shape, classes, batch, steps,
+    precision, CPU batching and the scenarios that use it. Scenarios whose jobs are not plain local SGD
+    (timing only, a job method of its own) are left out: their jobs never group."""
+    from hierfl.assemble.assemble import train_spec
+    from hierfl.core.work import effective_batch, num_steps
+    from hierfl.scenario.loader import load_scenario
+
+    settings: dict[str, dict[str, Any]] = {}
+    for path in sorted((RECIPE.parent).glob("*.yaml")):
+        if only and path.stem not in only:
+            continue
+        sc = load_scenario(path, ["runtime.executor=local"])
+        trainer = sc.training.trainer
+        if getattr(trainer, "name", "sgd") != "sgd":  # none (timing only) or a method's own jobs
+            continue
+        count = int(sc.devices.count)
+        shape, classes, vocab = _data_shape(sc.data.dataset, count)
+        samples = max(1, int(getattr(sc.data.dataset, "num_samples", 0) or 50 * count) // count)
+        try:
+            spec = train_spec(sc)  # the job's spec as the run builds it (its steps, batch, optimiser)
+        except Exception as exc:  # noqa: BLE001 - a scenario whose spec needs the run's world: named, not timed
+            print(f"# {path.stem}: left out ({exc})", flush=True)
+            continue
+        if spec.method is not None or spec.epochs is None and spec.steps is None:
+            continue  # a job method's own jobs, or a per-job length drawn at run time
+        steps = min(num_steps(samples, spec), max_steps)
+        batch = effective_batch(samples, spec)
+        rt = sc.runtime
+        key = json.dumps([sc.model.model_dump(mode="json"), shape, classes, batch, steps, rt.precision,
+                          rt.cpu_batching, spec.optimizer, spec.momentum, spec.weight_decay, spec.clip_norm,
+                          spec.nesterov, spec.proximal], sort_keys=True)
+        entry = settings.setdefault(key, {"model": sc.model, "shape": shape, "classes": classes, "vocab": vocab,
+                                          "batch": batch, "steps": steps, "precision": rt.precision,
+                                          "cpu_batching": rt.cpu_batching, "spec": spec,
+                                          "scenarios": []})
+        entry["scenarios"].append(path.stem)
+    return settings
+
+
+def scenario_rows(clients: int, repeat: int, threads: int, only: set[str] | None, max_steps: int) -> list[dict[str, Any]]:
+    """For each distinct setting of :func:`scenario_settings`: client-steps/s job by job, as the fast path
+    trains on a CPU host, and with vmap; the ratios to job by job."""
+    from hierfl.learn.vmapped import VmapTrainer
+    from hierfl.runtime.device_host import group_trainers
+
+    rows = []
+    for entry in scenario_settings(only, max_steps).values():
+        cfg, shape, classes, b, s = entry["model"], entry["shape"], entry["classes"], entry["batch"], entry["steps"]
+        trainer = LocalTrainer(cfg, shape, classes, torch_threads=threads, precision=entry["precision"])
+        n = s * b
+        rng = np.random.default_rng(0)
+        features = int(np.prod(shape))
+        if entry["vocab"] is not None:  # token models read character indices
+            x = rng.integers(0, entry["vocab"], size=(clients * n, features)).astype(np.float32)
+        else:
+            x = rng.normal(size=(clients * n, features)).astype(np.float32)
+        y = rng.integers(0, classes, clients * n)
+        rows_k = [np.arange(k * n, (k + 1) * n) for k in range(clients)]
+        seeds = list(range(100, 100 + clients))
+        p0 = init_params(cfg, shape, classes, 0)
+        # one epoch of S steps of the scenario's optimiser (its momentum, Adam, weight decay, clip)
+        spec = replace(entry["spec"], epochs=1, steps=None, batch_size=b, frozen=0, method=None, shared=None,
+                       revealed=None)
+        out = np.empty((clients, trainer.num_params), dtype=np.float32)
+        # the host's own choice for this scenario (runtime.fast_path on, the CPU, its precision and cpu_batching)
+        model_spec = (cfg, shape, classes, threads, True, "cpu", entry["precision"], entry["cpu_batching"])
+        batched, vmapped = group_trainers(trainer, model_spec, "cpu")
+        chosen = batched if batched is not None else vmapped
+        path = "chain" if batched is not None else "vmap" if vmapped is not None else "alone"
+
+        def alone() -> None:
+            for k in range(clients):
+                trainer.train(p0, x, y, spec, seeds[k], rows=rows_k[k], out=out[k])
+
+        def group(t: Any) -> Callable[[], None]:
+            return lambda: t.train_group([p0] * clients, x, y, rows_k, spec, seeds, out)
+
+        def steps_per_s(fn: Callable[[], None]) -> float:
+            fn()  # warm-up
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            return clients * s / statistics.median(times)
+
+        base = steps_per_s(alone)
+        fast = base if chosen is None else steps_per_s(group(chosen))
+        vmap = fast if path == "vmap" else steps_per_s(group(VmapTrainer(trainer, "cpu")))
+        rows.append({"mode": "scenarios", "model": cfg.model_dump(mode="json"), "shape": list(shape),
+                     "classes": classes, "K": clients, "S": s, "B": b, "precision": entry["precision"],
+                     "fast_path": path, "alone_steps_per_s": base, "fast_steps_per_s": fast, "vmap_steps_per_s": vmap,
+                     "fast_ratio": fast / base, "vmap_ratio": vmap / base, "scenarios": entry["scenarios"]})
+    return rows
+
+
 def e2e(rounds: int, device: str, threads: int, precision: str = "fp32") -> list[dict[str, Any]]:
     """pfl-research's CIFAR-10 recipe shape on the local executor: seconds per round, job by job and batched,
     at ``precision`` (``runtime.precision``)."""
@@ -178,6 +311,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-cuda", action="store_true")
     ap.add_argument("--e2e", action="store_true")
+    ap.add_argument("--scenarios", action="store_true",
+                    help="CPU: every shipped scenario's setting, job by job against the fast path and vmap")
+    ap.add_argument("--only", default=None, help="--scenarios: these scenario stems only (comma-separated)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
@@ -191,7 +327,18 @@ def main() -> None:
     print(f"# torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} thread(s), "
           f"cuda: {torch.cuda.get_device_name(0) if cuda else 'none'}, precision: {args.precision}")
     rows: list[dict[str, Any]] = []
-    if args.e2e:
+    if args.scenarios:
+        print(f"{'model':34} {'shape':11} {'prec':4} {'K':>3} {'S':>2} {'B':>3} {'fast':5} {'alone/s':>9} "
+              f"{'fast/s':>9} {'vmap/s':>9} {'fast x':>6} {'vmap x':>6}  scenarios")
+        only = set(args.only.split(",")) if args.only else None
+        for r in scenario_rows(args.clients, args.repeat, args.threads, only, args.steps):
+            rows.append(r)
+            label = json.dumps(r["model"], separators=(",", ":"))[:34]
+            print(f"{label:34} {'x'.join(map(str, r['shape'])):11} {r['precision']:4} {r['K']:3d} {r['S']:2d} "
+                  f"{r['B']:3d} {r['fast_path']:5} {r['alone_steps_per_s']:9.1f} {r['fast_steps_per_s']:9.1f} "
+                  f"{r['vmap_steps_per_s']:9.1f} {r['fast_ratio']:6.2f} {r['vmap_ratio']:6.2f}  "
+                  f"{','.join(r['scenarios'])}", flush=True)
+    elif args.e2e:
         rows = e2e(args.rounds, args.device, args.threads, args.precision)
         for r in rows:
             print(f"e2e fast_path={r['fast_path']!s:5} device={r['device']:4} precision={r['precision']} "

@@ -43,7 +43,8 @@ class LinearChain:
         self.weights = list(weights)
         self.biases = list(biases)
         self._weights_t = [w.t() for w in weights]  # views: they follow the weights' in-place updates
-        self._one = torch.ones((), dtype=torch.float32)  # d loss / d loss, as autograd seeds it
+        # d loss / d loss, as autograd seeds it (on the layers' device)
+        self._one = torch.ones((), dtype=torch.float32, device=weights[0].device)
         aten = torch.ops.aten
         self._nll = aten.nll_loss_forward.default
         self._nll_back = aten.nll_loss_backward.default

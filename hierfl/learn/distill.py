@@ -62,7 +62,7 @@ def ensemble_target(teachers: Sequence[torch.Tensor], weights: torch.Tensor | No
     probs = torch.stack([t if teacher_is_prob else soft_targets(t, T) for t in teachers], dim=1)  # (B, K, C)
     k = probs.shape[1]
     if weights is None:
-        w = torch.full((probs.shape[0], k), 1.0 / k, dtype=probs.dtype)
+        w = torch.full((probs.shape[0], k), 1.0 / k, dtype=probs.dtype, device=probs.device)
     else:
         w = weights.to(probs.dtype)
         if w.dim() == 1:
@@ -70,7 +70,7 @@ def ensemble_target(teachers: Sequence[torch.Tensor], weights: torch.Tensor | No
         if w.shape != (probs.shape[0], k) or bool((w < 0).any()):
             raise ValueError(f"weights must be non-negative of shape ({k},) or ({probs.shape[0]}, {k}), "
                              f"got {tuple(weights.shape)}")
-        if not torch.allclose(w.sum(dim=1), torch.ones(w.shape[0], dtype=w.dtype), atol=1e-5):
+        if not torch.allclose(w.sum(dim=1), torch.ones(w.shape[0], dtype=w.dtype, device=w.device), atol=1e-5):
             raise ValueError("ensemble weights must sum to 1 for every sample")
     return (w.unsqueeze(-1) * probs).sum(dim=1)
 
@@ -154,7 +154,7 @@ def cross_correlation_loss(student_logits: torch.Tensor, target: torch.Tensor, l
         return (z - z.mean(dim=0)) / z.std(dim=0).clamp_min(1e-12)
 
     m = standardise(student_logits).T @ standardise(target.detach()) / b
-    off_diagonal = ~torch.eye(m.shape[0], dtype=torch.bool)
+    off_diagonal = ~torch.eye(m.shape[0], dtype=torch.bool, device=m.device)
     on_term = ((1.0 - torch.diagonal(m)) ** 2).sum()
     off_term = ((1.0 + m[off_diagonal]) ** 2).sum()
     return on_term + lambda_col * off_term

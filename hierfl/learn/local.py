@@ -9,6 +9,13 @@ reading the result is one copy.
 Determinism (ARCHITECTURE.md §2): data order comes only from ``np.random.default_rng(seed)``,
 initialisation only from a ``torch.Generator`` seeded explicitly, and the trainer pins an
 explicit torch thread count; no global RNG is read or advanced.
+
+Device (``runtime.device``): the module, its flat buffer, the optimiser's state and every batch live on the
+trainer's torch device. On ``cpu`` the flat buffer shares memory with a numpy array and nothing is copied;
+on ``cuda`` a job's start vector goes up once, its batches go up once per block (epoch or permutation), its
+loss is summed on the device, and the result and the loss come down once at the end of the job. The data
+order and the dropout masks come from CPU generators on every device (a mask is drawn on the CPU and moved),
+so a job draws the same random numbers wherever it trains.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch, num_steps, samples_processed
 from hierfl.learn.chain import LinearChain
-from hierfl.learn.precision import autocast, check_precision
+from hierfl.learn.precision import autocast, check_precision, cuda_determinism
 from hierfl.learn.randomness import DrawMasks, dropout_sites, job_generator
 from hierfl.learn.sgd import ExactSGD
 from hierfl.models.state import buffers_as_views, state_buffers, state_layout
@@ -36,6 +43,7 @@ __all__ = [
     "LocalTrainer",
     "TrainSpec",
     "count_params",
+    "download",
     "effective_batch",
     "final_block_flops",
     "forward_flops",
@@ -46,6 +54,11 @@ __all__ = [
     "param_layout",
     "samples_processed",
 ]
+
+
+def download(t: torch.Tensor) -> np.ndarray:
+    """A new numpy array with the values of ``t`` (from any device: one copy to the host, never a view)."""
+    return t.detach().to("cpu", copy=True).numpy()
 
 
 def param_layout(module: torch.nn.Module) -> list[tuple[str, tuple[int, ...]]]:
@@ -169,7 +182,8 @@ class LocalTrainer:
         The forward pass's dropout calls (:func:`hierfl.learn.randomness.dropout_sites`); their masks
         come from each job's own generator.
     device
-        Evaluation's torch device, ``cpu`` or ``cuda`` (training one job at a time is on CPU).
+        The torch device of training and evaluation, ``cpu`` or ``cuda`` (``runtime.device`` resolved):
+        the module, the flat buffer and the optimiser's state live there.
     precision
         ``fp32`` or ``bf16`` (``runtime.precision``, :mod:`hierfl.learn.precision`).
     """
@@ -186,7 +200,11 @@ class LocalTrainer:
         self.input_shape = tuple(int(s) for s in input_shape)
         self.num_classes = int(num_classes)
         self.in_features = math.prod(self.input_shape)
-        self.module = model_cfg.build(self.input_shape, self.num_classes)
+        # the torch device of training and evaluation (runtime.device, resolved by the host)
+        self.device = str(device)
+        if torch.device(self.device).type == "cuda":  # repeatable GPU arithmetic (no TF32, deterministic cuDNN)
+            cuda_determinism()
+        self.module = model_cfg.build(self.input_shape, self.num_classes).to(self.device)
         self.layout = param_layout(self.module)
         self._params = list(self.module.parameters())
         self.num_trainable = sum(p.numel() for p in self._params)
@@ -198,17 +216,16 @@ class LocalTrainer:
         torch.nn.utils.vector_to_parameters(self._flat[: self.num_trainable], self._params)
         buffers_as_views(self.module, self._flat, self.num_trainable)
         self.dropout = dropout_sites(self.module, self.input_shape)
-        self._flat_np = self._flat.numpy()  # shares memory with self._flat
+        # the flat vector as numpy: on the CPU a view of self._flat (no copy ever); on a GPU a host staging
+        # array, which receives a job's start vector and sends it up in one copy
+        self._flat_np = self._flat.numpy() if self.device == "cpu" else np.empty(self.num_params, dtype=np.float32)
         # Per-job machinery built once: the optimiser's buffers, and hand-written gradients for
         # Linear/ReLU chains (both bit-identical to torch.optim.SGD and autograd).
         self._sgd = ExactSGD(self._params, self._flat)
-        # evaluation's torch device ("cpu" or "cuda"; training one job at a time is always on CPU)
-        self.device = str(device)
         # runtime.precision (hierfl.learn.precision): bf16 autocasts every forward pass; the hand-written
         # chain gradients reproduce autograd's float32 bits only, so bf16 takes autograd for every model
         self.precision = check_precision(precision, self.device)
         self._chain = LinearChain.of(self.module) if self.precision == "fp32" else None
-        self._eval_module: torch.nn.Module | None = None  # the model on self.device (made on first use)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -221,6 +238,18 @@ class LocalTrainer:
         if params.shape != (self.num_params,):
             raise ValueError(f"expected a flat parameter vector of shape ({self.num_params},), got {params.shape}")
         self._flat_np[...] = params  # numpy copy: works for read-only input, casts to float32
+        if self.device != "cpu":  # the job's one upload of its start vector
+            self._flat.copy_(torch.from_numpy(self._flat_np))
+
+    def load(self, params: np.ndarray) -> None:
+        """Put ``params`` (a flat vector of :attr:`num_params`) into the module (on its device: one copy up)."""
+        self._load(params)
+
+    def host_vector(self) -> np.ndarray:
+        """A new float32 numpy copy of the module's flat vector (on a GPU: its one copy down)."""
+        if self.device == "cpu":
+            return self._flat_np.copy()
+        return download(self._flat)
 
     def _check_data(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x = np.asarray(x)
@@ -326,7 +355,7 @@ class LocalTrainer:
         frozen = int(spec.frozen)
         if frozen > self.num_params:
             raise ValueError(f"spec.frozen = {frozen} exceeds the model's {self.num_params} parameters")
-        kept = self._flat_np[:frozen].copy() if frozen else None
+        kept = self._flat[:frozen].clone() if frozen else None
         b = effective_batch(n, spec)
         rng = np.random.default_rng(seed)
         sgd = self._sgd
@@ -344,6 +373,11 @@ class LocalTrainer:
         loss_sum = 0.0
         steps = 0
         samples = 0
+        dev = self.device
+        on_cpu = dev == "cpu"
+        # off the CPU the batch losses are summed on the device, in float64 as the Python sum below does, and
+        # read once at the end of the job (a .item() per step would wait for the device every step)
+        loss_acc = None if on_cpu else torch.zeros((), dtype=torch.float64, device=dev)
         no_grad = torch.no_grad()
         if spec.dp_sgd is not None:  # sample-level DP-SGD: per-sample clipped, noised gradients (hierfl.learn.dp_sgd)
             from hierfl.learn.dp_sgd import train_alone
@@ -361,6 +395,8 @@ class LocalTrainer:
                 # Fancy indexing copies, so the tensors are writable even when x / y are not.
                 xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
                 yb_all = torch.from_numpy(y[sel].astype(np.int64, copy=False))
+                if not on_cpu:  # the block's one upload
+                    xb_all, yb_all = xb_all.to(dev), yb_all.to(dev)
                 m = block.size
                 for start in range(0, m, b):
                     xb = xb_all[start : start + b]
@@ -375,7 +411,7 @@ class LocalTrainer:
                         if objective is not None:  # the job method's local objective
                             loss = objective(module, xb, yb)
                         elif bf16:  # forward in autocast, loss in float32 from the logits (precision.py)
-                            with autocast("bf16", "cpu"):
+                            with autocast("bf16", dev):
                                 logits = module(xb)
                             loss = F.cross_entropy(logits.float(), yb)
                         else:
@@ -384,18 +420,25 @@ class LocalTrainer:
                         with no_grad:
                             sgd.step([p.grad for p in params_list])
                     if kept is not None:
-                        self._flat_np[:frozen] = kept
-                    loss_sum += loss.item()
+                        with no_grad:
+                            self._flat[:frozen] = kept
+                    if loss_acc is None:
+                        loss_sum += loss.item()
+                    else:
+                        loss_acc += loss.detach().double()
                     steps += 1
                     samples += xb.shape[0]
+        if loss_acc is not None:
+            loss_sum = float(loss_acc.item())
         if opt_state is not None:
             sgd.save_state(opt_state)
+        flat_np = self._flat_np if on_cpu else download(self._flat)  # (a GPU's one download of the result)
         if out is None:
-            result = self._flat_np.copy()
+            result = flat_np.copy() if on_cpu else flat_np
         else:
             if out.shape != (self.num_params,) or out.dtype != np.float32:
                 raise ValueError(f"out must be a float32 array of shape ({self.num_params},), got {out.shape} {out.dtype}")
-            out[...] = self._flat_np
+            out[...] = flat_np
             result = out
         return result, {"loss": loss_sum / steps, "steps": steps, "samples": samples}
 
@@ -404,7 +447,7 @@ class LocalTrainer:
 
         Large batches (``batch_size``; default 4096 on CPU, 16384 on CUDA) under
         ``torch.inference_mode``, with the trainer's thread count, on the trainer's ``device``
-        (CUDA: the parameters are copied to a model on the GPU; the loss sum and the count of
+        (CUDA: the parameters go up once into the trainer's module; the loss sum and the count of
         correct predictions are read back once). ``precision`` ``bf16``: the forward passes run
         under bfloat16 autocast, the loss is computed from float32 logits.
         """
@@ -419,14 +462,6 @@ class LocalTrainer:
         self._load(params)
         n = x2d.shape[0]
         module = self.module
-        if self.device != "cpu":
-            if self._eval_module is None:
-                self._eval_module = self.model_cfg.build(self.input_shape, self.num_classes).to(self.device)
-            module = self._eval_module
-            with torch.no_grad():
-                on_device = self._flat.to(self.device)
-                torch.nn.utils.vector_to_parameters(on_device[: self.num_trainable], list(module.parameters()))
-                buffers_as_views(module, on_device, self.num_trainable)
         module.eval()
         loss_sum = 0.0
         correct = 0

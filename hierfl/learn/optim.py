@@ -45,7 +45,8 @@ class AdamMoments:
 
         self.exp_avgs = [torch.zeros_like(t) for t in like]
         self.exp_avg_sqs = [torch.zeros_like(t) for t in like]
-        # torch.optim.Adam's per-parameter step: a float32 scalar tensor on the CPU (not capturable)
+        # torch.optim.Adam's per-parameter step: a float32 scalar tensor on the CPU (not capturable), also
+        # when the parameters are on a GPU, as torch.optim.Adam keeps it
         self.steps = [torch.zeros((), dtype=torch.float32) for _ in like]
 
     def reset(self) -> None:
@@ -70,8 +71,8 @@ class AdamMoments:
         import numpy as np
         import torch
 
-        return {"opt_exp_avg": torch.cat([m.reshape(-1) for m in self.exp_avgs]).numpy().copy(),
-                "opt_exp_avg_sq": torch.cat([v.reshape(-1) for v in self.exp_avg_sqs]).numpy().copy(),
+        return {"opt_exp_avg": torch.cat([m.reshape(-1) for m in self.exp_avgs]).cpu().numpy().copy(),
+                "opt_exp_avg_sq": torch.cat([v.reshape(-1) for v in self.exp_avg_sqs]).cpu().numpy().copy(),
                 "opt_step": np.array([float(k) for k in self.steps], dtype=np.float32)}
 
     def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], spec: TrainSpec) -> None:

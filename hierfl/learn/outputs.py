@@ -55,9 +55,10 @@ def class_scores(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows:
     module = trainer.module
     module.eval()
     # runtime.precision bf16: the forward pass autocasts, the scores come back as float32 (as evaluation)
-    with torch.inference_mode(), autocast(trainer.precision, "cpu"):
-        logits = module(torch.from_numpy(np.ascontiguousarray(x[rows], dtype=np.float32).reshape(rows.size, -1)))
-    return logits.float().numpy().astype(np.float32).reshape(-1)
+    xb = torch.from_numpy(np.ascontiguousarray(x[rows], dtype=np.float32).reshape(rows.size, -1)).to(trainer.device)
+    with torch.inference_mode(), autocast(trainer.precision, trainer.device):
+        logits = module(xb)
+    return logits.float().cpu().numpy().astype(np.float32).reshape(-1)
 
 
 def class_probs(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -83,8 +84,9 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
     from hierfl.learn.distill import kd_loss
 
     n = rows.size
+    dev = trainer.device  # (runtime.device: the targets go up once, each batch once)
     target = None if targets is None else torch.from_numpy(
-        np.asarray(targets, dtype=np.float32).reshape(n, trainer.num_classes))
+        np.array(targets, dtype=np.float32).reshape(n, trainer.num_classes)).to(dev)
     trainer._load(params)
     b = effective_batch(n, spec)
     rng = np.random.default_rng(seed)
@@ -98,23 +100,23 @@ def train_on_public(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y:
     for block in index_blocks(n, b, spec, rng):
         for start in range(0, block.size, b):
             pos = block[start : start + b]  # positions within the subset (the targets' rows)
-            xb = torch.from_numpy(np.ascontiguousarray(x[rows[pos]], dtype=np.float32).reshape(pos.size, -1))
+            xb = torch.from_numpy(np.ascontiguousarray(x[rows[pos]], dtype=np.float32).reshape(pos.size, -1)).to(dev)
             for p in plist:
                 p.grad = None
-            with masks, autocast(trainer.precision, "cpu"):  # (fp32: no autocast region at all)
+            with masks, autocast(trainer.precision, dev):  # (fp32: no autocast region at all)
                 out = module(xb)
             out = out.float()
             if target is None:
-                loss = F.cross_entropy(out, torch.from_numpy(y[rows[pos]].astype(np.int64)))
+                loss = F.cross_entropy(out, torch.from_numpy(y[rows[pos]].astype(np.int64)).to(dev))
             else:
-                loss = kd_loss(out, target[torch.from_numpy(pos)], kind=loss_kind,  # type: ignore[arg-type]
+                loss = kd_loss(out, target[torch.from_numpy(pos).to(dev)], kind=loss_kind,  # type: ignore[arg-type]
                                teacher_is_prob=teacher_is_prob)
             loss.backward()
             with torch.no_grad():
                 sgd.step([p.grad for p in plist])
             loss_sum += loss.item()
             steps += 1
-    return trainer._flat_np.copy(), {"loss": loss_sum / steps, "steps": steps, "samples": samples_processed(n, spec)}
+    return trainer.host_vector(), {"loss": loss_sum / steps, "steps": steps, "samples": samples_processed(n, spec)}
 
 
 def run_public_task(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec,

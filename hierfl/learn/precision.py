@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-__all__ = ["PRECISIONS", "autocast", "check_precision"]
+__all__ = ["PRECISIONS", "autocast", "check_precision", "cuda_determinism"]
 
 PRECISIONS = ("fp32", "bf16")
 """Allowed values of ``runtime.precision``."""
@@ -54,4 +54,17 @@ def autocast(precision: str, device: str) -> Any:
         return contextlib.nullcontext()
     import torch
 
-    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+    # (device_type is the kind of device, "cuda" for "cuda:1": torch's autocast takes no index)
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def cuda_determinism() -> None:
+    """Make CUDA arithmetic repeatable for every trainer of the process: no TF32 (it would change fp32 results
+    by the GPU's choice of kernel), cuDNN's deterministic algorithms and no autotuning (a run's bits must not
+    depend on timing). Called by every trainer that trains on a GPU; idempotent."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False

@@ -196,9 +196,11 @@ def dropout_sites(module: torch.nn.Module, input_shape: tuple[int, ...]) -> list
     was_training = module.training
     module.train()
     saved = {n: b.clone() for n, b in module.named_buffers()}  # the dry run must leave running statistics alone
+    first = next(module.parameters(), None)
+    device = first.device if first is not None else None  # (a module on a GPU: the dry run's input there too)
     try:
         with torch.no_grad(), RecordSites() as rec:
-            module(torch.zeros(2, math.prod(input_shape)))
+            module(torch.zeros(2, math.prod(input_shape), device=device))
     finally:
         with torch.no_grad():
             for n, b in module.named_buffers():

@@ -31,18 +31,24 @@ class ReferenceTrainer:
     """Owns one torch module whose parameters are views into one flat buffer (as ``LocalTrainer`` does)."""
 
     def __init__(self, model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int,
-                 torch_threads: int = 1) -> None:
+                 torch_threads: int = 1, device: str = "cpu") -> None:
         import torch
 
         self.torch_threads = int(torch_threads)
         torch.set_num_threads(self.torch_threads)
         self.in_features = math.prod(input_shape)
-        self.module = model_cfg.build(tuple(input_shape), num_classes)
+        # device: where the module and every batch live (the specification on a GPU is the same loop there)
+        self.device = str(device)
+        if torch.device(self.device).type == "cuda":
+            from hierfl.learn.precision import cuda_determinism
+
+            cuda_determinism()
+        self.module = model_cfg.build(tuple(input_shape), num_classes).to(self.device)
         self.params = list(self.module.parameters())
         self.num_params = sum(p.numel() for p in self.params)
         self.flat = torch.nn.utils.parameters_to_vector(self.params).detach().clone()
         torch.nn.utils.vector_to_parameters(self.flat, self.params)
-        self.flat_np = self.flat.numpy()
+        self.flat_np = self.flat.numpy() if self.device == "cpu" else np.empty(self.num_params, dtype=np.float32)
 
     def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int,
               correction: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
@@ -57,6 +63,8 @@ class ReferenceTrainer:
         if x2d.shape[1] != self.in_features or y.shape != (x2d.shape[0],):
             raise ValueError(f"bad data shapes {x2d.shape}, {y.shape}")
         self.flat_np[...] = params
+        if self.device != "cpu":
+            self.flat.copy_(torch.from_numpy(self.flat_np))
         n = x2d.shape[0]
         b = effective_batch(n, spec)
         rng = np.random.default_rng(seed)
@@ -72,13 +80,13 @@ class ReferenceTrainer:
             corr = np.asarray(correction, dtype=np.float32)
             if corr.shape != (self.num_params,):
                 raise ValueError(f"correction must have shape ({self.num_params},), got {corr.shape}")
-            shifts = flat_views(torch.from_numpy(corr.copy()), self.params)
+            shifts = flat_views(torch.from_numpy(corr.copy()).to(self.device), self.params)
         loss_sum = 0.0
         steps = 0
         samples = 0
         for block in index_blocks(n, b, spec, rng):
-            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[block], dtype=np.float32))
-            yb_all = torch.from_numpy(y[block].astype(np.int64, copy=False))
+            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[block], dtype=np.float32)).to(self.device)
+            yb_all = torch.from_numpy(y[block].astype(np.int64, copy=False)).to(self.device)
             m = block.size
             for start in range(0, m, b):
                 xb = xb_all[start: start + b]
@@ -102,5 +110,5 @@ class ReferenceTrainer:
                 loss_sum += loss.item()
                 steps += 1
                 samples += xb.shape[0]
-        out = self.flat.detach().numpy().copy()
+        out = self.flat.detach().to("cpu", copy=True).numpy()
         return out, {"loss": loss_sum / steps, "steps": steps, "samples": samples}

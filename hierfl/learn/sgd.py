@@ -22,6 +22,10 @@ moments fresh per job.
 
 The order (proximal and correction added to the gradient before the optimiser step) is the one
 :class:`~hierfl.learn.local.LocalTrainer` has always used.
+
+Every buffer lives on the device of the flat buffer (``runtime.device``); vectors that come from or go to the
+host (a correction, a device's kept optimizer state) cross with one copy each (none on the CPU, where the
+buffers share memory with numpy arrays).
 """
 
 from __future__ import annotations
@@ -46,6 +50,17 @@ def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.T
         out.append(flat[offset: offset + p.numel()].view_as(p))
         offset += p.numel()
     return out
+
+
+def _set(buffer: torch.Tensor, values: np.ndarray) -> None:
+    """Write the host vector ``values`` into ``buffer`` (on the CPU through numpy: no tensor made; elsewhere one copy)."""
+    import numpy as np
+    import torch
+
+    if buffer.device.type == "cpu":
+        buffer.numpy()[...] = values
+    else:
+        buffer.copy_(torch.from_numpy(np.array(values, dtype=np.float32)))
 
 
 class ExactSGD:
@@ -85,7 +100,7 @@ class ExactSGD:
 
         buf = self._buffers.get(name)
         if buf is None:
-            flat = torch.empty(self.flat.numel(), dtype=self.flat.dtype)
+            flat = torch.empty(self.flat.numel(), dtype=self.flat.dtype, device=self.flat.device)
             buf = self._buffers[name] = (flat, flat_views(flat, self.params))
         return buf
 
@@ -118,7 +133,7 @@ class ExactSGD:
         self.corrected = correction is not None
         if correction is not None:
             shift, self._shifts = self._buffer("shift")
-            shift.numpy()[...] = correction
+            _set(shift, correction)
 
     def load_state(self, kept: dict[str, np.ndarray]) -> None:
         """After :meth:`start`: continue from a device's kept optimizer state (``optimizer_state: device``; empty
@@ -128,7 +143,7 @@ class ExactSGD:
                 assert self._adam is not None
                 self._adam.load(kept["opt_exp_avg"], kept["opt_exp_avg_sq"], kept["opt_step"])
         elif self.momentum != 0 and "opt_has" in kept:
-            self._buffer("momentum")[0].numpy()[...] = kept["opt_momentum"]
+            _set(self._buffer("momentum")[0], kept["opt_momentum"])
             self._has_buf = [bool(h) for h in kept["opt_has"]]
 
     def save_state(self, kept: dict[str, np.ndarray]) -> None:
@@ -140,7 +155,7 @@ class ExactSGD:
             assert self._adam is not None
             kept.update(self._adam.export())
         elif self.momentum != 0:
-            kept["opt_momentum"] = self._buffer("momentum")[0].numpy().copy()
+            kept["opt_momentum"] = self._buffer("momentum")[0].cpu().numpy().copy()
             kept["opt_has"] = np.array(self._has_buf, dtype=np.float32)
 
     def step(self, grads: Sequence[torch.Tensor | None]) -> None:

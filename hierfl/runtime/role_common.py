@@ -19,8 +19,8 @@ The optional fifth element (``runtime.fast_path``, default ``False``) turns on t
 fast path: executors group jobs and hosts train a group's jobs together (``logreg``/``mlp`` on CPU:
 :mod:`hierfl.learn.batched`; every other model, and every model on CUDA: :mod:`hierfl.learn.vmapped`);
 the numbers then differ from the one-job-at-a-time path within float tolerance. The optional sixth
-(``runtime.device``: ``cpu``, ``cuda`` or ``auto``, default ``cpu``) is the torch device of batched
-training and evaluation, resolved in each host's own process. The optional seventh
+(``runtime.device``: ``cpu``, ``cuda`` or ``auto``, default ``cpu``) is the torch device of training, one
+job at a time and batched, and of evaluation, resolved in each host's own process. The optional seventh
 (``runtime.precision``: ``fp32`` or ``bf16``, default ``fp32``) is the precision of every forward
 pass, one job, a group or an evaluation (:mod:`hierfl.learn.precision`). The optional eighth
 (``runtime.cpu_batching``: ``auto`` or ``vmap``, default ``auto``) says which models a CPU host

@@ -46,9 +46,9 @@ class RuntimeConfig(ConfigModel):
                                    "CUDA: torch.func vmap); numbers differ from the default path within float "
                                    "tolerance but stay identical across executors and worker counts")
     device: Literal["cpu", "cuda", "auto"] = Field(
-        default="cpu", description="torch device of batched training (runtime.fast_path) and evaluation: cpu, cuda, "
-                                   "or auto (cuda where torch.cuda.is_available(), else cpu); emulated times never "
-                                   "depend on it, the numbers agree within float tolerance")
+        default="cpu", description="torch device of training (jobs one at a time and runtime.fast_path's groups) "
+                                   "and evaluation: cpu, cuda, or auto (cuda where torch.cuda.is_available(), else "
+                                   "cpu); emulated times never depend on it, the numbers agree within float tolerance")
     precision: Literal["fp32", "bf16"] = Field(
         default="fp32", description="arithmetic of every forward pass (training, one job or batched, and "
                                     "evaluation): fp32, or bf16 (torch.autocast to bfloat16; parameters, "

@@ -28,7 +28,9 @@ def offset_trainer(ctx: JobContext) -> Any:
         from hierfl.methods.distrans.trainer import OffsetTrainer
 
         cfg, shape, classes, threads = ctx.model
-        trainer = ctx.cache["offset_trainer"] = OffsetTrainer(cfg.build(tuple(shape), classes), threads)
+        # on the host's device (runtime.device), as the host's own trainer
+        trainer = ctx.cache["offset_trainer"] = OffsetTrainer(cfg.build(tuple(shape), classes), threads,
+                                                              ctx.trainer.device)
     return trainer
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch
+from hierfl.learn.local import download
 
 if TYPE_CHECKING:
     import torch
@@ -27,8 +28,16 @@ __all__ = ["OffsetTrainer"]
 class OffsetTrainer:
     """A dual-input module of its own (built once per host from the model config) and its jobs."""
 
-    def __init__(self, module: torch.nn.Module, torch_threads: int = 1) -> None:
-        self.module = module
+    def __init__(self, module: torch.nn.Module, torch_threads: int = 1, device: str = "cpu") -> None:
+        import torch
+
+        # runtime.device: the module, the offset and each batch live there; the results come down once per job
+        self.device = str(device)
+        if torch.device(self.device).type == "cuda":  # repeatable GPU arithmetic (no TF32, deterministic cuDNN)
+            from hierfl.learn.precision import cuda_determinism
+
+            cuda_determinism()
+        self.module = module.to(self.device)
         self.threads = int(torch_threads)
         self._params = list(module.parameters())
         self.num_params = sum(p.numel() for p in self._params)
@@ -38,7 +47,7 @@ class OffsetTrainer:
 
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
-        flat = torch.from_numpy(np.array(params[: self.num_params], dtype=np.float32))
+        flat = torch.from_numpy(np.array(params[: self.num_params], dtype=np.float32)).to(self.device)
         with torch.no_grad():
             pos = 0
             for p in self._params:
@@ -48,7 +57,7 @@ class OffsetTrainer:
     def _flat(self) -> np.ndarray:
         import torch
 
-        return torch.cat([p.detach().reshape(-1) for p in self._params]).numpy().astype(np.float32, copy=True)
+        return download(torch.cat([p.detach().reshape(-1) for p in self._params])).astype(np.float32, copy=False)
 
     def train(self, params: np.ndarray, offset: np.ndarray, x: np.ndarray, y: np.ndarray, rows: np.ndarray,
               spec: TrainSpec, seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
@@ -63,7 +72,8 @@ class OffsetTrainer:
         self._load(params)
         module = self.module
         module.train()
-        t = torch.from_numpy(np.array(offset, dtype=np.float32)).requires_grad_(True)
+        dev = self.device
+        t = torch.from_numpy(np.array(offset, dtype=np.float32)).to(dev).requires_grad_(True)
         opt = torch_optimizer(self._params, spec)  # training.optimizer (torch.optim.SGD by default), fresh per job
         clip = spec.clip_norm  # training.clip_norm: the model's gradient (not the offset's) before each model step
         lr_t, alternating = float(spec.method.lr_offset), spec.method.update == "alternating"
@@ -73,8 +83,8 @@ class OffsetTrainer:
         loss_sum, steps, samples = 0.0, 0, 0
         for block in index_blocks(n, b, spec, np.random.default_rng(seed)):
             sel = rows[block]
-            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32))
-            yb_all = torch.from_numpy(np.asarray(y)[sel].astype(np.int64))
+            xb_all = torch.from_numpy(np.ascontiguousarray(x2d[sel], dtype=np.float32)).to(dev)
+            yb_all = torch.from_numpy(np.asarray(y)[sel].astype(np.int64)).to(dev)
             for start in range(0, block.size, b):
                 xb, yb = xb_all[start: start + b], yb_all[start: start + b]
                 opt.zero_grad(set_to_none=True)
@@ -97,7 +107,7 @@ class OffsetTrainer:
                 loss_sum += loss.item()
                 steps += 1
                 samples += int(xb.shape[0])
-        return self._flat(), t.detach().numpy().copy(), {"loss": loss_sum / steps, "steps": steps, "samples": samples}
+        return self._flat(), download(t), {"loss": loss_sum / steps, "steps": steps, "samples": samples}
 
     def evaluate(self, params: np.ndarray, offset: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """``(accuracy, mean cross-entropy)`` of the model with ``params`` seeing ``x`` shifted by ``offset``."""
@@ -107,11 +117,11 @@ class OffsetTrainer:
         self._load(params)
         module = self.module
         module.eval()
-        t = torch.from_numpy(np.array(offset, dtype=np.float32))
+        t = torch.from_numpy(np.array(offset, dtype=np.float32)).to(self.device)
         x2d = np.asarray(x).reshape(np.asarray(x).shape[0], -1)
         with torch.inference_mode():
-            xb = torch.from_numpy(np.array(x2d, dtype=np.float32))
-            yb = torch.from_numpy(np.asarray(y).astype(np.int64))
+            xb = torch.from_numpy(np.array(x2d, dtype=np.float32)).to(self.device)
+            yb = torch.from_numpy(np.asarray(y).astype(np.int64)).to(self.device)
             logits = module.pair(*module.views(xb, t))  # type: ignore[operator]
             loss = float(F.cross_entropy(logits, yb, reduction="sum").item())
             correct = int((logits.argmax(dim=1) == yb).sum().item())

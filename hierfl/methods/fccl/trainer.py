@@ -104,22 +104,23 @@ class FCCLWork:
         live_self = not job.per_batch and job.self_target == "current"
         trainer._load(params)
         module = trainer.module
+        dev = trainer.device  # runtime.device: the model, each batch and its target live there
         module.train()
         loss_sum, start = 0.0, 0
         for batch in batches:
             stop = start + batch.size
-            xb = torch.from_numpy(np.ascontiguousarray(self.x[batch], dtype=np.float32).reshape(batch.size, -1))
+            xb = torch.from_numpy(np.ascontiguousarray(self.x[batch], dtype=np.float32).reshape(batch.size, -1)).to(dev)
             opt = torch.optim.Adam(trainer._params, lr=job.lr)  # the CVPR code: a new optimiser per batch
             opt.zero_grad(set_to_none=True)
             out = module(xb).float()
-            own = out.detach().numpy() if live_self else z_self[start:stop]
-            target = torch.from_numpy(own_target(total[start:stop], z_up[start:stop], own, job.parties))
+            own = out.detach().cpu().numpy() if live_self else z_self[start:stop]
+            target = torch.from_numpy(own_target(total[start:stop], z_up[start:stop], own, job.parties)).to(dev)
             loss = cross_correlation_loss(out, target, job.lambda_col)
             loss.backward()
             opt.step()
             loss_sum += float(loss.item())
             start = stop
-        return trainer._flat_np.copy(), {"loss": loss_sum / len(batches), "steps": float(len(batches)),
+        return trainer.host_vector(), {"loss": loss_sum / len(batches), "steps": float(len(batches)),
                                          "samples": float(start)}
 
     def _train_private(self, trainer: LocalTrainer, params: np.ndarray, rows: np.ndarray, spec: TrainSpec,
@@ -134,7 +135,8 @@ class FCCLWork:
 
         n = rows.size
         c = trainer.num_classes
-        soft = [torch.from_numpy(class_scores(trainer, t, self.x, rows).reshape(n, c)) for t in teachers]
+        dev = trainer.device  # runtime.device: the model, each batch and the teachers' logits live there
+        soft = [torch.from_numpy(class_scores(trainer, t, self.x, rows).reshape(n, c)).to(dev) for t in teachers]
         trainer._load(params)
         module = trainer.module
         module.train()
@@ -146,16 +148,16 @@ class FCCLWork:
             for s in range(0, block.size, b):
                 pos = block[s: s + b]
                 batch = rows[pos]
-                xb = torch.from_numpy(np.ascontiguousarray(self.x[batch], dtype=np.float32).reshape(pos.size, -1))
+                xb = torch.from_numpy(np.ascontiguousarray(self.x[batch], dtype=np.float32).reshape(pos.size, -1)).to(dev)
                 opt.zero_grad(set_to_none=True)
                 out = module(xb).float()
-                loss = F.cross_entropy(out, torch.from_numpy(self.y[batch].astype(np.int64)))
-                index = torch.from_numpy(pos)
+                loss = F.cross_entropy(out, torch.from_numpy(self.y[batch].astype(np.int64)).to(dev))
+                index = torch.from_numpy(pos).to(dev)
                 for t in soft:
                     loss = loss + job.lambda_loc * kd_loss(out, t[index], kind="kl", T=1.0)
                 loss.backward()
                 opt.step()
                 loss_sum += float(loss.item())
                 steps += 1
-        return trainer._flat_np.copy(), {"loss": loss_sum / steps, "steps": float(steps),
+        return trainer.host_vector(), {"loss": loss_sum / steps, "steps": float(steps),
                                          "samples": float(samples_processed(n, spec))}

@@ -46,8 +46,8 @@ def top_singular(g: torch.Tensor, iters: int) -> torch.Tensor:
     import torch
 
     k = g.bmm(g.transpose(1, 2))
-    v = torch.ones(k.shape[0], k.shape[1], 1, dtype=k.dtype)
-    n = torch.ones(k.shape[0], 1, 1, dtype=k.dtype)
+    v = torch.ones(k.shape[0], k.shape[1], 1, dtype=k.dtype, device=k.device)  # (on the batch's device)
+    n = torch.ones(k.shape[0], 1, 1, dtype=k.dtype, device=k.device)
     for _ in range(iters):
         m = k.bmm(v)
         n = torch.linalg.vector_norm(m, dim=1, keepdim=True)

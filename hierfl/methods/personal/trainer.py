@@ -30,6 +30,7 @@ import numpy as np
 
 from hierfl.core.device_eval import support_split
 from hierfl.core.work import TrainSpec, effective_batch, num_steps
+from hierfl.learn.local import download
 from hierfl.learn.precision import autocast
 from hierfl.methods.personal.math import PersonalJob, local_mask, resolve_layers
 
@@ -152,7 +153,8 @@ class Personaliser:
         out, start = [], 0
         for _, shape in self.trainer.layout:
             size = int(np.prod(shape, dtype=np.int64))
-            t = torch.tensor(flat[start:start + size], dtype=torch.float32).reshape(shape)
+            # (on the trainer's device, runtime.device, where functional_call finds the module's buffers)
+            t = torch.tensor(flat[start:start + size], dtype=torch.float32, device=self.trainer.device).reshape(shape)
             out.append(t.requires_grad_(grad))
             start += size
         return out
@@ -163,15 +165,16 @@ class Personaliser:
         from torch.func import functional_call
 
         module, names = self.trainer.module, [n for n, _ in self.trainer.layout]
-        xb = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(len(y), -1)))
-        yb = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        dev = self.trainer.device  # runtime.device: the batch goes up once per loss function
+        xb = torch.from_numpy(np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(len(y), -1))).to(dev)
+        yb = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(dev)
 
         if self.trainer.precision == "fp32":
             def loss(plist: list[Any]) -> Any:
                 return F.cross_entropy(functional_call(module, dict(zip(names, plist)), (xb,)), yb)
         else:  # runtime.precision bf16: the forward under autocast, the loss from float32 logits
             def loss(plist: list[Any]) -> Any:
-                with autocast("bf16", "cpu"):
+                with autocast("bf16", dev):
                     logits = functional_call(module, dict(zip(names, plist)), (xb,))
                 return F.cross_entropy(logits.float(), yb)
 
@@ -216,8 +219,8 @@ class Personaliser:
                 steps += 1
                 samples += qb.size + sb.size
         assert steps == num_steps(query.size, spec)
-        new_theta = torch.cat([p.detach().reshape(-1) for p in ps]).numpy().astype(np.float32)
-        new_alpha = (torch.cat([a.detach().reshape(-1) for a in alphas]).numpy().astype(np.float32)
+        new_theta = download(torch.cat([p.detach().reshape(-1) for p in ps])).astype(np.float32)
+        new_alpha = (download(torch.cat([a.detach().reshape(-1) for a in alphas])).astype(np.float32)
                      if learn_alpha else None)
         return new_theta, new_alpha, {"loss": loss_sum / max(steps, 1), "steps": steps, "samples": samples}
 
@@ -240,4 +243,4 @@ class Personaliser:
         for _ in range(self.spec.inner_steps):
             grads = torch.autograd.grad(loss(ps), ps)
             ps = [(p - a * g).detach().requires_grad_(True) for p, a, g in zip(ps, alphas, grads)]
-        return torch.cat([p.detach().reshape(-1) for p in ps]).numpy().astype(np.float32)
+        return download(torch.cat([p.detach().reshape(-1) for p in ps])).astype(np.float32)

@@ -43,11 +43,12 @@ def private_sce_loss(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y
     n = rows.size
     b_ = n if batch_size is None else min(batch_size, n)
     total = 0.0
-    with torch.inference_mode(), autocast(trainer.precision, "cpu"):
+    dev = trainer.device  # runtime.device
+    with torch.inference_mode(), autocast(trainer.precision, dev):
         for start in range(0, n, b_):
             sel = rows[start : start + b_]
-            xb = torch.from_numpy(np.ascontiguousarray(x[sel], dtype=np.float32).reshape(sel.size, -1))
-            yb = torch.from_numpy(np.asarray(y[sel], dtype=np.int64))
+            xb = torch.from_numpy(np.ascontiguousarray(x[sel], dtype=np.float32).reshape(sel.size, -1)).to(dev)
+            yb = torch.from_numpy(np.asarray(y[sel], dtype=np.int64)).to(dev)
             total += float(sce_loss(module(xb).float(), yb, a=a, b=b, reduction="none").double().sum().item())
     return total / n
 
@@ -77,16 +78,17 @@ def train_sce(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.nd
     sgd = trainer._sgd
     sgd.start(spec, None)
     module, plist = trainer.module, trainer._params
+    dev = trainer.device  # runtime.device: the model and each batch live there
     module.train()
     loss_sum, steps, samples = 0.0, 0, 0
     for block in index_blocks(n, b, spec, rng):
         for start in range(0, block.size, b):
             sel = rows[block[start : start + b]]
-            xb = torch.from_numpy(np.ascontiguousarray(x[sel], dtype=np.float32).reshape(sel.size, -1))
-            yb = torch.from_numpy(np.asarray(y[sel], dtype=np.int64))
+            xb = torch.from_numpy(np.ascontiguousarray(x[sel], dtype=np.float32).reshape(sel.size, -1)).to(dev)
+            yb = torch.from_numpy(np.asarray(y[sel], dtype=np.int64)).to(dev)
             for p in plist:
                 p.grad = None
-            with autocast(trainer.precision, "cpu"):
+            with autocast(trainer.precision, dev):
                 out = module(xb)
             loss = sce_loss(out.float(), yb, a=sce.a, b=sce.b)
             loss.backward()
@@ -96,7 +98,7 @@ def train_sce(trainer: LocalTrainer, params: np.ndarray, x: np.ndarray, y: np.nd
             steps += 1
             samples += sel.size
     stats: dict[str, float] = {"loss": loss_sum / steps, "steps": steps, "samples": samples}
-    result = trainer._flat_np.copy()
+    result = trainer.host_vector()
     if sce.report:
         # client confidence is always measured with the SCE of the check (not the local loss: sce_a / sce_b)
         stats["ccr_loss"] = private_sce_loss(trainer, result, x, y, rows, sce.check_a, sce.check_b, spec.batch_size)
