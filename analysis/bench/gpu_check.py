@@ -75,11 +75,12 @@ CUDA_TESTS = ["tests/learn/test_device_jobs.py", "tests/learn/test_batched_learn
 
 TESTS_TIMEOUT_S = 90
 
-COUNTERS: list[tuple[str, str]] = [("hierfl.learn.vmapped:VmapTrainer", "transfers"),
+COUNTERS: list[tuple[str, str]] = [("hierfl.runtime.device_host:DeviceHost", "staging.transfers"),
                                    ("hierfl.learn.local:LocalTrainer", "transfers")]
-"""Where per-trainer host↔device copy counters live: ``(module:class, attribute)``; every instance made
-during a run is kept, and a ``dict`` attribute of that name is summed (``*_calls``, ``*_models`` keys).
-A counter added elsewhere is read by adding its class here."""
+"""Where host↔device copy counters live: ``(module:class, dotted attribute)``; every instance made during a
+run is kept, and the counter (a ``dict``, or an object with ``as_dict()``, such as the staging code's
+:class:`hierfl.learn.staging.Transfers`, which every group trainer of a host shares) is summed (``*_calls``,
+``*_models`` keys). A counter added elsewhere is read by adding its class here."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,11 @@ class Instances:
         total: dict[str, float] = {}
         found = False
         for obj, attr in self.made:
-            counter = getattr(obj, attr, None)
+            counter: Any = obj
+            for part in attr.split("."):
+                counter = getattr(counter, part, None)
+            if hasattr(counter, "as_dict"):
+                counter = counter.as_dict()
             if isinstance(counter, dict):
                 found = True
                 for key, value in counter.items():

@@ -109,7 +109,7 @@ class Context:
 
     def _privacy_channels(self, scenario: Scenario, channels: ChannelLinks) -> None:
         """``privacy.dp`` on the devices' messages: its work is counted with theirs, and local DP of uploads applied
-        one by one (FedAsync) noises each upload as it leaves its device."""
+        one by one (an asynchronous protocol) noises each upload as it leaves its device."""
         assert self.privacy is not None
         self.privacy.work = channels.overhead_stats
         upload = privacy_upload(scenario)

@@ -38,8 +38,10 @@ def test_smoke_runs_every_section_and_writes_the_results(tmp_path: Path) -> None
     c = res["compare"]
     # batched and job by job start from one model and seed: after two rounds they differ by float rounding only
     assert c["rounds"] == 2 and 0.0 <= c["max_abs_param_diff"] < 1e-4 and c["within"]
-    # the batched trainer keeps a copy counter; on the CPU it never copies a model to another device
-    assert res["transfers_per_round"] is not None and res["transfers_per_round"]["h2d_models"] == 0
+    # the staging code counts the crossings a GPU would make, on the CPU too: one start model up per round at
+    # most (later rounds start from the aggregate's device copy), never one per job
+    t = res["transfers_per_round"]
+    assert t is not None and 0 < t["h2d_models"] <= 1.0 and 0 < t["d2h_models"] <= 2.0
     assert res["tests"] is None  # (the CUDA tests run in a full check only)
     saved = json.loads((tmp_path / "gpu_check.json").read_text())
     assert saved["compare"]["rounds"] == 2 and saved["smoke"] is True
