@@ -125,6 +125,26 @@ MODEL_DEPENDENT: dict[str, tuple[str, ...]] = {
 ALWAYS_MODEL_DEPENDENT = ("*time_to_target_s", "*rounds_to_target")
 
 
+def model_dependent(stem: str) -> tuple[str, ...]:
+    """The model-dependent outputs of scenario ``stem``: its entry of :data:`MODEL_DEPENDENT`, the stop on target
+    accuracy, and what the scenario itself declares: a transfer channel that charges measured lengths
+    (``exact_bytes``) makes the contract's :data:`~hierfl.output.contract.MEASURED_BYTES_KEYS` of its summary
+    model-dependent (and, through them, every upload time after the first length that differs)."""
+    out = (*MODEL_DEPENDENT.get(stem, ()), *ALWAYS_MODEL_DEPENDENT)
+    path = ROOT / "scenarios" / f"{stem}.yaml"
+    if not path.exists():
+        return out
+    from hierfl.output.contract import MEASURED_BYTES_KEYS
+    from hierfl.scenario.loader import load_scenario
+
+    sc = load_scenario(path, ["runtime.executor=local"])
+    placed = sc.channels.resolved(tuple(getattr(type(sc.protocol), "channel_links", ())))
+    if any(ch.measures_bytes for ch in placed.values()):
+        # the summary's byte counts, and the same counters in the metrics lines
+        out = (*out, *(f"summary.{key}" for key in MEASURED_BYTES_KEYS), "metrics.*.bytes_*")
+    return out
+
+
 @dataclass(frozen=True)
 class Difference:
     """One field that differs beyond its tolerance (``fatal``) or a model-dependent note."""
@@ -427,7 +447,7 @@ def check_against_golden(stem: str, run_dir: Path) -> list[Difference]:
     another path from there: every difference is then reported, and only those beyond the
     learning tolerance in learning values fail.
     """
-    diffs = compare(load_golden(stem), snapshot(run_dir), (*MODEL_DEPENDENT.get(stem, ()), *ALWAYS_MODEL_DEPENDENT))
+    diffs = compare(load_golden(stem), snapshot(run_dir), model_dependent(stem))
     if any(not d.fatal for d in diffs):
         diffs = [d if kind_of(d.path) == "learning" else Difference(d.path, d.want, d.got, d.rule, False) for d in diffs]
     return diffs

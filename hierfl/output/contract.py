@@ -18,11 +18,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["CONTRACT_VERSION", "WALL_CLOCK_FIELDS", "FILES", "OPTIONAL_FILES", "LINE_FIELDS", "SUMMARY_KEYS", "DEVICES_COLUMNS", "CLUSTERS_FIELDS",
+__all__ = ["CONTRACT_VERSION", "WALL_CLOCK_FIELDS", "MEASURED_BYTES_KEYS", "FILES", "OPTIONAL_FILES", "LINE_FIELDS", "SUMMARY_KEYS", "DEVICES_COLUMNS", "CLUSTERS_FIELDS",
            "EVAL_EXTRA", "metric_events", "unit_of"]
 
 CONTRACT_VERSION = 1
 """Version of the output contract, written as ``summary.json``'s ``contract_version``."""
+
+MEASURED_BYTES_KEYS: tuple[str, ...] = ("channels.*.bytes", "channels.*.saved_bytes", "channels.bytes_saved.*",
+                                         "totals.bytes_*")
+"""``summary.json`` keys (fnmatch patterns) whose values are computed from the model's numbers when a transfer
+channel charges the length measured on each encoded message (``Channel.measures_bytes``: ``exact_bytes: true``):
+the bytes charged. Every upload's time, and every event after it, follows from them, so on another machine
+(other kernels, other last bits) a run of such a scenario may take another path from the first length that
+differs; on one machine it gives the same bits on every executor."""
 
 FILES: dict[str, str] = {
     "config.yaml": "the fully resolved scenario (every default filled in, files as absolute paths) with the seed "

@@ -103,6 +103,15 @@ class SubProtocols:
         self._next = 0
         self._tier_gflops: dict[str, float] | None = None
         self._rates: dict[str, dict[str, float]] = {}
+        # per sender kind, the integer levels of its upload channel when it quantises onto a grid every sender
+        # shares (a masking sub-protocol sums those integers: RoundView.field_levels); none without channels
+        self._levels: dict[str, int | None] = {"device": None, "edge": None}
+        channels = getattr(scenario, "channels", None)
+        if section is not None and channels is not None and not channels.default:
+            placed = channels.resolved(tuple(getattr(type(scenario.protocol), "channel_links", ())))
+            for source, direction in (("device", "device_uplink"), ("edge", "edge_uplink")):
+                if direction in placed:
+                    self._levels[source] = placed[direction].field_levels()
 
     def at(self, tier: str) -> SubProtocolConfig | None:
         """The sub-protocol the scenario places at ``tier`` (None: none)."""
@@ -140,7 +149,8 @@ class SubProtocols:
     def _view(self, inst: _Instance) -> RoundView:
         return RoundView(inst.round, len(inst.participants), len(inst.alive), len(inst.lost), inst.lost_before,
                          int(self.ctx.world.model_bytes), inst.tier, inst.source, inst.participants,
-                         tuple(sorted(inst.alive)), inst.lost_before_ids, inst.ident, int(self.ctx.scenario.seed))
+                         tuple(sorted(inst.alive)), inst.lost_before_ids, inst.ident, int(self.ctx.scenario.seed),
+                         self._levels.get(inst.source))
 
     def _begin_round(self, inst: _Instance) -> None:
         if inst.round > 0:  # those lost during the round just over are the new round's `dropped_last`

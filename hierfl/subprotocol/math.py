@@ -37,7 +37,9 @@ class RoundView:
     ``alive_ids`` and ``lost_last_ids``: the same sets by id (sorted), for a sub-protocol whose cost
     depends on who is lost (a neighbour graph); ``instance`` and ``seed``: the instance's number in
     the run and the run's seed, for a sub-protocol that draws from a named stream
-    (``hierfl.plugin.rng_stream(seed, name, instance)``).
+    (``hierfl.plugin.rng_stream(seed, name, instance)``). ``field_levels``: when the senders' upload channel
+    maps every sender's values onto one shared integer grid (``Channel.field_levels``: quantised before a
+    masking sub-protocol sums them), how many integers one value is; None: the model's float values.
     """
 
     round: int
@@ -53,6 +55,7 @@ class RoundView:
     lost_last_ids: tuple[int, ...] = ()
     instance: int = 0
     seed: int = 0
+    field_levels: int | None = None
 
     @property
     def peers(self) -> int:

@@ -114,3 +114,29 @@ def test_snapshots_are_stored_as_readable_text_that_round_trips():
     assert json.loads(text) == BASE
     assert dumps(BASE) + "\n" == text  # the writer's own format: a re-recording diffs line by line
     assert max(len(line) for line in text.splitlines()) < 400
+
+
+def test_measured_bytes_make_a_scenario_s_bytes_model_dependent(tmp_path, monkeypatch):
+    """A scenario whose channel charges measured lengths (fedat_polyline: polyline, exact_bytes) declares its
+    summary's byte counts model-dependent (the contract's MEASURED_BYTES_KEYS): another machine's other length
+    and the later times that follow are reported, not failed; accuracy still has to agree. The same differences
+    in a scenario of fixed lengths (fedat) fail."""
+    import tests.golden as golden
+    from hierfl.output.contract import MEASURED_BYTES_KEYS
+
+    assert "channels.*.bytes" in MEASURED_BYTES_KEYS
+    assert "summary.totals.bytes_*" in golden.model_dependent("fedat_polyline")
+    assert not any("bytes" in p for p in golden.model_dependent("fedat"))
+    for stem, fatal in (("fedat_polyline", False), ("fedat", True)):
+        base = load_golden(stem)
+        other = _changed_in(base, ["summary", "totals", "bytes_device_tier"], lambda b: b + 1)
+        other = _changed_in(other, ["summary", "virtual_time_s"], lambda t: t + 1e-5)
+        monkeypatch.setattr(golden, "snapshot", lambda run_dir, snap=other: snap)
+        diffs = check_against_golden(stem, tmp_path)
+        assert {d.path for d in diffs} == {"summary.totals.bytes_device_tier", "summary.virtual_time_s"}
+        assert all(d.fatal == fatal for d in diffs)
+    base = load_golden("fedat_polyline")
+    worse = _changed_in(base, ["summary", "totals", "bytes_device_tier"], lambda b: b + 1)
+    worse = _changed_in(worse, ["model", "l2"], lambda n: n * 2)
+    monkeypatch.setattr(golden, "snapshot", lambda run_dir: worse)
+    assert _fatal(check_against_golden("fedat_polyline", tmp_path)) == ["model.l2"]

@@ -338,6 +338,28 @@ def test_edge_uplink_bytes_and_times_by_hand(tmp_path):
     assert all(e["args"]["bytes"] == size for e in up)
 
 
+def test_hierfavg_codes_its_edge_tier_from_the_scenario(tmp_path):
+    """HierFAVG honours channels on the edge tier: each edge model goes to the cloud as the change since the
+    global model its edge last received, QSGD-coded (3 norms of 8 values, 6 bits a value: 12 + 14 = 26 B), and
+    the global model comes down to each edge in fp16 (36 B); the values really change (another final model than
+    without channels) and a timing-only run charges the same bytes and time."""
+    hier = {"protocol": {"name": "hierfavg", "kappa1": 2, "kappa2": 2}, "topology": {"edge_servers": 2},
+            "stop": {"rounds": 3}}
+    edge = {"edge_uplink": {"name": "qsgd", "bucket": 8}, "edge_downlink": "fp16"}
+    coded = _run(tmp_path, "coded", **hier, channels=edge)
+    plain = _run(tmp_path, "plain", **hier)
+    timing = _run(tmp_path, "timing", **hier, channels=edge, training={"trainer": "none"})
+    s = _summary(coded)
+    up, down = s["channels"]["edge_uplink"], s["channels"]["edge_downlink"]
+    assert up["messages"] == 2 * s["rounds"] and up["bytes"] == up["messages"] * 26
+    assert down["messages"] == 2 * (s["rounds"] - 1) and down["bytes"] == down["messages"] * 2 * PARAMS
+    assert s["channels"]["bytes_saved"] == {"device_tier": 0,
+                                           "edge_tier": up["messages"] * (72 - 26) + down["messages"] * 36}
+    assert all(e["args"]["bytes"] == 26 for e in _spans(coded, "upload") if e["cat"] == "edge")
+    assert not np.array_equal(np.load(coded / "final_model.npy"), np.load(plain / "final_model.npy"))
+    assert _summary(timing)["channels"] == s["channels"] and _summary(timing)["virtual_time_s"] == s["virtual_time_s"]
+
+
 def test_a_message_with_a_control_vector_is_coded_and_charged_whole(tmp_path):
     """SCAFFOLD's messages carry the model and its control (layout CONTROLLED): a channel codes both parts and
     charges the bytes of both, 2 × PARAMS values per message."""

@@ -196,7 +196,7 @@ def _refused(key: str, **override: Any) -> None:
 def test_refusals() -> None:
     _refused("subprotocol.cloud.name", protocol={"name": "fedasync"}, subprotocol=_sa("secagg"))
     _refused("aggregation.cloud.name", subprotocol=_sa("secagg"), aggregation={"cloud": {"name": "marmed"}})
-    _refused("channels.device_uplink", subprotocol=_sa("secagg"), channels={"device_uplink": {"name": "fp16"}})
+    _refused("channels.device_uplink", subprotocol=_sa("secagg"), channels={"device_uplink": {"name": "qsgd"}})
     _refused("channels.uplink", subprotocol=_sa("secagg"), channels={"uplink": "bf16"})
     _refused("subprotocol.cloud.sender_crypto_tier", subprotocol={"cloud": {"name": "secagg", "sender_gflops": 1.0}})
     _refused("subprotocol.cloud.dropout_rate", subprotocol=_sa("secagg_plus", corrupt_rate=0.5, dropout_rate=0.5))

@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, field_validator
 
 from hierfl.channels.math import bf16_round, bf16_to_float32, fp16_round
+from hierfl.channels.math.field import FP16_LEVELS
 from hierfl.config.base import ConfigModel
 from hierfl.config.errors import Problem
 from hierfl.config.registry import Registry
@@ -87,6 +88,20 @@ class Channel(ConfigModel):
         """Load-time problems of this channel's settings at ``key`` (none by default)."""
         return []
 
+    # -- under secure aggregation (hierfl.channels.math.field) ---------------------------------------------------
+    def field_levels(self) -> int | None:
+        """How many integers one value of the message is, when the channel maps every sender's values onto one
+        integer grid they all share, so that secure aggregation's sum of the senders' integers in its finite
+        field decodes to the sum of their values (quantise, then mask): the field then needs ``⌈log₂(n·L)⌉``
+        bits for ``n`` senders. None (the default): its messages cannot be summed under masking
+        (:meth:`field_refusal` says why)."""
+        return None
+
+    def field_refusal(self) -> str:
+        """Why this channel's messages cannot be summed under secure aggregation (when :meth:`field_levels` is
+        None)."""
+        return "its messages are not integers on a grid every sender shares"
+
 
 @CHANNELS.register
 class NoChannel(Channel):
@@ -148,6 +163,11 @@ class Fp16Channel(_Cast):
         """Back to float32 (exact)."""
         return np.asarray(message, dtype=np.float32)
 
+    def field_levels(self) -> int | None:
+        """Every finite fp16 value is an integer multiple of 2^−24 within ±65 504: an exact fixed-point grid of
+        ``2^41 − 2^30 + 1`` integers (the sum in the field is the exact sum, at 41 + log₂ n bits a value)."""
+        return FP16_LEVELS
+
 
 @CHANNELS.register
 class Bf16Channel(_Cast):
@@ -165,6 +185,10 @@ class Bf16Channel(_Cast):
     def decode(self, message: Any, elements: int) -> Any:
         """Back to float32 (exact)."""
         return bf16_to_float32(message)
+
+    def field_refusal(self) -> str:
+        """Float32's exponent range: no fixed-point grid of its values fits a 62-bit field."""
+        return "bfloat16 keeps the float32 exponent range: as fixed point its values need about 270 bits, above 62"
 
 
 # the update compressors register themselves (they subclass Channel: imported once it is defined)

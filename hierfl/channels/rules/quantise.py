@@ -13,8 +13,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from hierfl.channels.math.codec import (qsgd_bytes, qsgd_decode, qsgd_decode_exact, qsgd_encode, qsgd_encode_exact,
-                                        polyline_decode, polyline_encode, sign_bytes, sign_decode, sign_encode)
+from hierfl.channels.math.codec import (level_bits, pack_bits, qsgd_bytes, qsgd_decode, qsgd_decode_exact,
+                                        qsgd_encode, qsgd_encode_exact, polyline_decode, polyline_encode, sign_bytes,
+                                        sign_decode, sign_encode, unpack_bits)
+from hierfl.channels.math.field import grid_bytes, grid_decode, grid_encode, grid_levels, grid_quantise, grid_value
 from hierfl.channels.rules.compressor import Compressor, ErrorFeedback
 from hierfl.channels.rules import CHANNELS
 from hierfl.config.errors import Problem
@@ -37,6 +39,12 @@ class QsgdChannel(Compressor):
     charges its measured length, which then depends on the values; its Elias coding costs ``elias_ops`` more
     per value (every value: the count of non-zero levels is not known in advance) [D]. Timing-only runs charge
     the fixed length.
+
+    ``shared_scale: c`` replaces the buckets' norms by one public scale every sender uses: a value becomes a
+    level ``−s … s`` of ``c/s`` (rounded at random, unbiased for ``|v| ≤ c``, clipped beyond), sent as a sign bit
+    and ``⌈log₂(s+1)⌉`` bits, no norms: ``⌈m·(1 + ⌈log₂(s+1)⌉)/8⌉`` bytes. The senders' levels are then in the
+    same units and add up, which secure aggregation needs (quantise, then mask: :mod:`hierfl.channels.math.field`);
+    with DP clipping at ``S``, ``c = S`` never clips (``|v_i| ≤ ‖v‖₂ ≤ S``) [D].
     """
 
     name: Literal["qsgd"] = "qsgd"
@@ -49,6 +57,9 @@ class QsgdChannel(Compressor):
                               "charged: bytes and times then depend on the model's values [D: false]")
     elias_ops: NonNegativeFloat = Field(default=10.0, description="FLOP equivalents per value of the Elias "
                                         "coding, each way, with exact_bytes [D]")
+    shared_scale: PositiveFloat | None = Field(default=None, description="c: one public scale for every sender in "
+                                               "place of the buckets' norms (levels of c/levels, clipped at ±c): "
+                                               "summable under secure aggregation; null: each bucket's L2 norm")
 
     @property
     def measures_bytes(self) -> bool:
@@ -64,18 +75,51 @@ class QsgdChannel(Compressor):
         return (float(self.decode_ops) + (float(self.elias_ops) if self.exact_bytes else 0.0)) * int(elements)
 
     def encoded_bytes(self, elements: int) -> int:
-        """The norms, then a sign bit and a level per value (with ``exact_bytes``: what timing-only runs charge)."""
+        """The norms, then a sign bit and a level per value (with ``exact_bytes``: what timing-only runs charge;
+        with ``shared_scale``: no norms)."""
+        if self.shared_scale is not None:
+            return grid_bytes(elements, self.levels)
         return qsgd_bytes(elements, self.levels, self.bucket)
 
     def pack(self, p: np.ndarray, rng: np.random.Generator) -> bytes:
         """Quantise ``p``."""
+        if self.shared_scale is not None:
+            level = grid_quantise(p, self.levels, float(self.shared_scale), rng)
+            return pack_bits(grid_encode(level), 1 + level_bits(self.levels))
         encode = qsgd_encode_exact if self.exact_bytes else qsgd_encode
         return encode(p, self.levels, self.bucket, rng)
 
     def unpack(self, message: bytes, elements: int) -> np.ndarray:
-        """``norm · sign · level / levels`` per value."""
+        """``norm · sign · level / levels`` per value (``shared_scale`` in place of the norm)."""
+        if self.shared_scale is not None:
+            return grid_value(self.levels_of(message, elements), self.levels, float(self.shared_scale))
         decode = qsgd_decode_exact if self.exact_bytes else qsgd_decode
         return decode(message, elements, self.levels, self.bucket)
+
+    def levels_of(self, message: bytes, elements: int) -> np.ndarray:
+        """The signed integer levels (int64) of a ``shared_scale`` message: what a sender adds into the field."""
+        return grid_decode(unpack_bits(message, elements, 1 + level_bits(self.levels)))
+
+    def field_levels(self) -> int | None:
+        """With ``shared_scale``: the ``2s + 1`` levels ``−s … s``; else none (per-bucket norms)."""
+        return grid_levels(self.levels) if self.shared_scale is not None and not self.exact_bytes else None
+
+    def field_refusal(self) -> str:
+        """Per-bucket norms, or a variable-length code."""
+        if self.exact_bytes:
+            return "exact_bytes is a variable-length code, but a masked vector is uniformly random at the field width"
+        return "each sender scales its levels by its own bucket norms: set shared_scale, one public scale for all"
+
+    def problems(self, key: str) -> list[Problem]:
+        """``shared_scale`` has no buckets: a ``bucket`` set with it would be ignored; nor a variable-length code."""
+        out = []
+        if self.shared_scale is not None and "bucket" in self.model_fields_set:
+            out.append(Problem(f"{key}.bucket", "shared_scale replaces the buckets' norms: bucket would be "
+                               "ignored; allowed: unset", self.bucket))
+        if self.shared_scale is not None and self.exact_bytes:
+            out.append(Problem(f"{key}.exact_bytes", "the Elias coding is not defined with shared_scale; allowed: "
+                               "false", True))
+        return out
 
 
 @CHANNELS.register
@@ -102,6 +146,10 @@ class SignEfChannel(ErrorFeedback):
     def unpack(self, message: bytes, elements: int) -> np.ndarray:
         """``±scale`` per value."""
         return sign_decode(message, elements)
+
+    def field_refusal(self) -> str:
+        """A scale of the sender's own."""
+        return "each sender sends its own scale with its signs: the sum of signs in different units means nothing"
 
 
 @CHANNELS.register
@@ -144,6 +192,10 @@ class PolylineChannel(Compressor):
     def unpack(self, message: bytes, elements: int) -> np.ndarray:
         """The rounded values."""
         return polyline_decode(message, elements, self.precision)
+
+    def field_refusal(self) -> str:
+        """A variable-length, difference-coded string."""
+        return "a variable-length string of differences of rounded values, not integers a field can add"
 
     def problems(self, key: str) -> list[Problem]:
         """A polyline without ``exact_bytes`` would charge a length it does not send."""

@@ -38,6 +38,10 @@ class _Sparse(Compressor):
         """``decode_ops`` per kept value."""
         return float(self.decode_ops) * kept(elements, self.ratio)
 
+    def field_refusal(self) -> str:
+        """Each sender keeps its own positions and float values: their masked sum has no meaning."""
+        return "each sender sends its own k positions with float values: the sum would add values at different places"
+
 
 class _TopSparse(_Sparse):
     """Top-k messages: the index scheme, the format."""

@@ -24,9 +24,11 @@ remembered, not re-checked; [D]: our choice, a knob where it matters):
 * the new global model goes back to the tier that just reported, whose next round starts [V];
 * local training adds the constraint term ``(λ/2)‖w − w_global‖²`` [K]; ``lam`` (λ) defaults
   to 0 [D, value not verified];
-* the paper compresses up- and downlinks with a polyline-encoding-based lossy codec [V]; this
-  implementation does NOT (``compression: none``): transfers carry the full model, so FedAT's
-  communication savings are not reproduced.
+* the paper compresses up- and downlinks with a polyline-encoding-based lossy codec [V]; hierfl ships
+  it as a transfer channel, not a protocol knob (``compression`` allows only ``none``): ``channels:
+  {device_uplink: {name: polyline, exact_bytes: true}}`` (scenarios/fedat_polyline.yaml). Downloads
+  carry the float32 model (a measured length cannot be charged on a download, which is coded when it
+  arrives), so only the upload half of FedAT's savings is reproduced.
 
 Timing: a tier round lasts ``max over its selected devices of (download + compute + upload)``
 (straggler policies of ``straggler:`` apply inside a tier); server aggregation is instantaneous.
@@ -144,7 +146,8 @@ class FedATConfig(ProtocolConfig):
         default="reversed", description="cross-tier weights: tier m gets T_{M+1-m}/T (paper) or 1/M (ablation)")
     lam: float = Field(default=0.0, ge=0.0, description="λ of the local constraint term (λ/2)‖w − w_global‖² [K/D]")
     compression: Literal["none"] = Field(
-        default="none", description="the paper's polyline-encoding compression is not implemented")
+        default="none", description="the paper's polyline compression is a transfer channel, not this key: "
+                                    "channels.device_uplink: {name: polyline, exact_bytes: true}")
     recluster: RECLUSTER.union() = Field(  # type: ignore[valid-type]
         default=NeverRecluster(),
         description="when the tiers are formed again from the response times now (never, periodic, adaptive, "

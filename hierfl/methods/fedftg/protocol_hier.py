@@ -57,6 +57,8 @@ class FedFTGHierConfig(FTGKnobs, HierFAVGConfig):
     rule_tiers: ClassVar[tuple[str, ...]] = ()
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ()  # its own round closes do not wait for one
     control_variates: ClassVar[bool] = False
+    # its uploads may carry label histograms (sized by the protocol): no channel on the edge tier
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→edge", synchronous=True),
         AggregationPoint("straggler.cloud", "edge→cloud", synchronous=True, participants="edge servers",

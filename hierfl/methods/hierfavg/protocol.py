@@ -81,7 +81,9 @@ class HierFAVGConfig(ProtocolConfig):
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud", "edge")
     rule_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
-    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink")  # base helpers
+    # the device tier through the base helpers; the edge tier here: an edge server's model to the cloud is coded
+    # when it is sent (_upload), the global model to an edge server when it arrives (on_edge_download_done)
+    channel_links: ClassVar[tuple[str, ...]] = ("device_uplink", "device_downlink", "edge_uplink", "edge_downlink")
     control_variates: ClassVar[bool] = True
     subprotocol_tiers: ClassVar[tuple[str, ...]] = ("edge", "cloud")
     # an edge round aggregates its own devices only (privacy.dp.tier: edge composes each device's edge releases)
@@ -158,6 +160,7 @@ class HierFAVG(Protocol):
         self.cloud_round = 0
         self.cloud_barrier: Barrier | None = None
         self.uploading: dict[int, int] = {}       # edge → its in-flight transfer to the cloud
+        self.sent: dict[int, Any] = {}            # edge → its model as the cloud receives it (channels.edge_uplink)
         self.retry: dict[int, Event] = {}          # edge → pending edge_retry (no member online)
         # edge-server and cloud faults (the edge_fail and cloud_fail event kinds)
         self.attached = world.edge_of.copy()      # device → the edge server it works with now
@@ -366,8 +369,12 @@ class HierFAVG(Protocol):
             cb.work[edge] = done / self.cfg.kappa2
             env.telemetry.instant(("edge", edge), "partial_work", env.now, edge_rounds=done, of=self.cfg.kappa2,
                                   weight=cb.weight(edge, self.edge_weight[edge]))
+        size = self._upload_size(edge)
+        if size is None and self.edge_model[edge] is not None and getattr(env, "channels", None) is not None:
+            # coded before it is sent (a channel that measures its bytes has its length known when they are charged)
+            self.sent[edge] = env.tier("cloud").coded(("edge", edge), self.edge_model[edge])
         self.uploading[edge] = env.send(("edge", edge), ("cloud", 0), "edge_upload_done",
-                                        EdgeUpload(edge, self.cloud_round), "upload", size=self._upload_size(edge))
+                                        EdgeUpload(edge, self.cloud_round), "upload", size=size)
 
     def _upload_size(self, edge: int) -> int | None:
         """Bytes of ``edge``'s upload to the cloud (None: one model); a variant that sends more overrides it."""
@@ -390,6 +397,7 @@ class HierFAVG(Protocol):
         env = self.env
         if edge in self.uploading:
             env.cancel_transfer(self.uploading.pop(edge))
+            self.sent.pop(edge, None)
         if edge in self.retry:
             env.cancel(self.retry.pop(edge))
         self.owed.discard(edge)
@@ -409,10 +417,11 @@ class HierFAVG(Protocol):
         self.uploading.pop(edge, None)
         assert self.cloud_barrier is not None
         weight = self.cloud_barrier.weight(edge, self.edge_weight[edge])  # partial work may weigh less
+        model = self.sent.pop(edge, self.edge_model[edge])  # as the edge uplink's channel delivers it
         if self.cloud_held is not None:  # it waits for the cloud's sub-protocol
-            self.cloud_held.append((edge, self.edge_model[edge], weight, 1.0 if env.controls.relays else None))
+            self.cloud_held.append((edge, model, weight, 1.0 if env.controls.relays else None))
         else:
-            env.tier("cloud").add(self.edge_model[edge], weight, 1.0 if env.controls.relays else None)
+            env.tier("cloud").add(model, weight, 1.0 if env.controls.relays else None)
         self.regroup.applied(edge)
         self.cloud_barrier.arrive(edge)
 
@@ -471,7 +480,10 @@ class HierFAVG(Protocol):
         """The edge has the new global model: start its next cycle of κ2 edge rounds."""
         edge = event.payload.edge
         self.hungry.discard(edge)
-        self.edge_model[edge] = self.env.global_model
+        model = self.env.global_model
+        if getattr(self.env, "channels", None) is not None:  # as the edge downlink's channel delivers it
+            model = self.env.tier("edge", edge).coded(("cloud", 0), model)
+        self.edge_model[edge] = model
         self.edge_round[edge] = self.cloud_round * self.cfg.kappa2
         if not self.env.stopping:
             self._begin_edge_round(edge)
@@ -519,6 +531,7 @@ class HierFAVG(Protocol):
         self.owed.discard(edge)
         self.hungry.discard(edge)
         self.uploading.pop(edge, None)
+        self.sent.pop(edge, None)
         if edge in self.retry:
             env.cancel(self.retry.pop(edge))
         # device updates on their way to it and its model on its way to the cloud (and those held for its sub-protocol)

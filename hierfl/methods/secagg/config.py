@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveInt
 
+from hierfl.channels.math.field import MAX_FIELD_BITS, field_bits
 from hierfl.config.errors import Problem
 from hierfl.core.rng import stream
 from hierfl.methods.secagg.math import (client_round, default_bits, find_degree_threshold, full_threshold,
@@ -74,8 +75,15 @@ class _SecAggBase(SubProtocolConfig):
         return _graph(view.seed, view.instance, view.participant_ids, self.degree_threshold(view.participants)[0])
 
     def _m_bits(self, view: RoundView) -> tuple[int, int]:
-        # every float32 value of a model message is one field element, plus the weight (Flower's practice)
-        bits = self.bits if self.bits is not None else default_bits(view.participants, self.quant_levels)
+        # every float32 value of a model message is one field element, plus the weight (Flower's practice); a
+        # quantising upload channel has put the values on its own integer grid already (quantise, then mask):
+        # the field is as wide as n senders' sums of its levels need, ⌈log2(n·L)⌉
+        if self.bits is not None:
+            bits = self.bits
+        elif view.field_levels is not None:
+            bits = field_bits(view.participants, view.field_levels)
+        else:
+            bits = default_bits(view.participants, self.quant_levels)
         return view.model_bytes // 4 + 1, bits
 
     # -- the rounds -------------------------------------------------------------------------------------------
@@ -160,13 +168,39 @@ class _SecAggBase(SubProtocolConfig):
         if why:
             out.append(Problem(f"{key}.name", f"{self.name} hands the aggregator only the sum of the updates, but "
                                f"this method {why}; allowed: none", self.name))
+        out.extend(self._channel_problems(key, tier, scenario))
+        return out
+
+    def _channel_problems(self, key: str, tier: str, scenario: Scenario) -> list[Problem]:
+        """The senders' upload channel must put every sender's values on one shared integer grid (quantise, then
+        mask) and the field must hold the sum of the most senders an instance can have without wrapping."""
+        edges = senders_are_edge_servers(scenario, tier)
+        direction = "edge_uplink" if edges else "device_uplink"
         honoured = tuple(getattr(scenario.protocol, "channel_links", ()))
-        lossy = sorted(d for d in scenario.channels.resolved(honoured) if d.endswith("uplink"))
-        if lossy:
-            where = lossy[0] if getattr(scenario.channels, lossy[0]) is not None else "uplink"
-            out.append(Problem(f"channels.{where}", f"{self.name} masks the update in a finite field; a lossy "
-                               "uplink channel would have to quantise before masking, which is not defined; "
-                               "allowed: none", getattr(scenario.channels, where).name))
+        ch = scenario.channels.resolved(honoured).get(direction)
+        if ch is None:
+            return []
+        where = direction if getattr(scenario.channels, direction) is not None else "uplink"
+        levels = ch.field_levels()
+        if levels is None:
+            return [Problem(f"channels.{where}", f"{self.name} sums masked integers in a finite field; channel "
+                            f"{ch.name!r} cannot be summed there ({ch.field_refusal()}); allowed: none, fp16, qsgd "
+                            "with shared_scale", ch.name)]
+        out: list[Problem] = []
+        most = (scenario.topology.edge_servers or 1) if edges else scenario.devices.count
+        need = field_bits(most, levels)
+        if need > MAX_FIELD_BITS:
+            out.append(Problem(f"channels.{where}", f"the sum of {most} senders of {levels} levels each (channel "
+                               f"{ch.name!r}) needs a {need}-bit field, above {MAX_FIELD_BITS} bits; allowed: fewer "
+                               "levels", ch.name))
+        if self.bits is not None and self.bits < need:
+            out.append(Problem(f"{key}.bits", f"the sum of up to {most} senders of {levels} levels each (channel "
+                               f"{ch.name!r}) needs {need} bits; fewer would wrap around; allowed: null or at least "
+                               f"{need}", self.bits))
+        if "quant_levels" in self.model_fields_set:
+            out.append(Problem(f"{key}.quant_levels", f"channel {ch.name!r} quantises the values before masking "
+                               "(its own levels set the field width): quant_levels would be ignored; allowed: "
+                               "unset", self.quant_levels))
         return out
 
 
