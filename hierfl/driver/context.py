@@ -108,8 +108,8 @@ class Context:
                 self._privacy_channels(scenario, self.channels)
 
     def _privacy_channels(self, scenario: Scenario, channels: ChannelLinks) -> None:
-        """``privacy.dp`` on the devices' messages: its work is counted with theirs, and local DP of uploads applied
-        one by one (an asynchronous protocol) noises each upload as it leaves its device."""
+        """``privacy.dp`` on the devices' messages: its work is counted with theirs, and in local mode each upload is
+        clipped and noised as it leaves its device (before a channel codes it)."""
         assert self.privacy is not None
         self.privacy.work = channels.overhead_stats
         upload = privacy_upload(scenario)
@@ -117,8 +117,8 @@ class Context:
             channels.transform("device_uplink", "dp_local", upload, self._uploaded)
 
     def _uploaded(self, device: int, stats: dict[str, float]) -> None:
-        """A device's own noised upload left it (``privacy.dp``, updates applied one by one): the accountant counts
-        it; a budget may end the run."""
+        """A device's own noised upload left it (``privacy.dp``, local mode): the accountant counts it (a release of
+        its own when updates are applied one by one: a budget may end the run)."""
         reason = self.privacy.uploaded(device, stats) if self.privacy is not None else None
         if reason is not None:
             self.request_stop(reason)

@@ -143,6 +143,14 @@ class PrivacySection(ConfigModel):
                                "the server would see every update before its noise, and one update is no aggregate; "
                                "allowed: local (each device clips and noises its own upload)", dp.mode))
             return out
+        if dp.mode == "local" and "device_uplink" not in type(proto).channel_links:
+            able = ", ".join(_protocols(lambda c: "device_uplink" in c.channel_links and (
+                c.cohort_sampling is not None or c.edge_cohort_sampling is not None)))
+            out.append(Problem("privacy.dp.mode", f"in local mode each device clips and noises its upload as it leaves "
+                               f"the device, but protocol {proto.name!r} moves its uploads outside the device uplink "
+                               "(the noise would never be added); protocols whose uploads cross it: "
+                               f"{able}; allowed here: central", dp.mode))
+            return out
         m = dp_cohort(scenario, sampling)
         if not m:
             out.append(Problem("privacy.dp", f"protocol {proto.name!r} declares no {dp.tier} cohort size", proto.name))

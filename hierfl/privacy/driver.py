@@ -35,6 +35,11 @@ Which event describes a release (``hierfl.privacy.config.round_event``):
   edge's sampling is proportional to data, which no accountant here covers); counted at each edge commit;
 * uploads applied one by one (``each_upload``, FedAsync, local only) — each upload is ``GaussianDpEvent(z/2)``,
   counted as it leaves its device (:meth:`PrivacyLedger.uploaded`), composed over a device's uploads.
+
+In local mode every device clips and noises its own upload as it leaves the device, whatever the protocol
+(:func:`privacy_upload`, the ``dp_local`` task of :mod:`hierfl.privacy.server`): before a transfer channel
+quantises it and before SecAgg masks it, so no server ever sees an un-noised update; the aggregator's rule only
+forms the fixed-denominator mean. The accounting above does not depend on where the noise is drawn.
 """
 
 from __future__ import annotations
@@ -82,10 +87,11 @@ def privacy_edge_rule(scenario: Any, world: Any = None) -> Any:
 
 
 def privacy_upload(scenario: Any) -> dict[str, Any] | None:
-    """Local DP of updates applied one by one (``cohort_sampling: each_upload``): the parameters of the ``dp_local``
-    server task that clips and noises each device upload against the model the device trained from, or None."""
+    """Local DP (``privacy.dp.mode: local``, any tier and protocol): the parameters of the ``dp_local`` server task
+    that clips and noises each device upload against the model the device trained from, as it leaves the device
+    (before a transfer channel quantises it and SecAgg masks it), or None."""
     dp = _dp(scenario)
-    if dp is None or dp.tier != "cloud" or dp.mode != "local" or dp_sampling(scenario) != "each_upload":
+    if dp is None or dp.mode != "local":
         return None
     return {"clip": float(dp.clip), "noise_multiplier": float(dp.noise_multiplier)}
 
@@ -189,12 +195,15 @@ class PrivacyLedger:
         return self._count(participants)
 
     def uploaded(self, device: int, stats: dict[str, float] | None = None) -> str | None:
-        """``device`` sent one upload it clipped and noised itself (updates applied one by one): a release of its
-        own, counted when it leaves the device (whether or not the server applies it); ``stats``: whether the
-        ``dp_local`` task clipped it. A stop reason when the next would pass the budget."""
+        """``device`` sent one upload it clipped and noised itself (local mode); ``stats``: whether the ``dp_local``
+        task clipped it. With updates applied one by one it is a release of its own, counted when it leaves the
+        device (whether or not the server applies it): a stop reason when the next would pass the budget. In a
+        round (cloud or edge tier) the release is the round's aggregate, counted at its commit (:meth:`released`)."""
         if stats and "clipped" in stats:
             self.clipped += int(stats["clipped"])
             self.updates += 1
+        if self.sampling != "each_upload":
+            return None
         self.last = (self.clip, self.z * self.clip)  # the noise std on the update itself
         return self._count([device])
 
@@ -208,12 +217,14 @@ class PrivacyLedger:
         return "epsilon" if self.epsilon(self.steps() + 1) > self.budget else None
 
     def observe(self, reports: list[dict[str, Any]]) -> None:
-        """The cloud rule's reports of a commit: the clip norm it used, the noise std on the average, the clipped."""
+        """The cloud rule's reports of a commit: the clip norm it used, the noise std on the average, the clipped
+        (central mode: in local mode the devices clipped, and :meth:`uploaded` counted them)."""
         for rep in reports:
             if "dp_clip" in rep:
                 self.last = (float(rep["dp_clip"]), float(rep["dp_noise_std"]))
-                self.clipped += int(rep["clipped"])
-                self.updates += int(rep["m"])
+                if self.mode != "local":
+                    self.clipped += int(rep["clipped"])
+                    self.updates += int(rep["m"])
 
     def eval_fields(self) -> dict[str, Any]:
         """The fields of an evaluation line: ε at δ so far, and the last round's clip norm and noise std."""

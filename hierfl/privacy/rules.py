@@ -37,7 +37,9 @@ class DpMeanRule(ConfigModel):
     """Clip each update ``Δ_i = θ_i − θ`` to ``S``, sum with weight 1 each, add Gaussian noise, divide by ``C``.
 
     ``central``: ``N(0, (z_Δ·S)²)`` once on the sum (``z_Δ = z`` without adaptive clipping); ``local``: each
-    update carries its own ``N(0, (z·S)²)`` before the sum. ``C`` is the protocol's expected cohort size
+    update arrives clipped and carrying its own ``N(0, (z·S)²)``, added by its device before the upload was
+    quantised or masked (:mod:`hierfl.privacy.server`), so the rule only forms ``Σ(θ̃_i − θ)/C`` and never clips
+    again (a server that sees only a SecAgg sum could not). ``C`` is the protocol's expected cohort size
     (the fixed denominator; ``qN`` under Poisson sampling), never the realised count — a round with no update
     (Poisson sampling) releases the noise alone. With ``adaptive``, ``S`` follows Andrew et al.'s
     geometric quantile rule from ``init``, its count noised with ``count_stddev`` (default ``C/20``).
@@ -95,15 +97,19 @@ class DpMeanRule(ConfigModel):
             C = int(ctx.expected)
         z = float(self.noise_multiplier)
         S = float(ctx.state.get("clip", self.init if self.adaptive else self.clip))
+        if self.mode == "local":
+            # each row left its device clipped and noised already (the ``dp_local`` task on the device's uplink,
+            # before any channel or SecAgg): the aggregator only sums, clipping again would change the release
+            D = np.asarray(V, dtype=np.float64) - np.asarray(base, dtype=np.float64)[None, :]
+            mean = P.noised_mean(D, C, 0.0, ctx.rng)
+            std_mean = z * S * float(np.sqrt(V.shape[0])) / C  # the realised rows' noise on the average
+            return DpOutcome(np.asarray(base, dtype=np.float64) + mean, np.ones(V.shape[0], dtype=bool), 0,
+                             {"dp_clip": S, "dp_noise_std": std_mean})
         cr = P.clip_updates(V, base, S)
-        if self.mode == "central":
-            z_update = P.update_noise_multiplier(z, self.count_std(C)) if self.adaptive else z
-            std_sum, local_std = z_update * S, 0.0
-            std_mean = std_sum / C
-        else:
-            std_sum, local_std = 0.0, z * S
-            std_mean = local_std * float(np.sqrt(V.shape[0])) / C  # the realised rows' noise on the average
-        mean = P.noised_mean(cr.deltas, C, std_sum, ctx.rng, local_std)
+        z_update = P.update_noise_multiplier(z, self.count_std(C)) if self.adaptive else z
+        std_sum = z_update * S
+        std_mean = std_sum / C
+        mean = P.noised_mean(cr.deltas, C, std_sum, ctx.rng)
         extra = {"dp_clip": S, "dp_noise_std": std_mean}
         if self.adaptive:
             nxt, frac = P.adaptive_step(S, cr.norms, C, self.count_std(C), self.quantile, self.lr, ctx.rng)

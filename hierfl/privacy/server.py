@@ -1,15 +1,17 @@
-"""``dp_local``: a device's local-DP release of one upload, for updates the server applies one by one.
+"""``dp_local``: a device's local-DP release of one upload.
 
-With ``privacy.dp: {mode: local}`` and a protocol that applies each update alone as it arrives (its
-``cohort_sampling`` is ``each_upload``: FedAsync), every upload leaves the device as
+With ``privacy.dp: {mode: local}`` (any protocol and tier: a synchronous round at the cloud or at the edge
+servers, a buffer, or updates applied one by one), every upload leaves the device as
 
     ``θ̃ = θ₀ + Δ·min(1, S/‖Δ‖₂) + N(0, (z·S)² I)``,   ``Δ = θ − θ₀``,
 
 ``θ₀`` the model the device trained from: the clipping and the Gaussian noise of DP-FedAvg's local mode
 (McMahan, Ramage, Talwar, Zhang, ICLR 2018), made by the device before anything is sent, so the server and
 everyone after it only ever see the noised update. Each upload is a Gaussian mechanism of its own (its
-clipped update moves by at most ``2S`` when the device's data change: multiplier ``z/2``); a device's ε
-composes its uploads, without amplification (:mod:`hierfl.privacy.driver`).
+clipped update moves by at most ``2S`` when the device's data change: multiplier ``z/2``). The order is the
+deployment's: clip, noise, then a transfer channel quantises the noised upload and SecAgg masks it; the
+aggregator's rule only sums (:class:`hierfl.privacy.rules.DpMeanRule`). The accounting is
+:mod:`hierfl.privacy.driver`'s (a device's releases composed without amplification).
 
 The driver runs this task in the executor's cloud role as the upload crosses the device's uplink
 (:meth:`hierfl.channels.driver.ChannelLinks.transform`), with a seed of its own per device and upload, so the

@@ -55,13 +55,13 @@ def test_clipping_scales_only_updates_above_the_norm():
     assert res.clipped == 1
 
 
-@pytest.mark.parametrize("mode", ["central", "local"])
-def test_noise_std_is_multiplier_times_clip_over_the_denominator(mode):
+def test_noise_std_is_multiplier_times_clip_over_the_denominator():
+    """Central mode (local mode's noise is the devices': tests/privacy/test_dp_device_order.py)."""
     d, C, m, z, S = 40000, 10, 4, 2.0, 0.5
     base = np.zeros(d)
     V = np.zeros((m, d))  # zero updates: the aggregate is the noise alone
-    res = DpMeanRule(mode=mode, noise_multiplier=z, clip=S).apply_in(_ctx(C), V, np.ones(m), base, None)
-    want = z * S / C if mode == "central" else z * S * np.sqrt(m) / C  # local: m devices' own noise, summed
+    res = DpMeanRule(mode="central", noise_multiplier=z, clip=S).apply_in(_ctx(C), V, np.ones(m), base, None)
+    want = z * S / C
     assert res.extra["dp_noise_std"] == pytest.approx(want)
     assert np.std(res.aggregate) == pytest.approx(want, rel=0.02)   # 40 000 draws: ~0.4 % standard error
     assert abs(np.mean(res.aggregate)) < 4 * want / np.sqrt(d)
