@@ -135,3 +135,18 @@ def test_edge_tier_local_dp_resumes_bit_for_bit(tmp_path):
     assert_resumes_as_uninterrupted(tmp_path, raw, stop_round=2)
     block = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
     assert block["releases"] > 0 and block["epsilon"] > 0 and block["clipped_fraction"] is not None
+
+
+def test_local_mode_is_refused_where_uploads_bypass_the_device_uplink(monkeypatch):
+    """A protocol whose uploads do not cross the device uplink (no ``device_uplink`` in its ``channel_links``)
+    would never noise them: local mode is refused with its key, central mode still validates."""
+    from hierfl.config.errors import ConfigError
+    from hierfl.methods.fedavg.protocol import FedAvgConfig
+
+    monkeypatch.setattr(FedAvgConfig, "channel_links", ("device_downlink",))
+    raw = deep_merge(copy.deepcopy(TINY), LOCAL_DP)
+    with pytest.raises(ConfigError) as info:
+        validate_raw(raw)
+    assert any(p.path == "privacy.dp.mode" and "device uplink" in p.message for p in info.value.problems)
+    central = deep_merge(raw, {"privacy": {"dp": {"mode": "central", "adaptive": {"enabled": False}}}})
+    assert validate_raw(central).privacy.dp.mode == "central"
