@@ -34,7 +34,8 @@ class DpOutcome:
 
 
 class DpMeanRule(ConfigModel):
-    """Clip each update ``Δ_i = θ_i − θ`` to ``S``, sum with weight 1 each, add Gaussian noise, divide by ``C``.
+    """DP-FedAvg's fixed-denominator mean: clip each update ``Δ_i = θ_i − θ`` to ``S``, sum with weight 1 each, add
+    Gaussian noise, divide by ``C`` (local mode: the devices clipped and noised, the rule sums and divides).
 
     ``central``: ``N(0, (z_Δ·S)²)`` once on the sum (``z_Δ = z`` without adaptive clipping); ``local``: each
     update arrives clipped and carrying its own ``N(0, (z·S)²)``, added by its device before the upload was
