@@ -228,3 +228,36 @@ def test_a_run_with_results_on_the_device_resumes_as_uninterrupted(tmp_path):
     raw.update(protocol={"name": "hierfavg", "kappa2": 2}, topology={"edge_servers": 2}, stop={"rounds": 4},
                runtime={"executor": "local", "fast_path": True, "checkpoint": {"every_cloud_aggregations": 1}})
     assert_resumes_as_uninterrupted(tmp_path, raw)
+
+
+def test_edge_models_kept_on_an_accelerator_give_the_bits_of_edge_models_copied_back(tmp_path, monkeypatch):
+    """HierFAVG on the fast path with the accelerator's code path (device ``cpu:0``: the vmap trainer, the torch
+    sums, results and edge models as device tensors; CPU kernels, no pinned memory): keeping the edge models on the
+    device gives the contract outputs of copying each back to the host, with 1 upload and 3 downloads instead of
+    3 and 12 (2 edges, 2 edge rounds a cloud round, 3 cloud rounds)."""
+    import torch
+
+    import hierfl.learn.vmapped as vmapped
+    from hierfl.runtime import server_roles
+    from tests.golden import contract_outputs
+
+    monkeypatch.setattr("hierfl.runtime.device_host.resolve_device", lambda d: "cpu:0")
+    monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: "cpu:0")
+    resolve = vmapped.resolve_device
+    monkeypatch.setattr(vmapped, "resolve_device", lambda d: d if d == "cpu:0" else resolve(d))
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **kw: empty(*a, **kw))
+
+    def scenario():
+        return tiny(devices={"count": 8}, protocol={"name": "hierfavg", "kappa2": 2}, topology={"edge_servers": 2},
+                    runtime={"fast_path": True})
+
+    kept = _transfers(monkeypatch, scenario(), tmp_path / "kept")
+    commit = server_roles.LeaderHost.commit
+    monkeypatch.setattr(server_roles.LeaderHost, "commit",
+                        lambda self, *a, resident=False, **kw: commit(self, *a, **kw))
+    copied = _transfers(monkeypatch, scenario(), tmp_path / "copied")
+    assert kept == {"h2d_calls": 1, "h2d_models": 1, "d2h_calls": 3, "d2h_models": 3}
+    assert copied == {"h2d_calls": 3, "h2d_models": 3, "d2h_calls": 12, "d2h_models": 12}
+    a, b = contract_outputs(tmp_path / "kept"), contract_outputs(tmp_path / "copied")
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
