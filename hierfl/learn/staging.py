@@ -291,7 +291,7 @@ class DeviceModel:
     still counted, as an accelerator makes it.
     """
 
-    __slots__ = ("tensor", "staging", "cpu", "_host")
+    __slots__ = ("tensor", "staging", "cpu", "_host", "__weakref__")
 
     def __init__(self, tensor: Any, staging: Staging, cpu: np.ndarray | None = None) -> None:
         self.tensor = tensor
