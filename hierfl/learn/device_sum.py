@@ -13,9 +13,18 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.aggregate import WeightedSum
-from hierfl.learn.staging import DeviceRow, Staging
+from hierfl.learn.staging import DeviceModel, DeviceRow, Staging
 
 __all__ = ["DeviceWeightedSum"]
+
+
+def _cpu_view(vector: Any) -> np.ndarray:
+    """What the numpy kernel folds: a CPU device's result or model in its own memory (no crossing), else the array."""
+    if isinstance(vector, DeviceRow) and vector.stack.host is not None:
+        return vector.view()
+    if isinstance(vector, DeviceModel) and vector.cpu is not None:
+        return vector.cpu
+    return np.asarray(vector)
 
 
 class DeviceWeightedSum:
@@ -56,8 +65,7 @@ class DeviceWeightedSum:
         if not np.isfinite(w) or w < 0:
             raise ValueError(f"aggregation weights must be finite and >= 0, got {weight!r}")
         if self._host_sum is not None:  # a CPU device: the reference on the rows where they are
-            self._host_sum.add(vector.view() if isinstance(vector, DeviceRow) and vector.stack.host is not None
-                               else np.asarray(vector), w)
+            self._host_sum.add(_cpu_view(vector), w)
             self.total_weight, self.count, self.folds = (self._host_sum.total_weight, self._host_sum.count,
                                                          self._host_sum.folds)
             return
@@ -73,7 +81,7 @@ class DeviceWeightedSum:
     def _tensor(self, vector: Any) -> Any:
         import torch
 
-        if isinstance(vector, DeviceRow) and vector.stack.staging.device == self.staging.device:
+        if isinstance(vector, (DeviceRow, DeviceModel)) and vector.staging.device == self.staging.device:
             return vector.tensor
         host = np.ascontiguousarray(np.asarray(vector), dtype=np.float32)
         self.staging.transfers.count("h2d", 1)
@@ -117,6 +125,29 @@ class DeviceWeightedSum:
             import torch
 
             self._acc = torch.from_numpy(self._acc).to(self.staging.device)
+
+    def result_resident(self) -> Any:
+        """``Σ w_k v_k / Σ w_k`` left on the device (:class:`~hierfl.learn.staging.DeviceModel`: copied to the host
+        only when something there reads it), the same bits as :meth:`result`; where every update was one and the
+        same vector, that vector itself, as :meth:`result` gives it."""
+        import torch
+
+        if self._host_sum is not None:
+            out = self._host_sum.result()
+            if out is self._host_sum._same:  # (one vector every time: that vector, as result() returns it)
+                self.staging.transfers.count("d2h", 1)
+                self.staging.keep(out, out)
+                return out
+            return DeviceModel(torch.from_numpy(out), self.staging, cpu=out)
+        if self._acc is None:
+            return self.result()  # (one object every time: the reference's rules, and its identity)
+        if self.total_weight <= 0:
+            raise ValueError("aggregation weights sum to zero: nothing to average")
+        acc = self._acc
+        acc.div_(torch.tensor(self.total_weight, dtype=torch.float64, device=acc.device))
+        self._acc = self._tmp = None
+        model = acc.to(torch.float32)
+        return DeviceModel(model, self.staging, cpu=model.numpy() if self.staging.device == "cpu" else None)
 
     def result(self) -> np.ndarray:
         """``Σ w_k v_k / Σ w_k`` as a host float32 vector; raises if nothing (or only zero weight) was added."""

@@ -32,6 +32,7 @@ from hierfl.learn.chain import LinearChain
 from hierfl.learn.precision import autocast, check_precision, cuda_determinism
 from hierfl.learn.randomness import DrawMasks, dropout_sites, job_generator
 from hierfl.learn.sgd import ExactSGD
+from hierfl.learn.staging import Transfers
 from hierfl.models.state import buffers_as_views, state_buffers, state_layout
 
 if TYPE_CHECKING:
@@ -222,6 +223,8 @@ class LocalTrainer:
         # Per-job machinery built once: the optimiser's buffers, and hand-written gradients for
         # Linear/ReLU chains (both bit-identical to torch.optim.SGD and autograd).
         self._sgd = ExactSGD(self._params, self._flat)
+        # model-sized host↔device crossings of a device's kept state (a device host shares its staging counter)
+        self.transfers = Transfers()
         # runtime.precision (hierfl.learn.precision): bf16 autocasts every forward pass; the hand-written
         # chain gradients reproduce autograd's float32 bits only, so bf16 takes autograd for every model
         self.precision = check_precision(precision, self.device)
@@ -360,8 +363,10 @@ class LocalTrainer:
         rng = np.random.default_rng(seed)
         sgd = self._sgd
         sgd.start(spec, corr)
+        # (off the CPU a device's kept state stays on the device between its jobs: hierfl.learn.kept)
+        kept_on = None if self.device == "cpu" else self.transfers
         if opt_state is not None:
-            sgd.load_state(opt_state)
+            sgd.load_state(opt_state, kept_on)
         # a job method's own loss goes through autograd (the hand-written chain knows cross-entropy only)
         chain = self._chain if loss is None else None
         objective = loss
@@ -431,7 +436,7 @@ class LocalTrainer:
         if loss_acc is not None:
             loss_sum = float(loss_acc.item())
         if opt_state is not None:
-            sgd.save_state(opt_state)
+            sgd.save_state(opt_state, kept_on)
         flat_np = self._flat_np if on_cpu else download(self._flat)  # (a GPU's one download of the result)
         if out is None:
             result = flat_np.copy() if on_cpu else flat_np

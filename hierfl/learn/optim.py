@@ -20,13 +20,14 @@ trainers, which replay ``torch.optim.SGD(foreach=False)`` without its per-call o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
     from hierfl.core.work import TrainSpec
+    from hierfl.learn.staging import Transfers
 
 __all__ = ["AdamMoments", "clip_rows", "segments_of", "torch_optimizer"]
 
@@ -54,25 +55,42 @@ class AdamMoments:
         for t in (*self.exp_avgs, *self.exp_avg_sqs, *self.steps):
             t.zero_()
 
-    def load(self, exp_avg: np.ndarray, exp_avg_sq: np.ndarray, steps: np.ndarray) -> None:
-        """Continue from kept state: the moments as flat vectors (the tensors' values in order), a step per tensor."""
-        import torch
+    def load(self, exp_avg: Any, exp_avg_sq: Any, steps: np.ndarray, transfers: Transfers | None = None) -> None:
+        """Continue from kept state: the moments as flat vectors (the tensors' values in order: host arrays, or
+        :class:`~hierfl.learn.kept.KeptTensor` on the device), a step per tensor. ``transfers``: an accelerator's
+        counter (a host vector loaded counts one upload)."""
+        from hierfl.learn.kept import KeptTensor
 
+        sources = []
+        for kept in (exp_avg, exp_avg_sq):
+            if isinstance(kept, KeptTensor):
+                sources.append(kept.tensor)
+            else:
+                import numpy as np
+                import torch
+
+                if transfers is not None:
+                    transfers.count("h2d", 1)
+                sources.append(torch.from_numpy(np.asarray(kept, dtype=np.float32)))
         offset = 0
         for m, v, step, k in zip(self.exp_avgs, self.exp_avg_sqs, self.steps, steps):
             n = m.numel()
-            m.copy_(torch.from_numpy(exp_avg[offset: offset + n]).view_as(m))
-            v.copy_(torch.from_numpy(exp_avg_sq[offset: offset + n]).view_as(v))
+            m.copy_(sources[0][offset: offset + n].view_as(m))
+            v.copy_(sources[1][offset: offset + n].view_as(v))
             step.fill_(float(k))
             offset += n
 
-    def export(self) -> dict[str, np.ndarray]:
-        """The state as flat float32 vectors: ``opt_exp_avg``, ``opt_exp_avg_sq`` and ``opt_step`` (one per tensor)."""
+    def export(self, transfers: Transfers | None = None) -> dict[str, Any]:
+        """The state as flat float32 vectors: ``opt_exp_avg``, ``opt_exp_avg_sq`` and ``opt_step`` (one per tensor).
+        With ``transfers`` (an accelerator's trainer) the moments stay on the device
+        (:class:`~hierfl.learn.kept.KeptTensor`); the steps are host scalars, as torch keeps them."""
         import numpy as np
         import torch
 
-        return {"opt_exp_avg": torch.cat([m.reshape(-1) for m in self.exp_avgs]).cpu().numpy().copy(),
-                "opt_exp_avg_sq": torch.cat([v.reshape(-1) for v in self.exp_avg_sqs]).cpu().numpy().copy(),
+        from hierfl.learn.kept import keep
+
+        return {"opt_exp_avg": keep(torch.cat([m.reshape(-1) for m in self.exp_avgs]), transfers),
+                "opt_exp_avg_sq": keep(torch.cat([v.reshape(-1) for v in self.exp_avg_sqs]), transfers),
                 "opt_step": np.array([float(k) for k in self.steps], dtype=np.float32)}
 
     def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], spec: TrainSpec) -> None:

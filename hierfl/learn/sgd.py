@@ -31,7 +31,7 @@ buffers share memory with numpy arrays).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from hierfl.core.work import TrainSpec
     from hierfl.learn.optim import AdamMoments
+    from hierfl.learn.staging import Transfers
 
 __all__ = ["ExactSGD", "flat_views"]
 
@@ -135,27 +136,34 @@ class ExactSGD:
             shift, self._shifts = self._buffer("shift")
             _set(shift, correction)
 
-    def load_state(self, kept: dict[str, np.ndarray]) -> None:
+    def load_state(self, kept: dict[str, Any], transfers: Transfers | None = None) -> None:
         """After :meth:`start`: continue from a device's kept optimizer state (``optimizer_state: device``; empty
-        before its first job), as one ``torch.optim`` optimizer kept across the device's jobs would."""
+        before its first job), as one ``torch.optim`` optimizer kept across the device's jobs would. A vector kept
+        on the device (:class:`~hierfl.learn.kept.KeptTensor`) is copied there; ``transfers``: an accelerator's
+        counter, where a host vector loaded counts one upload."""
+        from hierfl.learn.kept import load_into
+
         if self._spec is not None and self._spec.adaptive:
             if "opt_step" in kept:
                 assert self._adam is not None
-                self._adam.load(kept["opt_exp_avg"], kept["opt_exp_avg_sq"], kept["opt_step"])
+                self._adam.load(kept["opt_exp_avg"], kept["opt_exp_avg_sq"], kept["opt_step"], transfers)
         elif self.momentum != 0 and "opt_has" in kept:
-            _set(self._buffer("momentum")[0], kept["opt_momentum"])
+            load_into(self._buffer("momentum")[0], kept["opt_momentum"], transfers)
             self._has_buf = [bool(h) for h in kept["opt_has"]]
 
-    def save_state(self, kept: dict[str, np.ndarray]) -> None:
-        """Write the optimizer state after the job into ``kept`` (replacing what it held)."""
+    def save_state(self, kept: dict[str, Any], transfers: Transfers | None = None) -> None:
+        """Write the optimizer state after the job into ``kept`` (replacing what it held): host vectors, or with
+        ``transfers`` (an accelerator's trainer) vectors kept on the device (:mod:`hierfl.learn.kept`)."""
         import numpy as np
+
+        from hierfl.learn.kept import keep
 
         kept.clear()
         if self._spec is not None and self._spec.adaptive:
             assert self._adam is not None
-            kept.update(self._adam.export())
+            kept.update(self._adam.export(transfers))
         elif self.momentum != 0:
-            kept["opt_momentum"] = self._buffer("momentum")[0].cpu().numpy().copy()
+            kept["opt_momentum"] = keep(self._buffer("momentum")[0], transfers)
             kept["opt_has"] = np.array(self._has_buf, dtype=np.float32)
 
     def step(self, grads: Sequence[torch.Tensor | None]) -> None:

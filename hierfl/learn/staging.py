@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Transfers", "HostBuffers", "Staging", "DeviceStack", "DeviceRow", "stage_starts", "is_resident"]
+__all__ = ["Transfers", "HostBuffers", "Staging", "DeviceStack", "DeviceRow", "DeviceModel", "stage_starts",
+           "is_resident", "host_of"]
 
 
 class Transfers:
@@ -145,20 +146,26 @@ def stage_starts(params: list[Any], num_params: int, staging: Staging, host: np.
     import torch
 
     k_jobs, P = len(params), int(num_params)
-    vecs = [np.asarray(p) for p in params]
-    for vec in vecs:
-        if vec.shape != (P,):
-            raise ValueError(f"expected a flat parameter vector of shape ({P},), got {vec.shape}")
     first_of: dict[int, int] = {}  # id of a distinct start → its position among the distinct ones
-    distinct: list[np.ndarray] = []
+    distinct: list[Any] = []  # host vectors (on the CPU: a model on the device as its memory), or None on a GPU
+    kept: list[Any] = []      # their device copies where the device has one
     which = []
-    for p, vec in zip(params, vecs):
+    for p in params:
         j = first_of.get(id(p))
         if j is None:
             j = first_of[id(p)] = len(distinct)
+            if isinstance(p, DeviceModel) and p.staging.device == staging.device:
+                # a model computed on the device (an edge's aggregate): trained from where it is, nothing crosses
+                vec, tensor = (p.view() if staging.device == "cpu" else None), p.tensor
+            else:
+                vec = np.asarray(p)
+                tensor = staging.on_device(vec)
+            shape = tuple(p.shape) if isinstance(p, DeviceModel) else vec.shape
+            if shape != (P,):
+                raise ValueError(f"expected a flat parameter vector of shape ({P},), got {shape}")
             distinct.append(vec)
+            kept.append(tensor)
         which.append(j)
-    kept = [staging.on_device(v) for v in distinct]
     missing = [j for j, t in enumerate(kept) if t is None]
     if missing:
         staging.transfers.count("h2d", len(missing))
@@ -273,6 +280,70 @@ class DeviceRow:
         return DeviceWeightedSum(self.stack.staging)
 
 
+class DeviceModel:
+    """A model computed on the training device (an edge server's aggregate, :meth:`DeviceWeightedSum.result_resident
+    <hierfl.learn.device_sum.DeviceWeightedSum.result_resident>`), kept there: a ``(P,)`` float32 tensor.
+
+    The next jobs train from it and the next aggregation folds it where it is; only a use on the host (an output,
+    a checkpoint, a message coded for a channel) copies it, once (:meth:`host`, counted), and every later use sees
+    that copy. Pickling keeps only the host copy, so a checkpoint holds no device memory and loads on any device.
+    On a CPU device ``cpu`` is the tensor's own memory as a numpy array (training reads it in place); the copy is
+    still counted, as an accelerator makes it.
+    """
+
+    __slots__ = ("tensor", "staging", "cpu", "_host", "__weakref__")
+
+    def __init__(self, tensor: Any, staging: Staging, cpu: np.ndarray | None = None) -> None:
+        self.tensor = tensor
+        self.staging = staging
+        self.cpu = cpu
+        self._host: np.ndarray | None = None
+
+    def view(self) -> np.ndarray:
+        """On a CPU device: the model's own memory, no crossing (an accelerator's model has none: :meth:`host`)."""
+        if self.cpu is None:
+            raise ValueError("a model on an accelerator has no host view: copy it with host()")
+        return self.cpu
+
+    def host(self) -> np.ndarray:
+        """The model as a host float32 vector (copied once, counted as one model device→host)."""
+        if self._host is None:
+            self.staging.transfers.count("d2h", 1)
+            if self.cpu is not None:
+                self._host = self.cpu
+            else:
+                import torch
+
+                out = self.staging.buffers.take(int(self.tensor.shape[0]))
+                torch.from_numpy(out).copy_(self.tensor)
+                self._host = out
+                self.staging.keep(out, self.tensor)  # (a later start from the host copy uploads nothing)
+        return self._host
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (int(self.tensor.shape[0]),)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.host()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
+        return _plain, (self.host(),)
+
+    def accumulator(self) -> Any:
+        """A weighted sum on this model's device (:class:`~hierfl.learn.device_sum.DeviceWeightedSum`)."""
+        from hierfl.learn.device_sum import DeviceWeightedSum
+
+        return DeviceWeightedSum(self.staging)
+
+
+def host_of(vector: Any) -> Any:
+    """``vector`` as a host array where it is a model or result kept on a device (copied, counted), else itself."""
+    return vector.host() if isinstance(vector, (DeviceRow, DeviceModel)) else vector
+
+
 def is_resident(vector: Any) -> bool:
-    """Whether ``vector`` is a result kept on its training device (:class:`DeviceRow`)."""
-    return isinstance(vector, DeviceRow)
+    """Whether ``vector`` is kept on its training device (a result, :class:`DeviceRow`, or an aggregate,
+    :class:`DeviceModel`)."""
+    return isinstance(vector, (DeviceRow, DeviceModel))

@@ -128,9 +128,12 @@ class Aggregation:
         return np.asarray(agg.astype(np.float32))
 
     def finish(self, opt: ServerOptimizerConfig | None, base: np.ndarray | None, loss: Any = None,
-               tier: str = "cloud", entity: int = 0) -> np.ndarray:
+               tier: str = "cloud", entity: int = 0, resident: bool = False) -> Any:
         """End the round: the weighted average (or the robust rule's aggregate), or ``opt`` stepped from
-        ``base`` with ``Δ = aggregate − base``."""
+        ``base`` with ``Δ = aggregate − base``. ``resident``: a plain average summed on the training device stays
+        there (:class:`~hierfl.learn.staging.DeviceModel`, the same bits), copied to the host when read there."""
+        if base is not None and (opt is not None or self.rule is not None):
+            base = np.asarray(base)  # (a model kept on the device: read here on the host)
         if self.rule is not None:
             count = len(self._rows)
             avg = self._robust(base, loss, tier, entity)
@@ -138,7 +141,9 @@ class Aggregation:
             if self.pending is None:
                 raise ValueError("aggregation with no update")
             count = self.pending.count
-            avg, self.pending = self.pending.result(), None
+            keep = resident and opt is None and hasattr(self.pending, "result_resident")
+            avg = self.pending.result_resident() if keep else self.pending.result()
+            self.pending = None
         if opt is None:
             return avg  # plain averaging: the average itself, bit for bit
         # a server optimizer, or a round rule that needs the round's size too (a trainer's round rule); a rule that

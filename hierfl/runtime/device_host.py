@@ -89,6 +89,8 @@ class DeviceHost:
         for group_trainer in (self.batched, self.vmapped):
             if group_trainer is not None:
                 group_trainer.staging = self.staging
+        for trainer in self.trainers:  # (a device's kept optimizer state crossing is counted there too)
+            trainer.transfers = self.staging.transfers
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:

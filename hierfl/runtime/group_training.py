@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hierfl.core.work import TrainSpec
-from hierfl.learn.staging import DeviceStack
+from hierfl.learn.staging import DeviceStack, host_of
 from hierfl.runtime.role_common import NONFINITE, OutOfDeviceMemory, flag_nonfinite, group_max_of, out_of_memory_text
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def train_group(host: DeviceHost, devices: list[int], seeds: list[int], spec: Tr
         out = host.take_block(k_all, spec)
         stats: list[dict[str, float]] = [{} for _ in devices]
         for k, (device, seed) in enumerate(zip(devices, seeds)):
-            _, stats[k] = host.train(device, seed, spec, params[k], out=out[k])
+            _, stats[k] = host.train(device, seed, spec, _cpu_start(params[k]), out=out[k])
         return out, stats
     groups, labels = subgroups(host, devices, spec)
     on_device = resident and host.device != "cpu"  # CUDA: the results stay there, no host rows
@@ -86,7 +86,7 @@ def train_group(host: DeviceHost, devices: list[int], seeds: list[int], spec: Tr
         if len(ks) == 1 and host.device == "cpu":
             assert out is not None
             k = ks[0]
-            _, stats[k] = host.train(devices[k], seeds[k], spec, params[k], out=out[k])
+            _, stats[k] = host.train(devices[k], seeds[k], spec, _cpu_start(params[k]), out=out[k])
             continue
         args = ([params[k] for k in ks], host.x, labels[ks[0]], [host.rows_of(devices[k], spec) for k in ks], spec,
                 [seeds[k] for k in ks])
@@ -114,6 +114,14 @@ def train_group(host: DeviceHost, devices: list[int], seeds: list[int], spec: Tr
         return DeviceStack(stack, host.staging), stats
     assert out is not None
     return DeviceStack(torch.from_numpy(out), host.staging, host=out), stats
+
+
+def _cpu_start(params: Any) -> Any:
+    """A job trained alone starts from a host array: a model kept on a CPU device is its own memory (no crossing),
+    one on an accelerator is copied (counted)."""
+    from hierfl.learn.staging import DeviceModel
+
+    return params.view() if isinstance(params, DeviceModel) and params.cpu is not None else host_of(params)
 
 
 def _into_rows(trainer: Any, args: tuple[Any, ...], out: np.ndarray, ks: list[int],

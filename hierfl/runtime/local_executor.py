@@ -17,7 +17,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.core.jobs import Job, Term
 from hierfl.learn.batched import JobGroups
 from hierfl.learn.serveropt import ServerOptimizerConfig
-from hierfl.learn.staging import DeviceRow, DeviceStack
+from hierfl.learn.staging import DeviceModel, DeviceStack, host_of
 from hierfl.runtime.executor_api import ClusterLink, Executor, ExecutorState, RunData, Servers, eval_groups
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, fast_path_of, group_max_of
 
@@ -39,10 +39,7 @@ class _Pending:
 def _value(handle: Any) -> Any:
     """The array behind a local handle (a trained fast-path job's row, or the array itself); a result kept on
     the training device is copied to the host on first use (:class:`~hierfl.learn.staging.DeviceRow`)."""
-    if isinstance(handle, _Pending):
-        value = _resident(handle)
-        return value.host() if isinstance(value, DeviceRow) else value
-    return handle
+    return host_of(_resident(handle))
 
 
 def _resident(handle: Any) -> Any:
@@ -52,6 +49,12 @@ def _resident(handle: Any) -> Any:
             raise RuntimeError("a job's result was used before its group was trained")
         return handle.value
     return handle
+
+
+def _start(handle: Any) -> Any:
+    """A group job's start model: a model kept on the training device as it is, else the host array."""
+    value = _resident(handle)
+    return value if isinstance(value, DeviceModel) else host_of(value)
 
 
 class _Handles:
@@ -71,8 +74,9 @@ class _Handles:
     def run(self, jobs: list[_Pending]) -> None:
         """Train a closed group on the host, in one call; its results stay on the training device
         (:mod:`hierfl.learn.staging`) until a call other than an aggregation needs one."""
+        # (a start model kept on the device, an edge's aggregate, is trained from there: DeviceModel)
         out, stats = self.host.train_group_resident([j.device for j in jobs], [j.seed for j in jobs], jobs[0].spec,
-                                                    [_value(j.params) for j in jobs])
+                                                    [_start(j.params) for j in jobs])
         for k, job in enumerate(jobs):
             job.value, job.stats = (out.row(k) if isinstance(out, DeviceStack) else out[k]), stats[k]
 
@@ -118,8 +122,11 @@ class _LocalServers(Servers):
 
     def commit_edge(self, edge: int, opt: ServerOptimizerConfig | None = None, base: Any = None,
                     pack_control: bool = False) -> Any:
-        """In-process."""
-        return self.leaders.commit(edge, opt, self._one(base), pack_control)
+        """In-process; on the fast path a plain average summed on the training device stays there (the next edge
+        round trains from it, the cloud averages it there: hierfl.learn.staging.DeviceModel)."""
+        resident = self._handles.groups is not None
+        start = self._handles.resident(base) if resident else self._one(base)  # (read on the host only if used)
+        return self.leaders.commit(edge, opt, start, pack_control, resident=resident)
 
     def add_cloud(self, weight: float, update: Any, control_coef: float | None = None, tag: Any = None) -> None:
         """In-process (a result on the training device is folded there)."""

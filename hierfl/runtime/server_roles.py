@@ -62,16 +62,19 @@ class LeaderHost:
                            arrays[0], "edge", leader, agg.reports, agg)
 
     def commit(self, leader: int, opt: ServerOptimizerConfig | None = None, base: np.ndarray | None = None,
-               pack_control: bool = False) -> np.ndarray:
+               pack_control: bool = False, resident: bool = False) -> Any:
         """Finish the aggregation: the weighted average (or ``opt``'s step from ``base``) becomes the leader's model.
 
         ``pack_control``: return ``[model; Σ κ_i Δc_i]`` (the control deltas gathered
-        since the last upload, relayed to the cloud) instead of the model alone.
+        since the last upload, relayed to the cloud) instead of the model alone. ``resident`` (the local
+        executor): a plain average summed on the training device stays there
+        (:class:`~hierfl.learn.staging.DeviceModel`), where the next edge round and the cloud read it.
         """
         agg = self._at(leader)
         previous = self.models.get(leader)
-        model = agg.finish(opt, base, tier="edge", entity=leader)
         behavior = None if self.robust is None else self.robust.edge_behaviors.get(leader)
+        model = agg.finish(opt, base, tier="edge", entity=leader,
+                           resident=resident and not pack_control and behavior is None)
         if behavior is not None:  # a compromised edge server: its behaviour acts on the edge round's step
             start = base if base is not None else previous
             if start is not None:

@@ -5,8 +5,8 @@ the group cap comes from the device's total memory (hierfl.learn.group_cap).
   (:class:`~hierfl.core.aggregate.WeightedSum`): whole vectors and block-folded ones, fractional weights,
   the deferred same-object case, host vectors among device rows;
 * real FedAvg and HierFAVG runs (a tiny model, K = 4 and K = 8 devices) make a number of model-sized
-  host↔device transfers per round that does not grow with K: one upload of the round's start model, one
-  download per aggregate;
+  host↔device transfers per round that does not grow with K: one upload of the initial model, one
+  download per global aggregate (HierFAVG's edge aggregates stay on the device, whatever the edges);
 * the resolved cap is the formula's for a given memory size, recorded in ``config.yaml``; set by hand it
   caps the groups; set without the fast path it is refused.
 """
@@ -100,6 +100,41 @@ def test_a_row_used_on_the_host_is_copied_once_and_pickles_as_its_host_copy():
     assert isinstance(back, np.ndarray) and back.tobytes() == rows[2].tobytes()
 
 
+@pytest.mark.parametrize("kernel", ["torch", "numpy"])
+def test_an_aggregate_left_on_the_device_has_the_host_bits_and_is_trained_from_there(kernel):
+    """An edge's aggregate kept on the device (DeviceModel): the bits of result(), no crossing until a host use
+    (then one, and that copy every later use), a group starting from it uploads nothing, and it pickles as its
+    host copy."""
+    from hierfl.learn.staging import DeviceModel, stage_starts
+
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(4, 40)).astype(np.float32)
+    stack, staging = _stack(rows)
+    sums = [DeviceWeightedSum(staging, kernel) for _ in range(2)]
+    for k, w in enumerate((2.0, 0.5, 7.0, 1.25)):
+        for acc in sums:
+            acc.add(stack.row(k), w)
+    staging.transfers.reset()
+    kept = sums[0].result_resident()
+    assert isinstance(kept, DeviceModel) and staging.transfers.d2h_calls == 0
+    want = sums[1].result()
+    staging.transfers.reset()
+    starts = stage_starts([kept, kept, kept], 40, staging)
+    assert staging.transfers.h2d_calls == 0 and starts.numpy().tobytes() == np.tile(want, (3, 1)).tobytes()
+    # the cloud folds it where it is: the same bits as the host sum of the host copies
+    cloud, ref = DeviceWeightedSum(staging, kernel), WeightedSum()
+    cloud.add(kept, 3.0)
+    cloud.add(stack.row(0), 1.0)
+    ref.add(want, 3.0)
+    ref.add(rows[0], 1.0)
+    assert cloud.result().tobytes() == ref.result().tobytes() and staging.transfers.h2d_calls == 0
+    staging.transfers.reset()
+    first = np.asarray(kept)
+    assert first is kept.host() and first.tobytes() == want.tobytes() and staging.transfers.d2h_calls == 1
+    back = pickle.loads(pickle.dumps(kept))
+    assert isinstance(back, np.ndarray) and back.tobytes() == want.tobytes()
+
+
 def _transfers(monkeypatch, scenario, tmp_path):
     """The device host's transfers during ``scenario``'s rounds (after the executor's start and warm-up)."""
     from hierfl.driver import run_scenario
@@ -125,10 +160,13 @@ def test_transfers_per_round_do_not_grow_with_the_number_of_jobs(k, monkeypatch,
     # the initial model up once; each round's aggregate down once, and its device copy is where the next round
     # starts from (3 rounds)
     assert fedavg == {"h2d_calls": 1, "h2d_models": 1, "d2h_calls": 3, "d2h_models": 3}
-    hier = _transfers(monkeypatch, tiny(devices={"count": k}, protocol={"name": "hierfavg", "kappa2": 1},
-                                        topology={"edge_servers": 2}, runtime={"fast_path": True}), tmp_path / "hier")
-    # a cloud round: the global model up once, each of the 2 edge aggregates down once (the cloud averages those)
-    assert hier == {"h2d_calls": 3, "h2d_models": 3, "d2h_calls": 6, "d2h_models": 6}
+    for edges, kappa2 in ((2, 1), (4, 2)):
+        hier = _transfers(monkeypatch, tiny(devices={"count": 2 * k}, protocol={"name": "hierfavg", "kappa2": kappa2},
+                                            topology={"edge_servers": edges}, runtime={"fast_path": True}),
+                          tmp_path / f"hier{edges}")
+        # the edge aggregates stay on the device (the next edge round trains from them, the cloud averages them
+        # there): the initial model up once, and a cloud round's global model down once, whatever the edges
+        assert hier == {"h2d_calls": 1, "h2d_models": 1, "d2h_calls": 3, "d2h_models": 3}
 
 
 def test_the_resolved_cap_is_the_formulas_and_is_recorded(tmp_path, monkeypatch):
@@ -190,3 +228,36 @@ def test_a_run_with_results_on_the_device_resumes_as_uninterrupted(tmp_path):
     raw.update(protocol={"name": "hierfavg", "kappa2": 2}, topology={"edge_servers": 2}, stop={"rounds": 4},
                runtime={"executor": "local", "fast_path": True, "checkpoint": {"every_cloud_aggregations": 1}})
     assert_resumes_as_uninterrupted(tmp_path, raw)
+
+
+def test_edge_models_kept_on_an_accelerator_give_the_bits_of_edge_models_copied_back(tmp_path, monkeypatch):
+    """HierFAVG on the fast path with the accelerator's code path (device ``cpu:0``: the vmap trainer, the torch
+    sums, results and edge models as device tensors; CPU kernels, no pinned memory): keeping the edge models on the
+    device gives the contract outputs of copying each back to the host, with 1 upload and 3 downloads instead of
+    3 and 12 (2 edges, 2 edge rounds a cloud round, 3 cloud rounds)."""
+    import torch
+
+    import hierfl.learn.vmapped as vmapped
+    from hierfl.runtime import server_roles
+    from tests.golden import contract_outputs
+
+    monkeypatch.setattr("hierfl.runtime.device_host.resolve_device", lambda d: "cpu:0")
+    monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: "cpu:0")
+    resolve = vmapped.resolve_device
+    monkeypatch.setattr(vmapped, "resolve_device", lambda d: d if d == "cpu:0" else resolve(d))
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **kw: empty(*a, **kw))
+
+    def scenario():
+        return tiny(devices={"count": 8}, protocol={"name": "hierfavg", "kappa2": 2}, topology={"edge_servers": 2},
+                    runtime={"fast_path": True})
+
+    kept = _transfers(monkeypatch, scenario(), tmp_path / "kept")
+    commit = server_roles.LeaderHost.commit
+    monkeypatch.setattr(server_roles.LeaderHost, "commit",
+                        lambda self, *a, resident=False, **kw: commit(self, *a, **kw))
+    copied = _transfers(monkeypatch, scenario(), tmp_path / "copied")
+    assert kept == {"h2d_calls": 1, "h2d_models": 1, "d2h_calls": 3, "d2h_models": 3}
+    assert copied == {"h2d_calls": 3, "h2d_models": 3, "d2h_calls": 12, "d2h_models": 12}
+    a, b = contract_outputs(tmp_path / "kept"), contract_outputs(tmp_path / "copied")
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)

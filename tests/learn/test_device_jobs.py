@@ -173,3 +173,73 @@ def test_cuda_job_is_repeatable_and_close_to_the_cpu_job(precision: str) -> None
     acc_g, loss_g = gpu.evaluate(want, x, y)
     acc_c, loss_c = LocalTrainer(cfg, shape, 10, precision=precision).evaluate(want, x, y)
     assert abs(acc_g - acc_c) <= 2 / len(y) and loss_g == pytest.approx(loss_c, rel=1e-3 if precision == "fp32" else 0.02)
+
+
+@pytest.mark.parametrize("fields", [dict(optimizer="adam", clip_norm=0.5), dict(momentum=0.9)], ids=["adam", "sgd"])
+def test_a_devices_kept_optimizer_state_stays_on_the_device_between_its_jobs(fields: dict) -> None:
+    """``optimizer_state: device`` off the CPU: the state a job leaves is kept on the device (no crossing), the next
+    job continues from it there with the CPU trainer's bits; a checkpoint's host copy (pickled) loads back with
+    the same bits, its upload counted once per vector."""
+    import pickle
+
+    from hierfl.learn.kept import KeptTensor
+
+    cfg, shape = MLPConfig(hidden=[6]), (5,)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((24, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 24)
+    p0 = init_params(cfg, shape, 3, 4)
+    spec = TrainSpec(epochs=2, batch_size=8, lr=0.05, optimizer_state="device", **fields)
+    cpu, dev = LocalTrainer(cfg, shape, 3), LocalTrainer(cfg, shape, 3, device=OFF_CPU)
+    kept_cpu: dict = {}
+    kept_dev: dict = {}
+    a1, _ = cpu.train(p0, x, y, spec, 1, opt_state=kept_cpu)
+    b1, _ = dev.train(p0, x, y, spec, 1, opt_state=kept_dev)
+    moments = [k for k, v in kept_dev.items() if isinstance(v, KeptTensor)]
+    assert len(moments) == (2 if "optimizer" in fields else 1)
+    a2, _ = cpu.train(a1, x, y, spec, 2, opt_state=kept_cpu)
+    b2, _ = dev.train(b1, x, y, spec, 2, opt_state=kept_dev)
+    assert np.array_equal(a1, b1) and np.array_equal(a2, b2) and not np.array_equal(a1, a2)
+    assert dev.transfers.as_dict() == {"h2d_calls": 0, "h2d_models": 0, "d2h_calls": 0, "d2h_models": 0}
+    # a checkpoint holds host vectors (the format of a CPU run's), and a resumed job continues with the same bits
+    saved = pickle.loads(pickle.dumps(kept_dev))
+    assert all(type(v) is np.ndarray for v in saved.values())
+    assert all(np.array_equal(saved[k], kept_cpu[k]) for k in kept_cpu)
+    assert dev.transfers.d2h_models == len(moments)
+    resumed = LocalTrainer(cfg, shape, 3, device=OFF_CPU)
+    a3, _ = cpu.train(a2, x, y, spec, 3, opt_state=kept_cpu)
+    b3, _ = resumed.train(b2, x, y, spec, 3, opt_state=saved)
+    assert np.array_equal(a3, b3) and resumed.transfers.h2d_models == len(moments)
+
+
+def test_a_run_keeps_per_device_optimizer_state_on_the_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with ``optimizer_state: per_device`` and momentum whose host trains off the CPU: its contract outputs
+    are the CPU run's, and no kept state crosses between host and device in the whole run."""
+    from hierfl.runtime import local_executor
+
+    def scenario() -> dict:
+        return tiny(model=MLP, training={"momentum": 0.9, "optimizer_state": "per_device"}, stop={"rounds": 3})
+
+    run_scenario(scenario(), tmp_path / "cpu")
+    hosts = []
+    start = local_executor.LocalExecutor.__init__
+
+    def counted(self: object, data: object) -> None:
+        start(self, data)  # type: ignore[arg-type]
+        self.host.staging.transfers.reset()  # type: ignore[attr-defined]
+        hosts.append(self.host)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(local_executor.LocalExecutor, "__init__", counted)
+    monkeypatch.setattr("hierfl.runtime.device_host.resolve_device", lambda d: OFF_CPU)
+    monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: OFF_CPU)
+    result = run_scenario(scenario(), tmp_path / "dev")
+    assert result.summary["device_state"]["bytes"] > 0 and len(hosts) == 1
+    assert hosts[0].staging.transfers.as_dict() == {"h2d_calls": 0, "h2d_models": 0, "d2h_calls": 0, "d2h_models": 0}
+    from hierfl.learn.kept import KeptTensor
+
+    kept = hosts[0].states.vectors
+    assert kept and all(isinstance(v["opt_momentum"], KeptTensor) for v in kept.values())
+    # a checkpoint's export holds host vectors, as a CPU run's does
+    assert all(type(v) is np.ndarray for vecs in hosts[0].export_state().values() for v in vecs.values())
+    a, b = contract_outputs(tmp_path / "cpu"), contract_outputs(tmp_path / "dev")
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
