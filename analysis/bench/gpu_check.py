@@ -237,10 +237,14 @@ class Instances:
         """Summed counters (``h2d_calls``, ``h2d_models``, …), or None when no instance has one."""
         total: dict[str, float] = {}
         found = False
+        seen: set[int] = set()
         for obj, attr in self.made:
             counter: Any = obj
             for part in attr.split("."):
                 counter = getattr(counter, part, None)
+            if counter is None or id(counter) in seen:  # (a device host shares its counter with its trainers)
+                continue
+            seen.add(id(counter))
             if hasattr(counter, "as_dict"):
                 counter = counter.as_dict()
             if isinstance(counter, dict):
