@@ -13,7 +13,7 @@ the round aggregates nothing. Nothing is encrypted in a run: the arithmetic is c
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -47,6 +47,10 @@ def _graph(seed: int, instance: int, participants: tuple[int, ...], degree: int)
 
 class _SecAggBase(SubProtocolConfig):
     """What SecAgg and SecAgg+ share: the encoding, the primitives, the refusals."""
+
+    # the masked input of Round 2 is the sender's update (y_u = x_u + masks, m elements at b bits, Bonawitz et
+    # al. 2017 §4): the ordinary upload before the instance moves no bytes, so each update is sent once
+    carries_inputs: ClassVar[bool] = True
 
     quant_levels: PositiveInt = Field(default=65536, description="Q: quantisation levels per coordinate; the "
                                       "field width is b = ⌈log2(n·Q)⌉ unless bits is set [D]")
