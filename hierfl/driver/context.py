@@ -75,8 +75,7 @@ class Context:
         if self.device_eval and scenario.evaluation.device_eval_cost == "forward":
             eval_cost = DeviceEvalCost(self._world.speed_sps, built.eval_sets, self.counters)
         # device energy (`energy:`): None keeps every output as without it
-        self.energy = energy_ledger(scenario, built, self.counters)
-        self.transfers.energy = self.energy
+        self.energy = self.transfers.energy = energy_ledger(scenario, built, self.counters)
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
         self.transfers.carried = self.aggregation.subprotocols.carried  # updates a sub-protocol carries itself
         # differential privacy (`privacy.dp`, or `privacy.dp_sgd`: per device): the accountant; None: no outputs change

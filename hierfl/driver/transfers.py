@@ -94,14 +94,11 @@ class Transfers:
             route = self.routes.access(dst[1], src[1], False)
         else:
             route = self.routes.between(src, dst)
-        if self.down and any(end in self.down for end in route.servers):
-            dead = next(end for end in route.servers if end in self.down)
-            raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
+        if self.down:
+            _refuse_if_down(self.down, route, src, dst, event)
         coded = self.channels.plan(route.kind, src, dst) if size is None and self.channels is not None else None
-        carried = size is None and self.carried and (a, b) in self.carried
-        size = coded[0] if coded is not None else self.world.model_bytes if size is None else size
-        if carried:  # an update the receiver's sub-protocol carries itself (a masked input): no bytes of its own
-            size = 0
+        size = (0 if size is None and self.carried and (a, b) in self.carried  # (a sub-protocol carries it: `carried`)
+                else coded[0] if coded is not None else self.world.model_bytes if size is None else size)
         counters = self.counters
         for counter in route.counted:
             counters[counter] += size
@@ -383,6 +380,13 @@ def _launch(t: Transfers, tr: Transfer, route: Route, fid: int, now: float) -> N
         if not t._attached:
             return
     t._reschedule_net()
+
+
+def _refuse_if_down(down: set[Endpoint], route: Route, src: Endpoint, dst: Endpoint, event: str) -> None:
+    """No transfer starts through a server that is down (a protocol must not send one)."""
+    if any(end in down for end in route.servers):
+        dead = next(end for end in route.servers if end in down)
+        raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
 
 
 def _coding_energy(energy: EnergyLedger, tr: Transfer, now: float, lost: bool) -> None:
