@@ -196,6 +196,22 @@ def test_fedbuff_runs_it_over_each_sealed_buffer(tmp_path: Path) -> None:
         assert b["t"] == pytest.approx(a["t"] - SAVED + head + r3, abs=1e-9) and b["participants"] == 2
 
 
+@pytest.mark.parametrize("tier,zero,plain", [("edge", 4, 2), ("cloud", 2, 4)])
+def test_hierfavg_sends_each_update_once_at_either_tier(tmp_path: Path, tier: str, zero: int, plain: int) -> None:
+    """HierFAVG, 2 edge servers of 2 devices, one cloud round of κ1 = 2: SecAgg at the edges makes the 4 device
+    uploads move 0 B (their masked inputs carry them) while the 2 edge uploads keep the model's 72 B; SecAgg at
+    the cloud over the edge servers does the reverse."""
+    hier = tiny(protocol={"name": "hierfavg", "kappa1": 2, "kappa2": 1}, stop={"rounds": 1},
+                topology={"edge_servers": 2, "grouping": "round_robin"}, subprotocol={tier: _sa("secagg")["cloud"]})
+    run_scenario(hier, tmp_path / "run")
+    sizes = [e["args"]["bytes"] for e in json.loads((tmp_path / "run" / "trace.json").read_text())
+             if e.get("ph") == "X" and e.get("name") == "upload"]
+    assert sorted(sizes) == [0] * zero + [MODEL] * plain
+    masked = [e for e in json.loads((tmp_path / "run" / "trace.json").read_text())
+              if e.get("name") == "sub:secagg:masked_input:up"]
+    assert len(masked) == zero   # one masked input per update the sub-protocol carries
+
+
 # -- (3) refusals ------------------------------------------------------------------------------------------------
 
 def _refused(key: str, **override: Any) -> None:
