@@ -6,8 +6,9 @@ links; each round's bytes and crypto work come from :mod:`hierfl.methods.secagg.
 each device's tier's crypto rates (``crypto:`` of hierfl/profiles/tiers.yaml) and the aggregator's
 (``servers.<tier>.tier``). A participant lost before it sent its masked input is left out; one lost in the
 unmasking round keeps its input (the others' shares recover its masks); fewer than the threshold left:
-the round aggregates nothing. Nothing is encrypted in a run: the arithmetic is checked on its own
-(:mod:`hierfl.methods.secagg.math_masking`).
+the round aggregates nothing. Each sender's update goes up once, as its masked input of Round 2
+(``carries_inputs``: the ordinary upload before the instance moves no bytes). Nothing is encrypted in a
+run: the arithmetic is checked on its own (:mod:`hierfl.methods.secagg.math_masking`).
 """
 
 from __future__ import annotations
