@@ -10,7 +10,8 @@ For a model message (a transfer the protocol does not size itself) on a link dir
   server's and the cloud's are their ``servers:`` figures;
 * the decode time, after the last bit and the latency, at the receiver's.
 
-The encoding and decoding cost no device energy (``energy:``) and are not stretched by slowdown windows [D].
+The encoding and decoding are not stretched by slowdown windows [D]; with ``energy:`` a device's share of them
+(its encoding, its decoding of a download) costs joules at its active power (``EnergyLedger.work``).
 
 What the receiver gets is :meth:`coded`: the message's vector encoded and decoded by the channel, computed by
 the executor's cloud role as a server task (:mod:`hierfl.channels.server`), where a channel that

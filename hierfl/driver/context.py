@@ -75,9 +75,9 @@ class Context:
         if self.device_eval and scenario.evaluation.device_eval_cost == "forward":
             eval_cost = DeviceEvalCost(self._world.speed_sps, built.eval_sets, self.counters)
         # device energy (`energy:`): None keeps every output as without it
-        self.energy = energy_ledger(scenario, built, self.counters)
-        self.transfers.energy = self.energy
+        self.energy = self.transfers.energy = energy_ledger(scenario, built, self.counters)
         self.aggregation = Aggregation(scenario, executor, telemetry, self.robust, self, self._world)
+        self.transfers.carried = self.aggregation.subprotocols.carried  # updates a sub-protocol carries itself
         # differential privacy (`privacy.dp`, or `privacy.dp_sgd`: per device): the accountant; None: no outputs change
         self.privacy = self.aggregation.privacy = privacy_ledger(scenario) or dp_sgd_ledger(scenario, self._world.samples)
         self.controls = ControlVariates(executor, self._world, self._spec, scenario.training.trainer,

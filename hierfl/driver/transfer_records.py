@@ -62,6 +62,8 @@ class Transfer:
     flow: Any = None
     decode_s: float = 0.0   # a transfer channel's decoding at the receiver, in its latency (``channels:``)
     receiver: Any = None    # its receiving end, where a channel's decoding is traced
+    encode_s: float = 0.0   # a transfer channel's encoding at the sender, before its flow (device energy only)
+    sender: Any = None      # its sending end, when a channel encodes there
     owner: Any = None  # a driver service that sent it (a sub-protocol's message): it hears the arrival and a loss
 
 

@@ -65,6 +65,10 @@ class Transfers:
         self._net_event: Event | None = None
         self.energy: EnergyLedger | None = None  # the device-energy ledger (``energy:``), set by the Context
         self.channels: ChannelLinks | None = None  # transfer channels (``channels:``; set by the Context) or None
+        # (sender kind, receiver tier) whose sub-protocol carries the senders' updates itself (secure aggregation's
+        # masked inputs, SubProtocolConfig.carries_inputs; set by the Context): a model message along it keeps
+        # its latency and moves no bytes, so each update is sent once
+        self.carried: frozenset[tuple[str, str]] = frozenset()
         self.links.start(self.net, self.routes, self._reschedule_net)
 
     @property
@@ -90,11 +94,11 @@ class Transfers:
             route = self.routes.access(dst[1], src[1], False)
         else:
             route = self.routes.between(src, dst)
-        if self.down and any(end in self.down for end in route.servers):
-            dead = next(end for end in route.servers if end in self.down)
-            raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
+        if self.down:
+            _refuse_if_down(self.down, route, src, dst, event)
         coded = self.channels.plan(route.kind, src, dst) if size is None and self.channels is not None else None
-        size = coded[0] if coded is not None else self.world.model_bytes if size is None else size
+        size = (0 if size is None and self.carried and (a, b) in self.carried  # (a sub-protocol carries it: `carried`)
+                else coded[0] if coded is not None else self.world.model_bytes if size is None else size)
         counters = self.counters
         for counter in route.counted:
             counters[counter] += size
@@ -223,6 +227,8 @@ class Transfers:
             bits = 0.0 if lost else tr.size * 8.0
             for d, sends in tr.radio:
                 self.energy.transfer(d, bits, now - tr.start, sends)
+            if tr.encode_s or tr.decode_s:
+                _coding_energy(self.energy, tr, now, lost)
         trace_span(self.telemetry, tr, now, lost)
 
     def _cancel_transfer(self, fid: int) -> None:
@@ -336,6 +342,7 @@ def _start_coded(t: Transfers, tr: Transfer, route: Route, fid: int, src: Endpoi
     now = t.queue.now
     tr.latency_s += decode_s
     tr.decode_s, tr.receiver = decode_s, dst
+    tr.encode_s, tr.sender = encode_s, src
     tr.start = now + encode_s
     if encode_s > 0:
         t.telemetry.span(src, "encode", now, encode_s, bytes=tr.size, peer=f"{dst[0]} {dst[1]}")
@@ -373,3 +380,21 @@ def _launch(t: Transfers, tr: Transfer, route: Route, fid: int, now: float) -> N
         if not t._attached:
             return
     t._reschedule_net()
+
+
+def _refuse_if_down(down: set[Endpoint], route: Route, src: Endpoint, dst: Endpoint, event: str) -> None:
+    """No transfer starts through a server that is down (a protocol must not send one)."""
+    if any(end in down for end in route.servers):
+        dead = next(end for end in route.servers if end in down)
+        raise RuntimeError(f"{dead[0]} {dead[1]} is down: no transfer {src} → {dst} ({event})")
+
+
+def _coding_energy(energy: EnergyLedger, tr: Transfer, now: float, lost: bool) -> None:
+    """A channel message's encoding and decoding on a device end, at its active power (``energy:``): the encoding
+    once it was done (the flow started), the decoding when the message arrived; a server's work is not device
+    energy. The same seconds as the timeline's, so privacy.dp's clipping and local noise (a channel overhead
+    on the upload) are charged with them."""
+    if tr.encode_s and tr.sender is not None and tr.sender[0] == "device" and (not lost or now >= tr.start):
+        energy.work(int(tr.sender[1]), tr.encode_s)
+    if tr.decode_s and not lost and tr.receiver is not None and tr.receiver[0] == "device":
+        energy.work(int(tr.receiver[1]), tr.decode_s)

@@ -1,4 +1,5 @@
-"""Device energy: the joules of each device's training jobs and model transfers (``energy:``).
+"""Device energy: the joules of each device's training jobs, its other timed work (crypto, channel coding, DP)
+and its model transfers (``energy:``).
 
 Off unless the scenario has an ``energy:`` section; with it the driver charges every finished
 training job (J per FLOP of the device's tier) and every model transfer (a per-bit and

@@ -1,10 +1,10 @@
 """``energy:`` — the per-tier device energy model (off unless the section is given).
 
 With the section, the driver charges each device's finished training jobs (J per FLOP of its
-tier) and its model transfers (Huang et al.'s per-bit + time-on-air radio model of its tier's link
-type), writes per-device joules to ``devices.csv``, the totals ``energy_device_j``,
-``energy_compute_j``, ``energy_comm_j`` to every evaluation line and to ``summary.json``'s
-``totals``, and a breakdown to ``summary.json``'s ``energy``. Without it, nothing is written and
+tier), its other timed work (crypto, channel coding, DP: seconds at its active power) and its
+model transfers (Huang et al.'s per-bit + time-on-air radio model of its tier's link type),
+writes per-device joules to ``devices.csv``, the totals ``energy_device_j``, ``energy_compute_j``,
+``energy_comm_j`` to every evaluation line and to ``summary.json``'s ``totals``, and a breakdown to ``summary.json``'s ``energy``. Without it, nothing is written and
 every output is byte-identical to a run of the same scenario before the model existed.
 Formulas, defaults and their sources: :mod:`hierfl.energy.math`, docs/explanation/energy.md.
 """

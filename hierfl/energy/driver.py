@@ -5,7 +5,9 @@ hierfl/profiles/tiers.yaml, ``energy.tier_links`` overriding it, ``energy.device
 devices drawn without a tier). The driver charges the ledger where it already counts work:
 finished jobs in :meth:`Context.finish_training` (beside ``compute_s``) and transfers when they
 arrive or are cut off in :class:`~hierfl.driver.transfers.Transfers` (beside the ``bytes_*``
-counters). Formulas: :mod:`hierfl.energy.math`.
+counters), and a device's other work — a sub-protocol's crypto (:mod:`hierfl.subprotocol.driver`), a
+transfer channel's encoding and decoding and privacy.dp's clipping and noise (in
+:class:`~hierfl.driver.transfers.Transfers`) — at the device's active power. Formulas: :mod:`hierfl.energy.math`.
 """
 
 from __future__ import annotations
@@ -46,4 +48,5 @@ def energy_ledger(scenario: Any, built: Any, counters: dict[str, float]) -> Ener
         fwd: float | np.ndarray = models.forward_flops(lambda fn, *args: fn(*args), shape, classes)
     else:
         fwd = forward_flops(scenario.model, shape, classes)
-    return EnergyLedger(np.array([per_flop[t] for t in tiers]), [radios[links[t]] for t in tiers], fwd, counters)
+    return EnergyLedger(np.array([per_flop[t] for t in tiers]), [radios[links[t]] for t in tiers], fwd, counters,
+                        np.asarray(world.speed_sps, dtype=np.float64))

@@ -15,6 +15,14 @@ transfer of a device to an :class:`EnergyLedger` (``hierfl.energy.driver``); the
   bits — the premise of the energy claim of Liu et al., ICC 2020. The radio's tail after a
   burst (Huang et al. §5: LTE ≈ 11.6 s at ≈ 1 W) is not charged [D]: it depends on the phone's
   timers, not on the protocol.
+* **Other work on a device** (:meth:`EnergyLedger.work`): a secure-aggregation sub-protocol's crypto
+  operations and mask arithmetic, a transfer channel's encoding and decoding, differential privacy's
+  clipping and local noise — work the emulator charges in seconds on the device — costs those seconds at
+  the device's active power ``P = J/FLOP(tier) × FLOP/s``, the power its training draws
+  (``FLOP/s = speed_sps × 3 × F_fwd``, the device's training throughput). For work timed in FLOPs at
+  the device's FLOP/s this is ``J/FLOP × FLOPs``, training's own rule; for crypto timed at a tier's
+  measured rates (ms per key agreement, MB/s of AES) it assumes the CPU draws the same power on them [D].
+  DP-SGD's per-sample work is part of the training job's work (its work factor), so training charges it.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["RadioPower", "RADIO_DEFAULTS", "J_PER_FLOP_DEFAULTS", "CUSTOM_TIER", "job_flops", "compute_j",
-           "transfer_j", "EnergyLedger"]
+           "transfer_j", "work_j", "EnergyLedger"]
 
 CUSTOM_TIER = "custom"
 """The tier name of devices drawn from distributions (no ``devices.tiers``)."""
@@ -85,6 +93,11 @@ def transfer_j(radio: RadioPower, bits: float, seconds: float, upload: bool) -> 
     return (alpha * float(bits) / 1e6 + radio.base_mw * float(seconds)) / 1000.0
 
 
+def work_j(seconds: float, active_w: float) -> float:
+    """Joules of ``seconds`` of work at ``active_w`` watts (the device's power while it trains)."""
+    return float(seconds) * float(active_w)
+
+
 class EnergyLedger:
     """Per-device energy of one run: training and transfer joules, and the run's totals in ``counters``.
 
@@ -98,11 +111,16 @@ class EnergyLedger:
     KEYS = ("energy_device_j", "energy_compute_j", "energy_comm_j")
 
     def __init__(self, j_per_flop: np.ndarray, radios: list[RadioPower], forward_flops: float | np.ndarray,
-                 counters: dict[str, float]) -> None:
+                 counters: dict[str, float], speed_sps: np.ndarray | None = None) -> None:
         n = len(radios)
         self.j_per_flop = np.asarray(j_per_flop, dtype=np.float64)
         self.radios = radios
         self.forward_flops = np.broadcast_to(np.asarray(forward_flops, dtype=np.float64), (n,))
+        # each device's active power: J/FLOP × its training FLOP/s (speed_sps × 3 × F_fwd), for work charged in
+        # seconds (crypto, channel coding, DP clipping and noise); 0 where the training speed is not given
+        flops_per_s = (np.zeros(n) if speed_sps is None
+                       else 3.0 * self.forward_flops * np.asarray(speed_sps, dtype=np.float64))
+        self.active_w = self.j_per_flop * flops_per_s
         self.compute = np.zeros(n)
         self.comm = np.zeros(n)
         self.counters = counters
@@ -125,6 +143,11 @@ class EnergyLedger:
         """Forget ``device``'s unfinished jobs (it dropped out)."""
         for key in [k for k in self._pending if k[0] == device]:
             del self._pending[key]
+
+    def work(self, device: int, seconds: float) -> None:
+        """Charge ``seconds`` of ``device``'s work other than training (crypto, channel coding, DP) at its active
+        power, as compute energy."""
+        self._charge(device, work_j(seconds, self.active_w[device]), "energy_compute_j")
 
     def transfer(self, device: int, bits: float, seconds: float, upload: bool) -> None:
         """Charge ``device``'s radio for one transfer end (``bits`` 0 for a transfer cut off part-way)."""

@@ -150,7 +150,8 @@ DEVICES_COLUMNS: dict[str, tuple[str, str, str]] = {
     "upload_s": ("float", "s (virtual)", "one uncontended model upload"),
     "availability": ("str", "", "its availability model"),
     "slowdowns": ("int", "", "slowdown windows it goes through"),
-    "energy_compute_j": ("float", "J", "training energy (with energy:)"),
+    "energy_compute_j": ("float", "J", "compute energy: training, and the crypto, channel coding and DP work "
+                         "timed on the device (with energy:)"),
     "energy_comm_j": ("float", "J", "radio energy (with energy:)"),
     "energy_j": ("float", "J", "their sum (with energy:)"),
     "dp_epsilon": ("float", "", "its ε at δ from the DP-SGD steps it ran (with privacy.dp_sgd)"),

@@ -60,6 +60,12 @@ class SubProtocolConfig(ConfigModel):
         default=None, description="a tier of hierfl/profiles/tiers.yaml whose crypto rates a device sender is charged "
                                   "at when devices have no tiers (null: its own tier's)")
 
+    # Whether the rounds carry each sender's input itself (secure aggregation: the masked input of Round 2 *is*
+    # the update, Bonawitz et al., CCS 2017, §4). The sender's ordinary upload into this tier then carries no
+    # payload of its own: it keeps its latency (the sender's word that its input is ready, its place in the
+    # round's barrier and deadline) and moves no bytes, so that each update goes up once, in the sub-protocol.
+    carries_inputs: ClassVar[bool] = False
+
     @property
     def none(self) -> bool:
         """Whether this is ``none`` (no sub-protocol: the point aggregates as it always did)."""

@@ -20,7 +20,9 @@ counters ``subprotocol_runs``, ``subprotocol_rounds``, ``subprotocol_dropped``,
 round on the aggregator's lane, each message's span on its lane, the senders' work on theirs, and
 within a work span one span per crypto operation it charges (``SubRound.sender_ops`` /
 ``server_ops``, at the tier's ``crypto`` rates of hierfl/profiles/tiers.yaml: a device's own tier,
-the ``servers.<tier>.tier`` of an edge server or the cloud).
+the ``servers.<tier>.tier`` of an edge server or the cloud). With ``energy:``, a device sender's work of
+each round (crypto operations and mask arithmetic) is charged in joules at its active power when it ends
+(:meth:`hierfl.energy.math.EnergyLedger.work`); its messages cost radio energy as every transfer does.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 from hierfl.env.api import Endpoint
 from hierfl.env.events import Payload, SubProtocolDone
 from hierfl.kernel.engine import Event, Priority
-from hierfl.subprotocol.config import SubProtocolConfig
+from hierfl.subprotocol.config import SubProtocolConfig, senders_are_edge_servers
 from hierfl.subprotocol.math import RoundView, SubRound, ops_seconds
 
 __all__ = ["SubMsg", "SubProtocols"]
@@ -106,6 +108,13 @@ class SubProtocols:
         # per sender kind, the integer levels of its upload channel when it quantises onto a grid every sender
         # shares (a masking sub-protocol sums those integers: RoundView.field_levels); none without channels
         self._levels: dict[str, int | None] = {"device": None, "edge": None}
+        # (sender kind, tier) of each tier whose sub-protocol carries the senders' inputs itself
+        # (SubProtocolConfig.carries_inputs): the Context hands it to Transfers, where an upload into such a
+        # tier moves no bytes of its own (the update goes up once, inside the sub-protocol)
+        self.carried: frozenset[tuple[str, str]] = frozenset(
+            ("edge" if senders_are_edge_servers(scenario, tier) else "device", tier)
+            for tier, cfg in self._at.items() if cfg is not None and not cfg.none and cfg.carries_inputs)
+        self._work_s: dict[tuple[int, int], float] = {}  # (instance, device) → seconds of work under way (energy:)
         channels = getattr(scenario, "channels", None)
         if section is not None and channels is not None and not channels.default:
             placed = channels.resolved(tuple(getattr(type(scenario.protocol), "channel_links", ())))
@@ -244,6 +253,10 @@ class SubProtocols:
         ops = ops_seconds(plan.sender_ops, self._crypto(tier)) if plan.sender_ops else []
         base = plan.sender_s + (plan.sender_flops / self._sender_flops_per_s(inst, d) if plan.sender_flops else 0.0)
         seconds = base + sum(s for _, s in ops)
+        if getattr(ctx, "energy", None) is not None and inst.source == "device" and seconds > 0:
+            # its joules at the device's active power, charged when the work is done (as a training job's); the
+            # seconds before any slowdown: a slowed device does the same work (the same FLOPs), only later
+            self._work_s[(inst.ident, d)] = seconds
         scale = ctx.live.compute_factor(d) if inst.source == "device" and seconds > 0 else 1.0
         seconds *= scale
         if seconds > 0:
@@ -320,6 +333,9 @@ class SubProtocols:
         if inst is None or msg.device not in inst.alive:
             return None
         inst.pending.pop(msg.device, None)
+        work_s = self._work_s.pop((inst.ident, msg.device), None) if self._work_s else None
+        if work_s is not None:  # (energy:) the crypto and masking work of the round, on the device that did it
+            self.ctx.energy.work(msg.device, work_s)
         self._up(inst, msg.device)
         return None
 
@@ -362,6 +378,7 @@ class SubProtocols:
             self.ctx.transfers.cancel_transfer(what)
         elif kind == "e":
             self.ctx.queue.cancel(what)
+            self._work_s.pop((inst.ident, d), None)  # work cut off part-way is never charged (as a lost job)
 
     def _drop(self, inst: _Instance, d: int, reason: str) -> None:
         """Participant ``d`` is out of the instance from now on."""

@@ -29,6 +29,12 @@ KA, GCM, CTR, SHAMIR = 0.12e-3, 1200e6, 1368e6, 2e-9          # phone_high
 S_KA, S_CTR, S_SHAMIR, S_FLOPS = 0.032e-3, 8951e6, 1e-9, 3500e9  # the cloud (cloud_gpu)
 G = 10e9                                   # sender_gflops: the devices' FLOP/s (mask adds at a quarter of it)
 M = 18 + 1                                 # logreg on 5 features, 3 classes: 18 parameters, plus the weight
+MODEL = 18 * 4                             # the plain run's upload: the 18 float32 parameters, 72 B
+# Each update is sent once, as the masked vector of round 2 (y_u = x_u + masks, Bonawitz et al. 2017 §4): the
+# ordinary upload before the instance moves no bytes and keeps only its 20 ms latency, so a run with secure
+# aggregation reaches the sub-protocol 8 · 72 / 0.5e6 = 1.152 ms earlier than the plain run reaches its
+# aggregation, and each device sends 72 B less than the plain upload plus the sub-protocol's messages.
+SAVED = 8 * MODEL / (UP * 1e6)             # 0.001152 s: the plain upload's time on the wire
 
 
 def _up(b: float) -> float:
@@ -131,9 +137,13 @@ def test_round_times_and_bytes_match_the_hand_calculation(tmp_path: Path, name: 
     head, r3, per_device = _hand(n, k, t)
     t0 = _lines(plain, "cloud_aggregate")[0]["t"]
     agg = _lines(sub, "cloud_aggregate")
-    assert agg[0]["t"] == pytest.approx(t0 + head + r3, abs=1e-9)
+    assert agg[0]["t"] == pytest.approx(t0 - SAVED + head + r3, abs=1e-9)
     assert agg[0]["participants"] == n
-    assert _bytes(sub) - _bytes(plain) == n * per_device
+    # secagg, n = 4, k = 3: b = ⌈log2(4 · 65536)⌉ = 18 bits, the masked vector ⌈19 · 18 / 8⌉ + 8 + 64 = 115 B;
+    # per device 138 + 325 + 382 + 382 + 115 + 72 + 184 = 1598 B, less the plain upload's 72 B: 1526 B
+    assert _bytes(sub) - _bytes(plain) == n * (per_device - MODEL)
+    if name == "secagg":
+        assert per_device - MODEL == 1526
     names = [e["name"] for e in json.loads((sub / "trace.json").read_text()) if "name" in e]
     for step in ("advertise_keys", "share_keys", "masked_input", "unmasking"):
         assert names.count(f"sub:{name}:{step}") == 1
@@ -153,11 +163,11 @@ def test_a_dropout_in_masked_input_takes_the_recovery_path(tmp_path: Path, name:
                                     + 76 * k / GCM + _up(106 * k + ENV))
     sub = tmp_path / "sub"
     run_scenario(tiny(devices={"count": n}, stop={"rounds": 1}, subprotocol=_sa(name, **kw),
-                      events=[{"at_s": t0 + r01 + 0.01, "leave": {"select": {"ids": [2]}}}]), sub)
+                      events=[{"at_s": t0 - SAVED + r01 + 0.01, "leave": {"select": {"ids": [2]}}}]), sub)
     _, r3, _ = _hand(n, k, t, lost=1)
     agg = _lines(sub, "cloud_aggregate")
     assert agg[0]["participants"] == n - 1
-    assert agg[0]["t"] == pytest.approx(t0 + head + r3, abs=1e-9)
+    assert agg[0]["t"] == pytest.approx(t0 - SAVED + head + r3, abs=1e-9)
     names = [e["name"] for e in json.loads((sub / "trace.json").read_text()) if "name" in e]
     assert names.count(f"sub:{name}:unmasking:server:ecdh_p256") == 1   # the recovery's key agreements
 
@@ -182,7 +192,24 @@ def test_fedbuff_runs_it_over_each_sealed_buffer(tmp_path: Path) -> None:
     steps_plain, steps_sub = _lines(plain, "cloud_aggregate"), _lines(sub, "cloud_aggregate")
     assert len(steps_plain) == len(steps_sub) == 2
     for a, b in zip(steps_plain, steps_sub):
-        assert b["t"] == pytest.approx(a["t"] + head + r3, abs=1e-9) and b["participants"] == 2
+        # each buffer's devices all trained from t = 0 (concurrency 4) and uploaded without bytes (SAVED earlier)
+        assert b["t"] == pytest.approx(a["t"] - SAVED + head + r3, abs=1e-9) and b["participants"] == 2
+
+
+@pytest.mark.parametrize("tier,zero,plain", [("edge", 4, 2), ("cloud", 2, 4)])
+def test_hierfavg_sends_each_update_once_at_either_tier(tmp_path: Path, tier: str, zero: int, plain: int) -> None:
+    """HierFAVG, 2 edge servers of 2 devices, one cloud round of κ1 = 2: SecAgg at the edges makes the 4 device
+    uploads move 0 B (their masked inputs carry them) while the 2 edge uploads keep the model's 72 B; SecAgg at
+    the cloud over the edge servers does the reverse."""
+    hier = tiny(protocol={"name": "hierfavg", "kappa1": 2, "kappa2": 1}, stop={"rounds": 1},
+                topology={"edge_servers": 2, "grouping": "round_robin"}, subprotocol={tier: _sa("secagg")["cloud"]})
+    run_scenario(hier, tmp_path / "run")
+    sizes = [e["args"]["bytes"] for e in json.loads((tmp_path / "run" / "trace.json").read_text())
+             if e.get("ph") == "X" and e.get("name") == "upload"]
+    assert sorted(sizes) == [0] * zero + [MODEL] * plain
+    masked = [e for e in json.loads((tmp_path / "run" / "trace.json").read_text())
+              if e.get("name") == "sub:secagg:masked_input:up"]
+    assert len(masked) == zero   # one masked input per update the sub-protocol carries
 
 
 # -- (3) refusals ------------------------------------------------------------------------------------------------

@@ -6,14 +6,15 @@ links; each round's bytes and crypto work come from :mod:`hierfl.methods.secagg.
 each device's tier's crypto rates (``crypto:`` of hierfl/profiles/tiers.yaml) and the aggregator's
 (``servers.<tier>.tier``). A participant lost before it sent its masked input is left out; one lost in the
 unmasking round keeps its input (the others' shares recover its masks); fewer than the threshold left:
-the round aggregates nothing. Nothing is encrypted in a run: the arithmetic is checked on its own
-(:mod:`hierfl.methods.secagg.math_masking`).
+the round aggregates nothing. Each sender's update goes up once, as its masked input of Round 2
+(``carries_inputs``: the ordinary upload before the instance moves no bytes). Nothing is encrypted in a
+run: the arithmetic is checked on its own (:mod:`hierfl.methods.secagg.math_masking`).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -47,6 +48,10 @@ def _graph(seed: int, instance: int, participants: tuple[int, ...], degree: int)
 
 class _SecAggBase(SubProtocolConfig):
     """What SecAgg and SecAgg+ share: the encoding, the primitives, the refusals."""
+
+    # the masked input of Round 2 is the sender's update (y_u = x_u + masks, m elements at b bits, Bonawitz et
+    # al. 2017 §4): the ordinary upload before the instance moves no bytes, so each update is sent once
+    carries_inputs: ClassVar[bool] = True
 
     quant_levels: PositiveInt = Field(default=65536, description="Q: quantisation levels per coordinate; the "
                                       "field width is b = ⌈log2(n·Q)⌉ unless bits is set [D]")
