@@ -5,7 +5,8 @@ This is the one place ``ray.remote`` is applied (:data:`RayDeviceHost` from :cla
 :data:`RayCloud` from :class:`CloudActor`). Each actor's process starts before the run's data exists
 (:class:`~hierfl.runtime.ray_cluster.RayStart`): its constructor only loads the driver's plug-ins
 (and, for a host, imports torch), and ``setup`` builds the role once the data is in the object store.
-:class:`IdleHosts` keeps a finished run's host actors for this process's next run of the same shape.
+:class:`IdleHosts` keeps a finished run's host actors for this process's next run of the same shape, and
+:class:`IdleLeader` its leaders' host for the next run with edge servers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.runtime.gpu_placement import hide_unreserved_gpus
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 
-__all__ = ["HostActor", "CloudActor", "LeaderActor", "IdleHosts", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
+__all__ = ["HostActor", "CloudActor", "LeaderActor", "IdleHosts", "IdleLeader", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
 
 
 def _install_plugins(plugins: Any) -> None:
@@ -125,7 +126,14 @@ class LeaderActor(LeaderHost):
 
     def setup(self, *args: Any) -> None:
         """Become the leaders' host (:class:`LeaderHost`'s arguments)."""
+        self.__dict__.clear()  # a leaders' host kept from an earlier run (IdleLeader) keeps nothing of it
         LeaderHost.__init__(self, *args)
+
+    def release(self) -> bool:
+        """Forget the run (the leaders' models, sums and optimiser state) and wait idle for the next run's
+        :meth:`setup` (:class:`IdleLeader`); True."""
+        self.__dict__.clear()
+        return True
 
 
 KEEP_S = float(os.environ.get("HIERFL_KEEP_HOSTS_S", "15"))
@@ -181,10 +189,12 @@ class IdleHosts:
 
     @classmethod
     def clear(cls) -> None:
-        """Kill the kept hosts (their CPUs are free again): before other Ray work of this process, e.g. a sweep."""
+        """Kill the kept hosts (their CPUs are free again), and the kept leaders' host (:class:`IdleLeader`):
+        before other Ray work of this process, e.g. a sweep."""
         kept = cls._pop()
         if kept is not None:
             cls._kill(kept[1])
+        IdleLeader.clear()
 
     @classmethod
     def take(cls, key: tuple[Any, ...], count: int | None = None) -> list[Any]:
@@ -253,6 +263,88 @@ class IdleHosts:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - best effort (also after the instance is gone)
                 pass
+
+
+class IdleLeader:
+    """The leaders' host actor (:class:`LeaderActor`) a finished run left running, for this process's next run
+    with edge servers on the same Ray instance: the counterpart of :class:`IdleHosts` for the one actor a
+    hierarchical run adds. Starting it is a Python process importing hierfl, numpy and Ray (about one CPU
+    second, on a small machine most of a short hierarchical run's extra wall time over the local executor).
+
+    The same rules as for hosts: only a process that keeps hosts (:meth:`IdleHosts.applies`), only for runs
+    without plug-ins (the caller passes no key then), for :data:`KEEP_S` seconds; the actor forgets its run
+    when kept (:meth:`LeaderActor.release`) and builds itself anew in :meth:`LeaderActor.setup`, so a run on a
+    kept leaders' host computes exactly what it would on a new one. It reserves no CPU, so a kept one delays
+    no other work; :meth:`IdleHosts.clear` ends it too. A leaders' host that died or hangs is killed, not kept.
+    """
+
+    _kept: tuple[tuple[Any, ...], Any] | None = None
+    _timer: threading.Timer | None = None
+    _lock = threading.Lock()
+
+    @staticmethod
+    def key(host_key: tuple[Any, ...]) -> tuple[Any, ...]:
+        """What must match for a kept leaders' host to serve a run: the instance (a host key's first two
+        fields; the leaders' host reserves no resources)."""
+        return tuple(host_key[:2])
+
+    @classmethod
+    def _pop(cls) -> tuple[tuple[Any, ...], Any] | None:
+        with cls._lock:
+            kept, cls._kept = cls._kept, None
+            if cls._timer is not None:
+                cls._timer.cancel()
+                cls._timer = None
+        return kept
+
+    @classmethod
+    def take(cls, key: tuple[Any, ...]) -> Any | None:
+        """The kept leaders' host if it matches ``key`` and still answers (released), else None (any kept one
+        is killed)."""
+        kept = cls._pop()
+        if kept is None:
+            return None
+        if kept[0] == key:
+            try:
+                ray.get(kept[1].release.remote(), timeout=10.0)
+                return kept[1]
+            except Exception:  # noqa: BLE001 - one that died (or hangs) is replaced
+                pass
+        IdleHosts._kill([kept[1]])
+        return None
+
+    @classmethod
+    def keep(cls, key: tuple[Any, ...], actor: Any) -> None:
+        """Keep ``actor`` (released) for the next run, for :data:`KEEP_S` seconds; one kept before is killed."""
+        older = cls._pop()
+        if older is not None and older[1] != actor:
+            IdleHosts._kill([older[1]])
+        try:
+            ray.get(actor.release.remote(), timeout=10.0)
+        except Exception:  # noqa: BLE001 - one that cannot forget its run is not kept
+            IdleHosts._kill([actor])
+            return
+        timer = threading.Timer(KEEP_S, cls._expire, args=(actor,))
+        timer.daemon = True
+        with cls._lock:
+            cls._kept, cls._timer = (key, actor), timer
+        timer.start()
+
+    @classmethod
+    def clear(cls) -> None:
+        """Kill the kept leaders' host, if any."""
+        kept = cls._pop()
+        if kept is not None:
+            IdleHosts._kill([kept[1]])
+
+    @classmethod
+    def _expire(cls, actor: Any) -> None:
+        """Not taken in time: end its process."""
+        with cls._lock:
+            if cls._kept is None or cls._kept[1] != actor:
+                return  # taken or replaced meanwhile
+            cls._kept, cls._timer = None, None
+        IdleHosts._kill([actor])
 
 
 # Actor classes (typed Any: Ray's remote wrappers are dynamic).

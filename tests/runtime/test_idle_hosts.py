@@ -1,6 +1,7 @@
 """Host actors kept between the runs of one process on a Ray instance it attached to (IdleHosts): the next run
 of the same shape reuses them and computes exactly what it would on new hosts; a run of another shape, a run
-with plug-ins and a host that died get new ones."""
+with plug-ins and a host that died get new ones. The leaders' host of a run with edge servers is kept the same
+way (IdleLeader)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from hierfl.driver import run_scenario
 from hierfl.plugin.testing import comparable_lines
-from hierfl.runtime.ray_cluster import IdleHosts
+from hierfl.runtime.ray_cluster import IdleHosts, IdleLeader
 from hierfl.scenario.loader import deep_merge, validate_raw
 from tests.conftest import TINY
 
@@ -158,3 +159,29 @@ def test_kept_hosts_expire(tmp_path, ray_session, monkeypatch):
     time.sleep(3.0)
     assert _kept() == []
     assert _killed(kept[0])
+
+
+HIER = {"topology": {"edge_servers": 2}, "protocol": {"name": "hierfavg", "kappa1": 2, "kappa2": 2}}
+
+
+def _leader() -> object | None:
+    return None if IdleLeader._kept is None else IdleLeader._kept[1]
+
+
+def test_the_leaders_host_is_kept_for_the_next_hierarchical_run_and_gives_the_same_bits(tmp_path, ray_session):
+    """A run with edge servers keeps its leaders' host; the next one (another scenario in between, a robust rule
+    at the edges included) reuses it and gets exactly what a new one gives; clear ends it."""
+    IdleHosts.clear()
+    first = _run(tmp_path, "first", seed=5, **HIER)
+    leader = _leader()
+    assert leader is not None
+    robust = _run(tmp_path, "robust", seed=5, aggregation={"edge": {"name": "geomed"}}, **HIER)
+    assert _leader() == leader
+    again = _run(tmp_path, "again", seed=5, **HIER)
+    assert _leader() == leader
+    _same(first, again)
+    IdleHosts.clear()  # a new leaders' host (and new hosts): the same bits, for both scenarios
+    assert _leader() is None and _killed(leader)
+    _same(first, _run(tmp_path, "fresh", seed=5, **HIER))
+    assert _leader() is not None and _leader() != leader
+    _same(robust, _run(tmp_path, "robust_fresh", seed=5, aggregation={"edge": {"name": "geomed"}}, **HIER))
