@@ -40,8 +40,12 @@ run: install
 # the whole suite, every test, in $(TEST_WORKERS) pytest-xdist workers (each with its own Ray instance);
 # a module's tests run in one worker (its module fixtures built once), a golden scenario's two runs in one
 # worker (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
+# Bytecode caches on, whatever the calling shell says (PYTHONDONTWRITEBYTECODE set to a non-empty string turns them
+# off): the suite starts hundreds of Python processes (the workers, Ray actors, CLI runs), and without the caches
+# each one compiles hierfl's modules from source again, about a second of CPU each, and each worker redoes pytest's
+# assertion rewriting of every test module (about 11 of its 27 CPU seconds of collection).
 TEST_WORKERS ?= 3
-PYTEST  := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+PYTEST  := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 test: install
 	$(PYTEST) tests
 
