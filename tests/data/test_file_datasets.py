@@ -273,6 +273,7 @@ def test_every_file_dataset_has_a_scenario():
     assert {load_scenario(p).data.dataset.name for p in FILE_SCENARIOS} == set(_WRITERS)
 
 
+@pytest.mark.slow  # six shipped-scenario runs (seconds): make test runs them, make test-fast leaves them out
 @pytest.mark.parametrize("path", FILE_SCENARIOS, ids=[p.stem for p in FILE_SCENARIOS])
 def test_file_scenario_runs_on_generated_files(tmp_path, path):
     sc = load_scenario(path)
