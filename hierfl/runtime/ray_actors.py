@@ -91,6 +91,12 @@ class HostActor(DeviceHost):
         self.__dict__.clear()
         return True
 
+    def install(self, plugins: Any) -> bool:
+        """Load a run's plug-ins in this kept host (:meth:`IdleHosts.lend`), as a new host's constructor would; True.
+        Sent before any call whose arguments may hold a plug-in's values (actor calls run in order)."""
+        _install_plugins(plugins)
+        return True
+
 
 class CloudActor(Cloud):
     """A :class:`Cloud` whose process starts before the data exists: ``setup`` builds the role."""
@@ -155,8 +161,9 @@ class IdleHosts:
     the last run's. A run whose hosts reserve the same resources takes as many kept hosts as it needs (a run of
     fewer hosts leaves the others parked, kept with its own at its end, so that a later run of more need not
     start them again: the run needed no more CPUs than the kept hosts already held; one of more starts the
-    rest); a run of other host resources, and a run that
-    keeps none (one with plug-ins: a host process keeps what a plug-in registered), kill them first. A Ray worker (a Tune trial) keeps none, and
+    rest); a run of other host resources kills them first. A run with plug-ins keeps none (a host process keeps
+    what a plug-in registered): it borrows the kept hosts, loads its plug-ins in them and ends them with it
+    (:meth:`lend`). A Ray worker (a Tune trial) keeps none, and
     :func:`hierfl.sweep` clears them before its trials start. A Ray instance this process started itself
     ends with its run, hosts and all.
     """
@@ -219,6 +226,20 @@ class IdleHosts:
             return mine
         cls._kill(hosts)
         return []
+
+    @classmethod
+    def lend(cls, key: tuple[Any, ...], count: int, plugins: Any) -> list[Any]:
+        """Up to ``count`` kept hosts for a run with plug-ins, which loads them there (:meth:`HostActor.install`);
+        such a run kills its hosts at its end (a process keeps what a plug-in registered), so a host it borrows
+        is not kept again. Its start then needs no new process for the hosts it borrows: a run with plug-ins
+        would otherwise kill the kept hosts (their CPUs) and start its own. The rest stay parked (:meth:`take`)."""
+        hosts = cls.take(key, count)
+        try:
+            ray.get([h.install.remote(plugins) for h in hosts], timeout=60.0)
+        except Exception:  # noqa: BLE001 - a host that cannot load them is replaced by a new one, as are the others
+            cls._kill(hosts)
+            return []
+        return hosts
 
     @classmethod
     def _park(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:

@@ -215,12 +215,15 @@ class RayStart(ExecutorStart):
         gpus = {"num_gpus": self.gpus_per_host} if self.gpus_per_host > 0 else {}
         plugins = plugin_bundle()  # every actor loads the driver's plug-ins before it unpickles the run's values
         # hosts kept from this process's last run on this instance (IdleHosts), when there is no plug-in
-        self._pool_key = (None if self.owns_ray or plugins or not IdleHosts.applies()
-                          else IdleHosts.key(host_cpus, self.gpus_per_host))
+        keeps = not self.owns_ray and IdleHosts.applies()
+        self._pool_key = IdleHosts.key(host_cpus, self.gpus_per_host) if keeps and not plugins else None
+        # a run with plug-ins borrows kept hosts (they load its plug-ins, and end with it) rather than start new ones
+        lent = IdleHosts.lend(IdleHosts.key(host_cpus, self.gpus_per_host), self.workers, plugins) if (
+            keeps and plugins) else []
         if self._pool_key is None and not self.owns_ray:
             IdleHosts.clear()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
         # kept hosts first (a host forgets its last run: which one serves which index changes no bit), new ones after
-        self.hosts = [] if self._pool_key is None else IdleHosts.take(self._pool_key, self.workers)
+        self.hosts = lent if self._pool_key is None else IdleHosts.take(self._pool_key, self.workers)
         self.hosts += [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
             h == 0 or not self.owns_ray, plugins) for h in range(len(self.hosts), self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"

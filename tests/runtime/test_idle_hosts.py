@@ -126,9 +126,10 @@ def test_clear_frees_the_kept_hosts_and_a_driver_keeps_them(tmp_path, ray_sessio
     assert _killed(kept[0])
 
 
-def test_a_run_with_a_plugin_frees_the_kept_hosts_instead_of_waiting_for_their_cpus(tmp_path, ray_session):
-    """A run that keeps no hosts (a plug-in's) still needs CPUs for its own: the kept ones are killed first, so it
-    never waits for resources they hold (the instance has 2 CPUs, the kept hosts reserve 1 each)."""
+def test_a_run_with_a_plugin_borrows_the_kept_hosts_and_ends_them_instead_of_waiting_for_their_cpus(tmp_path, ray_session):
+    """A run that keeps no hosts (a plug-in's) still needs CPUs for its own: it borrows the kept ones (they load its
+    plug-ins) and ends them with it, so it never waits for resources they hold (the instance has 2 CPUs, the kept
+    hosts reserve 1 each) and starts no process for them; its results are those of new hosts."""
     import shutil
     from pathlib import Path
 
@@ -141,9 +142,14 @@ def test_a_run_with_a_plugin_frees_the_kept_hosts_instead_of_waiting_for_their_c
     shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "own_method" / "my_fedavg.py", plugin)
     import hierfl
 
+    two = _kept()
     run = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin")
     assert run.summary["executor"] == "ray" and run.summary["rounds"] > 0
     assert _kept() == []  # a plug-in run keeps none
+    assert _killed(two[0]) and _killed(two[1])  # it borrowed both, and ended them: they hold what the plug-in registered
+    fresh = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin_fresh")  # new hosts
+    assert fresh.summary["rounds"] == run.summary["rounds"]
+    _same(tmp_path / "plugin", tmp_path / "plugin_fresh")
 
 
 def test_kept_hosts_expire(tmp_path, ray_session, monkeypatch):
