@@ -198,10 +198,15 @@ class IdleHosts:
     def clear(cls) -> None:
         """Kill the kept hosts (their CPUs are free again), and the kept leaders' host (:class:`IdleLeader`):
         before other Ray work of this process, e.g. a sweep."""
+        cls.free_cpus()
+        IdleLeader.clear()
+
+    @classmethod
+    def free_cpus(cls) -> None:
+        """Kill the kept hosts only (the CPUs a run's new hosts need); a kept leaders' host, which holds none, stays."""
         kept = cls._pop()
         if kept is not None:
             cls._kill(kept[1])
-        IdleLeader.clear()
 
     @classmethod
     def take(cls, key: tuple[Any, ...], count: int | None = None) -> list[Any]:

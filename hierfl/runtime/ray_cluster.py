@@ -221,7 +221,7 @@ class RayStart(ExecutorStart):
         lent = IdleHosts.lend(IdleHosts.key(host_cpus, self.gpus_per_host), self.workers, plugins) if (
             keeps and plugins) else []
         if self._pool_key is None and not self.owns_ray:
-            IdleHosts.clear()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
+            IdleHosts.free_cpus()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
         # kept hosts first (a host forgets its last run: which one serves which index changes no bit), new ones after
         self.hosts = lent if self._pool_key is None else IdleHosts.take(self._pool_key, self.workers)
         self.hosts += [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
