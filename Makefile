@@ -40,16 +40,24 @@ run: install
 # the whole suite, every test, in $(TEST_WORKERS) pytest-xdist workers (each with its own Ray instance);
 # a module's tests run in one worker (its module fixtures built once), a golden scenario's two runs in one
 # worker (tests/conftest.py). TEST_WORKERS=0 runs it in this one process.
+# Bytecode caches on, whatever the calling shell says (PYTHONDONTWRITEBYTECODE set to a non-empty string turns them
+# off): the suite starts hundreds of Python processes (the workers, Ray actors, CLI runs), and without the caches
+# each one compiles hierfl's modules from source again, about a second of CPU each, and each worker redoes pytest's
+# assertion rewriting of every test module (about 11 of its 27 CPU seconds of collection).
 TEST_WORKERS ?= 3
-PYTEST  := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+PYTEST_RUN := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q --dist loadscope
+PYTEST  := $(PYTEST_RUN) -n $(TEST_WORKERS)
 test: install
 	$(PYTEST) tests
 
 # the contributor's loop (budget: 2 minutes on 2 cores): the suite less the golden runs of the shipped
-# scenarios and the tests marked slow, ray or browser; `make test` (and CI) run everything
+# scenarios and the tests marked slow, ray or browser; `make test` (and CI) run everything. Two workers, not
+# three: without Ray a worker never waits for other processes, and each worker collects the whole suite first
+# (about 16 CPU seconds: imports, and the shipped scenarios loaded for parametrisation)
 FAST_MARKERS := not slow and not ray and not browser and not golden
+FAST_WORKERS ?= 2
 test-fast: install
-	$(PYTEST) -m "$(FAST_MARKERS)" tests
+	$(PYTEST_RUN) -n $(FAST_WORKERS) -m "$(FAST_MARKERS)" tests
 
 # the documentation site, strict: a warning or a broken cross-reference fails the build
 docs: install

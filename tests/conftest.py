@@ -247,8 +247,8 @@ def ray_session():  # noqa: ANN201
 def ray_address(ray_session) -> str:  # noqa: ANN001
     """The address of this test process's Ray instance, for another process (a CLI run) to attach to. The
     hosts this process keeps (:class:`~hierfl.runtime.ray_actors.IdleHosts`) are freed first: that process's
-    own hosts need their CPUs."""
+    own hosts need their CPUs (a kept leaders' host holds none and stays)."""
     from hierfl.runtime.ray_actors import IdleHosts
 
-    IdleHosts.clear()
+    IdleHosts.free_cpus()
     return ray_session.get_runtime_context().gcs_address

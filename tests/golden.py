@@ -89,6 +89,16 @@ SCENARIO_OVERRIDES: dict[str, tuple[str, ...]] = {
     # and the Bernoulli rounds with their decayed rates, well under 0.5 s
     "fedftg_reference": ("protocol.iters=1", "protocol.batch_size=16"),
 }
+# further --set items of a scenario in the tests that check a property any run of it must have, whatever its
+# size (tests/determinism/test_contract.py: the learning rate moves no time or count; tests/driver/
+# test_timing_only.py: timing only gives the trained run's times; tests/driver/test_detached_flows.py: detaching
+# flows changes no output); never in the golden runs themselves, which keep SCENARIO_OVERRIDES only
+PROPERTY_OVERRIDES: dict[str, tuple[str, ...]] = {
+    # FedHiSyn's fast devices run a ring unit after unit for T seconds: about 7,700 unit jobs in two rounds of the
+    # shipped 60 devices and T 10; 30 devices and T 3 keep its three capacity classes, rings, device-to-device
+    # hops and time weighting in a seventh of the jobs
+    "fedhisyn": ("devices.count=30", "protocol.T=3"),
+}
 # fields that depend on the machine, the executor or the wall clock, never on the emulation
 VOLATILE = frozenset({"wall_s", "startup_s", "startup", "executor", "workers", "checkpoint_t", "resume"})
 HEAD = 3  # metrics lines kept from the start and from the end

@@ -5,7 +5,8 @@ This is the one place ``ray.remote`` is applied (:data:`RayDeviceHost` from :cla
 :data:`RayCloud` from :class:`CloudActor`). Each actor's process starts before the run's data exists
 (:class:`~hierfl.runtime.ray_cluster.RayStart`): its constructor only loads the driver's plug-ins
 (and, for a host, imports torch), and ``setup`` builds the role once the data is in the object store.
-:class:`IdleHosts` keeps a finished run's host actors for this process's next run of the same shape.
+:class:`IdleHosts` keeps a finished run's host actors for this process's next run of the same shape, and
+:class:`IdleLeader` its leaders' host for the next run with edge servers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hierfl.core.work import TrainSpec
 from hierfl.runtime.gpu_placement import hide_unreserved_gpus
 from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 
-__all__ = ["HostActor", "CloudActor", "LeaderActor", "IdleHosts", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
+__all__ = ["HostActor", "CloudActor", "LeaderActor", "IdleHosts", "IdleLeader", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
 
 
 def _install_plugins(plugins: Any) -> None:
@@ -90,6 +91,12 @@ class HostActor(DeviceHost):
         self.__dict__.clear()
         return True
 
+    def install(self, plugins: Any) -> bool:
+        """Load a run's plug-ins in this kept host (:meth:`IdleHosts.lend`), as a new host's constructor would; True.
+        Sent before any call whose arguments may hold a plug-in's values (actor calls run in order)."""
+        _install_plugins(plugins)
+        return True
+
 
 class CloudActor(Cloud):
     """A :class:`Cloud` whose process starts before the data exists: ``setup`` builds the role."""
@@ -125,7 +132,14 @@ class LeaderActor(LeaderHost):
 
     def setup(self, *args: Any) -> None:
         """Become the leaders' host (:class:`LeaderHost`'s arguments)."""
+        self.__dict__.clear()  # a leaders' host kept from an earlier run (IdleLeader) keeps nothing of it
         LeaderHost.__init__(self, *args)
+
+    def release(self) -> bool:
+        """Forget the run (the leaders' models, sums and optimiser state) and wait idle for the next run's
+        :meth:`setup` (:class:`IdleLeader`); True."""
+        self.__dict__.clear()
+        return True
 
 
 KEEP_S = float(os.environ.get("HIERFL_KEEP_HOSTS_S", "15"))
@@ -147,8 +161,9 @@ class IdleHosts:
     the last run's. A run whose hosts reserve the same resources takes as many kept hosts as it needs (a run of
     fewer hosts leaves the others parked, kept with its own at its end, so that a later run of more need not
     start them again: the run needed no more CPUs than the kept hosts already held; one of more starts the
-    rest); a run of other host resources, and a run that
-    keeps none (one with plug-ins: a host process keeps what a plug-in registered), kill them first. A Ray worker (a Tune trial) keeps none, and
+    rest); a run of other host resources kills them first. A run with plug-ins keeps none (a host process keeps
+    what a plug-in registered): it borrows the kept hosts, loads its plug-ins in them and ends them with it
+    (:meth:`lend`). A Ray worker (a Tune trial) keeps none, and
     :func:`hierfl.sweep` clears them before its trials start. A Ray instance this process started itself
     ends with its run, hosts and all.
     """
@@ -181,7 +196,14 @@ class IdleHosts:
 
     @classmethod
     def clear(cls) -> None:
-        """Kill the kept hosts (their CPUs are free again): before other Ray work of this process, e.g. a sweep."""
+        """Kill the kept hosts (their CPUs are free again), and the kept leaders' host (:class:`IdleLeader`):
+        before other Ray work of this process, e.g. a sweep."""
+        cls.free_cpus()
+        IdleLeader.clear()
+
+    @classmethod
+    def free_cpus(cls) -> None:
+        """Kill the kept hosts only (the CPUs a run's new hosts need); a kept leaders' host, which holds none, stays."""
         kept = cls._pop()
         if kept is not None:
             cls._kill(kept[1])
@@ -209,6 +231,20 @@ class IdleHosts:
             return mine
         cls._kill(hosts)
         return []
+
+    @classmethod
+    def lend(cls, key: tuple[Any, ...], count: int, plugins: Any) -> list[Any]:
+        """Up to ``count`` kept hosts for a run with plug-ins, which loads them there (:meth:`HostActor.install`);
+        such a run kills its hosts at its end (a process keeps what a plug-in registered), so a host it borrows
+        is not kept again. Its start then needs no new process for the hosts it borrows: a run with plug-ins
+        would otherwise kill the kept hosts (their CPUs) and start its own. The rest stay parked (:meth:`take`)."""
+        hosts = cls.take(key, count)
+        try:
+            ray.get([h.install.remote(plugins) for h in hosts], timeout=60.0)
+        except Exception:  # noqa: BLE001 - a host that cannot load them is replaced by a new one, as are the others
+            cls._kill(hosts)
+            return []
+        return hosts
 
     @classmethod
     def _park(cls, key: tuple[Any, ...], hosts: list[Any]) -> None:
@@ -253,6 +289,88 @@ class IdleHosts:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - best effort (also after the instance is gone)
                 pass
+
+
+class IdleLeader:
+    """The leaders' host actor (:class:`LeaderActor`) a finished run left running, for this process's next run
+    with edge servers on the same Ray instance: the counterpart of :class:`IdleHosts` for the one actor a
+    hierarchical run adds. Starting it is a Python process importing hierfl, numpy and Ray (about one CPU
+    second, on a small machine most of a short hierarchical run's extra wall time over the local executor).
+
+    The same rules as for hosts: only a process that keeps hosts (:meth:`IdleHosts.applies`), only for runs
+    without plug-ins (the caller passes no key then), for :data:`KEEP_S` seconds; the actor forgets its run
+    when kept (:meth:`LeaderActor.release`) and builds itself anew in :meth:`LeaderActor.setup`, so a run on a
+    kept leaders' host computes exactly what it would on a new one. It reserves no CPU, so a kept one delays
+    no other work; :meth:`IdleHosts.clear` ends it too. A leaders' host that died or hangs is killed, not kept.
+    """
+
+    _kept: tuple[tuple[Any, ...], Any] | None = None
+    _timer: threading.Timer | None = None
+    _lock = threading.Lock()
+
+    @staticmethod
+    def key(host_key: tuple[Any, ...]) -> tuple[Any, ...]:
+        """What must match for a kept leaders' host to serve a run: the instance (a host key's first two
+        fields; the leaders' host reserves no resources)."""
+        return tuple(host_key[:2])
+
+    @classmethod
+    def _pop(cls) -> tuple[tuple[Any, ...], Any] | None:
+        with cls._lock:
+            kept, cls._kept = cls._kept, None
+            if cls._timer is not None:
+                cls._timer.cancel()
+                cls._timer = None
+        return kept
+
+    @classmethod
+    def take(cls, key: tuple[Any, ...]) -> Any | None:
+        """The kept leaders' host if it matches ``key`` and still answers (released), else None (any kept one
+        is killed)."""
+        kept = cls._pop()
+        if kept is None:
+            return None
+        if kept[0] == key:
+            try:
+                ray.get(kept[1].release.remote(), timeout=10.0)
+                return kept[1]
+            except Exception:  # noqa: BLE001 - one that died (or hangs) is replaced
+                pass
+        IdleHosts._kill([kept[1]])
+        return None
+
+    @classmethod
+    def keep(cls, key: tuple[Any, ...], actor: Any) -> None:
+        """Keep ``actor`` (released) for the next run, for :data:`KEEP_S` seconds; one kept before is killed."""
+        older = cls._pop()
+        if older is not None and older[1] != actor:
+            IdleHosts._kill([older[1]])
+        try:
+            ray.get(actor.release.remote(), timeout=10.0)
+        except Exception:  # noqa: BLE001 - one that cannot forget its run is not kept
+            IdleHosts._kill([actor])
+            return
+        timer = threading.Timer(KEEP_S, cls._expire, args=(actor,))
+        timer.daemon = True
+        with cls._lock:
+            cls._kept, cls._timer = (key, actor), timer
+        timer.start()
+
+    @classmethod
+    def clear(cls) -> None:
+        """Kill the kept leaders' host, if any."""
+        kept = cls._pop()
+        if kept is not None:
+            IdleHosts._kill([kept[1]])
+
+    @classmethod
+    def _expire(cls, actor: Any) -> None:
+        """Not taken in time: end its process."""
+        with cls._lock:
+            if cls._kept is None or cls._kept[1] != actor:
+                return  # taken or replaced meanwhile
+            cls._kept, cls._timer = None, None
+        IdleHosts._kill([actor])
 
 
 # Actor classes (typed Any: Ray's remote wrappers are dynamic).

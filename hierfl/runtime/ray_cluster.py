@@ -38,6 +38,7 @@ from hierfl.runtime.gpu_placement import cluster_gpus, placement_problem
 from hierfl.runtime.ray_actors import CloudActor as CloudActor
 from hierfl.runtime.ray_actors import HostActor as HostActor
 from hierfl.runtime.ray_actors import IdleHosts as IdleHosts
+from hierfl.runtime.ray_actors import IdleLeader as IdleLeader
 from hierfl.runtime.ray_actors import LeaderActor as LeaderActor
 from hierfl.runtime.ray_actors import RayCloud as RayCloud
 from hierfl.runtime.ray_actors import RayDeviceHost as RayDeviceHost
@@ -48,7 +49,7 @@ from hierfl.runtime.start import ExecutorStart
 if TYPE_CHECKING:
     from hierfl.runtime.ray_executor import RayExecutor
 
-__all__ = ["RayStart", "RayCluster", "IdleHosts", "RayDeviceHost", "RayLeaderHost", "RayCloud", "HostActor", "CloudActor", "LeaderActor",
+__all__ = ["RayStart", "RayCluster", "IdleHosts", "IdleLeader", "RayDeviceHost", "RayLeaderHost", "RayCloud", "HostActor", "CloudActor", "LeaderActor",
            "probe_address", "is_lost", "listen_to_ray"]
 
 _PROBE_TIMEOUT_S = 5.0
@@ -180,6 +181,7 @@ class RayStart(ExecutorStart):
         self._workers_auto = workers == "auto"  # (named in a placement message: auto is one host per CPU)
         self.hosts: list[Any] = []
         self.cloud: Any = None
+        self.leader: Any = None  # the leaders' host actor, once a run with edge servers asked for it (leader_host)
         self._pool_key: tuple[Any, ...] | None = None  # set when this run's hosts may be kept (IdleHosts)
         self._closed = False
         self._error: Exception | None = None
@@ -213,16 +215,28 @@ class RayStart(ExecutorStart):
         gpus = {"num_gpus": self.gpus_per_host} if self.gpus_per_host > 0 else {}
         plugins = plugin_bundle()  # every actor loads the driver's plug-ins before it unpickles the run's values
         # hosts kept from this process's last run on this instance (IdleHosts), when there is no plug-in
-        self._pool_key = (None if self.owns_ray or plugins or not IdleHosts.applies()
-                          else IdleHosts.key(host_cpus, self.gpus_per_host))
+        keeps = not self.owns_ray and IdleHosts.applies()
+        self._pool_key = IdleHosts.key(host_cpus, self.gpus_per_host) if keeps and not plugins else None
+        # a run with plug-ins borrows kept hosts (they load its plug-ins, and end with it) rather than start new ones
+        lent = IdleHosts.lend(IdleHosts.key(host_cpus, self.gpus_per_host), self.workers, plugins) if (
+            keeps and plugins) else []
         if self._pool_key is None and not self.owns_ray:
-            IdleHosts.clear()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
+            IdleHosts.free_cpus()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
         # kept hosts first (a host forgets its last run: which one serves which index changes no bit), new ones after
-        self.hosts = [] if self._pool_key is None else IdleHosts.take(self._pool_key, self.workers)
+        self.hosts = lent if self._pool_key is None else IdleHosts.take(self._pool_key, self.workers)
         self.hosts += [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
             h == 0 or not self.owns_ray, plugins) for h in range(len(self.hosts), self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
                       else RayCloud.options(num_cpus=0).remote(plugins))
+
+    def leader_host(self) -> Any:
+        """The leaders' host actor of this run (edge servers): the one this process's last run kept
+        (:class:`IdleLeader`, where its hosts may be kept too), else a new one; :meth:`close` keeps or ends it."""
+        if self.leader is None:
+            kept = None if self._pool_key is None else IdleLeader.take(IdleLeader.key(self._pool_key))
+            # plug-ins first (constructor), then the role (setup: its arguments may hold a plug-in's values)
+            self.leader = kept if kept is not None else RayLeaderHost.options(num_cpus=0).remote(plugin_bundle())
+        return self.leader
 
     def gpus_fit(self) -> None:
         """Raise :class:`~hierfl.config.errors.ConfigError` (``runtime.gpus_per_host``) if the cluster's
@@ -288,7 +302,10 @@ class RayStart(ExecutorStart):
         if self._pool_key is not None and self.hosts:  # (a host that died or hangs is killed, not kept)
             IdleHosts.keep(self._pool_key, self.hosts)
             self.hosts = []
-        for actor in [*self.hosts, self.cloud]:
+        if self._pool_key is not None and self.leader is not None:  # (the same for the leaders' host)
+            IdleLeader.keep(IdleLeader.key(self._pool_key), self.leader)
+            self.leader = None
+        for actor in [*self.hosts, self.leader, self.cloud]:
             try:
                 if actor is not None and not isinstance(actor, DriverCloud):
                     ray.kill(actor)

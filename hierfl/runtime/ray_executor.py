@@ -29,7 +29,6 @@ from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import JobGroups
 from hierfl.runtime.executor_api import Executor, Job, RunData, eval_groups
 from hierfl.runtime.ray_batches import Batches, Slot, model_ref, ref_row, unique_refs
-from hierfl.config.plugins import bundle as plugin_bundle
 from hierfl.runtime.ray_cluster import (RayCloud, RayCluster, RayDeviceHost, RayLeaderHost, RayStart, is_lost,
                                         listen_to_ray, probe_address)
 from hierfl.runtime.ray_servers import RayServers
@@ -80,8 +79,8 @@ class RayExecutor(Executor):
         self._data_refs = (x_ref, y_ref, xt_ref, yt_ref)
         self._start.marks["data_in_store"] = time.time()
         self.leaders: Any = None
-        if data.num_edges > 0:  # plug-ins first (constructor), then the role (its arguments may hold theirs)
-            self.leaders = RayLeaderHost.options(num_cpus=0).remote(plugin_bundle())
+        if data.num_edges > 0:  # a kept leaders' host, or a new one (RayStart.leader_host)
+            self.leaders = self._start.leader_host()
             self.leaders.setup.remote(data.robust)
         # set-up and warm-up are sent, not awaited: each actor runs them before the jobs sent after them
         self._setups = [h.setup.remote(x_ref, y_ref, parts_ref, data.model, evals_ref, xt_ref, yt_ref)
@@ -232,12 +231,8 @@ class RayExecutor(Executor):
         return np.array(arr if row is None else arr[row], dtype=np.float32)
 
     def close(self) -> None:
-        """Kill the actors; shut Ray down if this executor's start began it."""
-        if self.leaders is not None and not self._start.owns_ray:
-            try:
-                ray.kill(self.leaders)
-            except Exception:  # noqa: BLE001 - best effort at shutdown
-                pass
+        """Kill the actors (or keep them for this process's next run: :meth:`RayStart.close`); shut Ray down
+        if this executor's start began it."""
         self._start.close()
 
 

@@ -89,6 +89,7 @@ def _parse(out: str) -> tuple[dict[str, str], dict[str, str]]:
     return digests, info
 
 
+@pytest.mark.slow  # a subprocess per forced kernel (seconds): make test runs it, make test-fast leaves it out
 def test_generated_data_is_the_same_under_every_blas_kernel_and_simd_level() -> None:
     features = _umath.__cpu_features__
     if not features.get("AVX2"):

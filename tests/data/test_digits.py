@@ -73,6 +73,7 @@ def test_models_forward_on_digits(model) -> None:
     assert out.shape == (7, 10) and torch.isfinite(out).all()
 
 
+@pytest.mark.slow  # two shipped-scenario runs (seconds): make test runs them, make test-fast leaves them out
 @pytest.mark.parametrize("stem", ["digits_mlp", "digits_cnn"])
 def test_digits_scenario_learns_in_two_rounds(stem, tmp_path) -> None:
     from hierfl.driver import run_scenario

@@ -18,7 +18,7 @@ import pytest
 
 from hierfl.driver import run_scenario
 from hierfl.scenario.loader import load_scenario
-from tests.golden import GOLDEN_DIR, GOLDEN_OVERRIDES, LEARNING_PATHS, kind_of
+from tests.golden import GOLDEN_DIR, GOLDEN_OVERRIDES, LEARNING_PATHS, PROPERTY_OVERRIDES, kind_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,14 +41,15 @@ def _emulation(run_dir: Path) -> tuple[list[dict], dict]:
 @pytest.mark.parametrize("stem", CASES)
 def test_times_counts_and_selections_do_not_depend_on_model_values(stem, tmp_path):
     path = ROOT / "scenarios" / f"{stem}.yaml"
-    base = load_scenario(path, [*GOLDEN_OVERRIDES, "runtime.executor=local"])
+    short = [*GOLDEN_OVERRIDES, *PROPERTY_OVERRIDES.get(stem, ()), "runtime.executor=local"]
+    base = load_scenario(path, short)
     runs = []
     for scale in (1.0, 0.37):
         # the learning rate moves every weight; a protocol with its own step size (FedCH) too
         sets = [f"training.lr={base.training.lr * scale}"]
         if isinstance(getattr(base.protocol, "lr", None), float):
             sets.append(f"protocol.lr={base.protocol.lr * scale}")
-        sc = load_scenario(path, [*GOLDEN_OVERRIDES, "runtime.executor=local", *sets])
+        sc = load_scenario(path, [*short, *sets])
         res = run_scenario(sc, tmp_path / f"x{scale}")
         runs.append((_emulation(tmp_path / f"x{scale}"), res.final_params))
     ((lines_a, sum_a), first), ((lines_b, sum_b), second) = runs

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from hierfl.kernel.network import FlowNetwork
 from hierfl.driver.transfers import Transfers
-from tests.golden import bit_differences, contract_outputs, overrides
+from tests.golden import PROPERTY_OVERRIDES, bit_differences, contract_outputs, overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,7 +146,8 @@ def _run(case: str, tmp: Path) -> tuple[dict[str, bytes], int]:
     from hierfl.scenario.loader import load_scenario
 
     path = ROOT / "scenarios" / f"{case}.yaml"
-    summary = run_scenario(load_scenario(path, overrides("local")), tmp, source=str(path)).summary
+    sets = [*overrides("local"), *PROPERTY_OVERRIDES.get(case, ())]
+    summary = run_scenario(load_scenario(path, sets), tmp, source=str(path)).summary
     assert summary["status"] == "completed"
     outputs = contract_outputs(tmp)
     # the event count is what detaching changes (fewer wake-ups): compared on its own below

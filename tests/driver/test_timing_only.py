@@ -15,6 +15,7 @@ import pytest
 from hierfl.driver import run_scenario
 from hierfl.protocols import PROTOCOLS
 from hierfl.scenario.loader import load_scenario
+from tests.golden import PROPERTY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
 # one shipped scenario per protocol (plus churn and a partial-work deadline, which change timings)
@@ -58,8 +59,9 @@ def test_a_protocol_deciding_on_model_values_refuses_timing_only(tmp_path, capsy
 @pytest.mark.parametrize("case", CASES)
 def test_timing_only_gives_the_training_runs_times_selections_and_counters(case, tmp_path):
     path = ROOT / "scenarios" / f"{case}.yaml"
-    trained = run_scenario(load_scenario(path, SHORT), tmp_path / "train", source=str(path))
-    timing = run_scenario(load_scenario(path, [*SHORT, "training.trainer=none"]), tmp_path / "none", source=str(path))
+    short = [*SHORT, *PROPERTY_OVERRIDES.get(case, ())]
+    trained = run_scenario(load_scenario(path, short), tmp_path / "train", source=str(path))
+    timing = run_scenario(load_scenario(path, [*short, "training.trainer=none"]), tmp_path / "none", source=str(path))
     serverless = type(load_scenario(path).protocol).serverless  # no server: no rounds, peers only
     assert trained.summary["rounds"] == timing.summary["rounds"] >= (0 if serverless else 1)
     assert _metrics(tmp_path / "train") == _metrics(tmp_path / "none")

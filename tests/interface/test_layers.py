@@ -13,6 +13,7 @@ import graph.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -129,7 +130,10 @@ def _imports(tree: ast.AST, module: str) -> set[str]:
     return out
 
 
+@functools.cache
 def _modules() -> dict[str, set[str]]:
+    """Every hierfl module and what it imports; parsed on first use, not at import (collection imports this module
+    in every pytest-xdist worker and in test_config_layers, and most of them run no test that needs it)."""
     mods: dict[str, set[str]] = {}
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT.parent).with_suffix("")
@@ -139,9 +143,6 @@ def _modules() -> dict[str, set[str]]:
         name = ".".join(parts)
         mods[name] = _imports(ast.parse(path.read_text(encoding="utf-8")), name)
     return mods
-
-
-MODULES = _modules()
 
 
 def package_of(module: str) -> str | None:
@@ -192,7 +193,7 @@ def files_of(layer: str) -> list[Path]:
 def package_graph(modules: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
     """Layer → the layers its modules import (a feature module counts as its role's layer)."""
     graph: dict[str, set[str]] = {}
-    for mod, imports in (MODULES if modules is None else modules).items():
+    for mod, imports in (_modules() if modules is None else modules).items():
         src = layer_of(mod)
         if src is None:
             continue
@@ -207,7 +208,7 @@ def package_graph(modules: dict[str, set[str]] | None = None) -> dict[str, set[s
 def violations(layer: str, modules: dict[str, set[str]] | None = None) -> list[str]:
     """The imports of ``layer``'s modules that its rules (:data:`ALLOWED`, :data:`THIRD_PARTY_FORBIDDEN`) forbid."""
     bad = []
-    for mod, imports in (MODULES if modules is None else modules).items():
+    for mod, imports in (_modules() if modules is None else modules).items():
         if layer_of(mod) != layer:
             continue
         for name in sorted(imports):
@@ -223,7 +224,7 @@ def violations(layer: str, modules: dict[str, set[str]] | None = None) -> list[s
 def feature_violations(modules: dict[str, set[str]] | None = None) -> list[str]:
     """Feature modules named by no role, feature ``__init__`` modules that import, imports across features."""
     bad = []
-    for mod, imports in (MODULES if modules is None else modules).items():
+    for mod, imports in (_modules() if modules is None else modules).items():
         feature = package_of(mod)
         if feature not in FEATURES:
             continue

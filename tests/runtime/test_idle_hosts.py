@@ -1,6 +1,7 @@
 """Host actors kept between the runs of one process on a Ray instance it attached to (IdleHosts): the next run
 of the same shape reuses them and computes exactly what it would on new hosts; a run of another shape, a run
-with plug-ins and a host that died get new ones."""
+with plug-ins and a host that died get new ones. The leaders' host of a run with edge servers is kept the same
+way (IdleLeader)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from hierfl.driver import run_scenario
 from hierfl.plugin.testing import comparable_lines
-from hierfl.runtime.ray_cluster import IdleHosts
+from hierfl.runtime.ray_cluster import IdleHosts, IdleLeader
 from hierfl.scenario.loader import deep_merge, validate_raw
 from tests.conftest import TINY
 
@@ -125,9 +126,10 @@ def test_clear_frees_the_kept_hosts_and_a_driver_keeps_them(tmp_path, ray_sessio
     assert _killed(kept[0])
 
 
-def test_a_run_with_a_plugin_frees_the_kept_hosts_instead_of_waiting_for_their_cpus(tmp_path, ray_session):
-    """A run that keeps no hosts (a plug-in's) still needs CPUs for its own: the kept ones are killed first, so it
-    never waits for resources they hold (the instance has 2 CPUs, the kept hosts reserve 1 each)."""
+def test_a_run_with_a_plugin_borrows_the_kept_hosts_and_ends_them_instead_of_waiting_for_their_cpus(tmp_path, ray_session):
+    """A run that keeps no hosts (a plug-in's) still needs CPUs for its own: it borrows the kept ones (they load its
+    plug-ins) and ends them with it, so it never waits for resources they hold (the instance has 2 CPUs, the kept
+    hosts reserve 1 each) and starts no process for them; its results are those of new hosts."""
     import shutil
     from pathlib import Path
 
@@ -140,9 +142,14 @@ def test_a_run_with_a_plugin_frees_the_kept_hosts_instead_of_waiting_for_their_c
     shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "own_method" / "my_fedavg.py", plugin)
     import hierfl
 
+    two = _kept()
     run = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin")
     assert run.summary["executor"] == "ray" and run.summary["rounds"] > 0
     assert _kept() == []  # a plug-in run keeps none
+    assert _killed(two[0]) and _killed(two[1])  # it borrowed both, and ended them: they hold what the plug-in registered
+    fresh = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin_fresh")  # new hosts
+    assert fresh.summary["rounds"] == run.summary["rounds"]
+    _same(tmp_path / "plugin", tmp_path / "plugin_fresh")
 
 
 def test_kept_hosts_expire(tmp_path, ray_session, monkeypatch):
@@ -158,3 +165,29 @@ def test_kept_hosts_expire(tmp_path, ray_session, monkeypatch):
     time.sleep(3.0)
     assert _kept() == []
     assert _killed(kept[0])
+
+
+HIER = {"topology": {"edge_servers": 2}, "protocol": {"name": "hierfavg", "kappa1": 2, "kappa2": 2}}
+
+
+def _leader() -> object | None:
+    return None if IdleLeader._kept is None else IdleLeader._kept[1]
+
+
+def test_the_leaders_host_is_kept_for_the_next_hierarchical_run_and_gives_the_same_bits(tmp_path, ray_session):
+    """A run with edge servers keeps its leaders' host; the next one (another scenario in between, a robust rule
+    at the edges included) reuses it and gets exactly what a new one gives; clear ends it."""
+    IdleHosts.clear()
+    first = _run(tmp_path, "first", seed=5, **HIER)
+    leader = _leader()
+    assert leader is not None
+    robust = _run(tmp_path, "robust", seed=5, aggregation={"edge": {"name": "geomed"}}, **HIER)
+    assert _leader() == leader
+    again = _run(tmp_path, "again", seed=5, **HIER)
+    assert _leader() == leader
+    _same(first, again)
+    IdleHosts.clear()  # a new leaders' host (and new hosts): the same bits, for both scenarios
+    assert _leader() is None and _killed(leader)
+    _same(first, _run(tmp_path, "fresh", seed=5, **HIER))
+    assert _leader() is not None and _leader() != leader
+    _same(robust, _run(tmp_path, "robust_fresh", seed=5, aggregation={"edge": {"name": "geomed"}}, **HIER))
