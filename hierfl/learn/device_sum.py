@@ -1,7 +1,7 @@
 """The weighted sum of a round's results on their training device (:mod:`hierfl.learn.staging`).
 
 :class:`DeviceWeightedSum` has the interface of :class:`hierfl.core.aggregate.WeightedSum` (``add``, ``result``,
-``count``, ``total_weight``, ``folds``), the streaming float64 average of FedAvg (McMahan et al., 2017) as
+``count``, ``total_weight``, ``folds``), the streaming float64 average of federated averaging (McMahan et al., 2017) as
 Flower's ``aggregate`` computes it, and its bits; the aggregating roles use it for results kept on a device
 (:meth:`~hierfl.learn.staging.DeviceRow.accumulator`).
 """

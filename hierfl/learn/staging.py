@@ -9,7 +9,7 @@ as the numpy reference) and only its result is copied to the host, once, into a 
 starts from is uploaded once (:func:`stage_starts`: once per distinct start model, whatever ``K``), and the
 device keeps its copy of the last models it uploaded or aggregated (:meth:`Staging.keep`), so the next round,
 which starts from the aggregate just computed there, uploads nothing. So the model-sized host↔device transfers
-of a synchronous round (FedAvg) are at most two (one after the first round), constant in ``K`` — an emulator on
+of a synchronous averaging round are at most two (one after the first round), constant in ``K`` — an emulator on
 one accelerator should not move ``K`` models a round where the algorithm (McMahan et al., 2017) broadcasts one.
 
 :class:`Transfers` counts those crossings in the staging code. It counts them on every device as the copies

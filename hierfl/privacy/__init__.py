@@ -30,7 +30,7 @@ Where it is wired in elsewhere: the aggregating role runs the rule with a seeded
 driver puts the rule in place of the cloud's mean, or of the edge servers' with ``tier: edge``
 (``hierfl/driver/opening.py``, ``hierfl/driver/context.py``); under Poisson sampling (``protocol.sampling:
 bernoulli``) the rule releases on an empty round too (``Aggregator.releases_empty``: the noise alone); with a
-protocol that applies updates one by one (FedAsync), local mode runs ``dp_local`` on each upload as it leaves
+protocol that applies updates one by one (asynchronous), local mode runs ``dp_local`` on each upload as it leaves
 its device (``ChannelLinks.transform``).
 
 ``privacy.dp_sgd`` (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016) clips and noises every

@@ -110,9 +110,13 @@ def dp_sgd_problems(scenario: Any) -> list[Problem]:
           or len(trainer.layout.parts) > 1 or type(trainer).work_factor is not _base_work_factor()):
         out.append(Problem("training.trainer", f"trainer {trainer.name!r} runs jobs, losses or messages of its own "
                            "that the per-sample clip and noise would not cover; allowed with privacy.dp_sgd: a "
-                           "trainer of plain local training (sgd, fedprox)", trainer.name))
+                           "trainer of plain local training (sgd, or one that only adds a proximal term)", trainer.name))
     proto = scenario.protocol
-    if proto.module_loop_limits(scenario) or proto.exchanges != "weights" or proto.uses_public_data:
+    if proto.own_train_specs:
+        out.append(Problem("protocol.name", f"protocol {proto.name!r} builds training jobs of its own shape (epochs "
+                           "or steps of its own), while privacy.dp_sgd accounts every job as training.steps steps "
+                           "of the run's spec; allowed: a protocol that runs the run's training spec", proto.name))
+    elif proto.module_loop_limits(scenario) or proto.exchanges != "weights" or proto.uses_public_data:
         out.append(Problem("protocol.name", f"protocol {proto.name!r} trains the model in loops or jobs of its own "
                            "(or exchanges outputs computed on the devices' models), which privacy.dp_sgd's per-sample "
                            "clip and noise would not cover; allowed: a protocol that exchanges weights trained by "

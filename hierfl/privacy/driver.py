@@ -1,5 +1,5 @@
 """The driver's side of differential privacy: the rule put in place of the cloud's (or the edges') mean, the
-per-upload noise of FedAsync's devices, and the accountant.
+per-upload noise of devices whose updates are applied one by one, and the accountant.
 
 :class:`PrivacyLedger` counts the noised releases (one per aggregation at ``privacy.dp.tier``, or per upload)
 and each device's participations, and turns them into ε at δ with ``dp-accounting`` 0.6.0 (the events below). Its
@@ -33,7 +33,7 @@ Which event describes a release (``hierfl.privacy.config.round_event``):
   too) — a device takes part in its own edge's rounds only; each edge release including it is
   ``GaussianDpEvent(z/2)`` for it, composed over its participations, per device, without amplification (the
   edge's sampling is proportional to data, which no accountant here covers); counted at each edge commit;
-* uploads applied one by one (``each_upload``, FedAsync, local only) — each upload is ``GaussianDpEvent(z/2)``,
+* uploads applied one by one (``each_upload``, asynchronous protocols, local only) — each upload is ``GaussianDpEvent(z/2)``,
   counted as it leaves its device (:meth:`PrivacyLedger.uploaded`), composed over a device's uploads.
 
 In local mode every device clips and noises its own upload as it leaves the device, whatever the protocol

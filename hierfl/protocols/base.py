@@ -89,6 +89,9 @@ class ProtocolConfig(ConfigModel):
     exchanges: ClassVar[str] = "weights"
     # whether it uses the public split (`data.public`); a public split no protocol uses is refused
     uses_public_data: ClassVar[bool] = False
+    # whether it builds training jobs of its own shape (epochs, units, per-cluster steps) instead of running the
+    # run's training spec (`training:`); features that shape every job (privacy.dp_sgd) refuse such a protocol
+    own_train_specs: ClassVar[bool] = False
     # whether it reads the devices' class histograms (`World.label_counts`, built only then)
     needs_label_counts: ClassVar[bool] = False
     # the link directions whose model messages it hands to their receivers as decoded by a transfer channel

@@ -11,7 +11,7 @@ a tier, a cluster) offers two ways of drawing it, with the same keys everywhere:
   * ``skip``: the round passes with no update (a ``round_empty`` record; the protocol says what a passed
     round counts as);
   * ``redraw``: the coins are thrown again, at the same emulated time, until one comes up — the reference
-    code of FedDyn, FedDC and FedFTG (Acar et al., ICLR 2021; Gao et al., CVPR 2022; Zhang et al., CVPR 2022)
+    code of Acar et al. (ICLR 2021), Gao et al. (CVPR 2022) and Zhang et al. (CVPR 2022)
     reseeds and draws again until the cohort is not empty. Draw ``a`` (``a ≥ 1``) of a round uses the stream
     ``(<name>.redraw, *ids, a)``.
 
@@ -47,10 +47,10 @@ def sampling_field(fixed: str, population: str = "online device") -> Any:
 
 def empty_cohort_field(default: EmptyCohort, skip: str) -> Any:
     """The ``empty_cohort`` field (read only with ``sampling: bernoulli``): ``skip`` (``skip``: what a passed
-    round is) or ``redraw`` (throw the coins again until one comes up, as the FedDyn/FedDC/FedFTG reference code)."""
+    round is) or ``redraw`` (throw the coins again until one comes up, as those reference codes do)."""
     return Field(default=default, description=f"with sampling: bernoulli, a draw with nobody: skip ({skip}) or redraw "
                                               "(throw the coins again at once until somebody joins, as the reference "
-                                              "code of FedDyn, FedDC and FedFTG)")
+                                              "codes of Acar et al. 2021, Gao et al. 2022 and Zhang et al. 2022)")
 
 
 def coin_cohort(env: Env, stream: tuple[Any, ...], population: int | np.ndarray, q: float,

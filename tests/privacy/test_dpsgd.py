@@ -220,6 +220,9 @@ DPSGD = {"privacy": {"dp_sgd": {"noise_multiplier": 1.0, "clip": 1.0}}, "trainin
     ({"training": {"trainer": "none"}}, "training.trainer"),
     ({"runtime": {"precision": "bf16"}}, "runtime.precision"),
     ({"protocol": {"name": "fedmd"}}, "protocol.name"),
+    ({"protocol": {"name": "fedhisyn"}}, "protocol.name"),  # protocols whose jobs have a shape of their own
+    ({"protocol": {"name": "wscc"}}, "protocol.name"),
+    ({"protocol": {"name": "fedch"}, "topology": {"edge_servers": 2}}, "protocol.name"),
     ({"privacy": {"dp_sgd": {"batch_sampling": "shuffle"}}}, "privacy.dp_sgd.batch_sampling"),
 ])
 def test_refused_settings_name_their_key(override, path):

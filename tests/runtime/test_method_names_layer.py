@@ -27,9 +27,11 @@ PACKAGES = ("driver", "runtime", "kernel", "assemble", "scenario", "env")
 # ``fedavg`` covers FedAvgM, LG-FedAvg and FedAvgMeta, ``fedftg`` the hierarchical FedFTG, ``d-?psgd`` AD-PSGD;
 # the short names only where no letter touches them (``coop_age`` counts, ``cooperative`` does not); DP-FedAvg
 # (``dp_fedavg``) is the privacy mechanism of McMahan et al. (ICLR 2018), a feature of its own, not the method
+# (and DP-SGD, Abadi et al. CCS 2016, spelt ``DpSgd``/``dp_sgd`` and its ``learn.dpsgd.*`` seed streams, is the
+# sample-level privacy mechanism, not the gossip method D-PSGD: that name is matched case-sensitively)
 NAMES = re.compile(
     r"fedch|fedhisyn|ahfl|(?<!dp[-_])fedavg|hierfavg|fedasync|fedbuff|fedprox|scaffold(?!ing)|fedopt|fedadam|fedyogi|fedadagrad"
-    r"|wscc|fedper|d-?psgd|(?<![a-z0-9])p2p(?![a-z0-9])|co-op(?![a-z])|(?<![a-z])coop(?![a-z])|feddc|bgfl|fedalign"
+    r"|wscc|fedper|(?-i:d-?psgd|D-?PSGD)(?<!learn\.dpsgd)|(?<![a-z0-9])p2p(?![a-z0-9])|co-op(?![a-z])|(?<![a-z])coop(?![a-z])|feddc|bgfl|fedalign"
     r"|distrans|fedmd|fccl|rhfl|fedftg|pfnm|fedma|pfedla|fedmeta|fedat(?![a-z])|fedsgd",
     re.IGNORECASE)
 

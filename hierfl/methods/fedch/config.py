@@ -51,6 +51,7 @@ class FedCHConfig(ProtocolConfig):
     aggregation_style: ClassVar[str] = "models"
     # edge_fail / cloud_fail: with edge-server leaders (the events' own checks refuse a scenario without edge servers)
     supports_infra_faults: ClassVar[bool] = True
+    own_train_specs: ClassVar[bool] = True  # (jobs of its own steps or epochs: see ProtocolConfig)
     name: Literal["fedch"] = "fedch"
     read_only_with: ClassVar[dict[str, ReadWith]] = {"empty_cohort": ReadWith("sampling", ("bernoulli",))}
     grouping: Literal["fedch"] = Field(default="fedch", description="FedCH's own cluster construction")

@@ -80,6 +80,7 @@ class FedHiSynConfig(ProtocolConfig):
     """``protocol: {name: fedhisyn, k: 3, T: auto, weighting: time, arrival_policy: latest}``."""
 
     supports_churn: ClassVar[bool] = False
+    own_train_specs: ClassVar[bool] = True  # (jobs of its own steps or epochs: see ProtocolConfig)
 
     server_optimizer_tiers: ClassVar[tuple[str, ...]] = ("cloud",)
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (

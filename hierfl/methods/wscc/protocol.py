@@ -100,6 +100,7 @@ class WSCCConfig(ProtocolConfig):
     """``protocol: {name: wscc, fraction: 1.0, use_delta: true, damping: 0.5, preference: median}``."""
 
     name: Literal["wscc"] = "wscc"
+    own_train_specs: ClassVar[bool] = True  # (its warm-up jobs run epochs: see ProtocolConfig)
     decides_on_models: ClassVar[str | None] = "clusters devices by the cosine similarity of their trained updates"
     aggregation_points: ClassVar[tuple[AggregationPoint, ...]] = (
         AggregationPoint("straggler", "device→cluster", synchronous=True, takes_policy=False,
