@@ -216,7 +216,24 @@ def _plain(array: np.ndarray) -> np.ndarray:
     return array
 
 
-class DeviceRow:
+class _HostReadable:
+    """What a model kept on a device shows the host: numpy reads (``np.asarray``) and pickles (a checkpoint, the
+    Ray object store) see its host copy, made once by :meth:`host`."""
+
+    __slots__ = ()
+
+    def host(self) -> np.ndarray:  # pragma: no cover - each kind defines it
+        raise NotImplementedError
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.host()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
+        return _plain, (self.host(),)
+
+
+class DeviceRow(_HostReadable):
     """One job's result on the training device (row ``index`` of its group's :class:`DeviceStack`).
 
     :meth:`host` is its host copy, made on first use and kept (every later use sees the same array, so
@@ -265,13 +282,6 @@ class DeviceRow:
     def shape(self) -> tuple[int, ...]:
         return (int(self.stack.tensor.shape[1]),)
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self.host()
-        return out if dtype is None else out.astype(dtype, copy=False)
-
-    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
-        return _plain, (self.host(),)
-
     def accumulator(self) -> Any:
         """A weighted sum on this result's device (what an aggregator folds it into:
         :class:`~hierfl.learn.device_sum.DeviceWeightedSum`)."""
@@ -280,7 +290,7 @@ class DeviceRow:
         return DeviceWeightedSum(self.stack.staging)
 
 
-class DeviceModel:
+class DeviceModel(_HostReadable):
     """A model computed on the training device (an edge server's aggregate, :meth:`DeviceWeightedSum.result_resident
     <hierfl.learn.device_sum.DeviceWeightedSum.result_resident>`), kept there: a ``(P,)`` float32 tensor.
 
@@ -323,13 +333,6 @@ class DeviceModel:
     @property
     def shape(self) -> tuple[int, ...]:
         return (int(self.tensor.shape[0]),)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self.host()
-        return out if dtype is None else out.astype(dtype, copy=False)
-
-    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
-        return _plain, (self.host(),)
 
     def accumulator(self) -> Any:
         """A weighted sum on this model's device (:class:`~hierfl.learn.device_sum.DeviceWeightedSum`)."""

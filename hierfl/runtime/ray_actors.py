@@ -146,7 +146,26 @@ KEEP_S = float(os.environ.get("HIERFL_KEEP_HOSTS_S", "15"))
 """How long a finished run's host actors are kept for the next run of the process (:class:`IdleHosts`), seconds."""
 
 
-class IdleHosts:
+class _KeptSlot:
+    """One slot of this process for actors kept between runs, with its timer: each subclass has its own
+    ``_kept``, ``_timer`` and ``_lock``."""
+
+    _kept: tuple[tuple[Any, ...], Any] | None = None
+    _timer: threading.Timer | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def _pop(cls) -> tuple[tuple[Any, ...], Any] | None:
+        """Empty the slot (its timer cancelled) and return what it held."""
+        with cls._lock:
+            kept, cls._kept = cls._kept, None
+            if cls._timer is not None:
+                cls._timer.cancel()
+                cls._timer = None
+        return kept
+
+
+class IdleHosts(_KeptSlot):
     """Host actors a finished run left running, for the next run of this process on the same Ray instance.
 
     A host's process start (a Python process importing hierfl and torch) is most of a short Ray run's wall
@@ -184,15 +203,6 @@ class IdleHosts:
         """Whether this process keeps hosts: a driver script or notebook (not a Ray worker: a Tune trial runs in
         an actor, next to other trials whose CPUs kept hosts would hold), unless keeping is off."""
         return KEEP_S > 0 and ray.get_runtime_context().get_actor_id() is None
-
-    @classmethod
-    def _pop(cls) -> tuple[tuple[Any, ...], list[Any]] | None:
-        with cls._lock:
-            kept, cls._kept = cls._kept, None
-            if cls._timer is not None:
-                cls._timer.cancel()
-                cls._timer = None
-        return kept
 
     @classmethod
     def clear(cls) -> None:
@@ -291,7 +301,7 @@ class IdleHosts:
                 pass
 
 
-class IdleLeader:
+class IdleLeader(_KeptSlot):
     """The leaders' host actor (:class:`LeaderActor`) a finished run left running, for this process's next run
     with edge servers on the same Ray instance: the counterpart of :class:`IdleHosts` for the one actor a
     hierarchical run adds. Starting it is a Python process importing hierfl, numpy and Ray (about one CPU
@@ -313,15 +323,6 @@ class IdleLeader:
         """What must match for a kept leaders' host to serve a run: the instance (a host key's first two
         fields; the leaders' host reserves no resources)."""
         return tuple(host_key[:2])
-
-    @classmethod
-    def _pop(cls) -> tuple[tuple[Any, ...], Any] | None:
-        with cls._lock:
-            kept, cls._kept = cls._kept, None
-            if cls._timer is not None:
-                cls._timer.cancel()
-                cls._timer = None
-        return kept
 
     @classmethod
     def take(cls, key: tuple[Any, ...]) -> Any | None:
