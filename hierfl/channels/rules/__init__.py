@@ -54,8 +54,9 @@ class Channel(ConfigModel):
     def measures_bytes(self) -> bool:
         """Whether its message's length depends on the values (opt-in ``exact_bytes``): the driver then charges
         the length measured on the encoded message, and ``encoded_bytes`` is the length timing-only runs
-        charge. False by default: the length is fixed by the shape and the settings."""
-        return False
+        charge. A channel with an ``exact_bytes`` setting measures when it is on; otherwise the length is fixed
+        by the shape and the settings."""
+        return bool(getattr(self, "exact_bytes", False))
 
     @property
     def resets_on_migration(self) -> bool:

@@ -61,11 +61,6 @@ class QsgdChannel(Compressor):
                                                "place of the buckets' norms (levels of c/levels, clipped at ±c): "
                                                "summable under secure aggregation; null: each bucket's L2 norm")
 
-    @property
-    def measures_bytes(self) -> bool:
-        """``exact_bytes``."""
-        return bool(self.exact_bytes)
-
     def encode_flops(self, elements: int) -> float:
         """``encode_ops`` per value (and ``elias_ops`` with ``exact_bytes``)."""
         return (float(self.encode_ops) + (float(self.elias_ops) if self.exact_bytes else 0.0)) * int(elements)
@@ -175,11 +170,6 @@ class PolylineChannel(Compressor):
                                                     "runs (3: steps of 512 to 16 383 units) [D]")
     encode_ops: NonNegativeFloat = Field(default=6.0, description="FLOP equivalents of encoding per value [D]")
     decode_ops: NonNegativeFloat = Field(default=6.0, description="FLOP equivalents of decoding per value [D]")
-
-    @property
-    def measures_bytes(self) -> bool:
-        """Always (once ``exact_bytes`` says so): the length depends on the values."""
-        return bool(self.exact_bytes)
 
     def encoded_bytes(self, elements: int) -> int:
         """``expected_bytes_per_value`` per value (what timing-only runs charge)."""

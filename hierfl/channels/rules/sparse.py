@@ -54,11 +54,6 @@ class _TopSparse(_Sparse):
         "set, and charge the measured length: bytes and times then depend on the model's values (timing-only "
         "runs charge the fixed length, an upper bound) [D: false]")
 
-    @property
-    def measures_bytes(self) -> bool:
-        """``exact_bytes``."""
-        return bool(self.exact_bytes)
-
     def encoded_bytes(self, elements: int) -> int:
         """A 1-byte tag, the indices, ``k`` values (with ``exact_bytes``: the most a message takes)."""
         return sparse_bytes(elements, kept(elements, self.ratio), self.indices, self.value_bytes)
