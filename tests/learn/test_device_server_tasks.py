@@ -173,3 +173,31 @@ def test_context_upload_and_download_count_and_copy() -> None:
     assert np.array_equal(back, [1.0, 1.0, 1.0]) and back.dtype == np.float32
     assert ctx.download(up).shape == (2, 3)
     assert ctx.transfers.as_dict() == {"h2d_calls": 1, "h2d_models": 2, "d2h_calls": 2, "d2h_models": 3}
+
+
+def test_every_shipped_task_gives_its_cpu_bits_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each shipped task's conformance example, run by a cloud whose device resolves to ``cpu:0``: the task is
+    handed that device, and its outputs, FLOPs, stats and kept bytes are the plain cloud's."""
+    from tests.driver.test_server_jobs import _cloud, _shipped_tasks
+
+    def run_all() -> dict[str, tuple]:
+        out = {}
+        for name in _shipped_tasks():
+            cloud, _, _ = _cloud()
+            ctx = ServerContext("cloud", 0, (4,), 2, cloud.work.public, {}, cloud.work.trainer_of,
+                                cloud.work.forward_flops)
+            inputs, params = server_tasks.EXAMPLES[name](ctx)
+            n = len(inputs)
+            out[name] = (cloud.work.device, *cloud.run_task(name, params, 77, "cloud", 0, list(range(n)), [None] * n,
+                                                             *inputs))
+        return out
+
+    plain = run_all()
+    monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: OFF_CPU)
+    forced = run_all()
+    assert plain.keys() == forced.keys() and {"fedftg", "pfedla", "pfnm_match"} <= plain.keys()
+    for name, (dev_a, out_a, flops_a, stats_a, kept_a) in plain.items():
+        dev_b, out_b, flops_b, stats_b, kept_b = forced[name]
+        assert (dev_a, dev_b) == ("cpu", OFF_CPU), name
+        assert len(out_a) == len(out_b) and all(np.array_equal(a, b) for a, b in zip(out_a, out_b)), name
+        assert (flops_a, stats_a, kept_a) == (flops_b, stats_b, kept_b), name
