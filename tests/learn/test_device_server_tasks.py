@@ -201,3 +201,19 @@ def test_every_shipped_task_gives_its_cpu_bits_on_the_device(monkeypatch: pytest
         assert (dev_a, dev_b) == ("cpu", OFF_CPU), name
         assert len(out_a) == len(out_b) and all(np.array_equal(a, b) for a, b in zip(out_a, out_b)), name
         assert (flops_a, stats_a, kept_a) == (flops_b, stats_b, kept_b), name
+
+
+def test_the_ray_clouds_tasks_resolve_to_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ray executor hands the cloud its spec through ``on_cpu`` (the cloud reserves no GPU share): whatever
+    ``runtime.device`` says, its tasks and evaluators get ``cpu``; the local executor's cloud resolves the run's
+    device (here ``cuda`` resolved as a GPU machine would) once, for every task."""
+    from hierfl.models import LogRegConfig
+    from hierfl.runtime.role_common import on_cpu
+
+    spec = (LogRegConfig(), (4,), 2, 1, False, "cuda", "fp32", "auto")
+    assert ServerWork(on_cpu(spec), None).device == "cpu"
+    calls: list[str] = []
+    monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: calls.append(d) or OFF_CPU)
+    work = ServerWork(spec, None)
+    assert work.device == OFF_CPU and work.trainer_of(0).device == OFF_CPU and work.device == OFF_CPU
+    assert calls == ["cuda"] and work.trainer_of(0).transfers is work.transfers
