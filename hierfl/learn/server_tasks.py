@@ -23,6 +23,15 @@ is the only clock, so the same task takes the same time on every machine.
 generator's weights, one hypernetwork per client); it is saved in checkpoints with the roles'
 state, and its size is reported per tier in ``summary.json`` (``server_state_bytes``).
 
+``ctx.device`` is the torch device the task computes on: the run's ``runtime.device`` resolved in the
+process that hosts the server point, as a host resolves it for the jobs it trains one at a time (the
+local executor's cloud; under Ray the cloud reserves no GPU, so there it is ``cpu``). A task builds its
+modules and tensors there; its random draws stay on CPU generators of the named seed streams (drawn on
+the CPU, then moved), so a CPU run's bits do not depend on the device code and a GPU run is
+reproducible. ``ctx.upload`` and ``ctx.download`` move model-sized vectors across and count each
+crossing in ``ctx.transfers`` (:class:`hierfl.learn.staging.Transfers`, shared by the point's host and
+its trainers), on every device, as the copies they are on an accelerator.
+
 A method's tasks live in its package, ``hierfl/methods/<method>/server.py``, which calls
 :func:`server_task` at import; tasks no one method owns are modules of :mod:`hierfl.learn.tasks`.
 :func:`discover` imports both the first time a task is looked up, in whatever process looks it up
@@ -34,15 +43,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hierfl.core.method import METHOD_PACKAGES
+from hierfl.learn.staging import Transfers  # torch-free: imported lazily there
 
 if TYPE_CHECKING:
+    import torch
+
     from hierfl.learn.local import LocalTrainer
 
 __all__ = ["EXAMPLES", "SERVER_TASKS", "ServerContext", "ServerResult", "ServerTask", "server_task", "get_task",
@@ -70,7 +82,10 @@ class ServerContext:
     ``trainer(k)`` is the :class:`~hierfl.learn.local.LocalTrainer` of the run's architecture ``k``
     (0: ``model``; ``models:`` adds the others), made on first use; ``forward_flops(k)`` the FLOPs
     of one sample's forward pass through it. ``public`` is ``(x, y)`` of the run's public split
-    (``data.public``), or None. ``state`` persists across the point's tasks.
+    (``data.public``), or None. ``state`` persists across the point's tasks. ``device``: the torch
+    device of the task's modules and tensors (``runtime.device`` resolved where the point is hosted:
+    ``cpu`` or ``cuda``; the trainers of ``trainer(k)`` are on it too); ``transfers`` counts the
+    model-sized vectors :meth:`upload` and :meth:`download` move across.
     """
 
     tier: str
@@ -81,6 +96,26 @@ class ServerContext:
     state: dict[str, np.ndarray]
     trainer: Callable[[int], LocalTrainer]
     forward_flops: Callable[[int], float]
+    device: str = "cpu"
+    transfers: Transfers = field(default_factory=Transfers)
+
+    def upload(self, vectors: Sequence[np.ndarray]) -> torch.Tensor:
+        """The host vectors (all of one length) as one new float32 ``(len(vectors), n)`` tensor on
+        :attr:`device`, in one copy: one crossing of ``len(vectors)`` models. The tensor never shares
+        memory with the inputs (a task may train it in place)."""
+        import torch
+
+        rows = np.stack([np.asarray(v, dtype=np.float32) for v in vectors])  # a fresh, writable host array
+        self.transfers.count("h2d", len(vectors))
+        return torch.from_numpy(rows).to(self.device)
+
+    def download(self, tensor: torch.Tensor) -> np.ndarray:
+        """A new host array with the values (and dtype) of ``tensor``, one vector or a stack of them: one
+        crossing, of as many models as it has rows."""
+        from hierfl.learn.local import download  # noqa: PLC0415 (torch: only tasks that compute need it)
+
+        self.transfers.count("d2h", 1 if tensor.dim() < 2 else int(tensor.shape[0]))
+        return download(tensor)
 
 
 ServerTask = Callable[[ServerContext, list[np.ndarray], dict[str, Any], np.random.Generator], ServerResult]

@@ -61,6 +61,9 @@ _EXPORTS: dict[str, str] = {
     "SERVER_TASKS": "hierfl.learn.server_tasks",
     "CHANNELS": "hierfl.channels.rules",
     "server_task": "hierfl.learn.server_tasks",
+    # what a server task receives and returns (its context names the run's device: ctx.device)
+    "ServerContext": "hierfl.learn.server_tasks",
+    "ServerResult": "hierfl.learn.server_tasks",
     "SUBPROTOCOLS": "hierfl.subprotocol.config",
     # configuration
     "ConfigModel": "hierfl.config.base",

@@ -12,6 +12,7 @@ import numpy as np
 from hierfl.learn.vmapped import resolve_device
 from hierfl.learn.local import LocalTrainer
 from hierfl.learn.serveropt import ServerOptimizerConfig
+from hierfl.learn.staging import Transfers
 
 __all__ = ['LeaderHost', 'ServerWork', 'Cloud']
 
@@ -125,7 +126,9 @@ class ServerWork:
     """The cloud role's torch side: one evaluator per architecture of the run, made on first use (aggregation
     is numpy only, so a cloud that never evaluates, as under the Ray executor, never imports torch: about
     0.2 GB and 1.6 CPU s less), and the server tasks of every server point with what each point keeps
-    (:mod:`hierfl.learn.server_tasks`)."""
+    (:mod:`hierfl.learn.server_tasks`). Both compute on :attr:`device`, the run's device as this process
+    resolves it: the local executor's cloud trains and evaluates where its hosts do; the Ray executor hands
+    the cloud a CPU spec (it reserves no GPU), so its tasks run on the CPU there."""
 
     def __init__(self, model: ModelSpec, public: tuple[np.ndarray, np.ndarray] | None) -> None:
         _, input_shape, num_classes, threads = model[:4]
@@ -133,15 +136,32 @@ class ServerWork:
         self._models = models_of(model)
         self._trainers: dict[int, LocalTrainer] = {}
         self._flops: dict[int, float] = {}
+        self._device: str | None = None
         self.public = public
         self.state: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+        # model-sized host<->device crossings of the evaluators and the server tasks (one counter, as a host's)
+        self.transfers = Transfers()
+
+    @property
+    def device(self) -> str:
+        """``runtime.device`` resolved in this process, once (a device host resolves it the same way): the
+        device of the evaluators and of every server task (under Ray the cloud gets ``cpu``: it reserves no GPU)."""
+        if self._device is None:
+            self._device = resolve_device(self._spec[3])
+            if self._device.startswith("cuda"):  # a task's own modules too: no TF32, deterministic cuDNN
+                from hierfl.learn.precision import cuda_determinism  # noqa: PLC0415 (torch: on a GPU only)
+
+                cuda_determinism()
+        return self._device
 
     def trainer_of(self, model: int = 0) -> LocalTrainer:
         """The trainer of the run's architecture ``model`` (0: ``model``; ``models:`` the others)."""
         if model not in self._trainers:
-            input_shape, num_classes, threads, device, precision = self._spec
-            self._trainers[model] = LocalTrainer(self._models[model], input_shape, num_classes, torch_threads=threads,
-                                                 device=resolve_device(device), precision=precision)
+            input_shape, num_classes, threads, _, precision = self._spec
+            trainer = LocalTrainer(self._models[model], input_shape, num_classes, torch_threads=threads,
+                                   device=self.device, precision=precision)
+            trainer.transfers = self.transfers
+            self._trainers[model] = trainer
         return self._trainers[model]
 
     def forward_flops(self, model: int = 0) -> float:
@@ -161,7 +181,7 @@ class ServerWork:
         task = get_task(name)
         state = self.state.setdefault((tier, int(entity)), {})
         ctx = ServerContext(tier, int(entity), self._spec[0], self._spec[1], self.public, state, self.trainer_of,
-                            self.forward_flops)
+                            self.forward_flops, self.device, self.transfers)
         result = task(ctx, [np.asarray(x, dtype=np.float32) for x in inputs], dict(params),
                       np.random.default_rng(seed))
         outputs = [np.ascontiguousarray(o, dtype=np.float32) for o in result.outputs]

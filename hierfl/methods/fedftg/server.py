@@ -7,7 +7,8 @@ aggregation, computed here: it is instantaneous in virtual time, as every aggreg
 the teachers' ``weights`` (K), their label histograms ``counts`` (K × C), ``noise_seed`` (the seed
 of the generator's draws, which FedFTG takes from the stream ``("generator_noise", round)``; the
 job's own stream when absent) and the :class:`~hierfl.methods.fedftg.trainer.FTGSettings` fields. The
-generator lives in the server point's state (``ctx.state``) from one task to the next.
+generator lives in the server point's state (``ctx.state``) from one task to the next. The generator,
+the student and the teachers are built on the server's device (``ctx.device``).
 
 Charged (ALGORITHMS_2 conventions, counted from the authors' loops)
 ``B·I·[I_g·K·3(F_G + F_T + F_S) + I_d·(F_G + 3F_S + K·F_T)]`` FLOPs, ``F_T = F_S = F(model)`` and
@@ -77,8 +78,9 @@ def fedftg(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
     student = weighted_mean(teachers, np.asarray(params.get("weights", [1.0] * len(teachers)), dtype=np.float64))
     # the protocol's seed from the stream ("generator_noise", round) when it gives one, else the job's stream
     draws = np.random.default_rng(int(params["noise_seed"])) if "noise_seed" in params else rng
+    # on the server's device (ctx.device); the draws stay on the CPU streams, the crossings are counted
     out, stats = finetune(trainer.model_cfg, ctx.input_shape, ctx.num_classes, student, teachers, counts, s,
-                          ctx.state, draws)
+                          ctx.state, draws, device=ctx.device, transfers=ctx.transfers)
     f_gen = generator_flops(build_generator(s.noise_dim, ctx.num_classes, ctx.input_shape, s.gen_width, 0),
                             s.noise_dim, ctx.num_classes)
     f_model = float(ctx.forward_flops(0))

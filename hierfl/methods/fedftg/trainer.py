@@ -21,6 +21,13 @@ customised label sampling, :func:`hierfl.methods.fedftg.math.allot_labels`), the
 
 The generator's weights (and, with ``persist_gen_optimizer``, its Adam moments) persist across jobs
 in the server's state; the code makes a fresh Adam every round.
+
+The job computes on the server's device (``device``: the run's ``runtime.device`` where the cloud holds
+one). The generator's initial weights, the labels and the noise are drawn on the CPU from the job's
+stream and then moved, the losses are summed there in float64 and read once at the end, and the
+models cross as stacks: the student and its teachers up in one copy, the result down in one, the
+generator's kept state up and down once each (counted in ``transfers``). On the CPU the arithmetic
+is the same operations in the same order as before, so the bits do not depend on the device code.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from hierfl.learn.staging import Transfers
     from hierfl.models import ModelConfig
 
 __all__ = ["FTGSettings", "build_generator", "class_loss", "diversity_loss", "finetune", "generator_flops",
@@ -222,23 +230,32 @@ def student_loss(student_logits: torch.Tensor, target: torch.Tensor, kind: Liter
 
 # -- the generator's persistent state -------------------------------------------------------------------
 def _flat(tensors: list[torch.Tensor]) -> np.ndarray:
+    """One host float32 vector of ``tensors`` (concatenated where they live: one copy down off the CPU)."""
+    import torch
+
+    from hierfl.learn.local import download
+
     if not tensors:
         return np.zeros(0, dtype=np.float32)
-    return np.concatenate([t.detach().reshape(-1).numpy().astype(np.float32) for t in tensors])
+    return download(torch.cat([t.detach().reshape(-1).float() for t in tensors]))
 
 
 def _unflat(flat: np.ndarray, tensors: list[torch.Tensor]) -> None:
+    """Copy a host vector into ``tensors`` (uploaded in one copy, then split where they live)."""
     import torch
 
     flat = np.asarray(flat, dtype=np.float32)
     need = sum(t.numel() for t in tensors)
     if flat.shape != (need,):
         raise ValueError(f"stored generator state has {flat.size} values, the generator needs {need}")
+    if not tensors:
+        return
+    up = torch.from_numpy(flat.copy()).to(tensors[0].device)
     at = 0
     with torch.no_grad():
         for t in tensors:
             n = t.numel()
-            t.copy_(torch.from_numpy(flat[at : at + n].copy()).reshape(t.shape).to(t.dtype))
+            t.copy_(up[at : at + n].reshape(t.shape).to(t.dtype))
             at += n
 
 
@@ -250,13 +267,22 @@ def _float_buffers(module: nn.Module) -> list[torch.Tensor]:
 # -- the job ---------------------------------------------------------------------------------------------
 def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, student: np.ndarray,
              teachers: list[np.ndarray], counts: np.ndarray, settings: FTGSettings, state: dict[str, np.ndarray],
-             rng: np.random.Generator) -> tuple[np.ndarray, dict[str, float]]:
+             rng: np.random.Generator, device: str = "cpu",
+             transfers: Transfers | None = None) -> tuple[np.ndarray, dict[str, float]]:
     """Fine-tune ``student`` (a flat vector of ``model_cfg``) against the ``teachers``; returns the new
     flat vector and the mean losses. ``counts``: the teachers' ``(K, C)`` label histograms. ``state`` is
     the server's store: the generator's weights and BN statistics are read from it (built from ``rng``
     on the first job) and written back. Draws from ``rng``, in order: the generator's seed (first job
-    only), the label permutation, then ``I`` noise batches ``(B, noise_dim)``."""
+    only), the label permutation, then ``I`` noise batches ``(B, noise_dim)``. ``device``: where the
+    generator, the networks and every batch live (draws stay on the CPU); ``transfers``, if given, counts
+    the model-sized crossings (:class:`hierfl.learn.staging.Transfers`)."""
     import torch
+
+    from hierfl.learn.local import download
+
+    def crossing(way: str, models: int) -> None:
+        if transfers is not None:
+            transfers.count(way, models)
 
     s = settings
     k = len(teachers)
@@ -265,28 +291,35 @@ def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: 
     counts = np.asarray(counts, dtype=np.float64)
     if counts.shape != (k, num_classes):
         raise ValueError(f"label histograms must be ({k}, {num_classes}), got {counts.shape}")
+    # the generator is built and initialised on the CPU (its seed's draws), then moved with its kept state
     gen = build_generator(s.noise_dim, num_classes, input_shape, s.gen_width,
-                          int(rng.integers(_SEED_BOUND)) if "gen_params" not in state else 0)
+                          int(rng.integers(_SEED_BOUND)) if "gen_params" not in state else 0).to(device)
     g_params = list(gen.parameters())
     if "gen_params" in state:
         _unflat(state["gen_params"], g_params)
         _unflat(state["gen_buffers"], _float_buffers(gen))
+        crossing("h2d", 1)
     opt_g = torch.optim.Adam(g_params, lr=s.lr_gen, foreach=False)
     if s.persist_gen_optimizer and "gen_adam_step" in state:
         m, v = [torch.zeros_like(p) for p in g_params], [torch.zeros_like(p) for p in g_params]
         _unflat(state["gen_adam_m"], m)
         _unflat(state["gen_adam_v"], v)
+        crossing("h2d", 2)
         step = float(state["gen_adam_step"][0])
-        for p, mp, vp in zip(g_params, m, v):
+        for p, mp, vp in zip(g_params, m, v):  # Adam's step count stays a CPU scalar, as torch keeps it
             opt_g.state[p] = {"step": torch.tensor(step), "exp_avg": mp, "exp_avg_sq": vp}
 
-    def net(flat: np.ndarray) -> nn.Module:
-        module = model_cfg.build(input_shape, num_classes)
-        torch.nn.utils.vector_to_parameters(torch.from_numpy(np.array(flat, dtype=np.float32)), module.parameters())
+    # the student and the teachers go up in one copy; every network's parameters are views of its own row
+    rows = torch.from_numpy(np.stack([np.asarray(v, dtype=np.float32) for v in (student, *teachers)])).to(device)
+    crossing("h2d", rows.shape[0])
+
+    def net(row: torch.Tensor) -> nn.Module:
+        module = model_cfg.build(input_shape, num_classes).to(device)
+        torch.nn.utils.vector_to_parameters(row, module.parameters())
         return module
 
-    stud = net(student)
-    t_nets = [net(t) for t in teachers]
+    stud = net(rows[0])
+    t_nets = [net(rows[1 + j]) for j in range(k)]
     for t in t_nets:
         t.eval()
         t.requires_grad_(False)
@@ -294,14 +327,18 @@ def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: 
 
     weights = class_client_weights(counts)  # (C, K)
     labels_all = allot_labels(s.iters * s.batch_size, counts.sum(axis=0), rng)
-    sums = {"loss_md": 0.0, "loss_cls": 0.0, "loss_div": 0.0, "loss_student": 0.0}
+    # the mean losses' float64 sums, kept where the losses are (a GPU is read once, at the end): the same
+    # additions in the same order as Python floats summing each loss's .item()
+    names = ("loss_md", "loss_cls", "loss_div", "loss_student")
+    sums = torch.zeros(len(names), dtype=torch.float64, device=device)
     n_gen = n_stud = 0
     for it in range(s.iters):
         labels = labels_all[it * s.batch_size : (it + 1) * s.batch_size]
-        w = torch.from_numpy(batch_weights(labels, weights).astype(np.float32))  # (B, K)
-        y = torch.from_numpy(labels)
+        # drawn on the CPU from the job's stream, then moved (small: not counted as model crossings)
+        w = torch.from_numpy(batch_weights(labels, weights).astype(np.float32)).to(device)  # (B, K)
+        y = torch.from_numpy(labels).to(device)
         onehot = torch.nn.functional.one_hot(y, num_classes).float()
-        z = torch.from_numpy(rng.standard_normal((labels.size, s.noise_dim)).astype(np.float32))
+        z = torch.from_numpy(rng.standard_normal((labels.size, s.noise_dim)).astype(np.float32)).to(device)
         # generator: the student is frozen (and in evaluation mode) while the generator learns
         stud.eval()
         stud.requires_grad_(False)
@@ -316,9 +353,7 @@ def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: 
                 div = diversity_loss(z, fake)
                 (md + s.lambda_cls * cls + s.lambda_div * div / k).backward()
                 opt_g.step()
-                sums["loss_md"] += md.item()
-                sums["loss_cls"] += cls.item()
-                sums["loss_div"] += div.item()
+                sums[:3] += torch.stack([md.detach(), cls.detach(), div.detach()]).to(torch.float64)
                 n_gen += 1
         # student: distils from the class-weighted ensemble on the (now fixed) generated batch
         stud.train()
@@ -332,18 +367,22 @@ def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: 
             loss = student_loss(stud(fake), target, s.md_loss)
             loss.backward()
             opt_s.step()
-            sums["loss_student"] += loss.item()
+            sums[3] += loss.detach().to(torch.float64)
             n_stud += 1
     state["gen_params"] = _flat(g_params)
     state["gen_buffers"] = _flat(_float_buffers(gen))
+    crossing("d2h", 1)
     if s.persist_gen_optimizer:
         st = [opt_g.state.get(p, {}) for p in g_params]
         if all(st):
             state["gen_adam_m"] = _flat([x["exp_avg"] for x in st])
             state["gen_adam_v"] = _flat([x["exp_avg_sq"] for x in st])
+            crossing("d2h", 2)
             state["gen_adam_step"] = np.array([float(st[0]["step"])], dtype=np.float64)
-    stats = {key: v / max(n_stud if key == "loss_student" else n_gen, 1) for key, v in sums.items()}
-    out = torch.nn.utils.parameters_to_vector(stud.parameters()).detach().numpy().astype(np.float32).copy()
+    totals = download(sums).tolist()
+    stats = {key: v / max(n_stud if key == "loss_student" else n_gen, 1) for key, v in zip(names, totals)}
+    out = download(torch.nn.utils.parameters_to_vector(stud.parameters())).astype(np.float32, copy=False)
+    crossing("d2h", 1)
     return out, stats
 
 

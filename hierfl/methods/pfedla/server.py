@@ -36,7 +36,8 @@ def pfedla(ctx: ServerContext, inputs: list[np.ndarray], params: dict[str, Any],
     trainer = ctx.trainer(0)
     trained = np.asarray(inputs[0], dtype=np.float32)
     sent = np.asarray(inputs[1], dtype=np.float32)
-    personal, flops, stats = client_update(ctx.state, trained, sent, trainer.layout, params)
+    personal, flops, stats = client_update(ctx.state, trained, sent, trainer.layout, params, device=ctx.device,
+                                           transfers=ctx.transfers)
     return ServerResult([personal], flops, stats)
 
 

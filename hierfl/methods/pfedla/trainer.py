@@ -31,6 +31,13 @@ then every head's weight ``(N, h)`` and finally every head's bias ``(N,)``.
 The layer-wise sums themselves (aggregation units, normalised weights, ``θ̄``) are pure numpy in
 :mod:`hierfl.methods.pfedla.math`. Sums over clients run in a fixed order in float64 (element-wise numpy, no
 BLAS reductions), so the result does not depend on thread counts.
+
+The hypernetwork computes on the server's device (``device``: the run's ``runtime.device`` where the
+server holds one): a job uploads client ``i``'s hypernetwork once, steps it and forms the new weights
+there, and downloads the stepped vector once (counted in ``transfers``); the ``L × N`` weights are read
+back as they are small. The store (``N × P`` models) and the model-sized sums stay on the host, in
+float64 numpy: they are checkpointed as host arrays, and numpy's summation order is what gives a CPU
+run its bits.
 """
 
 from __future__ import annotations
@@ -38,11 +45,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from hierfl.methods.pfedla.math import Granularity, kept_layers, layer_groups, layer_weights, personalise
+
+if TYPE_CHECKING:
+    import torch
+
+    from hierfl.learn.staging import Transfers
 
 __all__ = ["Granularity", "HyperShape", "VjpSign", "client_update", "create_store", "hn_alpha", "hypernet_step", "init_hypernet",
            "kept_layers", "layer_groups", "layer_weights", "pack_hypernet", "personalise", "store_mean", "update_flops"]
@@ -127,15 +139,32 @@ def hn_alpha(hn: object, shape: HyperShape) -> object:
 
 def hypernet_step(hn: np.ndarray, shape: HyperShape, models: np.ndarray, groups: Sequence[np.ndarray],
                   client: int, sent: np.ndarray, trained: np.ndarray, lr: float, k_keep: int = 0,
-                  vjp_sign: VjpSign = "old_minus_new") -> np.ndarray:
+                  vjp_sign: VjpSign = "old_minus_new", device: str = "cpu") -> np.ndarray:
     """One SGD step of client ``client``'s hypernetwork on its return: ``ψ − lr·(∂θ̄/∂ψ)ᵀ g``.
 
     ``models`` are the stored ``θ_j`` the personalised model is built from (constants), ``sent`` the
     model ``θ̄`` the client trained from and ``trained`` its result ``θ^new``; ``g = sent − trained``
     (``"old_minus_new"``) or ``trained − sent`` (``"new_minus_old"``). Kept layers (``k_keep``) and rows
-    whose ``α`` sums to 0 carry no gradient.
+    whose ``α`` sums to 0 carry no gradient. ``device``: where the hypernetwork is stepped.
     """
+    from hierfl.learn.local import download
+
+    return download(_step(_upload(hn, device), shape, models, groups, client, sent, trained, lr, k_keep, vjp_sign))
+
+
+def _upload(hn: np.ndarray, device: str) -> torch.Tensor:
+    """A hypernetwork's flat vector as a new float32 tensor on ``device``."""
     import torch
+
+    return torch.from_numpy(np.array(hn, dtype=np.float32)).to(device)
+
+
+def _step(hn: torch.Tensor, shape: HyperShape, models: np.ndarray, groups: Sequence[np.ndarray], client: int,
+          sent: np.ndarray, trained: np.ndarray, lr: float, k_keep: int, vjp_sign: VjpSign) -> torch.Tensor:
+    """:func:`hypernet_step` on a hypernetwork already on its device; the stepped vector stays there."""
+    import torch
+
+    from hierfl.learn.local import download
 
     grad_out = np.asarray(sent, dtype=np.float64) - np.asarray(trained, dtype=np.float64)
     if vjp_sign == "new_minus_old":
@@ -147,18 +176,18 @@ def hypernet_step(hn: np.ndarray, shape: HyperShape, models: np.ndarray, groups:
         g = grad_out[idx]
         for j in range(n):
             s[l, j] = float((models[j, idx].astype(np.float64) * g).sum())
-    params = torch.tensor(hn, dtype=torch.float32, requires_grad=True)
+    params = hn.detach().clone().requires_grad_(True)
     alpha = hn_alpha(params, shape)
-    a_np = alpha.detach().numpy()  # type: ignore[attr-defined]
+    a_np = download(alpha)  # (L, N): small, read to choose the kept and live layers
     kept = kept_layers(a_np, client, k_keep)
     live = [l for l in range(len(groups)) if l not in kept and a_np[l].sum() > 0]
     if not live:
-        return np.array(hn, dtype=np.float32, copy=True)
+        return params.detach()
     rows = alpha[live]  # type: ignore[index]
     a_hat = rows / rows.sum(dim=1, keepdim=True)
-    objective = (a_hat * torch.tensor(s[live], dtype=torch.float32)).sum()
+    objective = (a_hat * torch.tensor(s[live], dtype=torch.float32).to(hn.device)).sum()
     (grad,) = torch.autograd.grad(objective, params)
-    return (params.detach() - lr * grad).numpy().astype(np.float32)
+    return params.detach() - lr * grad
 
 
 def update_flops(shape: HyperShape, params: int) -> float:
@@ -196,8 +225,8 @@ def _ensure_store(state: dict[str, np.ndarray], shape: HyperShape, initial: np.n
 
 
 def client_update(state: dict[str, np.ndarray], trained: np.ndarray, sent: np.ndarray,
-                  layout: Sequence[tuple[str, tuple[int, ...]]],
-                  params: dict[str, object]) -> tuple[np.ndarray, float, dict[str, float]]:
+                  layout: Sequence[tuple[str, tuple[int, ...]]], params: dict[str, object], device: str = "cpu",
+                  transfers: Transfers | None = None) -> tuple[np.ndarray, float, dict[str, float]]:
     """One client's server job: step ``HN_i`` on its return, store ``θ_i``, form its next ``θ̄_i``.
 
     ``state`` holds ``models`` ``(N, P)`` and ``hypernets`` ``(N, H)`` (created here on the first job, from
@@ -205,8 +234,12 @@ def client_update(state: dict[str, np.ndarray], trained: np.ndarray, sent: np.nd
     ``embed_dim``, ``hidden_dim``, ``k_keep``, ``vjp_sign``, ``granularity``. Returns the personalised
     model, the FLOPs to charge (:func:`update_flops`) and the job's statistics: ``kept_params``, the floats
     of the layers the client keeps (HeurpFedLA), and ``self_weight``, the mean over layers of ``â^{l,i}``.
+    ``device``: where the hypernetwork is stepped and evaluated (one upload and one download of it, counted
+    in ``transfers`` if given).
     """
     import torch
+
+    from hierfl.learn.local import download
 
     groups = layer_groups(layout, params.get("granularity", "layer"))  # type: ignore[arg-type]
     shape = _shape(params, len(groups))
@@ -215,11 +248,15 @@ def client_update(state: dict[str, np.ndarray], trained: np.ndarray, sent: np.nd
     _ensure_store(state, shape, sent, params["seeds"])  # type: ignore[arg-type]
     models, hns = state["models"], state["hypernets"]
     # the product is taken at the store as it is now (other clients may have returned since i was sent)
-    hns[client] = hypernet_step(hns[client], shape, models, groups, client, sent, trained,
-                                float(params["hn_lr"]), k_keep, params.get("vjp_sign", "old_minus_new"))  # type: ignore[arg-type]
+    hn = _step(_upload(hns[client], device), shape, models, groups, client, sent, trained,
+               float(params["hn_lr"]), k_keep, params.get("vjp_sign", "old_minus_new"))  # type: ignore[arg-type]
+    hns[client] = download(hn)
+    if transfers is not None:
+        transfers.count("h2d", 1)
+        transfers.count("d2h", 1)
     models[client] = trained
-    with torch.no_grad():
-        alpha = hn_alpha(torch.tensor(hns[client]), shape).numpy()  # type: ignore[attr-defined]
+    with torch.no_grad():  # the new weights from the stepped hypernetwork where it is (no second upload)
+        alpha = download(hn_alpha(hn, shape))  # type: ignore[arg-type]
     kept = kept_layers(alpha, client, k_keep)
     weights = layer_weights(alpha, client, kept)
     personal = personalise(models, groups, weights)
