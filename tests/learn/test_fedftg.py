@@ -148,3 +148,28 @@ def test_generator_state_persists_and_a_resumed_job_is_identical():
     finetune(cfg, (1, 8, 8), 10, teachers[0], teachers, counts, FTGSettings(iters=1, batch_size=4, noise_dim=4,
              gen_width=3), plain, np.random.default_rng(0))
     assert set(plain) == {"gen_params", "gen_buffers"}
+
+
+def test_a_dropout_student_draws_its_masks_from_the_task_stream_not_torch_global_generator():
+    # pfl's CNN has two dropouts: the student trains in training mode, so its masks must come from the task's
+    # stream: the same stream gives the same bits whatever torch's global generator holds, and leaves it alone
+    from hierfl.learn.local import init_params
+    from hierfl.models import PflCNNConfig
+
+    cfg = PflCNNConfig(hidden=8)
+    teachers = [init_params(cfg, (1, 8, 8), 3, s) for s in (1, 2)]
+    counts = np.array([[3, 0, 1], [0, 4, 1]])
+    settings = FTGSettings(iters=1, batch_size=4, noise_dim=2, gen_width=2, student_steps=2)
+
+    def once(global_seed: int, stream: int) -> np.ndarray:
+        torch.manual_seed(global_seed)
+        before = torch.random.get_rng_state()
+        out, _ = finetune(cfg, (1, 8, 8), 3, teachers[0], teachers, counts, settings, {},
+                          np.random.default_rng(stream))
+        assert torch.equal(torch.random.get_rng_state(), before)  # the global generator was not read
+        return out
+
+    a = once(0, 5)
+    assert np.array_equal(a, once(123, 5))
+    assert not np.array_equal(a, once(0, 6))
+    assert not np.array_equal(a, teachers[0])

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -264,6 +264,21 @@ def _float_buffers(module: nn.Module) -> list[torch.Tensor]:
     return [b for b in module.buffers() if b.is_floating_point()]
 
 
+def _student_masks(stud: nn.Module, input_shape: tuple[int, ...], rng: np.random.Generator) -> Any:
+    """The student's dropout masks while it trains (it is the only network run in training mode with dropout
+    live): drawn from a generator seeded by one draw of the task's stream, never from torch's global one, so a
+    fine-tuning is repeatable. A student without dropout draws nothing (the stream, and every bit, as before)."""
+    from contextlib import nullcontext
+
+    import torch
+
+    from hierfl.learn.randomness import DrawMasks, dropout_sites
+
+    if not dropout_sites(stud, tuple(input_shape)):
+        return nullcontext()
+    return DrawMasks(torch.Generator().manual_seed(int(rng.integers(_SEED_BOUND))))
+
+
 # -- the job ---------------------------------------------------------------------------------------------
 def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: int, student: np.ndarray,
              teachers: list[np.ndarray], counts: np.ndarray, settings: FTGSettings, state: dict[str, np.ndarray],
@@ -327,6 +342,7 @@ def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: 
 
     weights = class_client_weights(counts)  # (C, K)
     labels_all = allot_labels(s.iters * s.batch_size, counts.sum(axis=0), rng)
+    masks = _student_masks(stud, input_shape, rng)
     # the mean losses' float64 sums, kept where the losses are (a GPU is read once, at the end): the same
     # additions in the same order as Python floats summing each loss's .item()
     names = ("loss_md", "loss_cls", "loss_div", "loss_student")
@@ -364,7 +380,8 @@ def finetune(model_cfg: ModelConfig, input_shape: tuple[int, ...], num_classes: 
             with torch.no_grad():
                 fake = gen(z, onehot)
                 target = _ensemble(t_nets, fake, w)
-            loss = student_loss(stud(fake), target, s.md_loss)
+            with masks:
+                loss = student_loss(stud(fake), target, s.md_loss)
             loss.backward()
             opt_s.step()
             sums[3] += loss.detach().to(torch.float64)
