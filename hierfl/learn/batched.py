@@ -27,7 +27,6 @@ import numpy as np
 
 from hierfl.core.work import TrainSpec, effective_batch, num_steps
 from hierfl.learn.chain import LinearChain
-from hierfl.learn.group_cap import GROUP_CEILING
 from hierfl.learn.local import index_blocks
 from hierfl.learn.optim import AdamMoments, clip_rows, segments_of
 from hierfl.learn.staging import Staging, Transfers, stage_starts
@@ -37,9 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchedTrainer", "GROUP_MAX", "JobGroups"]
 
-GROUP_MAX = GROUP_CEILING
-"""Most jobs in one fast-path group by default; a run's own cap is resolved at start (``runtime.group_max``,
-:mod:`hierfl.learn.group_cap`) and never depends on the number of workers, timing or free memory."""
+GROUP_MAX = 64
+"""The cap of a :class:`JobGroups` made without one (tests and benchmarks that form groups by hand). A run passes
+its own, resolved once at start (``runtime.group_max``, :mod:`hierfl.learn.group_cap`): with ``auto``, as many
+jobs as the device's total memory holds, so a round whose jobs start together is one group; it never depends
+on the number of workers, timing or free memory."""
 
 
 class BatchedTrainer:
@@ -207,7 +208,7 @@ class JobGroups:
 
     * a call needs the result of one of its jobs (``wait`` on it, a ``train`` starting from it,
       an aggregation, evaluation or fetch of it): the executor calls :meth:`seal`;
-    * it holds ``cap`` jobs (the run's resolved ``runtime.group_max``, :data:`GROUP_MAX` by default), or a
+    * it holds ``cap`` jobs (the run's resolved ``runtime.group_max``; :data:`GROUP_MAX` without one), or a
       ``train`` call has another spec (:meth:`add`).
 
     Jobs with control variates (``spec.control_variates``) are never grouped: they run alone. An executor

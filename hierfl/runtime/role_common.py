@@ -58,10 +58,11 @@ def cpu_batching_of(model: ModelSpec) -> str:
 
 
 def group_max_of(model: ModelSpec) -> int:
-    """The :data:`ModelSpec`'s resolved group cap (its optional tenth element; 64 without one)."""
-    from hierfl.learn.group_cap import GROUP_CEILING
+    """The :data:`ModelSpec`'s resolved group cap (its optional tenth element; without one, which only a spec made
+    by hand lacks, :data:`hierfl.learn.batched.GROUP_MAX`)."""
+    from hierfl.learn.batched import GROUP_MAX
 
-    return int(model[9]) if len(model) > 9 and model[9] else GROUP_CEILING
+    return int(model[9]) if len(model) > 9 and model[9] else GROUP_MAX
 
 
 def precision_of(model: ModelSpec) -> str:
@@ -128,11 +129,14 @@ def out_of_memory_text(jobs: int, device: str, configured: str, group_max: int, 
     ``configured``) did not fit; ``detail``: torch's own first line (what it tried to allocate)."""
     first = detail.strip().splitlines()[0] if detail.strip() else ""
     first = first if len(first) <= 240 else first[:240] + "…"
+    # (a group of one cannot be split: the cap is then no way out)
+    smaller = f"runtime.group_max: a number below {jobs} (smaller groups), " if jobs > 1 else ""
     return (f"CUDA out of memory training a fast-path group of {jobs} jobs on {device} "
             f"(runtime.device: {configured}){': ' + first if first else ''}. A group holds its jobs' parameters, "
-            f"optimizer state and activations at once; a group has at most {group_max} jobs, those the run "
-            "starts together (fewer devices per round make smaller groups). To need less GPU memory: "
-            "runtime.group_max: a smaller number (smaller groups), runtime.precision: bf16 (activations in bfloat16), a larger runtime.gpus_per_host with fewer "
+            f"optimizer state and activations at once: the jobs the run starts together, at most runtime.group_max "
+            f"= {group_max} (auto: what the device's total memory was estimated to hold; config.yaml records it), "
+            "and fewer devices per round make smaller groups. To need less GPU memory: "
+            f"{smaller}runtime.precision: bf16 (activations in bfloat16), a larger runtime.gpus_per_host with fewer "
             "runtime.workers (fewer hosts, each with its own copy of the data, share a GPU), "
             "runtime.fast_path: false (every job alone, on the CPU), or runtime.device: cpu "
             "(runtime.cpu_batching: auto then trains a CNN or LSTM job by job there)")

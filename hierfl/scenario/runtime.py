@@ -63,9 +63,11 @@ class RuntimeConfig(ConfigModel):
                                     "with torch.func on the CPU as on a GPU (for tests and benchmarks)")
     group_max: PositiveInt | Literal["auto"] = Field(
         default="auto", description="with runtime.fast_path: the most jobs in one group; auto resolves it once at "
-                                    "start from the model's size, the batch, the optimizer's state and the training "
-                                    "device's total memory (at most 64), and config.yaml records the number; groups "
-                                    "never depend on free memory, timing or the number of workers")
+                                    "start to as many jobs as fit in half the training device's total memory, from "
+                                    "the model's size, the batch and the optimizer's state (at least 1, no fixed "
+                                    "upper bound: a round whose jobs start together is one group when memory "
+                                    "allows), and config.yaml records the number; groups never depend on free "
+                                    "memory, timing or the number of workers")
     gpus_per_host: NonNegativeFloat = Field(
         default=0.0, description="Ray executor: GPUs reserved by each device host actor (a fraction in (0, 1] "
                                  "shares a GPU, floor(1/share) hosts per GPU; above 1 a whole number); 0 = none, "

@@ -66,6 +66,7 @@ def test_an_out_of_memory_group_ends_the_run_with_the_group_size_and_device(tmp_
     """torch.cuda.OutOfMemoryError in a group's training becomes a run error naming the group size,
     runtime.device and settings that exist (checked by a local run whose group trainer raises it)."""
     import torch
+    import yaml
 
     from hierfl.driver import RunError, run_scenario
     from hierfl.learn.batched import BatchedTrainer
@@ -85,6 +86,10 @@ def test_an_out_of_memory_group_ends_the_run_with_the_group_size_and_device(tmp_
     text = str(caught.value)
     assert "a fast-path group of 4 jobs on cpu (runtime.device: cpu)" in text
     assert "Tried to allocate 2.00 GiB" in text and "more lines" not in text
+    # the cap the run resolved (auto, recorded in config.yaml) and the knob that makes the groups smaller
+    cap = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["runtime"]["group_max"]
+    assert cap >= 4 and f"at most runtime.group_max = {cap} (auto" in text
+    assert "runtime.group_max: a number below 4 (smaller groups)" in text
     fields = RuntimeConfig.model_fields
     for key in ("precision", "gpus_per_host", "workers", "fast_path", "device", "cpu_batching", "group_max"):
         assert f"runtime.{key}" in text and key in fields
