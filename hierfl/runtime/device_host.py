@@ -15,6 +15,7 @@ from hierfl.runtime.result_blocks import ResultBlocks
 from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
+from hierfl.learn.kept import DeviceVectors
 from hierfl.learn.staging import Staging
 from hierfl.runtime import group_training
 from hierfl.learn.chain import LinearChain
@@ -91,6 +92,8 @@ class DeviceHost:
                 group_trainer.staging = self.staging
         for trainer in self.trainers:  # (a device's kept optimizer state crossing is counted there too)
             trainer.transfers = self.staging.transfers
+        # a job method's vectors on the training device (its kept state, the round's shared control), counted there
+        self.device_vectors = DeviceVectors(self.device, self.staging.transfers)
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
               control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
@@ -143,7 +146,7 @@ class DeviceHost:
                           trainer=self.trainers[spec.model], x=self.x, y=y,
                           rows=self.rows_of(device, spec) if rows is None else rows,
                           parts=self.parts, state=self.states, model=self._model, out=out, cache=cache,
-                          base=self.state_base)
+                          base=self.state_base, device_vectors=self.device_vectors)
 
     def set_state_base(self, params: np.ndarray) -> bool:
         """From now on, a device whose state was never written starts from ``params``
