@@ -145,7 +145,8 @@ class JobContext:
     (:class:`~hierfl.learn.kept.DeviceVectors`: ``device``, ``on_host``, ``transfers``, ``shared`` for a vector
     many jobs read, ``state`` and ``keep`` for a device's kept vectors, ``download`` of the result; None where
     the host gives none). A runner that uses it off the CPU keeps its state there between the device's jobs
-    and must give the bits of its numpy code.
+    and must give the bits of its numpy code; ``keep_result``: the host takes a result left on the training device
+    (``device_vectors.result``), which an aggregation folds there.
     """
 
     device: int
@@ -165,6 +166,7 @@ class JobContext:
     base: np.ndarray | None = None
     support: tuple[np.ndarray, np.ndarray] | None = None
     device_vectors: Any = None
+    keep_result: bool = False
 
     def finish(self, result: np.ndarray, stats: dict[str, float]) -> tuple[np.ndarray, dict[str, float]]:
         """Return ``result`` through ``out`` when the host gave one (a row of a batch of results)."""

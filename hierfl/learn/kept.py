@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.learn.staging import Transfers
+from hierfl.learn.staging import Staging, Transfers
 
 __all__ = ["KeptTensor", "DeviceVectors", "keep", "load_into"]
 
@@ -94,12 +94,15 @@ class DeviceVectors:
 
     * :meth:`shared` — a host vector that many jobs read unchanged (the round's start model, the server control
       that came with the job): uploaded once per distinct object and reused while it is among the last
-      :attr:`KEEP` such vectors. Identity is what is compared: the aggregators replace their vectors and never
+      :attr:`KEEP` such vectors; one the host's staging already holds on the device (an aggregate computed there)
+      is not uploaded at all. Identity is what is compared: the aggregators replace their vectors and never
       write one in place, as the staging of the fast path assumes (:class:`hierfl.learn.staging.Staging`).
     * :meth:`state` — a device's kept vector (its :class:`KeptTensor` as it is, a host vector loaded after a
       resume: uploaded, or zeros made on the device for one never written); :meth:`keep` — what the job leaves
       in the device's state (a :class:`KeptTensor`).
-    * :meth:`download` — the job's result vectors into one host vector (``out`` when given).
+    * :meth:`result` — the job's result left on the device where the host takes it there (the local executor: an
+      aggregation folds it where it is, :class:`hierfl.learn.staging.DeviceRow`), else :meth:`download` — the
+      result's vectors into one host vector (``out`` when given), one copy.
 
     Every crossing is counted in the host's :class:`~hierfl.learn.staging.Transfers` (``transfers``). On a CPU
     device (``on_host``) a job method keeps its numpy code: the host's memory is the device's.
@@ -107,9 +110,10 @@ class DeviceVectors:
 
     KEEP = 8  # shared vectors kept (a round's start model and control, for a few edges whose jobs interleave)
 
-    def __init__(self, device: str, transfers: Transfers) -> None:
-        self.device = str(device)
-        self.transfers = transfers
+    def __init__(self, staging: Staging) -> None:
+        self.staging = staging
+        self.device = str(staging.device)
+        self.transfers = staging.transfers
         # (host array, its float32 copy on the device), newest last; the host array is held, so its id and
         # buffer are not reused while it is listed
         self._shared: list[tuple[Any, Any]] = []
@@ -123,6 +127,9 @@ class DeviceVectors:
         """The read-only float32 device copy of the host vector ``vector`` (a :class:`KeptTensor`: its tensor)."""
         if isinstance(vector, KeptTensor):
             return vector.tensor
+        kept = self.staging.on_device(vector)  # (an aggregate computed on the device, or a model staged there)
+        if kept is not None:
+            return kept
         for host, tensor in self._shared:
             if host is vector:
                 return tensor
@@ -156,6 +163,18 @@ class DeviceVectors:
             return flat.cpu().numpy().copy()
         torch.from_numpy(out).copy_(flat)
         return out
+
+    def result(self, tensors: list[Any], out: np.ndarray | None, resident: bool) -> Any:
+        """The job's result made of the float32 ``tensors`` one after another: left on the device (``resident``,
+        the host takes it there, and no ``out``: a :class:`~hierfl.learn.staging.DeviceRow`, which an aggregation
+        folds where it is and anything else copies to the host once), else :meth:`download`."""
+        if not resident or out is not None:
+            return self.download(tensors, out)
+        import torch
+
+        from hierfl.learn.staging import DeviceStack
+
+        return DeviceStack(torch.cat(tensors).unsqueeze(0), self.staging).row(0)
 
     def _upload(self, vector: Any) -> Any:
         import torch

@@ -71,9 +71,9 @@ def test_the_device_math_gives_the_numpy_bits() -> None:
 def test_device_vectors_upload_a_shared_vector_once_and_keep_state_there() -> None:
     """One upload per distinct shared vector (by identity), none for kept state or zeros; a host vector loaded
     into state (a resumed run) counts one upload; the result comes down in one counted call."""
-    from hierfl.learn.staging import Transfers
+    from hierfl.learn.staging import Staging
 
-    dv = DeviceVectors(OFF_CPU, Transfers())
+    dv = DeviceVectors(Staging(OFF_CPU))
     c = np.arange(5, dtype=np.float32)
     assert dv.shared(c) is dv.shared(c) and dv.transfers.h2d_models == 1
     assert dv.shared(c.copy()) is not dv.shared(c) and dv.transfers.h2d_models == 2
@@ -137,13 +137,20 @@ FEDDC = dict(training={"trainer": {"name": "feddc", "alpha": 0.3}}, stop={"round
              protocol={"name": "fedavg", "fraction": 1.0, "weighting": "uniform"})
 
 
+# (uploads, downloads) of a 4-device, 3-round run on the device: SCAFFOLD's rounds 2 and 3 start from the aggregate
+# computed there (only c goes up); FedDC's server rule makes its model on the host (w and c go up each round); each
+# round copies down the aggregate and the control sum Σ κ_i Δc_i, whatever the number of jobs
+MOVED = {"scaffold": (1 + 1 + 1 + 1, 3 * 2), "feddc": (3 * 2, 3 * 2)}
+
+
 @pytest.mark.parametrize("name, fields", [("scaffold", SCAFFOLD), ("feddc", FEDDC)])
 def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str, fields: dict, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 4-device, 3-round run on ``cpu:0``: the contract outputs are the CPU run's bytes; each round uploads its
-    start model and control once and each job downloads its result ``[y; Δc]`` in one copy, 18 copies in all,
-    where the numpy path (forced on the same device) makes 36: per job the start model and the correction up and
-    the model down. The kept vectors are :class:`KeptTensor` on the device."""
+    """A 4-device, 3-round run on ``cpu:0``: the contract outputs are the CPU run's bytes. Each round uploads at most
+    its start model and control, once, the results ``[y; Δc]`` stay on the device where the aggregator folds the
+    models and sums the controls, and it downloads the aggregate and the control sum: 10 (SCAFFOLD) or 12 (FedDC)
+    copies in all, where the numpy path (forced on the same device) makes 36 (per job: the start model and the
+    correction up, the model down). The kept vectors are :class:`KeptTensor` on the device."""
     run_scenario(tiny(**fields), tmp_path / "cpu")
     monkeypatch.setattr("hierfl.runtime.device_host.resolve_device", lambda d: OFF_CPU)
     monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: OFF_CPU)
@@ -151,8 +158,8 @@ def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str,
     run_scenario(tiny(**fields), tmp_path / "dev")
     host = copies.hosts[-1]
     moved = host.staging.transfers.as_dict()
-    # 3 rounds × (start model + control up, once) and 3 rounds × 4 jobs × one download of [y; Δc]
-    assert moved == {"h2d_calls": 6, "h2d_models": 6, "d2h_calls": 12, "d2h_models": 24}
+    up, down = MOVED[name]
+    assert moved == {"h2d_calls": up, "h2d_models": up, "d2h_calls": down, "d2h_models": down}
     assert copies.counts == {"h2d": 0, "d2h": 0}  # (no copy of the trainer's own: all through the counter)
     kept = host.states.vectors
     assert sorted(kept) == [0, 1, 2, 3]
@@ -169,8 +176,9 @@ def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str,
 
 def test_a_resumed_run_on_the_device_gives_the_uninterrupted_bits(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """SCAFFOLD on ``cpu:0`` with a checkpoint every round, Ctrl-C in round 2, resume: the uninterrupted run's files
-    (the checkpoint holds the ``c_i`` as host vectors, loaded back onto the device on each device's next job)."""
+    """SCAFFOLD on ``cpu:0`` with a checkpoint every round, Ctrl-C in round 2, resume: the uninterrupted run's files.
+    The checkpoint holds each device's ``c_i`` as a host vector (its device copy read once for it); the resumed
+    host loads each back onto the device on the device's first job (one counted upload each) and keeps it there."""
     from hierfl.driver.checkpoint import load_checkpoint
     from tests.driver.test_recovery import assert_resumes_as_uninterrupted
 
@@ -180,11 +188,20 @@ def test_a_resumed_run_on_the_device_gives_the_uninterrupted_bits(tmp_path: Path
     raw.update(training={**raw["training"], "trainer": {"name": "scaffold"}}, stop={"rounds": 3},
                runtime={"executor": "local", "checkpoint": {"every_cloud_aggregations": 1}})
     held: list[Any] = []
-    load = load_checkpoint
 
     def spy(path: Any) -> Any:
-        held.append(load(path))
+        held.append(load_checkpoint(path))
         return held[-1]
 
+    copies = _Copies(monkeypatch)
     monkeypatch.setattr("hierfl.driver.checkpoint.load_checkpoint", spy)
     assert_resumes_as_uninterrupted(tmp_path, raw)
+    states = held[0].roles["hosts"]
+    assert sorted(states) == [0, 1, 2, 3] and all(type(v["c"]) is np.ndarray and v["c"].any() for v in states.values())
+    # the resumed run (the third host) goes on from round 1's checkpoint: round 2 uploads its start model and control,
+    # round 3 its control (it starts from round 2's aggregate, on the device), each device's c_i goes up once
+    # (3 + 4); down: two rounds' aggregate and control sum, and the round-2 checkpoint's reading of the 4 c_i (the
+    # completed run writes none after round 3)
+    resumed = copies.hosts[2]
+    assert resumed.staging.transfers.as_dict() == {"h2d_calls": 7, "h2d_models": 7, "d2h_calls": 8, "d2h_models": 8}
+    assert all(isinstance(v["c"], KeptTensor) for v in resumed.states.vectors.values())

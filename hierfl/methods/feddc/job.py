@@ -9,7 +9,8 @@ front with the paper's server rule).
 Off the CPU the whole job computes on the training device (:attr:`JobContext.device_vectors
 <hierfl.core.method.JobContext.device_vectors>`, math in :mod:`hierfl.methods.feddc.device`): ``h_i`` and
 ``c_i`` stay there between the device's jobs, the round's ``c`` and start model are uploaded once for all its
-jobs on the host, and only the result comes back, in one copy. The bits are the numpy path's.
+jobs on the host, and the result stays there where the host takes it so (the local executor: the aggregators fold
+it there), else it comes back in one copy. The bits are the numpy path's.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _on_device(drift: DriftSpec, ctx: JobContext, vectors: Any) -> tuple[np.ndar
     ctx.state.put(ctx.device, h=vectors.keep(h_new), c=vectors.keep(c_new))
     if drift.server_rule == "paper":  # the paper averages θ⁺ + h_i weighted by samples
         y = paper_upload_on_device(y, h_new)
-    # (CONTROLLED is the model then the control: [θ⁺; δc_i], one copy down)
-    out = ctx.out if ctx.out is not None else np.empty(CONTROLLED.width(size), dtype=np.float32)
-    return vectors.download([y, dc], out), stats
+    # (CONTROLLED is the model then the control: [θ⁺; δc_i], left on the device where the host takes it there,
+    # else one copy down)
+    out = ctx.out if ctx.out is not None or ctx.keep_result else np.empty(CONTROLLED.width(size), dtype=np.float32)
+    return vectors.result([y, dc], out, ctx.keep_result), stats

@@ -8,7 +8,9 @@ job; ``c_i``: the device's own, kept by its host), then moves ``c_i`` by option 
 Off the CPU the whole job computes on the training device (:attr:`JobContext.device_vectors
 <hierfl.core.method.JobContext.device_vectors>`, math in :mod:`hierfl.methods.scaffold.device`): ``c_i`` stays
 there between the device's jobs, the round's ``c`` and start model are uploaded once for all its jobs on the
-host, and only the result ``[y; Δc_i]`` comes back, in one copy. The bits are the numpy path's.
+host (not at all when the start is an aggregate computed there), and the result ``[y; Δc_i]`` stays there where
+the host takes it so (the local executor: the aggregators fold the model and sum ``κ_i Δc_i`` there), else it comes
+back in one copy. The bits are the numpy path's.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def _on_device(ctx: JobContext, vectors: Any) -> tuple[np.ndarray, dict[str, flo
                                  rows=ctx.rows, on_device=True)
     c_new, dc = option2_on_device(c_i, c, x, y, int(stats["steps"]), ctx.spec.lr)
     ctx.state.put(ctx.device, c=vectors.keep(c_new))
-    # (CONTROLLED is the model then the control: [y; Δc_i], one copy down)
-    out = ctx.out if ctx.out is not None else np.empty(CONTROLLED.width(size), dtype=np.float32)
-    return vectors.download([y, dc], out), stats
+    # (CONTROLLED is the model then the control: [y; Δc_i], left on the device where the host takes it there,
+    # else one copy down)
+    out = ctx.out if ctx.out is not None or ctx.keep_result else np.empty(CONTROLLED.width(size), dtype=np.float32)
+    return vectors.result([y, dc], out, ctx.keep_result), stats
