@@ -174,6 +174,32 @@ def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str,
     assert contract_outputs(tmp_path / "numpy") == a
 
 
+HIER = {"protocol": {"name": "hierfavg", "kappa2": 2, "fraction": 1.0}, "topology": {"edge_servers": 2},
+        "stop": {"rounds": 1}}
+
+
+@pytest.mark.parametrize("trainer", [{"name": "scaffold"}, {"name": "feddc", "alpha": 0.3, "control_scope": "edge"},
+                                     {"name": "feddc", "alpha": 0.3, "control_scope": "cloud"}],
+                         ids=["scaffold", "feddc-edge", "feddc-cloud"])
+def test_hierarchical_controls_on_the_device_give_the_cpu_bits(trainer: dict, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """HierFAVG with 2 edges on ``cpu:0``: SCAFFOLD's edges relay ``Σ κ_i Δc_i`` (summed on the device, packed on
+    the host), FedDC's edges keep their own ``c_e`` or relay the cloud's; the contract outputs are the CPU run's."""
+    raw = copy.deepcopy(HIER)
+    raw["training"] = {"epochs": 1, "batch_size": 20, "lr": 0.1, "trainer": trainer}
+    if trainer["name"] == "feddc":
+        raw["protocol"]["weighting"] = "uniform"
+    run_scenario(tiny(**raw), tmp_path / "cpu")
+    monkeypatch.setattr("hierfl.runtime.device_host.resolve_device", lambda d: OFF_CPU)
+    monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: OFF_CPU)
+    copies = _Copies(monkeypatch)
+    run_scenario(tiny(**raw), tmp_path / "dev")
+    assert all(isinstance(v, KeptTensor) for vecs in copies.hosts[-1].states.vectors.values() for v in vecs.values())
+    a, b = contract_outputs(tmp_path / "cpu"), contract_outputs(tmp_path / "dev")
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
+    assert np.array_equal(np.load(tmp_path / "cpu" / "final_model.npy"), np.load(tmp_path / "dev" / "final_model.npy"))
+
+
 def test_a_resumed_run_on_the_device_gives_the_uninterrupted_bits(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """SCAFFOLD on ``cpu:0`` with a checkpoint every round, Ctrl-C in round 2, resume: the uninterrupted run's files.
