@@ -194,8 +194,8 @@ def split_controlled(row: DeviceRow) -> tuple[DeviceRow, Any]:
 
 
 class DeviceControlSum:
-    """``Σ κ_i Δc_i`` of control-variates messages kept on the training device (SCAFFOLD, Karimireddy et al. 2020;
-    FedDC, Gao et al. 2022), summed there in float64 with the numpy reference's operations in its order: each
+    """``Σ κ_i Δc_i`` of control-variates messages kept on the training device (docs/explanation/algorithms.md §5.6),
+    summed there in float64 with the numpy reference's operations in its order: each
     ``float64(Δc_i)·κ_i`` one rounding, each sum one rounding (the reference is the aggregating role's host sum).
     :meth:`host` is the sum as the host's float64 vector, copied once (counted); ``start`` continues a host sum."""
 

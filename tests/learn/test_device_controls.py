@@ -22,9 +22,9 @@ from hierfl.driver import run_scenario
 from hierfl.learn import local as local_module
 from hierfl.learn import sgd as sgd_module
 from hierfl.learn.kept import DeviceVectors, KeptTensor
-from hierfl.methods.feddc.device import device_update_on_device, local_terms_on_device, paper_upload_on_device
+from hierfl.methods.feddc.trainer import device_update_on_device, local_terms_on_device, paper_upload_on_device
 from hierfl.methods.feddc.math import device_update, local_terms
-from hierfl.methods.scaffold.device import correction_on_device, option2_on_device
+from hierfl.methods.scaffold.trainer import correction_on_device, option2_on_device
 from hierfl.methods.scaffold.math import correction, option2_control
 from hierfl.runtime import device_host, local_executor
 from tests.conftest import TINY, tiny

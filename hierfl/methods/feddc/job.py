@@ -7,7 +7,7 @@ its constant correction, so the replay runs it unchanged. The result is ``[θ⁺
 front with the paper's server rule).
 
 Off the CPU the whole job computes on the training device (:attr:`JobContext.device_vectors
-<hierfl.core.method.JobContext.device_vectors>`, math in :mod:`hierfl.methods.feddc.device`): ``h_i`` and
+<hierfl.core.method.JobContext.device_vectors>`, math in :mod:`hierfl.methods.feddc.trainer`): ``h_i`` and
 ``c_i`` stay there between the device's jobs, the round's ``c`` and start model are uploaded once for all its
 jobs on the host, and the result stays there where the host takes it so (the local executor: the aggregators fold
 it there), else it comes back in one copy. The bits are the numpy path's.
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.methods.feddc.device import device_update_on_device, local_terms_on_device, paper_upload_on_device
+from hierfl.methods.feddc.trainer import device_update_on_device, local_terms_on_device, paper_upload_on_device
 from hierfl.methods.feddc.math import DriftSpec, device_update, local_terms, mean_steps, relative_weights
 from hierfl.core.method import JobContext, runner
 from hierfl.core.message import CONTROLLED

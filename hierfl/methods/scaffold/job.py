@@ -6,7 +6,7 @@ job; ``c_i``: the device's own, kept by its host), then moves ``c_i`` by option 
 ``y`` and ``Δc_i`` (the control-variates message).
 
 Off the CPU the whole job computes on the training device (:attr:`JobContext.device_vectors
-<hierfl.core.method.JobContext.device_vectors>`, math in :mod:`hierfl.methods.scaffold.device`): ``c_i`` stays
+<hierfl.core.method.JobContext.device_vectors>`, math in :mod:`hierfl.methods.scaffold.trainer`): ``c_i`` stays
 there between the device's jobs, the round's ``c`` and start model are uploaded once for all its jobs on the
 host (not at all when the start is an aggregate computed there), and the result ``[y; Δc_i]`` stays there where
 the host takes it so (the local executor: the aggregators fold the model and sum ``κ_i Δc_i`` there), else it comes
@@ -21,7 +21,7 @@ import numpy as np
 
 from hierfl.core.method import JobContext, runner
 from hierfl.core.message import CONTROLLED
-from hierfl.methods.scaffold.device import correction_on_device, option2_on_device
+from hierfl.methods.scaffold.trainer import correction_on_device, option2_on_device
 from hierfl.methods.scaffold.math import ControlJob, correction, option2_control
 
 __all__ = ["run_control_job"]

@@ -1,4 +1,4 @@
-"""SCAFFOLD's control math on the training device (torch), with the bits of the numpy reference.
+"""SCAFFOLD's torch work: its control math on the training device, with the bits of the numpy reference.
 
 Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning", ICML 2020, option II;
 the reference is :mod:`hierfl.methods.scaffold.math`. Every operation below is the reference's, element by

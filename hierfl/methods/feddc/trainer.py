@@ -1,4 +1,4 @@
-"""FedDC's drift and control math on the training device (torch), with the bits of the numpy reference.
+"""FedDC's torch work: its drift and control math on the training device, with the bits of the numpy reference.
 
 Gao et al., "FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling and Correction", CVPR 2022;
 the reference is :mod:`hierfl.methods.feddc.math` (:func:`~hierfl.methods.feddc.math.local_terms`,
