@@ -143,14 +143,17 @@ FEDDC = dict(training={"trainer": {"name": "feddc", "alpha": 0.3}}, stop={"round
 MOVED = {"scaffold": (1 + 1 + 1 + 1, 3 * 2), "feddc": (3 * 2, 3 * 2)}
 
 
-@pytest.mark.parametrize("name, fields", [("scaffold", SCAFFOLD), ("feddc", FEDDC)])
-def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str, fields: dict, tmp_path: Path,
+@pytest.mark.parametrize("name, fields, k", [("scaffold", SCAFFOLD, 4), ("scaffold", SCAFFOLD, 8),
+                                             ("feddc", FEDDC, 4)])
+def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str, fields: dict, k: int, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A 4-device, 3-round run on ``cpu:0``: the contract outputs are the CPU run's bytes. Each round uploads at most
     its start model and control, once, the results ``[y; Δc]`` stay on the device where the aggregator folds the
     models and sums the controls, and it downloads the aggregate and the control sum: 10 (SCAFFOLD) or 12 (FedDC)
     copies in all, where the numpy path (forced on the same device) makes 36 (per job: the start model and the
-    correction up, the model down). The kept vectors are :class:`KeptTensor` on the device."""
+    correction up, the model down). With 8 devices the device path's counts are the same; the numpy path's double.
+    The kept vectors are :class:`KeptTensor` on the device."""
+    fields = {**fields, "devices": {"count": k}}
     run_scenario(tiny(**fields), tmp_path / "cpu")
     monkeypatch.setattr("hierfl.runtime.device_host.resolve_device", lambda d: OFF_CPU)
     monkeypatch.setattr("hierfl.runtime.server_roles.resolve_device", lambda d: OFF_CPU)
@@ -162,7 +165,7 @@ def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str,
     assert moved == {"h2d_calls": up, "h2d_models": up, "d2h_calls": down, "d2h_models": down}
     assert copies.counts == {"h2d": 0, "d2h": 0}  # (no copy of the trainer's own: all through the counter)
     kept = host.states.vectors
-    assert sorted(kept) == [0, 1, 2, 3]
+    assert sorted(kept) == list(range(k))
     assert all(isinstance(v, KeptTensor) for vecs in kept.values() for v in vecs.values())
     a, b = contract_outputs(tmp_path / "cpu"), contract_outputs(tmp_path / "dev")
     assert a.keys() == b.keys() and all(a[k] == b[k] for k in a)
@@ -170,7 +173,7 @@ def test_control_state_stays_on_the_device_and_the_round_uploads_once(name: str,
     # before: the numpy runner on the same device (its copies are the trainer's, uncounted by the counter)
     monkeypatch.setattr(DeviceVectors, "on_host", property(lambda self: True))
     run_scenario(tiny(**fields), tmp_path / "numpy")
-    assert copies.counts == {"h2d": 24, "d2h": 12}  # 12 jobs × (start model + correction up, model down)
+    assert copies.counts == {"h2d": 2 * 3 * k, "d2h": 3 * k}  # 3k jobs × (start model + correction up, model down)
     assert contract_outputs(tmp_path / "numpy") == a
 
 
