@@ -54,7 +54,7 @@ from hierfl.config.errors import ConfigError, Problem
 __all__ = ["API_VERSION", "ENTRY_POINT_GROUP", "PluginRef", "PluginError", "load_plugin", "load_plugins", "load_entry_points",
            "loaded_plugins", "isolated", "refs_for", "bundle", "install_bundle", "require", "file_module_name", "looks_like_path"]
 
-API_VERSION = "1.4"
+API_VERSION = "1.5"
 """The plug-in API version, ``"MAJOR.MINOR"`` (re-exported as :data:`hierfl.plugin.API_VERSION`); a
 plug-in's ``HIERFL_API`` must match the major."""
 

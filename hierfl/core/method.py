@@ -140,7 +140,13 @@ class JobContext:
     ``(model config, input shape, number of classes, torch threads)``; ``base`` the model a device's state
     starts from before its first job writes it (the run's initial vector, or the global model when the
     method's plain rounds ended: :meth:`JobMethod.plain_rounds`); ``support`` (evaluation only) the
-    samples ``(x, y)`` the device may adapt on before it is tested (:meth:`JobMethod.eval_split`).
+    samples ``(x, y)`` the device may adapt on before it is tested (:meth:`JobMethod.eval_split`);
+    ``device_vectors`` the host's training device for a job that computes there
+    (:class:`~hierfl.learn.kept.DeviceVectors`: ``device``, ``on_host``, ``transfers``, ``shared`` for a vector
+    many jobs read, ``state`` and ``keep`` for a device's kept vectors, ``download`` of the result; None where
+    the host gives none). A runner that uses it off the CPU keeps its state there between the device's jobs
+    and must give the bits of its numpy code; ``keep_result``: the host takes a result left on the training device
+    (``device_vectors.result``), which an aggregation folds there.
     """
 
     device: int
@@ -159,6 +165,8 @@ class JobContext:
     cache: dict[str, Any] = field(default_factory=dict)
     base: np.ndarray | None = None
     support: tuple[np.ndarray, np.ndarray] | None = None
+    device_vectors: Any = None
+    keep_result: bool = False
 
     def finish(self, result: np.ndarray, stats: dict[str, float]) -> tuple[np.ndarray, dict[str, float]]:
         """Return ``result`` through ``out`` when the host gave one (a row of a batch of results)."""

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from hierfl.core.aggregate import WeightedSum
-from hierfl.learn.staging import DeviceModel, DeviceRow, Staging
+from hierfl.learn.staging import DeviceModel, DeviceRow, DeviceStack, Staging
 
-__all__ = ["DeviceWeightedSum"]
+__all__ = ["DeviceWeightedSum", "DeviceControlSum", "split_controlled"]
 
 
 def _cpu_view(vector: Any) -> np.ndarray:
@@ -178,3 +178,44 @@ class DeviceWeightedSum:
         self.staging.keep(out, model)  # (a group that starts from it next uses this copy: no upload)
         self._acc = self._tmp = None
         return out
+
+
+def split_controlled(row: DeviceRow) -> tuple[DeviceRow, Any]:
+    """A control-variates message kept on its device (layout :data:`~hierfl.core.message.CONTROLLED`, a job
+    method's result left there) as its model part (a :class:`DeviceRow`, views of the same memory) and its control
+    part (a tensor view); nothing is copied."""
+    from hierfl.core.message import CONTROLLED, MODEL
+
+    stack = row.stack
+    parts = CONTROLLED.slices(CONTROLLED.num_params_of(int(stack.tensor.shape[1])))
+    model = DeviceStack(stack.tensor[:, parts[MODEL]], stack.staging,
+                        None if stack.host is None else stack.host[:, parts[MODEL]]).row(row.index)
+    return model, row.tensor[parts["control"]]
+
+
+class DeviceControlSum:
+    """``Σ κ_i Δc_i`` of control-variates messages kept on the training device (docs/explanation/algorithms.md §5.6),
+    summed there in float64 with the numpy reference's operations in its order: each
+    ``float64(Δc_i)·κ_i`` one rounding, each sum one rounding (the reference is the aggregating role's host sum).
+    :meth:`host` is the sum as the host's float64 vector, copied once (counted); ``start`` continues a host sum."""
+
+    def __init__(self, staging: Staging, start: np.ndarray | None = None) -> None:
+        import torch
+
+        self.staging = staging
+        self.acc: Any = None
+        if start is not None:  # (a sum begun on the host, from updates read there: uploaded, counted)
+            staging.transfers.count("h2d", 1)
+            self.acc = torch.from_numpy(np.ascontiguousarray(start, dtype=np.float64)).to(staging.device, copy=True)
+
+    def add(self, control: Any, coef: float) -> None:
+        """Fold in one message's control part (a float32 tensor on the device) with its coefficient ``κ_i``."""
+        import torch
+
+        dc = control.to(torch.float64) * float(coef)
+        self.acc = dc if self.acc is None else self.acc + dc
+
+    def host(self) -> np.ndarray:
+        """The float64 sum on the host (one copy, counted)."""
+        self.staging.transfers.count("d2h", 1)
+        return self.acc.cpu().numpy().copy()

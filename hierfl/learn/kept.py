@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from hierfl.learn.staging import Transfers
+from hierfl.learn.staging import Staging, Transfers
 
-__all__ = ["KeptTensor", "keep", "load_into"]
+__all__ = ["KeptTensor", "DeviceVectors", "keep", "load_into"]
 
 
 def _plain(array: np.ndarray) -> np.ndarray:
@@ -86,3 +86,99 @@ def load_into(buffer: Any, kept: Any, transfers: Transfers | None) -> None:
     if transfers is not None:
         transfers.count("h2d", 1)
     buffer.copy_(torch.from_numpy(np.ascontiguousarray(values)).view_as(buffer))
+
+
+class DeviceVectors:
+    """A job method's access to its host's training device (:attr:`JobContext.device_vectors
+    <hierfl.core.method.JobContext.device_vectors>`): the vectors a job computes with stay there.
+
+    * :meth:`shared` — a host vector that many jobs read unchanged (the round's start model, the server control
+      that came with the job): uploaded once per distinct object and reused while it is among the last
+      :attr:`KEEP` such vectors; one the host's staging already holds on the device (an aggregate computed there)
+      is not uploaded at all. Identity is what is compared: the aggregators replace their vectors and never
+      write one in place, as the staging of the fast path assumes (:class:`hierfl.learn.staging.Staging`).
+    * :meth:`state` — a device's kept vector (its :class:`KeptTensor` as it is, a host vector loaded after a
+      resume: uploaded, or zeros made on the device for one never written); :meth:`keep` — what the job leaves
+      in the device's state (a :class:`KeptTensor`).
+    * :meth:`result` — the job's result left on the device where the host takes it there (the local executor: an
+      aggregation folds it where it is, :class:`hierfl.learn.staging.DeviceRow`), else :meth:`download` — the
+      result's vectors into one host vector (``out`` when given), one copy.
+
+    Every crossing is counted in the host's :class:`~hierfl.learn.staging.Transfers` (``transfers``). On a CPU
+    device (``on_host``) a job method keeps its numpy code: the host's memory is the device's.
+    """
+
+    KEEP = 8  # shared vectors kept (a round's start model and control, for a few edges whose jobs interleave)
+
+    def __init__(self, staging: Staging) -> None:
+        self.staging = staging
+        self.device = str(staging.device)
+        self.transfers = staging.transfers
+        # (host array, its float32 copy on the device), newest last; the host array is held, so its id and
+        # buffer are not reused while it is listed
+        self._shared: list[tuple[Any, Any]] = []
+
+    @property
+    def on_host(self) -> bool:
+        """Whether the training device is the host's CPU (numpy is the device's arithmetic there)."""
+        return self.device == "cpu"
+
+    def shared(self, vector: Any) -> Any:
+        """The read-only float32 device copy of the host vector ``vector`` (a :class:`KeptTensor`: its tensor)."""
+        if isinstance(vector, KeptTensor):
+            return vector.tensor
+        kept = self.staging.on_device(vector)  # (an aggregate computed on the device, or a model staged there)
+        if kept is not None:
+            return kept
+        for host, tensor in self._shared:
+            if host is vector:
+                return tensor
+        tensor = self._upload(vector)
+        self._shared = self._shared[-(self.KEEP - 1):] + [(vector, tensor)]
+        return tensor
+
+    def state(self, kept: Any, size: int) -> Any:
+        """A device's kept vector of ``size`` on the device: its :class:`KeptTensor` (not copied: a job replaces
+        state, never writes it in place), a host vector (uploaded, counted), or zeros for None (never written)."""
+        import torch
+
+        if isinstance(kept, KeptTensor):
+            return kept.tensor
+        if kept is None:
+            return torch.zeros(int(size), dtype=torch.float32, device=self.device)
+        return self._upload(kept)
+
+    def keep(self, tensor: Any) -> KeptTensor:
+        """``tensor`` (owned by the caller from now on by no one else) as a device's kept vector."""
+        return KeptTensor(tensor, self.transfers)
+
+    def download(self, tensors: list[Any], out: np.ndarray | None = None) -> np.ndarray:
+        """The float32 tensors one after another as one host vector (into ``out`` when given): one call,
+        counted as the model-sized vectors it moves."""
+        import torch
+
+        flat = tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+        self.transfers.count("d2h", len(tensors))
+        if out is None:
+            return flat.cpu().numpy().copy()
+        torch.from_numpy(out).copy_(flat)
+        return out
+
+    def result(self, tensors: list[Any], out: np.ndarray | None, resident: bool) -> Any:
+        """The job's result made of the float32 ``tensors`` one after another: left on the device (``resident``,
+        the host takes it there, and no ``out``: a :class:`~hierfl.learn.staging.DeviceRow`, which an aggregation
+        folds where it is and anything else copies to the host once), else :meth:`download`."""
+        if not resident or out is not None:
+            return self.download(tensors, out)
+        import torch
+
+        from hierfl.learn.staging import DeviceStack
+
+        return DeviceStack(torch.cat(tensors).unsqueeze(0), self.staging).row(0)
+
+    def _upload(self, vector: Any) -> Any:
+        import torch
+
+        self.transfers.count("h2d", 1)
+        host = np.ascontiguousarray(np.asarray(vector), dtype=np.float32)
+        return torch.from_numpy(host).to(self.device, copy=True)

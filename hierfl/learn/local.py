@@ -237,6 +237,12 @@ class LocalTrainer:
 
         if torch.get_num_threads() != self.torch_threads:
             torch.set_num_threads(self.torch_threads)
+        if isinstance(params, torch.Tensor):  # a start already on the training device: copied there, no crossing
+            if tuple(params.shape) != (self.num_params,):
+                raise ValueError(f"expected a flat parameter vector of shape ({self.num_params},), "
+                                 f"got {tuple(params.shape)}")
+            self._flat.copy_(params)
+            return
         params = np.asarray(params)
         if params.shape != (self.num_params,):
             raise ValueError(f"expected a flat parameter vector of shape ({self.num_params},), got {params.shape}")
@@ -272,7 +278,8 @@ class LocalTrainer:
     def train(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, spec: TrainSpec, seed: int,
               correction: np.ndarray | None = None, *, rows: np.ndarray | None = None,
               out: np.ndarray | None = None, loss: Callable[..., Any] | None = None,
-              opt_state: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, dict[str, float]]:
+              opt_state: dict[str, np.ndarray] | None = None,
+              on_device: bool = False) -> tuple[Any, dict[str, float]]:
         """Local minibatch SGD starting from ``params``.
 
         Semantics (the emulator's timing model relies on them):
@@ -331,6 +338,11 @@ class LocalTrainer:
         opt_state
             The device's kept optimizer state (``optimizer_state: device``; empty before its first job): the job
             continues from it instead of a fresh state, and leaves its own state in it.
+        on_device
+            Return the result as a new float32 tensor on the training device instead of a host vector (a job
+            method that computes on with it there: :class:`~hierfl.learn.kept.DeviceVectors`); ``out`` must then
+            be None. ``params`` and ``correction`` may be tensors on the training device either way (copied
+            there, nothing crosses).
 
         Returns
         -------
@@ -349,11 +361,15 @@ class LocalTrainer:
             if rows.ndim != 1 or rows.size < 1 or rows.dtype.kind not in "iu":
                 raise ValueError(f"rows must be a non-empty 1-d integer array, got shape {rows.shape} ({rows.dtype})")
             n = rows.size
-        corr: np.ndarray | None = None
-        if correction is not None:
+        corr: Any = None
+        if on_device and out is not None:
+            raise ValueError("a result left on the device has no host row: give out or on_device, not both")
+        if isinstance(correction, torch.Tensor):  # (on the training device: the optimiser copies it there)
+            corr = correction
+        elif correction is not None:
             corr = np.asarray(correction, dtype=np.float32)
-            if corr.shape != (self.num_params,):
-                raise ValueError(f"correction must have shape ({self.num_params},), got {corr.shape}")
+        if corr is not None and tuple(corr.shape) != (self.num_params,):
+            raise ValueError(f"correction must have shape ({self.num_params},), got {tuple(corr.shape)}")
         self._load(params)
         frozen = int(spec.frozen)
         if frozen > self.num_params:
@@ -437,6 +453,8 @@ class LocalTrainer:
             loss_sum = float(loss_acc.item())
         if opt_state is not None:
             sgd.save_state(opt_state, kept_on)
+        if on_device:  # (the caller computes on with it there; nothing crosses)
+            return self._flat.detach().clone(), {"loss": loss_sum / steps, "steps": steps, "samples": samples}
         flat_np = self._flat_np if on_cpu else download(self._flat)  # (a GPU's one download of the result)
         if out is None:
             result = flat_np.copy() if on_cpu else flat_np

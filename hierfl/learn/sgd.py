@@ -53,12 +53,15 @@ def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.T
     return out
 
 
-def _set(buffer: torch.Tensor, values: np.ndarray) -> None:
-    """Write the host vector ``values`` into ``buffer`` (on the CPU through numpy: no tensor made; elsewhere one copy)."""
+def _set(buffer: torch.Tensor, values: Any) -> None:
+    """Write the host vector ``values`` into ``buffer`` (on the CPU through numpy: no tensor made; elsewhere one copy);
+    a tensor already on the training device is copied there (no crossing)."""
     import numpy as np
     import torch
 
-    if buffer.device.type == "cpu":
+    if isinstance(values, torch.Tensor):
+        buffer.copy_(values)
+    elif buffer.device.type == "cpu":
         buffer.numpy()[...] = values
     else:
         buffer.copy_(torch.from_numpy(np.array(values, dtype=np.float32)))
@@ -105,10 +108,11 @@ class ExactSGD:
             buf = self._buffers[name] = (flat, flat_views(flat, self.params))
         return buf
 
-    def start(self, spec: TrainSpec, correction: np.ndarray | None = None) -> None:
+    def start(self, spec: TrainSpec, correction: Any = None) -> None:
         """Begin a job from the parameters now in ``flat``: fresh momentum, anchor = start model.
 
-        ``correction``: the control variates' flat float32 ``c − c_i`` (shape checked by the caller), or ``None``.
+        ``correction``: the control variates' flat float32 ``c − c_i`` (shape checked by the caller; a host vector or
+        a tensor on the training device), or ``None``.
         """
         self.lr = spec.lr
         self.momentum = spec.momentum

@@ -93,7 +93,7 @@ class HostBuffers:
             if sys.getrefcount(buf) <= 3:
                 self.reused += 1
                 return buf
-        if self.device == "cpu":
+        if not self.device.startswith("cuda"):  # (pinned memory is CUDA's: elsewhere a plain array)
             buf = np.empty(int(size), dtype=np.float32)
         else:
             import torch
@@ -281,6 +281,12 @@ class DeviceRow(_HostReadable):
     @property
     def shape(self) -> tuple[int, ...]:
         return (int(self.stack.tensor.shape[1]),)
+
+    def finite(self) -> bool:
+        """Whether every value is finite, read as one flag (the result stays where it is)."""
+        import torch
+
+        return bool(torch.isfinite(self.tensor).all())
 
     def accumulator(self) -> Any:
         """A weighted sum on this result's device (what an aggregator folds it into:

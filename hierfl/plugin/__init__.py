@@ -96,6 +96,7 @@ _EXPORTS: dict[str, str] = {
     "JobMethod": "hierfl.core.method",
     "JobContext": "hierfl.core.method",
     "StateStore": "hierfl.core.method",
+    "DeviceVectors": "hierfl.learn.kept",
     "runner": "hierfl.core.method",
     "StragglerPolicy": "hierfl.policies.straggler",
     "ReclusterConfig": "hierfl.policies.recluster",

@@ -12,7 +12,8 @@ from hierfl.core.message import CONTROLLED, MODEL
 from hierfl.core.rng import stream
 from hierfl.core.serveropt import OptState
 from hierfl.learn.serveropt import ServerOptimizerConfig
-from hierfl.learn.staging import is_resident
+from hierfl.learn.device_sum import DeviceControlSum, split_controlled
+from hierfl.learn.staging import DeviceRow, is_resident
 
 __all__ = ['Aggregation', 'robust_step']
 
@@ -35,7 +36,9 @@ class Aggregation:
 
     def __init__(self, rule: Any = None, seed: int = 0, expected: int | None = None) -> None:
         self.pending: Any = None  # a WeightedSum, or its device twin (hierfl.learn.device_sum.DeviceWeightedSum)
-        self.control_sum: np.ndarray | None = None
+        self._control_sum: np.ndarray | None = None
+        # the control sum of messages kept on their training device, summed there (DeviceControlSum), until read
+        self._device_control: Any = None
         self.opt_state = OptState()
         self.rule = rule
         self._rows: list[np.ndarray] = []
@@ -55,8 +58,15 @@ class Aggregation:
         ``tag`` (robust aggregation only): None for an honest update, else ``(source, behaviour
         name, ALIE z or None)`` of a Byzantine one.
         """
-        if control_coef is None and self.rule is None and is_resident(vector):
+        if self.rule is None and is_resident(vector) and (control_coef is None or isinstance(vector, DeviceRow)):
             # a result kept on its training device: summed there, the same arithmetic (hierfl.learn.staging)
+            if control_coef is not None:
+                # a control-variates message left there by a job method: κ·Δc summed apart there too
+                vector, control = split_controlled(vector)
+                if self._device_control is None:  # (a sum begun on the host goes on there: uploaded once)
+                    self._device_control = DeviceControlSum(vector.staging, self._control_sum)
+                    self._control_sum = None
+                self._device_control.add(control, control_coef)
             if self.pending is None:
                 self.pending = vector.accumulator()
             self.pending.add(vector, weight)
@@ -65,7 +75,8 @@ class Aggregation:
         if control_coef is not None:  # the control-variates message: κ·Δc is summed apart, the model averaged
             parts = CONTROLLED.split(vec)
             dc = parts["control"].astype(np.float64) * float(control_coef)
-            self.control_sum = dc if self.control_sum is None else self.control_sum + dc
+            total = self.control_sum  # (a sum begun on the device continues here, in the same order)
+            self.control_sum = dc if total is None else total + dc
             vec = parts[MODEL]
         if self.rule is not None:
             self._rows.append(vec)
@@ -75,6 +86,29 @@ class Aggregation:
         if self.pending is None:
             self.pending = WeightedSum()
         self.pending.add(vec, weight)
+
+    @property
+    def control_sum(self) -> np.ndarray | None:
+        """``Σ κ_i Δc_i`` of the round so far (float64), or None; a sum made on the training device is copied to the
+        host here, once (the aggregating role steps its control, or relays the sum, on the host)."""
+        if self._device_control is not None:
+            self._control_sum, self._device_control = self._device_control.host(), None
+        return self._control_sum
+
+    @control_sum.setter
+    def control_sum(self, value: np.ndarray | None) -> None:
+        self._control_sum, self._device_control = value, None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a checkpoint holds the control sum on the host (its float64 bits exactly), as a CPU run's does
+        _ = self.control_sum
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "control_sum" in state:  # (a checkpoint written before the sum could stay on a device)
+            state["_control_sum"] = state.pop("control_sum")
+        state.setdefault("_device_control", None)
+        self.__dict__.update(state)
 
     def _robust(self, base: np.ndarray | None, loss: Any, tier: str, entity: int) -> np.ndarray:
         """The rule's aggregate of the kept updates (float32) and its report."""

@@ -15,7 +15,8 @@ from hierfl.runtime.result_blocks import ResultBlocks
 from hierfl.core.shared import SharedRows
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import BatchedTrainer
-from hierfl.learn.staging import Staging
+from hierfl.learn.kept import DeviceVectors
+from hierfl.learn.staging import DeviceRow, Staging
 from hierfl.runtime import group_training
 from hierfl.learn.chain import LinearChain
 from hierfl.learn.vmapped import VmapTrainer, resolve_device
@@ -25,7 +26,7 @@ from hierfl.core.device_eval import DEFAULT_SUPPORT_FRACTION, support_split
 __all__ = ['DeviceHost', 'group_trainers']
 
 
-from hierfl.runtime.role_common import (ModelSpec, _pick, cpu_batching_of, device_of, fast_path_of, flag_nonfinite,
+from hierfl.runtime.role_common import (NONFINITE, ModelSpec, _pick, cpu_batching_of, device_of, fast_path_of, flag_nonfinite,
                                         models_of, precision_of)
 
 
@@ -91,17 +92,23 @@ class DeviceHost:
                 group_trainer.staging = self.staging
         for trainer in self.trainers:  # (a device's kept optimizer state crossing is counted there too)
             trainer.transfers = self.staging.transfers
+        # a job method's vectors on the training device (its kept state, the round's shared control), counted there
+        self.device_vectors = DeviceVectors(self.staging)
 
     def train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
-              control: np.ndarray | None = None, out: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
+              control: np.ndarray | None = None, out: np.ndarray | None = None,
+              resident: bool = False) -> tuple[Any, dict[str, float]]:
         """One local job of ``device`` starting from ``params``; seeded by ``seed`` only.
 
         With a job method (``spec.method``) the method runs the job (:meth:`JobMethod.run`), given
         ``control``, the extra vector that came with the job (a server control, targets). ``out``:
         optional array of the result's length that receives it. The device's samples are read from the host's
-        arrays through its rows (never gathered into a per-job copy first).
+        arrays through its rows (never gathered into a per-job copy first). ``resident`` (the local executor): a job
+        method may leave its result on the training device (:class:`~hierfl.learn.staging.DeviceRow`).
         """
-        result, stats = self._train(device, seed, spec, params, control, out)
+        result, stats = self._train(device, seed, spec, params, control, out, resident=resident)
+        if isinstance(result, DeviceRow):  # (one flag read on the device, the result stays there)
+            return result, stats if result.finite() else {**stats, NONFINITE: 1.0}
         return result, flag_nonfinite(result, stats)
 
     def rows_of(self, device: int, spec: TrainSpec) -> np.ndarray:
@@ -112,11 +119,13 @@ class DeviceHost:
 
     def _train(self, device: int, seed: int, spec: TrainSpec, params: np.ndarray,
                control: np.ndarray | None, out: np.ndarray | None,
-               labels: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, float]]:
-        if spec.attack is not None:
+               labels: np.ndarray | None = None, resident: bool = False) -> tuple[Any, dict[str, float]]:
+        if spec.attack is not None:  # (its behaviour transforms the result on the host)
             return self._train_byzantine(device, seed, spec, params, control, out)
         if spec.method is not None:
-            return spec.method.run(self._context(device, seed, spec, params, control, out, labels=labels))
+            ctx = self._context(device, seed, spec, params, control, out, labels=labels)
+            ctx.keep_result = resident
+            return spec.method.run(ctx)
         trainer = self.trainers[spec.model]
         y = self._shared.y_for(spec.shared, device) if labels is None else labels
         if spec.optimizer_state == "device":  # the device's optimizer state, kept here across its jobs
@@ -143,7 +152,7 @@ class DeviceHost:
                           trainer=self.trainers[spec.model], x=self.x, y=y,
                           rows=self.rows_of(device, spec) if rows is None else rows,
                           parts=self.parts, state=self.states, model=self._model, out=out, cache=cache,
-                          base=self.state_base)
+                          base=self.state_base, device_vectors=self.device_vectors)
 
     def set_state_base(self, params: np.ndarray) -> bool:
         """From now on, a device whose state was never written starts from ``params``

@@ -281,7 +281,8 @@ class LocalExecutor(Executor):
                 handles.run(closed)
             return job, job, 0
         params, control = handles.values([params, control])
-        new, stats = self.host.train(device, seed, spec, params, control)
+        # (a job method's result may stay on the training device: an aggregation folds it there)
+        new, stats = self.host.train(device, seed, spec, params, control, resident=True)
         return new, stats, 0
 
     def wait(self, job: Job) -> dict[str, float]:

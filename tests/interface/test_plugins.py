@@ -139,7 +139,7 @@ BAD = {
         class Mine(ProtocolConfig):
             name: Literal["fedavg"] = "fedavg"
     '''), ["registers a name already taken: protocol 'fedavg' is already registered (by hierfl.methods.fedavg.protocol)"]),
-    "api": ('HIERFL_API = "2"\n', ["written for plug-in API 2 (HIERFL_API)", "provides API 1.4"]),
+    "api": ('HIERFL_API = "2"\n', ["written for plug-in API 2 (HIERFL_API)", "provides API 1.5"]),
 }
 
 
