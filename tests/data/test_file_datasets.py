@@ -261,7 +261,8 @@ def _file_scenarios() -> list[Path]:
 
     # only a scenario whose YAML (with what it extends) names a file dataset can be one: the others are not
     # validated here, at collection, where every pytest-xdist worker would validate all of them
-    named = [p for p in (ROOT / "scenarios").glob("*.yaml") if any(n in json.dumps(load_raw(p)) for n in _WRITERS)]
+    texts = {p: json.dumps(load_raw(p)) for p in (ROOT / "scenarios").glob("*.yaml")}  # each file read once
+    named = [p for p, text in texts.items() if any(n in text for n in _WRITERS)]
     with isolated():
         return sorted(p for p in named if load_scenario(p).data.dataset.name in _WRITERS)
 
