@@ -300,8 +300,8 @@ def _poison(monkeypatch: pytest.MonkeyPatch, device: int) -> None:
 
     real = DeviceHost._train
 
-    def train(self, dev, seed, spec, params, control, out):  # noqa: ANN001, ANN202
-        result, stats = real(self, dev, seed, spec, params, control, out)
+    def train(self, dev, seed, spec, params, control, out, **kw):  # noqa: ANN001, ANN202
+        result, stats = real(self, dev, seed, spec, params, control, out, **kw)
         if dev == device:
             result[:] = np.nan
         return result, stats

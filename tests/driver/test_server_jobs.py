@@ -25,6 +25,7 @@ from hierfl.methods.fedavg.protocol import FedAvg
 from hierfl.runtime.roles import Cloud
 from hierfl.scenario.servers import ServersConfig
 from tests.conftest import tiny
+from tests.driver.server_roles import _cloud, _shipped_tasks
 
 
 @server_task("test_halve")
@@ -136,20 +137,6 @@ def test_an_unknown_server_tier_names_the_key_and_the_tiers():
 
 # -- the role: tasks, what a point keeps, checkpoints ---------------------------------------------------
 
-def _cloud(public: bool = True) -> tuple[Cloud, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    from hierfl.learn.local import count_params, init_params
-    from hierfl.models import LogRegConfig
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(30, 4)).astype(np.float32)
-    y = (x[:, 0] > 0).astype(np.int64)
-    cfg = LogRegConfig()
-    params = init_params(cfg, (4,), 2, 1)
-    assert params.size == count_params(cfg, (4,), 2)
-    spec = (cfg, (4,), 2, 1, False, "cpu", "fp32", "auto")
-    return Cloud(params, x, y, spec, None, (x, y) if public else None), params, (x, y)
-
-
 def test_public_finetune_is_sgd_on_the_public_split_charged_three_forward_passes():
     from hierfl.core.work import TrainSpec
     from hierfl.learn.local import LocalTrainer
@@ -253,13 +240,6 @@ def test_server_tasks_registry_names_are_unique():
 
 
 # -- conformance: every shipped task runs on its example, deterministically, charging finite work ----------
-
-def _shipped_tasks() -> list[str]:
-    from hierfl.learn.server_tasks import discover
-
-    discover()
-    return sorted(name for name, fn in SERVER_TASKS.items() if fn.__module__.startswith("hierfl."))
-
 
 def test_shipped_tasks_live_in_their_method_package_or_the_shared_tasks():
     # a method's tasks are its package's server.py; hierfl.learn.tasks holds those no one method owns; a

@@ -178,7 +178,7 @@ def test_context_upload_and_download_count_and_copy() -> None:
 def test_every_shipped_task_gives_its_cpu_bits_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each shipped task's conformance example, run by a cloud whose device resolves to ``cpu:0``: the task is
     handed that device, and its outputs, FLOPs, stats and kept bytes are the plain cloud's."""
-    from tests.driver.test_server_jobs import _cloud, _shipped_tasks
+    from tests.driver.server_roles import _cloud, _shipped_tasks
 
     def run_all() -> dict[str, tuple]:
         out = {}
