@@ -4,15 +4,23 @@
   fails), as ``make docs`` builds it; skipped where Sphinx is not installed (the ``docs`` extra).
 * Every command block of a tutorial marked ``<!-- run -->`` runs, in order, in a scratch directory
   that sees the repository's scenarios, topologies, traces and examples, so the tutorials cannot rot.
+  A line that is a plain ``hierfl`` command (words only, optionally piped into a shell) calls
+  ``hierfl.cli.main`` in the test's process, which is what the console script calls, so the page
+  pays no fresh interpreter and imports per command; every other line, and a block with a
+  here-document, runs in ``bash``. The get-started page's first command, the one a newcomer types
+  first, runs through the installed console script itself.
 * Every scenario key and registered plug-in has a description: the generated reference would
   otherwise show an empty cell.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -136,18 +144,90 @@ def test_every_command_of_a_page_shows_its_output():
         assert not missing, f"{page.name}: commands without their expected output: {missing}"
 
 
+# a hierfl command line of plain words (no quoting, redirection, variables or globs): main() takes it as is
+_PLAIN_HIERFL = re.compile(r"hierfl(?:[ \t]+[^\s|&;<>()$`'\"\\*?]+)+")
+# pages whose first hierfl command runs through the installed console script, as a reader types it
+CONSOLE_SCRIPT_PAGES = {"get-started"}
+
+
+def _bash(script: str, cwd: Path, stdin: str | None = None) -> tuple[int, str]:
+    """``script`` in ``bash -euo pipefail``: its exit status, and its stdout and stderr together."""
+    res = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=_env(), input=stdin,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    return res.returncode, res.stdout
+
+
+def _hierfl_in_process(argv: list[str]) -> tuple[int, str]:
+    """``hierfl ARGV`` as the console script runs it (``hierfl.cli.main``), in this process."""
+    from hierfl.cli import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        try:
+            status = main(argv)
+        except SystemExit as exc:  # argparse's usage errors
+            status = exc.code if isinstance(exc.code, int) else 1
+    return status, printed.getvalue()
+
+
+def run_block(block: str, cwd: Path, console_script: bool = False) -> tuple[int, str]:
+    """A page's command block as ``bash -euo pipefail`` would run it: the first failing line stops it.
+
+    Returns the exit status and everything printed. A line ``hierfl WORDS`` (or ``hierfl WORDS | SHELL``)
+    runs ``hierfl.cli.main(WORDS)`` in this process (its output piped into ``SHELL`` in bash); any other
+    line runs in bash. The lines share no shell state (no page sets a variable or changes directory;
+    a block with a here-document runs in one bash whole). ``console_script``: the block's first hierfl
+    line runs through the installed ``hierfl`` executable instead.
+    """
+    if "<<" in block or "\\\n" in block:
+        return _bash(block, cwd)
+    printed = []
+    for line in (ln for ln in block.splitlines() if ln.strip()):
+        head, bar, tail = line.partition("|")
+        if _PLAIN_HIERFL.fullmatch(head.strip()) and not tail.startswith("|") and not console_script:
+            status, out = _hierfl_in_process(shlex.split(head)[1:])
+            if status == 0 and bar:
+                status, out = _bash(tail, cwd, stdin=out)
+        else:
+            console_script = console_script and not _PLAIN_HIERFL.fullmatch(head.strip())
+            status, out = _bash(line, cwd)
+        printed.append(out)
+        if status != 0:
+            break
+    return status, "".join(printed)
+
+
+def test_run_block_runs_plain_hierfl_lines_in_process_and_the_rest_in_bash(tmp_path, monkeypatch):
+    """The runner gives what bash gives: output in order, pipes, a failing line stopping the block."""
+    monkeypatch.chdir(tmp_path)
+    status, out = run_block("echo one\nhierfl --version\nhierfl --version | tr a-z A-Z\necho two\n", tmp_path)
+    from hierfl import __version__
+
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0] == "one" and lines[-1] == "two" and len(lines) == 4
+    assert __version__ in lines[1] and lines[2] == lines[1].upper()
+    status, out = run_block("hierfl validate missing.yaml\necho never\n", tmp_path)
+    assert status != 0 and "never" not in out and "missing.yaml" in out
+    status, out = run_block("false\necho never\n", tmp_path)
+    assert status == 1 and out == ""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_THAT_RUN, ids=lambda p: p.stem)
-def test_tutorial_commands_run(page, tmp_path):
+def test_tutorial_commands_run(page, tmp_path, monkeypatch):
     for name in ("scenarios", "topologies", "traces", "examples"):
         (tmp_path / name).symlink_to(ROOT / name)
+    monkeypatch.chdir(tmp_path)  # the in-process commands resolve the page's relative paths here
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    console_script = page.stem in CONSOLE_SCRIPT_PAGES
     for block, expected in RUN_AND_OUTPUT.findall(page.read_text(encoding="utf-8")):
-        res = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-        assert res.returncode == 0, f"{page.name}: this block failed:\n{block}\n{res.stdout[-5000:]}"
-        problems = output_differences(expected, res.stdout)
+        status, printed = run_block(block, tmp_path, console_script=console_script)
+        console_script = False
+        assert status == 0, f"{page.name}: this block failed:\n{block}\n{printed[-5000:]}"
+        problems = output_differences(expected, printed)
         assert not problems, (f"{page.name}: this block printed other than the page shows:\n{block}\n"
-                              + "\n".join(problems) + f"\n--- printed:\n{res.stdout}")
+                              + "\n".join(problems) + f"\n--- printed:\n{printed}")
 
 
 def test_readme_scenario_is_the_quickstart_file():
