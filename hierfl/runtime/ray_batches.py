@@ -28,6 +28,7 @@ import ray
 from hierfl.core.jobs import Term
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import JobGroups
+from hierfl.runtime.driver_cloud import InDriver
 
 __all__ = ["Batches", "BatchStats", "Slot", "model_ref", "ref_row", "tags_kw", "term_positions",
            "unique_refs"]
@@ -238,17 +239,23 @@ class Batches:
         if self._cloud_adds:
             adds, tags = self.take_cloud_adds()
             index, rows, refs = unique_refs([h for _, h, _ in adds])
-            self._unchecked.append(
+            self._watch(
                 self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
                                            **tags_kw(tags)))
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
             etags, self._edge_tags = self._edge_tags, []
             index, rows, refs = unique_refs([h for _, _, h, _ in eadds])
-            self._unchecked.append(
+            self._watch(
                 self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
                                              [c for *_, c in eadds], *refs, **tags_kw(etags)))
             self._prune()
+
+    def _watch(self, call: Any) -> None:
+        """Keep a fold-in's ref to check; the cloud role in the driver raised at the call already (its
+        result is an :class:`~hierfl.runtime.driver_cloud.InDriver`, nothing to wait for)."""
+        if not isinstance(call, InDriver):
+            self._unchecked.append(call)
 
     def _prune(self) -> None:
         """Check the fold-ins that have finished (keeps the list short on long runs)."""

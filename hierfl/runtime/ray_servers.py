@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import ray
-
 from hierfl.learn.serveropt import ServerOptimizerConfig
+from hierfl.runtime.driver_cloud import get
 from hierfl.runtime.executor_api import Servers, Term
 from hierfl.runtime.ray_batches import Batches, model_ref, tags_kw, term_positions, unique_refs
 
@@ -67,13 +66,13 @@ class RayServers(Servers):
         role = self.leaders if tier == "edge" else self.cloud
         if role is None:
             return []
-        return list(ray.get(role.take_reports.remote()))
+        return list(get(role.take_reports.remote()))
 
     def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
         """Zeno++ in the cloud actor (waits for its answer)."""
         self._b.need(base, candidate)
         self._b.flush()
-        return bool(ray.get(self.cloud.screen.remote(model_ref(base), model_ref(candidate), tag)))
+        return bool(get(self.cloud.screen.remote(model_ref(base), model_ref(candidate), tag)))
 
     def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
                        tags: list[Any]) -> Any:
@@ -150,6 +149,6 @@ class RayServers(Servers):
         self._b.need(*inputs)
         self._b.flush_jobs()
         index, rows, refs = unique_refs(list(inputs))
-        outputs, flops, stats, kept = ray.get(self.cloud.run_task.remote(name, dict(params), seed, tier, entity,
+        outputs, flops, stats, kept = get(self.cloud.run_task.remote(name, dict(params), seed, tier, entity,
                                                                          index, rows, *refs))
         return [ray.put(o) for o in outputs], flops, stats, kept
