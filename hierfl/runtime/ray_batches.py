@@ -179,6 +179,33 @@ class Batches:
         for (host, spec), batch in self._place(jobs).items():
             self._dispatch(host, spec, batch)
 
+    def flush_jobs_for(self, role: Any, handles: list[Any]) -> None:
+        """Dispatch the buffered jobs before ``role`` computes from ``handles``, unless it is the cloud role in the
+        driver (:class:`~hierfl.runtime.driver_cloud.DriverCloud`) and every input is dispatched and finished.
+
+        That role reads its inputs at once: it would block on an unfinished one (the hosts must work meanwhile, so
+        everything is sent), but a finished one needs nothing sent. The buffered jobs then keep gathering into
+        batches until the driver next blocks, as in the executor's ``wait``: a serverless run averages after nearly
+        every job, and sending at each average made batches of one job (a Ray call of about 2.5 CPU ms each).
+        An actor role resolves its inputs itself (the driver never blocks on it): everything is sent, as before."""
+        if not getattr(role, "in_driver", False):
+            self.flush_jobs()
+            return
+        refs: list[Any] = []
+        for handle in handles:
+            if isinstance(handle, Slot):
+                if handle.ref is None:  # not dispatched yet
+                    self.flush_jobs()
+                    return
+                refs.append(handle.ref)
+            elif isinstance(handle, ray.ObjectRef):
+                refs.append(handle)
+        if refs:
+            unique = list(dict.fromkeys(refs))
+            ready, _ = ray.wait(unique, num_returns=len(unique), timeout=0)
+            if len(ready) < len(unique):
+                self.flush_jobs()
+
     def _place(self, jobs: list[Slot]) -> dict[tuple[int, TrainSpec], list[Slot]]:
         """The jobs by host and spec: a job that keeps device state at its device's home, a fast-path group on one host,
         any other on the least busy host."""
@@ -233,9 +260,11 @@ class Batches:
         tags, self._cloud_tags = self._cloud_tags, []
         return adds, tags
 
-    def flush(self) -> None:
-        """Dispatch everything buffered, jobs first (called before the driver blocks)."""
-        self.flush_jobs()
+    def flush(self, jobs: bool = True) -> None:
+        """Dispatch everything buffered, jobs first (called before the driver blocks); ``jobs`` False: the
+        fold-ins only (the caller has sent the jobs it needs: :meth:`flush_jobs_for`)."""
+        if jobs:
+            self.flush_jobs()
         if self._cloud_adds:
             adds, tags = self.take_cloud_adds()
             index, rows, refs = unique_refs([h for _, h, _ in adds])
