@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
+
 from hierfl.learn.serveropt import ServerOptimizerConfig
 from hierfl.runtime.driver_cloud import get
 from hierfl.runtime.executor_api import Servers, Term
