@@ -6,7 +6,7 @@ its share of the object store) and about 1 CPU s, for work that takes the driver
 call (scale, goal (c), measured on W1a with ``analysis/bench/startup.py``). :class:`DriverCloud`
 runs the very same role object (:class:`~hierfl.runtime.ray_actors.CloudActor`) in the driver,
 so :class:`~hierfl.runtime.ray_executor.RayExecutor` keeps calling ``cloud.method.remote(...)``
-and ``ray.get``-ing the returned references whichever it is.
+and reading the returned handles with :func:`get` (``ray.get`` for a ref) whichever it is.
 
 What a call does, and why it gives the actor's bits:
 
