@@ -28,6 +28,7 @@ import ray
 from hierfl.core.jobs import Term
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import JobGroups
+from hierfl.runtime.driver_cloud import InDriver
 
 __all__ = ["Batches", "BatchStats", "Slot", "model_ref", "ref_row", "tags_kw", "term_positions",
            "unique_refs"]
@@ -178,6 +179,33 @@ class Batches:
         for (host, spec), batch in self._place(jobs).items():
             self._dispatch(host, spec, batch)
 
+    def flush_jobs_for(self, role: Any, handles: list[Any]) -> None:
+        """Dispatch the buffered jobs before ``role`` computes from ``handles``, unless it is the cloud role in the
+        driver (:class:`~hierfl.runtime.driver_cloud.DriverCloud`) and every input is dispatched and finished.
+
+        That role reads its inputs at once: it would block on an unfinished one (the hosts must work meanwhile, so
+        everything is sent), but a finished one needs nothing sent. The buffered jobs then keep gathering into
+        batches until the driver next blocks, as in the executor's ``wait``: a serverless run averages after nearly
+        every job, and sending at each average made batches of one job (a Ray call of about 2.5 CPU ms each).
+        An actor role resolves its inputs itself (the driver never blocks on it): everything is sent, as before."""
+        if not getattr(role, "in_driver", False):
+            self.flush_jobs()
+            return
+        refs: list[Any] = []
+        for handle in handles:
+            if isinstance(handle, Slot):
+                if handle.ref is None:  # not dispatched yet
+                    self.flush_jobs()
+                    return
+                refs.append(handle.ref)
+            elif isinstance(handle, ray.ObjectRef):
+                refs.append(handle)
+        if refs:
+            unique = list(dict.fromkeys(refs))
+            ready, _ = ray.wait(unique, num_returns=len(unique), timeout=0)
+            if len(ready) < len(unique):
+                self.flush_jobs()
+
     def _place(self, jobs: list[Slot]) -> dict[tuple[int, TrainSpec], list[Slot]]:
         """The jobs by host and spec: a job that keeps device state at its device's home, a fast-path group on one host,
         any other on the least busy host."""
@@ -232,23 +260,31 @@ class Batches:
         tags, self._cloud_tags = self._cloud_tags, []
         return adds, tags
 
-    def flush(self) -> None:
-        """Dispatch everything buffered, jobs first (called before the driver blocks)."""
-        self.flush_jobs()
+    def flush(self, jobs: bool = True) -> None:
+        """Dispatch everything buffered, jobs first (called before the driver blocks); ``jobs`` False: the
+        fold-ins only (the caller has sent the jobs it needs: :meth:`flush_jobs_for`)."""
+        if jobs:
+            self.flush_jobs()
         if self._cloud_adds:
             adds, tags = self.take_cloud_adds()
             index, rows, refs = unique_refs([h for _, h, _ in adds])
-            self._unchecked.append(
+            self._watch(
                 self.cloud.add_many.remote([w for w, _, _ in adds], index, rows, [c for _, _, c in adds], *refs,
                                            **tags_kw(tags)))
         if self._edge_adds and self.leaders is not None:
             eadds, self._edge_adds = self._edge_adds, []
             etags, self._edge_tags = self._edge_tags, []
             index, rows, refs = unique_refs([h for _, _, h, _ in eadds])
-            self._unchecked.append(
+            self._watch(
                 self.leaders.add_many.remote([e for e, _, _, _ in eadds], [w for _, w, _, _ in eadds], index, rows,
                                              [c for *_, c in eadds], *refs, **tags_kw(etags)))
             self._prune()
+
+    def _watch(self, call: Any) -> None:
+        """Keep a fold-in's ref to check; the cloud role in the driver raised at the call already (its
+        result is an :class:`~hierfl.runtime.driver_cloud.InDriver`, nothing to wait for)."""
+        if not isinstance(call, InDriver):
+            self._unchecked.append(call)
 
     def _prune(self) -> None:
         """Check the fold-ins that have finished (keeps the list short on long runs)."""

@@ -27,6 +27,7 @@ import ray
 
 from hierfl.core.work import TrainSpec
 from hierfl.learn.batched import JobGroups
+from hierfl.runtime.driver_cloud import get
 from hierfl.runtime.executor_api import Executor, Job, RunData, eval_groups
 from hierfl.runtime.ray_batches import Batches, Slot, model_ref, ref_row, unique_refs
 from hierfl.runtime.ray_cluster import (RayCloud, RayCluster, RayDeviceHost, RayLeaderHost, RayStart, is_lost,
@@ -99,11 +100,12 @@ class RayExecutor(Executor):
         self.cluster = RayCluster(self._start)
 
     def _get(self, refs: Any) -> Any:
-        """``ray.get``; if it fails, a failed set-up or warm-up (the first cause) is raised instead."""
+        """``ray.get`` (of refs or the cloud role's results in the driver: :func:`~hierfl.runtime.driver_cloud.get`);
+        if it fails, a failed set-up or warm-up (the first cause) is raised instead."""
         try:
-            return ray.get(refs)
+            return get(refs)
         except Exception:
-            ray.get([*self._setups, self._cloud_setup, *self._bases, *self._warms, self._cloud_warm])
+            get([*self._setups, self._cloud_setup, *self._bases, *self._warms, self._cloud_warm])
             raise
 
     def data_views(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -219,7 +221,7 @@ class RayExecutor(Executor):
         base_pos = -1
         if base is not None:
             base_pos = index[k]
-        return np.asarray(ray.get(self.cloud.similarity.remote(base_pos, index[:k], rows[:k], *refs, measure=measure)))
+        return np.asarray(get(self.cloud.similarity.remote(base_pos, index[:k], rows[:k], *refs, measure=measure)))
 
     def fetch(self, params: Any) -> np.ndarray:
         """Download a vector to the driver (final model only)."""

@@ -12,6 +12,7 @@ from typing import Any
 import ray
 
 from hierfl.learn.serveropt import ServerOptimizerConfig
+from hierfl.runtime.driver_cloud import get
 from hierfl.runtime.executor_api import Servers, Term
 from hierfl.runtime.ray_batches import Batches, model_ref, tags_kw, term_positions, unique_refs
 
@@ -67,13 +68,13 @@ class RayServers(Servers):
         role = self.leaders if tier == "edge" else self.cloud
         if role is None:
             return []
-        return list(ray.get(role.take_reports.remote()))
+        return list(get(role.take_reports.remote()))
 
     def screen(self, base: Any, candidate: Any, tag: Any = None) -> bool:
         """Zeno++ in the cloud actor (waits for its answer)."""
         self._b.need(base, candidate)
         self._b.flush()
-        return bool(ray.get(self.cloud.screen.remote(model_ref(base), model_ref(candidate), tag)))
+        return bool(get(self.cloud.screen.remote(model_ref(base), model_ref(candidate), tag)))
 
     def robust_average(self, tier: str, entity: int, models: list[Any], weights: list[float], base: Any,
                        tags: list[Any]) -> Any:
@@ -99,18 +100,21 @@ class RayServers(Servers):
     def average(self, models: list[Any], weights: list[float]) -> Any:
         """Ref of the weighted average, computed in the cloud actor (models may be job Slots)."""
         self._b.need(*models)
-        self._b.flush_jobs()
+        self._b.flush_jobs_for(self.cloud, list(models))
         index, rows, refs = unique_refs(list(models))
         return self.cloud.average.remote(list(weights), index, rows, *refs)
 
     def combine(self, tier: str, terms: list[Term]) -> Any:
         """Ref of ``Σ c·(a − b)`` computed in the leader or cloud actor (inputs resolved there, as refs)."""
         self._b.need(*[h for _, p, m in terms for h in (p, m)])
-        self._b.flush()  # binds buffered jobs to their batch rows; keeps per-actor call order
         role = self.leaders if tier == "edge" else self.cloud
         if role is None:
             raise RuntimeError("no leader actor: the scenario has no edge servers")
         handles = [h for _, p, m in terms for h in (p, m) if h is not None]
+        # binds the buffered jobs it reads to their batch rows (flush_jobs_for), and sends the buffered
+        # fold-ins first: they keep their order before this call in each role
+        self._b.flush_jobs_for(role, handles)
+        self._b.flush(jobs=False)
         index, rows, refs = unique_refs(handles)
         plus, minus, plus_rows, minus_rows = term_positions(terms, index, rows)
         return role.combine.remote([c for c, _, _ in terms], plus, plus_rows, minus, minus_rows, *refs)
@@ -150,6 +154,6 @@ class RayServers(Servers):
         self._b.need(*inputs)
         self._b.flush_jobs()
         index, rows, refs = unique_refs(list(inputs))
-        outputs, flops, stats, kept = ray.get(self.cloud.run_task.remote(name, dict(params), seed, tier, entity,
+        outputs, flops, stats, kept = get(self.cloud.run_task.remote(name, dict(params), seed, tier, entity,
                                                                          index, rows, *refs))
         return [ray.put(o) for o in outputs], flops, stats, kept

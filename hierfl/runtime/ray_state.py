@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import ray
 
+from hierfl.runtime.driver_cloud import InDriver, get
 from hierfl.runtime.executor_api import ExecutorState
 from hierfl.runtime.ray_batches import Batches, Slot
 
@@ -62,7 +63,7 @@ class RayState(ExecutorState):
             hosts.update(part)
         leaders = None if ex.leaders is None else ex.leaders.export_state.remote()
         cloud = ex.cloud.export_state.remote()
-        return {"hosts": hosts, "leaders": None if leaders is None else ray.get(leaders), "cloud": ray.get(cloud)}
+        return {"hosts": hosts, "leaders": None if leaders is None else ray.get(leaders), "cloud": get(cloud)}
 
     def device_state_bytes(self) -> tuple[int, int]:
         """Summed over the device-host actors (after every call sent so far)."""
@@ -90,14 +91,14 @@ class RayState(ExecutorState):
         ray.get(calls)
 
     def is_handle(self, obj: Any) -> bool:
-        """Object refs and job slots live in this Ray session only."""
-        return isinstance(obj, (Slot, ray.ObjectRef))
+        """Object refs, job slots and the cloud role's results kept in the driver live in this Ray session only."""
+        return isinstance(obj, (Slot, ray.ObjectRef, InDriver))
 
     def export_handle(self, handle: Any) -> Any:
         """A job slot's row and stats, or a ref's value."""
         if isinstance(handle, Slot):
             return self._export_slot(handle)
-        return ("ref", ray.get(handle))
+        return ("ref", get(handle))
 
     def _export_slot(self, handle: Slot) -> Any:
         """A job of the open fast-path group as the job itself; any other job as its row and stats."""

@@ -157,10 +157,15 @@ class _Role:
     def nothing(self) -> None:
         return None
 
+    def zeros(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.float32)
+
 
 @pytest.mark.ray
 def test_driver_cloud_calls_have_an_actors_argument_and_result_semantics(ray_session):
-    from hierfl.runtime.driver_cloud import DriverCloud
+    import pickle
+
+    from hierfl.runtime.driver_cloud import INLINE_BYTES, DriverCloud, InDriver, get
 
     ray = ray_session
     cloud = DriverCloud(_Role())
@@ -168,16 +173,26 @@ def test_driver_cloud_calls_have_an_actors_argument_and_result_semantics(ray_ses
     ref = ray.put(vec)
     opts = {"k": [1, 2]}
     out = cloud.take.remote(ref, opts, extra=ray.put(7))
-    assert isinstance(out, ray.ObjectRef)
-    got = ray.get(out)
+    # a small array result stays in the driver (no object-store put), as a read-only copy
+    assert isinstance(out, InDriver)
+    got = get(out)
     np.testing.assert_array_equal(got, vec)
+    assert not got.flags.writeable
     assert "mutated" not in opts  # the role got a copy of a plain argument
     seen_vec, seen_opts, seen_extra = cloud.role.seen[0]
     assert isinstance(seen_vec, np.ndarray) and not seen_vec.flags.writeable  # resolved: the store's view
     assert seen_extra == 7  # keyword refs are resolved too
     cloud.role.state[0] = 99.0  # the role's later changes do not reach a result already returned
-    assert ray.get(out)[0] == 0.0
-    assert ray.get(cloud.nothing.remote()) is None
+    assert get(out)[0] == 0.0
+    # a result kept in the driver is an argument like a ref: resolved for the role, sent to an actor as its array
+    again = cloud.take.remote(out, {})
+    assert cloud.role.seen[1][0] is got
+    np.testing.assert_array_equal(get(again), [99.0, 2.0, 4.0])
+    assert pickle.loads(pickle.dumps(out)).tolist() == [0.0, 1.0, 2.0]
+    # a big array result goes to the object store once, as an actor's would
+    big = cloud.zeros.remote(INLINE_BYTES // 4 + 1)
+    assert isinstance(big, ray.ObjectRef) and get(big).shape == (INLINE_BYTES // 4 + 1,)
+    assert get(cloud.nothing.remote()) is None
     assert cloud.take.options(num_returns=1) is not None
     with pytest.raises(AttributeError):
         cloud.no_such_method  # noqa: B018
