@@ -122,6 +122,12 @@ PROPERTY_OVERRIDES: dict[str, tuple[str, ...]] = {
     # shipped 60 devices and T 10; 30 devices and T 3 keep its three capacity classes, rings, device-to-device
     # hops and time weighting in a seventh of the jobs
     "fedhisyn": ("devices.count=30", "protocol.T=3"),
+    # digits_cnn's 12 devices, each run twice: 6 devices behind the same 2 edges give every time, count and
+    # selection from the scenario alone as well, in half the training
+    "digits_cnn": ("devices.count=6",),
+    # 60 devices sharing 4 edges' ingress: 24 (about 6 an edge) still upload together at each edge round's end
+    # and share the 10 Mbit/s ingress (flows attach, re-share and detach)
+    "hierfavg_contention": ("devices.count=24",),
 }
 # fields that depend on the machine, the executor or the wall clock, never on the emulation
 VOLATILE = frozenset({"wall_s", "startup_s", "startup", "executor", "workers", "checkpoint_t", "resume"})
