@@ -119,6 +119,9 @@ SCENARIO_OVERRIDES: dict[str, tuple[str, ...]] = {
     "dpsgd_ring": ("stop.virtual_time_s=15",),
     "adpsgd_torus": ("stop.virtual_time_s=10",),
     "p2p_rgg": ("stop.virtual_time_s=20",),
+    # link contention: 24 devices (about 6 an edge) instead of 60 still upload together at each edge round's
+    # end and share the edge's 10 Mbit/s ingress (up to 9 transfers at once), in 40 % of the training
+    "hierfavg_contention": ("devices.count=24",),
 }
 # further --set items of a scenario in the tests that check a property any run of it must have, whatever its
 # size (tests/determinism/test_contract.py: the learning rate moves no time or count; tests/driver/
