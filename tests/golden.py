@@ -122,6 +122,10 @@ SCENARIO_OVERRIDES: dict[str, tuple[str, ...]] = {
     # link contention: 24 devices (about 6 an edge) instead of 60 still upload together at each edge round's
     # end and share the edge's 10 Mbit/s ingress (up to 9 transfers at once), in 40 % of the training
     "hierfavg_contention": ("devices.count=24",),
+    # FCCL aligns the parties' logits on the public digits one batch of 50 at a time, each batch a barrier and a
+    # job per party: 100 public digits (2 batches a round) instead of 200 keep the barriers, the distillation
+    # and the domain-split evaluation with half the jobs (36 instead of 68, each a call on Ray)
+    "fccl": ("protocol.public_size=100",),
 }
 # further --set items of a scenario in the tests that check a property any run of it must have, whatever its
 # size (tests/determinism/test_contract.py: the learning rate moves no time or count; tests/driver/
