@@ -28,13 +28,32 @@ from hierfl.runtime.roles import Cloud, DeviceHost, LeaderHost, ModelSpec
 __all__ = ["HostActor", "CloudActor", "LeaderActor", "IdleHosts", "IdleLeader", "RayDeviceHost", "RayLeaderHost", "RayCloud"]
 
 
+_PLUGIN_SCOPES: list[Any] = []
+"""The open :func:`hierfl.config.plugins.isolated` scopes of this actor's process (one actor a process): the
+plug-ins a run loaded here, forgotten when the actor forgets the run (:func:`_forget_plugins`)."""
+
+
 def _install_plugins(plugins: Any) -> None:
     """Load the driver's plug-ins in this actor's process (:func:`hierfl.config.plugins.install_bundle`),
-    before any later call's arguments, which may hold a plug-in's classes, are unpickled here."""
+    before any later call's arguments, which may hold a plug-in's classes, are unpickled here. They are loaded
+    inside an isolated scope, so that the actor can forget them with the run and be kept for the next one."""
     if plugins:
-        from hierfl.config.plugins import install_bundle
+        from hierfl.config.plugins import install_bundle, isolated
 
+        # the scope restores the registries as they were: with every built-in registered first (the scenario
+        # schema imports them all), so that forgetting the plug-ins leaves a whole, valid configuration
+        importlib.import_module("hierfl.scenario.schema")
+        scope = isolated()
+        scope.__enter__()
+        _PLUGIN_SCOPES.append(scope)
         install_bundle(plugins)
+
+
+def _forget_plugins() -> None:
+    """Forget every plug-in :func:`_install_plugins` loaded (registrations, modules, the loader's record): the
+    process is then as a new actor's, and a kept actor serves a run with other plug-ins, or none, alike."""
+    while _PLUGIN_SCOPES:
+        _PLUGIN_SCOPES.pop().__exit__(None, None, None)
 
 
 class HostActor(DeviceHost):
@@ -86,9 +105,10 @@ class HostActor(DeviceHost):
         return fn(*args)
 
     def release(self) -> bool:
-        """Forget the run (its data, models, per-device state) and wait idle for the next run's :meth:`setup`
-        (:class:`IdleHosts`); True."""
+        """Forget the run (its data, models, per-device state, plug-ins) and wait idle for the next run's
+        :meth:`setup` (:class:`IdleHosts`); True."""
         self.__dict__.clear()
+        _forget_plugins()
         return True
 
     def install(self, plugins: Any) -> bool:
@@ -136,9 +156,15 @@ class LeaderActor(LeaderHost):
         LeaderHost.__init__(self, *args)
 
     def release(self) -> bool:
-        """Forget the run (the leaders' models, sums and optimiser state) and wait idle for the next run's
-        :meth:`setup` (:class:`IdleLeader`); True."""
+        """Forget the run (the leaders' models, sums and optimiser state, plug-ins) and wait idle for the next
+        run's :meth:`setup` (:class:`IdleLeader`); True."""
         self.__dict__.clear()
+        _forget_plugins()
+        return True
+
+    def install(self, plugins: Any) -> bool:
+        """Load a run's plug-ins in this kept leaders' host, as a new one's constructor would; True."""
+        _install_plugins(plugins)
         return True
 
 
@@ -180,9 +206,10 @@ class IdleHosts(_KeptSlot):
     the last run's. A run whose hosts reserve the same resources takes as many kept hosts as it needs (a run of
     fewer hosts leaves the others parked, kept with its own at its end, so that a later run of more need not
     start them again: the run needed no more CPUs than the kept hosts already held; one of more starts the
-    rest); a run of other host resources kills them first. A run with plug-ins keeps none (a host process keeps
-    what a plug-in registered): it borrows the kept hosts, loads its plug-ins in them and ends them with it
-    (:meth:`lend`). A Ray worker (a Tune trial) keeps none, and
+    rest); a run of other host resources kills them first. A run with plug-ins has the kept hosts load them
+    (:meth:`lend`); a host loads a run's plug-ins in an isolated scope and forgets them with the run (their
+    registrations and modules), so it is kept after such a run as after any other. A Ray worker (a Tune trial)
+    keeps none, and
     :func:`hierfl.sweep` clears them before its trials start. A Ray instance this process started itself
     ends with its run, hosts and all.
     """
@@ -244,10 +271,8 @@ class IdleHosts(_KeptSlot):
 
     @classmethod
     def lend(cls, key: tuple[Any, ...], count: int, plugins: Any) -> list[Any]:
-        """Up to ``count`` kept hosts for a run with plug-ins, which loads them there (:meth:`HostActor.install`);
-        such a run kills its hosts at its end (a process keeps what a plug-in registered), so a host it borrows
-        is not kept again. Its start then needs no new process for the hosts it borrows: a run with plug-ins
-        would otherwise kill the kept hosts (their CPUs) and start its own. The rest stay parked (:meth:`take`)."""
+        """Up to ``count`` kept hosts for a run with plug-ins, which loads them there (:meth:`HostActor.install`,
+        forgotten again when the host is released). The rest stay parked (:meth:`take`)."""
         hosts = cls.take(key, count)
         try:
             ray.get([h.install.remote(plugins) for h in hosts], timeout=60.0)
@@ -307,9 +332,9 @@ class IdleLeader(_KeptSlot):
     hierarchical run adds. Starting it is a Python process importing hierfl, numpy and Ray (about one CPU
     second, on a small machine most of a short hierarchical run's extra wall time over the local executor).
 
-    The same rules as for hosts: only a process that keeps hosts (:meth:`IdleHosts.applies`), only for runs
-    without plug-ins (the caller passes no key then), for :data:`KEEP_S` seconds; the actor forgets its run
-    when kept (:meth:`LeaderActor.release`) and builds itself anew in :meth:`LeaderActor.setup`, so a run on a
+    The same rules as for hosts: only a process that keeps hosts (:meth:`IdleHosts.applies`), for
+    :data:`KEEP_S` seconds (a run with plug-ins has a kept one load them, :meth:`LeaderActor.install`); the actor
+    forgets its run, plug-ins included, when kept (:meth:`LeaderActor.release`) and builds itself anew in :meth:`LeaderActor.setup`, so a run on a
     kept leaders' host computes exactly what it would on a new one. It reserves no CPU, so a kept one delays
     no other work; :meth:`IdleHosts.clear` ends it too. A leaders' host that died or hangs is killed, not kept.
     """

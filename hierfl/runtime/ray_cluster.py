@@ -214,16 +214,16 @@ class RayStart(ExecutorStart):
         # (c)). On a cluster a host's import may overlap the driver's build as before.
         gpus = {"num_gpus": self.gpus_per_host} if self.gpus_per_host > 0 else {}
         plugins = plugin_bundle()  # every actor loads the driver's plug-ins before it unpickles the run's values
-        # hosts kept from this process's last run on this instance (IdleHosts), when there is no plug-in
+        # hosts kept from this process's last run on this instance (IdleHosts)
         keeps = not self.owns_ray and IdleHosts.applies()
-        self._pool_key = IdleHosts.key(host_cpus, self.gpus_per_host) if keeps and not plugins else None
-        # a run with plug-ins borrows kept hosts (they load its plug-ins, and end with it) rather than start new ones
-        lent = IdleHosts.lend(IdleHosts.key(host_cpus, self.gpus_per_host), self.workers, plugins) if (
-            keeps and plugins) else []
+        self._pool_key = IdleHosts.key(host_cpus, self.gpus_per_host) if keeps else None
         if self._pool_key is None and not self.owns_ray:
             IdleHosts.free_cpus()  # hosts kept by an earlier run would hold the CPUs this run's new hosts need
-        # kept hosts first (a host forgets its last run: which one serves which index changes no bit), new ones after
-        self.hosts = lent if self._pool_key is None else IdleHosts.take(self._pool_key, self.workers)
+        # kept hosts first (a host forgets its last run, plug-ins included: which one serves which index changes no
+        # bit), new ones after; a run with plug-ins has the kept ones load them (new ones load them as they start)
+        self.hosts = [] if self._pool_key is None else (
+            IdleHosts.lend(self._pool_key, self.workers, plugins) if plugins
+            else IdleHosts.take(self._pool_key, self.workers))
         self.hosts += [RayDeviceHost.options(num_cpus=host_cpus, scheduling_strategy="SPREAD", **gpus).remote(
             h == 0 or not self.owns_ray, plugins) for h in range(len(self.hosts), self.workers)]
         self.cloud = (DriverCloud(CloudActor()) if self.cloud_in == "driver"
@@ -234,8 +234,15 @@ class RayStart(ExecutorStart):
         (:class:`IdleLeader`, where its hosts may be kept too), else a new one; :meth:`close` keeps or ends it."""
         if self.leader is None:
             kept = None if self._pool_key is None else IdleLeader.take(IdleLeader.key(self._pool_key))
+            plugins = plugin_bundle()
+            if kept is not None and plugins:  # the run's plug-ins, loaded as a new one's constructor would
+                try:
+                    ray.get(kept.install.remote(plugins), timeout=60.0)
+                except Exception:  # noqa: BLE001 - one that cannot load them is replaced by a new one
+                    IdleHosts._kill([kept])
+                    kept = None
             # plug-ins first (constructor), then the role (setup: its arguments may hold a plug-in's values)
-            self.leader = kept if kept is not None else RayLeaderHost.options(num_cpus=0).remote(plugin_bundle())
+            self.leader = kept if kept is not None else RayLeaderHost.options(num_cpus=0).remote(plugins)
         return self.leader
 
     def gpus_fit(self) -> None:

@@ -6,6 +6,7 @@ way (IdleLeader)."""
 from __future__ import annotations
 
 import numpy as np
+import ray
 import pytest
 
 from hierfl.driver import run_scenario
@@ -126,10 +127,17 @@ def test_clear_frees_the_kept_hosts_and_a_driver_keeps_them(tmp_path, ray_sessio
     assert _killed(kept[0])
 
 
-def test_a_run_with_a_plugin_borrows_the_kept_hosts_and_ends_them_instead_of_waiting_for_their_cpus(tmp_path, ray_session):
-    """A run that keeps no hosts (a plug-in's) still needs CPUs for its own: it borrows the kept ones (they load its
-    plug-ins) and ends them with it, so it never waits for resources they hold (the instance has 2 CPUs, the kept
-    hosts reserve 1 each) and starts no process for them; its results are those of new hosts."""
+def _knows(host, name: str) -> bool:
+    """Whether the host's process has the protocol ``name`` registered."""
+    return ray.get(host.model_call.remote(lambda n: n in __import__("hierfl.protocols.base", fromlist=["PROTOCOLS"])
+                                          .PROTOCOLS.names(), name))
+
+
+def test_a_run_with_a_plugin_borrows_the_kept_hosts_and_they_forget_it_when_kept_again(tmp_path, ray_session):
+    """A run with plug-ins takes the kept hosts (they load its plug-ins) rather than start new processes or wait for
+    the CPUs the kept ones hold (the instance has 2 CPUs, the kept hosts reserve 1 each); when kept again they forget
+    the plug-in (its registrations and modules), so the next run, with the plug-in or without it, takes them too,
+    and every run's results are those of new hosts."""
     import shutil
     from pathlib import Path
 
@@ -143,13 +151,21 @@ def test_a_run_with_a_plugin_borrows_the_kept_hosts_and_ends_them_instead_of_wai
     import hierfl
 
     two = _kept()
+    assert not _knows(two[0], "my_fedavg")
     run = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin")
     assert run.summary["executor"] == "ray" and run.summary["rounds"] > 0
-    assert _kept() == []  # a plug-in run keeps none
-    assert _killed(two[0]) and _killed(two[1])  # it borrowed both, and ended them: they hold what the plug-in registered
-    fresh = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin_fresh")  # new hosts
-    assert fresh.summary["rounds"] == run.summary["rounds"]
+    after = _kept()
+    assert after == two  # it borrowed both, and they are kept again (handles compare by actor id)
+    assert not any(_knows(h, "my_fedavg") for h in after) and all(_knows(h, "fedavg") for h in after)
+    again = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin_again")
+    assert _kept() == two and again.summary["rounds"] == run.summary["rounds"]
+    _same(tmp_path / "plugin", tmp_path / "plugin_again")
+    IdleHosts.clear()  # new hosts: the plug-in run on them gives the same files
+    fresh = hierfl.run({**WITH_PLUGIN, **RAY}, plugins=[str(plugin)], out=tmp_path / "plugin_fresh")
+    assert not set(_kept()) & set(two)
     _same(tmp_path / "plugin", tmp_path / "plugin_fresh")
+    _run(tmp_path, "plain_after", seed=5)  # a run without the plug-in, on hosts that had it: the plain run's files
+    _same(tmp_path / "two", tmp_path / "plain_after")
 
 
 def test_kept_hosts_expire(tmp_path, ray_session, monkeypatch):
