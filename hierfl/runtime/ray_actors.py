@@ -366,6 +366,20 @@ class IdleLeader(_KeptSlot):
         return None
 
     @classmethod
+    def lend(cls, key: tuple[Any, ...], plugins: Any) -> Any | None:
+        """:meth:`take`, with the run's plug-ins loaded in the kept leaders' host (:meth:`LeaderActor.install`), as a
+        new one's constructor would load them; None where none is kept or it cannot load them (it is killed)."""
+        kept = cls.take(key)
+        if kept is None or not plugins:
+            return kept
+        try:
+            ray.get(kept.install.remote(plugins), timeout=60.0)
+        except Exception:  # noqa: BLE001 - one that cannot load them is replaced by a new one
+            IdleHosts._kill([kept])
+            return None
+        return kept
+
+    @classmethod
     def keep(cls, key: tuple[Any, ...], actor: Any) -> None:
         """Keep ``actor`` (released) for the next run, for :data:`KEEP_S` seconds; one kept before is killed."""
         older = cls._pop()

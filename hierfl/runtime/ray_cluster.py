@@ -233,14 +233,8 @@ class RayStart(ExecutorStart):
         """The leaders' host actor of this run (edge servers): the one this process's last run kept
         (:class:`IdleLeader`, where its hosts may be kept too), else a new one; :meth:`close` keeps or ends it."""
         if self.leader is None:
-            kept = None if self._pool_key is None else IdleLeader.take(IdleLeader.key(self._pool_key))
             plugins = plugin_bundle()
-            if kept is not None and plugins:  # the run's plug-ins, loaded as a new one's constructor would
-                try:
-                    ray.get(kept.install.remote(plugins), timeout=60.0)
-                except Exception:  # noqa: BLE001 - one that cannot load them is replaced by a new one
-                    IdleHosts._kill([kept])
-                    kept = None
+            kept = None if self._pool_key is None else IdleLeader.lend(IdleLeader.key(self._pool_key), plugins)
             # plug-ins first (constructor), then the role (setup: its arguments may hold a plug-in's values)
             self.leader = kept if kept is not None else RayLeaderHost.options(num_cpus=0).remote(plugins)
         return self.leader
