@@ -57,13 +57,34 @@ def _cover(trials: list[Any]) -> list[Any]:
     return chosen
 
 
+def _first_seed_trials(spec: Any, path: Path) -> list[Any]:
+    """The trials of the sweep's first seed that run (refused ones left out, as ``refused: skip`` does), each
+    validated: at collection, where every pytest-xdist worker pays for it, only these (the whole sweep's trials,
+    every seed, are validated by test_claims_file_validates)."""
+    from hierfl.config.errors import ConfigError
+    from hierfl.sweep.spec import _points, refusal_text
+
+    trials = []
+    for trial, base, _ in _points(spec, None, str(path), path.parent):
+        if trial.seed != spec.seed_list[0]:
+            continue
+        try:
+            load_scenario(base, trial.overrides, seed=trial.seed)
+        except ConfigError as exc:
+            if spec.refused == "skip" and refusal_text(exc.problems) is not None:
+                continue
+            raise
+        trials.append(trial)
+    return trials
+
+
 def _smoke_cases() -> list[tuple[str, Path, list[str]]]:
     cases = []
     for path in FILES:
         name = str(path.relative_to(CLAIMS))
         if _is_sweep(path):
             spec = load_sweep(path)
-            trials, _ = expand(spec, source=str(path), sweep_dir=path.parent)
+            trials = _first_seed_trials(spec, path)
             for t in _cover(trials):
                 base = Path(t.base) if t.base else path.parent / str(spec.scenario)
                 label = ",".join(f"{k}={v}" for k, v in t.changed.items())
