@@ -46,6 +46,16 @@ def tiny(**override: Any) -> Scenario:
     return validate_raw(deep_merge(copy.deepcopy(TINY), override))
 
 
+def cli_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: dict[str, Any], key: str) -> None:
+    """``hierfl validate`` of ``raw`` (written to a file) exits 2 naming the YAML key path ``key``."""
+    from hierfl.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(raw))
+    assert main(["validate", str(path)]) == 2
+    assert key in capsys.readouterr().err
+
+
 @pytest.fixture(autouse=True)
 def _forget_plugins():
     """A plug-in a test loads (its own file, a shipped scenario's ``plugins:``) is forgotten after it: its

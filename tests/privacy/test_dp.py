@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
-from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.core.aggregate import RuleContext
 from hierfl.core.rng import stream
@@ -21,7 +20,7 @@ from hierfl.driver.checkpoint import load_checkpoint
 from hierfl.privacy import math as P
 from hierfl.privacy.rules import DpMeanRule
 from hierfl.scenario.loader import deep_merge, load_scenario, validate_raw
-from tests.conftest import TINY
+from tests.conftest import TINY, cli_refuses
 from tests.driver.test_recovery import _stop_at, assert_same_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,10 +238,7 @@ def test_refused_combinations_name_their_key(override, path):
 
 def test_the_cli_refuses_with_exit_status_2(tmp_path, capsys):
     raw = deep_merge(deep_merge(copy.deepcopy(TINY), copy.deepcopy(DP)), {"privacy": {"dp": {"accountant": "pld"}}})
-    path = tmp_path / "bad.yaml"
-    path.write_text(json.dumps(raw))
-    assert main(["validate", str(path)]) == 2
-    assert "privacy.dp.accountant" in capsys.readouterr().err
+    cli_refuses(tmp_path, capsys, raw, "privacy.dp.accountant")
 
 
 # -- what DP costs in emulated time and bytes ------------------------------------------------------------------

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
-from hierfl.cli import main
 from hierfl.config.errors import ConfigError
 from hierfl.core.rng import stream
 from hierfl.driver import run_scenario
@@ -23,7 +22,7 @@ from hierfl.privacy.rules import DpMeanRule
 from hierfl.privacy.server import dp_local
 from hierfl.runtime.aggregation_role import Aggregation
 from hierfl.scenario.loader import deep_merge, load_scenario, validate_raw
-from tests.conftest import TINY
+from tests.conftest import TINY, cli_refuses
 
 ROOT = Path(__file__).resolve().parents[2]
 BERNOULLI = ROOT / "scenarios" / "dp_fedavg_bernoulli.yaml"
@@ -198,10 +197,7 @@ def test_the_allowed_modes_validate_and_the_cli_refuses_with_exit_status_2(tmp_p
                                                  "privacy": {"dp": {"mode": "local"}}})):
         assert validate_raw(raw).privacy.dp is not None
     raw = deep_merge(deep_merge(copy.deepcopy(TINY), copy.deepcopy(FLAT)), {"privacy": {"dp": {"tier": "edge"}}})
-    path = tmp_path / "bad.yaml"
-    path.write_text(json.dumps(raw))
-    assert main(["validate", str(path)]) == 2
-    assert "privacy.dp.tier" in capsys.readouterr().err
+    cli_refuses(tmp_path, capsys, raw, "privacy.dp.tier")
 
 
 def test_fedasync_local_dp_resumes_bit_for_bit(tmp_path):
