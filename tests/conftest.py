@@ -13,10 +13,12 @@ by scenario (:func:`xdist_scope`).
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,19 @@ TINY: dict[str, Any] = {
 def tiny(**override: Any) -> Scenario:
     """The tiny scenario with nested overrides, e.g. ``tiny(protocol={"fraction": 0.5})``."""
     return validate_raw(deep_merge(copy.deepcopy(TINY), override))
+
+
+def skip_unless_installed(*modules: str) -> None:
+    """Skip the calling test module (at collection) where one of ``modules`` is not installed. Unlike
+    ``pytest.importorskip`` it does not import them: every xdist worker collects every module, and importing
+    scikit-learn or Ray Tune there costs each worker about 2 CPU s for tests that mostly run elsewhere."""
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ImportError:  # a parent package is missing
+            found = False
+        if not found:
+            pytest.skip(f"{name} is not installed", allow_module_level=True)
 
 
 def cli_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: dict[str, Any], key: str) -> None:
@@ -136,6 +151,23 @@ def xdist_scope(nodeid: str) -> str:
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
+# modules whose tests end the Ray host processes a worker's runs keep for the next run (IdleHosts): sweeps
+# (their trials need the CPUs), runs attached from another process (ray_address), runs of other host resources,
+# and the tests of keeping and recovery themselves. They are handed out first: were they interleaved with the
+# golden Ray runs, every golden run after one of them would start two host processes again (torch imported in
+# each, about 2.5 CPU s), where the golden runs that follow them all reuse the same two.
+HOST_CLEARING = frozenset({
+    "tests/interface/test_sweep.py",
+    "tests/interface/test_sweep_refused.py",
+    "tests/runtime/test_idle_hosts.py",
+    "tests/driver/test_recovery.py",
+    "tests/runtime/test_ray_auth.py",
+    "tests/driver/test_reliability.py",
+    "tests/driver/test_run_endings.py",
+    "tests/runtime/test_startup_memory.py",
+})
+
+
 def _module(unit: str) -> str:
     return unit.split("::", 1)[0].split("[", 1)[0]
 
@@ -160,6 +192,12 @@ def unit_costs(nodeids: list[str], known: dict[str, float]) -> dict[str, float]:
     return {unit: known.get(unit, n * (seconds[_module(unit)] / tests[_module(unit)] if _module(unit) in seconds
                                        else overall))
             for unit, n in counts.items()}
+
+
+def next_unit(waiting: Iterable[str], costs: dict[str, float]) -> str:
+    """The unit to hand out next: the longest of the :data:`HOST_CLEARING` units while any is waiting, then
+    the longest of the rest (so that the workers finish together)."""
+    return max(waiting, key=lambda unit: (_module(unit) in HOST_CLEARING, costs.get(unit, 0.0)))
 
 
 def _known_durations() -> dict[str, float]:
@@ -187,10 +225,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return xdist_scope(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            # move the longest unit waiting to the front: pytest-xdist hands out the front one
+            # move the unit to run next to the front: pytest-xdist hands out the front one
             if self.costs is None:
                 self.costs = unit_costs(list(self.collection or ()), known)
-            longest = max(self.workqueue, key=lambda unit: self.costs.get(unit, 0.0))
+            longest = next_unit(self.workqueue, self.costs)
             self.workqueue.move_to_end(longest, last=False)
             super()._assign_work_unit(node)
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
+from tests.conftest import skip_unless_installed
+
+skip_unless_installed("sklearn")
 
 from hierfl.data import DATASETS, DigitsConfig  # noqa: E402
 

@@ -7,7 +7,9 @@ import copy
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
+from tests.conftest import skip_unless_installed
+
+skip_unless_installed("sklearn")
 
 from hierfl.assemble import build
 from hierfl.data import (

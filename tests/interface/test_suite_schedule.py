@@ -102,3 +102,20 @@ def test_the_longest_unit_goes_first_so_the_workers_finish_together(monkeypatch)
     ours, theirs = _makespan(monkeypatch, units), _makespan(monkeypatch, units, told=False)
     assert ours < theirs
     assert ours <= total / 2 + 8.0  # within one short unit of an even split
+
+
+def test_units_that_end_kept_hosts_go_first_longest_first_then_the_rest_longest_first():
+    clearing = sorted(suite.HOST_CLEARING)
+    costs = {clearing[0]: 5.0, clearing[1]: 20.0, f"{GOLDEN}[a]": 50.0, "tests/core/test_rng.py": 1.0}
+    waiting = list(costs)
+    order = []
+    while waiting:
+        order.append(suite.next_unit(waiting, costs))
+        waiting.remove(order[-1])
+    # the clearing ones first, though the golden unit is longer: golden Ray runs after them keep their hosts
+    assert order == [clearing[1], clearing[0], f"{GOLDEN}[a]", "tests/core/test_rng.py"]
+
+
+def test_the_modules_said_to_end_kept_hosts_exist():
+    root = suite.DURATIONS.parents[1]
+    assert suite.HOST_CLEARING and all((root / m).is_file() for m in suite.HOST_CLEARING)

@@ -366,3 +366,17 @@ def test_report_rounds_the_other_summary_sections(tmp_path: Path) -> None:
     run = write_run(tmp_path / "r", summary={"status": "completed", "energy": energy})
     page = run_report_html(run, run / "report.html")
     assert "1235" in page and "0.0001235" in page and "1234.56789012345" not in page
+
+
+def test_reading_runs_and_sweeps_does_not_import_matplotlib_until_a_plot_is_asked_for() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; import hierfl.viz, hierfl.sweep.aggregate; a = 'matplotlib' in sys.modules; "
+            "from hierfl.viz import plot_runs; print(a, 'matplotlib' in sys.modules, callable(plot_runs))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "True"]
+    import hierfl.viz
+
+    with pytest.raises(AttributeError, match="no attribute 'plot_nothing'"):
+        hierfl.viz.plot_nothing  # noqa: B018

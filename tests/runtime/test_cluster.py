@@ -20,13 +20,19 @@ import yaml
 
 from tests.conftest import TINY
 
-pytest.importorskip("ray.dashboard")
-pytest.importorskip("ray.tune")
 BIN = Path(sys.executable).parent
 # minutes on a loaded 2-core machine (a head, a job, a sweep, a client): opt in with HIERFL_CLUSTER_TESTS=1
 pytestmark = [pytest.mark.ray, pytest.mark.slow,
               pytest.mark.skipif(os.environ.get("HIERFL_CLUSTER_TESTS") != "1",
                                  reason="starts a Ray head; set HIERFL_CLUSTER_TESTS=1 to run")]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cluster_extras() -> None:
+    """Ray's dashboard (``ray[default]``) and Tune, imported where the tests run, not at collection (every
+    xdist worker collects this module; importing them there costs each about 2 CPU s)."""
+    pytest.importorskip("ray.dashboard")
+    pytest.importorskip("ray.tune")
 
 
 def _port() -> int:
