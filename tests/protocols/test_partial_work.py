@@ -5,7 +5,7 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hierfl.assemble import build
@@ -128,6 +128,8 @@ def test_partial_work_weighs_by_work_done_when_asked():
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), sigma=st.floats(0.0, 1.0), deadline=st.floats(0.1, 1.5),
        factor=st.floats(0.5, 8.0), at=st.floats(0.0, 0.6), away=st.floats(0.0, 0.6), evaluate=st.booleans())
+# found by Hypothesis: no device has time for a step in the first 17 rounds (jitter σ = 1), which end empty
+@example(seed=86, sigma=1.0, deadline=0.109375, factor=2.0, at=0.0, away=0.0, evaluate=False)
 def test_partial_work_never_overruns_its_deadline(tmp_path_factory, seed, sigma, deadline, factor, at, away, evaluate):
     """Whatever the jitter, a slowdown window, a device leaving for a while and evaluations the devices pay
     for: every job ends by deadline − upload, and every device that computed and stayed is in before the
@@ -137,7 +139,16 @@ def test_partial_work_never_overruns_its_deadline(tmp_path_factory, seed, sigma,
     cost = {"data": {"local_test_fraction": 0.5}, "evaluation": {"every_s": 0.1, "device_eval_cost": "forward"}}
     sc = _scenario(seed=seed, sigma=sigma, events=events, deadline=deadline, trainer={"name": "sgd"},
                    **(cost if evaluate else {}))
-    w, close, _, ends, _ = _run(tmp_path_factory.mktemp("p"), sc)
-    for d, end in ends.items():
-        assert end <= deadline - w.upload_s(d) + 1e-12
-    assert close["dropped"] == 0 and close["t"] <= deadline + 1e-12
+    out = tmp_path_factory.mktemp("p")
+    w, _, _, _, trace = _run(out, sc)
+    # a round where no device has time for one step ends empty and the next starts at once (an empty
+    # round is no aggregation, so the run goes on): each job's deadline counts from its own round's start
+    closes = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["event"] == "round_close"]
+    starts = [0.0] + [r["t"] for r in closes]
+    jobs = [e for e in trace if e.get("name") == "train" and e["cat"] == "device"]
+    assert jobs and closes
+    for e in jobs:
+        begin, end = e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6
+        start = max(s for s in starts if s <= begin + 1e-9)
+        assert end <= start + deadline - w.upload_s(e["tid"]) + 1e-9, (e, start)
+    assert all(r["dropped"] == 0 and r["round_s"] <= deadline + 1e-12 for r in closes), closes
